@@ -1,0 +1,54 @@
+"""The `distrain` command: run, and the tools around it.
+
+Subcommands parse their own arguments (``distrain run`` must pass script arguments through
+untouched, so no top-level parser looks at them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from . import __version__
+
+#: subcommand → (module, one-line help); each module has main(argv) -> int
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
+}
+
+USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."
+
+
+def _print_help() -> None:
+    print(USAGE)
+    print("\nTake a PyTorch training script from one device to many processes, GPUs and machines.\n")
+    for name, (_, text) in COMMANDS.items():
+        print(f"  {name:<8} {text}")
+    print("\nRun 'distrain <command> --help' for a command's options.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a subcommand; returns (and exits with) its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        _print_help()
+        return 0 if args else 2
+    if args[0] == "--version":
+        print(f"distrain {__version__}")
+        return 0
+    name = args[0]
+    if name not in COMMANDS:
+        print(f"distrain: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    code = module.main(args[1:])
+    return int(code or 0)
+
+
+def entry_point() -> None:
+    """Console-script wrapper: exit with main()'s code."""
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

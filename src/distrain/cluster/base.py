@@ -1,0 +1,112 @@
+"""The contract every launcher environment fulfils."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+
+
+class ClusterError(RuntimeError):
+    """A launcher environment is incomplete or inconsistent; the message says what to set."""
+
+
+def env_int(name: str, default: int | None = None) -> int:
+    """Read an integer environment variable, with a clear error when it is not one."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise ClusterError(f"environment variable {name} is not set")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ClusterError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+class ClusterEnvironment(ABC):
+    """Who launched this process, and where it sits in the job.
+
+    Subclasses are small: ``detect()`` says whether the environment applies, the getters read
+    its variables.  ``MASTER_ADDR``/``MASTER_PORT`` are where the c10d store lives.
+    """
+
+    #: short name printed in the start-up line
+    name: str = "base"
+
+    @classmethod
+    @abstractmethod
+    def detect(cls) -> bool:
+        """True when this process was started by this environment."""
+
+    @abstractmethod
+    def rank(self) -> int:
+        """Global rank of this process."""
+
+    @abstractmethod
+    def world_size(self) -> int:
+        """Number of processes in the job."""
+
+    @abstractmethod
+    def local_rank(self) -> int:
+        """Rank of this process on its node (selects the GPU)."""
+
+    @abstractmethod
+    def local_world_size(self) -> int:
+        """Number of processes on this node."""
+
+    def node_rank(self) -> int:
+        """Index of this node; defaults to rank // local_world_size."""
+        return self.rank() // max(1, self.local_world_size())
+
+    def num_nodes(self) -> int:
+        """Number of nodes; defaults to world_size // local_world_size."""
+        return max(1, self.world_size() // max(1, self.local_world_size()))
+
+    def master_addr(self) -> str:
+        """Host of the rendezvous store."""
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+    def master_port(self) -> int:
+        """Port of the rendezvous store."""
+        return env_int("MASTER_PORT")
+
+    def restart_count(self) -> int:
+        """How many times the launcher restarted this worker group (0 on the first start)."""
+        return env_int("TORCHELASTIC_RESTART_COUNT", 0)
+
+    def store_is_external(self) -> bool:
+        """True when the store at MASTER_ADDR:MASTER_PORT is hosted by the launcher, not rank 0."""
+        return False
+
+    def validate(self) -> None:
+        """Raise ClusterError when the values are inconsistent."""
+        world, rank = self.world_size(), self.rank()
+        if world < 1:
+            raise ClusterError(f"{self.name}: world size {world} < 1")
+        if not 0 <= rank < world:
+            raise ClusterError(f"{self.name}: rank {rank} outside [0, {world})")
+        local_world, local_rank = self.local_world_size(), self.local_rank()
+        if not 0 <= local_rank < max(1, local_world):
+            raise ClusterError(f"{self.name}: local rank {local_rank} outside [0, {local_world})")
+
+    def export_env(self) -> None:
+        """Write the torchrun-style variables so torch.distributed's env:// works everywhere."""
+        os.environ["RANK"] = str(self.rank())
+        os.environ["WORLD_SIZE"] = str(self.world_size())
+        os.environ["LOCAL_RANK"] = str(self.local_rank())
+        os.environ["LOCAL_WORLD_SIZE"] = str(self.local_world_size())
+        if self.world_size() > 1:
+            os.environ["MASTER_ADDR"] = self.master_addr()
+            os.environ["MASTER_PORT"] = str(self.master_port())
+
+    def describe(self) -> dict[str, object]:
+        """The values as a dict, for logs and the doctor."""
+        return {
+            "launcher": self.name,
+            "rank": self.rank(),
+            "world_size": self.world_size(),
+            "local_rank": self.local_rank(),
+            "local_world_size": self.local_world_size(),
+            "node_rank": self.node_rank(),
+            "num_nodes": self.num_nodes(),
+        }

@@ -1,0 +1,20 @@
+"""One-line errors for the command line: a message and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+
+class UsageError(Exception):
+    """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def fail(prog: str, message: str, exit_code: int = 2) -> NoReturn:
+    """Print one error line on stderr and exit."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(exit_code)

@@ -1,0 +1,74 @@
+"""Small network helpers: free ports and this host's reachable address."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import psutil
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Ask the kernel for a port that is free right now on `host`."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
+    """True when binding `host:port` fails because something already listens there."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def is_loopback(address: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost'."""
+    return address == "localhost" or address.startswith("127.") or address == "::1"
+
+
+def interface_addresses() -> dict[str, list[str]]:
+    """IPv4 addresses per network interface."""
+    out: dict[str, list[str]] = {}
+    for name, addrs in psutil.net_if_addrs().items():
+        v4 = [a.address for a in addrs if a.family == socket.AF_INET]
+        if v4:
+            out[name] = v4
+    return out
+
+
+def route_to(target: str, port: int = 9) -> tuple[str, str | None]:
+    """The local address (and its interface) the kernel would use to reach `target`.
+
+    A connected UDP socket sends nothing but makes the kernel pick the route.
+    """
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as sock:
+        sock.connect((socket.gethostbyname(target), port))
+        local = str(sock.getsockname()[0])
+    for name, addrs in interface_addresses().items():
+        if local in addrs:
+            return local, name
+    return local, None
+
+
+def host_address() -> str:
+    """An address of this host that other hosts can reach: the hostname's, unless it is loopback.
+
+    Falls back to the first non-loopback interface address (hostnames mapped to 127.0.1.1 are
+    a classic multi-node trap).
+    """
+    try:
+        resolved = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        resolved = "127.0.0.1"
+    if not is_loopback(resolved):
+        return resolved
+    for name, addrs in sorted(interface_addresses().items()):
+        for addr in addrs:
+            if not is_loopback(addr) and name != "lo":
+                return addr
+    return resolved

@@ -1,0 +1,70 @@
+"""Shared test helpers: run real processes with a hard time bound and clean up after them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+EXAMPLES = REPO / "examples"
+
+# Subprocesses (launchers and their workers) must import this checkout's distrain.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), str(REPO / "tests")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+# torchrun warns about this for every job; the tests pin it explicitly where it matters.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+
+def run(cmd: list[str] | str, timeout: float = 120, env: dict[str, str] | None = None, cwd: str | Path | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` in its own process group; on timeout kill the whole group and fail the test."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen(
+        cmd,
+        shell=isinstance(cmd, str),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=str(cwd) if cwd else None,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout}s: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+    finally:
+        kill_group(proc)
+    result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if check and proc.returncode != 0:
+        pytest.fail(f"exit {proc.returncode}: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+    return result
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group of `proc` (launcher, agent and workers), ignoring the gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def python() -> str:
+    """The interpreter running the tests."""
+    return sys.executable
+
+
+@pytest.fixture
+def repo() -> Path:
+    """The repository root."""
+    return REPO
