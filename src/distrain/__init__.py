@@ -7,12 +7,16 @@
 
 from __future__ import annotations
 
-from .cluster import ClusterEnvironment, detect_environment
+from .cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
 from .context import Context, DistrainError, current, init
 from .nn import CPUSyncBatchNorm, convert_sync_batchnorm
 from .spawn import spawn
 
 __version__ = "0.1.0"
+
+# `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
+# user's argparse sees it (ctx.local_rank has the value).
+strip_launcher_argv()
 
 __all__ = [
     "CPUSyncBatchNorm",

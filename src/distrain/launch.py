@@ -158,9 +158,10 @@ def plan(argv: list[str]) -> LaunchPlan:
     if args.master_port is not None:
         _check_master_port(args)
     if args.legacy_local_rank:
-        from torch.distributed.elastic.multiprocessing.api import _MACROS  # type: ignore[attr-defined]
+        from torch.distributed.elastic.utils.api import macros
 
-        args.training_script_args.append(f"--local_rank={_MACROS.local_rank}")
+        # the agent substitutes ${local_rank} per worker, as torch.distributed.launch did
+        args.training_script_args.append(f"--local_rank={macros.local_rank}")
 
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
     if "OMP_NUM_THREADS" not in os.environ:
@@ -239,15 +240,15 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    first = min(failures.values(), key=lambda f: f.timestamp)
+    rank, first = min(failures.items(), key=lambda item: item[1].timestamp)
     code = int(first.exitcode)
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return 128 - code, f"rank {first.rank} (pid {first.pid}) was killed by {name}"
-    return code or 1, f"rank {first.rank} (pid {first.pid}) exited with code {code}"
+        return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
 
 
 def main(argv: list[str]) -> int:
