@@ -15,6 +15,11 @@ from conftest import EXAMPLES, REPO, python, run
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture(autouse=True)
+def _let_distrain_pick_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRAIN_DEVICE", "")  # conftest pins the CPU suite to cpu
+
+
 def test_digits_on_gpu_with_nccl_syncbn_fp16(tmp_path: Path) -> None:
     res = run([python(), "-m", "distrain.cli", "run", "-n", "1", str(EXAMPLES / "train_digits.py"), "--epochs", "4",
                "--amp", "--sync-bn", "--out", str(tmp_path)], timeout=300, check=True)

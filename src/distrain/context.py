@@ -30,7 +30,7 @@ from .cluster import (
 )
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .nn import convert_sync_batchnorm
-from .threads import choose_threads
+from .threads import choose_threads, usable_cores
 
 T = TypeVar("T")
 
@@ -175,7 +175,10 @@ class Context:
         return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
     def _loader_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs.setdefault("num_workers", 0)
+        # CPU training: loader workers would steal cores from the compute threads. GPU: a few
+        # workers per process keep the device fed.
+        default_workers = 0 if self.device.type != "cuda" else min(4, max(0, usable_cores() // self.local_world_size - 1))
+        kwargs.setdefault("num_workers", default_workers)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs["num_workers"] > 0:
             kwargs.setdefault("persistent_workers", True)
