@@ -294,6 +294,13 @@ class Context:
         """
         return self.no_sync(model, skip=(micro_step + 1) % every != 0)
 
+    # -- checkpoints ------------------------------------------------------------------------
+    def checkpointer(self, directory: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """A :class:`~distrain.checkpoint.Checkpointer` saving to `directory` (see docs/checkpointing.md)."""
+        from .checkpoint import Checkpointer
+
+        return Checkpointer(self, directory, **kwargs)
+
     # -- printing ---------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
         """print() on rank 0 only."""
