@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from . import failure
 from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .nn import convert_sync_batchnorm
@@ -393,6 +394,7 @@ def init(
             device_id=dev if dev.type == "cuda" else None,
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
+    failure.install(ctx.rank)  # root cause reported once when a rank raises (torchelastic)
     _active = ctx
     atexit.register(ctx.shutdown)
     if verbose:
