@@ -39,6 +39,7 @@ p.add_argument("--kill-after-save", type=int, default=-1)
 p.add_argument("--kill-in-save", type=int, default=-1)
 p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--fault-rank", type=int, default=1)
+p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)")
 args = p.parse_args()
@@ -104,6 +105,10 @@ for _epoch in range(loader.epoch, args.epochs):
             fault("kill-after-save")
         if step == args.ready_at and ctx.is_main:
             open(args.out + ".ready", "w").close()
+        if step == args.stop_at:
+            break
+    if step == args.stop_at:
+        break
 if ckpt:
     ckpt.save(step)
     ckpt.close()
