@@ -41,6 +41,7 @@ p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--fault-rank", type=int, default=1)
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
+p.add_argument("--timeline", default=None, help="append kill / first-step-after-restart times (bench)")
 p.add_argument("--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)")
 args = p.parse_args()
 
@@ -63,7 +64,14 @@ marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
 faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
 
 
+def timeline(event: str) -> None:
+    if args.timeline:
+        with open(args.timeline, "a") as f:
+            f.write(f"{event} {time.time():.6f}\n")
+
+
 def fault(kind: str) -> None:
+    timeline("fault")
     if marker:
         with open(marker, "w") as f:
             f.write(kind)
@@ -93,6 +101,9 @@ for _epoch in range(loader.epoch, args.epochs):
         opt.step()
         sched.step()
         step += 1
+        if not first_attempt and ctx.is_main and not args.__dict__.setdefault("_timed", False):
+            args._timed = True
+            timeline("resumed_step")
         if faulty and step == args.kill_at:
             fault("kill")
         if faulty and step == args.raise_at:
