@@ -32,15 +32,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
 
+from .context import Context, DistrainError
 from .signals import StopRequest
-
-if TYPE_CHECKING:
-    from .context import Context
 
 FORMAT = 1
 SHARED_FILE = "shared.pt"
@@ -52,7 +50,7 @@ _TMP_PREFIX = ".tmp-"
 STORE_WAIT_S = 300.0
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(DistrainError):
     """A checkpoint that cannot be used safely (refused payload, incompatible job), one line."""
 
 

@@ -57,13 +57,21 @@ def write_error_file(path: str, err: BaseException, tb: TracebackType | None) ->
 
 
 def install(rank: int) -> None:
-    """Install the excepthook for this worker (only under torch's elastic agent)."""
+    """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not error_file:
-        return
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+        from .context import DistrainError
+
+        if isinstance(err, DistrainError):  # a set-up or checkpoint problem: one clear line
+            if error_file:
+                write_error_file(error_file, err, tb)
+            print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+            return
+        if not error_file:
+            previous(kind, err, tb)
+            return
         if is_peer_failure(err):
             first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
             print(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})", file=sys.stderr, flush=True)
