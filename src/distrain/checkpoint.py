@@ -19,6 +19,7 @@ the same); sharded states (FSDP, ZeRO) are not supported here.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -311,6 +312,8 @@ class Checkpointer:
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         if handle_signals:
             self.stop.install()
+        # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
+        atexit.register(self._finish_at_exit)
 
     # -- restore ---------------------------------------------------------------------------
     def restore(self, **objects: Any) -> Resumed:
@@ -444,6 +447,12 @@ class Checkpointer:
         if self._pending_error is not None:
             err, self._pending_error = self._pending_error, None
             raise CheckpointError(f"background checkpoint failed: {type(err).__name__}: {err}") from err
+
+    def _finish_at_exit(self) -> None:
+        try:
+            self.wait()
+        except CheckpointError as err:
+            _warn(str(err))
 
     def close(self) -> None:
         """Finish any background save and restore the signal handlers."""
