@@ -504,10 +504,27 @@ class Checkpointer:
             return
         if store is not None:
             keys = [f"{step}/{r}" for r in range(1, self.ctx.world_size)]
-            store.wait(keys, _timedelta(STORE_WAIT_S))
+            self._wait_for_ranks(store, keys, step)
             for key in keys:
                 files.update(json.loads(store.get(key)))
         self._seal(step, tmp_dir, files)
+
+    def _wait_for_ranks(self, store: dist.Store, keys: list[str], step: int) -> None:
+        """Wait for the other ranks' reports, in short slices so a stop signal is seen.
+
+        A stop signal arriving *during* the save (rather than the one that caused it) means the
+        agent is tearing the job down, typically because a peer died: the save is abandoned
+        (its temporary directory is cleaned up at the next start) and the process exits.
+        """
+        signalled_before = self.stop.requested
+        deadline = time.monotonic() + STORE_WAIT_S
+        while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
+            time.sleep(0.02)
+            if self.stop.requested and not signalled_before and threading.current_thread() is threading.main_thread():
+                _warn(f"save of step {step} abandoned: stop signal while waiting for the other ranks")
+                raise SystemExit(self.stop.exit_code)
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"the other ranks did not report their files for step {step} within {STORE_WAIT_S:g} s")
 
     def _seal(self, step: int, tmp_dir: str, files: dict[str, dict[str, Any]]) -> None:
         name = f"step_{step:08d}"
@@ -524,8 +541,3 @@ class Checkpointer:
         for _, old in step_dirs(self.directory)[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
 
-
-def _timedelta(seconds: float) -> Any:
-    import datetime as dt
-
-    return dt.timedelta(seconds=seconds)
