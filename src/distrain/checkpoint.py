@@ -308,6 +308,7 @@ class Checkpointer:
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
         self._flag = torch.zeros(1)
+        self._stopping = False
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         if handle_signals:
@@ -401,6 +402,7 @@ class Checkpointer:
         ended.  When any rank received SIGTERM/SIGINT, all ranks save here and exit with 128+signal.
         """
         if self._stop_agreed():
+            self._stopping = True  # this save answers the signal: a signal during it is expected
             self.save(step, wait=True)
             self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
             code = self.stop.exit_code
@@ -516,11 +518,10 @@ class Checkpointer:
         agent is tearing the job down, typically because a peer died: the save is abandoned
         (its temporary directory is cleaned up at the next start) and the process exits.
         """
-        signalled_before = self.stop.requested
         deadline = time.monotonic() + STORE_WAIT_S
         while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
             time.sleep(0.02)
-            if self.stop.requested and not signalled_before and threading.current_thread() is threading.main_thread():
+            if self.stop.requested and not self._stopping and threading.current_thread() is threading.main_thread():
                 _warn(f"save of step {step} abandoned: stop signal while waiting for the other ranks")
                 raise SystemExit(self.stop.exit_code)
             if time.monotonic() > deadline:
