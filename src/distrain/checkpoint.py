@@ -49,6 +49,8 @@ _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 _TMP_PREFIX = ".tmp-"
 #: how long rank 0 waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0
+#: after a stop signal, how long rank 0 still waits for missing reports before assuming a dead peer
+PEER_GONE_S = 5.0
 
 
 class CheckpointError(DistrainError):
@@ -514,15 +516,17 @@ class Checkpointer:
     def _wait_for_ranks(self, store: dist.Store, keys: list[str], step: int) -> None:
         """Wait for the other ranks' reports, in short slices so a stop signal is seen.
 
-        A stop signal arriving *during* the save (rather than the one that caused it) means the
-        agent is tearing the job down, typically because a peer died: the save is abandoned
-        (its temporary directory is cleaned up at the next start) and the process exits.
+        A stop signal arriving *during* the save (rather than the one that caused it), with the
+        reports still missing PEER_GONE_S later, means the agent is tearing the job down because
+        a peer died: the save is abandoned (its temporary directory is cleaned up at the next
+        start) and the process exits.
         """
         deadline = time.monotonic() + STORE_WAIT_S
         while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
             time.sleep(0.02)
-            if self.stop.requested and not self._stopping and threading.current_thread() is threading.main_thread():
-                _warn(f"save of step {step} abandoned: stop signal while waiting for the other ranks")
+            signalled = self.stop.received_at is not None and not self._stopping
+            if signalled and time.monotonic() - self.stop.received_at > PEER_GONE_S and threading.current_thread() is threading.main_thread():
+                _warn(f"save of step {step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
                 raise SystemExit(self.stop.exit_code)
             if time.monotonic() > deadline:
                 raise CheckpointError(f"the other ranks did not report their files for step {step} within {STORE_WAIT_S:g} s")
