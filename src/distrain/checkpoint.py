@@ -377,7 +377,8 @@ class Checkpointer:
             _warn(f"{rank_file} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
         self._last_saved = int(shared["step"])
         self.ctx.print(f"distrain: resumed from {path} (step {shared['step']}, saved on {shared['world_size']} rank(s))")
-        return Resumed(step=int(shared["step"]), path=path, extra=dict(shared.get("extra", {})))
+        self.extra.update(shared.get("extra", {}))
+        return Resumed(step=int(shared["step"]), path=path, extra=dict(self.extra))
 
     # -- save --------------------------------------------------------------------------------
     def _epoch_end_due(self) -> bool:
