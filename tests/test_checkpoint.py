@@ -288,3 +288,29 @@ def test_digits_example_resumes(tmp_path: Path) -> None:
     result = ok(run(args, timeout=JOB_TIMEOUT))
     assert "distrain: resumed from" in result.stdout and "done: test acc" in result.stdout
     assert sys.executable
+
+
+def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
+    """In-process, one process: an async save restores model, optimizer and user extras exactly."""
+    import distrain
+
+    ctx = distrain.init(verbose=False)
+
+    def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        model = torch.nn.Linear(4, 3)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    model, opt = make()
+    ck = ctx.checkpointer(tmp_path / "ckpt", every_steps=2, async_save=True, handle_signals=False)
+    assert ck.restore(model=model, optimizer=opt).fresh
+    for step in (1, 2):
+        model(torch.randn(5, 4)).sum().backward()
+        opt.step()
+        ck.extra["best"] = [0.5, step]
+        assert ck.maybe_save(step) == (step == 2)
+    ck.close()
+    model2, opt2 = make()
+    resumed = ctx.checkpointer(tmp_path / "ckpt", handle_signals=False).restore(model=model2, optimizer=opt2)
+    assert resumed.step == 2 and resumed.extra == {"best": [0.5, 2]}
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True))
+    assert torch.equal(opt.state_dict()["state"][0]["momentum_buffer"], opt2.state_dict()["state"][0]["momentum_buffer"])
