@@ -314,3 +314,33 @@ def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
     assert resumed.step == 2 and resumed.extra == {"best": [0.5, 2]}
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True))
     assert torch.equal(opt.state_dict()["state"][0]["momentum_buffer"], opt2.state_dict()["state"][0]["momentum_buffer"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_rng_and_model_round_trip(tmp_path: Path) -> None:
+    """GPU: CUDA RNG states are saved and restored; a CUDA model and optimizer resume exactly."""
+    from distrain.checkpoint import rng_state, set_rng_state
+
+    torch.cuda.manual_seed_all(1)
+    torch.randn(3, device="cuda")
+    state = rng_state()
+    assert "cuda" in state
+    expected = torch.randn(8, device="cuda")
+    set_rng_state(state)
+    assert torch.equal(torch.randn(8, device="cuda"), expected)
+    import distrain
+
+    ctx = distrain.init(verbose=False)
+    model = torch.nn.Linear(4, 3).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(5, 4, device="cuda")).sum().backward()
+    opt.step()
+    ck = ctx.checkpointer(tmp_path / "ckpt", handle_signals=False, async_save=True)
+    ck.restore(model=model, optimizer=opt)
+    ck.save(1)
+    ck.close()
+    model2 = torch.nn.Linear(4, 3).cuda()
+    opt2 = torch.optim.Adam(model2.parameters())
+    assert ctx.checkpointer(tmp_path / "ckpt", handle_signals=False).restore(model=model2, optimizer=opt2).step == 1
+    assert torch.equal(model.weight, model2.weight) and model2.weight.is_cuda
+    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], opt2.state_dict()["state"][0]["exp_avg"].cuda())
