@@ -121,22 +121,8 @@ def test_mpirun(tmp_path: Path, world: int, reference: dict) -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_slurm_env_contract(tmp_path: Path, world: int, reference: dict) -> None:
     """srun is not installed here: start the tasks ourselves with the variables srun sets."""
-    import subprocess
-
     job_id = free_slurm_job_id()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, **slurm_env(rank, world, job_id))
-        procs.append(subprocess.Popen([python(), JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
-    try:
-        outputs = [p.communicate(timeout=180)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-    assert all(p.returncode == 0 for p in procs), outputs
+    _start_ranks(tmp_path, world, lambda rank: slurm_env(rank, world, job_id))
     check_job(tmp_path, world, "slurm", reference)
 
 
@@ -174,3 +160,44 @@ def test_script_args_pass_through(tmp_path: Path) -> None:
     for res in read_ranks(tmp_path, 2):
         assert res["n"] == 5 and res["log"] == "x"
         assert "--" not in res["argv"], "a separator leaked into the script's argv"
+
+
+def _start_ranks(tmp_path: Path, world: int, env_of: object) -> list[str]:
+    """Start `world` real processes of the job with the variables a launcher would set."""
+    import subprocess
+
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, **env_of(rank))  # type: ignore[operator]
+        procs.append(subprocess.Popen([python(), JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    try:
+        outputs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+    assert all(p.returncode == 0 for p in procs), outputs
+    return outputs
+
+
+def test_mpich_env_contract(tmp_path: Path, reference: dict) -> None:
+    """MPICH / Intel MPI (Hydra) variables, with MASTER_ADDR/PORT given as users do with -genv."""
+    port = free_slurm_job_id() + 15000
+    _start_ranks(tmp_path, 2, lambda r: {"PMI_RANK": str(r), "PMI_SIZE": "2", "MPI_LOCALRANKID": str(r),
+                                         "MPI_LOCALNRANKS": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    check_job(tmp_path, 2, "mpich", reference)
+
+
+def test_mpi_without_master_or_mpi4py_is_one_line(tmp_path: Path) -> None:
+    """No MASTER_ADDR/PORT and no mpi4py: one line naming exactly what to set, no hang."""
+    shadow = tmp_path / "shadow" / "mpi4py"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('mpi4py hidden by the test')\n")
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    res = run([python(), JOB, "--out", str(tmp_path)], timeout=120, env=env)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    assert "distrain: error: openmpi: set MASTER_ADDR and MASTER_PORT" in res.stderr, res.stderr
