@@ -326,27 +326,9 @@ def main(argv: list[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     if _under_launcher():
         return _worker(args, ops, size_list)
-    from ..launch import main as launch_main
+    from ..selflaunch import relaunch
 
-    rest = _strip_nproc(argv)
-    return launch_main(["-n", str(args.nproc), "-m", "distrain.bench.comm", *rest])
-
-
-def _strip_nproc(argv: list[str]) -> list[str]:
-    """`argv` without -n/--nproc (the launched workers must not launch again)."""
-    out: list[str] = []
-    skip = False
-    for tok in argv:
-        if skip:
-            skip = False
-            continue
-        if tok in ("-n", "--nproc"):
-            skip = True
-            continue
-        if tok.startswith("--nproc="):
-            continue
-        out.append(tok)
-    return out
+    return relaunch("distrain.bench.comm", argv, args.nproc)
 
 
 if __name__ == "__main__":
