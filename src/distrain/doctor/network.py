@@ -100,7 +100,7 @@ def probe_ports(ports: tuple[int, ...] = DEFAULT_PORTS) -> list[Check]:
             holder = _listener(port)
             out.append(Check(f"network.port.{port}", GROUP, f"port {port}", "warn",
                              f"in use{' by ' + holder if holder else ''}",
-                             f"Pass another --master-port/--rdzv-endpoint port, or leave it out on one node (distrain run picks a free one).",
+                             "Pass another --master-port/--rdzv-endpoint port, or leave it out on one node (distrain run picks a free one).",
                              {"port": port, "free": False, "holder": holder}))
         else:
             out.append(Check(f"network.port.{port}", GROUP, f"port {port}", "ok", "free", None, {"port": port, "free": True}))
@@ -114,7 +114,7 @@ def _connect(addr: str, port: int) -> str:
             sock.connect((addr, port))
         except ConnectionRefusedError:
             return "refused"
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return "timeout"
         except OSError as err:
             return f"error: {err.strerror or err}"
