@@ -19,7 +19,7 @@ def test_sizes_and_factors() -> None:
 
 
 def test_all_ops_positive_and_correct() -> None:
-    res = run(BENCH + ["-n", "2", "--json", "-b", "8", "-e", "64K", "-f", "64", "--iters", "3", "--warmup", "1"], timeout=240)
+    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-b", "8", "-e", "64K", "-f", "64", "--iters", "3", "--warmup", "1"], timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     assert doc["schema_version"] == 1 and doc["world_size"] == 2 and doc["backend"] == "gloo"
@@ -32,7 +32,7 @@ def test_all_ops_positive_and_correct() -> None:
 
 
 def test_corrupted_rank_fails_the_check() -> None:
-    res = run(BENCH + ["-n", "2", "--json", "-e", "16", "--ops", "all_reduce,reduce_scatter", "--iters", "2", "--warmup", "0"],
+    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-e", "16", "--ops", "all_reduce,reduce_scatter", "--iters", "2", "--warmup", "0"],
               timeout=240, env={"DISTRAIN_BENCH_CORRUPT_RANK": "1"})
     doc = json.loads(res.stdout)
     assert res.returncode != 0

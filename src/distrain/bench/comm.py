@@ -229,6 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--iters", type=int, default=20, help="timed ops per size (default 20)")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     p.add_argument("--backend", default=None, choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo")
+    p.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda:<local rank> with GPUs, else cpu")
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of tables")
 
@@ -284,7 +285,7 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
 
     from .. import init
 
-    ctx = init(backend=args.backend, verbose=False)
+    ctx = init(backend=args.backend, device=args.device, verbose=False)
     try:
         dtype = getattr(torch, args.dtype)
         rows = [measure(op, n, args.warmup, args.iters, ctx.device, dtype, check=not args.no_check) for op in ops for n in size_list]

@@ -211,11 +211,14 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
                                     "Look at that rank's log/node: crashed at start, wrong --master-addr, or a firewall.",
                                     {"missing": missing})]
             _exit_now(_report(checks, start, ranks_doc, as_json))
+        print(f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s",
+              file=sys.stderr, flush=True)
         _exit_now(1)
     checks.append(Check("ranks.checkin", GROUP, "check-in", "ok", f"{world}/{world} ranks on {', '.join(hosts)}", None, {"missing": []}))
 
-    use_cuda = torch.cuda.is_available()
-    device = torch.device("cuda", env.local_rank() % max(1, torch.cuda.device_count())) if use_cuda else torch.device("cpu")
+    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU then
+    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
+    device = torch.device("cuda", env.local_rank()) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     # gloo for the monitored barrier (only gloo has one); NCCL, when there are GPUs, for the data
@@ -235,6 +238,7 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
                                 "That rank is stuck or dead: check its log, node and GPU (py-spy dump --pid shows where).",
                                 {"missing": late, "error": str(err).splitlines()[0]}))
             _exit_now(_report(local + checks, start, ranks_doc, as_json))
+        print(f"distrain doctor: rank {rank}: monitored barrier failed ({str(err).splitlines()[0][:200]})", file=sys.stderr, flush=True)
         _exit_now(1)
     checks.append(Check("ranks.barrier", GROUP, "barrier", "ok", f"all {world} ranks passed a monitored barrier", None, {"missing": []}))
 
