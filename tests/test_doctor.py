@@ -9,7 +9,6 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import python, run
@@ -93,9 +92,16 @@ def test_local_json_schema_and_real_findings() -> None:
 def test_closed_master_port_and_bad_input() -> None:
     with _listening() as port:
         pass  # now closed: the host answers, nothing listens
-    res = run(DOCTOR + ["--json", "--master-addr", "localhost", "--master-port", str(port)], timeout=120)
-    master = _by_id(_doc(res))["network.master"]
+    res = run(DOCTOR + ["--json", "--master-addr", "localhost", "--master-port", str(port), "--expect-gpu"], timeout=120,
+              env={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    checks = _by_id(_doc(res))
+    master = checks["network.master"]
     assert master["status"] == "warn" and master["data"]["connect"] == "refused", master
+    assert checks["container.runtime"]["data"]["runtime"] == "kubernetes"
+    if not _nvml_loads():  # a GPU is expected but there is none: the container fix is given
+        nvml = checks["gpu.nvml"]
+        assert nvml["status"] == "fail" and "--gpus all" in nvml["fix"] and "nvidia.com/gpu" in nvml["fix"], nvml
+        assert res.returncode == 1
     res = run(DOCTOR + ["--ports", "http"], timeout=60)
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--ports" in res.stderr, res.stderr
 
@@ -167,6 +173,3 @@ def test_missing_rank_is_named_in_bounded_time(stage: str) -> None:
     assert "rank(s) 1 " in check["seen"]
     assert res.returncode != 0
 
-
-def test_module_entry_point_exists() -> None:
-    assert (Path(__file__).resolve().parents[1] / "src/distrain/doctor/__main__.py").is_file()
