@@ -4,7 +4,7 @@ whether they agree with each other, with CUDA_VISIBLE_DEVICES, and with torch's 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 from .bounded import ProbeTimeout, call_bounded
 from .check import Check
@@ -17,6 +17,16 @@ NVML_TIMEOUT_S = 3.0
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _process_name(pid: int) -> str | None:
+    """The name of `pid`, when it lives in this PID namespace (not in another container)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return None
 
 
 def _nvml_read() -> dict[str, Any]:
@@ -55,7 +65,7 @@ def _nvml_read() -> dict[str, Any]:
                 gpu["utilization_pct"] = None
             try:
                 procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-                gpu["processes"] = [{"pid": p.pid, "used_mib": (p.usedGpuMemory or 0) // 2**20} for p in procs]
+                gpu["processes"] = [{"pid": p.pid, "name": _process_name(p.pid), "used_mib": (p.usedGpuMemory or 0) // 2**20} for p in procs]
             except pynvml.NVMLError:
                 gpu["processes"] = []
             out["gpus"].append(gpu)
@@ -101,16 +111,20 @@ def visible_devices(count: int) -> tuple[list[int] | None, str | None]:
     return picked, None
 
 
-def gpu_expected(expect_gpu: bool) -> tuple[bool, str]:
-    """Whether this machine is meant to have a GPU, and why we think so."""
+def gpu_expected(expect_gpu: bool) -> tuple[Literal["warn", "fail"] | None, str]:
+    """How strongly this machine is meant to have a GPU ("fail", "warn" or None), and why.
+
+    --expect-gpu and NVIDIA_VISIBLE_DEVICES (set by NVIDIA's container images) are strong
+    signs; a non-empty CUDA_VISIBLE_DEVICES is a weaker one (often copied between machines).
+    """
     if expect_gpu:
-        return True, "--expect-gpu was given"
+        return "fail", "--expect-gpu was given"
     nv = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
     if nv and nv not in ("void", "none"):
-        return True, f"NVIDIA_VISIBLE_DEVICES={nv}"
+        return "fail", f"NVIDIA_VISIBLE_DEVICES={nv}"
     if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
-        return True, f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
-    return False, ""
+        return "warn", f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
+    return None, ""
 
 
 def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
@@ -126,7 +140,7 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
 
     if snap["state"] != "ok":
         if expected:
-            status = "fail"
+            status = expected
             fix = (
                 "In a container: docker run --gpus all (needs nvidia-container-toolkit on the host); "
                 "on Kubernetes request nvidia.com/gpu." if in_container else
