@@ -150,9 +150,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
             status, fix = "ok", None
         else:
             status, fix = "warn", "Check the NVIDIA driver: run nvidia-smi; reboot after a driver upgrade."
-        seen = {"no_driver": "no GPU driver (NVML not found): CPU-only machine"}.get(snap["state"], snap.get("error", ""))
-        if expected:
-            seen += f"; but a GPU is expected ({why})"
+        seen = {"no_driver": "no GPU driver (NVML library not found)"}.get(snap["state"], snap.get("error", ""))
+        seen += f", but a GPU is expected ({why})" if expected else (": CPU-only machine" if snap["state"] == "no_driver" else "")
         checks.append(Check("gpu.nvml", GROUP, "GPUs (NVML)", status, seen, fix, snap))
         if torch_cuda and in_container and not expected and snap["state"] == "no_driver":
             checks.append(Check(
