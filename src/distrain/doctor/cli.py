@@ -48,6 +48,9 @@ def _options(args: argparse.Namespace) -> Options:
         raise UsageError("--master-port needs --master-addr")
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {args.nproc})")
+    from ..bench.comm import parse_bytes
+
+    args.bandwidth_bytes = parse_bytes(str(args.bandwidth_bytes))
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
     return Options(args.master_addr, args.master_port, ports, args.expect_gpu)
@@ -69,10 +72,9 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         opts = _options(args)
         if not args.local and _launched_world() > 1:
-            from ..bench.comm import parse_bytes
             from .ranks import run_all_ranks
 
-            return run_all_ranks(opts, args.timeout, parse_bytes(args.bandwidth_bytes), args.json, start)
+            return run_all_ranks(opts, args.timeout, args.bandwidth_bytes, args.json, start)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     if args.nproc is not None and not args.local:
