@@ -255,10 +255,12 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[int]]:
     return ops, sizes(lo, hi, args.step_factor)
 
 
-def _under_launcher() -> bool:
-    from ..cluster import detect_environment
+def _launched_world() -> int | None:
+    """World size when a launcher started this process, None for a plain process."""
+    from ..cluster import SingleProcessEnvironment, detect_environment
 
-    return detect_environment().world_size() > 1
+    env = detect_environment()
+    return None if isinstance(env, SingleProcessEnvironment) else env.world_size()
 
 
 def _print_tables(doc: dict[str, Any]) -> None:
@@ -323,9 +325,12 @@ def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(argv)
         ops, size_list = _validate(args)
+        world = _launched_world()
+        if world is not None and world < 2 or world is None and args.nproc.isdigit() and int(args.nproc) < 2:
+            raise UsageError("collectives need at least 2 processes (use -n 2 or more)")
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
-    if _under_launcher():
+    if world is not None:
         return _worker(args, ops, size_list)
     from ..selflaunch import relaunch
 
