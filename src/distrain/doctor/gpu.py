@@ -3,6 +3,7 @@ whether they agree with each other, with CUDA_VISIBLE_DEVICES, and with torch's 
 
 from __future__ import annotations
 
+import glob
 import os
 from typing import Any, Literal
 
@@ -139,6 +140,9 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
     torch_count = torch.cuda.device_count() if torch_avail else 0
 
     if snap["state"] != "ok":
+        devices = sorted(glob.glob("/dev/nvidia[0-9]*"))
+        if devices and snap["state"] == "no_driver":  # device nodes passed in, driver libraries not
+            expected, why = "fail", f"{', '.join(devices)} exist"
         if expected:
             status = expected
             fix = (
