@@ -267,7 +267,7 @@ def _print_tables(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120, highlight=False)
     console.print(f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} · {doc['dtype']}")
     for op in doc["ops"]:
         table = Table(title=op, title_justify="left")

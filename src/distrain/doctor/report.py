@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import Any
@@ -41,7 +42,7 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140, highlight=False)
     title = f"distrain doctor · {doc['hostname']}" + (f" · {doc['mode']}" if doc["mode"] != "local" else "")
     table = Table(title=title, show_lines=False, expand=False)
     table.add_column("status", no_wrap=True)
