@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import __version__
 from .check import Check, worst
@@ -152,7 +152,7 @@ def _latency_us(device: Any, group: Any, iters: int = 50) -> float:
     return statistics.median(times) * 1e6
 
 
-def _exit_now(code: int) -> None:
+def _exit_now(code: int) -> NoReturn:
     """Leave without tearing down a process group a missing peer may block (gloo can hang there)."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -171,6 +171,36 @@ def _report(checks: list[Check], start: float, ranks_doc: dict[str, Any], as_jso
     else:
         print_table(doc)
     return 1 if worst(checks) == "fail" else 0
+
+
+def _measurement_checks(per_rank: list[dict[str, Any]], arrived: list[dict[str, Any]], row: Any) -> list[Check]:
+    """Rank 0's checks from every rank's measurements: all-reduce, latency, bandwidth, straggler."""
+    world = len(per_rank)
+    checks: list[Check] = []
+    wrong = [p["rank"] for p in per_rank if not p["allreduce_ok"]]
+    checks.append(Check("ranks.allreduce", GROUP, "all-reduce", "fail" if wrong else "ok",
+                        f"{ALLREDUCE_ELEMENTS} random floats summed over {world} ranks: "
+                        + (f"WRONG on rank(s) {wrong}" if wrong else "correct on every rank"),
+                        "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find the faulty path." if wrong else None,
+                        {"wrong_ranks": wrong}))
+    lat = max(p["latency_us"] for p in per_rank)
+    checks.append(Check("ranks.latency", GROUP, "latency", "info", f"1-element all-reduce: {lat:.0f} us (slowest rank's median)", None,
+                        {"latency_us": lat}))
+    checks.append(Check("ranks.bandwidth", GROUP, "bandwidth", "info",
+                        f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw {row.algbw_gbps:.3f} GB/s, "
+                        f"busbw {row.busbw_gbps:.3f} GB/s", None, {"bytes": row.bytes, "time_us": row.time_us,
+                                                                   "algbw_gbps": row.algbw_gbps, "busbw_gbps": row.busbw_gbps}))
+    works = [p["work_s"] for p in per_rank]
+    median = statistics.median(works)
+    slow = [p for p in per_rank if p["work_s"] > STRAGGLER_RATIO * median]
+    host_of = {e["rank"]: e["hostname"] for e in arrived}
+    checks.append(Check("ranks.straggler", GROUP, "straggler", "warn" if slow else "ok",
+                        ("; ".join(f"rank {p['rank']} on {host_of[p['rank']]} took {p['work_s'] * 1e3:.0f} ms "
+                                   f"({p['work_s'] / median:.1f}x the median {median * 1e3:.0f} ms)" for p in slow))
+                        or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks (median {median * 1e3:.0f} ms)",
+                        "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores (nproc, nvidia-smi -q)." if slow else None,
+                        {"work_s": works, "median_s": median, "stragglers": [p["rank"] for p in slow]}))
+    return checks
 
 
 def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: bool, start: float) -> int:
@@ -261,28 +291,6 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     if rank != 0:
         return 0
 
-    wrong = [p["rank"] for p in per_rank if not p["allreduce_ok"]]
-    checks.append(Check("ranks.allreduce", GROUP, "all-reduce", "fail" if wrong else "ok",
-                        f"{ALLREDUCE_ELEMENTS} random floats summed over {world} ranks: "
-                        + (f"WRONG on rank(s) {wrong}" if wrong else "correct on every rank"),
-                        "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find the faulty path." if wrong else None,
-                        {"wrong_ranks": wrong}))
-    lat = max(p["latency_us"] for p in per_rank)
-    checks.append(Check("ranks.latency", GROUP, "latency", "info", f"1-element all-reduce: {lat:.0f} us (slowest rank's median)", None,
-                        {"latency_us": lat}))
-    checks.append(Check("ranks.bandwidth", GROUP, "bandwidth", "info",
-                        f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw {row.algbw_gbps:.3f} GB/s, "
-                        f"busbw {row.busbw_gbps:.3f} GB/s", None, {"bytes": row.bytes, "time_us": row.time_us,
-                                                                   "algbw_gbps": row.algbw_gbps, "busbw_gbps": row.busbw_gbps}))
-    works = [p["work_s"] for p in per_rank]
-    median = statistics.median(works)
-    slow = [p for p in per_rank if p["work_s"] > STRAGGLER_RATIO * median]
-    host_of = {e["rank"]: e["hostname"] for e in arrived}
-    checks.append(Check("ranks.straggler", GROUP, "straggler", "warn" if slow else "ok",
-                        ("; ".join(f"rank {p['rank']} on {host_of[p['rank']]} took {p['work_s'] * 1e3:.0f} ms "
-                                   f"({p['work_s'] / median:.1f}x the median {median * 1e3:.0f} ms)" for p in slow))
-                        or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks (median {median * 1e3:.0f} ms)",
-                        "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores (nproc, nvidia-smi -q)." if slow else None,
-                        {"work_s": works, "median_s": median, "stragglers": [p["rank"] for p in slow]}))
+    checks.extend(_measurement_checks(per_rank, arrived, row))
     ranks_doc["measurements"] = {"per_rank": per_rank}
     return _report(local + checks, start, ranks_doc, as_json)
