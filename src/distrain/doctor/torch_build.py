@@ -11,6 +11,15 @@ from .check import Check
 GROUP = "torch"
 
 
+def _cudnn_text(raw: int | None) -> str | None:
+    """cuDNN's integer version as text: 92400 → '9.24.0' (cuDNN 9+), 8902 → '8.9.2' (cuDNN 8)."""
+    if raw is None:
+        return None
+    if raw >= 10000:
+        return f"{raw // 10000}.{raw % 10000 // 100}.{raw % 100}"
+    return f"{raw // 1000}.{raw % 1000 // 100}.{raw % 100}"
+
+
 def build_info() -> dict[str, Any]:
     """The versions and build flags of this interpreter's torch (also the rank fingerprint)."""
     import torch
@@ -19,7 +28,7 @@ def build_info() -> dict[str, Any]:
     cudnn = None
     try:
         if torch.backends.cudnn.is_available():
-            cudnn = torch.backends.cudnn.version()
+            cudnn = _cudnn_text(torch.backends.cudnn.version())
     except Exception:  # a CUDA build without a driver may still refuse to load libcudnn
         cudnn = None
     nccl = None
