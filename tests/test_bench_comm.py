@@ -41,9 +41,16 @@ def test_corrupted_rank_fails_the_check() -> None:
 
 
 def test_bad_input_is_one_line() -> None:
-    for argv in (["--ops", "all_to_all"], ["-n", "1"]):
-        res = run(BENCH + argv, timeout=120)
-        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+    res = run(BENCH + ["--ops", "all_to_all"], timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_one_process_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from distrain.bench.comm import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["-n", "1"])
+    assert exc.value.code == 2 and "at least 2 processes" in capsys.readouterr().err
 
 
 def test_dispatcher_rejects_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
