@@ -14,6 +14,8 @@ from . import __version__
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
+    "doctor": ("distrain.doctor.cli", "check this machine (and every rank) and explain what is wrong"),
+    "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth)"),
 }
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."

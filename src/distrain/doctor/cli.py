@@ -1,0 +1,90 @@
+"""`distrain doctor` options, and the choice between this machine and all ranks."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ..errors import UsageError, fail
+from .check import worst
+from .local import Options, run_checks
+from .network import DEFAULT_PORTS
+from .report import document, print_json, print_table
+
+PROG = "distrain doctor"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False, description=(
+        "Check this machine for distributed training and explain each problem with its fix. "
+        "Under a launcher (or with --nproc N) every rank checks in and the ranks are compared."))
+    p.add_argument("--json", action="store_true", help="print the JSON document (schema: docs/doctor.md)")
+    p.add_argument("--master-addr", default=None, help="check that this address (the master node) is reachable")
+    p.add_argument("--master-port", type=int, default=None, help="with --master-addr: also try a TCP connection to this port")
+    p.add_argument("--ports", default=",".join(map(str, DEFAULT_PORTS)), help="ports that should be free here (default 29500,29400)")
+    p.add_argument("--expect-gpu", action="store_true", help="a missing GPU is a failure, not a note")
+    p.add_argument("-n", "--nproc", type=int, default=None, help="run the all-ranks check on N local processes via distrain run")
+    p.add_argument("--timeout", type=float, default=30.0, help="all-ranks: seconds to wait for a missing rank (default 30)")
+    p.add_argument("--bandwidth-bytes", default="16M", help="all-ranks: all-reduce size for the bandwidth test (default 16M)")
+    p.add_argument("--local", action="store_true", help="only check this process's machine, even under a launcher")
+
+    def error(message: str) -> Any:
+        raise UsageError(message)
+
+    p.error = error  # type: ignore[method-assign]
+    return p
+
+
+def _options(args: argparse.Namespace) -> Options:
+    try:
+        ports = tuple(int(p) for p in str(args.ports).split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"--ports expects comma-separated numbers (got {args.ports!r})") from None
+    for port in ports + ((args.master_port,) if args.master_port is not None else ()):
+        if not 0 < port < 65536:
+            raise UsageError(f"port {port} is outside 1..65535")
+    if args.master_port is not None and not args.master_addr:
+        raise UsageError("--master-port needs --master-addr")
+    if args.nproc is not None and args.nproc < 1:
+        raise UsageError(f"--nproc must be at least 1 (got {args.nproc})")
+    from ..bench.comm import parse_bytes
+
+    args.bandwidth_bytes = parse_bytes(str(args.bandwidth_bytes))
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    return Options(args.master_addr, args.master_port, ports, args.expect_gpu)
+
+
+def _launched_world() -> int:
+    from ..cluster import ClusterError, detect_environment
+
+    try:
+        return detect_environment().world_size()
+    except ClusterError:
+        return 1
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `distrain doctor`; exit code 1 when any check fails."""
+    start = time.perf_counter()
+    try:
+        args = _parser().parse_args(argv)
+        opts = _options(args)
+        if not args.local and _launched_world() > 1:
+            from .ranks import run_all_ranks
+
+            return run_all_ranks(opts, args.timeout, args.bandwidth_bytes, args.json, start)
+    except UsageError as err:
+        fail(PROG, str(err), err.exit_code)
+    if args.nproc is not None and not args.local:
+        from ..selflaunch import relaunch
+
+        return relaunch("distrain.doctor", argv, args.nproc)
+    checks = run_checks(opts)
+    doc = document(checks, time.perf_counter() - start)
+    if args.json:
+        print_json(doc)
+    else:
+        print_table(doc)
+    return 1 if worst(checks) == "fail" else 0
