@@ -87,7 +87,9 @@ for epoch in range(args.epochs):
         ctx.step(opt)
         sched.step()
         samples += len(xb) * ctx.world_size
+        ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard
     test_loss, test_acc = evaluate()
+    ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
 elapsed = time.perf_counter() - start
 

@@ -14,6 +14,8 @@ from . import __version__
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
+    "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
+    "export": ("distrain.export.cli", "generate a Dockerfile, compose file, SLURM script or Kubernetes job"),
 }
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."

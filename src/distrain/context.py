@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
+from .monitor import open_monitor
 from .nn import convert_sync_batchnorm
 from .threads import choose_threads
 
@@ -115,6 +116,7 @@ class Context:
             self.scaler = torch.amp.GradScaler(device.type)
         self._models: list[weakref.ref[nn.Module]] = []
         self._closed = False
+        self._monitor: Any = None  # distrain.monitor.Monitor when a run directory is set
 
     # -- where am I -----------------------------------------------------------------------
     @property
@@ -310,6 +312,17 @@ class Context:
 
         yield from track(iterable, total=total, description=description, transient=True)
 
+    def log(self, step: int | None = None, **values: Any) -> None:
+        """Record progress for `distrain top` and TensorBoard; a no-op without a run directory.
+
+        ``step`` defaults to one more than the last call (``advance=False``: the same step, for
+        per-epoch values); ``epoch=`` and ``samples=`` (samples this rank processed since the
+        last call) are understood; every other keyword is a scalar (``loss=loss`` may be a tensor: it is read ~once a second, not every step).
+        See :mod:`distrain.monitor`.
+        """
+        if self._monitor is not None:
+            self._monitor.log(step, **values)
+
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Release DDP state and destroy the process group (idempotent; also run at exit).
@@ -321,6 +334,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._monitor is not None:
+            self._monitor.close()
         for ref in self._models:
             model = ref()
             if model is not None and hasattr(model, "reducer"):
@@ -341,6 +356,7 @@ def init(
     threads: int | None = None,
     timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
     verbose: bool = True,
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> Context:
     """Find out how this process was launched, form the process group, and return the Context.
 
@@ -349,6 +365,8 @@ def init(
       (``DISTRAIN_DEVICE`` overrides).
     - ``precision``: ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a GradScaler).
     - ``threads``: CPU threads per process; None divides the cores among local processes.
+    - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
+      (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
     Calling it again returns the same Context.
     """
     global _active
@@ -386,6 +404,7 @@ def init(
             device_id=dev if dev.type == "cuda" else None,
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
+    ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
     _active = ctx
     atexit.register(ctx.shutdown)
     if verbose:
