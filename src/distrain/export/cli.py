@@ -80,7 +80,7 @@ def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
 def generate(target: str, spec: JobSpec, args: argparse.Namespace) -> str:
     """The text of `target` for `spec`."""
     if target == "docker":
-        return docker.render(spec)
+        return docker.render(spec, path=Path(args.out).as_posix() if args.out else "Dockerfile")
     if target == "compose":
         return compose.render(spec, context=args.context, dockerfile=args.dockerfile)
     if target == "slurm":

@@ -1,0 +1,187 @@
+"""Per-rank metrics written by real jobs, read back by `distrain top`, and TensorBoard events."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import EXAMPLES, REPO, kill_group, python, run
+
+from distrain.monitor import Monitor, rank_file
+from distrain.monitor.probes import GPUProbe
+
+CLI = [python(), "-m", "distrain.cli"]
+
+
+def top_json(run_dir: Path, *extra: str) -> dict:
+    res = run([*CLI, "top", str(run_dir), "--json", *extra], timeout=60, check=True)
+    return json.loads(res.stdout)
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_digits_job_metrics_top_and_tensorboard(tmp_path: Path) -> None:
+    """A real 2-rank distrain run: both ranks' files, top's snapshot, rank 0's TensorBoard."""
+    run_dir = tmp_path / "run"
+    res = run(
+        [*CLI, "run", "-n", "2", "--log-dir", str(run_dir), str(EXAMPLES / "train_digits.py"),
+         "--epochs", "2", "--out", str(tmp_path / "out")],
+        timeout=240, env={"DISTRAIN_METRICS_INTERVAL": "0.2"}, check=True,
+    )  # fmt: skip
+    assert "done: test acc" in res.stdout
+    per_rank = {r: records(rank_file(run_dir, r)) for r in (0, 1)}
+    steps_per_epoch = None
+    for rank, recs in per_rank.items():
+        assert recs[0]["event"] == "start" and recs[-1]["event"] == "end", rank
+        steps = [r["step"] for r in recs]
+        assert steps == sorted(steps) and steps[-1] > steps[0], steps
+        assert all(r["rank"] == rank and r["world_size"] == 2 and r["rss"] > 0 for r in recs)
+        assert recs[-1]["values"]["accuracy"] > 0.5
+        steps_per_epoch = recs[-1]["step"] // 2
+    assert per_rank[0][-1]["step"] == per_rank[1][-1]["step"]
+
+    snap = top_json(run_dir)
+    assert snap["status"] == "finished"
+    assert [r["rank"] for r in snap["ranks"]] == [0, 1]
+    assert all(r["state"] == "done" and r["step"] == per_rank[0][-1]["step"] for r in snap["ranks"])
+    assert snap["totals"]["world_size"] == 2 and snap["totals"]["missing_ranks"] == []
+    table = run([*CLI, "top", str(run_dir), "--once"], timeout=60, check=True).stdout
+    assert "finished" in table and "samples/s" in table and table.count(" done ") == 2
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"loss", "lr", "accuracy", "test_loss", "throughput/samples_per_s", "throughput/steps_per_s"} <= tags
+    loss_steps = [e.step for e in acc.Scalars("loss")]
+    assert loss_steps == list(range(1, per_rank[0][-1]["step"] + 1))  # every step, none lost
+    accuracy = acc.Scalars("accuracy")
+    assert [e.step for e in accuracy] == [steps_per_epoch, 2 * steps_per_epoch]  # one per epoch
+    assert accuracy[-1].value == pytest.approx(per_rank[0][-1]["values"]["accuracy"])
+
+
+def _wait_for(predicate, timeout: float, what: str):  # noqa: ANN001, ANN202
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
+    """3 ranks: rank 2 is slow (straggler); SIGSTOP rank 1 → stalled, rank 0 (its peer) waiting."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, DISTRAIN_METRICS_INTERVAL="0.25")
+    job = subprocess.Popen(
+        [*CLI, "run", "-n", "3", "--run-dir", str(run_dir), str(REPO / "tests" / "monitor_job.py"), "--seconds", "90"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    stopped: int | None = None
+    try:
+        def ready() -> bool:
+            files = [rank_file(run_dir, r) for r in range(3)]
+            return all(f.exists() and len(records(f)) >= 12 for f in files)
+
+        _wait_for(ready, 150, "3 ranks to record progress")
+        snap = top_json(run_dir, "--window", "2", "--stall-after", "4")
+        by_rank = {r["rank"]: r for r in snap["ranks"]}
+        assert sorted(by_rank) == [0, 1, 2] and snap["status"] == "running"
+        assert by_rank[2]["flags"] == ["straggler"], by_rank
+        assert by_rank[0]["flags"] == [] and by_rank[1]["flags"] == []
+
+        stopped = by_rank[1]["pid"]
+        os.kill(stopped, signal.SIGSTOP)
+        time.sleep(6)
+        snap = top_json(run_dir, "--window", "2", "--stall-after", "4")
+        by_rank = {r["rank"]: r for r in snap["ranks"]}
+        assert by_rank[1]["state"] == "stalled" and "stalled" in by_rank[1]["flags"], by_rank[1]
+        assert by_rank[0]["state"] == "waiting", by_rank[0]  # alive, blocked in all_reduce
+        assert by_rank[2]["state"] == "running"
+        assert snap["status"] == "stalled" and snap["totals"]["stalled"] == [1]
+        table = run([*CLI, "top", str(run_dir), "--once", "--stall-after", "4"], timeout=60, check=True).stdout
+        assert "stalled" in table and "waiting" in table
+    finally:
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        kill_group(job)  # type: ignore[arg-type]
+        job.communicate(timeout=60)
+
+
+def test_monitor_in_process(tmp_path: Path) -> None:
+    """Without a GPU the probe is silent; records are bounded in number and end with 'end'."""
+    mon = Monitor(tmp_path, rank=0, world_size=1, gpu_index=0, interval=0.2, tensorboard=False)
+    for i in range(20000):
+        mon.log(loss=torch.tensor(float(i)), samples=4)
+    time.sleep(0.5)
+    mon.log(advance=False, accuracy=0.75)
+    mon.close()
+    recs = records(rank_file(tmp_path, 0))
+    assert recs[0]["event"] == "start" and recs[-1]["event"] == "end"
+    assert len(recs) < 20  # bounded by time, not by calls
+    assert recs[-1]["step"] == 20000 and recs[-1]["samples"] == 80000
+    assert recs[-1]["values"] == {"loss": 19999.0, "accuracy": 0.75}
+    with pytest.raises(TypeError):
+        mon.log(loss="high")
+    if not torch.cuda.is_available():
+        assert not any("gpu_util" in r for r in recs)
+
+
+def test_no_run_dir_means_no_files(tmp_path: Path) -> None:
+    code = "import distrain; ctx = distrain.init(verbose=False); ctx.log(loss=1.0); ctx.shutdown(); import os; print(sorted(os.listdir('.')))"
+    env = {k: v for k, v in os.environ.items() if k != "DISTRAIN_RUN_DIR"}
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and its NVML driver")
+def test_gpu_probe_reads_nvml() -> None:
+    probe = GPUProbe(0)
+    values = probe.read()
+    probe.close()
+    assert probe is not None and 0 <= values["gpu_util"] <= 100 and values["gpu_mem_total"] > 0
+
+
+def test_gpu_probe_silent_without_driver() -> None:
+    probe = GPUProbe(0)
+    if not torch.cuda.is_available():
+        assert not probe.available and probe.read() == {}
+    probe.close()
+    assert GPUProbe(None).read() == {}
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "junk"])
+def test_top_without_a_job_is_one_clear_error(tmp_path: Path, make: str) -> None:
+    target = tmp_path / "nothing"
+    if make != "missing":
+        (target / "metrics").mkdir(parents=True)
+    if make == "junk":
+        (target / "metrics" / "rank-0.jsonl").write_text("not json\n")
+    res = run([*CLI, "top", str(target), "--once"], timeout=60)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("distrain top: error:"), res.stderr
+    res = run([*CLI, "top", str(tmp_path), "--refresh", "0"], timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_run_dir_reaches_workers_env() -> None:
+    script = str(EXAMPLES / "train_digits.py")
+    res = run([*CLI, "run", "--dry-run", "-n", "2", "--run-dir", "some/dir", script], timeout=60, check=True)
+    assert f"DISTRAIN_RUN_DIR={os.path.abspath('some/dir')}" in res.stdout
+    assert "--run-dir" not in res.stdout.split("torchrun", 1)[1]  # not a torchrun flag
