@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,8 +13,11 @@ import pytest
 import torch
 from conftest import EXAMPLES, REPO, kill_group, python, run
 
-from distrain.monitor import Monitor, rank_file
+from distrain.launch import plan
+from distrain.monitor import Monitor, open_monitor, rank_file
 from distrain.monitor.probes import GPUProbe
+from distrain.monitor.status import Thresholds, job_status
+from distrain.monitor.top import main as top_main
 
 CLI = [python(), "-m", "distrain.cli"]
 
@@ -84,9 +86,10 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
     """3 ranks: rank 2 is slow (straggler); SIGSTOP rank 1 → stalled, rank 0 (its peer) waiting."""
     run_dir = tmp_path / "run"
     env = dict(os.environ, DISTRAIN_METRICS_INTERVAL="0.25")
+    log = open(tmp_path / "job.log", "w")  # a file, not a pipe: nothing can block on it
     job = subprocess.Popen(
         [*CLI, "run", "-n", "3", "--run-dir", str(run_dir), str(REPO / "tests" / "monitor_job.py"), "--seconds", "90"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
     )  # fmt: skip
     stopped: int | None = None
     try:
@@ -95,7 +98,8 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
             return all(f.exists() and len(records(f)) >= 12 for f in files)
 
         _wait_for(ready, 150, "3 ranks to record progress")
-        snap = top_json(run_dir, "--window", "2", "--stall-after", "4")
+        th = Thresholds(stall_after=4, window=2)  # what `top --stall-after 4 --window 2` uses
+        snap = job_status(run_dir, th=th)
         by_rank = {r["rank"]: r for r in snap["ranks"]}
         assert sorted(by_rank) == [0, 1, 2] and snap["status"] == "running"
         assert by_rank[2]["flags"] == ["straggler"], by_rank
@@ -104,7 +108,7 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
         stopped = by_rank[1]["pid"]
         os.kill(stopped, signal.SIGSTOP)
         time.sleep(6)
-        snap = top_json(run_dir, "--window", "2", "--stall-after", "4")
+        snap = job_status(run_dir, th=th)
         by_rank = {r["rank"]: r for r in snap["ranks"]}
         assert by_rank[1]["state"] == "stalled" and "stalled" in by_rank[1]["flags"], by_rank[1]
         assert by_rank[0]["state"] == "waiting", by_rank[0]  # alive, blocked in all_reduce
@@ -113,13 +117,29 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
         table = run([*CLI, "top", str(run_dir), "--once", "--stall-after", "4"], timeout=60, check=True).stdout
         assert "stalled" in table and "waiting" in table
     finally:
-        if stopped is not None:
-            try:
-                os.kill(stopped, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _stop_job(job, run_dir, stopped)
+        log.close()
+
+
+def _stop_job(job: subprocess.Popen, run_dir: Path, stopped: int | None) -> None:
+    """SIGTERM the launcher (its agent ends the workers), then make sure every worker is gone.
+
+    torchrun starts workers in sessions of their own, so killing the launcher's process group
+    alone would leave them running."""
+    workers = [records(f)[-1]["pid"] for f in run_dir.glob("metrics/rank-*.jsonl") if f.stat().st_size]
+    if stopped is not None:
+        os.kill(stopped, signal.SIGCONT)
+    job.terminate()
+    try:
+        job.wait(timeout=30)
+    except subprocess.TimeoutExpired:
         kill_group(job)  # type: ignore[arg-type]
-        job.communicate(timeout=60)
+        job.wait(timeout=30)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_monitor_in_process(tmp_path: Path) -> None:
@@ -141,12 +161,14 @@ def test_monitor_in_process(tmp_path: Path) -> None:
         assert not any("gpu_util" in r for r in recs)
 
 
-def test_no_run_dir_means_no_files(tmp_path: Path) -> None:
-    code = "import distrain; ctx = distrain.init(verbose=False); ctx.log(loss=1.0); ctx.shutdown(); import os; print(sorted(os.listdir('.')))"
-    env = {k: v for k, v in os.environ.items() if k != "DISTRAIN_RUN_DIR"}
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+def test_no_run_dir_means_no_monitor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DISTRAIN_RUN_DIR", raising=False)
+    assert open_monitor(None, 0, 1, None) is None  # ctx.log() is then a no-op
+    monkeypatch.setenv("DISTRAIN_RUN_DIR", str(tmp_path))
+    mon = open_monitor(None, 0, 1, None)
+    assert mon is not None and mon.run_dir == tmp_path
+    mon.close()  # never logged: no thread, no files
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and its NVML driver")
@@ -165,23 +187,27 @@ def test_gpu_probe_silent_without_driver() -> None:
     assert GPUProbe(None).read() == {}
 
 
-@pytest.mark.parametrize("make", ["missing", "empty", "junk"])
-def test_top_without_a_job_is_one_clear_error(tmp_path: Path, make: str) -> None:
-    target = tmp_path / "nothing"
-    if make != "missing":
-        (target / "metrics").mkdir(parents=True)
-    if make == "junk":
-        (target / "metrics" / "rank-0.jsonl").write_text("not json\n")
-    res = run([*CLI, "top", str(target), "--once"], timeout=60)
-    assert res.returncode == 1
+def test_top_without_a_job_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = run([*CLI, "top", str(tmp_path / "missing"), "--once"], timeout=60)
+    assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("distrain top: error:"), res.stderr
-    res = run([*CLI, "top", str(tmp_path), "--refresh", "0"], timeout=60)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert lines == [f"distrain top: error: {tmp_path / 'missing'} is not a directory"], res.stderr
+    empty = tmp_path / "empty"
+    (empty / "metrics").mkdir(parents=True)
+    junk = tmp_path / "junk"
+    (junk / "metrics").mkdir(parents=True)
+    (junk / "metrics" / "rank-0.jsonl").write_text("not json\n")
+    for target, code in [([str(empty), "--once"], 1), ([str(junk), "--json"], 1), ([str(empty), "--refresh", "0"], 2)]:
+        with pytest.raises(SystemExit) as exc:
+            top_main(target)
+        assert exc.value.code == code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("distrain top: error:"), err
 
 
 def test_run_dir_reaches_workers_env() -> None:
     script = str(EXAMPLES / "train_digits.py")
-    res = run([*CLI, "run", "--dry-run", "-n", "2", "--run-dir", "some/dir", script], timeout=60, check=True)
-    assert f"DISTRAIN_RUN_DIR={os.path.abspath('some/dir')}" in res.stdout
-    assert "--run-dir" not in res.stdout.split("torchrun", 1)[1]  # not a torchrun flag
+    assert plan(["-n", "2", "--run-dir", "some/dir", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("some/dir")
+    assert plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
+    assert "DISTRAIN_RUN_DIR" not in plan([script]).env
+    assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()
