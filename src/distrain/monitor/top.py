@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -110,17 +111,21 @@ def main(argv: list[str]) -> int:
         snapshot = job_status(args.run_dir, th=th)
     except NoJobError as err:
         fail(PROG, str(err), 1)
-    if args.json:
-        json.dump(snapshot, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    from rich.console import Console
+    try:
+        if args.json:
+            sys.stdout.write(json.dumps(snapshot, indent=2) + "\n")
+            sys.stdout.flush()
+            return 0
+        from rich.console import Console
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    if args.once or not sys.stdout.isatty():
-        console.print(render(snapshot))
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        if args.once or not sys.stdout.isatty():
+            console.print(render(snapshot))
+            return 0
+        return _live(console, args.run_dir, th, args.refresh)
+    except BrokenPipeError:  # `distrain top DIR --json | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    return _live(console, args.run_dir, th, args.refresh)
 
 
 def _live(console: Any, run_dir: str, th: Thresholds, refresh: float) -> int:
