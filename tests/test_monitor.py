@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import time
@@ -211,3 +213,38 @@ def test_run_dir_reaches_workers_env() -> None:
     assert plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
     assert "DISTRAIN_RUN_DIR" not in plan([script]).env
     assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()
+
+
+def test_live_view_in_a_terminal_and_leftover_ranks(tmp_path: Path) -> None:
+    """`distrain top` without --once on a TTY redraws until Ctrl-C, then exits 0.  A rank file
+    left from a larger earlier run (world size 3) is ignored once a 2-rank run started."""
+    old = Monitor(tmp_path, rank=2, world_size=3, interval=0.1, tensorboard=False)
+    old.log(loss=1.0)
+    old.close()
+    time.sleep(0.05)
+    for rank in (0, 1):
+        mon = Monitor(tmp_path, rank=rank, world_size=2, interval=0.1, tensorboard=False)
+        mon.log(loss=0.5, samples=4)
+        mon.close()
+    snap = job_status(tmp_path)
+    assert [r["rank"] for r in snap["ranks"]] == [0, 1] and snap["status"] == "finished"
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, "top", str(tmp_path), "--refresh", "0.3"], stdin=follower, stdout=follower,
+                            stderr=follower, start_new_session=True)  # fmt: skip
+    os.close(follower)
+    output = b""
+    try:
+        end = time.monotonic() + 120
+        while output.count(b"finished") < 2 and time.monotonic() < end:  # first frame and a redraw
+            if select.select([leader], [], [], 0.5)[0]:
+                try:
+                    output += os.read(leader, 65536)
+                except OSError:
+                    break
+        assert output.count(b"finished") >= 2, output[-2000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        kill_group(proc)  # type: ignore[arg-type]
+        os.close(leader)

@@ -167,8 +167,12 @@ def job_status(run_dir: str | Path, now: float | None = None, th: Thresholds | N
     th = th or Thresholds()
     now = time.time() if now is None else now
     by_rank = load_run(run_dir)
+    # the newest start tells the current world size; files of ranks beyond it are left over
+    # from a larger earlier incarnation (elastic shrink, or a reused run directory)
+    newest = max(by_rank.values(), key=lambda records: records[0]["t"])
+    world_size = int(newest[0].get("world_size", 1))
+    by_rank = {rank: records for rank, records in by_rank.items() if rank < world_size}
     rows = [rank_status(records, now, th) for _, records in sorted(by_rank.items())]
-    world_size = max(int(records[-1].get("world_size", 1)) for records in by_rank.values())
     _flag(rows, th)
     finished = all(r.state in ("done", "failed") for r in rows) and len(rows) >= world_size
     rates = [r.samples_per_s for r in rows if r.samples_per_s is not None and r.state in ("running", "waiting")]
