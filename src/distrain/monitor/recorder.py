@@ -132,22 +132,22 @@ class Monitor:
         path = rank_file(self.run_dir, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # closed in close()
-        self._gpu = GPUProbe(self._gpu_index)
-        if self._want_tensorboard:
-            self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
         self._last = (0, 0, time.monotonic())
-        self._write("start")
         self._thread = threading.Thread(target=self._run, name=f"distrain-metrics-{self.rank}", daemon=True)
         self._thread.start()
 
     # -- writer thread --------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
+        # NVML and TensorBoard start here, not in the training thread's first log() call
+        self._gpu = GPUProbe(self._gpu_index)
+        if self._want_tensorboard:
+            self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
+        try:
+            self._write("start")
+            while not self._stop.wait(self.interval):
                 self._write("beat")
-            except Exception as err:  # a full disk must not kill training: stop recording
-                print(f"distrain: metrics recording stopped on rank {self.rank}: {err}", file=sys.stderr, flush=True)
-                return
+        except Exception as err:  # a full disk must not kill training: stop recording
+            print(f"distrain: metrics recording stopped on rank {self.rank}: {err}", file=sys.stderr, flush=True)
 
     def _write(self, event: str, **extra: Any) -> None:
         with self._lock:
@@ -209,10 +209,12 @@ class Monitor:
         if self._thread is None:
             return
         self._stop.set()
-        self._thread.join(timeout=max(5.0, 2 * self.interval))
+        # the loop ends at once; only a first start-up (importing tensorboard) can take long
+        self._thread.join(timeout=60)
         error = getattr(sys, "last_value", None)  # set when an uncaught exception ended the script
-        with contextlib.suppress(Exception):
-            self._write("end", **({"error": type(error).__name__} if error is not None else {}))
+        if not self._thread.is_alive():  # never write concurrently with the thread
+            with contextlib.suppress(Exception):
+                self._write("end", **({"error": type(error).__name__} if error is not None else {}))
         if self._tb is not None:
             self._tb.close()
         if self._gpu is not None:
