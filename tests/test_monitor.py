@@ -248,3 +248,21 @@ def test_live_view_in_a_terminal_and_leftover_ranks(tmp_path: Path) -> None:
     finally:
         kill_group(proc)  # type: ignore[arg-type]
         os.close(leader)
+
+
+def test_crashed_rank_reported_failed(tmp_path: Path) -> None:
+    """An uncaught exception still ends the file with a final record that names it."""
+    code = (
+        "import atexit, sys\n"
+        "from distrain.monitor import Monitor\n"
+        f"mon = Monitor({str(tmp_path)!r}, rank=0, world_size=1, interval=0.1, tensorboard=False)\n"
+        "atexit.register(mon.close)\n"
+        "mon.log(loss=2.0)\n"
+        "raise ZeroDivisionError('diverged')\n"
+    )
+    res = run([python(), "-c", code], timeout=120)
+    assert res.returncode == 1 and "ZeroDivisionError" in res.stderr
+    last = records(rank_file(tmp_path, 0))[-1]
+    assert last["event"] == "end" and last["error"] == "ZeroDivisionError"
+    snap = job_status(tmp_path)
+    assert snap["status"] == "failed" and snap["ranks"][0]["state"] == "failed"
