@@ -140,6 +140,11 @@ class Monitor:
     def _run(self) -> None:
         # NVML and TensorBoard start here, not in the training thread's first log() call
         self._gpu = GPUProbe(self._gpu_index)
+        torch = sys.modules.get("torch")
+        if self._gpu_index is not None and torch is not None and torch.cuda.is_available():
+            # the current GPU is per thread: without this, .item() here could open a CUDA
+            # context on GPU 0 in every rank
+            torch.cuda.set_device(self._gpu_index)
         if self._want_tensorboard:
             self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
         try:
