@@ -91,10 +91,12 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
         ctx.step(opt)
         sched.step()
         samples += len(xb) * ctx.world_size
+        ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard
         step += 1
         if ckpt:
             ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
     test_loss, test_acc = evaluate()
+    ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
 elapsed = time.perf_counter() - start
 test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train

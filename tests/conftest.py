@@ -55,7 +55,22 @@ def run(cmd: list[str] | str, timeout: float = 120, env: dict[str, str] | None =
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL the process group of `proc` (launcher, agent and workers), ignoring the gone."""
+    """SIGKILL `proc`, every descendant and its process group, ignoring the gone.
+
+    torchrun starts each worker in a session of its own, so killing the launcher's process group
+    alone would leave workers behind: walk the process tree first.
+    """
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

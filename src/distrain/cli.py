@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
     "doctor": ("distrain.doctor.cli", "check this machine (and every rank) and explain what is wrong"),
     "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth)"),
+    "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
+    "export": ("distrain.export.cli", "generate a Dockerfile, compose file, SLURM script or Kubernetes job"),
 }
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."

@@ -30,6 +30,7 @@ from .cluster import (
     detect_environment,
 )
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
+from .monitor import open_monitor
 from .nn import convert_sync_batchnorm
 from .threads import choose_threads, usable_cores
 
@@ -122,6 +123,7 @@ class Context:
             self.scaler = torch.amp.GradScaler(device.type)
         self._models: list[weakref.ref[nn.Module]] = []
         self._closed = False
+        self._monitor: Any = None  # distrain.monitor.Monitor when a run directory is set
 
     # -- where am I -----------------------------------------------------------------------
     @property
@@ -327,6 +329,17 @@ class Context:
 
         yield from track(iterable, total=total, description=description, transient=True)
 
+    def log(self, step: int | None = None, **values: Any) -> None:
+        """Record progress for `distrain top` and TensorBoard; a no-op without a run directory.
+
+        ``step`` defaults to one more than the last call (``advance=False``: the same step, for
+        per-epoch values); ``epoch=`` and ``samples=`` (samples this rank processed since the
+        last call) are understood; every other keyword is a scalar (``loss=loss`` may be a tensor: it is read ~once a second, not every step).
+        See :mod:`distrain.monitor`.
+        """
+        if self._monitor is not None:
+            self._monitor.log(step, **values)
+
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Release DDP state and destroy the process group (idempotent; also run at exit).
@@ -338,6 +351,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._monitor is not None:
+            self._monitor.close()
         for ref in self._models:
             model = ref()
             if model is not None and hasattr(model, "reducer"):
@@ -359,6 +374,7 @@ def init(
     timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
     verbose: bool = True,
     exit_on_error: bool = True,
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> Context:
     """Find out how this process was launched, form the process group, and return the Context.
 
@@ -370,10 +386,12 @@ def init(
     - ``exit_on_error``: a set-up mistake (too many ranks for the GPUs, an incomplete launcher
       environment) prints one ``distrain: error:`` line and exits 1 instead of raising
       :class:`DistrainError`.
+    - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
+      (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
     Calling it again returns the same Context.
     """
     try:
-        return _init(backend, device, precision, threads, timeout, verbose)
+        return _init(backend, device, precision, threads, timeout, verbose, run_dir)
     except DistrainError as err:
         if not exit_on_error:
             raise
@@ -388,6 +406,7 @@ def _init(
     threads: int | None = None,
     timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
     verbose: bool = True,
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> Context:
     global _active
     if _active is not None and not _active._closed:
@@ -427,6 +446,7 @@ def _init(
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
     failure.install(ctx.rank)  # root cause reported once when a rank raises (torchelastic)
+    ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
     _active = ctx
     atexit.register(ctx.shutdown)
     if verbose:

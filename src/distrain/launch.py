@@ -38,6 +38,8 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--legacy_local_rank": False,
     "--dry-run": False,
     "--dry_run": False,
+    "--run-dir": True,
+    "--run_dir": True,
 }
 
 
@@ -54,6 +56,7 @@ def _torchrun_parser() -> argparse.ArgumentParser:
         "--legacy-local-rank", "--legacy_local_rank", action="store_true", help="pass --local_rank=N to the script, for old scripts"
     )
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
+    parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
 
     def error(message: str) -> Any:
         raise UsageError(message)
@@ -167,6 +170,8 @@ def plan(argv: list[str]) -> LaunchPlan:
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc))
     env["DISTRAIN_LAUNCHER"] = "distrain-run"
+    if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
+        env["DISTRAIN_RUN_DIR"] = os.path.abspath(args.run_dir or args.log_dir)
     return LaunchPlan(args, env)
 
 

@@ -1,0 +1,236 @@
+"""Per-rank metrics: what ``ctx.log(...)`` feeds.
+
+The training thread only updates a few counters under a lock (well under a microsecond per
+call: no I/O, no clock, no ``.item()``).  A daemon thread wakes every ``interval`` seconds,
+turns the latest values into one JSON line in ``RUN_DIR/metrics/rank-<R>.jsonl`` (with the
+process's RSS and, where NVML answers, its GPU's utilisation and memory) and, on rank 0, into
+TensorBoard scalars.  Because the heartbeat runs beside training, a rank whose records stop
+arriving is frozen or dead, while a rank whose records keep arriving with the same step is
+alive but waiting (typically for a frozen peer in a collective).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from .probes import GPUProbe, ProcessProbe
+from .tensorboard import ScalarWriter
+
+#: seconds between two records of one rank (``DISTRAIN_METRICS_INTERVAL`` overrides)
+DEFAULT_INTERVAL = 1.0
+METRICS_SUBDIR = "metrics"
+#: values of one name kept between two records (TensorBoard points); the latest always wins
+MAX_POINTS = 256
+TENSORBOARD_SUBDIR = "tensorboard"
+
+
+def rank_file(run_dir: str | Path, rank: int) -> Path:
+    """Where rank `rank` writes its records."""
+    return Path(run_dir) / METRICS_SUBDIR / f"rank-{rank}.jsonl"
+
+
+def _interval_from_env() -> float:
+    raw = os.environ.get("DISTRAIN_METRICS_INTERVAL", "")
+    try:
+        return max(0.05, float(raw)) if raw else DEFAULT_INTERVAL
+    except ValueError:
+        return DEFAULT_INTERVAL
+
+
+def _number(value: Any) -> float | None:
+    """A Python float from a number or a one-element tensor (the only place ``.item()`` runs)."""
+    try:
+        return float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+class Monitor:
+    """Records one rank's progress at a bounded rate; TensorBoard scalars on rank 0."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        rank: int,
+        world_size: int,
+        gpu_index: int | None = None,
+        interval: float | None = None,
+        tensorboard: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.rank = rank
+        self.world_size = world_size
+        self.interval = interval if interval is not None else _interval_from_env()
+        self._gpu_index = gpu_index
+        self._want_tensorboard = tensorboard and rank == 0
+        self._lock = threading.Lock()
+        # written by the training thread under _lock
+        self._step = 0
+        self._samples = 0
+        self._epoch: Any = None
+        self._pending: dict[str, list[tuple[int, Any]]] = {}
+        # owned by the writer thread
+        self._values: dict[str, float] = {}
+        self._last = (0, 0, 0.0)  # step, samples, monotonic time of the previous record
+        self._progress_t = time.time()
+        self._file: TextIO | None = None
+        self._tb: ScalarWriter | None = None
+        self._process = ProcessProbe()
+        self._gpu: GPUProbe | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._static = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "rank": rank,
+            "world_size": world_size,
+            "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+        }
+
+    # -- training thread ------------------------------------------------------------------
+    def log(
+        self, step: int | None = None, epoch: Any = None, samples: int | None = None, advance: bool = True, **scalars: Any
+    ) -> None:
+        """Note progress: ``step`` (default: one more than the last, or the same with
+        ``advance=False`` for per-epoch values), ``epoch``, ``samples`` processed by this rank
+        since the last call, and named scalars (numbers or one-element tensors, converted only
+        when a record is written)."""
+        for key, value in scalars.items():
+            if not hasattr(value, "__float__"):
+                raise TypeError(f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}")
+        with self._lock:
+            if step is not None:
+                self._step = int(step)
+            elif advance:
+                self._step += 1
+            if samples:
+                self._samples += int(samples)
+            if epoch is not None:
+                self._epoch = epoch
+            for key, value in scalars.items():
+                point = (self._step, value.detach() if hasattr(value, "detach") else value)
+                points = self._pending.get(key)
+                if points is None:
+                    self._pending[key] = [point]
+                elif len(points) < MAX_POINTS:
+                    points.append(point)
+                else:  # more calls than TensorBoard needs: keep the first ones and the latest
+                    points[-1] = point
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        path = rank_file(self.run_dir, self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")  # closed in close()
+        self._last = (0, 0, time.monotonic())
+        self._thread = threading.Thread(target=self._run, name=f"distrain-metrics-{self.rank}", daemon=True)
+        self._thread.start()
+
+    # -- writer thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        # NVML and TensorBoard start here, not in the training thread's first log() call
+        self._gpu = GPUProbe(self._gpu_index)
+        torch = sys.modules.get("torch")
+        if self._gpu_index is not None and torch is not None and torch.cuda.is_available():
+            # the current GPU is per thread: without this, .item() here could open a CUDA
+            # context on GPU 0 in every rank
+            torch.cuda.set_device(self._gpu_index)
+        if self._want_tensorboard:
+            self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
+        try:
+            self._write("start")
+            while not self._stop.wait(self.interval):
+                self._write("beat")
+        except Exception as err:  # a full disk must not kill training: stop recording
+            print(f"distrain: metrics recording stopped on rank {self.rank}: {err}", file=sys.stderr, flush=True)
+
+    def _write(self, event: str, **extra: Any) -> None:
+        with self._lock:
+            step, samples, epoch = self._step, self._samples, self._epoch
+            pending, self._pending = self._pending, {}
+        now, mono = time.time(), time.monotonic()
+        last_step, last_samples, last_mono = self._last
+        self._last = (step, samples, mono)
+        dt = max(mono - last_mono, 1e-9)
+        dsteps, dsamples = step - last_step, samples - last_samples
+        if dsteps:
+            self._progress_t = now
+        points: dict[str, list[tuple[int, float]]] = {}
+        for key, raw in pending.items():
+            converted = [(at, number) for at, number in ((at, _number(v)) for at, v in raw) if number is not None]
+            if converted:
+                points[key] = converted  # type: ignore[assignment]
+                self._values[key] = converted[-1][1]
+        record: dict[str, Any] = {
+            "t": round(now, 3),
+            "event": event,
+            **self._static,
+            "step": step,
+            "epoch": epoch,
+            "samples": samples,
+            "steps_per_s": round(dsteps / dt, 4) if event != "start" else None,
+            "samples_per_s": round(dsamples / dt, 2) if event != "start" else None,
+            "step_time": round(dt / dsteps, 6) if dsteps > 0 and event != "start" else None,
+            "progress_t": round(self._progress_t, 3),
+            "rss": self._process.rss(),
+            "values": self._values,
+            **(self._gpu.read() if self._gpu is not None else {}),
+            **extra,
+        }
+        assert self._file is not None
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            self._tb_write(points, step, dsteps, dsamples, dt)
+
+    def _tb_write(self, points: dict[str, list[tuple[int, float]]], step: int, dsteps: int, dsamples: int, dt: float) -> None:
+        assert self._tb is not None
+        for key, series in points.items():
+            for at_step, value in series:
+                self._tb.scalar(key, value, at_step)
+        if dsteps > 0:
+            self._tb.scalar("throughput/steps_per_s", dsteps / dt, step)
+            if dsamples > 0:
+                # ranks take equal shares of the global batch: the job's rate is rank 0's × world
+                self._tb.scalar("throughput/samples_per_s", dsamples / dt * self.world_size, step)
+        self._tb.flush()
+
+    # -- end ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write the final record (``event: end``), flush TensorBoard, release NVML (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            return
+        self._stop.set()
+        # the loop ends at once; only a first start-up (importing tensorboard) can take long
+        self._thread.join(timeout=60)
+        error = getattr(sys, "last_value", None)  # set when an uncaught exception ended the script
+        if not self._thread.is_alive():  # never write concurrently with the thread
+            with contextlib.suppress(Exception):
+                self._write("end", **({"error": type(error).__name__} if error is not None else {}))
+        if self._tb is not None:
+            self._tb.close()
+        if self._gpu is not None:
+            self._gpu.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None) -> Monitor | None:
+    """A Monitor for this rank when a run directory is given (argument or DISTRAIN_RUN_DIR)."""
+    chosen = run_dir if run_dir is not None else os.environ.get("DISTRAIN_RUN_DIR") or None
+    if chosen is None:
+        return None
+    return Monitor(chosen, rank, world_size, gpu_index=gpu_index)
