@@ -1,0 +1,1 @@
+"""`distrain bench`: scaling study, communication benchmark, reports and plots."""
