@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,13 +101,19 @@ def _tree_rss_mb(root: psutil.Process) -> tuple[float, float]:
     return (sum(rss), max(rss)) if rss else (0.0, 0.0)
 
 
+#: launcher and torch-elastic log lines: not the script's own words
+_NOISE = re.compile(r"^([WEI]\d{4} |distrain run: |\$ |Traceback |File |\[W|\^+$)")
+
+
 def _last_error_line(text: str) -> str:
-    """The most telling line of a failed run's output (the last exception or error line)."""
+    """The script's own last error line (an exception or a SystemExit message), launcher noise skipped."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "error:" in ln or "failed" in ln:
+    own = [ln for ln in lines if not _NOISE.match(ln)]
+    for ln in reversed(own):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln):
             return ln[:300]
-    return lines[-1][:300] if lines else "no output"
+    pick = own or lines
+    return pick[-1][:300] if pick else "no output"
 
 
 def execute(

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError, fail
 from ..threads import usable_cores
-from . import plots, report, runner, summary
+from . import report, runner, summary
 
 PROG = "distrain bench scaling"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -202,6 +202,8 @@ def main(argv: list[str]) -> int:
     results = build_results(argv, label, runs, args.threads, load_start)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     base = next((r for r in runs if r["name"] == results["baseline"]), None)
+    from . import plots  # matplotlib: only once there is something to draw
+
     plots.write_all(runs, base, out, device="cuda" if results["machine"]["cuda_available"] else "cpu")
     path = report.write(results, out)
     print(report.table(runs))
