@@ -47,10 +47,11 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
             assert img.format == "PNG" and 400 <= img.width <= 2000 and 300 <= img.height <= 1500, (name, img.size)
 
     results = json.loads((out / "results.json").read_text())
-    runs = {r["name"]: r for r in results["runs"]}
+    runs = {r["name"]: r for r in results["configs"]}
     assert set(runs) == {"n1-bn", "n2-bn", "n2-syncbn"}
+    assert [r["name"] for r in results["rounds"]] == ["n1-bn", "n2-bn", "n2-syncbn"]
     for r in runs.values():
-        assert r["status"] == "ok" and r["exit_code"] == 0
+        assert r["status"] == "ok" and r["exit_code"] == 0 and r["rounds"] == 1
         assert len(r["epochs"]) == 2
         assert all(e["seconds"] > 0 and e["samples"] > 0 for e in r["epochs"])
         assert all(0.0 <= e["test_acc"] <= 1.0 for e in r["epochs"])
@@ -82,7 +83,7 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     res2 = run(BENCH + args + ["--resume"], timeout=120)
     assert res2.returncode == 0, res2.stderr[-3000:]
     assert res2.stderr.count("reusing the finished run") == 3
-    again = {r["name"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    again = {r["name"]: r for r in json.loads((out / "results.json").read_text())["configs"]}
     assert {k: v["epochs"] for k, v in again.items()} == {k: v["epochs"] for k, v in runs.items()}
 
 
@@ -104,15 +105,19 @@ def test_failing_run_is_reported_not_dropped(tmp_path: Path) -> None:
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY_SCRIPT)
     out = tmp_path / "out"
-    res = run(BENCH + ["--nproc", "1,2", "--out", str(out), str(script), "--", "--boom"], timeout=220)
+    res = run(BENCH + ["--nproc", "1,2", "--repeat", "2", "--out", str(out), str(script), "--", "--boom"], timeout=220)
     assert res.returncode == 1
     assert "1 run(s) failed (n2-bn)" in res.stderr and "Traceback" not in res.stderr.split("n2-bn")[-1]
-    runs = {r["name"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    results = json.loads((out / "results.json").read_text())
+    # rounds are interleaved in time: 1, 2, 1, 2
+    assert [(r["name"], r["round"]) for r in results["rounds"]] == [("n1-bn", 1), ("n2-bn", 1), ("n1-bn", 2), ("n2-bn", 2)]
+    runs = {r["name"]: r for r in results["configs"]}
     assert runs["n1-bn"]["status"] == "ok" and runs["n1-bn"]["samples_per_s"] == pytest.approx(2000, rel=1e-6)
+    assert runs["n1-bn"]["rounds"] == 2 and len(runs["n1-bn"]["samples_per_s_rounds"]) == 2
     assert runs["n2-bn"]["status"] == "failed" and runs["n2-bn"]["exit_code"] != 0
     report = (out / "report.md").read_text()
     assert _table(report)["n2-bn"]["status"] == "failed"
-    assert re.search(r"\*\*n2-bn\*\*: exit code \d+: .*boom", report)
+    assert re.search(r"\*\*n2-bn\*\*: round 1: exit code \d+: boom: this script refuses", report)
     for chart in CHARTS:
         assert (out / chart).is_file()
 

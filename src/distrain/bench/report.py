@@ -12,6 +12,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("processes", "nproc", "d"),
     ("SyncBN", "sync_bn", "yesno"),
     ("status", "status", "s"),
+    ("rounds", "rounds", "d"),
     ("time/epoch (s)", "time_per_epoch_mean", ".3f"),
     ("± std (s)", "time_per_epoch_std", ".3f"),
     ("samples/s", "samples_per_s", ".1f"),
@@ -58,7 +59,7 @@ def table(runs: list[dict[str, Any]]) -> str:
 def render(results: dict[str, Any]) -> str:
     """The whole report.md text."""
     m = results["machine"]
-    runs = results["runs"]
+    runs = results["configs"]
     notes = results["interpretation"]
     load = ", ".join(str(x) for x in m.get("load_average_start", [])) or "?"
     load_end = ", ".join(str(x) for x in m.get("load_average", [])) or "?"
@@ -77,13 +78,15 @@ def render(results: dict[str, Any]) -> str:
         "",
         table(runs),
         "",
-        "Efficiency = throughput_N / (N × throughput_1), against the smallest process count without SyncBN.",
+        "Efficiency = throughput_N / (N × throughput_1), against the smallest process count without SyncBN. "
+        "With several rounds (run interleaved in time), samples/s and time/epoch are medians over rounds and "
+        "± std is over every timed epoch of every round.",
         "",
     ]
     failed = [r for r in runs if r["status"] != "ok"]
     if failed:
         parts += ["## Failed runs", ""]
-        parts += [f"- **{r['name']}**: {r['error']} (log: `{r['log']}`)" for r in failed]
+        parts += [f"- **{r['name']}**: {r['error']} (logs: {', '.join(f'`{x}`' for x in r['logs'])})" for r in failed]
         parts.append("")
     for key, png, title in _CHART_TEXT:
         parts += [f"## {title}", "", f"![{title}]({png})", "", notes.get(key, ""), ""]

@@ -37,6 +37,7 @@ class RunSpec:
     sync_bn: bool
     command: list[str]
     threads: int = 1
+    round: int = 1
 
     def key(self) -> dict[str, Any]:
         """What must match for --resume to reuse a finished run."""
@@ -52,6 +53,7 @@ class RunResult:
     sync_bn: bool
     command: list[str]
     threads: int
+    round: int
     status: str  # "ok" or "failed"
     exit_code: int
     error: str = ""
@@ -170,7 +172,7 @@ def execute(
         status, error = "failed", f"the script wrote no epoch records to ${ENV_VAR} (see docs/bench.md)"
     return RunResult(
         name=spec.name, nproc=spec.nproc, sync_bn=spec.sync_bn, command=spec.command, threads=spec.threads,
-        status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
+        round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
         peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
         epochs=epochs, log=str(log_path),
     )

@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="CPU threads per process (default 1: one process per core is the fair comparison)")
     p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
     p.add_argument("--resume", action="store_true", help="reuse finished runs already in --out (same command and settings)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
 
     def error(message: str) -> Any:
@@ -103,8 +104,18 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
     return script, extra, label
 
 
-def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool) -> list[runner.RunSpec]:
-    """The runs of the study, in order (for each N: BN, then SyncBN when asked and N > 1)."""
+def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool,
+              repeat: int = 1) -> list[runner.RunSpec]:
+    """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
+
+    Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
+    load from elsewhere on the machine hits every configuration instead of one.
+    """
+    one_round = _plan_round(nprocs, sync_bn, script, script_args, threads, out, builtin)
+    return [runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k) for k in range(1, repeat + 1) for s in one_round]
+
+
+def _plan_round(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool) -> list[runner.RunSpec]:
     specs = []
     for n in nprocs:
         modes = {"off": [False], "on": [True], "both": [False, True]}[sync_bn]
@@ -140,19 +151,19 @@ def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: f
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
         overall = progress.add_task("all runs", total=len(specs))
         for spec in specs:
-            run_dir = out / "runs" / spec.name
+            run_dir = out / "runs" / spec.name / f"round{spec.round}"
             saved = _reusable(spec, run_dir) if resume else None
             if saved is not None:
-                progress.console.print(f"{spec.name}: reusing the finished run in {run_dir}")
+                progress.console.print(f"{spec.name} round {spec.round}: reusing the finished run in {run_dir}")
                 results.append(saved)
                 progress.advance(overall)
                 continue
-            task = progress.add_task(f"{spec.name} epochs", total=epochs)
+            task = progress.add_task(f"{spec.name} round {spec.round}: epochs", total=epochs)
             res = runner.execute(spec, run_dir, timeout, on_epoch=lambda n, t=task: progress.update(t, completed=n))
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-            line = f"{spec.name}: {res.status}, {len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            line = f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
             progress.console.print(line + (f" — {res.error}" if res.error else ""))
             results.append(data)
             progress.advance(overall)
@@ -160,10 +171,15 @@ def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: f
 
 
 def build_results(argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]) -> dict[str, Any]:
-    """Statistics, scaling and interpretation for every run: the content of results.json."""
+    """Statistics, scaling and interpretation: the content of results.json.
+
+    ``configs`` has one row per configuration (what the table and charts show); ``rounds`` has
+    every single run.
+    """
     for r in runs:
         r.update(summary.run_stats(r))
-    base = summary.add_scaling(runs)
+    configs = summary.aggregate(runs)
+    base = summary.add_scaling(configs)
     machine = summary.machine_info()
     machine["load_average_start"] = load_start
     return {
@@ -172,8 +188,9 @@ def build_results(argv: list[str], label: str, runs: list[dict[str, Any]], threa
         "threads": threads,
         "machine": machine,
         "baseline": base["name"] if base else None,
-        "runs": runs,
-        "interpretation": summary.interpret(runs, machine),
+        "configs": configs,
+        "rounds": runs,
+        "interpretation": summary.interpret(configs, machine),
     }
 
 
@@ -183,6 +200,8 @@ def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(own)
         nprocs = parse_nproc(args.nproc)
+        if args.repeat < 1:
+            raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")
         if args.threads < 1:
             raise UsageError(f"--threads must be at least 1 (got {args.threads})")
         out = Path(args.out)
@@ -197,10 +216,11 @@ def main(argv: list[str]) -> int:
         load_start = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load_start = []
-    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script)
-    runs = execute_all(specs, out, args.resume, args.timeout, args.epochs)
-    results = build_results(argv, label, runs, args.threads, load_start)
+    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat)
+    rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
+    results = build_results(argv, label, rounds, args.threads, load_start)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    runs = results["configs"]
     base = next((r for r in runs if r["name"] == results["baseline"]), None)
     from . import plots  # matplotlib: only once there is something to draw
 

@@ -46,6 +46,40 @@ def run_stats(run: dict[str, Any]) -> dict[str, Any]:
     return stats
 
 
+def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per configuration (name) from its rounds; `runs` must already carry run_stats().
+
+    With --repeat the rounds of all configurations were interleaved in time, so slow spells of
+    a shared machine hit every configuration alike.  A configuration is "ok" only when every
+    round is; its throughput and time per epoch are the medians over rounds, the spread is the
+    standard deviation over every timed epoch of every round, and the accuracy curve is the
+    first finished round's (training is seeded, so rounds repeat it).
+    """
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        configs.setdefault(r["name"], []).append(r)
+    rows = []
+    for rounds in configs.values():
+        ok = [r for r in rounds if r["status"] == "ok" and r.get("samples_per_s")]
+        first = ok[0] if ok else rounds[0]
+        row = {k: v for k, v in first.items() if k not in ("round", "log")}
+        row["rounds"] = len(rounds)
+        row["status"] = "ok" if len(ok) == len(rounds) else "failed"
+        failed = [r for r in rounds if r not in ok]
+        row["error"] = "; ".join(f"round {r.get('round', 1)}: {r.get('error') or 'no throughput'}" for r in failed)
+        row["logs"] = [r.get("log", "") for r in rounds]
+        if ok:
+            row["samples_per_s"] = statistics.median(r["samples_per_s"] for r in ok)
+            row["samples_per_s_rounds"] = [r["samples_per_s"] for r in ok]
+            row["time_per_epoch_mean"] = statistics.median(r["time_per_epoch_mean"] for r in ok)
+            secs = [float(e["seconds"]) for r in ok for e in (r["epochs"][1:] if len(r["epochs"]) >= 2 else r["epochs"])]
+            row["time_per_epoch_std"] = statistics.stdev(secs) if len(secs) > 1 else 0.0
+            row["peak_rss_mb_total"] = max(r["peak_rss_mb_total"] for r in ok)
+            row["peak_rss_mb_per_process"] = max(r["peak_rss_mb_per_process"] for r in ok)
+        rows.append(row)
+    return rows
+
+
 def add_scaling(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Fill speedup and efficiency into each ok run in place; return the baseline run (or None)."""
     ok = [r for r in runs if r["status"] == "ok" and r.get("samples_per_s")]
