@@ -4,6 +4,7 @@
     distrain run -n 2 examples/train_imagefolder.py --data flower_photos --sync-bn
     distrain run -n 2 examples/train_imagefolder.py --data flower_photos --pretrained resnet34.pth --freeze-layers
     python examples/train_imagefolder.py --data tiny --image-size 32 --epochs 1   # quick, on CPU
+    distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos --checkpoint-dir ckpt
 
 DIR/<class>/<image> in any format PIL reads (grayscale and RGBA files are converted to RGB).
 Rank 0 writes a fixed-seed 80/20 split per class to OUT/split.json once; every rank reads it.
@@ -41,8 +42,9 @@ p.add_argument("--lr", type=float, default=0.01, help="for one process; scaled b
 p.add_argument("--image-size", type=int, default=224)
 p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
 p.add_argument("--seed", type=int, default=0)
-p.add_argument("--out", default="out/imagefolder", help="split.json, TensorBoard logs, checkpoint.pt and model.pt")
-p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=False, help="continue from OUT/checkpoint.pt")
+p.add_argument("--out", default="out/imagefolder", help="split.json, TensorBoard logs (tb/) and model.pt")
+p.add_argument("--checkpoint-dir", help="checkpoint here at every epoch end and resume from here automatically")
+p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (mid-epoch resume)")
 args = p.parse_args()
 
 
@@ -122,18 +124,11 @@ params = [q for q in model.parameters() if q.requires_grad]
 opt = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-5)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train_loader), eta_min=lr * 0.01)
 
-# -- checkpoints ---------------------------------------------------------------------------------
-# TODO(issue 3): switch to distrain.checkpoint (atomic, checksummed, mid-epoch resume with RNG and
-# sampler state) once it is merged; until then a whole-epoch checkpoint written by rank 0.
-ckpt_path, start_epoch = out / "checkpoint.pt", 0
-if args.resume and ckpt_path.exists():
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    ctx.unwrap(model).load_state_dict(ckpt["model"])
-    opt.load_state_dict(ckpt["optimizer"])
-    sched.load_state_dict(ckpt["scheduler"])
-    train_loader.load_state_dict(ckpt["loader"])  # same global sample order as an uninterrupted run
-    start_epoch = ckpt["epoch"]
-    ctx.print(f"resumed from {ckpt_path} after epoch {start_epoch}")
+# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position (distrain.checkpoint)
+ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1) if args.checkpoint_dir else None
+step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_loader).step if ckpt else 0
+if step:
+    ctx.print(f"resumed from {args.checkpoint_dir} at step {step} (epoch {train_loader.epoch + 1})")
 
 writer = None
 if ctx.is_main:
@@ -158,7 +153,7 @@ def evaluate() -> tuple[float, float]:
 
 ctx.print(f"{len(classes)} classes, {len(train_set)} train / {len(val_set)} val images, {args.arch}, lr {lr:g} "
           f"({args.lr:g} × {ctx.world_size}), sync_bn={args.sync_bn}, freeze_layers={args.freeze_layers}")
-for epoch in range(start_epoch, args.epochs):
+for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts where it stopped
     t0, seen, loss_sum = time.perf_counter(), 0, 0.0
     for xb, yb in ctx.progress(train_loader, description=f"epoch {epoch + 1}"):
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)
@@ -169,21 +164,23 @@ for epoch in range(start_epoch, args.epochs):
         sched.step()
         seen += len(xb)
         loss_sum += loss.item() * len(xb)
+        step += 1
+        if ckpt:
+            ckpt.maybe_save(step)  # at the epoch end (and every N steps); on SIGTERM: save, exit
     seconds = time.perf_counter() - t0
     samples = int(ctx.all_reduce(seen).item())
     train_loss = (ctx.all_reduce(loss_sum) / max(samples, 1)).item()
     val_loss, val_acc = evaluate()
     log_epoch(ctx, epoch=epoch + 1, seconds=seconds, samples=samples, test_acc=val_acc, test_loss=val_loss, train_loss=train_loss)
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  val acc {val_acc:.4f}  {seconds:.1f} s")
-    if ctx.is_main:  # 5: rank 0 alone logs and saves
+    if ctx.is_main:  # 5: rank 0 alone logs
         writer.add_scalar("train/loss", train_loss, epoch + 1)
         writer.add_scalar("val/loss", val_loss, epoch + 1)
         writer.add_scalar("val/accuracy", val_acc, epoch + 1)
         writer.add_scalar("train/lr", opt.param_groups[0]["lr"], epoch + 1)
-        state = {"model": ctx.unwrap(model).state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                 "loader": train_loader.state_dict(), "epoch": epoch + 1}
-        torch.save(state, ckpt_path.with_suffix(".tmp"))
-        os.replace(ckpt_path.with_suffix(".tmp"), ckpt_path)
+if ckpt:
+    ckpt.save(step)  # the final state: a rerun finds nothing left to do
+    ckpt.close()
 
 if ctx.is_main:
     writer.close()

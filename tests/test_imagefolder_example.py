@@ -35,7 +35,8 @@ def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("sync_bn", [False, True], ids=["bn", "syncbn"])
 def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bool) -> None:
     out = tmp_path / "out"
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", SCRIPT, "--data", str(image_folder), "--out", str(out), *FAST]
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", SCRIPT, "--data", str(image_folder), "--out", str(out), *FAST,
+           "--checkpoint-dir", str(tmp_path / "ckpt")]
     res = run(cmd + (["--sync-bn"] if sync_bn else ["--no-sync-bn"]), timeout=280, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "2 processes" in res.stdout and f"sync_bn={sync_bn}" in res.stdout
@@ -53,8 +54,7 @@ def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bo
     assert list((out / "tb").glob("events.out.tfevents.*"))
     state = torch.load(out / "model.pt", weights_only=True)
     assert state["fc.weight"].shape == (3, 512)
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert ckpt["epoch"] == 1
+    assert (tmp_path / "ckpt" / "latest").read_text().strip().startswith("step_")  # distrain.checkpoint
 
 
 @pytest.mark.timeout(300)
@@ -68,7 +68,8 @@ def test_pretrained_matching_weights_and_frozen_layers(image_folder: Path, tmp_p
     total = len(torchvision.models.resnet18(num_classes=3).state_dict())
 
     out = tmp_path / "out"
-    cmd = [python(), SCRIPT, "--data", str(image_folder), "--out", str(out), *FAST, "--pretrained", str(weights), "--freeze-layers"]
+    cmd = [python(), SCRIPT, "--data", str(image_folder), "--out", str(out), *FAST, "--pretrained", str(weights), "--freeze-layers",
+           "--checkpoint-dir", str(tmp_path / "ckpt")]
     res = run(cmd, timeout=280, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"pretrained: loaded {total - 2} of {total} tensors" in res.stdout
@@ -78,7 +79,7 @@ def test_pretrained_matching_weights_and_frozen_layers(image_folder: Path, tmp_p
     assert torch.equal(trained["layer4.1.conv2.weight"], ref["layer4.1.conv2.weight"])
     assert trained["fc.weight"].shape == (3, 512)
 
-    # resume continues after the saved epoch
-    res = run(cmd + ["--epochs", "2", "--resume"], timeout=280, env={"OMP_NUM_THREADS": "1"})
+    # a second run resumes from the checkpoint: only the new epoch trains
+    res = run(cmd + ["--epochs", "2"], timeout=280, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from" in res.stdout and "epoch 2/2" in res.stdout and "epoch 1/2" not in res.stdout
