@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 #: file names, in the order the report shows them
 CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accuracy_syncbn.png")
@@ -87,6 +88,7 @@ def _curves(ax: Any, series: list[tuple[str, dict[str, Any], str]]) -> bool:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, marker="o", markersize=3)
             drawn = True
     if drawn:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.set_xlabel("epoch")
         ax.set_ylabel("test accuracy")
         ax.legend()

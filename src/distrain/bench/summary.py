@@ -173,8 +173,16 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         out["accuracy_syncbn"] = (
             f"On {_fmt_n(r['nproc'])} the final test accuracy is {r['final_test_acc'] * 100:.1f} % with SyncBN and "
             f"{t['final_test_acc'] * 100:.1f} % without ({diff:+.1f} points); with {r['nproc']} local batches of the same size "
-            f"the difference is {'within' if abs(diff) < 2 else 'beyond'} run-to-run noise of a couple of points."
+            f"the difference is {'within' if abs(diff) < 2 else 'beyond'} run-to-run noise of a couple of points"
         )
+        if r.get("samples_per_s") and t.get("samples_per_s"):
+            cost = (1 - r["samples_per_s"] / t["samples_per_s"]) * 100
+            out["accuracy_syncbn"] += (
+                f"; SyncBN {'costs' if cost >= 0 else 'saves'} {abs(cost):.0f} % of the throughput "
+                "(each BatchNorm layer adds a cross-process reduction in the forward and one in the backward pass)."
+            )
+        else:
+            out["accuracy_syncbn"] += "."
     else:
         out["accuracy_syncbn"] = "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more than one process)."
 
