@@ -56,6 +56,12 @@ def table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _load_range(rounds: list[dict[str, Any]]) -> str:
+    """The spread of the 1-minute load average over the runs' starts and ends (shared machines)."""
+    loads = [r[k][0] for r in rounds for k in ("load_average_start", "load_average_end") if r.get(k)]
+    return f"; 1-min load {min(loads):.1f}–{max(loads):.1f} while the runs ran" if loads else ""
+
+
 def render(results: dict[str, Any]) -> str:
     """The whole report.md text."""
     m = results["machine"]
@@ -69,7 +75,7 @@ def render(results: dict[str, Any]) -> str:
         f"- command: `{shlex.join(results['argv'])}`",
         f"- date: {m['date']}",
         f"- machine: {m['host']} · {m['platform']} · {m['processor']} · {m['cpu_count']} CPUs ({m['usable_cores']} usable)",
-        f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end",
+        f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end{_load_range(results.get('rounds', []))}",
         f"- versions: Python {m['python']} · torch {m['torch']} · distrain {m['distrain']}",
         f"- one process per device, {results['threads']} CPU thread(s) per process; "
         "timing excludes evaluation and the first (warm-up) epoch when there are two or more",

@@ -8,6 +8,7 @@ memory and the epoch count is read back for the progress bar.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,6 +61,8 @@ class RunResult:
     wall_seconds: float = 0.0
     peak_rss_mb_total: float = 0.0
     peak_rss_mb_per_process: float = 0.0
+    load_average_start: list[float] = field(default_factory=list)
+    load_average_end: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
     log: str = ""
 
@@ -132,6 +135,7 @@ def execute(
     # One thread per process: N processes × 1 thread against 1 × 1 is the fair comparison
     # (torch would otherwise use every core in the 1-process run).
     env.update({"OMP_NUM_THREADS": str(spec.threads), "DISTRAIN_NUM_THREADS": str(spec.threads), ENV_VAR: str(epochs_path)})
+    load_start = _load()
     start = time.perf_counter()
     peak_total = peak_one = 0.0
     seen = 0
@@ -154,7 +158,7 @@ def execute(
                     break
                 time.sleep(POLL_SECONDS)
         finally:
-            _kill_group(proc)
+            _kill_tree(proc, root)
         code = proc.wait()
     wall = time.perf_counter() - start
     epochs = read_epochs(epochs_path)
@@ -174,19 +178,35 @@ def execute(
         name=spec.name, nproc=spec.nproc, sync_bn=spec.sync_bn, command=spec.command, threads=spec.threads,
         round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
         peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
+        load_average_start=load_start, load_average_end=_load(),
         epochs=epochs, log=str(log_path),
     )
 
 
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGKILL the run's whole process group (launcher, agent, workers); the gone are ignored.
+def _kill_tree(proc: subprocess.Popen[Any], root: psutil.Process) -> None:
+    """SIGKILL the run's launcher, agent and workers; the gone are ignored.
 
-    Also after a clean exit: a worker left behind by the launcher still shares the group.
+    torchrun starts each worker in a session of its own, so killing the launcher's process
+    group is not enough: every descendant is collected first and killed by pid.
     """
+    try:
+        family = root.children(recursive=True)
+    except psutil.Error:
+        family = []
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def python() -> str:
