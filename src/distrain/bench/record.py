@@ -5,7 +5,8 @@ A script that calls :func:`log_epoch` once per epoch is then measured; without t
 call does nothing, so the script runs unchanged outside the bench.  Fields (see docs/bench.md):
 ``epoch`` (1-based), ``seconds`` (training time of the epoch, evaluation excluded), ``samples``
 (training samples of the epoch over all ranks), optional ``test_acc`` in [0, 1], ``test_loss``,
-``train_loss``; ``max_rss_mb`` (this process's peak resident memory) is added automatically.
+``train_loss``; ``max_rss_mb`` (this process's peak resident memory) and, on a GPU,
+``max_gpu_mem_mb`` (torch's peak allocated CUDA memory) are added automatically.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def log_epoch(ctx: Any = None, **fields: Any) -> None:
         return
     record = dict(fields)
     record.setdefault("max_rss_mb", round(peak_rss_mb(), 1))
+    torch = sys.modules.get("torch")  # only if the script uses it; never imported here
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        record.setdefault("max_gpu_mem_mb", round(torch.cuda.max_memory_allocated() / 2**20, 1))
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
         f.flush()  # the bench shows progress by reading this file while the run goes on
