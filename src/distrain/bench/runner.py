@@ -92,17 +92,19 @@ def _tree_rss_mb(root: psutil.Process) -> tuple[float, float]:
     The launcher and torchrun's agent are excluded when workers exist: they are the
     bench's overhead, not the training's.
     """
+    rss = []
     try:
         procs = root.children(recursive=True)
+        leaves = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):  # processes come and go between calls
+                if not p.children():
+                    leaves.append(p)
+        for p in leaves or procs:
+            with contextlib.suppress(psutil.Error):
+                rss.append(p.memory_info().rss / 2**20)
     except psutil.Error:
-        return 0.0, 0.0
-    workers = [p for p in procs if not p.children()] or procs
-    rss = []
-    for p in workers:
-        try:
-            rss.append(p.memory_info().rss / 2**20)
-        except psutil.Error:
-            continue
+        pass
     return (sum(rss), max(rss)) if rss else (0.0, 0.0)
 
 
