@@ -150,8 +150,12 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
     if scaled:
         worst = min(scaled, key=lambda r: r["efficiency"])
         parts = ", ".join(f"{r['efficiency'] * 100:.0f} % at {r['nproc']}" for r in scaled)
+        busy = max((x for x in (load[:1] + list(machine.get("load_average_start") or [])[:1])), default=0.0)
         if worst["nproc"] > cores:
             why = f"{worst['nproc']} processes exceed the {cores} usable cores, so they time-share them"
+        elif busy > cores and worst["efficiency"] < 0.9:
+            why = (f"the machine was busy (1-min load average up to {busy:.1f} on {cores} cores), so the processes "
+                   "waited for a core, on top of the per-step gradient all-reduce")
         elif worst["efficiency"] >= 0.9:
             why = "close to ideal: per-step compute dominates the gradient all-reduce"
         else:
