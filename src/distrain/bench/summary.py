@@ -181,7 +181,7 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         )
         if r.get("samples_per_s") and t.get("samples_per_s"):
             cost = (1 - r["samples_per_s"] / t["samples_per_s"]) * 100
-            extra = "each BatchNorm layer adds a cross-process reduction in the forward and one in the backward pass"
+            extra = "each BatchNorm layer adds cross-process reductions to the forward and backward passes"
             out["accuracy_syncbn"] += (
                 f"; SyncBN costs {cost:.0f} % of the throughput ({extra})." if cost >= 0 else
                 f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN only adds work ({extra})."
