@@ -45,11 +45,11 @@ def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") 
         errs = [r.get("time_per_epoch_std") or 0.0 for r in plain]
         colors = ["tab:blue" if r["status"] == "ok" else "tab:gray" for r in plain]
         bars = ax.bar(labels, heights, yerr=errs, capsize=4, color=colors, width=0.6)
-        for bar, r, h in zip(bars, plain, heights, strict=True):
+        for bar, r, h, e in zip(bars, plain, heights, errs, strict=True):
             text = f"{h:.2f}s" if r["status"] == "ok" and h else "failed"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, h), xytext=(0, 4),
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, h + e), xytext=(0, 4),  # above the error bar
                         textcoords="offset points", ha="center", va="bottom", fontsize=10)
-        ax.set_ylim(0, max(heights + [1e-9]) * 1.25 or 1)
+        ax.set_ylim(0, max([h + e for h, e in zip(heights, errs, strict=True)] + [1e-9]) * 1.2)
         ax.set_ylabel("training time per epoch (s)")
     ax.set_title("Training time per epoch")
     _save(fig, path)
