@@ -151,4 +151,4 @@ def test_unwritable_out_dir(tmp_path: Path) -> None:
 def test_unknown_bench_subcommand() -> None:
     res = run([python(), "-m", "distrain.cli", "bench", "scalin"], timeout=60)
     assert res.returncode == 2
-    assert res.stderr.strip() == "distrain bench: error: unknown subcommand 'scalin' (choose from comm, scaling)"
+    assert res.stderr.strip() == "distrain bench: error: unknown benchmark 'scalin' (choose from comm, scaling)"

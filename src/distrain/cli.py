@@ -14,7 +14,7 @@ from . import __version__
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
-    "bench": ("distrain.bench.cli", "scaling study and communication benchmark"),
+    "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)"),
 }
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."

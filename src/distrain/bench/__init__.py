@@ -1,1 +1,1 @@
-"""`distrain bench`: scaling study, communication benchmark, reports and plots."""
+"""Benchmarks: ``distrain bench <name>`` (see :mod:`distrain.bench.cli`)."""

@@ -1,22 +1,29 @@
-"""`distrain bench <subcommand>`: dispatch to the benchmark modules."""
+"""`distrain bench <benchmark> ...`: dispatch to one benchmark module's main(argv)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-#: subcommand → module exposing main(argv) -> int
-SUBCOMMANDS: dict[str, str] = {"comm": "distrain.bench.comm", "scaling": "distrain.bench.scaling"}
+#: benchmark name → module exposing main(argv: list[str]) -> int
+BENCHMARKS: dict[str, str] = {
+    "comm": "distrain.bench.comm",
+    "scaling": "distrain.bench.scaling",
+}
+
+USAGE = "usage: distrain bench {" + ",".join(BENCHMARKS) + "} [options]"
 
 
 def main(argv: list[str]) -> int:
-    """Run `distrain bench <sub> ...`; returns the subcommand's exit code."""
+    """Run the named benchmark with the remaining arguments."""
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: distrain bench {" + ",".join(SUBCOMMANDS) + "} ...")
+        print(USAGE)
+        for name, module in BENCHMARKS.items():
+            doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()
+            print(f"  {name:<10} {doc[0] if doc else ''}")
         return 0 if argv else 2
     name = argv[0]
-    if name not in SUBCOMMANDS:
-        print(f"distrain bench: error: unknown subcommand {name!r} (choose from {', '.join(SUBCOMMANDS)})", file=sys.stderr)
+    if name not in BENCHMARKS:
+        print(f"distrain bench: error: unknown benchmark {name!r} (choose from {', '.join(BENCHMARKS)})", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name])
-    return int(module.main(argv[1:]) or 0)
+    return int(importlib.import_module(BENCHMARKS[name]).main(argv[1:]) or 0)
