@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import distrain
+from distrain.bench.record import log_epoch  # no-op unless `distrain bench scaling` runs us
 
 p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 p.add_argument("--epochs", type=int, default=15)
@@ -82,6 +83,7 @@ def evaluate() -> tuple[float, float]:
 
 start, samples = time.perf_counter(), 0
 for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid-way
+    epoch_start, epoch_samples = time.perf_counter(), samples
     for xb, yb in train_loader:  # the epoch advances by itself: no set_epoch
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)
         with ctx.autocast():
@@ -95,8 +97,11 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
         step += 1
         if ckpt:
             ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
+    epoch_seconds = time.perf_counter() - epoch_start
     test_loss, test_acc = evaluate()
     ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
+    log_epoch(ctx, epoch=epoch + 1, seconds=epoch_seconds, samples=samples - epoch_samples,
+              test_acc=test_acc, test_loss=test_loss, train_loss=loss.item())
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
 elapsed = time.perf_counter() - start
 test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train

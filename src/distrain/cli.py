@@ -15,7 +15,7 @@ from . import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
     "doctor": ("distrain.doctor.cli", "check this machine (and every rank) and explain what is wrong"),
-    "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth)"),
+    "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)"),
     "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
     "export": ("distrain.export.cli", "generate a Dockerfile, compose file, SLURM script or Kubernetes job"),
 }

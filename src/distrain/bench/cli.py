@@ -8,6 +8,7 @@ import sys
 #: benchmark name → module exposing main(argv: list[str]) -> int
 BENCHMARKS: dict[str, str] = {
     "comm": "distrain.bench.comm",
+    "scaling": "distrain.bench.scaling",
 }
 
 USAGE = "usage: distrain bench {" + ",".join(BENCHMARKS) + "} [options]"

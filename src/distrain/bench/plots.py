@@ -1,0 +1,130 @@
+"""The four classic scaling charts as PNG files (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+#: file names, in the order the report shows them
+CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accuracy_syncbn.png")
+
+
+def _unit(n: int, device: str) -> str:
+    word = "GPU" if device == "cuda" else "process"
+    plural = "GPUs" if device == "cuda" else "processes"
+    return f"{n} {word if n == 1 else plural}"
+
+
+def _no_data(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
+    """Bars of time per epoch per process count, labelled with the seconds (as in the classic chart)."""
+    plain = sorted((r for r in runs if not r["sync_bn"]), key=lambda r: r["nproc"])
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    if not plain:
+        _no_data(ax, "no runs")
+    else:
+        labels = [_unit(r["nproc"], device) for r in plain]
+        heights = [r.get("time_per_epoch_mean") or 0.0 for r in plain]
+        errs = [r.get("time_per_epoch_std") or 0.0 for r in plain]
+        colors = ["tab:blue" if r["status"] == "ok" else "tab:gray" for r in plain]
+        bars = ax.bar(labels, heights, yerr=errs, capsize=4, color=colors, width=0.6)
+        for bar, r, h, e in zip(bars, plain, heights, errs, strict=True):
+            text = f"{h:.2f}s" if r["status"] == "ok" and h else "failed"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, h + e), xytext=(0, 4),  # above the error bar
+                        textcoords="offset points", ha="center", va="bottom", fontsize=10)
+        ax.set_ylim(0, max([h + e for h, e in zip(heights, errs, strict=True)] + [1e-9]) * 1.2)
+        ax.set_ylabel("training time per epoch (s)")
+    ax.set_title("Training time per epoch")
+    _save(fig, path)
+
+
+def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Path) -> None:
+    """Throughput vs N with the ideal line, and efficiency on a second axis."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ok = sorted((r for r in runs if r["status"] == "ok" and r.get("samples_per_s") and not r["sync_bn"]), key=lambda r: r["nproc"])
+    if not ok or base is None:
+        _no_data(ax, "no finished runs")
+    else:
+        ns = [r["nproc"] for r in ok]
+        ax.plot(ns, [r["samples_per_s"] for r in ok], "o-", color="tab:blue", label="measured")
+        ax.plot(ns, [base["samples_per_s"] * n / base["nproc"] for n in ns], "--", color="0.5", label="ideal (linear)")
+        ax.set_xlabel("processes")
+        ax.set_ylabel("samples/s (all processes)")
+        ax.set_xticks(ns)
+        ax.set_ylim(bottom=0)
+        ax2 = ax.twinx()
+        ax2.plot(ns, [r["efficiency"] * 100 for r in ok], "s:", color="tab:orange", label="efficiency")
+        ax2.set_ylabel("scaling efficiency (%)")
+        ax2.set_ylim(0, 110)
+        lines = ax.get_legend_handles_labels()
+        lines2 = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower right")
+    ax.set_title("Throughput and scaling efficiency")
+    _save(fig, path)
+
+
+def _curves(ax: Any, series: list[tuple[str, dict[str, Any], str]]) -> bool:
+    drawn = False
+    for label, run, style in series:
+        pts = [(e["epoch"], e["test_acc"]) for e in run.get("epochs", []) if isinstance(e.get("test_acc"), (int, float))]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, marker="o", markersize=3)
+            drawn = True
+    if drawn:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("test accuracy")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return drawn
+
+
+def accuracy_scaling(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
+    """Test accuracy per epoch: 1 process against N (without SyncBN)."""
+    plain = sorted((r for r in runs if not r["sync_bn"] and r["status"] == "ok"), key=lambda r: r["nproc"])
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    if not _curves(ax, [(_unit(r["nproc"], device), r, "-") for r in plain]):
+        _no_data(ax, "no accuracy records")
+    ax.set_title("Test accuracy: single vs multi-process")
+    _save(fig, path)
+
+
+def accuracy_syncbn(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
+    """Test accuracy per epoch with and without SyncBN, for each process count that has both."""
+    ok = [r for r in runs if r["status"] == "ok"]
+    series = []
+    for n in sorted({r["nproc"] for r in ok if r["sync_bn"]}):
+        for r in ok:
+            if r["nproc"] == n:
+                series.append((f"{_unit(n, device)}, {'SyncBN' if r['sync_bn'] else 'BN'}", r, "-" if r["sync_bn"] else "--"))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    if not _curves(ax, series):
+        _no_data(ax, "no SyncBN runs (use --sync-bn both)")
+    ax.set_title("Test accuracy: SyncBatchNorm vs BatchNorm")
+    _save(fig, path)
+
+
+def write_all(runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path, device: str = "cpu") -> list[Path]:
+    """Write every chart into `out`; returns their paths in CHARTS order."""
+    time_per_epoch(runs, out / CHARTS[0], device)
+    throughput(runs, base, out / CHARTS[1])
+    accuracy_scaling(runs, out / CHARTS[2], device)
+    accuracy_syncbn(runs, out / CHARTS[3], device)
+    return [out / c for c in CHARTS]

@@ -1,0 +1,106 @@
+"""The Markdown report of a scaling study: what ran, where, the table, the charts, what they say."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+#: table columns: header → (result key, format); the test parses the table back with these
+COLUMNS: list[tuple[str, str, str]] = [
+    ("run", "name", "s"),
+    ("processes", "nproc", "d"),
+    ("SyncBN", "sync_bn", "yesno"),
+    ("status", "status", "s"),
+    ("rounds", "rounds", "d"),
+    ("time/epoch (s)", "time_per_epoch_mean", ".3f"),
+    ("± std (s)", "time_per_epoch_std", ".3f"),
+    ("samples/s", "samples_per_s", ".1f"),
+    ("speedup", "speedup", ".2f"),
+    ("efficiency", "efficiency", "pct"),
+    ("test acc", "final_test_acc", ".4f"),
+    ("test loss", "final_test_loss", ".4f"),
+    ("peak RSS/process (MiB)", "peak_rss_mb_per_process", ".0f"),
+    ("peak RSS total (MiB)", "peak_rss_mb_total", ".0f"),
+]
+
+MISSING = "—"
+
+_CHART_TEXT = [
+    ("time_per_epoch", "time_per_epoch.png", "Training time per epoch"),
+    ("throughput", "throughput.png", "Throughput and scaling efficiency"),
+    ("accuracy_scaling", "accuracy_scaling.png", "Test accuracy, single vs multi-process"),
+    ("accuracy_syncbn", "accuracy_syncbn.png", "Test accuracy, SyncBN vs BN"),
+]
+
+
+def cell(run: dict[str, Any], key: str, fmt: str) -> str:
+    """One table cell, formatted the same way every time (the tests rely on it)."""
+    value = run.get(key)
+    if value is None or (fmt != "s" and value == ""):
+        return MISSING
+    if fmt == "s":
+        return str(value)
+    if fmt == "yesno":
+        return "yes" if value else "no"
+    if fmt == "pct":
+        return f"{value * 100:.1f} %"
+    return format(value, fmt)
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    """The results table in Markdown."""
+    lines = ["| " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    for r in runs:
+        lines.append("| " + " | ".join(cell(r, k, f) for _, k, f in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def _load_range(rounds: list[dict[str, Any]]) -> str:
+    """The spread of the 1-minute load average over the runs' starts and ends (shared machines)."""
+    loads = [r[k][0] for r in rounds for k in ("load_average_start", "load_average_end") if r.get(k)]
+    return f"; 1-min load {min(loads):.1f}–{max(loads):.1f} while the runs ran" if loads else ""
+
+
+def render(results: dict[str, Any]) -> str:
+    """The whole report.md text."""
+    m = results["machine"]
+    runs = results["configs"]
+    notes = results["interpretation"]
+    load = ", ".join(str(x) for x in m.get("load_average_start", [])) or "?"
+    load_end = ", ".join(str(x) for x in m.get("load_average", [])) or "?"
+    parts = [
+        f"# Scaling report: {results['workload']}",
+        "",
+        f"- command: `{shlex.join(results['argv'])}`",
+        f"- date: {m['date']}",
+        f"- machine: {m['host']} · {m['platform']} · {m['processor']} · {m['cpu_count']} CPUs ({m['usable_cores']} usable)",
+        f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end{_load_range(results.get('rounds', []))}",
+        f"- versions: Python {m['python']} · torch {m['torch']} · distrain {m['distrain']}",
+        f"- one process per device, {results['threads']} CPU thread(s) per process; "
+        "timing excludes evaluation and the first (warm-up) epoch when there are two or more",
+        "",
+        "## Results",
+        "",
+        table(runs),
+        "",
+        "Efficiency = throughput_N / (N × throughput_1), against the smallest process count without SyncBN. "
+        "With several rounds (run interleaved in time), samples/s and time/epoch are medians over rounds and "
+        "± std is over every timed epoch of every round.",
+        "",
+    ]
+    failed = [r for r in runs if r["status"] != "ok"]
+    if failed:
+        parts += ["## Failed runs", ""]
+        parts += [f"- **{r['name']}**: {r['error']} (logs: {', '.join(f'`{x}`' for x in r['logs'])})" for r in failed]
+        parts.append("")
+    for key, png, title in _CHART_TEXT:
+        parts += [f"## {title}", "", f"![{title}]({png})", "", notes.get(key, ""), ""]
+    return "\n".join(parts)
+
+
+def write(results: dict[str, Any], out: Path) -> Path:
+    """Write report.md into `out`; returns its path."""
+    path = out / "report.md"
+    path.write_text(render(results), encoding="utf-8")
+    return path

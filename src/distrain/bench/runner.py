@@ -1,0 +1,216 @@
+"""Run one training job of a scaling study under `distrain run` and collect what it reports.
+
+Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the
+whole tree can be killed), one CPU thread per process, with ``DISTRAIN_BENCH_LOG`` pointing at
+the run's ``epochs.jsonl``.  While it runs, the process tree is polled with psutil for peak
+memory and the epoch count is read back for the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .record import ENV_VAR
+
+#: how often the process tree is sampled for memory and progress
+POLL_SECONDS = 0.25
+
+
+@dataclass
+class RunSpec:
+    """One point of the study: N processes, with or without SyncBN, and the exact command."""
+
+    name: str
+    nproc: int
+    sync_bn: bool
+    command: list[str]
+    threads: int = 1
+    round: int = 1
+
+    def key(self) -> dict[str, Any]:
+        """What must match for --resume to reuse a finished run."""
+        return {"nproc": self.nproc, "sync_bn": self.sync_bn, "command": self.command, "threads": self.threads}
+
+
+@dataclass
+class RunResult:
+    """What one run produced: its per-epoch records plus how it ended."""
+
+    name: str
+    nproc: int
+    sync_bn: bool
+    command: list[str]
+    threads: int
+    round: int
+    status: str  # "ok" or "failed"
+    exit_code: int
+    error: str = ""
+    wall_seconds: float = 0.0
+    peak_rss_mb_total: float = 0.0
+    peak_rss_mb_per_process: float = 0.0
+    load_average_start: list[float] = field(default_factory=list)
+    load_average_end: list[float] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def read_epochs(path: Path) -> list[dict[str, Any]]:
+    """The JSON-lines records written so far (a half-written last line is skipped)."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    return records
+
+
+def _tree_rss_mb(root: psutil.Process) -> tuple[float, float]:
+    """(sum, max) resident memory in MiB over the worker processes below `root`.
+
+    The launcher and torchrun's agent are excluded when workers exist: they are the
+    bench's overhead, not the training's.
+    """
+    rss = []
+    try:
+        procs = root.children(recursive=True)
+        leaves = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):  # processes come and go between calls
+                if not p.children():
+                    leaves.append(p)
+        for p in leaves or procs:
+            with contextlib.suppress(psutil.Error):
+                rss.append(p.memory_info().rss / 2**20)
+    except psutil.Error:
+        pass
+    return (sum(rss), max(rss)) if rss else (0.0, 0.0)
+
+
+#: launcher and torch-elastic log lines: not the script's own words
+_NOISE = re.compile(r"^([WEI]\d{4} |distrain run: |\$ |Traceback |File |\[W|\^+$)")
+
+
+def _last_error_line(text: str) -> str:
+    """The script's own last error line (an exception or a SystemExit message), launcher noise skipped."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    own = [ln for ln in lines if not _NOISE.match(ln)]
+    for ln in reversed(own):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", ln):
+            return ln[:300]
+    pick = own or lines
+    return pick[-1][:300] if pick else "no output"
+
+
+def execute(
+    spec: RunSpec,
+    run_dir: Path,
+    timeout: float,
+    on_epoch: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run `spec` to completion (or `timeout` seconds), writing into `run_dir`; never raises for a failing run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path, epochs_path = run_dir / "log.txt", run_dir / "epochs.jsonl"
+    epochs_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    # One thread per process: N processes × 1 thread against 1 × 1 is the fair comparison
+    # (torch would otherwise use every core in the 1-process run).
+    env.update({"OMP_NUM_THREADS": str(spec.threads), "DISTRAIN_NUM_THREADS": str(spec.threads), ENV_VAR: str(epochs_path)})
+    load_start = _load()
+    start = time.perf_counter()
+    peak_total = peak_one = 0.0
+    seen = 0
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(spec.command) + "\n")
+        log.flush()
+        proc = subprocess.Popen(spec.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        root = psutil.Process(proc.pid)
+        timed_out = False
+        try:
+            while proc.poll() is None:
+                total, one = _tree_rss_mb(root)
+                peak_total, peak_one = max(peak_total, total), max(peak_one, one)
+                n = len(read_epochs(epochs_path))
+                if n != seen and on_epoch is not None:
+                    on_epoch(n)
+                seen = n
+                if time.perf_counter() - start > timeout:
+                    timed_out = True
+                    break
+                time.sleep(POLL_SECONDS)
+        finally:
+            _kill_tree(proc, root)
+        code = proc.wait()
+    wall = time.perf_counter() - start
+    epochs = read_epochs(epochs_path)
+    if on_epoch is not None:
+        on_epoch(len(epochs))
+    peak_one = max([peak_one] + [float(e.get("max_rss_mb", 0.0)) for e in epochs])
+    peak_total = max(peak_total, peak_one)
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    status, error = "ok", ""
+    if timed_out:
+        status, error, code = "failed", f"timed out after {timeout:.0f} s", 124
+    elif code != 0:
+        status, error = "failed", f"exit code {code}: {_last_error_line(output)}"
+    elif not epochs:
+        status, error = "failed", f"the script wrote no epoch records to ${ENV_VAR} (see docs/bench.md)"
+    return RunResult(
+        name=spec.name, nproc=spec.nproc, sync_bn=spec.sync_bn, command=spec.command, threads=spec.threads,
+        round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
+        peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
+        load_average_start=load_start, load_average_end=_load(),
+        epochs=epochs, log=str(log_path),
+    )
+
+
+def _kill_tree(proc: subprocess.Popen[Any], root: psutil.Process) -> None:
+    """SIGKILL the run's launcher, agent and workers; the gone are ignored.
+
+    torchrun starts each worker in a session of its own, so killing the launcher's process
+    group is not enough: every descendant is collected first and killed by pid.
+    """
+    try:
+        family = root.children(recursive=True)
+    except psutil.Error:
+        family = []
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def python() -> str:
+    """The interpreter that runs the bench (and therefore each `distrain run`)."""
+    return sys.executable

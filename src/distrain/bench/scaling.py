@@ -1,0 +1,237 @@
+"""`distrain bench scaling`: the same training at 1, 2, 4 … processes, and the report it makes.
+
+    distrain bench scaling --nproc 1,2 --sync-bn both --epochs 5 --out bench-out
+    distrain bench scaling --workload imagefolder --data flower_photos --nproc 1,2
+    distrain bench scaling --nproc 1,2 my_train.py -- --lr 0.1    # your script, your flags
+
+Each run is a real ``distrain run`` job, one process per device (on CPU one thread per
+process).  The script reports its epochs through ``DISTRAIN_BENCH_LOG`` (see
+:mod:`distrain.bench.record` and docs/bench.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError, fail
+from ..threads import usable_cores
+from . import report, runner, summary
+
+PROG = "distrain bench scaling"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+#: built-in workloads: name → example script
+WORKLOADS = {"digits": "train_digits.py", "imagefolder": "train_imagefolder.py"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Run the same training at several process counts and write a report with charts.",
+                                epilog="Script options go after '--'. The script must call distrain.bench.record.log_epoch() once per epoch (docs/bench.md).")
+    p.add_argument("script", nargs="?", help="your training script (default: the built-in --workload)")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="digits", help="built-in workload when no script is given (default digits)")
+    p.add_argument("--data", help="image folder (class subfolders) for --workload imagefolder")
+    p.add_argument("--nproc", default="1,2,4", help="comma-separated process counts (default 1,2,4)")
+    p.add_argument("--sync-bn", choices=("off", "on", "both"), default="off", help="pass --sync-bn to the script for N > 1: never, always, or both ways")
+    p.add_argument("--epochs", type=int, help="passed to the script as --epochs N (built-in workloads: default 5)")
+    p.add_argument("--batch-size", type=int, help="per-process batch, passed to the script as --batch-size N")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per process (default 1: one process per core is the fair comparison)")
+    p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
+    p.add_argument("--resume", action="store_true", help="reuse finished runs already in --out (same command and settings)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
+
+    def error(message: str) -> Any:
+        raise UsageError(message)
+
+    p.error = error  # type: ignore[method-assign]
+    return p
+
+
+def parse_nproc(text: str) -> list[int]:
+    """'1,2,4' → [1, 2, 4] (sorted, unique); UsageError for anything but positive integers."""
+    values = []
+    for tok in text.split(","):
+        tok = tok.strip()
+        if not tok.isdigit() or int(tok) < 1:
+            raise UsageError(f"--nproc expects positive integers like 1,2,4 (got {tok or text!r})")
+        values.append(int(tok))
+    return sorted(set(values))
+
+
+def check_out_dir(out: Path) -> None:
+    """Create `out` and prove it is writable, or raise UsageError saying why not."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"cannot write to --out {out}: {err.strerror or err}") from None
+
+
+def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) -> tuple[str, list[str], str]:
+    """(script path, its arguments, workload label) after checking they exist."""
+    extra = list(script_args)
+    if args.script:
+        script, label = args.script, Path(args.script).name
+        if args.data:
+            extra = ["--data", args.data] + extra
+    else:
+        script, label = str(EXAMPLES / WORKLOADS[args.workload]), args.workload
+        if args.workload == "imagefolder":
+            if not args.data:
+                raise UsageError("--workload imagefolder needs --data DIR (a folder of class subfolders)")
+            if not os.path.isdir(args.data):
+                raise UsageError(f"--data {args.data}: not a directory")
+            extra = ["--data", args.data] + extra
+        if args.epochs is None:
+            args.epochs = 5
+    if not os.path.isfile(script):
+        raise UsageError(f"script not found: {script}")
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise UsageError(f"--epochs must be at least 1 (got {args.epochs})")
+        extra += ["--epochs", str(args.epochs)]
+    if args.batch_size is not None:
+        if args.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1 (got {args.batch_size})")
+        extra += ["--batch-size", str(args.batch_size)]
+    return script, extra, label
+
+
+def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool,
+              repeat: int = 1) -> list[runner.RunSpec]:
+    """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
+
+    Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
+    load from elsewhere on the machine hits every configuration instead of one.
+    """
+    one_round = _plan_round(nprocs, sync_bn, script, script_args, threads, out, builtin)
+    return [runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k) for k in range(1, repeat + 1) for s in one_round]
+
+
+def _plan_round(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool) -> list[runner.RunSpec]:
+    specs = []
+    for n in nprocs:
+        modes = {"off": [False], "on": [True], "both": [False, True]}[sync_bn]
+        if n == 1:
+            modes = [False]  # SyncBN on one process is plain BN: run it once
+        for sbn in modes:
+            name = f"n{n}-{'syncbn' if sbn else 'bn'}"
+            args = list(script_args) + (["--sync-bn"] if sbn else [])
+            if builtin:
+                args += ["--out", str(out / "runs" / name / "artifacts")]
+            cmd = [runner.python(), "-m", "distrain.cli", "run", "--nproc", str(n), script, *args]
+            specs.append(runner.RunSpec(name=name, nproc=n, sync_bn=sbn, command=cmd, threads=threads))
+    return specs
+
+
+def _reusable(spec: runner.RunSpec, run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "result.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    same = all(saved.get(k) == v for k, v in spec.key().items())
+    return saved if same and saved.get("status") == "ok" else None
+
+
+def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: float, epochs: int | None) -> list[dict[str, Any]]:
+    """Run (or reuse) every spec with a rich progress display; returns the run dicts."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    results: list[dict[str, Any]] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+        overall = progress.add_task("all runs", total=len(specs))
+        for spec in specs:
+            run_dir = out / "runs" / spec.name / f"round{spec.round}"
+            saved = _reusable(spec, run_dir) if resume else None
+            if saved is not None:
+                progress.console.print(f"{spec.name} round {spec.round}: reusing the finished run in {run_dir}")
+                results.append(saved)
+                progress.advance(overall)
+                continue
+            task = progress.add_task(f"{spec.name} round {spec.round}: epochs", total=epochs)
+            res = runner.execute(spec, run_dir, timeout, on_epoch=lambda n, t=task: progress.update(t, completed=n))
+            progress.remove_task(task)
+            data = res.to_dict()
+            (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+            line = f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            progress.console.print(line + (f" — {res.error}" if res.error else ""))
+            results.append(data)
+            progress.advance(overall)
+    return results
+
+
+def build_results(argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]) -> dict[str, Any]:
+    """Statistics, scaling and interpretation: the content of results.json.
+
+    ``configs`` has one row per configuration (what the table and charts show); ``rounds`` has
+    every single run.
+    """
+    for r in runs:
+        r.update(summary.run_stats(r))
+    configs = summary.aggregate(runs)
+    base = summary.add_scaling(configs)
+    machine = summary.machine_info()
+    machine["load_average_start"] = load_start
+    return {
+        "argv": ["distrain", "bench", "scaling", *argv],
+        "workload": label,
+        "threads": threads,
+        "machine": machine,
+        "baseline": base["name"] if base else None,
+        "configs": configs,
+        "rounds": runs,
+        "interpretation": summary.interpret(configs, machine),
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
+    own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    try:
+        args = _parser().parse_args(own)
+        nprocs = parse_nproc(args.nproc)
+        if args.repeat < 1:
+            raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")
+        if args.threads < 1:
+            raise UsageError(f"--threads must be at least 1 (got {args.threads})")
+        out = Path(args.out)
+        script, extra, label = resolve_script(args, script_args, out)
+        check_out_dir(out)
+    except UsageError as err:
+        fail(PROG, str(err), err.exit_code)
+    if max(nprocs) * args.threads > usable_cores():
+        print(f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the {usable_cores()} usable cores; "
+              "those runs time-share cores and cannot scale", file=sys.stderr)
+    try:
+        load_start = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load_start = []
+    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat)
+    rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
+    results = build_results(argv, label, rounds, args.threads, load_start)
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    runs = results["configs"]
+    base = next((r for r in runs if r["name"] == results["baseline"]), None)
+    from . import plots  # matplotlib: only once there is something to draw
+
+    plots.write_all(runs, base, out, device="cuda" if results["machine"]["cuda_available"] else "cpu")
+    path = report.write(results, out)
+    print(report.table(runs))
+    for text in results["interpretation"].values():
+        print("- " + text)
+    print(f"report: {path}")
+    failed = [r["name"] for r in runs if r["status"] != "ok"]
+    if failed:
+        print(f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see {shlex.quote(str(path))}", file=sys.stderr)
+        return 1
+    return 0
