@@ -53,6 +53,14 @@ def run(cmd: list[str] | str, timeout: float = 120, env: dict[str, str] | None =
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the process group of `proc` (launcher, agent and workers), ignoring the gone."""
+    import psutil
+
+    # torchrun starts each worker in a session of its own: the group kill alone misses them
+    try:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+    except psutil.Error:
+        pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
