@@ -67,6 +67,11 @@ def control(runs: int, timeout: float, share_store: bool) -> None:
         except subprocess.TimeoutExpired:
             tally["hung"] += 1
         finally:
+            import psutil
+
+            with contextlib.suppress(psutil.Error):  # torchrun's workers live in their own sessions
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    child.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -87,10 +87,12 @@ def test_sigkill_resume_is_bitwise_equal(fault: str, baseline: Path, tmp_path: P
     assert_bitwise(baseline, out)
 
 
+@pytest.mark.timeout(1800)  # ten jobs in a row; each one is bounded by JOB_TIMEOUT
 def test_sigkill_under_plain_torchrun_10_times(baseline: Path, tmp_path: Path) -> None:
     """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store."""
     finished = 0
     for i in range(10):
+        t0 = time.monotonic()
         d = tmp_path / f"r{i}"
         cmd = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1", WORKER, "--",
                           "--dir", str(d), "--out", str(d / "final.pt"), "--kill-at", str(5 + i)]
@@ -99,6 +101,7 @@ def test_sigkill_under_plain_torchrun_10_times(baseline: Path, tmp_path: Path) -
         assert "distrain: resumed from" in result.stdout
         assert_bitwise(baseline, d / "final.pt")
         finished += 1
+        print(f"torchrun kill-restart run {i + 1}/10 finished bitwise equal in {time.monotonic() - t0:.1f} s", flush=True)
     assert finished == 10
 
 

@@ -445,7 +445,7 @@ def _init(
             device_id=dev if dev.type == "cuda" else None,
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
-    failure.install(ctx.rank)  # root cause reported once when a rank raises (torchelastic)
+    failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
     ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
     _active = ctx
     atexit.register(ctx.shutdown)
