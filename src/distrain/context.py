@@ -390,68 +390,56 @@ def init(
       (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
     Calling it again returns the same Context.
     """
+    global _active
     try:
-        return _init(backend, device, precision, threads, timeout, verbose, run_dir)
+        if _active is not None and not _active._closed:
+            return _active
+        if precision not in ("fp32", "bf16", "fp16"):
+            raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
+        try:
+            env = detect_environment()
+            env.export_env()
+        except ClusterError as err:
+            raise DistrainError(str(err)) from None
+        dev = _pick_device(env, device)
+        if precision == "fp16" and dev.type != "cuda":
+            raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
+        if isinstance(env, SLURMEnvironment) and dev.type == "cuda":
+            try:
+                env.check_devices(torch.cuda.device_count())
+            except ClusterError as err:
+                raise DistrainError(str(err)) from None
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        n_threads = choose_threads(env.local_world_size(), threads)
+        torch.set_num_threads(n_threads)
+        chosen_backend: str | None = None
+        # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
+        # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
+        if not isinstance(env, SingleProcessEnvironment):
+            chosen_backend = backend or _default_backend(dev)
+            store = _restart_safe_store(env, timeout)
+            dist.init_process_group(
+                chosen_backend,
+                store=store,
+                rank=env.rank(),
+                world_size=env.world_size(),
+                timeout=timeout,
+                device_id=dev if dev.type == "cuda" else None,
+            )
+        ctx = Context(env, dev, chosen_backend, precision, n_threads)
+        failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
+        ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
+        _active = ctx
+        atexit.register(ctx.shutdown)
+        if verbose:
+            ctx.print(ctx.describe())
+        return ctx
     except DistrainError as err:
         if not exit_on_error:
             raise
         print(f"distrain: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
-
-
-def _init(
-    backend: str | None = None,
-    device: str | torch.device | None = None,
-    precision: str = "fp32",
-    threads: int | None = None,
-    timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
-    verbose: bool = True,
-    run_dir: str | os.PathLike[str] | None = None,
-) -> Context:
-    global _active
-    if _active is not None and not _active._closed:
-        return _active
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
-    try:
-        env = detect_environment()
-        env.export_env()
-    except ClusterError as err:
-        raise DistrainError(str(err)) from None
-    dev = _pick_device(env, device)
-    if precision == "fp16" and dev.type != "cuda":
-        raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
-    if isinstance(env, SLURMEnvironment) and dev.type == "cuda":
-        try:
-            env.check_devices(torch.cuda.device_count())
-        except ClusterError as err:
-            raise DistrainError(str(err)) from None
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    n_threads = choose_threads(env.local_world_size(), threads)
-    torch.set_num_threads(n_threads)
-    chosen_backend: str | None = None
-    # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
-    # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
-    if not isinstance(env, SingleProcessEnvironment):
-        chosen_backend = backend or _default_backend(dev)
-        store = _restart_safe_store(env, timeout)
-        dist.init_process_group(
-            chosen_backend,
-            store=store,
-            rank=env.rank(),
-            world_size=env.world_size(),
-            timeout=timeout,
-            device_id=dev if dev.type == "cuda" else None,
-        )
-    ctx = Context(env, dev, chosen_backend, precision, n_threads)
-    failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
-    ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
-    _active = ctx
-    atexit.register(ctx.shutdown)
-    if verbose:
-        ctx.print(ctx.describe())
-    return ctx
 
 
 def current() -> Context | None:

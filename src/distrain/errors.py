@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import NoReturn
 
@@ -18,3 +19,13 @@ def fail(prog: str, message: str, exit_code: int = 2) -> NoReturn:
     """Print one error line on stderr and exit."""
     print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(exit_code)
+
+
+def raise_usage_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make `parser` raise UsageError instead of printing its usage block and exiting."""
+
+    def error(message: str) -> NoReturn:
+        raise UsageError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser

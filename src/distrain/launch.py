@@ -22,9 +22,8 @@ import shlex
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
-from .errors import UsageError, fail
+from .errors import UsageError, fail, raise_usage_errors
 from .threads import usable_cores
 
 PROG = "distrain run"
@@ -58,10 +57,7 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
     parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
+    raise_usage_errors(parser)
     return parser
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, fail, raise_usage_errors
 
 PROG = "distrain bench comm"
 SCHEMA_VERSION = 1
@@ -233,10 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of tables")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    p.error = error  # type: ignore[method-assign]
+    raise_usage_errors(p)
     return p
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, fail, raise_usage_errors
 from ..threads import usable_cores
 from . import report, runner, summary
 
@@ -45,10 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    p.error = error  # type: ignore[method-assign]
+    raise_usage_errors(p)
     return p
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, fail, raise_usage_errors
 from .check import worst
 from .local import Options, run_checks
 from .network import DEFAULT_PORTS
@@ -29,10 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth-bytes", default="16M", help="all-ranks: all-reduce size for the bandwidth test (default 16M)")
     p.add_argument("--local", action="store_true", help="only check this process's machine, even under a launcher")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    p.error = error  # type: ignore[method-assign]
+    raise_usage_errors(p)
     return p
 
 

@@ -6,9 +6,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, fail, raise_usage_errors
 from . import compose, docker, k8s, slurm
 from .spec import DEFAULT_BASE_IMAGE, DEFAULT_PORT, JobSpec, dns_name, parse_nnodes
 
@@ -38,10 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dockerfile", default="Dockerfile", help="compose: Dockerfile, relative to the context (default Dockerfile)")
     parser.add_argument("--out", default=None, help="write to FILE instead of stdout")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
+    raise_usage_errors(parser)
     return parser
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from ..errors import UsageError, fail
+from ..errors import UsageError, fail, raise_usage_errors
 from .status import NoJobError, Thresholds, job_status
 
 PROG = "distrain top"
@@ -31,10 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--straggler-ratio", type=float, default=Thresholds.straggler_ratio, help="flag a rank whose step rate is below this fraction of the median; default 0.5")
     parser.add_argument("--window", type=float, default=Thresholds.window, help="seconds of records the rates are measured over; default 10")
 
-    def error(message: str) -> Any:
-        raise UsageError(message)
-
-    parser.error = error  # type: ignore[method-assign]
+    raise_usage_errors(parser)
     return parser
 
 
