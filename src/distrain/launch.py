@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import fastboot
 from .errors import UsageError, fail
 from .threads import usable_cores
 
@@ -59,6 +60,7 @@ def _torchrun_parser() -> argparse.ArgumentParser:
         raise UsageError(message)
 
     parser.error = error  # type: ignore[method-assign]
+    fastboot.extend_parser(parser)
     return parser
 
 
@@ -252,20 +254,29 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
+    started = fastboot.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
     try:
         launch = plan(argv)
     except UsageError as err:
+        if started:
+            fastboot.stop_server()
         fail(PROG, str(err), err.exit_code)
     if launch.args.dry_run:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
     os.environ.update(launch.env)
+    try:
+        return _launch(launch)
+    finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
+        fastboot.stop_server()
+
+
+def _launch(launch: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import run as torchrun_run
 
     try:
-        torchrun_run(launch.args)
+        fastboot.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
