@@ -241,15 +241,15 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    first = min(failures.values(), key=lambda f: f.timestamp)
+    rank, first = min(failures.items(), key=lambda item: item[1].timestamp)
     code = int(first.exitcode)
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return 128 - code, f"rank {first.rank} (pid {first.pid}) was killed by {name}"
-    return code or 1, f"rank {first.rank} (pid {first.pid}) exited with code {code}"
+        return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
 
 
 def main(argv: list[str]) -> int:
