@@ -10,10 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .cluster import ClusterEnvironment, detect_environment
+from .cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
 from .spawn import spawn  # torch-free until called; eager so `distrain.spawn` stays the function
 
 __version__ = "0.1.0"
+
+# `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
+# user's argparse sees it (ctx.local_rank has the value).  (fastboot.run_script repeats this in
+# workers forked from a server that imported distrain before the worker's argv existed.)
+strip_launcher_argv()
 
 # The torch-importing parts load on first use (PEP 562): `distrain run` must be able to start
 # its preloading fork server before this process pays for `import torch` (see fastboot.py).

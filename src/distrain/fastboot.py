@@ -269,6 +269,9 @@ def _server_unsafe() -> str:
 def _prepare_interpreter(script: str, script_args: tuple[str, ...]) -> None:
     """argv, sys.path[0], unbuffered stdio, threads and multiprocessing as `python -u script`."""
     sys.argv = [script, *script_args]
+    from .cluster import strip_launcher_argv
+
+    strip_launcher_argv()  # what `import distrain` does in a fresh interpreter
     if sys.path:
         sys.path[0] = os.path.dirname(os.path.abspath(script))
     for name, fd in (("stdout", 1), ("stderr", 2)):

@@ -160,9 +160,10 @@ def plan(argv: list[str]) -> LaunchPlan:
     if args.master_port is not None:
         _check_master_port(args)
     if args.legacy_local_rank:
-        from torch.distributed.elastic.multiprocessing.api import _MACROS  # type: ignore[attr-defined]
+        from torch.distributed.elastic.utils.api import macros
 
-        args.training_script_args.append(f"--local_rank={_MACROS.local_rank}")
+        # the agent substitutes ${local_rank} per worker, as torch.distributed.launch did
+        args.training_script_args.append(f"--local_rank={macros.local_rank}")
 
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
     if "OMP_NUM_THREADS" not in os.environ:

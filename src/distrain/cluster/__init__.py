@@ -17,7 +17,7 @@ SLURM_PROCID=0 on every rank, while the MPI variables are the truth.
 from __future__ import annotations
 
 from .base import ClusterEnvironment, ClusterError
-from .legacy_launch import LegacyLaunchEnvironment, pop_local_rank_arg
+from .legacy_launch import LegacyLaunchEnvironment, pop_local_rank_arg, strip_launcher_argv
 from .mpi import MPICHEnvironment, OpenMPIEnvironment
 from .single import SingleProcessEnvironment
 from .slurm import SLURMEnvironment, expand_nodelist
@@ -59,4 +59,5 @@ __all__ = [
     "detect_environment",
     "expand_nodelist",
     "pop_local_rank_arg",
+    "strip_launcher_argv",
 ]

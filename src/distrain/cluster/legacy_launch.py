@@ -27,6 +27,17 @@ def pop_local_rank_arg(argv: list[str]) -> int | None:
     return None
 
 
+def strip_launcher_argv() -> int | None:
+    """Take the legacy launcher's `--local-rank=N` off sys.argv (once), before user argparse runs.
+
+    Only inside a launched job (WORLD_SIZE set), so a single-process script's own option is
+    left alone.  Called when distrain is imported; returns the local rank found, if any.
+    """
+    if LegacyLaunchEnvironment._argv_local_rank is None and "WORLD_SIZE" in os.environ:
+        LegacyLaunchEnvironment._argv_local_rank = pop_local_rank_arg(sys.argv)
+    return LegacyLaunchEnvironment._argv_local_rank
+
+
 class LegacyLaunchEnvironment(TorchElasticEnvironment):
     """The deprecated launcher: local rank on argv (stripped so the user's argparse never sees it)."""
 
@@ -35,10 +46,8 @@ class LegacyLaunchEnvironment(TorchElasticEnvironment):
 
     @classmethod
     def detect(cls) -> bool:
-        """True when argv carries --local-rank/--local_rank (it is removed from sys.argv here)."""
-        if cls._argv_local_rank is None:
-            cls._argv_local_rank = pop_local_rank_arg(sys.argv)
-        return cls._argv_local_rank is not None and "WORLD_SIZE" in os.environ
+        """True when argv carried --local-rank/--local_rank inside a launched job (now removed)."""
+        return strip_launcher_argv() is not None
 
     def local_rank(self) -> int:
         """The value from argv; LOCAL_RANK when the launcher also exported it."""
