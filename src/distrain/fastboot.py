@@ -28,6 +28,7 @@ import argparse
 import ast
 import atexit
 import ctypes
+import functools
 import importlib.util
 import io
 import os
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 PROG = "distrain run"
 START_METHODS = ("fast", "spawn", "fork", "forkserver")
@@ -188,7 +190,8 @@ def run(args: argparse.Namespace) -> None:
     env = dict(os.environ)
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
-    job = ForkJob(script=os.path.abspath(cmd_args[0]), env=env, fallback_dir=fallback_dir)
+    imports = top_level_imports(cmd_args[0])
+    job = ForkJob(os.path.abspath(cmd_args[0]), env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
     try:
         elastic_launch(config=config, entrypoint=run_script)(job, *cmd_args[1:])
     finally:
@@ -205,6 +208,8 @@ class ForkJob:
     env: dict[str, str] = field(default_factory=dict)
     #: where a worker records that the script needs fresh interpreters (None: no fallback)
     fallback_dir: str | None = None
+    #: the script imports distrain at top level (whose import strips a legacy --local-rank)
+    imports_distrain: bool = False
 
 
 def run_script(job: ForkJob, *script_args: str) -> None:
@@ -223,7 +228,9 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _announce(fresh, f"the fork server is unsafe ({unsafe})")
         _run_fresh(job.script, script_args)
         return
-    _prepare_interpreter(job.script, script_args)
+    _prepare_interpreter(job.script, script_args, job.imports_distrain)
+    if fresh is not None:
+        _watch_process_group()
     try:
         runpy.run_path(job.script, run_name="__main__")
     except SystemExit as exc:
@@ -266,12 +273,13 @@ def _server_unsafe() -> str:
     return str(getattr(preload, "UNSAFE", "")) if preload is not None else ""
 
 
-def _prepare_interpreter(script: str, script_args: tuple[str, ...]) -> None:
+def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_distrain: bool) -> None:
     """argv, sys.path[0], unbuffered stdio, threads and multiprocessing as `python -u script`."""
     sys.argv = [script, *script_args]
-    from .cluster import strip_launcher_argv
+    if imports_distrain:  # what its `import distrain` does in a fresh interpreter
+        from .cluster import strip_launcher_argv
 
-    strip_launcher_argv()  # what `import distrain` does in a fresh interpreter
+        strip_launcher_argv()
     if sys.path:
         sys.path[0] = os.path.dirname(os.path.abspath(script))
     for name, fd in (("stdout", 1), ("stderr", 2)):
@@ -312,11 +320,32 @@ def _run_atexit() -> None:
     atexit._run_exitfuncs()
 
 
+#: set when the script calls init_process_group (before the call: once inside, other ranks may
+#: be waiting in the group, so the script must not be rerun)
+_group_started = False
+
+
+def _watch_process_group() -> None:
+    """Note the script's init_process_group call (is_initialized() forgets a destroyed group)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    original = distributed_c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        global _group_started
+        _group_started = True
+        return original(*args, **kwargs)
+
+    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+
+
 def _process_group_formed() -> bool:
     try:
         import torch.distributed as dist
 
-        return dist.is_available() and dist.is_initialized()
+        return _group_started or (dist.is_available() and dist.is_initialized())
     except Exception:
         return False
 
