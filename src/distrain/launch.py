@@ -242,7 +242,8 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    rank, first = min(failures.items(), key=lambda item: item[1].timestamp)
+    # a rank that wrote an error file raised the root cause; the others only lost their peer
+    rank, first = min(failures.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
     code = int(first.exitcode)
     if code < 0:
         try:
@@ -250,7 +251,8 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
         except ValueError:
             name = f"signal {-code}"
         return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
-    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
+    cause = f": {first.message}" if os.path.isfile(first.error_file) else ""
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
 
 
 def main(argv: list[str]) -> int:

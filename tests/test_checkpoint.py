@@ -1,0 +1,290 @@
+"""Checkpoints and fault tolerance, with real jobs: SIGKILL, SIGTERM, restarts, corruption.
+
+Every resume is compared with an uninterrupted run of the same job (tests/ckpt_worker.py),
+bit for bit on the same world size and to 1e-6 (float64) on another world size.  Faults are
+injected by the worker itself at a given step (deterministic), never by racing a timer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, kill_group, python, run
+
+WORKER = str(REPO / "tests" / "ckpt_worker.py")
+DISTRAIN = [python(), "-m", "distrain.cli", "run"]
+TORCHRUN = [python(), "-m", "torch.distributed.run"]
+JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
+
+
+def distrain_run(nproc: int, *worker_args: str, restarts: int = 0, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    cmd = DISTRAIN + ["-n", str(nproc)] + (["--max-restarts", str(restarts)] if restarts else []) + [WORKER, *worker_args]
+    return run(cmd, timeout=timeout)
+
+
+def params(path: str | Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def assert_bitwise(a: str | Path, b: str | Path) -> None:
+    sa, sb = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    assert sa["step"] == sb["step"]
+    for key in sa["model"]:
+        assert torch.equal(sa["model"][key], sb["model"][key]), f"{key} differs"
+    for key, state in sa["opt"]["state"].items():
+        assert torch.equal(state["momentum_buffer"], sb["opt"]["state"][key]["momentum_buffer"])
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    return result
+
+
+def shared_baseline(tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2) -> Path:
+    """An uninterrupted run, computed once per test session even across xdist workers."""
+    root = tmp_path_factory.getbasetemp().parent
+    out = root / f"baseline-{name}.pt"
+    with open(root / f"baseline-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            ok(distrain_run(nproc, "--out", str(out), *worker_args))
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_baseline(tmp_path_factory, "f32")
+
+
+# -- SIGKILL under distrain run: bitwise resume ----------------------------------------------
+FAULTS = {
+    "kill-before-first-save": ["--kill-at", "2"],
+    "kill-mid-epoch": ["--kill-at", "6"],
+    "kill-right-after-save": ["--kill-after-save", "8"],
+    "kill-rank1-during-save": ["--kill-in-save", "12"],
+    "kill-rank0-during-save": ["--kill-in-save", "4", "--fault-rank", "0"],
+    "kill-during-async-write": ["--kill-after-save", "12", "--async-save"],
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_sigkill_resume_is_bitwise_equal(fault: str, baseline: Path, tmp_path: Path) -> None:
+    out = tmp_path / "final.pt"
+    result = ok(distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(out), *FAULTS[fault], restarts=2))
+    assert (tmp_path / "ckpt" / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "killed by SIGKILL" in result.stderr or "exitcode: -9" in result.stderr
+    if fault != "kill-before-first-save":
+        assert "distrain: resumed from" in result.stdout
+    assert_bitwise(baseline, out)
+
+
+def test_sigkill_under_plain_torchrun_10_times(baseline: Path, tmp_path: Path) -> None:
+    """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store."""
+    finished = 0
+    for i in range(10):
+        d = tmp_path / f"r{i}"
+        cmd = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1", WORKER, "--",
+                          "--dir", str(d), "--out", str(d / "final.pt"), "--kill-at", str(3 + i % 10)]
+        result = ok(run(cmd, timeout=JOB_TIMEOUT))
+        assert (d / "FAULT_DONE").exists()
+        assert "distrain: resumed from" in result.stdout
+        assert_bitwise(baseline, d / "final.pt")
+        finished += 1
+    assert finished == 10
+
+
+# -- SIGTERM to the launcher, then a fresh start ----------------------------------------------
+def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) -> None:
+    d, out = tmp_path / "ckpt", tmp_path / "final.pt"
+    cmd = DISTRAIN + ["-n", "2", WORKER, "--dir", str(d), "--out", str(out), "--every", "100",
+                      "--step-sleep", "0.3", "--ready-at", "5"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not Path(str(out) + ".ready").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the job never reached step 5"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # the launcher only: its agent forwards it to the workers
+        _, err = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        kill_group(proc)
+    assert proc.returncode != 0
+    assert "received SIGTERM" in err
+    saved = sorted(p.name for p in d.glob("step_*"))
+    assert len(saved) == 1 and 5 <= int(saved[0][5:]) < 16, saved  # saved where it stopped, mid-epoch
+    assert not out.exists()
+    result = ok(distrain_run(2, "--dir", str(d), "--out", str(out), "--every", "100"))
+    assert f"resumed from {d / saved[0]}" in result.stdout
+    assert_bitwise(baseline, out)
+
+
+# -- another world size ------------------------------------------------------------------------
+@pytest.mark.parametrize("new_world", [1, 3])
+def test_resume_on_another_world_size(new_world: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    common = ["--float64", "--dropout", "0", "--epochs", "2"]
+    reference = shared_baseline(tmp_path_factory, "f64", *common)
+    d, out = tmp_path / "ckpt", tmp_path / "final.pt"
+    ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "part.pt"), "--stop-at", "6", *common))
+    if new_world == 1:
+        result = ok(run([python(), WORKER, "--dir", str(d), "--out", str(out), *common], timeout=JOB_TIMEOUT))
+    else:
+        result = ok(distrain_run(new_world, "--dir", str(d), "--out", str(out), *common))
+    assert "resumed from" in result.stdout and "step 6, saved on 2 rank(s)" in result.stdout
+    ref, got = params(reference), params(out)
+    for key in ref:
+        torch.testing.assert_close(got[key], ref[key], rtol=1e-6, atol=1e-9)
+    assert any(not torch.equal(got[k], params(tmp_path / "part.pt")[k]) for k in ref), "it did not train after resuming"
+
+
+def test_resume_with_another_global_batch_is_a_clear_error(tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"], timeout=JOB_TIMEOUT))
+    result = run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--global-batch", "8"], timeout=JOB_TIMEOUT)
+    assert result.returncode != 0
+    assert "distrain: error: cannot resume loader" in result.stderr and "global batch 12 != current 8" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- one rank fails ------------------------------------------------------------------------------
+def test_one_rank_raises_job_ends_with_root_cause_once(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x.pt"), "--raise-at", "3", "--step-sleep", "0.1")
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
+    assert result.stderr.count("distrain: rank 1 failed (root cause)") == 1
+    assert "distrain run: job failed: rank 1 " in result.stderr
+    assert "ValueError: injected failure on rank 1" in result.stderr.splitlines()[-1]
+    print(f"failed job ended after {elapsed:.1f} s")
+
+
+# -- the checkpoint files themselves (single process, in-process where possible) ---------------
+@pytest.fixture(scope="module")
+def three_checkpoints_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A single-process run keeping step 8, 12 and 16 (saves every 4 steps, keep 3)."""
+    tmp = tmp_path_factory.mktemp("three")
+    d = tmp / "ckpt"
+    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp / "a.pt")], timeout=JOB_TIMEOUT))
+    assert sorted(p.name for p in d.glob("step_*")) == ["step_00000008", "step_00000012", "step_00000016"]
+    assert (d / "latest").read_text().strip() == "step_00000016"
+    return d
+
+
+@pytest.fixture
+def three_checkpoints(three_checkpoints_once: Path, tmp_path: Path) -> Path:
+    """A private copy of the three checkpoints, free to corrupt."""
+    return Path(shutil.copytree(three_checkpoints_once, tmp_path / "ckpt"))
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "truncate": (lambda d: os.truncate(d / "shared.pt", (d / "shared.pt").stat().st_size // 2), "shared.pt has"),
+    "flip-a-byte": (lambda d: _flip_byte(d / "rank_00000.pt"), "rank_00000.pt fails its sha256"),
+    "delete-data-file": (lambda d: (d / "shared.pt").unlink(), "shared.pt is missing"),
+    "delete-manifest": (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_corrupt_newest_falls_back_to_previous(kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from distrain.checkpoint import find_latest_valid
+
+    corrupt, message = CORRUPTIONS[kind]
+    newest = three_checkpoints / "step_00000016"
+    corrupt(newest)
+    assert find_latest_valid(str(three_checkpoints)) == str(three_checkpoints / "step_00000012")
+    err = capsys.readouterr().err
+    assert "skipping invalid checkpoint" in err and str(newest) in err and message in err, err
+
+
+def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_path: Path) -> None:
+    d = three_checkpoints
+    os.truncate(d / "step_00000016" / "shared.pt", 100)
+    stray = d / ".tmp-step_00000020"
+    stray.mkdir()
+    (stray / "rank_00000.pt.part").write_bytes(b"half a file")
+    result = ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--epochs", "3"], timeout=JOB_TIMEOUT))
+    assert f"removing stray temporary {stray}" in result.stderr
+    assert f"skipping invalid checkpoint: {d / 'step_00000016' / 'shared.pt'} has 100 bytes" in result.stderr
+    assert f"resumed from {d / 'step_00000012'} (step 12" in result.stdout
+    assert not stray.exists()
+    assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 24
+    assert (d / "latest").read_text().strip() == "step_00000024"  # the bad step 16 was replaced by a good one
+    from distrain.checkpoint import verify
+
+    assert verify(str(d / "step_00000016")) is None
+
+
+def test_no_valid_checkpoint_starts_fresh_said_once(three_checkpoints: Path, tmp_path: Path) -> None:
+    for step_dir in three_checkpoints.glob("step_*"):
+        _flip_byte(step_dir / "shared.pt")
+    result = ok(distrain_run(2, "--dir", str(three_checkpoints), "--out", str(tmp_path / "c.pt")))
+    assert result.stderr.count("starting fresh") == 1
+    assert result.stderr.count("skipping invalid checkpoint") == 3
+
+
+def test_pickled_object_is_refused(three_checkpoints: Path, tmp_path: Path) -> None:
+    """A checkpoint whose payload needs unpickling a class is refused, even with valid checksums."""
+    import json
+
+    from distrain.checkpoint import CheckpointError, file_sha256, load_file
+
+    d = three_checkpoints / "step_00000016"
+    state = torch.load(d / "shared.pt", weights_only=True)
+    state["extra"] = {"payload": subprocess.Popen}  # any importable callable: code on load
+    torch.save(state, d / "shared.pt")
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["files"]["shared.pt"] = {"sha256": file_sha256(str(d / "shared.pt")), "bytes": (d / "shared.pt").stat().st_size}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="refusing to load .*shared.pt: it contains a pickled Python object"):
+        load_file(str(d / "shared.pt"))
+    result = run([python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "d.pt")], timeout=JOB_TIMEOUT)
+    assert result.returncode != 0 and "it contains a pickled Python object" in result.stderr
+    assert "Traceback" not in result.stderr  # one clear line
+    assert not (tmp_path / "d.pt").exists()
+
+
+def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--every", "2", "--epochs", "1"], timeout=JOB_TIMEOUT))
+    assert sorted(p.name for p in d.glob("step_*")) == ["step_00000004", "step_00000006", "step_00000008"]
+    assert (d / "latest").read_text().strip() == "step_00000008"
+    assert not list(d.glob(".tmp-*")) and not list(d.rglob("*.part"))
+    shutil.rmtree(d)
+
+
+def test_digits_example_resumes(tmp_path: Path) -> None:
+    """The example: SIGINT (as Ctrl-C) mid-run saves and exits; a rerun resumes and finishes."""
+    d = tmp_path / "ckpt"
+    args = [python(), str(REPO / "examples" / "train_digits.py"), "--epochs", "2", "--checkpoint-dir", str(d), "--checkpoint-every", "10", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not list(d.glob("step_*")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "received SIGINT" in err and "exiting on the stop signal" in out
+    result = ok(run(args, timeout=JOB_TIMEOUT))
+    assert "distrain: resumed from" in result.stdout and "done: test acc" in result.stdout
+    assert sys.executable
