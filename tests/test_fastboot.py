@@ -121,3 +121,20 @@ def test_comm_hook_names_are_checked() -> None:
     for bad in ("zip", "bf16:rank=2", "powersgd:start=1", "powersgd:depth=2"):
         with pytest.raises(ValueError):
             parse_hook(bad)
+
+
+def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
+    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise resume."""
+    worker = str(REPO / "tests" / "ckpt_worker.py")
+    fresh = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--start-method", "spawn", worker,
+                 "--out", str(tmp_path / "fresh.pt")], timeout=240)
+    assert fresh.returncode == 0, fresh.stderr
+    killed = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "2", "--start-method", "fast", worker,
+                  "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "fast.pt"), "--kill-at", "6"], timeout=240)
+    assert killed.returncode == 0, killed.stderr
+    assert (tmp_path / "ckpt" / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "distrain: resumed from" in killed.stdout
+    assert FALLBACK_LINE not in killed.stderr
+    a, b = torch.load(tmp_path / "fresh.pt", weights_only=True), torch.load(tmp_path / "fast.pt", weights_only=True)
+    assert a["step"] == b["step"]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

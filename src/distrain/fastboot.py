@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,9 +244,9 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
             _run_fresh(job.script, script_args)
             return
-        traceback.print_exc()  # what a fresh interpreter prints; the agent gets the error file too
+        sys.excepthook(type(exc), exc, exc.__traceback__)  # what a fresh interpreter does with it
         _run_atexit()
-        raise
+        raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
 
 
