@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> None:
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
     imports = top_level_imports(cmd_args[0])
-    job = ForkJob(os.path.abspath(cmd_args[0]), env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
+    # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
+    job = ForkJob(cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
     try:
         elastic_launch(config=config, entrypoint=run_script)(job, *cmd_args[1:])
     finally:
@@ -214,8 +215,10 @@ class ForkJob:
 def run_script(job: ForkJob, *script_args: str) -> None:
     """Worker entrypoint: run `job.script` as ``__main__``, as a fresh ``python -u`` would.
 
-    The exit status is the script's: ``sys.exit(n)`` exits with n, an exception with 1 after its
-    traceback on stderr (and torchelastic's error file, via the agent's ``record`` wrapper).
+    The exit status is the script's: ``sys.exit(n)`` exits with n (``sys.exit()`` with 0: never
+    a worker the agent waits for forever), an uncaught exception goes to ``sys.excepthook``
+    (traceback on stderr; distrain's hook writes the agent's error file) and exits with 1.
+    atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
     """
     _restore_environment(job.env)
     fresh = _fresh_marker(job)
@@ -374,7 +377,8 @@ def _run_fresh(script: str, script_args: tuple[str, ...]) -> None:
     """Run the script in a fresh interpreter and end this worker the way that child ended."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    proc = subprocess.Popen([sys.executable, "-u", script, *script_args], preexec_fn=_die_with_parent)
+    python = os.environ.get("PYTHON_EXEC", sys.executable)  # torchrun's interpreter override
+    proc = subprocess.Popen([python, "-u", script, *script_args], preexec_fn=_die_with_parent)
 
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)

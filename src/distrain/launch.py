@@ -11,7 +11,9 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 - ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: workers get their own store instead of sharing the
   agent's, which makes restarts and late-joining nodes reliable (pytorch#135712);
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
-- the exit code is the failed worker's own (128+N for a signal), with a one-line summary.
+- the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
+- ``--start-method fast`` (default): workers are forked from a server that imported torch while
+  the launcher was starting, instead of each paying for ``import torch`` (see fastboot.py).
 """
 
 from __future__ import annotations
