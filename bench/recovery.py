@@ -15,7 +15,9 @@ Variants are interleaved round by round so machine load hits them alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,11 +50,40 @@ def one(cmd: list[str], d: str) -> float:
     return float(events["resumed_step"]) - float(events["fault"])
 
 
+def control(runs: int, timeout: float, share_store: bool) -> None:
+    """Kill-and-restart a plain torch.distributed script under torchrun: finished / failed / hung."""
+    tally = {"finished": 0, "failed": 0, "hung": 0}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    if not share_store:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1",
+           str(REPO / "bench" / "raw_restart_worker.py")]
+    for _ in range(runs):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            proc.communicate(timeout=timeout)
+            tally["finished" if proc.returncode == 0 else "failed"] += 1
+        except subprocess.TimeoutExpired:
+            tally["hung"] += 1
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    label = "default (workers share the agent's store)" if share_store else "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+    print(f"control, plain init_process_group under torchrun --max-restarts 2, {label}: {tally} of {runs} (hung = no exit in {timeout:g} s)", flush=True)
+
+
 def main() -> None:
     """Interleave the variants for --rounds rounds; print medians."""
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--control", type=int, default=0, help="also run N kill-restarts of a plain torch.distributed script")
+    p.add_argument("--control-timeout", type=float, default=90)
     args = p.parse_args()
+    if args.control:
+        control(args.control, args.control_timeout, share_store=True)
+        control(args.control, args.control_timeout, share_store=False)
     results: dict[str, list[float]] = {}
     for r in range(args.rounds):
         for name in variants("-"):

@@ -16,6 +16,9 @@ EXAMPLES = REPO / "examples"
 
 # Subprocesses (launchers and their workers) must import this checkout's distrain.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), str(REPO / "tests")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+# The suite tests the CPU/gloo paths (CI has no GPU); on a GPU machine they must stay on CPU.
+# tests/test_gpu.py clears this to exercise CUDA + NCCL.
+os.environ.setdefault("DISTRAIN_DEVICE", "cpu")
 # torchrun warns about this for every job; the tests pin it explicitly where it matters.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 if str(SRC) not in sys.path:

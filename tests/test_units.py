@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from distrain.cluster import SLURMEnvironment, detect_environment, expand_nodelist, pop_local_rank_arg
+from distrain.cluster import (
+    SLURMEnvironment,
+    detect_environment,
+    expand_nodelist,
+    pop_local_rank_arg,
+)
 from distrain.data import GlobalBatchSampler, ShardedEvalSampler
 from distrain.launch import split_argv
 from distrain.threads import choose_threads

@@ -19,6 +19,7 @@ the same); sharded states (FSDP, ZeRO) are not supported here.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -48,6 +49,8 @@ _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 _TMP_PREFIX = ".tmp-"
 #: how long rank 0 waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0
+#: after a stop signal, how long rank 0 still waits for missing reports before assuming a dead peer
+PEER_GONE_S = 5.0
 
 
 class CheckpointError(DistrainError):
@@ -307,10 +310,13 @@ class Checkpointer:
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
         self._flag = torch.zeros(1)
+        self._stopping = False
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         if handle_signals:
             self.stop.install()
+        # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
+        atexit.register(self._finish_at_exit)
 
     # -- restore ---------------------------------------------------------------------------
     def restore(self, **objects: Any) -> Resumed:
@@ -371,7 +377,8 @@ class Checkpointer:
             _warn(f"{rank_file} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
         self._last_saved = int(shared["step"])
         self.ctx.print(f"distrain: resumed from {path} (step {shared['step']}, saved on {shared['world_size']} rank(s))")
-        return Resumed(step=int(shared["step"]), path=path, extra=dict(shared.get("extra", {})))
+        self.extra.update(shared.get("extra", {}))
+        return Resumed(step=int(shared["step"]), path=path, extra=dict(self.extra))
 
     # -- save --------------------------------------------------------------------------------
     def _epoch_end_due(self) -> bool:
@@ -398,6 +405,7 @@ class Checkpointer:
         ended.  When any rank received SIGTERM/SIGINT, all ranks save here and exit with 128+signal.
         """
         if self._stop_agreed():
+            self._stopping = True  # this save answers the signal: a signal during it is expected
             self.save(step, wait=True)
             self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
             code = self.stop.exit_code
@@ -444,6 +452,12 @@ class Checkpointer:
         if self._pending_error is not None:
             err, self._pending_error = self._pending_error, None
             raise CheckpointError(f"background checkpoint failed: {type(err).__name__}: {err}") from err
+
+    def _finish_at_exit(self) -> None:
+        try:
+            self.wait()
+        except CheckpointError as err:
+            _warn(str(err))
 
     def close(self) -> None:
         """Finish any background save and restore the signal handlers."""
@@ -495,10 +509,28 @@ class Checkpointer:
             return
         if store is not None:
             keys = [f"{step}/{r}" for r in range(1, self.ctx.world_size)]
-            store.wait(keys, _timedelta(STORE_WAIT_S))
+            self._wait_for_ranks(store, keys, step)
             for key in keys:
                 files.update(json.loads(store.get(key)))
         self._seal(step, tmp_dir, files)
+
+    def _wait_for_ranks(self, store: dist.Store, keys: list[str], step: int) -> None:
+        """Wait for the other ranks' reports, in short slices so a stop signal is seen.
+
+        A stop signal arriving *during* the save (rather than the one that caused it), with the
+        reports still missing PEER_GONE_S later, means the agent is tearing the job down because
+        a peer died: the save is abandoned (its temporary directory is cleaned up at the next
+        start) and the process exits.
+        """
+        deadline = time.monotonic() + STORE_WAIT_S
+        while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
+            time.sleep(0.02)
+            signalled = self.stop.received_at is not None and not self._stopping
+            if signalled and time.monotonic() - self.stop.received_at > PEER_GONE_S and threading.current_thread() is threading.main_thread():
+                _warn(f"save of step {step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
+                raise SystemExit(self.stop.exit_code)
+            if time.monotonic() > deadline:
+                raise CheckpointError(f"the other ranks did not report their files for step {step} within {STORE_WAIT_S:g} s")
 
     def _seal(self, step: int, tmp_dir: str, files: dict[str, dict[str, Any]]) -> None:
         name = f"step_{step:08d}"
@@ -515,8 +547,3 @@ class Checkpointer:
         for _, old in step_dirs(self.directory)[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
 
-
-def _timedelta(seconds: float) -> Any:
-    import datetime as dt
-
-    return dt.timedelta(seconds=seconds)

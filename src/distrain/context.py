@@ -22,10 +22,16 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from . import failure
-from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
+from .cluster import (
+    ClusterEnvironment,
+    ClusterError,
+    SingleProcessEnvironment,
+    SLURMEnvironment,
+    detect_environment,
+)
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .nn import convert_sync_batchnorm
-from .threads import choose_threads
+from .threads import choose_threads, usable_cores
 
 T = TypeVar("T")
 
@@ -130,8 +136,8 @@ class Context:
 
     @property
     def distributed(self) -> bool:
-        """True when a process group with more than one process exists."""
-        return self.backend is not None and self.world_size > 1
+        """True when a process group exists (any launcher, even with one process)."""
+        return self.backend is not None
 
     def describe(self) -> str:
         """The one-line summary rank 0 prints at start."""
@@ -180,7 +186,10 @@ class Context:
         return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
     def _loader_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs.setdefault("num_workers", 0)
+        # CPU training: loader workers would steal cores from the compute threads. GPU: a few
+        # workers per process keep the device fed.
+        default_workers = 0 if self.device.type != "cuda" else min(4, max(0, usable_cores() // self.local_world_size - 1))
+        kwargs.setdefault("num_workers", default_workers)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs["num_workers"] > 0:
             kwargs.setdefault("persistent_workers", True)
@@ -359,6 +368,7 @@ def init(
     threads: int | None = None,
     timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
     verbose: bool = True,
+    exit_on_error: bool = True,
 ) -> Context:
     """Find out how this process was launched, form the process group, and return the Context.
 
@@ -367,8 +377,28 @@ def init(
       (``DISTRAIN_DEVICE`` overrides).
     - ``precision``: ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a GradScaler).
     - ``threads``: CPU threads per process; None divides the cores among local processes.
+    - ``exit_on_error``: a set-up mistake (too many ranks for the GPUs, an incomplete launcher
+      environment) prints one ``distrain: error:`` line and exits 1 instead of raising
+      :class:`DistrainError`.
     Calling it again returns the same Context.
     """
+    try:
+        return _init(backend, device, precision, threads, timeout, verbose)
+    except DistrainError as err:
+        if not exit_on_error:
+            raise
+        print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def _init(
+    backend: str | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+    threads: int | None = None,
+    timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
+    verbose: bool = True,
+) -> Context:
     global _active
     if _active is not None and not _active._closed:
         return _active
@@ -392,7 +422,9 @@ def init(
     n_threads = choose_threads(env.local_world_size(), threads)
     torch.set_num_threads(n_threads)
     chosen_backend: str | None = None
-    if env.world_size() > 1:
+    # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
+    # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
+    if not isinstance(env, SingleProcessEnvironment):
         chosen_backend = backend or _default_backend(dev)
         store = _restart_safe_store(env, timeout)
         dist.init_process_group(

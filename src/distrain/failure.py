@@ -11,8 +11,10 @@ traceback and writes no error file, so the agent and ``distrain run`` report the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -64,6 +66,11 @@ def install(rank: int) -> None:
     def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
         from .context import DistrainError
 
+        # the process is going down: the agent's SIGTERM must end it, not ask for a checkpoint
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_DFL)
+
         if isinstance(err, DistrainError):  # a set-up or checkpoint problem: one clear line
             if error_file:
                 write_error_file(error_file, err, tb)
@@ -75,7 +82,9 @@ def install(rank: int) -> None:
         if is_peer_failure(err):
             first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
             print(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})", file=sys.stderr, flush=True)
-            return
+            sys.stdout.flush()
+            # nothing left to save or sync with; skip a teardown that can block on the dead peer
+            os._exit(1)
         try:
             write_error_file(error_file, err, tb)
         except OSError:

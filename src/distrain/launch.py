@@ -253,7 +253,8 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
         except ValueError:
             name = f"signal {-code}"
         return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
-    cause = f": {first.message}" if os.path.isfile(first.error_file) else ""
+    message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
+    cause = f": {message}" if os.path.isfile(first.error_file) and message else ""
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
 
 

@@ -64,6 +64,7 @@ if args.mode in ("train", "init", "accum"):
     step = micro = 0
     while step < args.steps:
         for xb, yb in loader:
+            xb, yb = xb.to(ctx.device), yb.to(ctx.device)
             with ctx.accumulate(model, micro, args.accum):
                 loss = F.mse_loss(model(xb).squeeze(1), yb) / args.accum
                 loss.backward()

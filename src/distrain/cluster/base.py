@@ -95,7 +95,7 @@ class ClusterEnvironment(ABC):
         os.environ["WORLD_SIZE"] = str(self.world_size())
         os.environ["LOCAL_RANK"] = str(self.local_rank())
         os.environ["LOCAL_WORLD_SIZE"] = str(self.local_world_size())
-        if self.world_size() > 1:
+        if self.name != "single":
             os.environ["MASTER_ADDR"] = self.master_addr()
             os.environ["MASTER_PORT"] = str(self.master_port())
 
