@@ -31,6 +31,7 @@ import ctypes
 import functools
 import importlib.util
 import io
+import logging
 import os
 import runpy
 import shutil
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 PROG = "distrain run"
@@ -192,6 +194,7 @@ def run(args: argparse.Namespace) -> None:
     imports = top_level_imports(cmd_args[0])
     # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
     job = ForkJob(cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
     try:
         elastic_launch(config=config, entrypoint=run_script)(job, *cmd_args[1:])
     finally:
@@ -247,10 +250,31 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
             _run_fresh(job.script, script_args)
             return
-        sys.excepthook(type(exc), exc, exc.__traceback__)  # what a fresh interpreter does with it
+        sys.excepthook(type(exc), exc, _script_frames(exc.__traceback__, job.script))  # as a fresh interpreter
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
+
+
+def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
+    """The traceback from the script's first frame on: runpy's and ours are not the user's."""
+    target, cur = os.path.abspath(script), tb
+    while cur is not None and os.path.abspath(cur.tb_frame.f_code.co_filename) != target:
+        cur = cur.tb_next
+    return cur if cur is not None else tb
+
+
+class _QuietWorkerExit(logging.Filter):
+    """Drop the agent's traceback of *our* ProcessExitedException when a forked worker fails.
+
+    The worker already printed its own traceback (as a fresh interpreter would); the agent's
+    second one only shows torch.multiprocessing internals.  The one-line message stays.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and type(record.exc_info[1]).__name__ == "ProcessExitedException":
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def _restore_environment(launcher_env: dict[str, str]) -> None:
