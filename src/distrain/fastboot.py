@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -250,10 +251,25 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
             _run_fresh(job.script, script_args)
             return
+        _let_the_agent_see_the_cause(exc)
         sys.excepthook(type(exc), exc, _script_frames(exc.__traceback__, job.script))  # as a fresh interpreter
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
+
+
+def _let_the_agent_see_the_cause(exc: BaseException) -> None:
+    """Wait a little before failing because a *peer* died, so the agent reports the peer.
+
+    A fresh worker's exit is noticed by the agent's poll of every process; a forked one is
+    found through multiprocessing's sentinels, first exit first, so a survivor that exits at
+    once can be named as the failed rank instead of the SIGKILLed one.  The agent terminates
+    this process as soon as it has seen the real failure, so the wait costs nothing then.
+    """
+    from .failure import is_peer_failure
+
+    if is_peer_failure(exc):
+        time.sleep(5.0)
 
 
 def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
