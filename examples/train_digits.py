@@ -28,6 +28,7 @@ p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--sync-bn", action="store_true", help="batch statistics across all processes")
 p.add_argument("--amp", action="store_true", help="bf16 autocast on CPU, fp16 on GPU")
+p.add_argument("--comm-hook", default=None, help="compress gradient all-reduce: bf16, fp16 or powersgd (changes numerics)")
 p.add_argument("--out", default="out/digits", help="rank 0 writes model.pt and metrics.json here")
 p.add_argument("--checkpoint-dir", default=None, help="save here and resume from here automatically")
 p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (and at each epoch end)")
@@ -58,7 +59,7 @@ class Net(nn.Module):
 
 ctx = distrain.init(precision=("bf16" if not torch.cuda.is_available() else "fp16") if args.amp else "fp32")  # 1
 torch.manual_seed(args.seed)
-model = ctx.prepare_model(Net(), sync_bn=args.sync_bn)  # 2: on its device, DDP, same weights everywhere
+model = ctx.prepare_model(Net(), sync_bn=args.sync_bn, comm_hook=args.comm_hook)  # 2: on its device, DDP, same weights everywhere
 train_loader = ctx.prepare_loader(train_set, batch_size=args.batch_size, seed=args.seed)  # 3
 test_loader = ctx.prepare_eval_loader(test_set, batch_size=256)  # every test sample exactly once
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -92,6 +93,9 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
         ctx.backward(loss)
         ctx.step(opt)
         sched.step()
+        if samples == 0 and os.environ.get("DISTRAIN_FIRST_STEP_FILE"):  # for bench/: launch → first step
+            with open(os.environ["DISTRAIN_FIRST_STEP_FILE"], "a") as f:
+                f.write(f"{ctx.rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()}\n")
         samples += len(xb) * ctx.world_size
         ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard
         step += 1

@@ -14,35 +14,39 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
-
-if TYPE_CHECKING:
-    from .context import Context, DistrainError, current, init
-    from .nn import CPUSyncBatchNorm, convert_sync_batchnorm
-    from .spawn import spawn
+from .spawn import spawn  # torch-free until called; eager so `distrain.spawn` stays the function
 
 __version__ = "0.1.0"
 
 # `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
-# user's argparse sees it (ctx.local_rank has the value).
+# user's argparse sees it (ctx.local_rank has the value).  (fastboot.run_script repeats this in
+# workers forked from a server that imported distrain before the worker's argv existed.)
 strip_launcher_argv()
 
-_LAZY = {
-    "init": "context",
-    "Context": "context",
-    "DistrainError": "context",
-    "current": "context",
-    "CPUSyncBatchNorm": "nn",
-    "convert_sync_batchnorm": "nn",
-    "spawn": "spawn",
+# The torch-importing parts load on first use (PEP 562): `distrain run` must be able to start
+# its preloading fork server before this process pays for `import torch` (see fastboot.py).
+_LAZY: dict[str, str] = {
+    "Context": ".context",
+    "DistrainError": ".context",
+    "current": ".context",
+    "init": ".context",
+    "CPUSyncBatchNorm": ".nn",
+    "convert_sync_batchnorm": ".nn",
 }
+
+if TYPE_CHECKING:
+    from .context import Context, DistrainError, current, init
+    from .nn import CPUSyncBatchNorm, convert_sync_batchnorm
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'distrain' has no attribute {name!r}")
+    """Import a torch-dependent name on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'distrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

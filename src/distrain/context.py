@@ -152,14 +152,20 @@ class Context:
         )
 
     # -- model and data -------------------------------------------------------------------
-    def prepare_model(self, model: nn.Module, sync_bn: bool = False, **ddp_kwargs: Any) -> nn.Module:
+    def prepare_model(self, model: nn.Module, sync_bn: bool = False, comm_hook: str | None = None, **ddp_kwargs: Any) -> nn.Module:
         """Move `model` to the device and wrap it in DDP when distributed.
 
         DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts
         from identical weights.  ``sync_bn=True`` turns BatchNorm layers into cross-process
         ones (torch's SyncBatchNorm on CUDA, :class:`~distrain.nn.CPUSyncBatchNorm` elsewhere).
-        Extra keyword arguments go to DistributedDataParallel.
+        ``comm_hook`` compresses the gradient all-reduce (``"bf16"``, ``"fp16"``, ``"powersgd"``;
+        see :mod:`distrain.comm_hooks`); off by default because it changes the numerics.
+        Extra keyword arguments go to DistributedDataParallel (e.g. ``bucket_cap_mb``).
         """
+        if comm_hook is not None:
+            from .comm_hooks import parse_hook
+
+            parse_hook(comm_hook)  # a bad name fails on every world size, not only on N > 1
         if sync_bn and self.distributed:
             model = convert_sync_batchnorm(model, self.device.type)
         model = model.to(self.device)
@@ -169,6 +175,10 @@ class Context:
             ddp_kwargs.setdefault("device_ids", [self.device.index])
             ddp_kwargs.setdefault("output_device", self.device.index)
         wrapped = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+        if comm_hook is not None:
+            from .comm_hooks import register_comm_hook
+
+            wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)  # type: ignore[assignment]
         self._models.append(weakref.ref(wrapped))
         return wrapped
 

@@ -11,7 +11,9 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 - ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: workers get their own store instead of sharing the
   agent's, which makes restarts and late-joining nodes reliable (pytorch#135712);
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
-- the exit code is the failed worker's own (128+N for a signal), with a one-line summary.
+- the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
+- ``--start-method fast`` (default): workers are forked from a server that imported torch while
+  the launcher was starting, instead of each paying for ``import torch`` (see fastboot.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
+from . import fastboot
 from .errors import UsageError, fail, raise_usage_errors
 from .threads import usable_cores
 
@@ -58,6 +61,7 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
 
     raise_usage_errors(parser)
+    fastboot.extend_parser(parser)
     return parser
 
 
@@ -257,20 +261,29 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
+    started = fastboot.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
     try:
         launch = plan(argv)
     except UsageError as err:
+        if started:
+            fastboot.stop_server()
         fail(PROG, str(err), err.exit_code)
     if launch.args.dry_run:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
     os.environ.update(launch.env)
+    try:
+        return _launch(launch)
+    finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
+        fastboot.stop_server()
+
+
+def _launch(launch: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import run as torchrun_run
 
     try:
-        torchrun_run(launch.args)
+        fastboot.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
