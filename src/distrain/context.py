@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from . import watchdog
 from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .nn import convert_sync_batchnorm
@@ -115,6 +116,9 @@ class Context:
             self.scaler = torch.amp.GradScaler(device.type)
         self._models: list[weakref.ref[nn.Module]] = []
         self._closed = False
+        #: optimizer steps taken (the watchdog's measure of progress)
+        self.steps = 0
+        self._watchdog: Any = None
 
     # -- where am I -----------------------------------------------------------------------
     @property
@@ -273,6 +277,8 @@ class Context:
             self.scaler.update()
         else:
             optimizer.step()
+        self.steps += 1
+        watchdog.on_step(self, self.steps)
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         """Clip gradients (unscaling fp16 gradients first); returns the total norm."""
@@ -321,6 +327,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for ref in self._models:
             model = ref()
             if model is not None and hasattr(model, "reducer"):
@@ -341,6 +349,7 @@ def init(
     threads: int | None = None,
     timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
     verbose: bool = True,
+    watchdog_seconds: float | None = None,
 ) -> Context:
     """Find out how this process was launched, form the process group, and return the Context.
 
@@ -349,6 +358,8 @@ def init(
       (``DISTRAIN_DEVICE`` overrides).
     - ``precision``: ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a GradScaler).
     - ``threads``: CPU threads per process; None divides the cores among local processes.
+    - ``watchdog_seconds``: abort with every rank's stack when no step completes this long
+      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.watchdog`.
     Calling it again returns the same Context.
     """
     global _active
@@ -376,6 +387,8 @@ def init(
     chosen_backend: str | None = None
     if env.world_size() > 1:
         chosen_backend = backend or _default_backend(dev)
+        if chosen_backend == "nccl":
+            watchdog.nccl_debug_defaults(os.environ.get("DISTRAIN_LOG_DIR"))
         store = _restart_safe_store(env, timeout)
         dist.init_process_group(
             chosen_backend,
@@ -386,6 +399,9 @@ def init(
             device_id=dev if dev.type == "cuda" else None,
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
+    bound = watchdog.watchdog_seconds(watchdog_seconds)
+    if bound is not None and ctx.distributed:
+        ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)
     _active = ctx
     atexit.register(ctx.shutdown)
     if verbose:

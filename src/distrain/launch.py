@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UsageError, fail
+from .launchers import LAUNCHERS, run_with_launcher
+from .multinode import NetworkChoice, plan_network
 from .threads import usable_cores
 
 PROG = "distrain run"
@@ -38,6 +40,9 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--legacy_local_rank": False,
     "--dry-run": False,
     "--dry_run": False,
+    "--iface": True,
+    "--launcher": True,
+    "--watchdog": True,
 }
 
 
@@ -54,6 +59,11 @@ def _torchrun_parser() -> argparse.ArgumentParser:
         "--legacy-local-rank", "--legacy_local_rank", action="store_true", help="pass --local_rank=N to the script, for old scripts"
     )
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
+    parser.add_argument("--iface", default=None, help="network interface to the other nodes (default: the one routing to the master)")
+    parser.add_argument("--launcher", default="torchrun", choices=LAUNCHERS, help="process launcher (mpirun/horovodrun: one node)")
+    parser.add_argument(
+        "--watchdog", default=None, metavar="SECONDS", help="abort with every rank's stack when no rank makes progress this long"
+    )
 
     def error(message: str) -> Any:
         raise UsageError(message)
@@ -94,6 +104,7 @@ class LaunchPlan:
 
     args: argparse.Namespace
     env: dict[str, str] = field(default_factory=dict)
+    network: NetworkChoice | None = None
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -162,11 +173,16 @@ def plan(argv: list[str]) -> LaunchPlan:
 
         args.training_script_args.append(f"--local_rank={_MACROS.local_rank}")
 
+    network = plan_network(args, env, args.iface)
+    if args.watchdog is not None:
+        from .watchdog import parse_seconds
+
+        env["DISTRAIN_WATCHDOG"] = str(parse_seconds(args.watchdog, "--watchdog"))
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc))
     env["DISTRAIN_LAUNCHER"] = "distrain-run"
-    return LaunchPlan(args, env)
+    return LaunchPlan(args, env, network)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:
@@ -239,15 +255,28 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    first = min(failures.values(), key=lambda f: f.timestamp)
+    # the root cause: the earliest failure that is not the launcher's own SIGTERM of the others
+    causes = {r: f for r, f in failures.items() if int(f.exitcode) != -signal.SIGTERM} or failures
+    rank, first = min(causes.items(), key=lambda item: item[1].timestamp)
     code = int(first.exitcode)
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return 128 - code, f"rank {first.rank} (pid {first.pid}) was killed by {name}"
-    return code or 1, f"rank {first.rank} (pid {first.pid}) exited with code {code}"
+        return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
+
+
+def _print_network(launch: LaunchPlan) -> None:
+    choice = launch.network
+    assert choice is not None
+    a = launch.args
+    static = a.rdzv_backend == "static" and not a.rdzv_endpoint
+    node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
+    for warning in choice.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+    print(choice.summary(node), file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -256,11 +285,26 @@ def main(argv: list[str]) -> int:
         launch = plan(argv)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
+    if launch.network is not None:
+        _print_network(launch)
+    if launch.args.dry_run and launch.args.launcher != "torchrun":
+        from .launchers import command_for
+
+        try:
+            print(shlex.join(command_for(launch.args, launch.env)))
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
+        return 0
     if launch.args.dry_run:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
     os.environ.update(launch.env)
+    if launch.args.launcher != "torchrun":
+        try:
+            return run_with_launcher(launch.args, launch.env)
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import run as torchrun_run
 
