@@ -29,8 +29,11 @@ done
 # CPU machine can use anyway; HOROVOD_CPU_ONLY=0/1 forces the choice.
 cpu_only="${HOROVOD_CPU_ONLY:-$("$PY" -c 'import torch; print(0 if torch.cuda.is_available() else 1)')}"
 if [ "$cpu_only" = 1 ]; then
-    sed -i 's/^    add_cuda()$/    message(STATUS "distrain: CPU-only Horovod build")/' "$src/horovod/torch/CMakeLists.txt"
-    export HOROVOD_GPU_OPERATIONS= CUDA_HOME=/nonexistent
+    # FindPytorch decides "CUDA torch" from torch.version.cuda + CUDA_HOME and then links cudart
+    sed -i 's/print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None)) else False)/print(False)/' \
+        "$src/cmake/Modules/FindPytorch.cmake"
+    grep -q 'CUDA_HOME; print(False)' "$src/cmake/Modules/FindPytorch.cmake" || { echo "could not patch FindPytorch.cmake" >&2; exit 1; }
+    unset HOROVOD_GPU_OPERATIONS HOROVOD_GPU_ALLREDUCE HOROVOD_GPU_BROADCAST
 fi
 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_GLOO=1 \
     MAKEFLAGS="${MAKEFLAGS:--j2}" "$PY" -m pip install --no-build-isolation "$src"

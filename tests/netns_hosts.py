@@ -120,9 +120,3 @@ def make_hosts(n: int) -> Iterator[Hosts]:
         for name in reversed(made):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 
-
-@pytest.fixture
-def hosts2() -> Iterator[Hosts]:
-    """Two hosts on one bridge."""
-    with make_hosts(2) as hosts:
-        yield hosts

@@ -10,15 +10,23 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import REPO, python
-from netns_hosts import Hosts, hosts2  # noqa: F401 - the fixture
+from netns_hosts import Hosts, make_hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(400)]
 
 SCRIPT = str(REPO / "tests" / "scripts" / "mn_train.py")
+
+
+@pytest.fixture
+def hosts2() -> Iterator[Hosts]:
+    """Two namespace hosts on one bridge, removed afterwards."""
+    with make_hosts(2) as hosts:
+        yield hosts
 RUN = [python(), "-m", "distrain.cli", "run"]
 
 

@@ -29,6 +29,9 @@ from .launchers import LAUNCHERS, run_with_launcher
 from .multinode import NetworkChoice, plan_network
 from .threads import usable_cores
 
+#: exit code of ranks stopped by distrain.watchdog (kept here so the launcher need not import torch)
+WATCHDOG_EXIT_CODE = 124
+
 PROG = "distrain run"
 
 #: distrain's own options: name → takes a value
@@ -265,6 +268,8 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
         except ValueError:
             name = f"signal {-code}"
         return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
+    if code == WATCHDOG_EXIT_CODE:
+        return code, f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)"
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
 
 
