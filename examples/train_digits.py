@@ -28,6 +28,8 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--sync-bn", action="store_true", help="batch statistics across all processes")
 p.add_argument("--amp", action="store_true", help="bf16 autocast on CPU, fp16 on GPU")
 p.add_argument("--out", default="out/digits", help="rank 0 writes model.pt and metrics.json here")
+p.add_argument("--checkpoint-dir", default=None, help="save here and resume from here automatically")
+p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (and at each epoch end)")
 args = p.parse_args()
 
 # -- data: fixed-seed split, identical on every rank -----------------------------------------
@@ -60,6 +62,8 @@ train_loader = ctx.prepare_loader(train_set, batch_size=args.batch_size, seed=ar
 test_loader = ctx.prepare_eval_loader(test_set, batch_size=256)  # every test sample exactly once
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train_loader))
+ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1) if args.checkpoint_dir else None
+step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_loader).step if ckpt else 0  # 6: resume
 
 
 def evaluate() -> tuple[float, float]:
@@ -77,7 +81,7 @@ def evaluate() -> tuple[float, float]:
 
 
 start, samples = time.perf_counter(), 0
-for epoch in range(args.epochs):
+for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid-way
     for xb, yb in train_loader:  # the epoch advances by itself: no set_epoch
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)
         with ctx.autocast():
@@ -87,9 +91,16 @@ for epoch in range(args.epochs):
         ctx.step(opt)
         sched.step()
         samples += len(xb) * ctx.world_size
+        step += 1
+        if ckpt:
+            ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
     test_loss, test_acc = evaluate()
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
 elapsed = time.perf_counter() - start
+test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train
+if ckpt:
+    ckpt.save(step)  # the final state: a rerun finds nothing left to do
+    ckpt.close()
 
 if ctx.is_main:  # 5: rank 0 alone writes
     os.makedirs(args.out, exist_ok=True)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from . import watchdog
+from . import failure, watchdog
 from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .nn import convert_sync_batchnorm
@@ -300,6 +300,13 @@ class Context:
         """
         return self.no_sync(model, skip=(micro_step + 1) % every != 0)
 
+    # -- checkpoints ------------------------------------------------------------------------
+    def checkpointer(self, directory: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """A :class:`~distrain.checkpoint.Checkpointer` saving to `directory` (see docs/checkpointing.md)."""
+        from .checkpoint import Checkpointer
+
+        return Checkpointer(self, directory, **kwargs)
+
     # -- printing ---------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
         """print() on rank 0 only."""
@@ -399,6 +406,7 @@ def init(
             device_id=dev if dev.type == "cuda" else None,
         )
     ctx = Context(env, dev, chosen_backend, precision, n_threads)
+    failure.install(ctx.rank)  # root cause reported once when a rank raises (torchelastic)
     bound = watchdog.watchdog_seconds(watchdog_seconds)
     if bound is not None and ctx.distributed:
         ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)

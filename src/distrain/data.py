@@ -118,6 +118,10 @@ class DistributedLoader(DataLoader):
     """
 
     def __init__(self, dataset: Dataset[Any], batch_sampler: GlobalBatchSampler, **kwargs: Any) -> None:
+        # A private generator: DataLoader draws the workers' base seed from it when an iterator
+        # starts, instead of from the global RNG, so a mid-epoch resume (which starts a new
+        # iterator) leaves the training RNG stream exactly as in an uninterrupted run.
+        kwargs.setdefault("generator", torch.Generator())
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
         self.global_sampler = batch_sampler
         self.epoch = 0
@@ -125,6 +129,8 @@ class DistributedLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
+        if self.generator is not None:  # worker seeds differ per epoch, same on resume
+            self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
         for batch in super().__iter__():
             self.step_in_epoch += 1
             yield batch

@@ -258,9 +258,10 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    # the root cause: the earliest failure that is not the launcher's own SIGTERM of the others
+    # a rank that wrote an error file raised the root cause; the others only lost their peer,
+    # and the launcher's own SIGTERM of the survivors is never the cause
     causes = {r: f for r, f in failures.items() if int(f.exitcode) != -signal.SIGTERM} or failures
-    rank, first = min(causes.items(), key=lambda item: item[1].timestamp)
+    rank, first = min(causes.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
     code = int(first.exitcode)
     if code < 0:
         try:
@@ -270,7 +271,8 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
         return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
     if code == WATCHDOG_EXIT_CODE:
         return code, f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)"
-    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}"
+    cause = f": {first.message}" if os.path.isfile(first.error_file) else ""
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
 
 
 def _print_network(launch: LaunchPlan) -> None:

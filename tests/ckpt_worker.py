@@ -1,0 +1,113 @@
+"""Test-only training script for the checkpoint tests: tiny MLP with dropout, synthetic data.
+
+Faults are injected deterministically, never by racing a timer:
+  --kill-at K          SIGKILL this process right after optimizer step K (before the save check)
+  --kill-after-save K  SIGKILL right after the checkpoint of step K was written
+  --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
+  --raise-at K         raise ValueError at step K
+  --fault-rank R       the rank that does it (default 1)
+Faults fire on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0) and only when the
+checkpoint directory has no FAULT_DONE marker, so a fresh start after a fault trains normally.
+"""
+
+import argparse
+import os
+import signal
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import distrain
+import distrain.checkpoint as ckpt_mod
+
+p = argparse.ArgumentParser()
+p.add_argument("--dir", default=None)
+p.add_argument("--every", type=int, default=4)
+p.add_argument("--every-epochs", type=int, default=0)
+p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--global-batch", type=int, default=12)
+p.add_argument("--samples", type=int, default=96)
+p.add_argument("--float64", action="store_true")
+p.add_argument("--dropout", type=float, default=0.2)
+p.add_argument("--async-save", action="store_true")
+p.add_argument("--out", required=True)
+p.add_argument("--kill-at", type=int, default=-1)
+p.add_argument("--kill-after-save", type=int, default=-1)
+p.add_argument("--kill-in-save", type=int, default=-1)
+p.add_argument("--raise-at", type=int, default=-1)
+p.add_argument("--fault-rank", type=int, default=1)
+p.add_argument("--step-sleep", type=float, default=0.0)
+p.add_argument("--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)")
+args = p.parse_args()
+
+dtype = torch.float64 if args.float64 else torch.float32
+ctx = distrain.init(verbose=False)
+if args.global_batch % ctx.world_size:
+    raise SystemExit(f"global batch {args.global_batch} is not divisible by {ctx.world_size} processes")
+g = torch.Generator().manual_seed(7)
+x = torch.randn(args.samples, 16, generator=g, dtype=dtype)
+y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, 3)).to(dtype)
+model = ctx.prepare_model(net)
+loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
+
+first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
+faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
+
+
+def fault(kind: str) -> None:
+    if marker:
+        with open(marker, "w") as f:
+            f.write(kind)
+    if kind == "raise":
+        raise ValueError(f"injected failure on rank {ctx.rank}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if faulty and args.kill_in_save >= 0:
+    real_write = ckpt_mod.atomic_write
+
+    def write_then_die(path, write):  # type: ignore[no-untyped-def]
+        out = real_write(path, write)
+        if f"step_{args.kill_in_save:08d}" in path:
+            fault("kill-in-save")
+        return out
+
+    ckpt_mod.atomic_write = write_then_die
+
+ckpt = ctx.checkpointer(args.dir, every_steps=args.every, every_epochs=args.every_epochs, async_save=args.async_save) if args.dir else None
+step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step if ckpt else 0
+for _epoch in range(loader.epoch, args.epochs):
+    for xb, yb in loader:
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        if faulty and step == args.kill_at:
+            fault("kill")
+        if faulty and step == args.raise_at:
+            fault("raise")
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if ckpt:
+            ckpt.maybe_save(step)
+        if faulty and step == args.kill_after_save:
+            fault("kill-after-save")
+        if step == args.ready_at and ctx.is_main:
+            open(args.out + ".ready", "w").close()
+if ckpt:
+    ckpt.save(step)
+    ckpt.close()
+if ctx.is_main:
+    torch.save({"step": step, "model": ctx.unwrap(model).state_dict(), "opt": opt.state_dict()}, args.out)
+    print(f"finished at step {step}", flush=True)
+ctx.shutdown()
