@@ -6,8 +6,11 @@ resolves to 127.0.0.1 — the classic trap that makes plain torchrun advertise l
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -115,3 +118,66 @@ def test_wrong_iface_fails_fast(hosts2: Hosts) -> None:
     # the right interface named explicitly is accepted (dry run: nothing started)
     res = subprocess.run(hosts2.cmd(1, base + ["--iface", "eth0", "--dry-run", SCRIPT]), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "GLOO_SOCKET_IFNAME=eth0" in res.stdout and f"--local-addr {hosts2.addrs[1]}" in res.stdout, res.stderr
+
+
+# -- elastic membership ----------------------------------------------------------------------
+ELASTIC = str(REPO / "tests" / "scripts" / "elastic_train.py")
+STEPS = 3 * 96 // 12  # epochs × samples / global batch: the same whatever the world size
+
+
+def _elastic_flags(hosts: Hosts, run_id: str) -> list[str]:
+    return ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.addrs[0]}:29400", "--rdzv-id", run_id,
+            "--rdzv-conf", "last_call_timeout=2", "--max-restarts", "3", "--monitor-interval", "0.5", "-n", "1"]
+
+
+def _wait_for_checkpoint(ckpt: Path, at_least: int, procs: list[subprocess.Popen[str]], logs: list[Path], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        steps = [int(p.name.split("_")[1]) for p in ckpt.glob("step_*")] if ckpt.exists() else []
+        if steps and max(steps) >= at_least:
+            return
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail("no checkpoint appeared\n" + "\n".join(log.read_text()[-3000:] for log in logs))
+        time.sleep(0.2)
+
+
+def _history(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_late_join_scale_up(hosts2: Hosts, tmp_path: Path) -> None:
+    ckpt, out, hist = tmp_path / "ckpt", tmp_path / "out.json", tmp_path / "history.jsonl"
+    argv = RUN + _elastic_flags(hosts2, "late") + [ELASTIC, "--dir", str(ckpt), "--out", str(out), "--history", str(hist)]
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    first = hosts2.start(0, argv, logs[0])
+    _wait_for_checkpoint(ckpt, 4, [first], logs[:1])  # node 0 trains alone for a while
+    second = hosts2.start(1, argv, logs[1])
+    codes = hosts2.wait([first, second], 300, logs)
+    text = "\n".join(log.read_text() for log in logs)
+    assert codes == [0, 0], text
+    history = _history(hist)
+    assert history[0] == {**history[0], "world": 1, "resumed_step": 0}
+    assert history[-1]["world"] == 2 and history[-1]["resumed_step"] >= 4, history  # from the checkpoint
+    assert history[-1]["master"] in hosts2.addrs
+    assert json.loads(out.read_text()) == {"step": STEPS, "world": 2}
+
+
+def test_node_loss_scale_down(hosts2: Hosts, tmp_path: Path) -> None:
+    ckpt, out, hist = tmp_path / "ckpt", tmp_path / "out.json", tmp_path / "history.jsonl"
+    argv = RUN + _elastic_flags(hosts2, "loss") + [ELASTIC, "--dir", str(ckpt), "--out", str(out), "--history", str(hist)]
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    procs = [hosts2.start(i, argv, logs[i], env={"DISTRAIN_TRAIN_TIMEOUT": "30"}) for i in range(2)]
+    _wait_for_checkpoint(ckpt, 4, procs, logs)
+    assert _history(hist)[-1]["world"] == 2
+    # the node dies: every process in its namespace (agent and workers) is SIGKILLed
+    pids = subprocess.run(["ip", "netns", "pids", hosts2.names[1]], capture_output=True, text=True, check=True).stdout.split()
+    assert pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    codes = hosts2.wait([procs[0]], 300, logs)
+    text = logs[0].read_text()
+    assert codes == [0], text
+    history = _history(hist)
+    assert history[-1]["world"] == 1 and history[-1]["resumed_step"] >= 4, history
+    assert json.loads(out.read_text()) == {"step": STEPS, "world": 1}
