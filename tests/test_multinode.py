@@ -127,7 +127,7 @@ STEPS = 3 * 96 // 12  # epochs × samples / global batch: the same whatever the 
 
 def _elastic_flags(hosts: Hosts, run_id: str) -> list[str]:
     return ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts.addrs[0]}:29400", "--rdzv-id", run_id,
-            "--rdzv-conf", "last_call_timeout=2", "--max-restarts", "3", "--monitor-interval", "0.5", "-n", "1"]
+            "--rdzv-conf", "last_call_timeout=2,keep_alive_interval=2", "--max-restarts", "3", "--monitor-interval", "0.5", "-n", "1"]
 
 
 def _wait_for_checkpoint(ckpt: Path, at_least: int, procs: list[subprocess.Popen[str]], logs: list[Path], timeout: float = 180) -> None:
