@@ -58,6 +58,7 @@ def test_static_two_nodes_two_procs(hosts2: Hosts, tmp_path: Path) -> None:
     assert codes == [0, 0], "\n".join(logs)
     result = _check_job(out, hosts2, 4)
     assert {r["master_addr"] for r in result["ranks"]} == {master}
+    # static: the store lives in node 0's agent (torch's static rendezvous), not in rank 0
     # what distrain chose, on each node's console; and the loopback hostname was noticed
     assert f"interface eth0 ({hosts2.addrs[0]}) routes to {master}:29500 · store on this node (rank 0)" in logs[0]
     assert f"interface eth0 ({hosts2.addrs[1]}) routes to {master}:29500 · store on {master}" in logs[1]
@@ -73,7 +74,10 @@ def test_c10d_elastic_both_nodes(hosts2: Hosts, tmp_path: Path) -> None:
     assert codes == [0, 0], "\n".join(logs)
     result = _check_job(out, hosts2, 2)
     # workers got a real address, not localhost
-    assert {r["master_addr"] for r in result["ranks"]} <= set(hosts2.addrs)
+    masters = {r["master_addr"] for r in result["ranks"]}
+    assert len(masters) == 1 and masters <= set(hosts2.addrs)
+    # rank 0's store listens on the chosen interface only, not on 0.0.0.0
+    assert result["store_listen"] == sorted(masters)
     assert "rendezvous store on this node" in logs[0]
     assert f"rendezvous store on {hosts2.addrs[0]}" in logs[1]
 

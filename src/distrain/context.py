@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from . import failure, watchdog
 from .cluster import ClusterEnvironment, ClusterError, SLURMEnvironment, detect_environment
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
+from .multinode import store_listen_fd
 from .nn import convert_sync_batchnorm
 from .threads import choose_threads
 
@@ -73,6 +74,8 @@ def _restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.
     namespace.
     """
     is_master = env.rank() == 0 and not env.store_is_external()
+    # multi-node `distrain run`: listen only on the chosen interface, not on every one
+    listen_fd = store_listen_fd(env.master_addr(), env.master_port()) if is_master else None
     store = dist.TCPStore(
         env.master_addr(),
         env.master_port(),
@@ -80,6 +83,7 @@ def _restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.
         is_master=is_master,
         timeout=timeout,
         wait_for_workers=False,
+        **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
     )
     return dist.PrefixStore(f"distrain/attempt_{env.restart_count()}", store)
 

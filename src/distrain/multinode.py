@@ -176,6 +176,7 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
     env.setdefault("NCCL_SOCKET_IFNAME", os.environ.get("NCCL_SOCKET_IFNAME", iface))
     if not args.local_addr:
         args.local_addr = address
+    env["DISTRAIN_BIND_ADDR"] = address  # rank 0's store listens here only (see store_listen_fd)
 
     if static:
         store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
@@ -187,3 +188,30 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
     else:
         store = f"rendezvous via {args.rdzv_backend} at {host}"
     return NetworkChoice(iface, address, host, target_ip, port, store, warnings)
+
+
+#: listening sockets handed to TCPStore; kept alive for the life of the process
+_STORE_SOCKETS: list[socket.socket] = []
+
+
+def store_listen_fd(master_addr: str, port: int) -> int | None:
+    """A socket listening on the address `distrain run` chose (DISTRAIN_BIND_ADDR) for rank 0's store.
+
+    torch's TCPStore server listens on every interface; given ``master_listen_fd`` it uses our
+    socket instead, bound to the one address the other nodes use.  None (torch's default) when
+    distrain run chose nothing or MASTER_ADDR is not that address.
+    """
+    bind = os.environ.get("DISTRAIN_BIND_ADDR", "")
+    if not bind:
+        return None
+    try:
+        if socket.gethostbyname(master_addr) != bind:
+            return None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((bind, port))
+        sock.listen(2048)
+    except OSError:
+        return None
+    _STORE_SOCKETS.append(sock)
+    return sock.fileno()

@@ -11,6 +11,7 @@ import os
 import socket
 import time
 
+import psutil
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,10 +46,13 @@ hosts = ctx.gather_object(
      "master_addr": os.environ.get("MASTER_ADDR"), "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
      "node_rank": ctx.node_rank, "threads": torch.get_num_threads(), "launcher": ctx.env.name}
 )
+# where rank 0's store listens (the security claim: only on the chosen interface)
+listen = sorted({c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == int(os.environ.get("MASTER_PORT", "0"))})
 checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
 if ctx.is_main and args.out:
     with open(args.out, "w") as f:
         json.dump({"world_size": ctx.world_size, "rank_sum": ranks, "ranks": hosts, "checksum": checksum,
-                   "steps": ctx.steps}, f)
+                   "steps": ctx.steps, "store_listen": listen}, f)
 ctx.print(f"done: world {ctx.world_size} rank_sum {ranks:g}")
 ctx.shutdown()
