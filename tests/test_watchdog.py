@@ -46,3 +46,22 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
     assert "distrain watchdog: rank 1" in console1 and 'mn_train.py", line' in console1 and "in <module>" in console1
     assert "distrain watchdog: rank 0" in console0 and "in backward" in console0
     print(f"hang detected and job down {elapsed:.1f}s after launch")
+
+
+def test_diagnose_names_the_rank_outside_torch() -> None:
+    from distrain.watchdog import diagnose
+
+    beats = {0: {"step": 3, "in_torch": True}, 1: {"step": 3, "in_torch": False}, 2: {"step": 3, "in_torch": True}}
+    assert diagnose(beats, set(), 3) == ([1], "is not in a collective while the others wait for it")
+    # a frozen process (heartbeat stopped) or a missing one wins over everything else
+    assert diagnose(beats, {2}, 4)[0] == [2, 3]
+    # everyone inside torch: a collective only some ranks called; name the ones furthest behind
+    beats = {0: {"step": 5, "in_torch": True}, 1: {"step": 4, "in_torch": True}}
+    assert diagnose(beats, set(), 2)[0] == [1]
+
+
+def test_bad_watchdog_value_is_one_line(tmp_path: Path) -> None:
+    from conftest import run
+
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "soon", SCRIPT], timeout=120)
+    assert res.returncode == 2 and res.stderr.strip() == "distrain run: error: --watchdog expects seconds (got 'soon')"

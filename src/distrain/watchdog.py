@@ -62,12 +62,11 @@ def nccl_debug_defaults(log_dir: str | None = None) -> None:
 
     Must run before the NCCL process group is created.  On a collective timeout NCCL's watchdog
     aborts the communicator and dumps the last collectives of every rank to
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` (read them with ``python -m torch.distributed.flight_recorder``).
+    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` (read them with torch's ``torchfrtrace``).
     """
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    os.environ.setdefault("TORCH_NCCL_DESYNC_DEBUG", "1")
     if log_dir:
         os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_"))
 
