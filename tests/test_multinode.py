@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -116,7 +117,7 @@ def test_wrong_iface_fails_fast(hosts2: Hosts) -> None:
         assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
         assert time.monotonic() - start < 60  # refused before any rendezvous wait
     # a master name that resolves to loopback on a non-master node would only talk to itself
-    res = subprocess.run(hosts2.cmd(1, RUN + ["--nnodes", "2", "--node-rank", "1", "--master-addr", "localhost", SCRIPT]),
+    res = subprocess.run(hosts2.cmd(1, RUN + ["--nnodes", "2", "--node-rank", "1", "--master-addr", socket.gethostname(), SCRIPT]),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "resolves to loopback 127.0.0.1 on this node" in res.stderr, res.stderr
     # the right interface named explicitly is accepted (dry run: nothing started)

@@ -135,6 +135,10 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
                 f"--iface {iface} ({address}) cannot reach {what} {host} ({target_ip}): this node routes it via {via}; "
                 f"use --iface {routed_iface} or leave --iface out"
             )
+    elif is_loopback(target_ip) and (is_loopback(host) or host == target_ip):
+        # "localhost" / 127.x named on purpose: every node of this job runs on this machine
+        iface, address = "lo", target_ip
+        warnings.append(f"{what} {host} is loopback: every node of this job must run on this machine")
     elif is_loopback(target_ip):
         outward = {n: a for n, a in table.items() if n != "lo" and not all(is_loopback(x) for x in a)}
         if static and node_rank == 0 and len(outward) == 1:
@@ -160,13 +164,18 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
                 raise UsageError(f"no interface of this node holds {address}, the address routing to {host}; use --iface")
             iface = routed
 
+    if static and node_rank == 0 and not is_loopback(target_ip) and _own_interface(target_ip, table) is None:
+        warnings.append(
+            f"{what} {host} ({target_ip}) is not an address of this node, yet node 0 hosts the store: "
+            "the other nodes reach it only if that address forwards here (NAT); otherwise run node 0 on that host"
+        )
     if _public(target_ip):
         warnings.append(
             f"{what} {host} is a public address: torch's store has no authentication, so keep its port "
             "firewalled (or use a private network)"
         )
     loop_name = _hostname_loopback()
-    if loop_name:
+    if loop_name and iface != "lo":
         warnings.append(
             f"this node's hostname {socket.gethostname()!r} resolves to {loop_name}; gloo/NCCL and the agent "
             f"would advertise loopback, so distrain pins them to {iface} ({address})"
@@ -182,9 +191,10 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
         store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
     elif args.rdzv_backend == "c10d":
         hosts = _own_interface(target_ip, table) is not None or (is_loopback(target_ip) and nodes <= 1)
-        if not _conf_has(args.rdzv_conf or "", "is_host"):
+        # several agents on one machine (loopback): torch's own try-host-then-client logic is right
+        if iface != "lo" and not _conf_has(args.rdzv_conf or "", "is_host"):
             args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, f"is_host={int(hosts)}"] if x)
-        store = "rendezvous store on this node" if hosts else f"rendezvous store on {host}"
+        store = "rendezvous store on this node" if hosts and iface != "lo" else f"rendezvous store on {host}"
     else:
         store = f"rendezvous via {args.rdzv_backend} at {host}"
     return NetworkChoice(iface, address, host, target_ip, port, store, warnings)
