@@ -120,9 +120,7 @@ def test_wrong_iface_fails_fast(hosts2: Hosts) -> None:
     res = subprocess.run(hosts2.cmd(1, RUN + ["--nnodes", "2", "--node-rank", "1", "--master-addr", socket.gethostname(), SCRIPT]),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "resolves to loopback 127.0.0.1 on this node" in res.stderr, res.stderr
-    # the right interface named explicitly is accepted (dry run: nothing started)
-    res = subprocess.run(hosts2.cmd(1, base + ["--iface", "eth0", "--dry-run", SCRIPT]), capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and "GLOO_SOCKET_IFNAME=eth0" in res.stdout and f"--local-addr {hosts2.addrs[1]}" in res.stdout, res.stderr
+
 
 
 # -- elastic membership ----------------------------------------------------------------------
