@@ -2,8 +2,9 @@
 # Build Horovod 0.28.1 (the last release) for the torch that is installed, with gloo + PyTorch.
 #
 # Why not `pip install horovod`: pip's isolated build cannot see the installed torch ("Could NOT
-# find Pytorch") and Horovod compiles with C++14 while torch >= 2.1 headers need C++17.  So: fetch
-# the sdist, switch both CMakeLists to C++17, and build without isolation.  ~3 min on 2 cores.
+# find Pytorch") and Horovod compiles with C++14 while torch >= 2.1 headers need C++17 (2.14: C++20).  So: fetch
+# the sdist, switch both CMakeLists to C++17 (C++20 for torch 2.14), and build without isolation.
+# ~3 min on 2 idle cores; much longer on a loaded machine.
 # Horovod stays optional: distrain imports and works without it.
 set -euo pipefail
 VERSION="${HOROVOD_VERSION:-0.28.1}"
@@ -20,9 +21,15 @@ trap 'rm -rf "$work"' EXIT
 "$PY" -m pip download -q --no-deps --no-binary :all: -d "$work" "horovod==$VERSION"
 tar -xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
 src="$work/horovod-$VERSION"
+# torch >= 2.1 headers need C++17; torch 2.14's need C++20 ("#error C++20 or later compatible
+# compiler is required to use PyTorch"): use what the installed headers ask for.
+torch_inc="$("$PY" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))')"
+std=17
+grep -rqs "C++20 or later" "$torch_inc/torch/csrc/api/include/torch/all.h" "$torch_inc/ATen/ATen.h" && std=20
+echo "building Horovod $VERSION with C++$std for torch $("$PY" -c 'import torch; print(torch.__version__)')"
 for f in "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"; do
-    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$f"
-    grep -q 'CMAKE_CXX_STANDARD 17' "$f" || { echo "could not switch $f to C++17" >&2; exit 1; }
+    sed -i "s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD $std)/" "$f"
+    grep -q "CMAKE_CXX_STANDARD $std" "$f" || { echo "could not switch $f to C++$std" >&2; exit 1; }
 done
 # A CUDA build of torch makes Horovod's torch module require the CUDA toolkit (headers, cudart).
 # Without a usable GPU build the CPU-only variant (gloo/MPI ops on CPU tensors), which is what a
