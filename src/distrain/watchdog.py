@@ -122,7 +122,7 @@ def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
     if alive:
         low = min(int(b["step"]) for b in alive.values())
         behind = sorted(r for r, b in alive.items() if int(b["step"]) == low)
-        outside = [r for r in behind if not b_in_torch(alive[r])]
+        outside = [r for r in behind if not _in_torch(alive[r])]
     else:
         behind, outside = [], []
     if dead:
@@ -132,7 +132,7 @@ def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
     return behind, "all wait inside torch (a collective only some ranks called?)"
 
 
-def b_in_torch(beat: dict[str, Any]) -> bool:
+def _in_torch(beat: dict[str, Any]) -> bool:
     """True when that heartbeat says the rank's main thread was inside torch."""
     return bool(beat.get("in_torch"))
 
