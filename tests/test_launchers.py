@@ -58,4 +58,10 @@ def test_horovodrun(tmp_path: Path) -> None:
     res = run([python(), "-m", "distrain.cli", "run", "--launcher", "horovodrun", "-n", "2", SCRIPT, "--out", str(out)], timeout=240)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "horovodrun --gloo -np 2 -H localhost:2" in res.stderr
-    _result(out, 2, "horovod")
+    _result(out, 2, "horovod")  # gloo mode: HOROVOD_RANK/SIZE, store address agreed through Horovod
+    # started directly; Horovod built with MPI runs mpirun underneath: the Open MPI environment applies
+    res = run(["horovodrun", "-np", "2", "-H", "localhost:2", python(), SCRIPT, "--out", str(out)], timeout=240)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    mode = "openmpi" if "[1,0]<stdout>" in res.stdout else "horovod"
+    result = _result(out, 2, mode)
+    assert all(r["threads"] >= 1 for r in result["ranks"])
