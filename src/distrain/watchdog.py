@@ -213,6 +213,9 @@ class Watchdog:
         return text, silent | {r for r in range(self.world_size) if r not in beats}
 
     def _abort(self, verdict: str, print_summary: bool) -> None:
+        # from here on the job is going down: when a peer exits first and the main thread's
+        # collective raises, the rank still ends with the watchdog's code, not a stray error
+        sys.excepthook = _exit_as_watchdog
         if print_summary:
             print(verdict, file=sys.stderr, flush=True)
         sys.stderr.write(f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n")
@@ -247,6 +250,10 @@ class Watchdog:
                 if self._stop.is_set():
                     return
                 time.sleep(self.poll)
+
+
+def _exit_as_watchdog(*_exc: Any) -> None:
+    os._exit(WATCHDOG_EXIT_CODE)
 
 
 def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
