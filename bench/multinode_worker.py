@@ -21,8 +21,8 @@ ctx = distrain.init(verbose=False, threads=1)  # one thread per process: one "de
 torch.manual_seed(0)
 model = ctx.prepare_model(nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(args.batch, 784)
-y = torch.randint(0, 10, (args.batch,))
+x = torch.randn(args.batch, 784).to(ctx.device)
+y = torch.randint(0, 10, (args.batch,)).to(ctx.device)
 for i in range(args.warmup + args.steps):
     if i == args.warmup:
         ctx.barrier()

@@ -43,6 +43,7 @@ if ctx.is_main:
                             "master": os.environ.get("MASTER_ADDR")}) + "\n")
 for _epoch in range(loader.epoch, args.epochs):
     for xb, yb in loader:
+        xb, yb = xb.to(ctx.device), yb.to(ctx.device)
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -31,7 +31,7 @@ model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 gen = torch.Generator().manual_seed(1000 + ctx.rank)
 for step in range(1, args.steps + 1):
-    x = torch.randn(8, 16, generator=gen)
+    x = torch.randn(8, 16, generator=gen).to(ctx.device)
     loss = F.cross_entropy(model(x), x[:, :4].argmax(1))
     opt.zero_grad()
     ctx.backward(loss)
