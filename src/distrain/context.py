@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from . import failure
+from . import failure, watchdog
 from .cluster import (
     ClusterEnvironment,
     ClusterError,
@@ -31,6 +31,7 @@ from .cluster import (
 )
 from .data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from .monitor import open_monitor
+from .multinode import store_listen_fd
 from .nn import convert_sync_batchnorm
 from .threads import choose_threads, usable_cores
 
@@ -80,6 +81,8 @@ def _restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.
     namespace.
     """
     is_master = env.rank() == 0 and not env.store_is_external()
+    # multi-node `distrain run`: listen only on the chosen interface, not on every one
+    listen_fd = store_listen_fd(env.master_addr(), env.master_port()) if is_master else None
     store = dist.TCPStore(
         env.master_addr(),
         env.master_port(),
@@ -87,6 +90,7 @@ def _restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.
         is_master=is_master,
         timeout=timeout,
         wait_for_workers=False,
+        **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
     )
     return dist.PrefixStore(f"distrain/attempt_{env.restart_count()}", store)
 
@@ -124,6 +128,9 @@ class Context:
         self._models: list[weakref.ref[nn.Module]] = []
         self._closed = False
         self._monitor: Any = None  # distrain.monitor.Monitor when a run directory is set
+        #: optimizer steps taken (the watchdog's measure of progress)
+        self.steps = 0
+        self._watchdog: Any = None
 
     # -- where am I -----------------------------------------------------------------------
     @property
@@ -295,6 +302,8 @@ class Context:
             self.scaler.update()
         else:
             optimizer.step()
+        self.steps += 1
+        watchdog.on_step(self, self.steps)
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         """Clip gradients (unscaling fp16 gradients first); returns the total norm."""
@@ -363,6 +372,8 @@ class Context:
         self._closed = True
         if self._monitor is not None:
             self._monitor.close()
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for ref in self._models:
             model = ref()
             if model is not None and hasattr(model, "reducer"):
@@ -385,6 +396,7 @@ def init(
     verbose: bool = True,
     exit_on_error: bool = True,
     run_dir: str | os.PathLike[str] | None = None,
+    watchdog_seconds: float | None = None,
 ) -> Context:
     """Find out how this process was launched, form the process group, and return the Context.
 
@@ -398,6 +410,8 @@ def init(
       :class:`DistrainError`.
     - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
       (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
+    - ``watchdog_seconds``: abort with every rank's stack when no step completes this long
+      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.watchdog`.
     Calling it again returns the same Context.
     """
     global _active
@@ -428,6 +442,8 @@ def init(
         # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
         if not isinstance(env, SingleProcessEnvironment):
             chosen_backend = backend or _default_backend(dev)
+            if chosen_backend == "nccl":
+                watchdog.nccl_debug_defaults(os.environ.get("DISTRAIN_LOG_DIR"))
             store = _restart_safe_store(env, timeout)
             dist.init_process_group(
                 chosen_backend,
@@ -440,6 +456,9 @@ def init(
         ctx = Context(env, dev, chosen_backend, precision, n_threads)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
         ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
+        bound = watchdog.watchdog_seconds(watchdog_seconds)
+        if bound is not None and ctx.distributed:
+            ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)
         _active = ctx
         atexit.register(ctx.shutdown)
         if verbose:

@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 
 from . import fastboot
 from .errors import UsageError, fail, raise_usage_errors
+from .launchers import LAUNCHERS, run_with_launcher
+from .multinode import NetworkChoice, plan_network
 from .threads import usable_cores
+
+#: exit code of ranks stopped by distrain.watchdog (kept here so the launcher need not import torch)
+WATCHDOG_EXIT_CODE = 124
 
 PROG = "distrain run"
 
@@ -42,6 +47,9 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--dry_run": False,
     "--run-dir": True,
     "--run_dir": True,
+    "--iface": True,
+    "--launcher": True,
+    "--watchdog": True,
 }
 
 
@@ -59,6 +67,11 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
     parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
+    parser.add_argument("--iface", default=None, help="network interface to the other nodes (default: the one routing to the master)")
+    parser.add_argument("--launcher", default="torchrun", choices=LAUNCHERS, help="process launcher (mpirun/horovodrun: one node)")
+    parser.add_argument(
+        "--watchdog", default=None, metavar="SECONDS", help="abort with every rank's stack when no rank makes progress this long"
+    )
 
     raise_usage_errors(parser)
     fastboot.extend_parser(parser)
@@ -97,6 +110,7 @@ class LaunchPlan:
 
     args: argparse.Namespace
     env: dict[str, str] = field(default_factory=dict)
+    network: NetworkChoice | None = None
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -166,13 +180,18 @@ def plan(argv: list[str]) -> LaunchPlan:
         # the agent substitutes ${local_rank} per worker, as torch.distributed.launch did
         args.training_script_args.append(f"--local_rank={macros.local_rank}")
 
+    network = plan_network(args, env, args.iface)
+    if args.watchdog is not None:
+        from .watchdog import parse_seconds
+
+        env["DISTRAIN_WATCHDOG"] = str(parse_seconds(args.watchdog, "--watchdog"))
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc))
     env["DISTRAIN_LAUNCHER"] = "distrain-run"
     if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
         env["DISTRAIN_RUN_DIR"] = os.path.abspath(args.run_dir or args.log_dir)
-    return LaunchPlan(args, env)
+    return LaunchPlan(args, env, network)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:
@@ -245,8 +264,10 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    # a rank that wrote an error file raised the root cause; the others only lost their peer
-    rank, first = min(failures.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
+    # a rank that wrote an error file raised the root cause; the others only lost their peer,
+    # and the launcher's own SIGTERM of the survivors is never the cause
+    causes = {r: f for r, f in failures.items() if int(f.exitcode) != -signal.SIGTERM} or failures
+    rank, first = min(causes.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
     code = int(first.exitcode)
     if code < 0:
         try:
@@ -254,9 +275,22 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
         except ValueError:
             name = f"signal {-code}"
         return 128 - code, f"rank {rank} (pid {first.pid}) was killed by {name}"
+    if code == WATCHDOG_EXIT_CODE:
+        return code, f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)"
     message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
     cause = f": {message}" if os.path.isfile(first.error_file) and message else ""
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
+
+
+def _print_network(launch: LaunchPlan) -> None:
+    choice = launch.network
+    assert choice is not None
+    a = launch.args
+    static = a.rdzv_backend == "static" and not a.rdzv_endpoint
+    node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
+    for warning in choice.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+    print(choice.summary(node), file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -268,6 +302,16 @@ def main(argv: list[str]) -> int:
         if started:
             fastboot.stop_server()
         fail(PROG, str(err), err.exit_code)
+    if launch.network is not None:
+        _print_network(launch)
+    if launch.args.dry_run and launch.args.launcher != "torchrun":
+        from .launchers import command_for
+
+        try:
+            print(shlex.join(command_for(launch.args, launch.env)))
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
+        return 0
     if launch.args.dry_run:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
@@ -280,6 +324,11 @@ def main(argv: list[str]) -> int:
 
 
 def _launch(launch: LaunchPlan) -> int:
+    if launch.args.launcher != "torchrun":
+        try:
+            return run_with_launcher(launch.args, launch.env)
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:

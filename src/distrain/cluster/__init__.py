@@ -7,16 +7,18 @@ The first environment whose ``detect()`` is true wins:
 3. torchrun / TorchElastic / ``distrain run`` (TORCHELASTIC_RUN_ID or RANK+WORLD_SIZE+LOCAL_RANK)
 4. Open MPI (OMPI_COMM_WORLD_*), covering ``mpirun`` and ``horovodrun``
 5. MPICH / Intel MPI (PMI_RANK, PMI_SIZE)
-6. SLURM ``srun`` (SLURM_PROCID, SLURM_NTASKS)
-7. a single plain process
+6. ``horovodrun --gloo`` (HOROVOD_RANK, HOROVOD_SIZE; in MPI mode horovodrun is mpirun: 4/5)
+7. SLURM ``srun`` (SLURM_PROCID, SLURM_NTASKS)
+8. a single plain process
 
-MPI comes before SLURM because ``mpirun`` inside a SLURM allocation inherits the batch step's
-SLURM_PROCID=0 on every rank, while the MPI variables are the truth.
+MPI and Horovod come before SLURM because ``mpirun``/``horovodrun`` inside a SLURM allocation
+inherit the batch step's SLURM_PROCID=0 on every rank, while their own variables are the truth.
 """
 
 from __future__ import annotations
 
 from .base import ClusterEnvironment, ClusterError
+from .horovod import HorovodEnvironment
 from .legacy_launch import LegacyLaunchEnvironment, pop_local_rank_arg, strip_launcher_argv
 from .mpi import MPICHEnvironment, OpenMPIEnvironment
 from .single import SingleProcessEnvironment
@@ -30,6 +32,7 @@ DETECTION_ORDER: tuple[type[ClusterEnvironment], ...] = (
     TorchElasticEnvironment,
     OpenMPIEnvironment,
     MPICHEnvironment,
+    HorovodEnvironment,
     SLURMEnvironment,
     SingleProcessEnvironment,
 )
@@ -49,6 +52,7 @@ __all__ = [
     "DETECTION_ORDER",
     "ClusterEnvironment",
     "ClusterError",
+    "HorovodEnvironment",
     "LegacyLaunchEnvironment",
     "MPICHEnvironment",
     "OpenMPIEnvironment",
