@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Run the GPU-only checks on a machine with a CUDA GPU (CI has none), then the CPU suite pinned to
-# two cores (as CI runs it) for a timing. Output goes to ${OUT:-/tmp/gpu-checks}.
+# The GPU-only checks, for a machine with a CUDA GPU (CI has none). Output: ${OUT:-/tmp/gpu-checks}.
+#   bash scripts/gpu-checks.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-checks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi -L | tee "$out/nvidia-smi.txt"
-python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.nccl.version())" | tee -a "$out/nvidia-smi.txt"
-gpu_tests=$(ls tests/test_gpu*.py)
-python3 -m pytest $gpu_tests -v -p no:cacheprovider -p no:benchmark 2>&1 | tee "$out/gpu-tests.log" | tail -30
-python3 -m distrain.cli doctor --json > "$out/doctor.json" 2>&1; echo "doctor exit $?"
-if [ "${CPU_SUITE:-1}" = 1 ]; then
-  CUDA_VISIBLE_DEVICES= taskset -c 0,1 python3 -m pytest -n 2 tests -q -p no:cacheprovider -p no:benchmark \
-    --durations=25 2>&1 | tee "$out/cpu-suite.log" | tail -45
-fi
+d() { python3 -m distrain.cli "$@"; }
+{
+  nvidia-smi -L
+  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+} 2>&1 | tee "$out/machine.txt"
+# pytest: GPU tests, plus the GPU cases of the checkpoint / monitor / doctor files
+python3 -m pytest -p no:cacheprovider -v tests/test_gpu.py tests/test_gpu_comm.py \
+  "tests/test_checkpoint.py::test_cuda_rng_and_model_round_trip" \
+  "tests/test_monitor.py::test_gpu_probe_reads_nvml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
+# the doctor on a GPU machine
+d doctor --expect-gpu 2>&1 | tee "$out/doctor.txt" | tail -40
+# fast (forked) start vs fresh interpreters on CUDA: bitwise equal?
+d run --gpus 0 examples/train_digits.py --epochs 2 --out /tmp/g-fast 2>&1 | tail -2
+d run --gpus 0 --start-method spawn examples/train_digits.py --epochs 2 --out /tmp/g-fresh 2>&1 | tail -2
+python3 -c "import torch;a=torch.load('/tmp/g-fast/model.pt',weights_only=True);b=torch.load('/tmp/g-fresh/model.pt',weights_only=True);print('fast == fresh on CUDA:', all(torch.equal(a[k],b[k]) for k in a))"
+# metrics with NVML columns
+d run -n 1 --run-dir /tmp/g-run examples/train_digits.py --epochs 3 --out /tmp/g-run/out >/dev/null 2>&1
+d top /tmp/g-run --once 2>&1 | tee "$out/top.txt"
+# checkpoint + resume on GPU (fp16 scaler state included)
+d run -n 1 examples/train_digits.py --amp --epochs 2 --checkpoint-dir /tmp/g-ck --checkpoint-every 10 --out /tmp/g-ck/out 2>&1 | tail -2
+d run -n 1 examples/train_digits.py --amp --epochs 3 --checkpoint-dir /tmp/g-ck --checkpoint-every 10 --out /tmp/g-ck/out 2>&1 | grep -i "resumed\|done"
+# scaling bench on one GPU
+d bench scaling --nproc 1 --epochs 2 --out /tmp/g-bench 2>&1 | tail -8
