@@ -82,6 +82,25 @@ def python() -> str:
     return sys.executable
 
 
+#: variables a launcher sets; a test's jobs must not inherit them from another test or the shell
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "MASTER_ADDR", "MASTER_PORT", "DISTRAIN_SPAWN", "DISTRAIN_LAUNCHER")
+LAUNCHER_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "SLURM_", "HOROVOD_")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment() -> object:
+    """Restore os.environ after every test (in-process tests call init(), which exports RANK…)
+    and start each test without launcher variables, so its subprocesses see only its own."""
+    saved = dict(os.environ)
+    for key in list(os.environ):
+        if key in LAUNCHER_VARS or key.startswith(LAUNCHER_PREFIXES):
+            del os.environ[key]
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def repo() -> Path:
     """The repository root."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as dt
+import gc
 import os
 import sys
 import weakref
@@ -376,13 +377,20 @@ class Context:
             self._watchdog.stop()
         for ref in self._models:
             model = ref()
-            if model is not None and hasattr(model, "reducer"):
+            if model is None:
+                continue
+            # Drop every DDP reference to the reducer and the group, so the group's C++ object
+            # (and its threads) is destroyed below, while Python is fully alive, instead of at
+            # interpreter teardown (where gloo aborts with "terminate called without an active
+            # exception" or deadlocks on the GIL).
+            for attr in ("reducer", "logger", "process_group"):
                 with contextlib.suppress(Exception):
-                    del model.reducer
+                    setattr(model, attr, None)
         self._models.clear()
         if dist.is_available() and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+        gc.collect()
         if _active is self:
             _active = None
 

@@ -37,7 +37,8 @@ def render(spec: JobSpec, cpus_per_node: int = 8) -> str:
         "",
         "set -euo pipefail",
         "# one distrain run (torchrun agent) per node; it starts the node's worker processes",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into exit 141
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "MASTER_PORT=${MASTER_PORT:-" + str(spec.port) + "}",
         "export MASTER_ADDR MASTER_PORT",
         "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05): pass it on",
