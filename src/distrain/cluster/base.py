@@ -110,3 +110,42 @@ class ClusterEnvironment(ABC):
             "node_rank": self.node_rank(),
             "num_nodes": self.num_nodes(),
         }
+
+
+class AgreedMasterEnvironment(ClusterEnvironment):
+    """Launchers that set no store address (mpirun, horovodrun --gloo): rank 0 proposes one.
+
+    MASTER_ADDR/MASTER_PORT win when both are set. Otherwise rank 0 proposes 127.0.0.1 on one
+    node (its routable address across nodes) and a free port, and the launcher's own channel
+    (``_broadcast``: mpi4py, Horovod) hands the proposal to every rank.
+    """
+
+    _master: tuple[str, int] | None = None
+
+    def _broadcast(self, proposal: tuple[str, int] | None) -> tuple[str, int]:
+        """Send rank 0's `proposal` to every rank; raise ClusterError naming what to set."""
+        raise NotImplementedError
+
+    def _agree(self) -> tuple[str, int]:
+        if self._master is not None:
+            return self._master
+        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+            self._master = (os.environ["MASTER_ADDR"], env_int("MASTER_PORT"))
+            return self._master
+        from ..net import free_port, host_address
+
+        proposal = None
+        if self.rank() == 0:
+            addr = "127.0.0.1" if self.local_world_size() == self.world_size() else host_address()
+            proposal = (addr, free_port("0.0.0.0"))
+        addr, port = self._broadcast(proposal)
+        self._master = (str(addr), int(port))
+        return self._master
+
+    def master_addr(self) -> str:
+        """MASTER_ADDR, or rank 0's address broadcast by the launcher's channel."""
+        return self._agree()[0]
+
+    def master_port(self) -> int:
+        """MASTER_PORT, or a free port chosen by rank 0 and broadcast by the launcher's channel."""
+        return self._agree()[1]

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 
-from ..net import free_port, host_address
-from .base import ClusterEnvironment, ClusterError, env_int
+from .base import AgreedMasterEnvironment, ClusterError, env_int
 
 
-class HorovodEnvironment(ClusterEnvironment):
+class HorovodEnvironment(AgreedMasterEnvironment):
     """Started by ``horovodrun`` in gloo mode."""
 
     name = "horovod"
-    _master: tuple[str, int] | None = None
 
     @classmethod
     def detect(cls) -> bool:
@@ -49,29 +47,10 @@ class HorovodEnvironment(ClusterEnvironment):
         """HOROVOD_CROSS_SIZE."""
         return env_int("HOROVOD_CROSS_SIZE", super().num_nodes())
 
-    def _agree(self) -> tuple[str, int]:
-        if self._master is not None:
-            return self._master
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            self._master = (os.environ["MASTER_ADDR"], env_int("MASTER_PORT"))
-            return self._master
+    def _broadcast(self, proposal: tuple[str, int] | None) -> tuple[str, int]:
         try:
             import horovod.torch as hvd
         except ImportError:
             raise ClusterError("horovod: HOROVOD_RANK is set but horovod.torch does not import; set MASTER_ADDR/MASTER_PORT") from None
         hvd.init()
-        proposal = None
-        if self.rank() == 0:
-            addr = "127.0.0.1" if self.local_world_size() == self.world_size() else host_address()
-            proposal = (addr, free_port("0.0.0.0"))
-        addr, port = hvd.broadcast_object(proposal, root_rank=0, name="distrain.master")
-        self._master = (str(addr), int(port))
-        return self._master
-
-    def master_addr(self) -> str:
-        """MASTER_ADDR, or rank 0's address broadcast through Horovod."""
-        return self._agree()[0]
-
-    def master_port(self) -> int:
-        """MASTER_PORT, or a free port on rank 0 broadcast through Horovod."""
-        return self._agree()[1]
+        return hvd.broadcast_object(proposal, root_rank=0, name="distrain.master")

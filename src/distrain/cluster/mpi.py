@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 
-from ..net import free_port, host_address
-from .base import ClusterEnvironment, ClusterError, env_int
+from .base import AgreedMasterEnvironment, ClusterError, env_int
 
 
-class _MPIEnvironment(ClusterEnvironment):
+class _MPIEnvironment(AgreedMasterEnvironment):
     """Shared logic: MASTER_ADDR/PORT from the environment, else agreed on through mpi4py."""
 
     _RANK = _SIZE = _LOCAL_RANK = _LOCAL_SIZE = ""
-    _master: tuple[str, int] | None = None
 
     @classmethod
     def detect(cls) -> bool:
@@ -37,12 +35,7 @@ class _MPIEnvironment(ClusterEnvironment):
             return env_int(self._LOCAL_SIZE)
         return env_int("LOCAL_WORLD_SIZE", self.world_size())
 
-    def _agree(self) -> tuple[str, int]:
-        if self._master is not None:
-            return self._master
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            self._master = (os.environ["MASTER_ADDR"], env_int("MASTER_PORT"))
-            return self._master
+    def _broadcast(self, proposal: tuple[str, int] | None) -> tuple[str, int]:
         try:
             from mpi4py import MPI
         except ImportError:
@@ -50,22 +43,7 @@ class _MPIEnvironment(ClusterEnvironment):
                 f"{self.name}: set MASTER_ADDR and MASTER_PORT (e.g. mpirun -x MASTER_ADDR=<rank 0 host>"
                 " -x MASTER_PORT=29500 ...) or pip install mpi4py so the ranks can agree on them"
             ) from None
-        single_node = self.local_world_size() == self.world_size()
-        proposal = None
-        if self.rank() == 0:
-            addr = "127.0.0.1" if single_node else host_address()
-            proposal = (addr, free_port("0.0.0.0"))
-        addr, port = MPI.COMM_WORLD.bcast(proposal, root=0)
-        self._master = (str(addr), int(port))
-        return self._master
-
-    def master_addr(self) -> str:
-        """MASTER_ADDR, or rank 0's address agreed through mpi4py."""
-        return self._agree()[0]
-
-    def master_port(self) -> int:
-        """MASTER_PORT, or a free port chosen by rank 0 and broadcast through mpi4py."""
-        return self._agree()[1]
+        return MPI.COMM_WORLD.bcast(proposal, root=0)
 
 
 class OpenMPIEnvironment(_MPIEnvironment):
