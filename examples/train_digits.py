@@ -93,7 +93,7 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
         ctx.backward(loss)
         ctx.step(opt)
         sched.step()
-        if samples == 0 and os.environ.get("DISTRAIN_FIRST_STEP_FILE"):  # for bench/: launch → first step
+        if samples == 0 and os.environ.get("DISTRAIN_FIRST_STEP_FILE"):  # for benchmarks/: launch → first step
             with open(os.environ["DISTRAIN_FIRST_STEP_FILE"], "a") as f:
                 f.write(f"{ctx.rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()}\n")
         samples += len(xb) * ctx.world_size

@@ -124,7 +124,7 @@ params = [q for q in model.parameters() if q.requires_grad]
 opt = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-5)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train_loader), eta_min=lr * 0.01)
 
-# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position (distrain.checkpoint)
+# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position (distrain.train.checkpoint)
 ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1) if args.checkpoint_dir else None
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_loader).step if ckpt else 0
 if step:

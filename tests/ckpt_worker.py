@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import distrain
-import distrain.checkpoint as ckpt_mod
+import distrain.train.checkpoint as ckpt_mod
 
 p = argparse.ArgumentParser()
 p.add_argument("--dir", default=None)

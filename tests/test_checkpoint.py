@@ -205,7 +205,7 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("kind", list(CORRUPTIONS))
 def test_corrupt_newest_falls_back_to_previous(kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from distrain.checkpoint import find_latest_valid
+    from distrain.train.checkpoint import find_latest_valid
 
     corrupt, message = CORRUPTIONS[kind]
     newest = three_checkpoints / "step_00000016"
@@ -228,7 +228,7 @@ def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_p
     assert not stray.exists()
     assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 24
     assert (d / "latest").read_text().strip() == "step_00000024"  # the bad step 16 was replaced by a good one
-    from distrain.checkpoint import verify
+    from distrain.train.checkpoint import verify
 
     assert verify(str(d / "step_00000016")) is None
 
@@ -245,7 +245,7 @@ def test_pickled_object_is_refused(three_checkpoints: Path, tmp_path: Path) -> N
     """A checkpoint whose payload needs unpickling a class is refused, even with valid checksums."""
     import json
 
-    from distrain.checkpoint import CheckpointError, file_sha256, load_file
+    from distrain.train.checkpoint import CheckpointError, file_sha256, load_file
 
     d = three_checkpoints / "step_00000016"
     state = torch.load(d / "shared.pt", weights_only=True)
@@ -322,7 +322,7 @@ def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_cuda_rng_and_model_round_trip(tmp_path: Path) -> None:
     """GPU: CUDA RNG states are saved and restored; a CUDA model and optimizer resume exactly."""
-    from distrain.checkpoint import rng_state, set_rng_state
+    from distrain.train.checkpoint import rng_state, set_rng_state
 
     torch.cuda.manual_seed_all(1)
     torch.randn(3, device="cuda")

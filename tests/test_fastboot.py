@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import EXAMPLES, REPO, python, run
 
-from distrain.comm_hooks import parse_hook
+from distrain.train.comm_hooks import parse_hook
 
 SCRIPTS = REPO / "tests" / "fastboot_scripts"
 FALLBACK_LINE = "running workers in fresh interpreters instead"

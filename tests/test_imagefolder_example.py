@@ -54,7 +54,7 @@ def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bo
     assert list((out / "tb").glob("events.out.tfevents.*"))
     state = torch.load(out / "model.pt", weights_only=True)
     assert state["fc.weight"].shape == (3, 512)
-    assert (tmp_path / "ckpt" / "latest").read_text().strip().startswith("step_")  # distrain.checkpoint
+    assert (tmp_path / "ckpt" / "latest").read_text().strip().startswith("step_")  # distrain.train.checkpoint
 
 
 @pytest.mark.timeout(300)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import EXAMPLES, REPO, kill_group, python, run
 
-from distrain.launch import plan
+from distrain.launch.plan import plan
 from distrain.monitor import Monitor, open_monitor, rank_file
 from distrain.monitor.probes import GPUProbe
 from distrain.monitor.status import Thresholds, job_status

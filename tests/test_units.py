@@ -10,9 +10,9 @@ from distrain.cluster import (
     expand_nodelist,
     pop_local_rank_arg,
 )
-from distrain.data import GlobalBatchSampler, ShardedEvalSampler
-from distrain.launch import split_argv
-from distrain.threads import choose_threads
+from distrain.train.data import GlobalBatchSampler, ShardedEvalSampler
+from distrain.launch.plan import split_argv
+from distrain.runtime.threads import choose_threads
 
 
 def test_expand_nodelist() -> None:
@@ -94,7 +94,7 @@ def test_split_argv_keeps_script_args() -> None:
 def test_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DISTRAIN_NUM_THREADS", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun's blanket default: not a choice
-    monkeypatch.setattr("distrain.threads.usable_cores", lambda: 64)
+    monkeypatch.setattr("distrain.contract.usable_cores", lambda: 64)
     assert choose_threads(2) == 32
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert choose_threads(2) == 4

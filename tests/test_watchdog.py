@@ -49,7 +49,7 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
 
 
 def test_diagnose_names_the_rank_outside_torch() -> None:
-    from distrain.watchdog import diagnose
+    from distrain.train.watchdog import diagnose
 
     beats = {0: {"step": 3, "in_torch": True}, 1: {"step": 3, "in_torch": False}, 2: {"step": 3, "in_torch": True}}
     assert diagnose(beats, set(), 3) == ([1], "is not in a collective while the others wait for it")

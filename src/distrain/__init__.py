@@ -14,29 +14,32 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
-from .spawn import spawn  # torch-free until called; eager so `distrain.spawn` stays the function
+from .errors import DistrainError
+from .launch.spawn import (
+    spawn,  # torch-free until called; eager so `distrain.spawn` stays the function
+)
 
 __version__ = "0.1.0"
 
 # `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
-# user's argparse sees it (ctx.local_rank has the value).  (fastboot.run_script repeats this in
+# user's argparse sees it (ctx.local_rank has the value).  (runtime/forked.py repeats this in
 # workers forked from a server that imported distrain before the worker's argv existed.)
 strip_launcher_argv()
 
 # The torch-importing parts load on first use (PEP 562): `distrain run` must be able to start
-# its preloading fork server before this process pays for `import torch` (see fastboot.py).
+# its preloading fork server before this process pays for `import torch` (see launch/forkserver.py).
 _LAZY: dict[str, str] = {
-    "Context": ".context",
-    "DistrainError": ".context",
-    "current": ".context",
-    "init": ".context",
-    "CPUSyncBatchNorm": ".nn",
-    "convert_sync_batchnorm": ".nn",
+    "Context": ".runtime.context",
+    "current": ".runtime.context",
+    "init": ".runtime.init",
+    "CPUSyncBatchNorm": ".train.nn",
+    "convert_sync_batchnorm": ".train.nn",
 }
 
 if TYPE_CHECKING:
-    from .context import Context, DistrainError, current, init
-    from .nn import CPUSyncBatchNorm, convert_sync_batchnorm
+    from .runtime.context import Context, current
+    from .runtime.init import init
+    from .train.nn import CPUSyncBatchNorm, convert_sync_batchnorm
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,7 @@ from . import __version__
 
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("distrain.launch", "launch a training script on N processes / GPUs / nodes"),
+    "run": ("distrain.launch.cli", "launch a training script on N processes / GPUs / nodes"),
     "doctor": ("distrain.doctor.cli", "check this machine (and every rank) and explain what is wrong"),
     "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)"),
     "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),

@@ -7,6 +7,10 @@ import sys
 from typing import NoReturn
 
 
+class DistrainError(RuntimeError):
+    """A set-up problem in a worker with a one-line explanation (printed without a traceback)."""
+
+
 class UsageError(Exception):
     """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
 

@@ -329,7 +329,7 @@ def main(argv: list[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     if world is not None:
         return _worker(args, ops, size_list)
-    from ..selflaunch import relaunch
+    from ..launch.relaunch import relaunch
 
     return relaunch("distrain.bench.comm", argv, args.nproc)
 

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..contract import usable_cores
 from ..errors import UsageError, fail, raise_usage_errors
-from ..threads import usable_cores
 from . import report, runner, summary
 
 PROG = "distrain bench scaling"

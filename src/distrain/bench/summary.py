@@ -17,7 +17,7 @@ import statistics
 from datetime import datetime, timezone
 from typing import Any
 
-from ..threads import usable_cores
+from ..contract import usable_cores
 
 
 def run_stats(run: dict[str, Any]) -> dict[str, Any]:

@@ -78,6 +78,14 @@ class ClusterEnvironment(ABC):
         """True when the store at MASTER_ADDR:MASTER_PORT is hosted by the launcher, not rank 0."""
         return False
 
+    def forms_process_group(self) -> bool:
+        """True when a launcher started this process: init() forms a group, even of one process."""
+        return True
+
+    def check_devices(self, gpus_visible: int) -> None:
+        """Raise ClusterError when the launcher's task layout cannot use `gpus_visible` GPUs."""
+        return None  # most launchers start exactly the processes asked for
+
     def validate(self) -> None:
         """Raise ClusterError when the values are inconsistent."""
         world, rank = self.world_size(), self.rank()

@@ -31,6 +31,10 @@ class SingleProcessEnvironment(ClusterEnvironment):
         """1."""
         return 1
 
+    def forms_process_group(self) -> bool:
+        """A plain `python train.py` has no process group."""
+        return False
+
     def master_port(self) -> int:
         """Unused with one process."""
         return 0

@@ -110,9 +110,9 @@ class SLURMEnvironment(ClusterEnvironment):
         job_id = env_int("SLURM_JOB_ID", 0)
         return 15000 + job_id % 20000
 
-    def check_devices(self, devices_per_node: int) -> None:
+    def check_devices(self, gpus_visible: int) -> None:
         """Fail when tasks per node do not match the devices used (the usual sbatch mistake)."""
-        tasks = self.local_world_size()
+        tasks, devices_per_node = self.local_world_size(), gpus_visible
         if devices_per_node and tasks != devices_per_node:
             raise ClusterError(
                 f"slurm: {tasks} tasks per node but {devices_per_node} GPUs per node are used; "

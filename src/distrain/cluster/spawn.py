@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ..contract import SPAWN as SPAWN_MARKER
 from .base import ClusterEnvironment, env_int
-
-SPAWN_MARKER = "DISTRAIN_SPAWN"
 
 
 class SpawnEnvironment(ClusterEnvironment):

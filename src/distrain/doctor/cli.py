@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     if args.nproc is not None and not args.local:
-        from ..selflaunch import relaunch
+        from ..launch.relaunch import relaunch
 
         return relaunch("distrain.doctor", argv, args.nproc)
     checks = run_checks(opts)

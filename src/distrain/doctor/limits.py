@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import resource
 
-from ..threads import usable_cores
+from ..contract import usable_cores
 from .check import Check
 
 GROUP = "limits"

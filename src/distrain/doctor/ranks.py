@@ -212,7 +212,7 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
 
     from ..bench.comm import measure
     from ..cluster import detect_environment
-    from ..context import _restart_safe_store
+    from ..runtime.store import restart_safe_store
 
     env = detect_environment()
     rank, world = env.rank(), env.world_size()
@@ -223,7 +223,7 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     ranks_doc: dict[str, Any] = {"world_size": world, "timeout_s": timeout, "ranks": [], "measurements": {}}
     checks: list[Check] = []
     try:
-        store = _restart_safe_store(env, bound)
+        store = restart_safe_store(env, bound)
     except Exception as err:
         print(f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
               f"within {timeout:g} s ({type(err).__name__})", file=sys.stderr)

@@ -1,0 +1,127 @@
+"""What passes between the `distrain run` process and its workers: names, codes, small parsers.
+
+Both sides import this module and nothing of each other: the launcher (``distrain.launch``)
+writes these environment variables and reads these exit codes; every worker
+(``distrain.runtime``, ``distrain.train``) reads the variables and exits with the codes.  It
+imports no torch, so the launcher can start (and start its fork server) before paying for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UsageError
+
+# -- environment variables set by the launcher, read by the workers -------------------------------
+#: which distrain launcher started the job ("distrain-run")
+LAUNCHER = "DISTRAIN_LAUNCHER"
+#: where ctx.log() writes per-rank metrics and TensorBoard events (distrain run --run-dir)
+RUN_DIR = "DISTRAIN_RUN_DIR"
+#: torchrun's --log-dir as the workers see it (NCCL flight-recorder dumps go there)
+LOG_DIR = "DISTRAIN_LOG_DIR"
+#: seconds without a step before the watchdog aborts the job (distrain run --watchdog)
+WATCHDOG = "DISTRAIN_WATCHDOG"
+#: collective timeout once training runs, in seconds
+TRAIN_TIMEOUT = "DISTRAIN_TRAIN_TIMEOUT"
+#: the one address rank 0's store listens on (the interface distrain run chose)
+BIND_ADDR = "DISTRAIN_BIND_ADDR"
+#: CPU threads per worker, overriding the cores ÷ processes split
+NUM_THREADS = "DISTRAIN_NUM_THREADS"
+#: device override for init() ("cpu", "cuda:1", ...)
+DEVICE = "DISTRAIN_DEVICE"
+#: the script's top-level imports, preloaded by the fork server
+PRELOAD = "DISTRAIN_PRELOAD"
+#: set in processes started by distrain.spawn
+SPAWN = "DISTRAIN_SPAWN"
+#: torch: give workers their own store instead of sharing the agent's (restarts; pytorch#135712)
+NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: torch: how many times the agent restarted this worker group
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+#: torch: where a worker writes its root-cause error for the agent
+ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+
+# -- exit codes ----------------------------------------------------------------------------------
+#: every rank's exit code when the watchdog aborts a job (as timeout(1) does)
+WATCHDOG_EXIT_CODE = 124
+#: exit code of a usage error on the command line
+USAGE_EXIT_CODE = 2
+
+
+def signal_exit_code(signum: int) -> int:
+    """The conventional 128 + N a shell reports for a process ended by signal N."""
+    return 128 + int(signum)
+
+
+# -- threads -------------------------------------------------------------------------------------
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, which containers and mpirun narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_process(local_world_size: int) -> int:
+    """Cores divided evenly among the processes of this node, at least 1."""
+    return max(1, usable_cores() // max(1, local_world_size))
+
+
+# -- parsing -------------------------------------------------------------------------------------
+def parse_seconds(text: str, what: str) -> float:
+    """A positive number of seconds; bad input raises UsageError with `what` in the message."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what} expects seconds (got {text!r})") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds (got {text!r})")
+    return value
+
+
+def env_seconds(name: str) -> float | None:
+    """A positive number of seconds from environment variable `name`, else None (unset or bad)."""
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+# -- the fork-server entrypoint ------------------------------------------------------------------
+@dataclass
+class ForkJob:
+    """What a forked worker needs beyond its argv: the script and the launcher's environment."""
+
+    script: str
+    env: dict[str, str] = field(default_factory=dict)
+    #: where a worker records that the script needs fresh interpreters (None: no fallback)
+    fallback_dir: str | None = None
+    #: the script imports distrain at top level (whose import strips a legacy --local-rank)
+    imports_distrain: bool = False
+
+
+class WorkerEntrypoint:
+    """A worker function named by module and attribute: picklable without importing it here.
+
+    The launcher hands torch's elastic agent ``WorkerEntrypoint(FORKED_WORKER, "run_script")``;
+    the worker imports the module when it is called, so neither side imports the other.
+    """
+
+    def __init__(self, module: str, function: str) -> None:
+        self.module = module
+        self.function = function
+        # torch's agent names the entrypoint in its logs by these
+        self.__name__ = self.__qualname__ = function
+
+    def __call__(self, *args: Any) -> Any:
+        """Import the worker module and call the function with `args`."""
+        return getattr(importlib.import_module(self.module), self.function)(*args)
+
+
+#: the worker module a forked worker runs (runtime/forked.py) and the one the server preloads
+FORKED_WORKER = "distrain.runtime.forked"
+PRELOAD_MODULE = "distrain.runtime.preload"

@@ -1,0 +1,116 @@
+"""`distrain run`: torchrun's elastic agent with the sharp edges removed.
+
+The launch itself is torch's: the arguments are parsed by ``torch.distributed.run``'s own
+parser and handed to ``torch.distributed.run.run``.  distrain adds:
+
+- script arguments are split off *before* parsing, so ``train.py --n 5`` or ``--log x`` never
+  trips torchrun's "ambiguous option" prefix matching, and no launcher flag is abbreviated;
+- ``-n/--nproc N|auto``, ``--gpus 0,3``, ``--legacy-local-rank``, ``--dry-run``;
+- on one node a free port is always used (c10d rendezvous on port 0) unless one is named, and a
+  named port that is busy is a one-line error instead of an ``Address already in use`` trace;
+- ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: workers get their own store instead of sharing the
+  agent's, which makes restarts and late-joining nodes reliable (pytorch#135712);
+- ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
+- the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
+- ``--start-method fast`` (default): workers are forked from a server that imported torch while
+  the launcher was starting, instead of each paying for ``import torch`` (see launch/forkserver.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+
+from ..contract import WATCHDOG_EXIT_CODE, signal_exit_code
+from ..errors import UsageError, fail
+from . import forkserver
+from .mpi import run_with_launcher
+from .plan import PROG, LaunchPlan, plan
+
+
+def _exit_code_of(err: BaseException) -> tuple[int, str]:
+    failures = getattr(err, "failures", {}) or {}
+    if not failures:
+        return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    # a rank that wrote an error file raised the root cause; the others only lost their peer,
+    # and the launcher's own SIGTERM of the survivors is never the cause
+    causes = {r: f for r, f in failures.items() if int(f.exitcode) != -signal.SIGTERM} or failures
+    rank, first = min(causes.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
+    code = int(first.exitcode)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return signal_exit_code(-code), f"rank {rank} (pid {first.pid}) was killed by {name}"
+    if code == WATCHDOG_EXIT_CODE:
+        return code, f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)"
+    message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
+    cause = f": {message}" if os.path.isfile(first.error_file) and message else ""
+    return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
+
+
+def _print_network(launch: LaunchPlan) -> None:
+    choice = launch.network
+    assert choice is not None
+    a = launch.args
+    static = a.rdzv_backend == "static" and not a.rdzv_endpoint
+    node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
+    for warning in choice.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+    print(choice.summary(node), file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `distrain run`; returns the job's exit code."""
+    started = forkserver.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
+    try:
+        launch = plan(argv)
+    except UsageError as err:
+        if started:
+            forkserver.stop_server()
+        fail(PROG, str(err), err.exit_code)
+    if launch.network is not None:
+        _print_network(launch)
+    if launch.args.dry_run and launch.args.launcher != "torchrun":
+        from .mpi import command_for
+
+        try:
+            print(shlex.join(command_for(launch.args, launch.env)))
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
+        return 0
+    if launch.args.dry_run:
+        env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+        print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
+        return 0
+    os.environ.update(launch.env)
+    try:
+        return _launch(launch)
+    finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
+        forkserver.stop_server()
+
+
+def _launch(launch: LaunchPlan) -> int:
+    if launch.args.launcher != "torchrun":
+        try:
+            return run_with_launcher(launch.args, launch.env)
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    try:
+        forkserver.run(launch.args)
+    except ChildFailedError as err:
+        code, summary = _exit_code_of(err)
+        print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # rendezvous/store errors: one line, not torch's trace
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
+        return 1
+    return 0

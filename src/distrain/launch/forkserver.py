@@ -1,0 +1,209 @@
+"""Fast worker start for `distrain run`: fork workers from a server that already imported torch.
+
+A torchrun worker is a fresh interpreter that pays for ``import torch`` (~2 s here), the first
+optimizer's lazy ``import torch._dynamo`` (~1.5 s) and the script's own imports — every worker,
+on every start and every restart.  ``--start-method fast`` (the default) instead:
+
+1. starts Python's multiprocessing fork server at the very beginning of `distrain run`, before
+   the launcher imports torch itself, preloading torch, ``torch._dynamo``, distrain and the
+   script's top-level imports (:mod:`distrain.runtime.preload`), so both imports overlap;
+2. hands torch's elastic agent a *callable* entrypoint (:func:`distrain.runtime.forked.run_script`, named by a
+   :class:`~distrain.contract.WorkerEntrypoint`) with
+   ``LaunchConfig.start_method = "forkserver"``: the agent's rendezvous, restarts, environment
+   (RANK, …), log redirection and error files are unchanged; each worker is forked from the warm
+   server and runs the script with ``runpy.run_path(script, run_name="__main__")``;
+3. falls back to a fresh interpreter, saying so once, when the script cannot run this way:
+   statically for ``-m``/``--no-python``/``--run-path`` or a file that is not Python source, and
+   at run time when the script raises an exception in a forked worker *before* it formed the
+   process group (then that worker reruns it in a fresh interpreter, which the other ranks still
+   meet at ``init_process_group``).
+
+``--start-method spawn`` is torchrun's normal path (fresh interpreters), ``forkserver`` is the
+fork server without fallback, ``fork`` forks workers from the launcher itself (which hosts the
+rendezvous store's threads: use with care).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+
+from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
+
+PROG = "distrain run"
+START_METHODS = ("fast", "spawn", "fork", "forkserver")
+#: options after which the script is not a Python file distrain can fork
+_FRESH_ONLY_FLAGS = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path"}
+_NO_LAUNCH_FLAGS = {"-h", "--help", "--dry-run", "--dry_run"}
+
+
+# -- launcher side ----------------------------------------------------------------------------
+def extend_parser(parser: argparse.ArgumentParser) -> None:
+    """Give torchrun's ``--start-method`` distrain's choices and the fast default."""
+    for action in parser._actions:
+        if action.dest == "start_method":
+            action.choices = START_METHODS
+            action.default = "fast"
+            action.help = (
+                "how workers start: fast (fork from a preloaded server, fresh interpreter as fallback; "
+                "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
+            )
+
+
+def _script_from_argv(argv: list[str]) -> str | None:
+    """The script `argv` would run with the fast path, found without importing torch; else None."""
+    for i, tok in enumerate(argv):
+        name = tok.split("=", 1)[0]
+        if name in _FRESH_ONLY_FLAGS or name in _NO_LAUNCH_FLAGS:
+            return None
+        if name in ("--start-method", "--start_method"):
+            value = tok.split("=", 1)[1] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value not in ("fast", "forkserver"):
+                return None
+        if tok.endswith(".py") and os.path.isfile(tok):
+            return tok
+    return None
+
+
+def top_level_imports(script: str) -> list[str]:
+    """Absolute modules `script` imports at module level, minus its own neighbours (user code)."""
+    try:
+        with open(script, "rb") as f:
+            tree = ast.parse(f.read(), filename=script)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
+            names.append(node.module)
+    here = os.path.dirname(os.path.abspath(script))
+    keep: list[str] = []
+    for name in dict.fromkeys(names):
+        try:
+            spec = importlib.util.find_spec(name.split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None) or ""
+        # modules beside the script are the user's own: they may read argv or start work
+        if spec is not None and not os.path.abspath(origin).startswith(here + os.sep):
+            keep.append(name)
+    return keep
+
+
+def start_server(script: str) -> None:
+    """Start the preloading fork server now, so its imports overlap the launcher's own."""
+    import multiprocessing.forkserver as forkserver
+
+    os.environ[PRELOAD] = ",".join(top_level_imports(script))
+    try:
+        forkserver.set_forkserver_preload([PRELOAD_MODULE])
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(PRELOAD, None)
+
+
+def early_start(argv: list[str]) -> bool:
+    """Start the fork server if `argv` looks like a fast-path launch (a guess; run() decides)."""
+    script = _script_from_argv(argv)
+    if script is None:
+        return False
+    start_server(script)
+    return True
+
+
+def stop_server() -> None:
+    """Stop a fork server started by this process (bad arguments found after early_start)."""
+    import multiprocessing.forkserver as forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # no public accessor
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def fresh_reason(args: argparse.Namespace) -> str | None:
+    """Why this launch cannot fork its workers (None when it can)."""
+    if args.module:
+        return "-m runs a module"
+    if args.no_python:
+        return "--no-python runs a program"
+    if args.run_path:
+        return "--run-path asks for torch's own runpy entrypoint"
+    try:
+        with open(args.training_script, "rb") as f:
+            compile(f.read(), args.training_script, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError) as err:
+        return f"{args.training_script} is not Python source distrain can fork ({type(err).__name__})"
+    return None
+
+
+def run(args: argparse.Namespace) -> None:
+    """torch.distributed.run.run(args), with forked workers unless the start method is spawn."""
+    import uuid
+
+    import torch.multiprocessing
+    from torch.distributed import run as torchrun
+    from torch.distributed.launcher.api import elastic_launch
+
+    method = args.start_method
+    if method == "fast":
+        reason = fresh_reason(args)
+        if reason:
+            print(f"{PROG}: {reason}; starting workers in fresh interpreters", file=sys.stderr, flush=True)
+            method = "spawn"
+    if method == "spawn":
+        args.start_method = "spawn"
+        torchrun.run(args)
+        return
+
+    # the rendezvous defaults of torch.distributed.run.run(), which we cannot call with a callable
+    torch.multiprocessing._set_thread_name("pt_elastic")
+    if args.standalone:
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None:
+        if torchrun.parse_min_max_nnodes(args.nnodes)[1] == 1:
+            args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = 29500
+    args.run_path = True  # torch's callable-entrypoint mode: cmd_args = [script, *script args]
+    config, _, cmd_args = torchrun.config_from_args(args)
+    config.start_method = "fork" if method == "fork" else "forkserver"
+    if method != "fork":
+        start_server(cmd_args[0])  # no-op when early_start() already did it
+    env = dict(os.environ)
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
+    imports = top_level_imports(cmd_args[0])
+    # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
+    job = ForkJob(cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
+    try:
+        elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(job, *cmd_args[1:])
+    finally:
+        if fallback_dir:
+            shutil.rmtree(fallback_dir, ignore_errors=True)
+
+
+class _QuietWorkerExit(logging.Filter):
+    """Drop the agent's traceback of *our* ProcessExitedException when a forked worker fails.
+
+    The worker already printed its own traceback (as a fresh interpreter would); the agent's
+    second one only shows torch.multiprocessing internals.  The one-line message stays.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and type(record.exc_info[1]).__name__ == "ProcessExitedException":
+            record.exc_info, record.exc_text = None, None
+        return True

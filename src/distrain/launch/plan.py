@@ -1,0 +1,245 @@
+"""Planning a `distrain run`: split and parse the arguments, resolve processes, ports and network.
+
+torchrun's own parser (``torch.distributed.run.get_args_parser``) reads the launcher flags;
+distrain's flags are added to it.  The result is a :class:`LaunchPlan`: torchrun's namespace
+plus the environment distrain adds for the workers (see :mod:`distrain.contract`).
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
+from ..errors import UsageError, raise_usage_errors
+from . import forkserver
+from .mpi import LAUNCHERS
+from .network import NetworkChoice, plan_network
+
+PROG = "distrain run"
+
+#: distrain's own options: name → takes a value
+_OWN_OPTIONS: dict[str, bool] = {
+    "-n": True,
+    "--nproc": True,
+    "--gpus": True,
+    "--legacy-local-rank": False,
+    "--legacy_local_rank": False,
+    "--dry-run": False,
+    "--dry_run": False,
+    "--run-dir": True,
+    "--run_dir": True,
+    "--iface": True,
+    "--launcher": True,
+    "--watchdog": True,
+}
+
+
+def _torchrun_parser() -> argparse.ArgumentParser:
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = PROG
+    parser.allow_abbrev = False
+    parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
+    parser.add_argument("-n", "--nproc", default=None, help="processes per node: an integer or 'auto' (GPUs, else CPU cores)")
+    parser.add_argument("--gpus", default=None, help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)")
+    parser.add_argument(
+        "--legacy-local-rank", "--legacy_local_rank", action="store_true", help="pass --local_rank=N to the script, for old scripts"
+    )
+    parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
+    parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
+    parser.add_argument("--iface", default=None, help="network interface to the other nodes (default: the one routing to the master)")
+    parser.add_argument("--launcher", default="torchrun", choices=LAUNCHERS, help="process launcher (mpirun/horovodrun: one node)")
+    parser.add_argument(
+        "--watchdog", default=None, metavar="SECONDS", help="abort with every rank's stack when no rank makes progress this long"
+    )
+
+    raise_usage_errors(parser)
+    forkserver.extend_parser(parser)
+    return parser
+
+
+def _option_table(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    table = dict(_OWN_OPTIONS)
+    for action in parser._actions:
+        for opt in action.option_strings:
+            table[opt] = action.nargs != 0
+    return table
+
+
+def split_argv(argv: list[str], options: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """Split into launcher arguments and [script, *script_args] at the first non-option token."""
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return argv[:i], argv[i + 1 :]
+        if not tok.startswith("-") or tok == "-":
+            return argv[:i], argv[i:]
+        name = tok.split("=", 1)[0]
+        if name not in options:
+            raise UsageError(f"unknown option {name} (see distrain run --help; script options go after the script)")
+        if options[name] and "=" not in tok:
+            i += 1
+        i += 1
+    return argv, []
+
+
+@dataclass
+class LaunchPlan:
+    """What `distrain run` decided: torchrun's parsed args plus the environment it adds."""
+
+    args: argparse.Namespace
+    env: dict[str, str] = field(default_factory=dict)
+    network: NetworkChoice | None = None
+
+    def torchrun_command(self) -> list[str]:
+        """The equivalent `torchrun` command line."""
+        a = self.args
+        cmd = ["torchrun", "--nnodes", str(a.nnodes), "--nproc-per-node", str(a.nproc_per_node)]
+        if a.rdzv_backend != "static" or a.rdzv_endpoint:
+            cmd += ["--rdzv-backend", a.rdzv_backend, "--rdzv-endpoint", a.rdzv_endpoint, "--rdzv-id", a.rdzv_id]
+            if a.rdzv_conf:
+                cmd += ["--rdzv-conf", a.rdzv_conf]
+        else:
+            cmd += ["--node-rank", str(a.node_rank), "--master-addr", a.master_addr]
+            if a.master_port is not None:
+                cmd += ["--master-port", str(a.master_port)]
+        if a.standalone:
+            cmd.append("--standalone")
+        if int(a.max_restarts):
+            cmd += ["--max-restarts", str(a.max_restarts)]
+        if a.log_dir:
+            cmd += ["--log-dir", a.log_dir]
+        if a.local_addr:
+            cmd += ["--local-addr", a.local_addr]
+        if a.module:
+            cmd.append("-m")
+        if a.no_python:
+            cmd.append("--no-python")
+        cmd.append(a.training_script)
+        # torchrun itself needs "--" to stop prefix-matching script options
+        script_args = list(a.training_script_args)
+        if any(s.startswith("-") for s in script_args):
+            cmd.append("--")
+        return cmd + script_args
+
+
+def _visible_gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def plan(argv: list[str]) -> LaunchPlan:
+    """Parse `distrain run` arguments into a LaunchPlan; raise UsageError on bad input."""
+    parser = _torchrun_parser()
+    if any(tok in ("-h", "--help") for tok in argv[: _script_index(argv, parser)]):
+        parser.print_help()
+        raise SystemExit(0)
+    launcher_argv, rest = split_argv(argv, _option_table(parser))
+    if not rest:
+        raise UsageError("no training script given (usage: distrain run [options] script.py [script args])")
+    script, script_args = rest[0], rest[1:]
+    args = parser.parse_args(launcher_argv + [script])
+    args.training_script_args = list(script_args)
+
+    env: dict[str, str] = {}
+    nproc = _resolve_nproc(args, env)
+    args.nproc_per_node = str(nproc)
+
+    if not (args.module or args.no_python) and not os.path.isfile(script):
+        raise UsageError(f"script not found: {script}")
+    if args.master_port is not None:
+        _check_master_port(args)
+    if args.legacy_local_rank:
+        from torch.distributed.elastic.utils.api import macros
+
+        # the agent substitutes ${local_rank} per worker, as torch.distributed.launch did
+        args.training_script_args.append(f"--local_rank={macros.local_rank}")
+
+    network = plan_network(args, env, args.iface)
+    if args.watchdog is not None:
+        env[WATCHDOG] = str(parse_seconds(args.watchdog, "--watchdog"))
+    env.setdefault(NO_SHARED_STORE, os.environ.get(NO_SHARED_STORE, "1"))
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc))
+    env[LAUNCHER] = "distrain-run"
+    if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
+        env[RUN_DIR] = os.path.abspath(args.run_dir or args.log_dir)
+    return LaunchPlan(args, env, network)
+
+
+def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:
+    try:
+        launcher_argv, _ = split_argv(argv, _option_table(parser))
+        return len(launcher_argv)
+    except UsageError:
+        return len(argv)
+
+
+def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
+    explicit_per_node = args.nproc_per_node not in (None, "1", 1) or "--nproc-per-node" in sys.argv
+    nproc: int | None = None
+    if args.gpus is not None:
+        ids = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
+        if not ids or not all(g.isdigit() for g in ids):
+            raise UsageError(f"--gpus expects GPU indices like 0,3 (got {args.gpus!r})")
+        count = _visible_gpu_count()
+        missing = [g for g in ids if int(g) >= count]
+        if missing:
+            raise UsageError(f"--gpus {args.gpus}: GPU {missing[0]} does not exist ({count} GPU(s) visible)")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+        nproc = len(ids)
+    if args.nproc is not None:
+        value = str(args.nproc)
+        if value == "auto":
+            n = nproc or _visible_gpu_count() or usable_cores()
+        else:
+            try:
+                n = int(value)
+            except ValueError:
+                raise UsageError(f"--nproc expects an integer or 'auto' (got {value!r})") from None
+        if nproc is not None and n != nproc:
+            raise UsageError(f"--nproc {value} disagrees with --gpus {args.gpus} ({nproc} GPUs)")
+        nproc = n
+    if nproc is None:
+        value = str(args.nproc_per_node)
+        if value in ("auto", "gpu", "cpu"):
+            nproc = (_visible_gpu_count() if value != "cpu" else 0) or usable_cores()
+        else:
+            try:
+                nproc = int(value)
+            except ValueError:
+                raise UsageError(f"--nproc-per-node expects an integer or auto (got {value!r})") from None
+    elif explicit_per_node and str(args.nproc_per_node) not in ("1", str(nproc)):
+        raise UsageError(f"--nproc-per-node {args.nproc_per_node} disagrees with --nproc/--gpus ({nproc})")
+    if nproc < 1:
+        raise UsageError(f"the number of processes must be at least 1 (got {nproc})")
+    return nproc
+
+
+def _check_master_port(args: argparse.Namespace) -> None:
+    from ..net import port_in_use
+
+    try:
+        port = int(args.master_port)
+    except ValueError:
+        raise UsageError(f"--master-port expects a number (got {args.master_port!r})") from None
+    if not 0 < port < 65536:
+        raise UsageError(f"--master-port {port} is outside 1..65535")
+    hosts_store = args.rdzv_backend == "static" and int(args.node_rank) == 0
+    if hosts_store and port_in_use(port):
+        raise UsageError(
+            f"port {port} is already in use on this machine (another job?); "
+            "choose another --master-port, or leave it out on one node to get a free one"
+        )
+
+

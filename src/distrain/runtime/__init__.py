@@ -1,0 +1,1 @@
+"""A worker's start: init(), the store and process group, device and threads; the Context facade."""

@@ -1,0 +1,231 @@
+"""A worker forked from `distrain run`'s preloading fork server: run the script as ``__main__``.
+
+The launcher side (:mod:`distrain.launch.forkserver`) starts the server and hands torch's
+elastic agent :func:`run_script` (by name), which runs in every worker.  The
+worker makes its interpreter look like a fresh ``python -u script.py`` (argv, sys.path,
+unbuffered stdio, environment, thread count), runs the script, and falls back to a fresh
+interpreter when the script fails before it formed the process group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import io
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+from types import TracebackType
+from typing import Any
+
+from ..contract import PRELOAD_MODULE, ForkJob
+
+PROG = "distrain run"
+
+
+def run_script(job: ForkJob, *script_args: str) -> None:
+    """Worker entrypoint: run `job.script` as ``__main__``, as a fresh ``python -u`` would.
+
+    The exit status is the script's: ``sys.exit(n)`` exits with n (``sys.exit()`` with 0: never
+    a worker the agent waits for forever), an uncaught exception goes to ``sys.excepthook``
+    (traceback on stderr; distrain's hook writes the agent's error file) and exits with 1.
+    atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
+    """
+    _restore_environment(job.env)
+    fresh = _fresh_marker(job)
+    if fresh is not None and os.path.exists(fresh):
+        _run_fresh(job.script, script_args)
+        return
+    unsafe = _server_unsafe()
+    if unsafe and fresh is not None:
+        _announce(fresh, f"the fork server is unsafe ({unsafe})")
+        _run_fresh(job.script, script_args)
+        return
+    _prepare_interpreter(job.script, script_args, job.imports_distrain)
+    if fresh is not None:
+        _watch_process_group()
+    try:
+        runpy.run_path(job.script, run_name="__main__")
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+        _run_atexit()
+        if code:
+            raise SystemExit(code) from None
+        return
+    except Exception as exc:
+        if fresh is not None and not _process_group_formed():
+            _run_atexit()
+            _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
+            _run_fresh(job.script, script_args)
+            return
+        _let_the_agent_see_the_cause(exc)
+        sys.excepthook(type(exc), exc, _script_frames(exc.__traceback__, job.script))  # as a fresh interpreter
+        _run_atexit()
+        raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
+    _run_atexit()
+
+
+def _let_the_agent_see_the_cause(exc: BaseException) -> None:
+    """Wait a little before failing because a *peer* died, so the agent reports the peer.
+
+    A fresh worker's exit is noticed by the agent's poll of every process; a forked one is
+    found through multiprocessing's sentinels, first exit first, so a survivor that exits at
+    once can be named as the failed rank instead of the SIGKILLed one.  The agent terminates
+    this process as soon as it has seen the real failure, so the wait costs nothing then.
+    """
+    from ..train.failure import is_peer_failure
+
+    if is_peer_failure(exc):
+        time.sleep(5.0)
+
+
+def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
+    """The traceback from the script's first frame on: runpy's and ours are not the user's."""
+    target, cur = os.path.abspath(script), tb
+    while cur is not None and os.path.abspath(cur.tb_frame.f_code.co_filename) != target:
+        cur = cur.tb_next
+    return cur if cur is not None else tb
+
+
+def _restore_environment(launcher_env: dict[str, str]) -> None:
+    """Make os.environ what a fresh worker gets: the launcher's now, plus the agent's variables.
+
+    The fork server copied the launcher's environment when it started, before `distrain run`
+    set OMP_NUM_THREADS and friends; the agent's per-worker variables (RANK, …) are those that
+    differ from that copy.
+    """
+    preload = sys.modules.get(PRELOAD_MODULE)
+    if preload is None:  # forked from the launcher itself: the environment is already current
+        return
+    base: dict[str, str] = preload.BASE_ENV
+    agent = {k: v for k, v in os.environ.items() if base.get(k) != v}
+    os.environ.clear()
+    os.environ.update(launcher_env)
+    os.environ.update(agent)
+
+
+def _server_unsafe() -> str:
+    preload = sys.modules.get(PRELOAD_MODULE)
+    return str(getattr(preload, "UNSAFE", "")) if preload is not None else ""
+
+
+def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_distrain: bool) -> None:
+    """argv, sys.path[0], unbuffered stdio, threads and multiprocessing as `python -u script`."""
+    sys.argv = [script, *script_args]
+    if imports_distrain:  # what its `import distrain` does in a fresh interpreter
+        from ..cluster import strip_launcher_argv
+
+        strip_launcher_argv()
+    if sys.path:
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        old.flush()
+        stream = io.TextIOWrapper(
+            open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115 - lives as long as the process
+            encoding=old.encoding,
+            errors=old.errors,
+            write_through=True,
+        )
+        setattr(sys, name, stream)
+    # OpenMP read OMP_NUM_THREADS when the server imported torch, before distrain set it
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    # a fresh interpreter has no start method yet; the fork server's child has one fixed, which
+    # would make the script's own multiprocessing.set_start_method(...) raise
+    import multiprocessing.context
+
+    multiprocessing.context._default_context._actual_context = None  # type: ignore[attr-defined]
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status for SystemExit(code), as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr, flush=True)
+    return 1
+
+
+def _run_atexit() -> None:
+    """Run the script's atexit handlers: a forked worker ends with os._exit, which skips them."""
+    atexit._run_exitfuncs()
+
+
+#: set when the script calls init_process_group (before the call: once inside, other ranks may
+#: be waiting in the group, so the script must not be rerun)
+_group_started = False
+
+
+def _watch_process_group() -> None:
+    """Note the script's init_process_group call (is_initialized() forgets a destroyed group)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    original = distributed_c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        global _group_started
+        _group_started = True
+        return original(*args, **kwargs)
+
+    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+
+
+def _process_group_formed() -> bool:
+    try:
+        import torch.distributed as dist
+
+        return _group_started or (dist.is_available() and dist.is_initialized())
+    except Exception:
+        return False
+
+
+def _fresh_marker(job: ForkJob) -> str | None:
+    return os.path.join(job.fallback_dir, "fresh") if job.fallback_dir else None
+
+
+def _announce(marker: str, reason: str) -> None:
+    """Record that the script needs fresh interpreters; the first worker to do so says why."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    first = (reason.strip().splitlines() or [reason])[0]
+    print(f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)", file=sys.stderr, flush=True)
+
+
+def _die_with_parent() -> None:
+    """In the fresh child: SIGKILL when this forked worker dies (the agent only knows our pid)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _run_fresh(script: str, script_args: tuple[str, ...]) -> None:
+    """Run the script in a fresh interpreter and end this worker the way that child ended."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    python = os.environ.get("PYTHON_EXEC", sys.executable)  # torchrun's interpreter override
+    proc = subprocess.Popen([python, "-u", script, *script_args], preexec_fn=_die_with_parent)
+
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    code = proc.wait()
+    if code < 0:  # killed by a signal: die by the same one so the agent reports it
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    if code:
+        raise SystemExit(code)

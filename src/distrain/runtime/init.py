@@ -1,0 +1,137 @@
+"""`distrain.init()`: find the launcher, pick the device and threads, form the process group.
+
+The order is the data flow of a worker's start: who launched me (:mod:`distrain.cluster`) →
+device → threads → store and process group (:mod:`distrain.runtime.store`) → the
+:class:`~distrain.runtime.context.Context` with failure reporting, metrics and watchdog attached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from ..cluster import ClusterEnvironment, ClusterError, detect_environment
+from ..contract import DEVICE, LOG_DIR
+from ..errors import DistrainError
+from ..monitor import open_monitor
+from ..train import failure, watchdog
+from .context import Context, _remember, current
+from .store import restart_safe_store
+from .threads import choose_threads
+
+#: how long forming the group may take (slow nodes, container pulls, a late rank)
+DEFAULT_INIT_TIMEOUT = dt.timedelta(minutes=10)
+
+
+def _pick_device(env: ClusterEnvironment, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", env.local_rank())
+        return dev
+    wanted = os.environ.get(DEVICE, "")
+    if wanted:
+        return _pick_device(env, wanted)
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if env.local_rank() >= count:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+            raise DistrainError(
+                f"local rank {env.local_rank()} but only {count} GPU(s) visible "
+                f"(CUDA_VISIBLE_DEVICES={visible}); start at most {count} processes per node"
+            )
+        return torch.device("cuda", env.local_rank())
+    return torch.device("cpu")
+
+
+def _default_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init(
+    backend: str | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+    threads: int | None = None,
+    timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
+    verbose: bool = True,
+    exit_on_error: bool = True,
+    run_dir: str | os.PathLike[str] | None = None,
+    watchdog_seconds: float | None = None,
+) -> Context:
+    """Find out how this process was launched, form the process group, and return the Context.
+
+    - ``backend``: None picks NCCL with a GPU, gloo otherwise.
+    - ``device``: None picks ``cuda:<local rank>`` when a GPU is visible, else CPU
+      (``DISTRAIN_DEVICE`` overrides).
+    - ``precision``: ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a GradScaler).
+    - ``threads``: CPU threads per process; None divides the cores among local processes.
+    - ``exit_on_error``: a set-up mistake (too many ranks for the GPUs, an incomplete launcher
+      environment) prints one ``distrain: error:`` line and exits 1 instead of raising
+      :class:`DistrainError`.
+    - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
+      (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
+    - ``watchdog_seconds``: abort with every rank's stack when no step completes this long
+      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.train.watchdog`.
+    Calling it again returns the same Context.
+    """
+    try:
+        active = current()
+        if active is not None and not active._closed:
+            return active
+        if precision not in ("fp32", "bf16", "fp16"):
+            raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
+        try:
+            env = detect_environment()
+            env.export_env()
+        except ClusterError as err:
+            raise DistrainError(str(err)) from None
+        dev = _pick_device(env, device)
+        if precision == "fp16" and dev.type != "cuda":
+            raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
+        if dev.type == "cuda":
+            try:
+                env.check_devices(torch.cuda.device_count())
+            except ClusterError as err:
+                raise DistrainError(str(err)) from None
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        n_threads = choose_threads(env.local_world_size(), threads)
+        torch.set_num_threads(n_threads)
+        chosen_backend: str | None = None
+        # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
+        # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
+        if env.forms_process_group():
+            chosen_backend = backend or _default_backend(dev)
+            if chosen_backend == "nccl":
+                watchdog.nccl_debug_defaults(os.environ.get(LOG_DIR))
+            store = restart_safe_store(env, timeout)
+            dist.init_process_group(
+                chosen_backend,
+                store=store,
+                rank=env.rank(),
+                world_size=env.world_size(),
+                timeout=timeout,
+                device_id=dev if dev.type == "cuda" else None,
+            )
+        ctx = Context(env, dev, chosen_backend, precision, n_threads)
+        failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
+        ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
+        bound = watchdog.watchdog_seconds(watchdog_seconds)
+        if bound is not None and ctx.distributed:
+            ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)
+        _remember(ctx)
+        atexit.register(ctx.shutdown)
+        if verbose:
+            ctx.print(ctx.describe())
+        return ctx
+    except DistrainError as err:
+        if not exit_on_error:
+            raise
+        print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None

@@ -1,0 +1,61 @@
+"""Imported once by `distrain run`'s fork server, before it forks any worker (launch/forkserver.py).
+
+Every worker forked from the server starts with these modules already imported: torch, the
+parts of torch.distributed a worker unpickles its target from, ``torch._dynamo`` (which the
+first ``torch.optim`` optimizer imports lazily, ~1.5 s), distrain itself, and the script's own
+top-level imports named in ``DISTRAIN_PRELOAD``.
+
+Nothing here may start a Python thread or initialise CUDA: a forked child inherits neither
+working threads nor a usable CUDA context.  If an import did either, :data:`UNSAFE` says so and
+workers run in fresh interpreters instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+
+from ..contract import PRELOAD
+
+#: the server's environment before any worker-specific change (workers rebuild theirs from it)
+BASE_ENV: dict[str, str] = dict(os.environ)
+#: why forking from this server is unsafe; empty when it is safe
+UNSAFE = ""
+#: preloads that failed to import: "module: error"
+FAILED: list[str] = []
+
+_CORE = (
+    "torch",
+    "torch.nn",
+    "torch.optim",
+    "torch._dynamo",
+    "torch.distributed",
+    "torch.distributed.elastic.multiprocessing.api",
+    "torch.multiprocessing",
+    "distrain",
+    "distrain.runtime.init",
+    "distrain.runtime.forked",
+)
+
+
+def _preload(names: list[str]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except (Exception, SystemExit) as err:  # a user module's failure must not kill the server
+            FAILED.append(f"{name}: {type(err).__name__}: {err}")
+
+
+_preload(list(_CORE) + [n for n in os.environ.get(PRELOAD, "").split(",") if n])
+
+if threading.active_count() > 1:
+    UNSAFE = "a preloaded module started a thread: " + ", ".join(t.name for t in threading.enumerate())
+else:
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            UNSAFE = "a preloaded module initialised CUDA"
+    except Exception:  # torch itself failed to import: nothing can be forked
+        UNSAFE = "torch could not be imported in the fork server"

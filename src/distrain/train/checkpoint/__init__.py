@@ -1,0 +1,24 @@
+"""Checkpoints that never lose work: atomic, checksummed, rank-aware, resumable bit for bit.
+
+:class:`Checkpointer` (what ``ctx.checkpointer(...)`` returns) saves and restores;
+:mod:`.files` is the on-disk format, :mod:`.state` the RNG and snapshot helpers.
+"""
+
+from __future__ import annotations
+
+from .checkpointer import Checkpointer, Resumed
+from .files import CheckpointError, file_sha256, find_latest_valid, load_file, step_dirs, verify
+from .state import rng_state, set_rng_state
+
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "Resumed",
+    "file_sha256",
+    "find_latest_valid",
+    "load_file",
+    "rng_state",
+    "set_rng_state",
+    "step_dirs",
+    "verify",
+]

@@ -1,0 +1,153 @@
+"""The checkpoint directory on disk: atomic files, checksums, the manifest, finding the newest valid one.
+
+Layout of a checkpoint directory::
+
+    DIR/step_00000120/shared.pt        rank 0: model, optimizer, scheduler, scaler, loader, extras
+    DIR/step_00000120/rank_00001.pt    every rank: its RNG states (Python, NumPy, torch CPU, CUDA)
+    DIR/step_00000120/manifest.json    sha256 and size of every file; written after all of them
+    DIR/latest                         "step_00000120", written last (for people and tools)
+
+A ``step_…`` directory is complete or absent: files are written under temporary names, fsynced
+and renamed, and the directory is renamed into place after its manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+import torch
+
+from ...errors import DistrainError
+
+FORMAT = 1
+SHARED_FILE = "shared.pt"
+MANIFEST = "manifest.json"
+LATEST = "latest"
+_STEP_DIR = re.compile(r"^step_(\d{8,})$")
+_TMP_PREFIX = ".tmp-"
+
+
+class CheckpointError(DistrainError):
+    """A checkpoint that cannot be used safely (refused payload, incompatible job), one line."""
+
+
+def _warn(message: str) -> None:
+    print(f"distrain: checkpoint: {message}", file=sys.stderr, flush=True)
+
+
+# -- files --------------------------------------------------------------------------------------
+class _HashingWriter:
+    """A write-only file wrapper that hashes and counts what passes through (one read, not two)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, write: Callable[[Any], None]) -> tuple[str, int]:
+    """Write `path` via a temporary file, fsync and rename; returns (sha256 hex, size)."""
+    tmp = f"{path}.part"
+    with open(tmp, "wb") as f:
+        hw = _HashingWriter(f)
+        write(hw)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+    return hw.sha.hexdigest(), hw.size
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_file(path: str) -> Any:
+    """torch.load with weights_only=True; a pickled object is refused with a one-line error."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        detail = str(err).strip().splitlines()
+        hint = next((line.strip() for line in detail if "GLOBAL" in line or "Unsupported" in line), detail[0] if detail else "")
+        raise CheckpointError(
+            f"refusing to load {path}: it contains a pickled Python object, not only tensors and plain data "
+            f"(torch.load weights_only=True: {hint})"
+        ) from None
+
+
+def verify(ckpt_dir: str) -> str | None:
+    """None when `ckpt_dir` is complete and every checksum matches; else why not (naming the file)."""
+    manifest_path = os.path.join(ckpt_dir, MANIFEST)
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        files = manifest["files"]
+        int(manifest["step"])
+    except FileNotFoundError:
+        return f"{manifest_path} is missing (checkpoint incomplete)"
+    except (ValueError, KeyError, TypeError) as err:
+        return f"{manifest_path} is unreadable ({type(err).__name__})"
+    if SHARED_FILE not in files:
+        return f"{manifest_path} lists no {SHARED_FILE}"
+    for name, meta in files.items():
+        path = os.path.join(ckpt_dir, name)
+        if not os.path.isfile(path):
+            return f"{path} is missing"
+        size = os.path.getsize(path)
+        if size != meta["bytes"]:
+            return f"{path} has {size} bytes, expected {meta['bytes']} (truncated?)"
+        if file_sha256(path) != meta["sha256"]:
+            return f"{path} fails its sha256 checksum (corrupted)"
+    return None
+
+
+def step_dirs(root: str) -> list[tuple[int, str]]:
+    """(step, path) of every ``step_…`` directory under `root`, newest first."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        m = _STEP_DIR.match(name)
+        if m and os.path.isdir(os.path.join(root, name)):
+            found.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(found, reverse=True)
+
+
+def find_latest_valid(root: str, warn: Callable[[str], None] = _warn) -> str | None:
+    """The newest checkpoint under `root` that verifies; each bad one is reported via `warn`."""
+    for _, path in step_dirs(root):
+        problem = verify(path)
+        if problem is None:
+            return path
+        warn(f"skipping invalid checkpoint: {problem}")
+    return None
+
+

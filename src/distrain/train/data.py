@@ -1,0 +1,174 @@
+"""Distributed data: a resumable, world-size-aware batch sampler and exact evaluation shards.
+
+Training order is defined globally, independent of the number of processes: each epoch draws
+one permutation of the dataset (seeded by ``seed + epoch``), cuts it into *global* batches of
+``batch_size × world_size`` samples, and rank r takes the r-th contiguous slice of every global
+batch.  So the union of what the ranks see in step k is the same global batch on 1, 2 or 3
+processes, and a job can resume on another world size at the same sample.
+
+Evaluation uses :class:`ShardedEvalSampler`: contiguous, unpadded shards, so every sample is
+counted exactly once (DistributedSampler pads with duplicates to equalise shard sizes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+class GlobalBatchSampler(Sampler[list[int]]):
+    """Yields this rank's per-step index lists; resumable at any step, any world size.
+
+    ``batch_size`` is per process.  Without ``drop_last`` the epoch is padded (wrapping around,
+    as DistributedSampler does) so every rank gets the same number of steps; the final global
+    batch may be smaller, split evenly across ranks.
+    """
+
+    def __init__(
+        self,
+        dataset_len: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if dataset_len < 1:
+            raise ValueError("the dataset is empty")
+        self.dataset_len = dataset_len
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.start_step = 0  # steps of the current epoch already consumed (resume)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimiser step across all ranks."""
+        return self.batch_size * self.world_size
+
+    def _order(self) -> list[int]:
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.dataset_len, generator=g).tolist()
+        else:
+            order = list(range(self.dataset_len))
+        if self.drop_last:
+            return order[: (len(order) // self.global_batch_size) * self.global_batch_size]
+        padded = math.ceil(len(order) / self.world_size) * self.world_size
+        while len(order) < padded:
+            order += order[: padded - len(order)]
+        return order
+
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps in one epoch."""
+        n = self.dataset_len
+        if self.drop_last:
+            return n // self.global_batch_size
+        return math.ceil(math.ceil(n / self.world_size) * self.world_size / self.global_batch_size)
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch() - self.start_step
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self._order()
+        gbs = self.global_batch_size
+        for step in range(self.start_step, self.steps_per_epoch()):
+            chunk = order[step * gbs : (step + 1) * gbs]
+            per_rank = len(chunk) // self.world_size
+            yield chunk[self.rank * per_rank : (self.rank + 1) * per_rank]
+
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        """Select the epoch (reshuffles) and the step inside it to start from."""
+        self.epoch = epoch
+        self.start_step = start_step
+
+
+class ShardedEvalSampler(Sampler[int]):
+    """Contiguous, unpadded shards: rank r gets indices [r·N/W, (r+1)·N/W); sizes may differ by 1."""
+
+    def __init__(self, dataset_len: int, rank: int = 0, world_size: int = 1) -> None:
+        self.start = dataset_len * rank // world_size
+        self.stop = dataset_len * (rank + 1) // world_size
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.stop))
+
+
+class DistributedLoader(DataLoader):
+    """A DataLoader over :class:`GlobalBatchSampler` that advances the epoch by itself.
+
+    Each full pass over the loader moves to the next epoch (no ``set_epoch`` call needed), and
+    ``state_dict()`` / ``load_state_dict()`` capture the epoch and the step inside it, so a
+    resumed job continues at the exact batch where it stopped.
+    """
+
+    def __init__(self, dataset: Dataset[Any], batch_sampler: GlobalBatchSampler, **kwargs: Any) -> None:
+        # A private generator: DataLoader draws the workers' base seed from it when an iterator
+        # starts, instead of from the global RNG, so a mid-epoch resume (which starts a new
+        # iterator) leaves the training RNG stream exactly as in an uninterrupted run.
+        kwargs.setdefault("generator", torch.Generator())
+        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
+        self.global_sampler = batch_sampler
+        self.epoch = 0
+        self.step_in_epoch = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
+        if self.generator is not None:  # worker seeds differ per epoch, same on resume
+            self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
+        for batch in super().__iter__():
+            self.step_in_epoch += 1
+            yield batch
+        self.epoch += 1
+        self.step_in_epoch = 0
+
+    def epoch_ended(self) -> bool:
+        """True after the last batch of the epoch was handed out (before the next one starts)."""
+        return self.step_in_epoch >= self.global_sampler.steps_per_epoch()
+
+    def state_dict(self) -> dict[str, int]:
+        """Position in the global sample order: epoch, step within it, and the global batch size.
+
+        The end of an epoch is stored as the start of the next one, so a resume never replays
+        an empty remainder of the finished epoch.
+        """
+        ended = self.epoch_ended()
+        return {
+            "epoch": self.epoch + 1 if ended else self.epoch,
+            "step_in_epoch": 0 if ended else self.step_in_epoch,
+            "global_batch_size": self.global_sampler.global_batch_size,
+            "seed": self.global_sampler.seed,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from a saved position; the global batch size must match."""
+        gbs = int(state.get("global_batch_size", self.global_sampler.global_batch_size))
+        if gbs != self.global_sampler.global_batch_size:
+            raise ValueError(
+                f"saved global batch {gbs} != current {self.global_sampler.global_batch_size} "
+                f"(batch_size {self.global_sampler.batch_size} × world {self.global_sampler.world_size})"
+            )
+        self.epoch = int(state["epoch"])
+        self.step_in_epoch = int(state["step_in_epoch"])
+
+
+def dataset_length(dataset: Any) -> int:
+    """len(dataset), with a clear error for iterable datasets."""
+    if not isinstance(dataset, Sized):
+        raise TypeError("distributed loaders need a map-style dataset with __len__")
+    return len(dataset)

@@ -1,0 +1,96 @@
+"""When one rank fails: report the root cause once, and keep the other ranks' echoes to a line.
+
+Under torch's elastic agent (torchrun, ``distrain run``) each worker has an error file
+(``TORCHELASTIC_ERROR_FILE``); the agent reads it to name the root cause of a failed job, which
+is what ``@record`` from ``torch.distributed.elastic.multiprocessing.errors`` writes.  This module
+does the same from ``sys.excepthook`` so user scripts need no decorator, with one refinement:
+a rank whose collective failed *because a peer died* ("Connection reset by peer", a
+DistNetworkError…) is a consequence, not a cause.  It prints one line instead of a second
+traceback and writes no error file, so the agent and ``distrain run`` report the real cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from types import TracebackType
+
+from ..contract import ERROR_FILE
+from ..errors import DistrainError
+
+#: substrings of errors that only say "another rank went away"
+_PEER_GONE = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "Socket Timeout",
+)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    """True for collective/store errors caused by another process disappearing."""
+    try:
+        import torch.distributed as dist
+
+        if isinstance(err, (dist.DistNetworkError, dist.DistStoreError)):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(s in text for s in _PEER_GONE)
+
+
+def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
+    """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
+    data = {
+        "message": {
+            "message": f"{type(err).__name__}: {err}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(type(err), err, tb)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def install(rank: int) -> None:
+    """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
+    error_file = os.environ.get(ERROR_FILE)
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+        # the process is going down: the agent's SIGTERM must end it, not ask for a checkpoint
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_DFL)
+
+        if isinstance(err, DistrainError):  # a set-up or checkpoint problem: one clear line
+            if error_file:
+                write_error_file(error_file, err, tb)
+            print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+            return
+        if not error_file:
+            previous(kind, err, tb)
+            return
+        if is_peer_failure(err):
+            first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
+            print(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            # nothing left to save or sync with; skip a teardown that can block on the dead peer
+            os._exit(1)
+        try:
+            write_error_file(error_file, err, tb)
+        except OSError:
+            pass
+        print(f"distrain: rank {rank} failed (root cause):", file=sys.stderr, flush=True)
+        previous(kind, err, tb)
+
+    sys.excepthook = hook

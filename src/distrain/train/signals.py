@@ -1,0 +1,152 @@
+"""Preemption signals: SIGTERM/SIGINT become "checkpoint at the end of this step, then exit".
+
+A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
+grace period later.  :class:`StopRequest` turns the signal into a flag that the training loop
+polls at step boundaries (the checkpointer all-reduces it so every rank stops at the *same* step).
+
+Python runs signal handlers only in the main thread, between bytecodes: a main thread stuck in a
+collective whose peer is gone would never see the flag.  So a watchdog thread, woken through
+``signal.set_wakeup_fd`` the moment a signal arrives, ends the process with ``os._exit`` once the
+grace period has passed without a clean exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any, NoReturn
+
+#: the signals treated as "stop soon": preemption and Ctrl-C
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    """Records the first stop signal and enforces a grace period; install() once per process."""
+
+    def __init__(self, grace_s: float = 25.0) -> None:
+        self.grace_s = grace_s
+        self.signum: int | None = None
+        self.received_at: float | None = None
+        self._installed = False
+        self._previous: dict[int, object] = {}
+        self._wake_r: int | None = None
+        self._old_wakeup_fd = -1
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop signal arrived in this process."""
+        return self.signum is not None
+
+    @property
+    def exit_code(self) -> int:
+        """The conventional 128 + signal number (what the shell reports for the signal)."""
+        return 128 + (self.signum or signal.SIGTERM)
+
+    def install(self) -> bool:
+        """Install the handlers (main thread only); returns False where that is impossible."""
+        if self._installed:
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handler)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self._old_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._wake_r = read_fd
+        threading.Thread(target=self._watchdog, name="distrain-stop-watchdog", daemon=True).start()
+        self._installed = True
+        return True
+
+    def uninstall(self) -> None:
+        """Restore the previous handlers (main thread only)."""
+        if not self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        for sig, old in self._previous.items():
+            with contextlib.suppress(Exception):
+                signal.signal(sig, old)  # type: ignore[arg-type]
+        with contextlib.suppress(Exception):
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+        self._installed = False
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.received_at = time.monotonic()
+            print(
+                f"distrain: received {signal.Signals(signum).name}: checkpointing at the end of this step, "
+                f"then exiting (grace {self.grace_s:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif signum == signal.SIGINT:
+            # a second Ctrl-C: the user means it
+            os._exit(self.exit_code)
+
+    def _watchdog(self) -> None:
+        assert self._wake_r is not None
+        while True:
+            readable, _, _ = select.select([self._wake_r], [], [])
+            if not readable:
+                continue
+            data = os.read(self._wake_r, 64)
+            if any(b in (int(s) for s in STOP_SIGNALS) for b in data):
+                break
+        time.sleep(self.grace_s)
+        print(
+            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(self.exit_code)
+
+
+class Preemption:
+    """Stop signals as a job-wide decision: every rank checkpoints at the same step, then exits.
+
+    The checkpointer asks :meth:`agreed` after each step (one tiny all-reduce, so ranks that got
+    no signal stop with the one that did), writes its checkpoint, and calls :meth:`exit`.
+    """
+
+    def __init__(self, ctx: Any, grace_s: float = 25.0, handle_signals: bool = True) -> None:
+        self.ctx = ctx
+        self.request = StopRequest(grace_s)
+        self.enabled = handle_signals
+        #: True while the checkpoint answering the signal is written (a second signal is expected)
+        self.answering = False
+        if handle_signals:
+            self.request.install()
+
+    def agreed(self) -> bool:
+        """Whether any rank got a stop signal; every rank gets the same answer at the same step."""
+        if not self.enabled:
+            return False
+        if not self.ctx.distributed:
+            return self.request.requested
+        return bool(self.ctx.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0)
+
+    def peer_gone(self, after_s: float) -> bool:
+        """A signal came *during* a save that was not answering one, `after_s` ago or more.
+
+        That is the agent tearing the job down because a peer died: waiting longer for the
+        peer's part of the checkpoint is pointless.
+        """
+        at = self.request.received_at
+        return at is not None and not self.answering and time.monotonic() - at > after_s
+
+    def exit(self, step: int) -> NoReturn:
+        """Say the checkpoint is written, release the process group, exit with 128 + signal."""
+        self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
+        code = self.request.exit_code
+        self.ctx.shutdown()
+        raise SystemExit(code)
+
+    def close(self) -> None:
+        """Restore the previous signal handlers."""
+        self.request.uninstall()

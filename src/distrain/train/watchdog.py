@@ -1,0 +1,277 @@
+"""Hangs that explain themselves: deliberate collective timeouts and a progress watchdog.
+
+Timeouts (as torchtitan does): forming the group may take long (``init(timeout=…)``, 10 min), but
+once the first step has run every collective is expected to be quick, so the process group's
+timeout is lowered to the training timeout (``DISTRAIN_TRAIN_TIMEOUT`` seconds, default 300)
+with torch's own ``distributed_c10d._set_pg_timeout``.  With NCCL, PyTorch's flight recorder
+and async error handling are switched on (``TORCH_NCCL_*``) instead of anything home-made.
+
+The watchdog (``DISTRAIN_WATCHDOG=SECONDS`` or ``distrain run --watchdog SECONDS``): a daemon
+thread in every rank publishes a heartbeat (step, seconds since its last step, where its main
+thread is) in the job's c10d store every few seconds.  When a rank has seen no step for
+SECONDS, it names the stuck rank — one whose heartbeat stopped, or the furthest-behind rank
+that is *not* waiting inside torch (the others wait for it in a collective) — and posts a verdict
+in the store.  Every rank then dumps all its threads' Python stacks with ``faulthandler`` to its
+own stderr, rank 0 prints the one-line summary on the launching console, and every rank exits
+with code 124, so the launcher tears the job down within about SECONDS + a few polls.
+``kill -USR1 <pid>`` also dumps a rank's stacks at any time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..contract import TRAIN_TIMEOUT, WATCHDOG, WATCHDOG_EXIT_CODE, env_seconds
+
+#: default collective timeout once training runs
+DEFAULT_TRAIN_TIMEOUT = dt.timedelta(minutes=5)
+
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_DISTRAIN_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def nccl_debug_defaults(log_dir: str | None = None) -> None:
+    """Turn on PyTorch's NCCL flight recorder and async error handling (user values win).
+
+    Must run before the NCCL process group is created.  On a collective timeout NCCL's watchdog
+    aborts the communicator and dumps the last collectives of every rank to
+    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` (read them with torch's ``torchfrtrace``).
+    """
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    # the flight recorder's buffer: torch 2.11 warns on every rank that TORCH_NCCL_TRACE_BUFFER_SIZE
+    # is deprecated in favour of TORCH_FR_BUFFER_SIZE (seen on an H100); older torch documents
+    # only the NCCL name, so keep it there
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
+        old_torch = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 11)
+        os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE" if old_torch else "TORCH_FR_BUFFER_SIZE", "2000")
+    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    if log_dir:
+        os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_"))
+
+
+def train_timeout() -> dt.timedelta:
+    """The collective timeout after the first step (DISTRAIN_TRAIN_TIMEOUT seconds)."""
+    raw = os.environ.get(TRAIN_TIMEOUT, "")
+    try:
+        return dt.timedelta(seconds=float(raw)) if raw else DEFAULT_TRAIN_TIMEOUT
+    except ValueError:
+        return DEFAULT_TRAIN_TIMEOUT
+
+
+def watchdog_seconds(explicit: float | None = None) -> float | None:
+    """The watchdog bound: `explicit`, else DISTRAIN_WATCHDOG, else None (off)."""
+    if explicit is not None:
+        return float(explicit) if explicit > 0 else None
+    return env_seconds(WATCHDOG)
+
+
+def _main_thread_where() -> tuple[str, bool]:
+    """("file:line in func" of the user's innermost frame, whether the main thread is inside torch)."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    if frame is None:
+        return "?", False
+    in_torch = frame.f_code.co_filename.startswith(_TORCH_DIR)
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+    walk: Any = frame
+    while walk is not None:
+        name = walk.f_code.co_filename
+        if not name.startswith((_TORCH_DIR, _DISTRAIN_DIR)) and not name.startswith("<"):
+            where = f"{os.path.basename(name)}:{walk.f_lineno} in {walk.f_code.co_name}"
+            break
+        walk = walk.f_back
+    return where, in_torch
+
+
+def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int) -> tuple[list[int], str]:
+    """Which ranks are stuck, and why, from every rank's last heartbeat.
+
+    `silent` are ranks whose heartbeat stopped changing (their process is frozen or gone).  Among
+    the others, the ranks furthest behind that are not waiting inside torch are the stuck ones:
+    a rank blocked in a collective is waiting *for* someone.
+    """
+    missing = [r for r in range(world_size) if r not in beats]
+    dead = sorted(set(silent) | set(missing))
+    alive = {r: b for r, b in beats.items() if r not in dead}
+    if alive:
+        low = min(int(b["step"]) for b in alive.values())
+        behind = sorted(r for r, b in alive.items() if int(b["step"]) == low)
+        outside = [r for r in behind if not _in_torch(alive[r])]
+    else:
+        behind, outside = [], []
+    if dead:
+        return dead, "stopped answering (process frozen or gone)"
+    if outside:
+        return outside, "is not in a collective while the others wait for it" if len(outside) == 1 else "are not in a collective while the others wait"
+    return behind, "all wait inside torch (a collective only some ranks called?)"
+
+
+def _in_torch(beat: dict[str, Any]) -> bool:
+    """True when that heartbeat says the rank's main thread was inside torch."""
+    return bool(beat.get("in_torch"))
+
+
+class Watchdog:
+    """A rank's heartbeat thread; see the module docstring."""
+
+    def __init__(self, store_factory: Callable[[], dist.Store], rank: int, world_size: int, seconds: float, poll: float | None = None) -> None:
+        self.rank, self.world_size, self.seconds = rank, world_size, seconds
+        self.poll = poll or max(0.2, min(2.0, seconds / 10))
+        self._store_factory = store_factory
+        self.step = 0
+        self._last_progress = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="distrain-watchdog", daemon=True)
+        self._seen: dict[int, tuple[int, float]] = {}  # rank → (beat, monotonic time it last changed)
+
+    def start(self) -> Watchdog:
+        """Start the heartbeat thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread (at shutdown)."""
+        self._stop.set()
+
+    def progress(self, step: int) -> None:
+        """This rank finished `step` (called by Context.step)."""
+        self.step = step
+        self._last_progress = time.monotonic()
+
+    def _beat(self, store: dist.Store, beat: int) -> None:
+        where, in_torch = _main_thread_where()
+        store.set(
+            f"hb/{self.rank}",
+            json.dumps(
+                {
+                    "beat": beat,
+                    "step": self.step,
+                    "idle": round(time.monotonic() - self._last_progress, 1),
+                    "where": where,
+                    "in_torch": in_torch,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "node": os.environ.get("GROUP_RANK", ""),
+                }
+            ),
+        )
+
+    def _collect(self, store: dist.Store) -> tuple[dict[int, dict[str, Any]], set[int]]:
+        beats: dict[int, dict[str, Any]] = {}
+        keys = [f"hb/{r}" for r in range(self.world_size)]
+        present = [k for k in keys if store.check([k])]
+        values = store.multi_get(present) if present else []
+        now = time.monotonic()
+        for key, raw in zip(present, values, strict=True):
+            r = int(key.split("/")[1])
+            beats[r] = json.loads(bytes(raw).decode())
+            beat = int(beats[r]["beat"])
+            if self._seen.get(r, (None, 0.0))[0] != beat:
+                self._seen[r] = (beat, now)
+        silent = {r for r, (_, t) in self._seen.items() if now - t > max(3 * self.poll, 5.0)}
+        return beats, silent
+
+    def _summary(self, beats: dict[int, dict[str, Any]], silent: set[int]) -> tuple[str, set[int]]:
+        stuck, why = diagnose(beats, silent, self.world_size)
+        parts = []
+        for r in stuck:
+            b = beats.get(r, {})
+            node = f"node {b['node']}, " if b.get("node") else ""
+            parts.append(f"rank {r} ({node}host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step {b.get('step', '?')} in {b.get('where', '?')}")
+        waiting = sorted(r for r in beats if r not in stuck)
+        text = (
+            f"distrain watchdog: no training progress for {self.seconds:g} s; stuck: {'; '.join(parts)} — {why}"
+            + (f"; rank{'s' if len(waiting) > 1 else ''} {','.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} for it" if waiting else "")
+            + f". Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
+        )
+        return text, silent | {r for r in range(self.world_size) if r not in beats}
+
+    def _abort(self, verdict: str, print_summary: bool) -> None:
+        # from here on the job is going down: when a peer exits first and the main thread's
+        # collective raises, the rank still ends with the watchdog's code, not a stray error
+        sys.excepthook = _exit_as_watchdog
+        if print_summary:
+            print(verdict, file=sys.stderr, flush=True)
+        sys.stderr.write(f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        # let the other ranks read the verdict and dump their stacks before anyone tears down
+        time.sleep(2 * self.poll + 1)
+        os._exit(WATCHDOG_EXIT_CODE)
+
+    def _run(self) -> None:
+        try:
+            store = self._store_factory()
+        except Exception:
+            return
+        beat = 0
+        while not self._stop.wait(self.poll):
+            beat += 1
+            try:
+                self._beat(store, beat)
+                beats, silent = self._collect(store)  # every poll: a beat that stops changing means frozen
+                if store.check(["verdict"]):
+                    reporter, _, verdict = bytes(store.get("verdict")).decode().partition("\n")
+                    self._abort(verdict, print_summary=str(self.rank) == reporter)
+                idle = time.monotonic() - self._last_progress
+                if self.step > 0 and idle > self.seconds:
+                    text, frozen = self._summary(beats, silent)
+                    # rank 0 prints on the launching console unless its process is frozen
+                    reporter = self.rank if 0 in frozen else 0
+                    store.compare_set("verdict", "", f"{reporter}\n{text}")
+            except Exception:
+                if self._stop.is_set():
+                    return
+                time.sleep(self.poll)
+
+
+def _exit_as_watchdog(*_exc: Any) -> None:
+    os._exit(WATCHDOG_EXIT_CODE)
+
+
+def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
+    """Start this rank's watchdog on a separate client of the job's store (MASTER_ADDR/PORT)."""
+
+    def factory() -> dist.Store:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            is_master=False,
+            timeout=dt.timedelta(seconds=60),
+            wait_for_workers=False,
+        )
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"distrain/attempt_{attempt}/watchdog", store)
+
+    if hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    return Watchdog(factory, rank, world_size, seconds).start()
+
+
+def on_step(ctx: Any, step: int) -> None:
+    """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout."""
+    wd = getattr(ctx, "_watchdog", None)
+    if wd is not None:
+        wd.progress(step)
+    if step == 1 and ctx.distributed and dist.is_initialized():
+        timeout = train_timeout()
+        seconds = watchdog_seconds()
+        if seconds is not None:
+            # the watchdog must fire before a collective times out, or its explanation is lost
+            timeout = max(timeout, dt.timedelta(seconds=2 * seconds + 30))
+        setter = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+        setter(timeout)
