@@ -5,6 +5,8 @@
     distrain run -n 2 examples/train_imagefolder.py --data flower_photos --pretrained resnet34.pth --freeze-layers
     python examples/train_imagefolder.py --data tiny --image-size 32 --epochs 1   # quick, on CPU
     distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos --checkpoint-dir ckpt
+    distrain run -n 2 --run-dir runs/flowers examples/train_imagefolder.py --data flower_photos   # + distrain top,
+    tensorboard --logdir runs/flowers/tensorboard                                                 #   TensorBoard
 
 DIR/<class>/<image> in any format PIL reads (grayscale and RGBA files are converted to RGB).
 Rank 0 writes a fixed-seed 80/20 split per class to OUT/split.json once; every rank reads it.
@@ -26,7 +28,6 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 
 import distrain
-from distrain.bench.record import log_epoch  # no-op unless `distrain bench scaling` runs us
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -130,13 +131,6 @@ step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_lo
 if step:
     ctx.print(f"resumed from {args.checkpoint_dir} at step {step} (epoch {train_loader.epoch + 1})")
 
-writer = None
-if ctx.is_main:
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(log_dir=str(out / "tb"))
-
-
 def evaluate() -> tuple[float, float]:
     m = ctx.unwrap(model).eval()
     totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
@@ -160,8 +154,9 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts whe
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt.step()  # counted by distrain like ctx.step(opt): the watchdog and distrain top see it
         sched.step()
+        ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard, bench
         seen += len(xb)
         loss_sum += loss.item() * len(xb)
         step += 1
@@ -171,19 +166,13 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts whe
     samples = int(ctx.all_reduce(seen).item())
     train_loss = (ctx.all_reduce(loss_sum) / max(samples, 1)).item()
     val_loss, val_acc = evaluate()
-    log_epoch(ctx, epoch=epoch + 1, seconds=seconds, samples=samples, test_acc=val_acc, test_loss=val_loss, train_loss=train_loss)
+    ctx.log(advance=False, accuracy=val_acc, test_loss=val_loss, train_loss=train_loss)
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  val acc {val_acc:.4f}  {seconds:.1f} s")
-    if ctx.is_main:  # 5: rank 0 alone logs
-        writer.add_scalar("train/loss", train_loss, epoch + 1)
-        writer.add_scalar("val/loss", val_loss, epoch + 1)
-        writer.add_scalar("val/accuracy", val_acc, epoch + 1)
-        writer.add_scalar("train/lr", opt.param_groups[0]["lr"], epoch + 1)
 if ckpt:
     ckpt.save(step)  # the final state: a rerun finds nothing left to do
     ckpt.close()
 
-if ctx.is_main:
-    writer.close()
+if ctx.is_main:  # 5: rank 0 alone writes
     torch.save(ctx.unwrap(model).state_dict(), out / "model.pt")
     print(f"done: saved {out / 'model.pt'}")
 ctx.shutdown()

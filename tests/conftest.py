@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,3 +106,10 @@ def _isolated_environment() -> object:
 def repo() -> Path:
     """The repository root."""
     return REPO
+
+
+def digits_accuracy(stdout: str) -> float:
+    """The final test accuracy examples/train_digits.py prints ("done: test acc 0.9805 ...")."""
+    found = re.findall(r"done: test acc ([0-9.]+)", stdout)
+    assert found, f"no 'done: test acc' line in the output:\n{stdout[-2000:]}"
+    return float(found[-1])

@@ -5,12 +5,11 @@ CI has no GPU; these run on a lent GPU machine (see benchmarks/RESULTS.md for wh
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import EXAMPLES, REPO, python, run
+from conftest import EXAMPLES, REPO, digits_accuracy, python, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -24,8 +23,7 @@ def test_digits_on_gpu_with_nccl_syncbn_fp16(tmp_path: Path) -> None:
     res = run([python(), "-m", "distrain.cli", "run", "-n", "1", str(EXAMPLES / "train_digits.py"), "--epochs", "4",
                "--amp", "--sync-bn", "--out", str(tmp_path)], timeout=300, check=True)
     assert "backend nccl" in res.stdout and "device cuda" in res.stdout and "fp16" in res.stdout, res.stdout
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["test_accuracy"] > 0.9, metrics
+    assert digits_accuracy(res.stdout) > 0.9, res.stdout[-2000:]
 
 
 def test_syncbn_is_torchs_on_cuda(tmp_path: Path) -> None:

@@ -35,8 +35,8 @@ def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("sync_bn", [False, True], ids=["bn", "syncbn"])
 def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bool) -> None:
     out = tmp_path / "out"
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", SCRIPT, "--data", str(image_folder), "--out", str(out), *FAST,
-           "--checkpoint-dir", str(tmp_path / "ckpt")]
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--run-dir", str(tmp_path / "run"), SCRIPT, "--data", str(image_folder),
+           "--out", str(out), *FAST, "--checkpoint-dir", str(tmp_path / "ckpt")]
     res = run(cmd + (["--sync-bn"] if sync_bn else ["--no-sync-bn"]), timeout=280, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "2 processes" in res.stdout and f"sync_bn={sync_bn}" in res.stdout
@@ -51,7 +51,7 @@ def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bo
         n_val = sum(1 for _, y in split["val"] if y == label)
         n_train = sum(1 for _, y in split["train"] if y == label)
         assert n_val == 2 and n_train in (6, 7)
-    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))  # ctx.log → TensorBoard
     state = torch.load(out / "model.pt", weights_only=True)
     assert state["fc.weight"].shape == (3, 512)
     assert (tmp_path / "ckpt" / "latest").read_text().strip().startswith("step_")  # distrain.train.checkpoint

@@ -10,9 +10,9 @@ from distrain.cluster import (
     expand_nodelist,
     pop_local_rank_arg,
 )
-from distrain.train.data import GlobalBatchSampler, ShardedEvalSampler
 from distrain.launch.plan import split_argv
 from distrain.runtime.threads import choose_threads
+from distrain.train.data import GlobalBatchSampler, ShardedEvalSampler
 
 
 def test_expand_nodelist() -> None:

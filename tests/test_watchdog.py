@@ -65,3 +65,31 @@ def test_bad_watchdog_value_is_one_line(tmp_path: Path) -> None:
 
     res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "soon", SCRIPT], timeout=120)
     assert res.returncode == 2 and res.stderr.strip() == "distrain run: error: --watchdog expects seconds (got 'soon')"
+
+
+PLAIN = str(REPO / "tests" / "scripts" / "plain_step_hang.py")
+
+
+@pytest.mark.timeout(200)
+def test_watchdog_arms_on_a_bare_optimizer_step() -> None:
+    """The README's converted script steps with opt.step(), not ctx.step(): the watchdog must see it."""
+    from conftest import run
+
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", PLAIN, "--hang-rank", "1", "--hang-step", "5"],
+              timeout=180)
+    assert res.returncode == 124, (res.returncode, res.stderr[-3000:])
+    summary = [ln for ln in res.stderr.splitlines() if ln.startswith("distrain watchdog: no training progress")]
+    assert summary and "stuck: rank 1" in summary[0] and "at step 4 in plain_step_hang.py:" in summary[0], res.stderr[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_counted_steps_and_unarmed_warning() -> None:
+    from conftest import run
+
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", PLAIN, "--steps", "30"], timeout=180)
+    assert res.returncode == 0 and "done: 30 counted steps" in res.stdout, res.stderr[-3000:]
+    # an optimizer over a model that was never prepared: not counted, and the watchdog says so once
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "30", PLAIN, "--steps", "30", "--unprepared"],
+              timeout=180)
+    assert res.returncode == 0 and "done: 0 counted steps" in res.stdout, res.stderr[-3000:]
+    assert res.stderr.count("the watchdog is not armed") == 1, res.stderr[-3000:]

@@ -35,12 +35,12 @@ def _save(fig: Any, path: Path) -> None:
 
 def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
     """Bars of time per epoch per process count, labelled with the seconds (as in the classic chart)."""
-    plain = sorted((r for r in runs if not r["sync_bn"]), key=lambda r: r["nproc"])
+    plain = sorted((r for r in runs if not r["sync_bn"]), key=lambda r: (r["nproc"], bool(r.get("all_cores"))))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     if not plain:
         _no_data(ax, "no runs")
     else:
-        labels = [_unit(r["nproc"], device) for r in plain]
+        labels = [f"1 process\n× {r['threads']} threads" if r.get("all_cores") else _unit(r["nproc"], device) for r in plain]
         heights = [r.get("time_per_epoch_mean") or 0.0 for r in plain]
         errs = [r.get("time_per_epoch_std") or 0.0 for r in plain]
         colors = ["tab:blue" if r["status"] == "ok" else "tab:gray" for r in plain]
@@ -59,12 +59,17 @@ def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Pa
     """Throughput vs N with the ideal line, and efficiency on a second axis."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ok = sorted((r for r in runs if r["status"] == "ok" and r.get("samples_per_s") and not r["sync_bn"]), key=lambda r: r["nproc"])
+    all_cores = next((r for r in ok if r.get("all_cores")), None)
+    ok = [r for r in ok if not r.get("all_cores")]
     if not ok or base is None:
         _no_data(ax, "no finished runs")
     else:
         ns = [r["nproc"] for r in ok]
         ax.plot(ns, [r["samples_per_s"] for r in ok], "o-", color="tab:blue", label="measured")
         ax.plot(ns, [base["samples_per_s"] * n / base["nproc"] for n in ns], "--", color="0.5", label="ideal (linear)")
+        if all_cores is not None:
+            ax.axhline(all_cores["samples_per_s"], linestyle=":", color="tab:green",
+                       label=f"1 process × {all_cores['threads']} threads")
         ax.set_xlabel("processes")
         ax.set_ylabel("samples/s (all processes)")
         ax.set_xticks(ns)

@@ -10,6 +10,7 @@ from typing import Any
 COLUMNS: list[tuple[str, str, str]] = [
     ("run", "name", "s"),
     ("processes", "nproc", "d"),
+    ("threads", "threads", "d"),
     ("SyncBN", "sync_bn", "yesno"),
     ("status", "status", "s"),
     ("rounds", "rounds", "d"),
@@ -77,14 +78,15 @@ def render(results: dict[str, Any]) -> str:
         f"- machine: {m['host']} · {m['platform']} · {m['processor']} · {m['cpu_count']} CPUs ({m['usable_cores']} usable)",
         f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end{_load_range(results.get('rounds', []))}",
         f"- versions: Python {m['python']} · torch {m['torch']} · distrain {m['distrain']}",
-        f"- one process per device, {results['threads']} CPU thread(s) per process; "
+        f"- one process per device, {results['threads']} CPU thread(s) per process (n1-allcores: one process, all cores); "
         "timing excludes evaluation and the first (warm-up) epoch when there are two or more",
         "",
         "## Results",
         "",
         table(runs),
         "",
-        "Efficiency = throughput_N / (N × throughput_1), against the smallest process count without SyncBN. "
+        "Efficiency = speedup / (cores used / baseline cores) against the smallest process count without SyncBN, "
+        "i.e. throughput_N / (N × throughput_1) for one-thread processes. "
         "With several rounds (run interleaved in time), samples/s and time/epoch are medians over rounds and "
         "± std is over every timed epoch of every round.",
         "",

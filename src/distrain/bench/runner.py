@@ -1,8 +1,10 @@
 """Run one training job of a scaling study under `distrain run` and collect what it reports.
 
 Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the
-whole tree can be killed), one CPU thread per process, with ``DISTRAIN_BENCH_LOG`` pointing at
-the run's ``epochs.jsonl``.  While it runs, the process tree is polled with psutil for peak
+whole tree can be killed), one CPU thread per process, with its run directory set
+(``DISTRAIN_RUN_DIR``): what the script reports through ``ctx.log(...)`` lands in
+``metrics/rank-<R>.jsonl`` there, and the per-epoch summaries the monitor writes (``event:
+epoch``) are the bench's data.  While it runs, the process tree is polled with psutil for peak
 memory and the epoch count is read back for the progress bar.
 """
 
@@ -12,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from .record import ENV_VAR
+from ..contract import NUM_THREADS, RUN_DIR
 
 #: how often the process tree is sampled for memory and progress
 POLL_SECONDS = 0.25
@@ -39,6 +42,8 @@ class RunSpec:
     command: list[str]
     threads: int = 1
     round: int = 1
+    #: the "1 process, all cores" baseline row (what a CPU user compares against)
+    all_cores: bool = False
 
     def key(self) -> dict[str, Any]:
         """What must match for --resume to reuse a finished run."""
@@ -65,18 +70,17 @@ class RunResult:
     load_average_end: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
     log: str = ""
+    all_cores: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
 
 
-def read_epochs(path: Path) -> list[dict[str, Any]]:
-    """The JSON-lines records written so far (a half-written last line is skipped)."""
-    if not path.exists():
-        return []
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON records of a file written so far (a half-written last line is skipped)."""
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -84,6 +88,46 @@ def read_epochs(path: Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             records.append(rec)
     return records
+
+
+def read_epochs(run_dir: Path) -> list[dict[str, Any]]:
+    """One record per finished epoch, combined over the ranks' ``event: epoch`` metrics records.
+
+    ``seconds`` is the slowest rank's training time of the epoch (the others wait for it at
+    every all-reduce), ``samples`` the sum over ranks; accuracy and losses are rank 0's
+    (``ctx.log(accuracy=..., test_loss=..., loss=...)``; ``test_acc`` is accepted for accuracy).
+    """
+    per_epoch: dict[Any, list[dict[str, Any]]] = {}
+    order: list[Any] = []
+    files = sorted((run_dir / "metrics").glob("rank-*.jsonl")) if (run_dir / "metrics").is_dir() else []
+    for path in files:
+        for rec in _json_lines(path):
+            if rec.get("event") != "epoch":
+                continue
+            if rec["epoch"] not in per_epoch:
+                per_epoch[rec["epoch"]] = []
+                order.append(rec["epoch"])
+            per_epoch[rec["epoch"]].append(rec)
+    out = []
+    for epoch in order:
+        recs = per_epoch[epoch]
+        main = next((r for r in recs if r.get("rank") == 0), None)
+        if main is None:
+            continue  # rank 0 has not written it yet
+        values = main.get("values") or {}
+        seconds = [r["epoch_seconds"] for r in recs if r.get("epoch_seconds") is not None]
+        row: dict[str, Any] = {
+            "epoch": epoch,
+            "seconds": max(seconds) if seconds else None,
+            "samples": sum(int(r.get("epoch_samples") or 0) for r in recs),
+            "ranks": len(recs),
+        }
+        for key, names in (("test_acc", ("accuracy", "test_acc")), ("test_loss", ("test_loss",)), ("train_loss", ("loss", "train_loss"))):
+            found = next((values[n] for n in names if n in values), None)
+            if found is not None:
+                row[key] = found
+        out.append(row)
+    return out
 
 
 def _tree_rss_mb(root: psutil.Process) -> tuple[float, float]:
@@ -131,12 +175,12 @@ def execute(
 ) -> RunResult:
     """Run `spec` to completion (or `timeout` seconds), writing into `run_dir`; never raises for a failing run."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log_path, epochs_path = run_dir / "log.txt", run_dir / "epochs.jsonl"
-    epochs_path.unlink(missing_ok=True)
+    log_path, metrics_dir = run_dir / "log.txt", run_dir / "job"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
     env = dict(os.environ)
     # One thread per process: N processes × 1 thread against 1 × 1 is the fair comparison
     # (torch would otherwise use every core in the 1-process run).
-    env.update({"OMP_NUM_THREADS": str(spec.threads), "DISTRAIN_NUM_THREADS": str(spec.threads), ENV_VAR: str(epochs_path)})
+    env.update({"OMP_NUM_THREADS": str(spec.threads), NUM_THREADS: str(spec.threads), RUN_DIR: str(metrics_dir)})
     load_start = _load()
     start = time.perf_counter()
     peak_total = peak_one = 0.0
@@ -151,7 +195,7 @@ def execute(
             while proc.poll() is None:
                 total, one = _tree_rss_mb(root)
                 peak_total, peak_one = max(peak_total, total), max(peak_one, one)
-                n = len(read_epochs(epochs_path))
+                n = len(read_epochs(metrics_dir))
                 if n != seen and on_epoch is not None:
                     on_epoch(n)
                 seen = n
@@ -163,10 +207,9 @@ def execute(
             _kill_tree(proc, root)
         code = proc.wait()
     wall = time.perf_counter() - start
-    epochs = read_epochs(epochs_path)
+    epochs = read_epochs(metrics_dir)
     if on_epoch is not None:
         on_epoch(len(epochs))
-    peak_one = max([peak_one] + [float(e.get("max_rss_mb", 0.0)) for e in epochs])
     peak_total = max(peak_total, peak_one)
     output = log_path.read_text(encoding="utf-8", errors="replace")
     status, error = "ok", ""
@@ -175,13 +218,13 @@ def execute(
     elif code != 0:
         status, error = "failed", f"exit code {code}: {_last_error_line(output)}"
     elif not epochs:
-        status, error = "failed", f"the script wrote no epoch records to ${ENV_VAR} (see docs/bench.md)"
+        status, error = "failed", "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; see docs/bench.md)"
     return RunResult(
         name=spec.name, nproc=spec.nproc, sync_bn=spec.sync_bn, command=spec.command, threads=spec.threads,
         round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
         peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
         load_average_start=load_start, load_average_end=_load(),
-        epochs=epochs, log=str(log_path),
+        epochs=epochs, log=str(log_path), all_cores=spec.all_cores,
     )
 
 

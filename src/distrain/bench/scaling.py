@@ -5,8 +5,8 @@
     distrain bench scaling --nproc 1,2 my_train.py -- --lr 0.1    # your script, your flags
 
 Each run is a real ``distrain run`` job, one process per device (on CPU one thread per
-process).  The script reports its epochs through ``DISTRAIN_BENCH_LOG`` (see
-:mod:`distrain.bench.record` and docs/bench.md).
+process).  The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step
+and ``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.bench.runner` and docs/bench.md).
 """
 
 from __future__ import annotations
@@ -25,21 +25,32 @@ from . import report, runner, summary
 
 PROG = "distrain bench scaling"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-#: built-in workloads: name → example script
-WORKLOADS = {"digits": "train_digits.py", "imagefolder": "train_imagefolder.py"}
+#: built-in workloads: name → (example script, its arguments, what one step computes)
+WORKLOADS: dict[str, tuple[str, list[str], str]] = {
+    # compute-bound: the per-step gradient all-reduce (~0.15 M parameters) is small next to the
+    # convolutions, so the study shows what the machine can do rather than the all-reduce latency
+    "cnn": ("train_digits.py", ["--image-size", "32"], "digits upsampled to 32×32, 2-conv CNN: 115 MFLOP per sample "
+            "(forward + backward), 3.7 GFLOP per step of 32 samples per process, 0.15 M parameters"),
+    # latency-bound: 0.23 s epochs, the all-reduce of every step dominates (shows the overhead)
+    "digits": ("train_digits.py", [], "8×8 digits, 2-conv CNN: 7.9 MFLOP per sample (forward + backward), 0.25 GFLOP per step "
+               "of 32 samples per process, 0.15 M parameters"),
+    "imagefolder": ("train_imagefolder.py", [], "your image folder on a torchvision ResNet"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Run the same training at several process counts and write a report with charts.",
-                                epilog="Script options go after '--'. The script must call distrain.bench.record.log_epoch() once per epoch (docs/bench.md).")
+                                epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) every step (docs/bench.md).")
     p.add_argument("script", nargs="?", help="your training script (default: the built-in --workload)")
-    p.add_argument("--workload", choices=sorted(WORKLOADS), default="digits", help="built-in workload when no script is given (default digits)")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="cnn",
+                   help="built-in workload when no script is given: cnn (compute-bound, default), digits (all-reduce-bound), imagefolder")
     p.add_argument("--data", help="image folder (class subfolders) for --workload imagefolder")
     p.add_argument("--nproc", default="1,2,4", help="comma-separated process counts (default 1,2,4)")
     p.add_argument("--sync-bn", choices=("off", "on", "both"), default="off", help="pass --sync-bn to the script for N > 1: never, always, or both ways")
     p.add_argument("--epochs", type=int, help="passed to the script as --epochs N (built-in workloads: default 5)")
     p.add_argument("--batch-size", type=int, help="per-process batch, passed to the script as --batch-size N")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per process (default 1: one process per core is the fair comparison)")
+    p.add_argument("--no-all-cores", action="store_true", help="skip the '1 process, all cores' baseline row")
     p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
     p.add_argument("--resume", action="store_true", help="reuse finished runs already in --out (same command and settings)")
     p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
@@ -79,7 +90,9 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
         if args.data:
             extra = ["--data", args.data] + extra
     else:
-        script, label = str(EXAMPLES / WORKLOADS[args.workload]), args.workload
+        name, builtin_args, compute = WORKLOADS[args.workload]
+        script, label = str(EXAMPLES / name), f"{args.workload} ({compute})"
+        extra = builtin_args + extra
         if args.workload == "imagefolder":
             if not args.data:
                 raise UsageError("--workload imagefolder needs --data DIR (a folder of class subfolders)")
@@ -102,14 +115,20 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
 
 
 def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool,
-              repeat: int = 1) -> list[runner.RunSpec]:
+              repeat: int = 1, all_cores: int = 0) -> list[runner.RunSpec]:
     """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
 
     Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
-    load from elsewhere on the machine hits every configuration instead of one.
+    load from elsewhere on the machine hits every configuration instead of one.  With
+    ``all_cores`` > `threads` and 1 in `nprocs`, each round also runs one process with that
+    many threads: the baseline a CPU user has without distrain.
     """
     one_round = _plan_round(nprocs, sync_bn, script, script_args, threads, out, builtin)
-    return [runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k) for k in range(1, repeat + 1) for s in one_round]
+    if all_cores > threads and 1 in nprocs:
+        single = next(s for s in one_round if s.nproc == 1)
+        cmd = [tok.replace(f"{os.sep}n1-bn{os.sep}", f"{os.sep}n1-allcores{os.sep}") for tok in single.command]
+        one_round.insert(1, runner.RunSpec("n1-allcores", 1, False, cmd, all_cores, all_cores=True))
+    return [runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k, s.all_cores) for k in range(1, repeat + 1) for s in one_round]
 
 
 def _plan_round(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool) -> list[runner.RunSpec]:
@@ -213,7 +232,8 @@ def main(argv: list[str]) -> int:
         load_start = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load_start = []
-    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat)
+    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat,
+                      all_cores=0 if args.no_all_cores else usable_cores())
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")

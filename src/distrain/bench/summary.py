@@ -22,7 +22,7 @@ from ..contract import usable_cores
 
 def run_stats(run: dict[str, Any]) -> dict[str, Any]:
     """Timing and accuracy statistics of one run (None where the run has no such number)."""
-    epochs = [e for e in run.get("epochs", []) if float(e.get("seconds", 0)) > 0]
+    epochs = [e for e in run.get("epochs", []) if float(e.get("seconds") or 0) > 0]
     steady = epochs[1:] if len(epochs) >= 2 else epochs
     stats: dict[str, Any] = {
         "epochs_done": len(run.get("epochs", [])),
@@ -80,16 +80,24 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _cores(run: dict[str, Any]) -> int:
+    return int(run["nproc"]) * int(run.get("threads") or 1)
+
+
 def add_scaling(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Fill speedup and efficiency into each ok run in place; return the baseline run (or None)."""
+    """Fill speedup and efficiency into each ok run in place; return the baseline run (or None).
+
+    Efficiency is per core used: speedup × cores_base / cores_run, so the "1 process, all
+    cores" row is judged by the same measure as N one-thread processes.
+    """
     ok = [r for r in runs if r["status"] == "ok" and r.get("samples_per_s")]
-    plain = [r for r in ok if not r["sync_bn"]] or ok
+    plain = [r for r in ok if not r["sync_bn"] and not r.get("all_cores")] or ok
     base = min(plain, key=lambda r: r["nproc"]) if plain else None
     for r in runs:
         r["speedup"] = r["efficiency"] = None
         if base is not None and r in ok:
             r["speedup"] = r["samples_per_s"] / base["samples_per_s"]
-            r["efficiency"] = r["speedup"] * base["nproc"] / r["nproc"]
+            r["efficiency"] = r["speedup"] * _cores(base) / _cores(r)
     return base
 
 
@@ -125,6 +133,8 @@ def _fmt_n(n: int) -> str:
 def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, str]:
     """One sentence per chart, computed from the numbers."""
     ok = sorted((r for r in runs if r["status"] == "ok" and r.get("time_per_epoch_mean")), key=lambda r: r["nproc"])
+    all_cores = next((r for r in ok if r.get("all_cores")), None)
+    ok = [r for r in ok if not r.get("all_cores")]
     plain = [r for r in ok if not r["sync_bn"]]
     failed = [r["name"] for r in runs if r["status"] != "ok"]
     out: dict[str, str] = {}
@@ -162,6 +172,13 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             why = ("the gap is the per-step gradient all-reduce and waiting for the slowest process, plus any other "
                    "load on the machine" + load_note)
         out["throughput"] = f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at {worst['nproc']}: {why}."
+        if all_cores is not None and all_cores.get("samples_per_s"):
+            best = max(scaled, key=lambda r: r["samples_per_s"])
+            out["throughput"] += (
+                f" One process with {all_cores['threads']} threads (all cores, no distrain) reaches "
+                f"{all_cores['samples_per_s']:.0f} samples/s; {_fmt_n(best['nproc'])} × {best.get('threads') or 1} thread "
+                f"reach {best['samples_per_s']:.0f} ({best['samples_per_s'] / all_cores['samples_per_s']:.2f}× that)."
+            )
     else:
         out["throughput"] = "Efficiency needs a finished baseline run and a larger one; there is none to compare."
 

@@ -1,12 +1,18 @@
 """Per-rank metrics: what ``ctx.log(...)`` feeds.
 
 The training thread only updates a few counters under a lock (well under a microsecond per
-call: no I/O, no clock, no ``.item()``).  A daemon thread wakes every ``interval`` seconds,
+call: no I/O, no ``.item()``, one monotonic clock read when the step changes).  A daemon thread wakes every ``interval`` seconds,
 turns the latest values into one JSON line in ``RUN_DIR/metrics/rank-<R>.jsonl`` (with the
 process's RSS and, where NVML answers, its GPU's utilisation and memory) and, on rank 0, into
 TensorBoard scalars.  Because the heartbeat runs beside training, a rank whose records stop
 arriving is frozen or dead, while a rank whose records keep arriving with the same step is
 alive but waiting (typically for a frozen peer in a collective).
+
+When ``epoch=`` changes, the finished epoch becomes one ``event: epoch`` record: its training
+time (first to last step of the epoch, scaled by steps/(steps-1) to include the first step,
+so evaluation after the epoch is not counted), this rank's samples, and the last value of each
+scalar logged during or right after it (``loss``, ``accuracy``, ``test_loss``...).
+``distrain bench scaling`` reads these records.
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ class Monitor:
         self._samples = 0
         self._epoch: Any = None
         self._pending: dict[str, list[tuple[int, Any]]] = {}
+        self._epoch_now = _EpochTally()
+        self._epochs_done: list[dict[str, Any]] = []
         # owned by the writer thread
         self._values: dict[str, float] = {}
         self._last = (0, 0, 0.0)  # step, samples, monotonic time of the previous record
@@ -108,15 +116,23 @@ class Monitor:
             if not hasattr(value, "__float__"):
                 raise TypeError(f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}")
         with self._lock:
+            before = self._step
             if step is not None:
                 self._step = int(step)
             elif advance:
                 self._step += 1
+            if epoch is not None and epoch != self._epoch:
+                if self._epoch is not None:
+                    self._epochs_done.append(self._epoch_now.record(self._epoch))
+                self._epoch_now = _EpochTally()
+                self._epoch = epoch
+            if self._step != before:
+                self._epoch_now.on_step()
             if samples:
                 self._samples += int(samples)
-            if epoch is not None:
-                self._epoch = epoch
+                self._epoch_now.samples += int(samples)
             for key, value in scalars.items():
+                self._epoch_now.values[key] = value.detach() if hasattr(value, "detach") else value
                 point = (self._step, value.detach() if hasattr(value, "detach") else value)
                 points = self._pending.get(key)
                 if points is None:
@@ -158,6 +174,10 @@ class Monitor:
         with self._lock:
             step, samples, epoch = self._step, self._samples, self._epoch
             pending, self._pending = self._pending, {}
+            if event == "end" and self._epoch is not None and self._epoch_now.steps:
+                self._epochs_done.append(self._epoch_now.record(self._epoch))
+                self._epoch_now = _EpochTally()
+            finished, self._epochs_done = self._epochs_done, []
         now, mono = time.time(), time.monotonic()
         last_step, last_samples, last_mono = self._last
         self._last = (step, samples, mono)
@@ -188,6 +208,10 @@ class Monitor:
             **extra,
         }
         assert self._file is not None
+        for done in finished:
+            values = {k: n for k, n in ((k, _number(v)) for k, v in done.pop("values").items()) if n is not None}
+            line = {"t": round(now, 3), "event": "epoch", **self._static, **done, "values": values}
+            self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -226,6 +250,37 @@ class Monitor:
             self._gpu.close()
         if self._file is not None:
             self._file.close()
+
+
+class _EpochTally:
+    """One epoch as the training thread sees it: step times, samples, the latest scalars."""
+
+    def __init__(self) -> None:
+        self.first_t: float | None = None
+        self.last_t = 0.0
+        self.steps = 0
+        self.samples = 0
+        self.values: dict[str, Any] = {}
+
+    def on_step(self) -> None:
+        now = time.monotonic()
+        if self.first_t is None:
+            self.first_t = now
+        self.last_t = now
+        self.steps += 1
+
+    def record(self, epoch: Any) -> dict[str, Any]:
+        """The epoch's summary (values still raw: converted by the writer thread)."""
+        seconds = None
+        if self.first_t is not None and self.steps > 1:
+            seconds = (self.last_t - self.first_t) * self.steps / (self.steps - 1)
+        return {
+            "epoch": epoch,
+            "epoch_steps": self.steps,
+            "epoch_samples": self.samples,
+            "epoch_seconds": round(seconds, 6) if seconds is not None else None,
+            "values": dict(self.values),
+        }
 
 
 def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None) -> Monitor | None:

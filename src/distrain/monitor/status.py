@@ -93,7 +93,8 @@ def load_run(run_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
         )
     by_rank: dict[int, list[dict[str, Any]]] = {}
     for path in files:
-        records = read_tail(path)
+        # epoch summaries (for distrain bench) are not heartbeats: rates come from heartbeats
+        records = [r for r in read_tail(path) if r.get("event") != "epoch"]
         if records:
             by_rank[int(records[-1]["rank"])] = _last_attempt(records)
     if not by_rank:

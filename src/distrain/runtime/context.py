@@ -25,6 +25,7 @@ from ..contract import usable_cores
 from ..train import watchdog
 from ..train.data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from ..train.nn import convert_sync_batchnorm
+from ..train.steps import StepCounter
 
 T = TypeVar("T")
 
@@ -81,9 +82,18 @@ class Context:
         self._models: list[weakref.ref[nn.Module]] = []
         self._closed = False
         self._monitor: Any = None  # distrain.monitor.Monitor when a run directory is set
-        #: optimizer steps taken (the watchdog's measure of progress)
-        self.steps = 0
         self._watchdog: Any = None
+        # optimizer steps of prepared models, however the script steps (train/steps.py)
+        self._step_counter = StepCounter(self._on_step)
+        self._logs_without_steps = 0
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken on prepared models (the watchdog's measure of progress)."""
+        return self._step_counter.count
+
+    def _on_step(self, count: int) -> None:
+        watchdog.on_step(self, count)
 
     # -- where am I -----------------------------------------------------------------------
     @property
@@ -130,6 +140,7 @@ class Context:
             model = convert_sync_batchnorm(model, self.device.type)
         model = model.to(self.device)
         if not self.distributed:
+            self._step_counter.track(model)
             return model
         if self.device.type == "cuda":
             ddp_kwargs.setdefault("device_ids", [self.device.index])
@@ -140,6 +151,7 @@ class Context:
 
             wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)  # type: ignore[assignment]
         self._models.append(weakref.ref(wrapped))
+        self._step_counter.track(wrapped)
         return wrapped
 
     @staticmethod
@@ -249,14 +261,20 @@ class Context:
             loss.backward()
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """optimizer.step() (through the GradScaler for fp16)."""
+        """optimizer.step() (through the GradScaler for fp16); counted in :attr:`steps`.
+
+        A plain ``optimizer.step()`` over a prepared model counts too; this method adds only
+        what torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients),
+        and an optimizer over a model that was not prepared.
+        """
+        before = self.steps
         if self.scaler is not None:
             self.scaler.step(optimizer)
             self.scaler.update()
         else:
             optimizer.step()
-        self.steps += 1
-        watchdog.on_step(self, self.steps)
+        if self.steps == before:
+            self._step_counter.advance()
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         """Clip gradients (unscaling fp16 gradients first); returns the total norm."""
@@ -302,13 +320,22 @@ class Context:
         yield from track(iterable, total=total, description=description, transient=True)
 
     def log(self, step: int | None = None, **values: Any) -> None:
-        """Record progress for `distrain top` and TensorBoard; a no-op without a run directory.
+        """The one metrics call: `distrain top`, TensorBoard and `distrain bench` read what it records.
 
-        ``step`` defaults to one more than the last call (``advance=False``: the same step, for
-        per-epoch values); ``epoch=`` and ``samples=`` (samples this rank processed since the
-        last call) are understood; every other keyword is a scalar (``loss=loss`` may be a tensor: it is read ~once a second, not every step).
-        See :mod:`distrain.monitor`.
+        ``step`` defaults to :attr:`steps` (optimizer steps so far); in a script with no
+        optimizer over a prepared model, to one more than the last call (``advance=False``:
+        the same step, for per-epoch values).  ``epoch=`` and ``samples=`` (samples this rank
+        processed since the last call) are understood; every other keyword is a scalar
+        (``loss=loss`` may be a tensor: it is read ~once a second, not every step).  Values
+        logged after an epoch's last step (``accuracy=``, ``test_loss=``) belong to that epoch.
+        A no-op without a run directory; see :mod:`distrain.monitor`.
         """
+        if self.steps:
+            step = self.steps if step is None else step
+        elif self._watchdog is not None:
+            self._logs_without_steps += 1
+            if self._logs_without_steps == 20:
+                watchdog.warn_unarmed(self.rank)
         if self._monitor is not None:
             self._monitor.log(step, **values)
 
@@ -322,6 +349,7 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        self._step_counter.close()
         if self._monitor is not None:
             self._monitor.close()
         if self._watchdog is not None:

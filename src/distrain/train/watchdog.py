@@ -262,6 +262,18 @@ def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
     return Watchdog(factory, rank, world_size, seconds).start()
 
 
+def warn_unarmed(rank: int) -> None:
+    """Say once that the watchdog has nothing to watch: no optimizer step of a prepared model."""
+    if rank == 0:
+        print(
+            "distrain: warning: the watchdog is not armed: ctx.log() is being called but no optimizer "
+            "step over a model from ctx.prepare_model() was seen (step an optimizer over the prepared "
+            "model's parameters, or call ctx.step(opt))",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def on_step(ctx: Any, step: int) -> None:
     """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout."""
     wd = getattr(ctx, "_watchdog", None)
