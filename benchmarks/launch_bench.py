@@ -3,8 +3,8 @@
     PYTHONPATH=$PWD/src python3 benchmarks/launch_bench.py --rounds 4
 
 Each round runs every (script, launcher) pair once, in rotating order (interleaved, so machine
-load hits all alike).  "First step" is the last rank's timestamp in DISTRAIN_FIRST_STEP_FILE,
-written by the script right after its first optimizer step; time 0 is just before the launcher
+load hits all alike).  "First step" is the last rank's first-step time (see first_step.py),
+written right after its first optimizer step; time 0 is just before the launcher
 process is started.  Prints medians and ratios against torchrun.
 """
 
@@ -20,12 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from first_step import env_for, first_steps
+
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 SCRIPTS = {
     "digits": [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"],  # + out dir
-    "plain": [str(REPO / "bench" / "plain_ddp.py"), "--steps", "5"],
+    "plain": [str(REPO / "benchmarks" / "plain_ddp.py"), "--steps", "5"],
 }
 LAUNCHERS = {
     "distrain-fast": [PY, "-m", "distrain.cli", "run", "-n", "2"],
@@ -49,15 +51,15 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
     cmd = LAUNCHERS[launcher] + SCRIPTS[script]
     if script == "digits":
         cmd = cmd + [str(work / "out")]
-    env = dict(os.environ, DISTRAIN_FIRST_STEP_FILE=str(marker), OMP_NUM_THREADS="1",
-               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    run_dir = work / f"run-{marker.stem}"
+    env = dict(os.environ, **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     cpu0, t0 = _children_cpu(), time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     cpu = _children_cpu() - cpu0
     if proc.returncode != 0:
         raise RuntimeError(f"{launcher} {script} exit {proc.returncode}: {proc.stderr[-2000:]}")
-    stamps = [float(line.split()[2]) for line in marker.read_text().splitlines()]
+    stamps = first_steps(marker, run_dir)
     return max(stamps) - t0, cpu
 
 

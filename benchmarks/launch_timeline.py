@@ -4,7 +4,7 @@
 
 On a machine shared with other jobs, wall time mostly measures the others.  This samples every
 process of the job every 20 ms (psutil) and adds CPU seconds along the critical path to the
-first step (the last rank's DISTRAIN_FIRST_STEP_FILE line):
+first step (the last rank's, see first_step.py):
 
 - torchrun / spawn: launcher CPU until the workers exist + the slower worker's CPU until its step;
 - fast: max(launcher CPU, fork server CPU) until the workers are forked + the slower worker's CPU.
@@ -25,12 +25,13 @@ import time
 from pathlib import Path
 
 import psutil
+from first_step import env_for, first_steps
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SCRIPTS = {
     "digits": [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"],
-    "plain": [str(REPO / "bench" / "plain_ddp.py"), "--steps", "5"],
+    "plain": [str(REPO / "benchmarks" / "plain_ddp.py"), "--steps", "5"],
 }
 LAUNCHERS = {
     "distrain-fast": [PY, "-m", "distrain.cli", "run", "-n", "2"],
@@ -47,7 +48,8 @@ def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
     """(critical-path CPU seconds, wall seconds) to the last rank's first step."""
     marker = work / f"{launcher}-{script}-{time.monotonic_ns()}.txt"
     cmd = LAUNCHERS[launcher] + SCRIPTS[script] + ([str(work / "out")] if script == "digits" else [])
-    env = dict(os.environ, DISTRAIN_FIRST_STEP_FILE=str(marker), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    run_dir = work / f"run-{marker.stem}"
+    env = dict(os.environ, **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -73,8 +75,9 @@ def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
         if len(workers) >= 2 and launcher_cpu_at_workers is None:
             launcher_cpu_at_workers = cpu[root.pid]
             server_cpu_at_workers = cpu.get(server, 0.0) if server else 0.0
-        if marker.exists() and len(marker.read_text().splitlines()) >= 2:
-            wall = max(float(line.split()[2]) for line in marker.read_text().splitlines()) - t0
+        stamps = first_steps(marker, run_dir)
+        if len(stamps) >= 2:
+            wall = max(stamps) - t0
             worker_cpu = max(cpu.get(w, 0.0) for w in workers)
             proc.wait()
             assert launcher_cpu_at_workers is not None

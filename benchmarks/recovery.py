@@ -58,7 +58,7 @@ def control(runs: int, timeout: float, share_store: bool) -> None:
     if not share_store:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1",
-           str(REPO / "bench" / "raw_restart_worker.py")]
+           str(REPO / "benchmarks" / "raw_restart_worker.py")]
     for _ in range(runs):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:

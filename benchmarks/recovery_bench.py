@@ -49,7 +49,7 @@ def one(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
     """(kill → last rank's first resumed step, checkpoint load seconds)."""
     tag = f"{launcher}-{time.monotonic_ns()}"
     marker, ckpt = work / f"{tag}.txt", work / f"{tag}.pt"
-    cmd = LAUNCHERS[launcher] + [str(REPO / "bench" / "plain_ddp.py"), "--steps", "400", "--sleep", "0.05", "--ckpt", str(ckpt)]
+    cmd = LAUNCHERS[launcher] + [str(REPO / "benchmarks" / "plain_ddp.py"), "--steps", "400", "--sleep", "0.05", "--ckpt", str(ckpt)]
     env = dict(os.environ, DISTRAIN_FIRST_STEP_FILE=str(marker), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -145,6 +145,9 @@ class Monitor:
             self._start()
 
     def _start(self) -> None:
+        # when the script first reported progress (its first step): the writer thread's first
+        # record can come later (it opens TensorBoard first on rank 0)
+        self._static["first_log_t"] = round(time.time(), 3)
         path = rank_file(self.run_dir, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # closed in close()
