@@ -38,6 +38,8 @@ PRELOAD = "DISTRAIN_PRELOAD"
 SPAWN = "DISTRAIN_SPAWN"
 #: torch: give workers their own store instead of sharing the agent's (restarts; pytorch#135712)
 NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: seconds between two metrics records of one rank
+METRICS_INTERVAL = "DISTRAIN_METRICS_INTERVAL"
 #: torch: how many times the agent restarted this worker group
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 
+from ..contract import RESTART_COUNT
+
 
 class ClusterError(RuntimeError):
     """A launcher environment is incomplete or inconsistent; the message says what to set."""
@@ -72,7 +74,7 @@ class ClusterEnvironment(ABC):
 
     def restart_count(self) -> int:
         """How many times the launcher restarted this worker group (0 on the first start)."""
-        return env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        return env_int(RESTART_COUNT, 0)
 
     def store_is_external(self) -> bool:
         """True when the store at MASTER_ADDR:MASTER_PORT is hosted by the launcher, not rank 0."""

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..contract import METRICS_INTERVAL, RESTART_COUNT, RUN_DIR
 from .probes import GPUProbe, ProcessProbe
 from .tensorboard import ScalarWriter
 
@@ -44,7 +45,7 @@ def rank_file(run_dir: str | Path, rank: int) -> Path:
 
 
 def _interval_from_env() -> float:
-    raw = os.environ.get("DISTRAIN_METRICS_INTERVAL", "")
+    raw = os.environ.get(METRICS_INTERVAL, "")
     try:
         return max(0.05, float(raw)) if raw else DEFAULT_INTERVAL
     except ValueError:
@@ -101,7 +102,7 @@ class Monitor:
             "pid": os.getpid(),
             "rank": rank,
             "world_size": world_size,
-            "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+            "attempt": int(os.environ.get(RESTART_COUNT, "0") or 0),
         }
 
     # -- training thread ------------------------------------------------------------------
@@ -288,7 +289,7 @@ class _EpochTally:
 
 def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None) -> Monitor | None:
     """A Monitor for this rank when a run directory is given (argument or DISTRAIN_RUN_DIR)."""
-    chosen = run_dir if run_dir is not None else os.environ.get("DISTRAIN_RUN_DIR") or None
+    chosen = run_dir if run_dir is not None else os.environ.get(RUN_DIR) or None
     if chosen is None:
         return None
     return Monitor(chosen, rank, world_size, gpu_index=gpu_index)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..contract import TRAIN_TIMEOUT, WATCHDOG, WATCHDOG_EXIT_CODE, env_seconds
+from ..contract import RESTART_COUNT, TRAIN_TIMEOUT, WATCHDOG, WATCHDOG_EXIT_CODE, env_seconds
 
 #: default collective timeout once training runs
 DEFAULT_TRAIN_TIMEOUT = dt.timedelta(minutes=5)
@@ -254,7 +254,7 @@ def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
             timeout=dt.timedelta(seconds=60),
             wait_for_workers=False,
         )
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        attempt = os.environ.get(RESTART_COUNT, "0")
         return dist.PrefixStore(f"distrain/attempt_{attempt}/watchdog", store)
 
     if hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
