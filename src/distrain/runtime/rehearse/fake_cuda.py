@@ -78,6 +78,10 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _false(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
 def _zero(*args: Any, **kwargs: Any) -> int:
     return 0
 
@@ -161,8 +165,19 @@ class Stream:
     def query(self) -> bool:  # noqa: D102
         return True
 
+    def is_capturing(self) -> bool:  # noqa: D102 - no CUDA graph is ever captured
+        return False
+
     def synchronize(self) -> None:  # noqa: D102
         pass
+
+    @property
+    def device_index(self) -> int:  # noqa: D102
+        return self.device.index or 0
+
+    device_type = "cuda"
+    stream_id = 0
+    cuda_stream = 0
 
     def __enter__(self) -> Stream:
         return self
@@ -260,7 +275,7 @@ _REPLACEMENTS: dict[str, Any] = {
     "Stream": Stream, "Event": Event, "current_stream": current_stream, "default_stream": current_stream,
     "stream": stream, "set_stream": _nothing, "get_device_name": get_device_name,
     "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
-    "mem_get_info": mem_get_info, "is_initialized": is_available, "init": _nothing, "empty_cache": _nothing,
+    "mem_get_info": mem_get_info, "is_current_stream_capturing": _false, "is_initialized": is_available, "init": _nothing, "empty_cache": _nothing,
     "ipc_collect": _nothing, "is_bf16_supported": is_available, "is_tf32_supported": is_available,
     "set_per_process_memory_fraction": _nothing, "set_sync_debug_mode": _nothing, "get_sync_debug_mode": _zero,
     "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,

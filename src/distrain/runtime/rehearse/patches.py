@@ -99,7 +99,11 @@ def _parallel() -> None:
 
         return __init__
 
+    def sync_bn_ok(self: Any, module: Any) -> None:
+        """DDP refuses SyncBatchNorm on CPU modules; ours runs there (see _sync_batchnorm)."""
+
     _replace(DistributedDataParallel, "__init__", ddp)
+    DistributedDataParallel._passing_sync_batchnorm_handle = sync_bn_ok  # type: ignore[method-assign]
     _replace(DataParallel, "__init__", dp)
 
 
