@@ -216,8 +216,9 @@ def main(argv: list[str]) -> int:
         load_start = []
     specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat)
     if args.cpu:  # CUDA stands in on the CPU in every run (docs: README "Rehearse on CPU")
-        for spec in specs:
-            spec.command.insert(spec.command.index("run") + 1, "--cpu")
+        for spec in specs:  # rounds share one command list: build a new one
+            at = spec.command.index("run") + 1
+            spec.command = [*spec.command[:at], "--cpu", *spec.command[at:]]
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")

@@ -151,9 +151,11 @@ def _load() -> None:
     def load(original: Any) -> Any:
         def torch_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
             if isinstance(map_location, dict):
-                map_location = {k: cpu_if_cuda(v, "torch.load(map_location=cuda)") for k, v in map_location.items()}
+                map_location = {k: "cpu" if is_cuda(v) else v for k, v in map_location.items()}
             elif map_location is None or callable(map_location) or is_cuda(map_location):
                 # None restores saved CUDA tensors to CUDA; a callable may call storage.cuda()
+                if map_location is not None:
+                    MAPPED["torch.load(map_location=cuda)"] += 1
                 map_location = CPU
             return original(f, map_location, *args, **kwargs)
 
