@@ -7,13 +7,14 @@ CPU autocast in float16 (CUDA autocast's dtype), GradScaler("cpu"), distrain's C
 import argparse
 import os
 
-import distrain
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
+
+import distrain
 
 
 class Shapes(Dataset):
@@ -45,7 +46,6 @@ def main():
     args = parser.parse_args()
 
     dist.init_process_group(backend="gloo")
-    device = torch.device("cpu")
 
     torch.manual_seed(0)
     model = distrain.convert_sync_batchnorm(make_model(), "cpu")

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -12,8 +12,9 @@ import importlib.machinery
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from ...contract import REHEARSE_DIR
 
