@@ -36,6 +36,10 @@ DEVICE = "DISTRAIN_DEVICE"
 PRELOAD = "DISTRAIN_PRELOAD"
 #: set in processes started by distrain.spawn
 SPAWN = "DISTRAIN_SPAWN"
+#: distrain run --cpu: how many CPU processes stand in for GPUs on this node (unset: no rehearsal)
+CPU_REHEARSAL = "DISTRAIN_CPU_REHEARSAL"
+#: distrain run --cpu: where workers leave the GPU calls they mapped (the end-of-job summary)
+REHEARSE_DIR = "DISTRAIN_REHEARSE_DIR"
 #: torch: give workers their own store instead of sharing the agent's (restarts; pytorch#135712)
 NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: seconds between two metrics records of one rank
@@ -44,6 +48,17 @@ METRICS_INTERVAL = "DISTRAIN_METRICS_INTERVAL"
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+
+
+
+def rehearse_boot_dir() -> str:
+    """The folder whose sitecustomize.py installs the --cpu rehearsal in every fresh interpreter.
+
+    The launcher prepends it to PYTHONPATH; found beside this file, without importing the
+    worker side (runtime/rehearse/).
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "rehearse", "boot")
+
 
 # -- exit codes ----------------------------------------------------------------------------------
 #: every rank's exit code when the watchdog aborts a job (as timeout(1) does)

@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
     p.add_argument("--resume", action="store_true", help="reuse finished runs already in --out (same command and settings)")
     p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
+    p.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on CPU processes (each run is distrain run --cpu)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
 
     raise_usage_errors(p)
@@ -233,7 +234,11 @@ def main(argv: list[str]) -> int:
     except OSError:
         load_start = []
     specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat,
-                      all_cores=0 if args.no_all_cores else usable_cores())
+                      all_cores=0 if args.no_all_cores or args.cpu else usable_cores())
+    if args.cpu:  # CUDA stands in on the CPU in every run (docs: README "Rehearse on CPU")
+        for spec in specs:  # rounds share one command list: build a new one
+            at = spec.command.index("run") + 1
+            spec.command = [*spec.command[:at], "--cpu", *spec.command[at:]]
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")

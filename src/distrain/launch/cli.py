@@ -25,7 +25,7 @@ import sys
 
 from ..contract import WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver
+from . import forkserver, rehearsal
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, plan
 
@@ -86,11 +86,16 @@ def main(argv: list[str]) -> int:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
+    folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
+    if launch.rehearsal_line:
+        print(launch.rehearsal_line, file=sys.stderr, flush=True)
     os.environ.update(launch.env)
     try:
         return _launch(launch)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
+        if folder:
+            rehearsal.finish(folder)
 
 
 def _launch(launch: LaunchPlan) -> int:

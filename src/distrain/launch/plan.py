@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
 from ..errors import UsageError, raise_usage_errors
-from . import forkserver
+from . import forkserver, rehearsal
 from .mpi import LAUNCHERS
 from .network import NetworkChoice, plan_network
 
@@ -35,6 +35,7 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--iface": True,
     "--launcher": True,
     "--watchdog": True,
+    "--cpu": False,
 }
 
 
@@ -57,6 +58,8 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--watchdog", default=None, metavar="SECONDS", help="abort with every rank's stack when no rank makes progress this long"
     )
+
+    parser.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified")
 
     raise_usage_errors(parser)
     forkserver.extend_parser(parser)
@@ -96,6 +99,8 @@ class LaunchPlan:
     args: argparse.Namespace
     env: dict[str, str] = field(default_factory=dict)
     network: NetworkChoice | None = None
+    #: --cpu: what stands in for what (printed when the job starts)
+    rehearsal_line: str = ""
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -174,7 +179,13 @@ def plan(argv: list[str]) -> LaunchPlan:
     env[LAUNCHER] = "distrain-run"
     if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
         env[RUN_DIR] = os.path.abspath(args.run_dir or args.log_dir)
-    return LaunchPlan(args, env, network)
+    line = ""
+    if args.cpu:
+        if args.gpus is not None:
+            raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
+        agents, line = rehearsal.configure(script, nproc, env)
+        args.nproc_per_node = str(agents)
+    return LaunchPlan(args, env, network, line)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:

@@ -22,7 +22,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from ..contract import PRELOAD_MODULE, ForkJob
+from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, ForkJob
 
 PROG = "distrain run"
 
@@ -45,6 +45,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _announce(fresh, f"the fork server is unsafe ({unsafe})")
         _run_fresh(job.script, script_args)
         return
+    if os.environ.get(CPU_REHEARSAL):  # distrain run --cpu: CUDA stands in on the CPU
+        from .rehearse import install
+
+        install()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
     if fresh is not None:
         _watch_process_group()

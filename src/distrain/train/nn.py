@@ -102,7 +102,7 @@ class CPUSyncBatchNorm(_BatchNorm):
         self._check_input_dim(input)
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1
         if not (self.training and distributed):
-            return super().forward(input)
+            return _BatchNorm.forward(self, input)  # not super(): torch's SyncBatchNorm borrows this method under distrain run --cpu
         if self.momentum is None:
             raise ValueError("CPUSyncBatchNorm needs a numeric momentum")
         if self.num_batches_tracked is not None:

@@ -1,0 +1,102 @@
+"""`distrain run --cpu`, launcher side: the environment that makes workers rehearse on CPU.
+
+The workers do the mapping (distrain.runtime.rehearse, never imported here): this side only
+sets ``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs), ``DISTRAIN_REHEARSE_DIR`` and
+PYTHONPATH (the folder whose sitecustomize.py installs the rehearsal in fresh interpreters),
+prints the start line, and at the end the summary of the GPU calls the workers mapped.
+
+A script that starts its own processes with ``torch.multiprocessing.spawn`` (the PyTorch DDP
+tutorial: ``world_size = torch.cuda.device_count(); mp.spawn(main, nprocs=world_size)``) runs
+once, as on a GPU machine; its children are the N processes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+
+from ..contract import CPU_REHEARSAL, REHEARSE_DIR, rehearse_boot_dir
+
+PROG = "distrain run --cpu"
+_SPAWNERS = {"spawn", "start_processes"}
+
+
+def spawn_call_line(script: str) -> int | None:
+    """The line of a ``torch.multiprocessing.spawn``/``start_processes`` call in `script`, if any."""
+    try:
+        with open(script, "rb") as f:
+            tree = ast.parse(f.read(), filename=script)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    aliases: set[str] = set()  # names bound to torch.multiprocessing
+    direct: set[str] = set()  # spawn/start_processes imported by name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name for a in node.names if a.name == "torch.multiprocessing"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch.multiprocessing":
+            direct |= {a.asname or a.name for a in node.names if a.name in _SPAWNERS}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "multiprocessing"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in direct:
+            return node.lineno
+        if isinstance(func, ast.Attribute) and func.attr in _SPAWNERS:
+            owner = ast.unparse(func.value)
+            if owner in aliases or owner == "torch.multiprocessing":
+                return node.lineno
+    return None
+
+
+def configure(script: str, nproc: int, env: dict[str, str]) -> tuple[int, str]:
+    """Set the workers' environment for `nproc` stand-in GPUs; (agent processes, start line)."""
+    env[CPU_REHEARSAL] = str(nproc)
+    path = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = rehearse_boot_dir() + (os.pathsep + path if path else "")
+    plural = "es" if nproc != 1 else ""
+    line = f"{PROG}: {nproc} CPU process{plural} stand in for {nproc} GPU{'s' if nproc != 1 else ''}; cuda → cpu, nccl → gloo"
+    spawn_line = spawn_call_line(script) if os.path.isfile(script) else None
+    if spawn_line is None:
+        return nproc, line
+    name = os.path.basename(script)
+    return 1, f"{line} ({name} starts them itself: torch.multiprocessing at line {spawn_line}; it runs once)"
+
+
+def start(env: dict[str, str]) -> str:
+    """Create the folder workers report their mapped calls to; returns it."""
+    folder = tempfile.mkdtemp(prefix="distrain-rehearse-")
+    env[REHEARSE_DIR] = folder
+    return folder
+
+
+def summary(folder: str) -> str | None:
+    """One line: the GPU calls the workers mapped, summed over processes (None: nothing mapped)."""
+    total: Counter[str] = Counter()
+    processes = 0
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith("counts-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    total.update({str(k): int(v) for k, v in json.load(f).items()})
+                processes += 1
+            except (OSError, ValueError, AttributeError):
+                continue
+    if not total:
+        return None
+    calls = ", ".join(f"{call} ×{n}" for call, n in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{PROG}: mapped in {processes} process{'es' if processes != 1 else ''}: {calls}"
+
+
+def finish(folder: str) -> None:
+    """Print the summary and remove the folder."""
+    line = summary(folder)
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,125 @@
+"""CUDA devices land on the CPU: wrappers of the torch functions that take a device.
+
+A CUDA device given as a string (``"cuda:1"``), a :class:`torch.device` or an index
+(``.to(0)``, ``device=0``) to a factory function (every ``torch.*`` whose aten schema has a
+``device`` argument: ``zeros``, ``randn``, ``tensor``, ``arange``, ...), to ``Tensor.to``,
+``.cuda()``, ``.new_*`` and therefore to ``Module.to``/``.cuda()`` and ``nn.Linear(...,
+device=)``, becomes the CPU.  Only these calls are wrapped: every other op runs untouched, at
+full speed (a TorchFunctionMode would put a Python call in front of *every* op: measured here it
+doubles the time of a small ``add``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: what the rehearsal mapped in this process: call → times (the end-of-job summary)
+MAPPED: Counter[str] = Counter()
+
+CPU = torch.device("cpu")
+#: torch.* functions with a device argument that aten's schemas do not list
+_EXTRA_FACTORIES = ("asarray",)
+
+
+def is_cuda(device: object) -> bool:
+    """True for a CUDA device named by string, torch.device or (bare) index."""
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+def cpu_if_cuda(device: Any, what: str) -> Any:
+    """`device`, or the CPU when it names a CUDA device (counted under `what`)."""
+    if device is not None and is_cuda(device):
+        MAPPED[what] += 1
+        return CPU
+    return device
+
+
+def factory_names() -> list[str]:
+    """Public torch functions that take a ``device`` argument, read from aten's schemas."""
+    names = list(_EXTRA_FACTORIES)
+    for name in dir(torch._C._VariableFunctions):
+        if name.startswith("_") or not hasattr(torch, name):
+            continue
+        try:
+            schemas = torch._C._jit_get_schemas_for_operator(f"aten::{name}")
+        except RuntimeError:
+            continue
+        if any(arg.name == "device" for schema in schemas for arg in schema.arguments):
+            names.append(name)
+    return names
+
+
+def _with_cpu_device(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            device = kwargs.get("device")
+            if device is not None and is_cuda(device):
+                MAPPED[label] += 1
+                kwargs["device"] = CPU
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _tensor_to(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # to(device[, dtype], ...), to(dtype, ...), to(other, ...): only the first argument may
+        # be a device, and an int there is a CUDA index (x.to(local_rank))
+        if args and is_cuda(args[0]):
+            MAPPED[".to(cuda)"] += 1
+            args = (CPU, *args[1:])
+        elif kwargs:
+            device = kwargs.get("device")
+            if device is not None and is_cuda(device):
+                MAPPED[".to(cuda)"] += 1
+                kwargs["device"] = CPU
+        return original(self, *args, **kwargs)
+
+    return to
+
+
+def _cuda_method(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """Tensor/Storage .cuda(): already where it belongs."""
+    MAPPED[".cuda()"] += 1
+    return self
+
+
+def _pin_memory(self: Any, device: Any = None) -> Any:
+    """Tensor/Storage .pin_memory(): no pinned memory without a GPU."""
+    MAPPED["pin_memory()"] += 1
+    return self
+
+
+def _record_stream(self: torch.Tensor, stream: Any) -> None:
+    """Tensor.record_stream(s): streams are no-ops."""
+
+
+def install() -> None:
+    """Wrap the factory functions and the tensor methods that take a device."""
+    for name in factory_names():
+        setattr(torch, name, _with_cpu_device(getattr(torch, name), "device=cuda"))
+    for name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_zeros", "new_tensor"):
+        setattr(torch.Tensor, name, _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"))
+    torch.Tensor.to = _tensor_to(torch.Tensor.to)  # type: ignore[method-assign]
+    for cls in (torch.Tensor, torch.UntypedStorage, torch.TypedStorage):
+        cls.cuda = _cuda_method  # type: ignore[method-assign,assignment]
+        cls.pin_memory = _pin_memory  # type: ignore[method-assign,assignment]
+    torch.Tensor.record_stream = _record_stream  # type: ignore[method-assign,assignment]
+    original_default = torch.set_default_device
+
+    @functools.wraps(original_default)
+    def set_default_device(device: Any) -> None:
+        original_default(cpu_if_cuda(device, "set_default_device(cuda)"))
+
+    torch.set_default_device = set_default_device

@@ -1,0 +1,349 @@
+"""``torch.cuda`` (and ``torch.accelerator``) answering for N stand-in devices on the CPU.
+
+``is_available()`` is true and ``device_count()`` is the number of local processes (N);
+``set_device``/``current_device``/``device(i)`` keep a current index and refuse one past N as
+CUDA does; ``synchronize``, ``empty_cache``, streams and events are no-ops (an event still
+measures wall time, so ``elapsed_time`` is a real number); memory statistics are zeros that stay
+consistent with each other; the CUDA generator seeds and states are kept apart from the CPU's, so
+``torch.cuda.manual_seed`` does not change the CPU's random stream (as on a GPU).  Any other
+``torch.cuda`` function that would reach the driver stops with a one-line refusal.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from .devices import MAPPED
+from .refuse import refuse
+
+NAME = "CPU (distrain run --cpu)"
+
+
+class _State:
+    count = 1
+    current = 0
+    seeds: dict[int, int] = {}
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return _State.current
+    if isinstance(device, torch.device):
+        if device.type != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        index = device.index
+    elif isinstance(device, str):
+        index = torch.device(device).index
+    else:
+        index = int(device)
+    index = _State.current if index is None or index < 0 else index
+    if index >= _State.count:
+        raise torch.AcceleratorError(f"CUDA error: invalid device ordinal (device {index}; {_State.count} stand-in devices)")
+    return index
+
+
+def is_available() -> bool:
+    """True: N CPU processes stand in for N GPUs."""
+    return True
+
+
+def device_count() -> int:
+    """The number of stand-in devices: the local processes of this job."""
+    return _State.count
+
+
+def set_device(device: Any) -> None:
+    """Make `device` current (an index past device_count() fails as on CUDA)."""
+    MAPPED["set_device"] += 1
+    _State.current = _index(device)
+
+
+def current_device() -> int:
+    """The index set by set_device (0 at start)."""
+    return _State.current
+
+
+def synchronize(device: Any = None) -> None:
+    """CPU ops are synchronous: nothing to wait for."""
+    MAPPED["synchronize"] += 1
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _false(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
+def _zero(*args: Any, **kwargs: Any) -> int:
+    return 0
+
+
+def _stats(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {}
+
+
+def _summary(*args: Any, **kwargs: Any) -> str:
+    return f"{NAME}: no CUDA memory is allocated in a rehearsal\n"
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes: the host's available and total memory."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return free, total
+
+
+def get_device_name(device: Any = None) -> str:
+    """The stand-in's name."""
+    _index(device)
+    return NAME
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """(8, 0): bf16 and TF32 checks in scripts take their GPU path."""
+    _index(device)
+    return (8, 0)
+
+
+def get_device_properties(device: Any = None) -> SimpleNamespace:
+    """name, total_memory (the host's), major/minor, multi_processor_count (the usable cores)."""
+    index = _index(device)
+    return SimpleNamespace(
+        name=NAME, total_memory=mem_get_info()[1], major=8, minor=0, multi_processor_count=os.cpu_count() or 1,
+        is_integrated=False, is_multi_gpu_board=False, uuid=f"distrain-cpu-{index}", L2_cache_size=0,
+        warp_size=32, gcnArchName="", index=index,
+    )
+
+
+class device:  # noqa: N801 - torch.cuda.device's name
+    """``with torch.cuda.device(i):`` makes i current inside the block."""
+
+    def __init__(self, dev: Any) -> None:
+        self.idx = -1 if dev is None else _index(dev)
+        self.prev = 0
+
+    def __enter__(self) -> None:
+        self.prev = _State.current
+        if self.idx >= 0:
+            _State.current = self.idx
+
+    def __exit__(self, *exc: object) -> None:
+        _State.current = self.prev
+
+
+def device_of(obj: Any) -> device:
+    """torch.cuda.device_of(tensor): the tensor is on the CPU, so the current device."""
+    return device(None)
+
+
+class Stream:
+    """A no-op stream: work on the CPU is already ordered."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", _index(device))
+        self.priority = priority
+
+    def wait_event(self, event: Any) -> None:  # noqa: D102
+        pass
+
+    def wait_stream(self, stream: Any) -> None:  # noqa: D102
+        pass
+
+    def record_event(self, event: Any = None) -> Event:  # noqa: D102
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:  # noqa: D102
+        return True
+
+    def is_capturing(self) -> bool:  # noqa: D102 - no CUDA graph is ever captured
+        return False
+
+    def synchronize(self) -> None:  # noqa: D102
+        pass
+
+    @property
+    def device_index(self) -> int:  # noqa: D102
+        return self.device.index or 0
+
+    device_type = "cuda"
+    stream_id = 0
+    cuda_stream = 0
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class Event:
+    """An event that records wall time, so elapsed_time() measures the CPU's work."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs: Any) -> None:
+        self.time: float | None = None
+
+    def record(self, stream: Any = None) -> None:  # noqa: D102
+        self.time = time.perf_counter()
+
+    def wait(self, stream: Any = None) -> None:  # noqa: D102
+        pass
+
+    def query(self) -> bool:  # noqa: D102
+        return True
+
+    def synchronize(self) -> None:  # noqa: D102
+        pass
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds between the two records."""
+        if self.time is None or end_event.time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event.time - self.time) * 1000.0
+
+
+_DEFAULT_STREAM = Stream.__new__(Stream)
+_DEFAULT_STREAM.device, _DEFAULT_STREAM.priority = torch.device("cuda", 0), 0
+
+
+def current_stream(device: Any = None) -> Stream:
+    """The (single, no-op) stream."""
+    return _DEFAULT_STREAM
+
+
+def stream(s: Any) -> Any:
+    """``with torch.cuda.stream(s):``: a no-op context."""
+    return s if isinstance(s, Stream) else _DEFAULT_STREAM
+
+
+# -- the CUDA generator: its own seeds and states, apart from the CPU's -----------------------------
+def manual_seed(seed: int) -> None:
+    """Seed the (stand-in) current device's generator; the CPU's stream is untouched."""
+    _State.seeds[_State.current] = int(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every stand-in device's generator."""
+    for i in range(_State.count):
+        _State.seeds[i] = int(seed)
+
+
+def initial_seed() -> int:
+    """The current device's seed."""
+    return _State.seeds.get(_State.current, 0)
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    """A state tensor that set_rng_state accepts back."""
+    return torch.tensor([_State.seeds.get(_index(device), 0)], dtype=torch.int64).view(torch.uint8)
+
+
+def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
+    """Restore a state from get_rng_state."""
+    _State.seeds[_index(device)] = int(state.view(torch.int64)[0]) if state.numel() == 8 else 0
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """Every stand-in device's state."""
+    return [get_rng_state(i) for i in range(_State.count)]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    """Restore every stand-in device's state."""
+    for i, state in enumerate(states):
+        set_rng_state(state, i)
+
+
+_REPLACEMENTS: dict[str, Any] = {
+    "is_available": is_available, "device_count": device_count, "set_device": set_device,
+    "current_device": current_device, "synchronize": synchronize, "device": device, "device_of": device_of,
+    "Stream": Stream, "Event": Event, "current_stream": current_stream, "default_stream": current_stream,
+    "stream": stream, "set_stream": _nothing, "get_device_name": get_device_name,
+    "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
+    "mem_get_info": mem_get_info, "is_current_stream_capturing": _false, "is_initialized": is_available, "init": _nothing, "empty_cache": _nothing,
+    "ipc_collect": _nothing, "is_bf16_supported": is_available, "is_tf32_supported": is_available,
+    "set_per_process_memory_fraction": _nothing, "set_sync_debug_mode": _nothing, "get_sync_debug_mode": _zero,
+    "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,
+    "max_memory_reserved": _zero, "memory_cached": _zero, "max_memory_cached": _zero, "device_memory_used": _zero,
+    "reset_peak_memory_stats": _nothing, "reset_max_memory_allocated": _nothing,
+    "reset_max_memory_cached": _nothing, "reset_accumulated_memory_stats": _nothing, "memory_stats": _stats,
+    "memory_stats_as_nested_dict": _stats, "memory_snapshot": list, "memory_summary": _summary,
+    "manual_seed": manual_seed, "manual_seed_all": manual_seed_all, "seed": _nothing, "seed_all": _nothing,
+    "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
+    "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
+}
+#: torch.cuda functions a rehearsal cannot stand in for: name → what it is
+_REFUSED = {
+    "CUDAGraph": "CUDA graphs", "graph": "CUDA graphs", "make_graphed_callables": "CUDA graphs",
+    "graph_pool_handle": "CUDA graphs", "utilization": "NVML", "temperature": "NVML", "power_draw": "NVML",
+    "clock_rate": "NVML", "memory_usage": "NVML", "list_gpu_processes": "NVML", "ExternalStream": "an external CUDA stream",
+    "CUDAPluggableAllocator": "a custom CUDA allocator", "change_current_allocator": "a custom CUDA allocator",
+    "MemPool": "a CUDA memory pool", "use_mem_pool": "a CUDA memory pool", "caching_allocator_alloc": "raw CUDA memory",
+    "current_blas_handle": "a cuBLAS handle", "jiterator": "jiterator kernels",
+}
+
+
+def _refusing(name: str, what: str, original: Any) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        refuse(f"torch.cuda.{name}() ({what})")
+
+    return call
+
+
+def _accelerator(count: int) -> None:
+    acc = torch.accelerator
+    cuda = torch.device("cuda")
+    for name, fn in {
+        "is_available": is_available, "device_count": device_count, "current_accelerator": lambda check_available=False: cuda,
+        "current_device_index": current_device, "current_device_idx": current_device, "set_device_index": set_device,
+        "set_device_idx": set_device, "synchronize": synchronize, "empty_cache": _nothing, "current_stream": current_stream,
+        "set_stream": _nothing, "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,
+        "max_memory_reserved": _zero, "memory_stats": _stats, "reset_peak_memory_stats": _nothing,
+        "reset_accumulated_memory_stats": _nothing, "get_memory_info": mem_get_info,
+        "get_device_capability": lambda device=None: {"supported_dtypes": [torch.float32, torch.float16, torch.bfloat16]},
+    }.items():
+        if hasattr(acc, name):
+            setattr(acc, name, fn)
+
+
+def install(count: int) -> None:
+    """Make torch.cuda (and torch.accelerator) answer for `count` stand-in devices."""
+    _State.count = max(1, count)
+    cuda = torch.cuda
+    for name, fn in _REPLACEMENTS.items():
+        setattr(cuda, name, fn)
+    for name, what in _REFUSED.items():
+        if hasattr(cuda, name):
+            setattr(cuda, name, _refusing(name, what, getattr(cuda, name)))
+    cuda.graphs.CUDAGraph = cuda.CUDAGraph
+    cuda.graphs.graph = cuda.graph
+    cuda.graphs.make_graphed_callables = cuda.make_graphed_callables
+    for name in ("range_push", "range_pop", "range", "mark", "range_start", "range_end"):
+        if hasattr(cuda.nvtx, name):
+            setattr(cuda.nvtx, name, _nvtx(name))
+    _accelerator(_State.count)
+
+
+def _nvtx(name: str) -> Callable[..., Any]:
+    if name == "range":
+        import contextlib
+
+        return lambda *a, **k: contextlib.nullcontext()
+    return functools.partial(_zero)

@@ -1,0 +1,198 @@
+"""The distributed and mixed-precision parts of a CUDA script, made to run on CPU processes.
+
+``init_process_group``/``new_group``: nccl (or none) → gloo, ``device_id`` dropped;
+``all_reduce(op=AVG)``, which gloo lacks, → SUM then divide; DDP: ``device_ids``/``output_device``
+accepted; DataParallel: the single-device path; ``torch.nn.SyncBatchNorm`` computes with
+distrain's cross-process batch norm on CPU tensors; CUDA autocast → CPU autocast (same dtype,
+float16 by default as on CUDA); ``GradScaler("cuda")`` → ``GradScaler("cpu")``; ``torch.load``:
+CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off; ``with torch.device("cuda")`` →
+the CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+from .devices import CPU, MAPPED, cpu_if_cuda, is_cuda
+
+
+def _replace(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    setattr(owner, name, functools.wraps(getattr(owner, name))(make(getattr(owner, name))))
+
+
+def _gloo(backend: Any) -> str:
+    if backend is None or "nccl" in str(backend).lower():
+        MAPPED["nccl → gloo"] += 1
+        return "gloo"
+    return backend
+
+
+def _process_groups() -> None:
+    def init(original: Any) -> Any:
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                args = (_gloo(args[0]), *args[1:])
+            else:
+                kwargs["backend"] = _gloo(kwargs.get("backend"))
+            if kwargs.get("device_id") is not None:
+                MAPPED["init_process_group(device_id)"] += 1
+                kwargs["device_id"] = None
+            return original(*args, **kwargs)
+
+        return init_process_group
+
+    def new(original: Any) -> Any:
+        def new_group(*args: Any, **kwargs: Any) -> Any:
+            if "backend" in kwargs:
+                kwargs["backend"] = _gloo(kwargs["backend"])
+            elif len(args) > 2:
+                args = (*args[:2], _gloo(args[2]), *args[3:])
+            return original(*args, **kwargs)
+
+        return new_group
+
+    def reduce(original: Any) -> Any:
+        def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+            if op != dist.ReduceOp.AVG:
+                return original(tensor, op, group, async_op)
+            MAPPED["all_reduce(AVG) → SUM / world"] += 1
+            work = original(tensor, dist.ReduceOp.SUM, group, False)
+            tensor.div_(dist.get_world_size(group))
+            return work
+
+        return all_reduce
+
+    for module in (dist, distributed_c10d):
+        _replace(module, "init_process_group", init)
+        _replace(module, "new_group", new)
+        _replace(module, "all_reduce", reduce)
+
+
+def _parallel() -> None:
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    signature = inspect.signature(DistributedDataParallel.__init__)
+
+    def ddp(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(self, *args, **kwargs)
+            for name in ("device_ids", "output_device"):
+                if bound.arguments.get(name) is not None:
+                    MAPPED[f"DDP({name}=...)"] += 1
+                    bound.arguments[name] = None
+            original(*bound.args, **bound.kwargs)
+
+        return __init__
+
+    def dp(original: Any) -> Any:
+        def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> None:
+            MAPPED["DataParallel → the module itself"] += 1
+            torch.nn.Module.__init__(self)
+            self.module, self.device_ids, self.dim = module, [], dim
+            self.output_device, self.src_device_obj = None, CPU  # forward() then calls the module
+
+        return __init__
+
+    def sync_bn_ok(self: Any, module: Any) -> None:
+        """DDP refuses SyncBatchNorm on CPU modules; ours runs there (see _sync_batchnorm)."""
+
+    _replace(DistributedDataParallel, "__init__", ddp)
+    DistributedDataParallel._passing_sync_batchnorm_handle = sync_bn_ok  # type: ignore[method-assign]
+    _replace(DataParallel, "__init__", dp)
+
+
+def _sync_batchnorm() -> None:
+    from ...train.nn import CPUSyncBatchNorm
+
+    def forward(original: Any) -> Any:
+        def sync_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+            if input.device.type != "cpu":
+                return original(self, input)
+            MAPPED["SyncBatchNorm → CPUSyncBatchNorm"] += 1
+            return CPUSyncBatchNorm.forward(self, input)
+
+        return sync_forward
+
+    _replace(torch.nn.SyncBatchNorm, "forward", forward)
+
+
+def _amp() -> None:
+    from torch.amp import autocast_mode, grad_scaler
+
+    def autocast(original: Any) -> Any:
+        def __init__(self: Any, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None) -> None:
+            if device_type == "cuda":
+                MAPPED["autocast(cuda) → autocast(cpu)"] += 1
+                device_type, dtype = "cpu", dtype or torch.float16
+            original(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+        return __init__
+
+    def scaler(original: Any) -> Any:
+        def __init__(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+            if device == "cuda":
+                MAPPED["GradScaler(cuda) → GradScaler(cpu)"] += 1
+                device = "cpu"
+            original(self, device, *args, **kwargs)
+
+        return __init__
+
+    _replace(autocast_mode.autocast, "__init__", autocast)
+    _replace(grad_scaler.GradScaler, "__init__", scaler)
+
+
+def _load() -> None:
+    def load(original: Any) -> Any:
+        def torch_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(map_location, dict):
+                map_location = {k: "cpu" if is_cuda(v) else v for k, v in map_location.items()}
+            elif map_location is None or callable(map_location) or is_cuda(map_location):
+                # None restores saved CUDA tensors to CUDA; a callable may call storage.cuda()
+                if map_location is not None:
+                    MAPPED["torch.load(map_location=cuda)"] += 1
+                map_location = CPU
+            return original(f, map_location, *args, **kwargs)
+
+        return torch_load
+
+    _replace(torch, "load", load)
+
+
+def _loader_and_default_device() -> None:
+    from torch.utils import _device
+    from torch.utils.data import DataLoader
+
+    def loader(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if kwargs.get("pin_memory"):
+                MAPPED["DataLoader(pin_memory=True) → off"] += 1
+                kwargs["pin_memory"] = False
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    def context(original: Any) -> Any:
+        def __init__(self: Any, device: Any) -> None:
+            original(self, cpu_if_cuda(device, "with torch.device(cuda)"))
+
+        return __init__
+
+    _replace(DataLoader, "__init__", loader)
+    _replace(_device.DeviceContext, "__init__", context)
+
+
+def install() -> None:
+    """Apply every patch of this module."""
+    _process_groups()
+    _parallel()
+    _sync_batchnorm()
+    _amp()
+    _load()
+    _loader_and_default_device()
