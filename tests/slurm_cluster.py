@@ -1,10 +1,16 @@
-"""A real one-host SLURM cluster for the tests: munged, slurmctld and slurmd from a temp dir.
+"""A real SLURM cluster for the tests: munged, slurmctld and slurmd(s) from a temp dir.
 
 Everything lives in a fresh directory (config from ``tests/slurm/slurm.conf.in``, its own munge
 key and socket, free ports), so it never touches a system SLURM and two test sessions can run
 side by side.  The daemons run in the foreground as children of the test process; teardown stops
 exactly those pids.  Where they cannot start (not root, not installed, no munge) the tests skip
-and say why.  Clients reach the cluster through ``SlurmCluster.env`` (``SLURM_CONF``).
+and say why.  Clients reach the cluster through :meth:`SlurmCluster.cmd` (``SLURM_CONF``).
+
+By default the cluster is this host alone.  Given :class:`SlurmNode`s in network namespaces
+(tests/netns_hosts.py), each node's slurmd runs in its namespace and slurmctld and the clients
+in the first one's.  They enter it with ``nsenter --net`` (``ip netns exec`` would remount /sys,
+hiding the cgroup tree slurmd insists on) in a private mount namespace whose /etc/hosts is a
+bind mount of a file in the cluster's directory that names every node, so jobs resolve them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,23 @@ NODE = socket.gethostname()
 DAEMONS = ("munged", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "scontrol", "squeue")
 
 
+@dataclass
+class SlurmNode:
+    """One slurmd: its node name, the address slurmctld reaches it at, its namespace (or None)."""
+
+    name: str
+    addr: str = "127.0.0.1"
+    netns: str | None = None
+    hosts_file: str = ""
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` run in this node's namespace (same pid: every step execs)."""
+        if not self.netns:
+            return argv
+        mount = 'mount --bind "$0" /etc/hosts && exec "$@"'
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "-m", "sh", "-c", mount, self.hosts_file, *argv]
+
+
 class SlurmUnavailable(Exception):
     """The cluster cannot start here; the message says why (tests skip with it)."""
 
@@ -44,11 +67,12 @@ class SlurmCluster:
 
     directory: Path
     env: dict[str, str]
+    nodes: list[SlurmNode] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def cmd(self, *argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a SLURM client command against this cluster."""
-        out = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
+        """Run a SLURM client command against this cluster (in the first node's namespace)."""
+        out = subprocess.run(self.nodes[0].wrap(list(argv)), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and out.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}")
         return out
@@ -86,15 +110,15 @@ class SlurmCluster:
     def logs(self, tail: int = 2500) -> str:
         """The tail of the daemons' logs (for failure messages)."""
         parts = []
-        for name in ("slurmctld.log", f"slurmd-{NODE}.log", "munge/munged.log"):
+        for name in ("slurmctld.log", *(f"slurmd-{n.name}.log" for n in self.nodes), "munge/munged.log"):
             path = self.directory / name
             if path.exists():
                 parts.append(f"--- {name}\n{path.read_text(errors='replace')[-tail:]}")
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Stop the daemons this cluster started (by pid), slurmd first, then remove its files."""
-        for name in ("slurmd", "slurmctld", "munged"):
+        """Stop the daemons this cluster started (by pid), slurmds first, then remove its files."""
+        for name in [f"slurmd:{n.name}" for n in self.nodes] + ["slurmctld", "munged"]:
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -116,14 +140,24 @@ def _wait_idle(cluster: SlurmCluster, timeout: float) -> None:
                 raise SlurmUnavailable(f"{name} exited with {proc.returncode} at start\n{cluster.logs()}")
         out = cluster.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=20)
         last = (out.stdout + out.stderr).strip()
-        if out.returncode == 0 and f"{NODE} idle" in out.stdout:
+        if out.returncode == 0 and all(f"{n.name} idle" in out.stdout for n in cluster.nodes):
             return
         time.sleep(0.5)
-    raise SlurmUnavailable(f"node {NODE} not idle within {timeout:g}s (sinfo: {last!r})\n{cluster.logs()}")
+    raise SlurmUnavailable(f"nodes not idle within {timeout:g}s (sinfo: {last!r})\n{cluster.logs()}")
 
 
-def start_cluster(cpus: int = 2, timeout: float = 60) -> SlurmCluster:
-    """Start munged, slurmctld and slurmd; raise SlurmUnavailable (with the reason) when impossible."""
+def _hosts_file(directory: Path, nodes: list[SlurmNode]) -> str:
+    """/etc/hosts plus every node's name, for the namespaces' private /etc/hosts."""
+    base = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else "127.0.0.1 localhost\n"
+    path = directory / "hosts"
+    path.write_text(base.rstrip("\n") + "\n" + "".join(f"{n.addr} {n.name}\n" for n in nodes))
+    path.chmod(0o644)
+    return str(path)
+
+
+def start_cluster(nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: float = 60) -> SlurmCluster:
+    """Start munged, slurmctld and the nodes' slurmds; SlurmUnavailable (with the reason) if impossible."""
+    nodes = nodes or [SlurmNode(NODE)]
     if os.geteuid() != 0:
         raise SlurmUnavailable("SLURM tests need root (the daemons run as root here)")
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
@@ -146,18 +180,23 @@ def start_cluster(cpus: int = 2, timeout: float = 60) -> SlurmCluster:
     for path in (munge_dir, key):
         os.chown(path, munge_user.pw_uid, munge_user.pw_gid)
     (directory / "state").mkdir()
-    host = NODE
+    hosts_file = _hosts_file(directory, nodes)
+    for node in nodes:
+        node.hosts_file = hosts_file
+        (directory / f"spool-{node.name}").mkdir()
     conf = directory / "slurm.conf"
     text = TEMPLATE.read_text()
-    for token, value in {"@DIR@": str(directory), "@HOST@": host, "@NODE@": NODE, "@CPUS@": str(cpus), "@GRACE@": "40",
-                         "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}.items():
+    node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory=1000 State=UNKNOWN" for n in nodes)
+    for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(), "@CTLD_ADDR@": nodes[0].addr,
+                         "@NODES@": node_lines, "@GRACE@": "40",
+                         "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
         text = text.replace(token, value)
     conf.write_text(text)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     for key_name in list(env):  # a session inside an allocation must not leak its job into ours
         if key_name.startswith("SLURM_") and key_name != "SLURM_CONF":
             del env[key_name]
-    cluster = SlurmCluster(directory, env)
+    cluster = SlurmCluster(directory, env, nodes)
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     try:
         cluster.procs["munged"] = subprocess.Popen(
@@ -171,8 +210,10 @@ def start_cluster(cpus: int = 2, timeout: float = 60) -> SlurmCluster:
             if cluster.procs["munged"].poll() is not None or time.monotonic() > deadline:
                 raise SlurmUnavailable(f"munged did not start\n{cluster.logs()}")
             time.sleep(0.1)
-        cluster.procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(conf)], env=env, **quiet)
-        cluster.procs["slurmd"] = subprocess.Popen(["slurmd", "-D", "-N", NODE, "-f", str(conf)], env=env, **quiet)
+        cluster.procs["slurmctld"] = subprocess.Popen(nodes[0].wrap(["slurmctld", "-D", "-i", "-f", str(conf)]), env=env, **quiet)
+        for node in nodes:
+            argv = node.wrap(["slurmd", "-D", "-N", node.name, "-f", str(conf)])
+            cluster.procs[f"slurmd:{node.name}"] = subprocess.Popen(argv, env=env, **quiet)
         _wait_idle(cluster, timeout)
     except BaseException:
         cluster.stop()

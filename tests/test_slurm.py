@@ -2,6 +2,8 @@
 
 - `srun -n 2` tasks find their rank, world and master from the environment slurmd sets;
 - the `distrain export slurm` script, submitted with `sbatch`, trains the digits example;
+- on two slurmds in two network namespaces (two "nodes"), the script runs one `distrain run` per
+  node and trains digits across both;
 - its time-limit warning (SIGUSR1 to the job steps, as `#SBATCH --signal=USR1@N` sends it) and a
   real preemption (a job in a higher-priority partition) each checkpoint, exit and requeue the
   job, which resumes where it stopped: the final parameters equal an uninterrupted run's, bit for
@@ -22,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import EXAMPLES, REPO, python, run
-from slurm_cluster import SlurmCluster, cluster_or_skip
+from netns_hosts import make_hosts
+from slurm_cluster import SlurmCluster, SlurmNode, SlurmUnavailable, cluster_or_skip, start_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -43,14 +46,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _export_digits(work: Path, out: Path, ckpt: Path, *extra: str) -> Path:
+def _export_digits(work: Path, out: Path, ckpt: Path, nodes: int = 1, epochs: int = EPOCHS) -> Path:
     """The exported batch script for the digits example, in `work` (its working directory)."""
     work.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "train_digits.py", work / "train_digits.py")
     script = work / "digits.sbatch"
-    run([python(), "-m", "distrain.cli", "export", "slurm", "train_digits.py", "--nnodes", "1", "--nproc-per-node", "2",
-         "--gpus-per-node", "0", "--cpus-per-node", "2", "--port", str(_free_port()), "--name", "digits", "--out", str(script),
-         *extra, "--", "--epochs", str(EPOCHS), "--out", str(out), "--checkpoint-dir", str(ckpt)],
+    run([python(), "-m", "distrain.cli", "export", "slurm", "train_digits.py", "--nnodes", str(nodes), "--nproc-per-node",
+         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", "--port", str(_free_port()), "--name", "digits",
+         "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir", str(ckpt)],
         timeout=120, cwd=work, check=True)  # fmt: skip
     return script
 
@@ -126,6 +129,28 @@ def test_sbatch_exported_script_trains_digits(uninterrupted: tuple[Path, str, st
     assert f"job {job_id} (start 0): 1 node(s)" in text and f"epoch {EPOCHS}/{EPOCHS}" in text
 
 
+@pytest.mark.netns
+def test_two_slurmd_nodes_in_namespaces_train_digits(tmp_path: Path) -> None:
+    with make_hosts(2) as hosts:
+        nodes = [SlurmNode(f"{hosts.names[i]}-slurm", hosts.addrs[i], hosts.names[i]) for i in range(2)]
+        try:
+            cluster = start_cluster(nodes)
+        except SlurmUnavailable as err:
+            pytest.skip(f"no two-node SLURM cluster: {err}")
+        try:
+            work, out = tmp_path / "job", tmp_path / "out"
+            script = _export_digits(work, out, tmp_path / "ckpt", nodes=2, epochs=2)
+            job_id = cluster.sbatch(script, cwd=work)
+            info = cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400)
+            text = _output(work, job_id)
+            assert info["JobState"] == "COMPLETED", f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+            assert info["NumNodes"] == "2", info
+            assert "2 processes on 2 nodes" in text, text[-3000:]
+            assert json.loads((out / "metrics.json").read_text())["world_size"] == 2
+        finally:
+            cluster.stop()
+
+
 def test_time_limit_warning_then_preemption_requeue_and_resume_exactly(
     slurm: SlurmCluster, uninterrupted: tuple[Path, str, str], tmp_path: Path
 ) -> None:
@@ -136,7 +161,7 @@ def test_time_limit_warning_then_preemption_requeue_and_resume_exactly(
     job_id = slurm.sbatch(script, cwd=work)
     # 1. the time-limit warning: SIGUSR1 to every process of the job's steps, not the batch shell,
     #    exactly how `#SBATCH --signal=USR1@N` delivers it (without waiting for a real limit)
-    seen = _wait_output(slurm, work, job_id, r"epoch 3/", 0, timeout=300)
+    seen = _wait_output(slurm, work, job_id, r"epoch 2/", 0, timeout=300)
     slurm.cmd("scancel", "--signal=USR1", job_id)
     seen = _wait_output(slurm, work, job_id, r"requeued after its checkpoint \(time-limit warning \(SIGUSR1\)\)", seen, timeout=120)
     _wait_requeued(slurm, job_id, restarts=1)
