@@ -155,18 +155,19 @@ class Preemption:
         """Say the checkpoint is written, release the process group, exit with 128 + signal.
 
         Under SLURM, rank 0 first requeues the job when the signal was the time-limit warning or
-        a preemption (after the group is released: every rank's part of the checkpoint is sealed).
+        a preemption.  It does so at once: the checkpoint is sealed (rank 0 sealed it after every
+        rank's report), and another node's launcher exiting first could get this one killed
+        (``srun --kill-on-bad-exit``) before a requeue placed after the shutdown.
         """
         self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
         code = self.request.exit_code
-        requeuer = self.ctx.is_main
-        self.ctx.shutdown()
-        if requeuer and self.request.signum is not None:
+        if self.ctx.is_main and self.request.signum is not None:
             from .requeue import requeue_after_stop
 
             line = requeue_after_stop(self.request.signum)
             if line:
                 print(line, file=sys.stderr, flush=True)
+        self.ctx.shutdown()
         raise SystemExit(code)
 
     def close(self) -> None:
