@@ -113,6 +113,14 @@ def test_slurm_script_syntax_and_logic(tmp_path: Path, capsys: pytest.CaptureFix
     assert args[-3:] == [SCRIPT, "--lr", "0.1"]
 
 
+def test_slurm_requeue_and_time_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    text = export(capsys, "slurm", SCRIPT, "--nnodes", "1", "--gpus-per-node", "0")
+    for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=USR1@120"):
+        assert re.search(rf"^{re.escape(line)}$", text, re.M), line
+    assert re.search(r"^trap .* USR1 TERM$", text, re.M)  # the batch shell waits for the checkpoint
+    assert "#SBATCH --signal=USR1@45\n" in export(capsys, "slurm", SCRIPT, "--time-warning", "45")
+
+
 def test_slurm_elastic_and_cpu_only(capsys: pytest.CaptureFixture[str]) -> None:
     text = export(capsys, "slurm", SCRIPT, "--nnodes", "1:4", "--gpus-per-node", "0")
     assert "#SBATCH --nodes=1-4" in text and "--gpus-per-node" not in text
@@ -157,6 +165,7 @@ def test_repo_docker_files_are_the_generated_ones(tmp_path: Path, capsys: pytest
         (["compose", SCRIPT, "--nnodes", "two"], "N or MIN:MAX"),
         (["helm", SCRIPT], "invalid choice"),
         (["docker", SCRIPT, "--nproc-per-node", "0"], "at least 1"),
+        (["slurm", SCRIPT, "--time-warning", "0"], "--time-warning must be 1..65535 seconds"),
     ],
 )
 def test_bad_input_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

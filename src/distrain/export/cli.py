@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"rendezvous / master port (default {DEFAULT_PORT})")
     parser.add_argument("--max-restarts", type=int, default=3, help="restarts of an elastic job (default 3)")
     parser.add_argument("--cpus-per-node", type=int, default=8, help="SLURM: CPUs given to each node's distrain run (default 8)")
+    parser.add_argument("--time-warning", type=int, default=120,
+                        help="SLURM: seconds before the time limit at which SIGUSR1 asks the job to checkpoint and requeue (default 120)")
     parser.add_argument("--context", default=".", help="compose: build context, relative to the compose file (default .)")
     parser.add_argument("--dockerfile", default="Dockerfile", help="compose: Dockerfile, relative to the context (default Dockerfile)")
     parser.add_argument("--out", default=None, help="write to FILE instead of stdout")
@@ -55,6 +57,8 @@ def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
         raise UsageError(f"--gpus-per-node must be 0 or more (got {gpus})")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port} is outside 1..65535")
+    if not 0 < args.time_warning <= 65535:
+        raise UsageError(f"--time-warning must be 1..65535 seconds (got {args.time_warning})")
     if args.cpus_per_node < 1 or args.max_restarts < 0:
         raise UsageError("--cpus-per-node must be at least 1 and --max-restarts at least 0")
     return JobSpec(
@@ -80,7 +84,7 @@ def generate(target: str, spec: JobSpec, args: argparse.Namespace) -> str:
     if target == "compose":
         return compose.render(spec, context=args.context, dockerfile=args.dockerfile)
     if target == "slurm":
-        return slurm.render(spec, cpus_per_node=args.cpus_per_node)
+        return slurm.render(spec, cpus_per_node=args.cpus_per_node, time_warning=args.time_warning)
     return k8s.render(spec)
 
 

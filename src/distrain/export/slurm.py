@@ -1,4 +1,10 @@
-"""A SLURM batch script: one `distrain run` per node through srun, master = first node."""
+"""A SLURM batch script: one `distrain run` per node through srun, master = first node.
+
+The job is requeue-able and asks for SIGUSR1 `time_warning` seconds before its time limit.
+SLURM sends it to every process of the job step; each node's `distrain run` passes it to its
+workers, which checkpoint together and exit, and rank 0 requeues the job (train/requeue.py).
+The requeued job (same id, same run and checkpoint directories) resumes from that checkpoint.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import shlex
 from .spec import JobSpec
 
 
-def render(spec: JobSpec, cpus_per_node: int = 8) -> str:
+def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> str:
     """The sbatch script text."""
     nodes = str(spec.min_nodes) if not spec.elastic else f"{spec.min_nodes}-{spec.max_nodes}"
     nnodes = '"$SLURM_JOB_NUM_NODES"' if not spec.elastic else spec.nnodes
@@ -34,8 +40,15 @@ def render(spec: JobSpec, cpus_per_node: int = 8) -> str:
         lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
     lines += [
         "#SBATCH --output=%x-%j.out",
+        "# requeue-able; a requeued run appends to the same output file",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        "# SIGUSR1 to every process of the job step before the time limit: checkpoint, exit, requeue",
+        f"#SBATCH --signal=USR1@{time_warning}",
         "",
         "set -euo pipefail",
+        "# the batch shell outlives a signal sent to it too (scancel --full): srun's tasks finish their checkpoint",
+        "trap 'echo \"job $SLURM_JOB_ID: batch shell got a stop signal; the training checkpoints and exits\"' USR1 TERM",
         "# one distrain run (torchrun agent) per node; it starts the node's worker processes",
         # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into exit 141
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
@@ -43,7 +56,7 @@ def render(spec: JobSpec, cpus_per_node: int = 8) -> str:
         "export MASTER_ADDR MASTER_PORT",
         "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05): pass it on",
         "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",
-        'echo "job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s), master $MASTER_ADDR:$MASTER_PORT; watch: distrain top runs/$SLURM_JOB_ID"',
+        'echo "job $SLURM_JOB_ID (start ${SLURM_RESTART_COUNT:-0}): $SLURM_JOB_NUM_NODES node(s), master $MASTER_ADDR:$MASTER_PORT; watch: distrain top runs/$SLURM_JOB_ID"',
         "",
         f"srun --kill-on-bad-exit=1 {run}",
         "",

@@ -104,6 +104,7 @@ def _launch(launch: LaunchPlan) -> int:
             return run_with_launcher(launch.args, launch.env)
         except UsageError as err:
             fail(PROG, str(err), err.exit_code)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
@@ -112,6 +113,10 @@ def _launch(launch: LaunchPlan) -> int:
         code, summary = _exit_code_of(err)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
         return code
+    except SignalException as err:  # the agent passed the signal on and waited for the workers
+        name = signal.Signals(err.sigval).name
+        print(f"{PROG}: stopped by {name} (the workers were given it and have exited)", file=sys.stderr, flush=True)
+        return signal_exit_code(err.sigval)
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace

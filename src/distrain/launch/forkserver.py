@@ -104,10 +104,15 @@ def start_server(script: str) -> None:
     import multiprocessing.forkserver as forkserver
 
     os.environ[PRELOAD] = ",".join(top_level_imports(script))
+    # the server and multiprocessing's resource tracker it starts inherit "ignore SIGUSR1": a
+    # scheduler's SIGUSR1 (SLURM's time-limit warning) reaches every process of the job, and
+    # must not kill those two (the tracker blocks SIGINT/SIGTERM itself; see runtime/preload.py)
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
         forkserver.ensure_running()
     finally:
+        signal.signal(signal.SIGUSR1, previous)
         os.environ.pop(PRELOAD, None)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
 from ..errors import UsageError, raise_usage_errors
-from . import forkserver, rehearsal
+from . import forkserver, rehearsal, rendezvous
 from .mpi import LAUNCHERS
 from .network import NetworkChoice, plan_network
 
@@ -63,7 +63,19 @@ def _torchrun_parser() -> argparse.ArgumentParser:
 
     raise_usage_errors(parser)
     forkserver.extend_parser(parser)
+    _forward_usr1(parser)
     return parser
+
+
+def _forward_usr1(parser: argparse.ArgumentParser) -> None:
+    """Handle and forward SIGUSR1 too: SLURM's time-limit warning (`sbatch --signal=USR1@N`).
+
+    Unhandled, SIGUSR1 kills the agent outright and orphans the workers; handled, the agent
+    passes it on and waits for them to checkpoint (train/signals.py), as it does for SIGTERM.
+    """
+    for action in parser._actions:
+        if action.dest == "signals_to_handle" and "SIGUSR1" not in str(action.default).split(","):
+            action.default = f"{action.default},SIGUSR1"
 
 
 def _option_table(parser: argparse.ArgumentParser) -> dict[str, bool]:
@@ -171,6 +183,7 @@ def plan(argv: list[str]) -> LaunchPlan:
         args.training_script_args.append(f"--local_rank={macros.local_rank}")
 
     network = plan_network(args, env, args.iface)
+    rendezvous.apply_defaults(args)
     if args.watchdog is not None:
         env[WATCHDOG] = str(parse_seconds(args.watchdog, "--watchdog"))
     env.setdefault(NO_SHARED_STORE, os.environ.get(NO_SHARED_STORE, "1"))

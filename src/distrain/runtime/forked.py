@@ -36,6 +36,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
     """
     _restore_environment(job.env)
+    _restore_signals()
     fresh = _fresh_marker(job)
     if fresh is not None and os.path.exists(fresh):
         _run_fresh(job.script, script_args)
@@ -84,7 +85,10 @@ def _let_the_agent_see_the_cause(exc: BaseException) -> None:
     from ..train.failure import is_peer_failure
 
     if is_peer_failure(exc):
-        time.sleep(5.0)
+        # the dead peer may be on another node, whose loss no local agent sees: waiting 5 s
+        # there would only delay the survivors' restart; a local peer is seen within ~0.1 s
+        multi_node = os.environ.get("LOCAL_WORLD_SIZE", "1") != os.environ.get("WORLD_SIZE", "1")
+        time.sleep(1.0 if multi_node else 5.0)
 
 
 def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:
@@ -110,6 +114,13 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(launcher_env)
     os.environ.update(agent)
+
+
+def _restore_signals() -> None:
+    """Default dispositions for the signals the fork server ignores (a fresh interpreter's)."""
+    preload = sys.modules.get(PRELOAD_MODULE)
+    for sig in getattr(preload, "SERVER_IGNORES", ()):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _server_unsafe() -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import threading
 
 from ..contract import PRELOAD
@@ -24,6 +25,12 @@ BASE_ENV: dict[str, str] = dict(os.environ)
 UNSAFE = ""
 #: preloads that failed to import: "module: error"
 FAILED: list[str] = []
+#: signals the server ignores: a scheduler signals every process of the job (SLURM's
+#: time-limit warning, preemption), and a dead server would make the agent think every
+#: worker had exited while they still write their checkpoint.  Workers restore the default.
+SERVER_IGNORES = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
+for _sig in SERVER_IGNORES:
+    signal.signal(_sig, signal.SIG_IGN)
 
 _CORE = (
     "torch",

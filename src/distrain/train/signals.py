@@ -1,7 +1,8 @@
-"""Preemption signals: SIGTERM/SIGINT become "checkpoint at the end of this step, then exit".
+"""Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at the end of this step, then exit".
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
-grace period later.  :class:`StopRequest` turns the signal into a flag that the training loop
+grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).
+Under SLURM, rank 0 then requeues the job (:mod:`distrain.train.requeue`).  :class:`StopRequest` turns the signal into a flag that the training loop
 polls at step boundaries (the checkpointer all-reduces it so every rank stops at the *same* step).
 
 Python runs signal handlers only in the main thread, between bytecodes: a main thread stuck in a
@@ -26,6 +27,14 @@ from typing import Any, NoReturn
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """STOP_SIGNALS, plus SIGUSR1 inside a SLURM job (its time-limit warning, as in Lightning).
+
+    Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (train/watchdog.py).
+    """
+    return STOP_SIGNALS + ((signal.SIGUSR1,) if os.environ.get("SLURM_JOB_ID") else ())
+
+
 class StopRequest:
     """Records the first stop signal and enforces a grace period; install() once per process."""
 
@@ -37,6 +46,7 @@ class StopRequest:
         self._previous: dict[int, object] = {}
         self._wake_r: int | None = None
         self._old_wakeup_fd = -1
+        self.signals: tuple[signal.Signals, ...] = ()
 
     @property
     def requested(self) -> bool:
@@ -54,7 +64,8 @@ class StopRequest:
             return True
         if threading.current_thread() is not threading.main_thread():
             return False
-        for sig in STOP_SIGNALS:
+        self.signals = stop_signals()
+        for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handler)
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
@@ -96,7 +107,7 @@ class StopRequest:
             if not readable:
                 continue
             data = os.read(self._wake_r, 64)
-            if any(b in (int(s) for s in STOP_SIGNALS) for b in data):
+            if any(b in (int(s) for s in self.signals) for b in data):
                 break
         time.sleep(self.grace_s)
         print(
@@ -141,9 +152,21 @@ class Preemption:
         return at is not None and not self.answering and time.monotonic() - at > after_s
 
     def exit(self, step: int) -> NoReturn:
-        """Say the checkpoint is written, release the process group, exit with 128 + signal."""
+        """Say the checkpoint is written, release the process group, exit with 128 + signal.
+
+        Under SLURM, rank 0 first requeues the job when the signal was the time-limit warning or
+        a preemption.  It does so at once: the checkpoint is sealed (rank 0 sealed it after every
+        rank's report), and another node's launcher exiting first could get this one killed
+        (``srun --kill-on-bad-exit``) before a requeue placed after the shutdown.
+        """
         self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
         code = self.request.exit_code
+        if self.ctx.is_main and self.request.signum is not None:
+            from .requeue import requeue_after_stop
+
+            line = requeue_after_stop(self.request.signum)
+            if line:
+                print(line, file=sys.stderr, flush=True)
         self.ctx.shutdown()
         raise SystemExit(code)
 

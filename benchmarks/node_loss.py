@@ -1,0 +1,141 @@
+"""Node loss: SIGKILL a whole node of a 1:2 elastic job → the survivor's first resumed step.
+
+Two "nodes" are Linux network namespaces joined by a veth pair (root needed).  Each runs
+`distrain run --nnodes 1:2 --rdzv-backend c10d -n 1` (node 0 hosts the rendezvous) with
+benchmarks/node_loss_worker.py (checkpoint every 5 steps).  Once both nodes trained together
+for a second, every process in node 1's namespace (agent, workers, fork server) is SIGKILLed at
+once; the time is from the kill to the survivor's first optimizer step of its restart (world
+size 1, resumed from the checkpoint).  Rounds alternate distrain's rendezvous defaults
+(launch/rendezvous.py) with torch's own (keep_alive_interval=5, keep_alive_max_attempt=3,
+last_call_timeout=30, given explicitly), so machine load hits both alike.
+
+    sudo PYTHONPATH=$PWD/src python3 benchmarks/node_loss.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WORKER = str(HERE / "node_loss_worker.py")
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+RUN = [sys.executable, "-m", "distrain.cli", "run"]
+VARIANTS = {
+    "distrain": [],
+    "torch-defaults": ["--rdzv-conf", "keep_alive_interval=5,keep_alive_max_attempt=3,last_call_timeout=30"],
+}
+
+
+def _ip(*argv: str) -> None:
+    subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
+
+
+def make_pair(tag: str, subnet: int) -> tuple[list[str], list[str]]:
+    """Two namespaces joined by a veth pair; returns (names, addresses)."""
+    names, addrs = [f"{tag}n0", f"{tag}n1"], [f"10.201.{subnet}.1", f"10.201.{subnet}.2"]
+    _ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
+    for name, end, addr in zip(names, (f"{tag}a", f"{tag}b"), addrs, strict=True):
+        _ip("netns", "add", name)
+        _ip("link", "set", end, "netns", name)
+        _ip("-n", name, "addr", "add", f"{addr}/24", "dev", end)
+        _ip("-n", name, "link", "set", end, "up")
+        _ip("-n", name, "link", "set", "lo", "up")
+    return names, addrs
+
+
+def _rows(marker: Path) -> list[tuple[str, int, int, float]]:
+    if not marker.exists():
+        return []
+    rows = []
+    for line in marker.read_text().splitlines():
+        host, restart, world, at, _step = line.split()
+        rows.append((host, int(restart), int(world), float(at)))
+    return rows
+
+
+def _kill_namespace(name: str) -> None:
+    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def one(variant: str, round_no: int, timeout: float) -> float:
+    """Seconds from the SIGKILL of node 1 to node 0's first step after its restart."""
+    tag = f"nl{os.getpid() % 10000}r{round_no}"
+    names, addrs = make_pair(tag, 10 + (os.getpid() + round_no) % 200)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="distrain-nodeloss-") as tmp:
+            marker = Path(tmp) / "first_steps"
+            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400", "--rdzv-id", tag,
+                     "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
+            for i, name in enumerate(names):
+                env = {**ENV, "DISTRAIN_BENCH_NODE": f"n{i}", "DISTRAIN_FIRST_STEP_FILE": str(marker)}
+                log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
+                procs.append(subprocess.Popen(["ip", "netns", "exec", name, *RUN, *flags, WORKER, "--dir", f"{tmp}/ckpt"],
+                                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                log.close()
+            deadline = time.time() + timeout
+            while not {h for h, _, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"}:
+                if time.time() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"{variant}: both nodes never trained together\n" + (Path(tmp) / "node0.log").read_text()[-2000:])
+                time.sleep(0.05)
+            time.sleep(1.0)
+            killed_at = time.time()
+            _kill_namespace(names[1])
+            while True:
+                after = [at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at]
+                if after:
+                    return min(after) - killed_at
+                if time.time() > deadline or procs[0].poll() is not None:
+                    raise RuntimeError(f"{variant}: the survivor did not resume\n" + (Path(tmp) / "node0.log").read_text()[-3000:])
+                time.sleep(0.05)
+    finally:
+        for name in names:
+            _kill_namespace(name)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+def main() -> None:
+    """Interleaved rounds of each variant; prints median/min/max per variant and the ratio."""
+    if os.geteuid() != 0:
+        sys.exit("node_loss.py needs root (network namespaces)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
+    parser.add_argument("--timeout", type=float, default=300.0, help="per round")
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    print(f"load before: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    for r in range(args.rounds):
+        for v in variants:
+            seconds = one(v, r * len(variants) + variants.index(v), args.timeout)
+            results[v].append(seconds)
+            print(f"round {r + 1} {v:15s} {seconds:6.2f} s", flush=True)
+    print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
+    print("SIGKILL of node 1 → survivor's first resumed step (seconds)")
+    base = statistics.median(results[variants[-1]])
+    for v, xs in results.items():
+        med = statistics.median(xs)
+        print(f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio {med / base:4.2f}  all "
+              + " ".join(f"{x:.2f}" for x in xs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""c10d rendezvous timings that let the survivors of a lost node train again within seconds.
+
+When a node dies (power, kernel, SIGKILL of everything on it), the survivors' collectives fail
+at once (the dead peer's connections reset) and each survivor's agent re-joins the rendezvous.
+With torch's defaults the new round then waits for two things (torch's dynamic_rendezvous.py):
+
+- the dead node is still a participant of the old round until its keep-alive heartbeat is
+  ``keep_alive_interval × keep_alive_max_attempt`` old: 5 s × 3 = 10–15 s after the kill;
+- the round, once ``min`` nodes are in, waits ``last_call_timeout`` (30 s) for more nodes.
+
+So a 1:2 job lost ~45 s plus the restart.  distrain's defaults for multi-node c10d jobs: a
+heartbeat every second, dead after 3 missed (2–3 s), and a 2 s last call.  Slow starts are not
+affected: how long nodes may take to *arrive* is ``join_timeout`` (600 s, unchanged), and a node
+arriving after the last call joins at the next round (the job restarts once to take it in).
+Any key given in ``--rdzv-conf`` wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
+NODE_LOSS_DEFAULTS = {"keep_alive_interval": "1", "keep_alive_max_attempt": "3", "last_call_timeout": "2"}
+
+
+def _max_nodes(nnodes: str) -> int:
+    try:
+        return int(str(nnodes).split(":")[-1])
+    except ValueError:
+        return 1
+
+
+def apply_defaults(args: argparse.Namespace) -> None:
+    """Add NODE_LOSS_DEFAULTS to a multi-node c10d job's ``--rdzv-conf`` (keys not given)."""
+    if args.rdzv_backend != "c10d" or _max_nodes(args.nnodes) < 2:
+        return
+    given = {item.split("=", 1)[0].strip() for item in (args.rdzv_conf or "").split(",") if item.strip()}
+    extra = [f"{key}={value}" for key, value in NODE_LOSS_DEFAULTS.items() if key not in given]
+    args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, *extra] if x)
