@@ -42,7 +42,7 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
         (link,) = links["data"]["links"]
         assert link["nodes"] == [0, 1] and link["bytes_per_s"] < 13e6, link  # 100 Mbit/s = 12.5 MB/s
         # the warning names the link by both nodes' addresses and suggests a comm hook
-        assert f"node 0 (" in links["seen"] and f"{hosts.addrs[0]})" in links["seen"] and f"{hosts.addrs[1]})" in links["seen"]
+        assert "node 0 (" in links["seen"] and f"{hosts.addrs[0]})" in links["seen"] and f"{hosts.addrs[1]})" in links["seen"]
         assert "starves training" in links["seen"] and "comm_hook=" in links["fix"], links
 
         hosts.shape(None)
