@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER = str(REPO / "bench" / "comm_hooks_worker.py")
+WORKER = str(REPO / "benchmarks" / "comm_hooks_worker.py")
 CONFIGS = {
     "1 process": None,
     "2 ranks, no hook": "none",
