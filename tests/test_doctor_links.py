@@ -50,3 +50,20 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
         assert links["status"] == "ok" and links["fix"] is None, links
         (link,) = links["data"]["links"]
         assert link["bytes_per_s"] > 50e6 and link["sync_s"] < 1, link
+
+
+def test_verdict_threshold_and_suggested_hook() -> None:
+    from distrain.doctor.links import verdict
+
+    nodes = {i: {"rank": i, "hostname": "h", "node": {"node_rank": i, "local_rank": 0, "address": f"10.0.0.{i + 1}"}} for i in range(2)}
+
+    def link(gbit: float) -> list[dict]:
+        return [{"nodes": [0, 1], "ranks": [0, 1], "rtt_us": 100.0, "bytes": 1, "seconds": 1.0, "bytes_per_s": gbit * 1e9 / 8}]
+
+    # 25 M parameters = 100 MB of fp32 gradients; a 0.25 s step needs 3.2 Gbit/s between 2 nodes
+    assert verdict(link(4.0), nodes, 25_000_000, 0.25).status == "ok"
+    slow = verdict(link(2.0), nodes, 25_000_000, 0.25)  # 0.4 s: half the bytes fit → bf16
+    assert slow.status == "warn" and "node 0 (h, 10.0.0.1) <-> node 1 (h, 10.0.0.2)" in slow.seen and "comm_hook='bf16'" in slow.fix
+    very_slow = verdict(link(0.1), nodes, 25_000_000, 0.25)  # 8 s: only PowerSGD helps
+    assert very_slow.status == "warn" and "powersgd" in very_slow.fix
+    assert verdict([], {0: nodes[0]}, 25_000_000, 0.25).status == "ok"  # one node: nothing to judge
