@@ -169,5 +169,6 @@ def verdict(links: list[dict[str, Any]], host_of: dict[int, dict[str, Any]], par
     if not slow:
         return Check("ranks.links", GROUP, "node links", "ok", "; ".join(lines) + f" (under the {step_s:g} s step)", None, data)
     worst_link = max(slow, key=lambda link: link["sync_s"])
-    return Check("ranks.links", GROUP, "node links", "warn", "; ".join(lines),
-                 suggest_hook(worst_link["sync_s"], step_s), data)
+    fix = suggest_hook(worst_link["sync_s"], step_s) + f" (Judged for {params / 1e6:.1f} M parameters and a {step_s:g} s step: " \
+        "pass --model-params and --step-time for your job.)"
+    return Check("ranks.links", GROUP, "node links", "warn", "; ".join(lines), fix, data)
