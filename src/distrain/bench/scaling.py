@@ -21,7 +21,7 @@ from typing import Any
 
 from ..contract import usable_cores
 from ..errors import UsageError, fail, raise_usage_errors
-from . import report, runner, summary
+from . import nodes, report, runner, summary
 
 PROG = "distrain bench scaling"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -56,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
     p.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on CPU processes (each run is distrain run --cpu)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
+    nodes.add_arguments(p)
 
     raise_usage_errors(p)
     return p
@@ -223,6 +224,7 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"--threads must be at least 1 (got {args.threads})")
         out = Path(args.out)
         script, extra, label = resolve_script(args, script_args, out)
+        label = nodes.describe(label, args)
         check_out_dir(out)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
@@ -239,8 +241,10 @@ def main(argv: list[str]) -> int:
         for spec in specs:  # rounds share one command list: build a new one
             at = spec.command.index("run") + 1
             spec.command = [*spec.command[:at], "--cpu", *spec.command[at:]]
+    specs = nodes.expand(specs, args)
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
+    results["links"] = args.link_label
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     runs = results["configs"]
     base = next((r for r in runs if r["name"] == results["baseline"]), None)

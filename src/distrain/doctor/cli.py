@@ -7,6 +7,7 @@ import time
 
 from ..errors import UsageError, fail, raise_usage_errors
 from .check import worst
+from .links import DEFAULT_STEP_S
 from .local import Options, run_checks
 from .network import DEFAULT_PORTS
 from .report import document, print_json, print_table
@@ -26,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--nproc", type=int, default=None, help="run the all-ranks check on N local processes via distrain run")
     p.add_argument("--timeout", type=float, default=30.0, help="all-ranks: seconds to wait for a missing rank (default 30)")
     p.add_argument("--bandwidth-bytes", default="16M", help="all-ranks: all-reduce size for the bandwidth test (default 16M)")
+    p.add_argument("--model-params", default="25.6M",
+                   help="all-ranks: parameters of the model you train (K/M/G = 10^3/10^6/10^9; default 25.6M, ResNet-50), for the link check")
+    p.add_argument("--step-time", type=float, default=DEFAULT_STEP_S,
+                   help=f"all-ranks: seconds of computation per training step (default {DEFAULT_STEP_S}); a link whose gradient "
+                   "all-reduce takes longer is named")
     p.add_argument("--local", action="store_true", help="only check this process's machine, even under a launcher")
 
     raise_usage_errors(p)
@@ -49,7 +55,23 @@ def _options(args: argparse.Namespace) -> Options:
     args.bandwidth_bytes = parse_bytes(str(args.bandwidth_bytes))
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    args.model_params = parse_count(str(args.model_params))
+    if args.step_time <= 0:
+        raise UsageError("--step-time must be positive")
     return Options(args.master_addr, args.master_port, ports, args.expect_gpu)
+
+
+def parse_count(text: str) -> int:
+    """'25.6M' → 25_600_000 (K, M, G are powers of 1000); UsageError for anything else."""
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9}.get(text.strip()[-1:].upper(), 1.0)
+    number = text.strip()[:-1] if scale != 1.0 else text.strip()
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise UsageError(f"--model-params expects a count like 11M or 25.6M (got {text!r})") from None
+    if not 1 <= value < 1e13:
+        raise UsageError(f"--model-params must be a positive count (got {text!r})")
+    return int(value)
 
 
 def _launched_world() -> int:
@@ -70,7 +92,7 @@ def main(argv: list[str]) -> int:
         if not args.local and _launched_world() > 1:
             from .ranks import run_all_ranks
 
-            return run_all_ranks(opts, args.timeout, args.bandwidth_bytes, args.json, start)
+            return run_all_ranks(opts, args.timeout, args.bandwidth_bytes, args.json, start, args.model_params, args.step_time)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     if args.nproc is not None and not args.local:

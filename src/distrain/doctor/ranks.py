@@ -8,12 +8,11 @@ Order of events (each step bounded by ``--timeout``, so a missing rank is named,
    ``torch.distributed.monitored_barrier`` names any rank that does not reach it;
 3. fingerprints are compared (the odd rank and its host are named), a real all-reduce of random
    data is verified against the sum each rank recomputes, latency and bandwidth are measured, and
-   a fixed piece of local work is timed on every rank to name a straggler.
+   a fixed piece of local work is timed on every rank to name a straggler;
+4. with two or more nodes, every link between nodes is measured and judged (:mod:`.links`).
 
-Test hooks (environment, read on every rank): ``DISTRAIN_DOCTOR_FAKE_VERSION=RANK:VERSION``
-reports VERSION as that rank's torch version; ``DISTRAIN_DOCTOR_TEST_STALL=RANK:checkin|barrier``
-makes that rank stop before that step; ``DISTRAIN_DOCTOR_TEST_SLOW_RANK=RANK`` makes that rank
-stall 1 s inside its timed work.
+The test-suite injects faults (a stalled rank, a fake version, a slow rank) from outside, by
+wrapping these functions (tests/faults/); nothing here reads test-only settings.
 """
 
 from __future__ import annotations
@@ -30,27 +29,19 @@ from collections import Counter
 from typing import Any, NoReturn
 
 from .. import __version__
+from ..net import host_address, route_to
 from .check import Check, worst
+from .links import DEFAULT_PARAMS, DEFAULT_STEP_S, leaders, measure_links, verdict
 from .local import Options, run_checks
 from .report import document, print_json, print_table
 from .torch_build import build_info
 
 GROUP = "ranks"
-FAKE_VERSION_ENV = "DISTRAIN_DOCTOR_FAKE_VERSION"
-STALL_ENV = "DISTRAIN_DOCTOR_TEST_STALL"
-SLOW_ENV = "DISTRAIN_DOCTOR_TEST_SLOW_RANK"
 #: fields that must be equal on every rank
 FINGERPRINT_FIELDS = ("python", "torch", "torch_git", "cuda", "cudnn", "nccl", "distrain", "numpy")
 #: a rank slower than this multiple of the median at the same work is a straggler
 STRAGGLER_RATIO = 1.5
 ALLREDUCE_ELEMENTS = 1 << 18
-
-
-def _hook(env: str, rank: int) -> str | None:
-    """The value after 'RANK:' in `env` when it names this rank."""
-    raw = os.environ.get(env, "")
-    who, _, value = raw.partition(":")
-    return value if who.strip() == str(rank) and value else None
 
 
 def fingerprint(rank: int) -> dict[str, Any]:
@@ -64,9 +55,6 @@ def fingerprint(rank: int) -> dict[str, Any]:
         numpy_version = None
     fp = {k: info.get(k) for k in ("python", "torch", "torch_git", "cuda", "cudnn", "nccl")}
     fp.update(distrain=__version__, numpy=numpy_version)
-    fake = _hook(FAKE_VERSION_ENV, rank)
-    if fake:
-        fp["torch"] = fake
     return {"rank": rank, "hostname": socket.gethostname(), "pid": os.getpid(), "fingerprint": fp}
 
 
@@ -107,8 +95,8 @@ def _wait_checkins(store: Any, world: int, timeout: float) -> tuple[list[dict[st
     return arrived, missing
 
 
-def _work_seconds(delay: float = 0.0) -> float:
-    """Wall time of a fixed local computation (the same on every rank), plus `delay` (test hook)."""
+def _work_seconds() -> float:
+    """Wall time of a fixed local computation (the same on every rank)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -116,9 +104,6 @@ def _work_seconds(delay: float = 0.0) -> float:
     start = time.perf_counter()
     for _ in range(30):
         a = torch.tanh(a @ a * 0.01)
-    # The test hook stalls instead of computing more: extra computation on an oversubscribed
-    # machine overlaps the other ranks' and need not come out slower.
-    time.sleep(delay)
     return time.perf_counter() - start
 
 
@@ -205,8 +190,21 @@ def _measurement_checks(per_rank: list[dict[str, Any]], arrived: list[dict[str, 
     return checks
 
 
-def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: bool, start: float) -> int:
-    """Run the all-ranks doctor on this rank; rank 0 prints the report and returns its exit code."""
+def node_identity(env: Any) -> dict[str, Any]:
+    """Which node this rank is on: node rank, local rank, and the address it reaches the master from."""
+    try:
+        address = route_to(env.master_addr())[0]
+    except OSError:
+        address = host_address()
+    return {"node_rank": env.node_rank(), "local_rank": env.local_rank(), "address": address}
+
+
+def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: bool, start: float,
+                  model_params: int = DEFAULT_PARAMS, step_s: float = DEFAULT_STEP_S) -> int:
+    """Run the all-ranks doctor on this rank; rank 0 prints the report and returns its exit code.
+
+    `model_params` and `step_s` describe the user's training for the link verdict (:mod:`.links`).
+    """
     import torch
     import torch.distributed as dist
 
@@ -219,6 +217,7 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     bound = dt.timedelta(seconds=timeout)
     local = run_checks(opts)
     me = fingerprint(rank)
+    me["node"] = node_identity(env)
     me["local"] = {"status": worst(local), "problems": [f"{c.id}: {c.seen}" for c in local if c.status == "fail"]}
     ranks_doc: dict[str, Any] = {"world_size": world, "timeout_s": timeout, "ranks": [], "measurements": {}}
     checks: list[Check] = []
@@ -228,9 +227,6 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
         print(f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
               f"within {timeout:g} s ({type(err).__name__})", file=sys.stderr)
         _exit_now(1)
-    if _hook(STALL_ENV, rank) == "checkin":
-        time.sleep(timeout * 4)
-        _exit_now(3)
     store.set(f"doctor/checkin/{rank}", json.dumps(me))
     arrived, missing = _wait_checkins(store, world, timeout)
     ranks_doc["ranks"] = arrived
@@ -257,9 +253,6 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     dist.init_process_group("gloo", store=dist.PrefixStore("doctor/pg", store), rank=rank, world_size=world, timeout=bound)
     data_group = dist.new_group(backend="nccl") if use_cuda else None
     ranks_doc["backend"] = "nccl" if use_cuda else "gloo"
-    if _hook(STALL_ENV, rank) == "barrier":
-        time.sleep(timeout * 4)
-        _exit_now(3)
     try:
         dist.monitored_barrier(timeout=bound, wait_all_ranks=True)
     except RuntimeError as err:
@@ -285,14 +278,16 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     ok = _verify_allreduce(rank, world, device, data_group)
     latency = _latency_us(device, data_group)
     row = measure("all_reduce", bandwidth_bytes, 2, 5, device, torch.float32, check=False, group=data_group)
-    work = _work_seconds(1.0 if os.environ.get(SLOW_ENV, "") == str(rank) else 0.0)
+    work = _work_seconds()
     per_rank: list[Any] = [None] * world
     dist.all_gather_object(per_rank, {"rank": rank, "allreduce_ok": ok, "latency_us": latency, "work_s": work})
+    links = measure_links(rank, arrived)
     dist.barrier()
     dist.destroy_process_group()
     if rank != 0:
         return 0
 
     checks.extend(_measurement_checks(per_rank, arrived, row))
-    ranks_doc["measurements"] = {"per_rank": per_rank}
+    checks.append(verdict(links, leaders(arrived), model_params, step_s))
+    ranks_doc["measurements"] = {"per_rank": per_rank, "links": links}
     return _report(local + checks, start, ranks_doc, as_json)
