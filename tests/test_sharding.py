@@ -129,3 +129,19 @@ def test_sync_bn_refused_under_fsdp(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
 
 
+
+
+def test_train_gpt_example_under_fsdp(tmp_path: Path) -> None:
+    """examples/train_gpt.py trains a few steps sharded on 2 ranks and saves the full model."""
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", str(REPO / "examples" / "train_gpt.py"),
+           "--strategy", "fsdp", "--steps", "8", "--log-every", "4", "--batch-size", "2", "--block-size", "32",
+           "--out", str(tmp_path)]
+    res = run(cmd, timeout=400, check=True)
+    assert "strategy fsdp" in res.stdout
+    losses = [float(line.split("loss ")[1].split()[0]) for line in res.stdout.splitlines() if line.startswith("step ")]
+    assert len(losses) == 2 and losses[1] < losses[0] < 6.0, res.stdout
+    assert "validation loss" in res.stdout
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert state["blocks.0.qkv.weight"].shape == (384, 128)  # whole, not a shard
+    assert type(state["head.weight"]) is torch.Tensor
+    assert len(state) == 5 + 4 * 12  # tok, pos, ln_f (2), head; 12 tensors per block
