@@ -1,14 +1,16 @@
 """FSDP vs DDP: model-state memory per rank and step time, for a ≥ 100 M-parameter GPT on CPU.
 
-    PYTHONPATH=src python3 benchmarks/fsdp_memory.py --worlds 1 2 3 --timing-rounds 3
+    PYTHONPATH=src python3 benchmarks/fsdp_memory.py --worlds 1 2 3 --steps 0     # memory, 113.8 M GPT
+    PYTHONPATH=src python3 benchmarks/fsdp_memory.py --worlds 2 --layers 6 --width 384 --heads 6 \
+        --steps 5 --timing-rounds 3                                                  # step time, 10.8 M
 
 Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).
 Every rank measures its resident memory (RSS) after start-up and warm-up (baseline), after
 building and preparing the model (under ``ctx.init_model()``), and after the first optimizer
 step (parameters, gradients and AdamW state all exist then); the growth over the baseline is
 the model state it holds.  It also counts those tensors' bytes (for a sharded model: the local
-shards).  Then it times --steps more steps.  The 2-rank jobs are repeated, DDP and FSDP
-alternating, for the step-time ratio.
+shards).  Then it times --steps more steps (the slowest rank's median); the 2-rank jobs are
+repeated --timing-rounds more times, DDP and FSDP alternating, for the step-time ratio.
 """
 
 from __future__ import annotations
@@ -160,14 +162,14 @@ def main() -> None:
         for strategy in ("ddp", "fsdp"):
             ranks = job(args, world, strategy, args.steps)
             mem[(world, strategy)] = ranks
-            if world == 2:
+            if world == 2 and args.steps:
                 step_times[strategy].append(max(r["step_s"] for r in ranks))
             worst = max(ranks, key=lambda r: r["state_mib"])
             print(f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks): "
                   f"after prepare +{worst['model_mib']:.0f} MiB, after first step +{worst['state_mib']:.0f} MiB, "
-                  f"peak +{worst['peak_mib']:.0f} MiB, tensors counted {worst['counted_mib']:.0f} MiB; "
-                  f"step {worst['step_s']:.2f} s", flush=True)
-    if 2 in args.worlds:
+                  f"peak +{worst['peak_mib']:.0f} MiB, tensors counted {worst['counted_mib']:.0f} MiB"
+                  + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""), flush=True)
+    if 2 in args.worlds and args.steps:
         for _ in range(args.timing_rounds):
             for strategy in ("ddp", "fsdp"):
                 step_times[strategy].append(max(r["step_s"] for r in job(args, 2, strategy, args.steps)))

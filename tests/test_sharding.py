@@ -14,7 +14,7 @@ import torch
 from conftest import REPO, python, run
 
 JOB = str(REPO / "tests" / "scripts" / "fsdp_job.py")
-TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded")
+TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded", "fsdp-ac")
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -78,7 +78,10 @@ def test_accumulation_under_fsdp_skips_reduction(jobs: Path) -> None:
 
 
 def test_init_model_equals_one_process_init(jobs: Path) -> None:
-    """Built on meta and materialised (sharded or DDP): bitwise the weights one process draws."""
+    """Built on meta and materialised (sharded or DDP): bitwise the weights one process draws.
+
+    The FSDP ranks are seeded differently (seed + rank): rank 0's generator state is used.
+    """
     ref = results(jobs, "plain")[0]
     for name in ("fsdp-meta", "ddp-meta"):
         rank0 = results(jobs, name)[0]
@@ -87,6 +90,14 @@ def test_init_model_equals_one_process_init(jobs: Path) -> None:
     # ranks seeded differently, not meta: prepare_model makes rank 0's weights everyone's
     assert results(jobs, "fsdp-seeded")[0]["initial"] == ref["initial"]
     assert_states_close(results(jobs, "fsdp-seeded")[0]["final"], ref["final"], atol=1e-9)
+
+
+def test_activation_checkpointing_under_fsdp(jobs: Path) -> None:
+    """Each block recomputed in backward (checkpoint_wrapper, then sharded): same training, same names."""
+    ref = results(jobs, "plain")[0]
+    rank0 = results(jobs, "fsdp-ac")[0]
+    assert rank0["checkpointed_blocks"] == 3
+    assert_states_close(rank0["final"], ref["final"], atol=1e-9)
 
 
 def test_full_state_dict_on_rank0_only(jobs: Path) -> None:
@@ -132,11 +143,13 @@ def test_sync_bn_refused_under_fsdp(tmp_path: Path) -> None:
 
 
 def test_train_gpt_example_under_fsdp(tmp_path: Path) -> None:
-    """examples/train_gpt.py trains a few steps sharded on 2 ranks and saves the full model."""
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", str(REPO / "examples" / "train_gpt.py"),
+    """examples/train_gpt.py trains a few steps sharded on 2 ranks, with the monitor and the
+    watchdog on, and saves the full model."""
+    run_dir = tmp_path / "run"
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--run-dir", str(run_dir), str(REPO / "examples" / "train_gpt.py"),
            "--strategy", "fsdp", "--steps", "8", "--log-every", "4", "--batch-size", "2", "--block-size", "32",
            "--out", str(tmp_path)]
-    res = run(cmd, timeout=400, check=True)
+    res = run(cmd, timeout=400, check=True, env={"DISTRAIN_METRICS_INTERVAL": "0.2", "DISTRAIN_WATCHDOG": "300"})
     assert "strategy fsdp" in res.stdout
     losses = [float(line.split("loss ")[1].split()[0]) for line in res.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == 2 and losses[1] < losses[0] < 6.0, res.stdout
@@ -145,3 +158,7 @@ def test_train_gpt_example_under_fsdp(tmp_path: Path) -> None:
     assert state["blocks.0.qkv.weight"].shape == (384, 128)  # whole, not a shard
     assert type(state["head.weight"]) is torch.Tensor
     assert len(state) == 5 + 4 * 12  # tok, pos, ln_f (2), head; 12 tensors per block
+    for rank in (0, 1):  # the monitor saw every step, with the example's values
+        records = [json.loads(line) for line in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines() if line.strip()]
+        assert records[-1]["event"] == "end" and records[-1]["step"] == 8, records[-1]
+        assert {"loss", "grad_norm"} <= set(records[-1]["values"])

@@ -25,14 +25,16 @@ p.add_argument("--out", required=True)
 p.add_argument("runs", nargs="+")
 args = p.parse_args()
 
-#: run name -> (strategy, built under init_model, accumulation micro-steps, seed differs per rank)
+#: run name -> (strategy, built under init_model, accumulation micro-steps, seed differs per rank,
+#: activation checkpointing)
 RUNS = {
-    "plain": ("ddp", False, 1, False),
-    "ddp-meta": ("ddp", True, 1, False),
-    "fsdp-meta": ("fsdp", True, 1, False),
-    "fsdp-accum": ("fsdp", True, 3, False),
-    "fsdp-seeded": ("fsdp", False, 1, True),
-    "hsdp": ("hsdp", False, 1, True),
+    "plain": ("ddp", False, 1, False, False),
+    "ddp-meta": ("ddp", True, 1, False, False),
+    "fsdp-meta": ("fsdp", True, 1, True, False),
+    "fsdp-accum": ("fsdp", True, 3, True, False),
+    "fsdp-seeded": ("fsdp", False, 1, True, False),
+    "fsdp-ac": ("fsdp", True, 1, False, True),
+    "hsdp": ("hsdp", False, 1, True, False),
 }
 STEPS, GLOBAL_BATCH, MAX_NORM = 4, 12, 0.3
 
@@ -85,7 +87,7 @@ if hasattr(dist, "reduce_scatter_single"):
 
 
 def train(name: str) -> dict:
-    strategy, meta, accum, per_rank_seed = RUNS[name]
+    strategy, meta, accum, per_rank_seed, recompute = RUNS[name]
     torch.manual_seed(1000 + (ctx.rank if per_rank_seed else 0))
     if meta:
         with ctx.init_model():
@@ -94,8 +96,9 @@ def train(name: str) -> dict:
     else:
         net, built_on_meta = Net(), False
     replicate = 2 if strategy == "hsdp" else None
-    model = ctx.prepare_model(net, strategy=strategy, replicate=replicate)
+    model = ctx.prepare_model(net, strategy=strategy, replicate=replicate, activation_checkpointing=recompute)
     result: dict = {"rank": ctx.rank, "built_on_meta": built_on_meta, "unwrap_is_net": ctx.unwrap(model) is net}
+    result["checkpointed_blocks"] = sum(type(m).__name__ == "CheckpointWrapper" for m in model.modules())
     result["local_numel"] = sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in model.parameters())
     result["initial"] = {k: v.tolist() for k, v in ctx.full_state_dict(model).items()}
     batch = GLOBAL_BATCH // ctx.world_size // accum
