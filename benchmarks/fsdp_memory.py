@@ -8,14 +8,17 @@ Each configuration is one real `distrain run -n N` job, run one at a time (memor
 Every rank measures its resident memory (RSS) after start-up and warm-up (baseline), after
 building and preparing the model (under ``ctx.init_model()``), and after the first optimizer
 step (parameters, gradients and AdamW state all exist then); the growth over the baseline is
-the model state it holds.  It also counts those tensors' bytes (for a sharded model: the local
-shards).  Then it times --steps more steps (the slowest rank's median); the 2-rank jobs are
+the model state it holds.  "live" readings come after glibc's malloc_trim(0): freed transient
+buffers (all-gathered weights, activations) otherwise stay in the process's heap and count as
+resident ("raw").  It also counts the tensors' bytes (for a sharded model: the local shards).  Then it times --steps more steps (the slowest rank's median); the 2-rank jobs are
 repeated --timing-rounds more times, DDP and FSDP alternating, for the step-time ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
 import resource
@@ -64,7 +67,11 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def rss() -> int:
+def rss(trim: bool = False) -> int:
+    """Resident bytes; with `trim`, after handing glibc's free heap pages back (live memory)."""
+    gc.collect()
+    if trim:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     return psutil.Process().memory_info().rss
 
 
@@ -83,12 +90,12 @@ def worker(args: argparse.Namespace) -> None:
     warm = nn.Linear(4, 4)  # the first optimizer step imports torch._dynamo: not model state
     torch.optim.AdamW(warm.parameters()).step()
     ctx.barrier()
-    base = rss()
+    base = rss(trim=True)
     torch.manual_seed(0)
     with ctx.init_model():
         model = GPT(args.layers, args.width, args.heads, args.block)
     model = ctx.prepare_model(model, strategy=args.strategy)
-    after_model = rss()
+    after_model, after_model_live = rss(), rss(trim=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, 256, (args.batch_size, args.block))
 
@@ -98,7 +105,7 @@ def worker(args: argparse.Namespace) -> None:
         ctx.step(opt)
 
     step()
-    after_step = rss()
+    after_step, after_step_live = rss(), rss(trim=True)
     counted = sum(local_bytes(p) for p in model.parameters())
     counted += sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
     counted += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
@@ -114,6 +121,8 @@ def worker(args: argparse.Namespace) -> None:
         "params": sum(p.numel() for p in model.parameters()),
         "model_mib": (after_model - base) / MiB,
         "state_mib": (after_step - base) / MiB,
+        "model_live_mib": (after_model_live - base) / MiB,
+        "state_live_mib": (after_step_live - base) / MiB,
         "peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base) / MiB,
         "counted_mib": counted / MiB,
         "step_s": statistics.median(times) if times else None,
@@ -164,21 +173,21 @@ def main() -> None:
             mem[(world, strategy)] = ranks
             if world == 2 and args.steps:
                 step_times[strategy].append(max(r["step_s"] for r in ranks))
-            worst = max(ranks, key=lambda r: r["state_mib"])
-            print(f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks): "
-                  f"after prepare +{worst['model_mib']:.0f} MiB, after first step +{worst['state_mib']:.0f} MiB, "
-                  f"peak +{worst['peak_mib']:.0f} MiB, tensors counted {worst['counted_mib']:.0f} MiB"
+            worst = max(ranks, key=lambda r: r["state_live_mib"])
+            print(f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks), RSS growth "
+                  f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} MiB, after first step "
+                  f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
+                  f"tensors counted {worst['counted_mib']:.0f} MiB"
                   + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""), flush=True)
     if 2 in args.worlds and args.steps:
         for _ in range(args.timing_rounds):
             for strategy in ("ddp", "fsdp"):
                 step_times[strategy].append(max(r["step_s"] for r in job(args, 2, strategy, args.steps)))
-    print("\nworld  FSDP/DDP model state (RSS growth)  FSDP/DDP counted tensors")
+    print("\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors")
     for world in args.worlds:
         d, f = mem[(world, "ddp")], mem[(world, "fsdp")]
-        rss_ratio = max(r["state_mib"] for r in f) / max(r["state_mib"] for r in d)
-        counted_ratio = max(r["counted_mib"] for r in f) / max(r["counted_mib"] for r in d)
-        print(f"{world:5d}  {rss_ratio:32.3f}  {counted_ratio:24.3f}")
+        ratios = [max(r[key] for r in f) / max(r[key] for r in d) for key in ("state_live_mib", "state_mib", "peak_mib", "counted_mib")]
+        print(f"{'':17s}  {world:5d}  " + "  ".join(f"{v:15.3f}" for v in ratios))
     if step_times["ddp"]:
         ratios = [f / d for d, f in zip(step_times["ddp"], step_times["fsdp"], strict=True)]
         print(f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP {statistics.median(step_times['fsdp']):.2f} s, "

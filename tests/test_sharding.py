@@ -14,7 +14,7 @@ import torch
 from conftest import REPO, python, run
 
 JOB = str(REPO / "tests" / "scripts" / "fsdp_job.py")
-TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded", "fsdp-ac")
+TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded", "fsdp-ac", "hsdp-one-node")
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -119,6 +119,15 @@ def test_hsdp_two_replicas_of_two_shards(jobs: Path, tmp_path: Path) -> None:
     assert all(r["local_numel"] < 0.6 * total for r in ranks)
     assert_states_close(ranks[0]["final"], ref["final"], atol=1e-9)
     torch.testing.assert_close(torch.tensor(ranks[3]["norms"]), torch.tensor(ref["norms"]), rtol=1e-9, atol=0)
+
+
+def test_hsdp_defaults_to_one_replica_per_node(jobs: Path) -> None:
+    """On one node, hsdp without replicate= is 1 replica x 2 shards, and trains like one process."""
+    ref = results(jobs, "plain")[0]
+    rank0 = results(jobs, "hsdp-one-node")[0]
+    total = sum(torch.tensor(v).numel() for v in ref["final"].values())
+    assert rank0["local_numel"] < 0.6 * total
+    assert_states_close(rank0["final"], ref["final"], atol=1e-9)
 
 
 SYNC_BN = """

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.utils.data import TensorDataset
 
 import distrain
@@ -34,7 +35,8 @@ RUNS = {
     "fsdp-accum": ("fsdp", True, 3, True, False),
     "fsdp-seeded": ("fsdp", False, 1, True, False),
     "fsdp-ac": ("fsdp", True, 1, False, True),
-    "hsdp": ("hsdp", False, 1, True, False),
+    "hsdp": ("hsdp", False, 1, True, False),  # replicate=2: 2 replicas of 2 shards on 4 ranks
+    "hsdp-one-node": ("hsdp", True, 1, False, False),  # default replicate: one per node, so 1 x 2
 }
 STEPS, GLOBAL_BATCH, MAX_NORM = 4, 12, 0.3
 
@@ -95,10 +97,10 @@ def train(name: str) -> dict:
         built_on_meta = all(t.is_meta for t in net.parameters())
     else:
         net, built_on_meta = Net(), False
-    replicate = 2 if strategy == "hsdp" else None
+    replicate = 2 if name == "hsdp" else None
     model = ctx.prepare_model(net, strategy=strategy, replicate=replicate, activation_checkpointing=recompute)
     result: dict = {"rank": ctx.rank, "built_on_meta": built_on_meta, "unwrap_is_net": ctx.unwrap(model) is net}
-    result["checkpointed_blocks"] = sum(type(m).__name__ == "CheckpointWrapper" for m in model.modules())
+    result["checkpointed_blocks"] = sum(isinstance(m, CheckpointWrapper) for m in model.modules())
     result["local_numel"] = sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in model.parameters())
     result["initial"] = {k: v.tolist() for k, v in ctx.full_state_dict(model).items()}
     batch = GLOBAL_BATCH // ctx.world_size // accum
