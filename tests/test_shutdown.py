@@ -1,4 +1,4 @@
-"""FACTS.md: gloo + DDP can deadlock at interpreter exit. 20 consecutive 2-rank jobs must all exit."""
+"""gloo + DDP can deadlock at interpreter exit. 20 consecutive 2-rank jobs (10 with FSDP) must all exit."""
 
 from __future__ import annotations
 
@@ -14,24 +14,26 @@ SCRIPT = str(REPO / "tests" / "scripts" / "exit_job.py")
 
 
 @pytest.mark.timeout(1500)
-def test_twenty_consecutive_jobs_exit() -> None:
-    for attempt in range(20):
+@pytest.mark.parametrize(("strategy", "jobs"), [("ddp", 20), ("fsdp", 10)])
+def test_consecutive_jobs_exit(strategy: str, jobs: int) -> None:
+    """`jobs` 2-rank jobs in a row (DDP, then FSDP: its groups are released too) all exit."""
+    for attempt in range(jobs):
         port = free_port()
         procs = []
         for rank in range(2):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            procs.append(subprocess.Popen([python(), SCRIPT], env=env, stdout=subprocess.PIPE,
+            procs.append(subprocess.Popen([python(), SCRIPT, strategy], env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, start_new_session=True))
         try:
             outs = [p.communicate(timeout=90)[0] for p in procs]
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"job {attempt + 1}/20 did not exit within 90 s (exit deadlock)") from None
+            raise AssertionError(f"{strategy} job {attempt + 1}/{jobs} did not exit within 90 s (exit deadlock)") from None
         finally:
             for p in procs:
                 if p.poll() is None:
                     os.killpg(p.pid, 9)
         for rank, (p, out) in enumerate(zip(procs, outs, strict=True)):
-            assert p.returncode == 0, f"job {attempt + 1}, rank {rank}: exit {p.returncode}\n{out}"
+            assert p.returncode == 0, f"{strategy} job {attempt + 1}, rank {rank}: exit {p.returncode}\n{out}"
             assert f"trained {rank}" in out
             assert "terminate called" not in out

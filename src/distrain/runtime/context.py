@@ -24,8 +24,8 @@ from ..cluster import ClusterEnvironment
 from ..contract import usable_cores
 from ..train import watchdog
 from ..train.data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
-from ..train.nn import convert_sync_batchnorm
 from ..train.steps import StepCounter
+from .reductions import Reductions
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ def _forget(ctx: Context) -> None:
         _active = None
 
 
-class Context:
+class Context(Reductions):
     """This process's place in the job and the tools to train there.
 
     Attributes: ``rank``, ``world_size``, ``local_rank``, ``local_world_size``, ``node_rank``,
@@ -106,11 +106,6 @@ class Context:
         """True on local rank 0 (one per node: downloads, per-node caches)."""
         return self.local_rank == 0
 
-    @property
-    def distributed(self) -> bool:
-        """True when a process group exists (any launcher, even with one process)."""
-        return self.backend is not None
-
     def describe(self) -> str:
         """The one-line summary rank 0 prints at start."""
         nodes = f"{self.num_nodes} node" + ("s" if self.num_nodes != 1 else "")
@@ -122,42 +117,76 @@ class Context:
         )
 
     # -- model and data -------------------------------------------------------------------
-    def prepare_model(self, model: nn.Module, sync_bn: bool = False, comm_hook: str | None = None, **ddp_kwargs: Any) -> nn.Module:
-        """Move `model` to the device and wrap it in DDP when distributed.
+    def prepare_model(
+        self,
+        model: nn.Module,
+        strategy: str = "ddp",
+        *,
+        shard: Any = None,
+        activation_checkpointing: bool = False,
+        cpu_offload: bool = False,
+        replicate: int | None = None,
+        sync_bn: bool = False,
+        comm_hook: str | None = None,
+        **kwargs: Any,
+    ) -> nn.Module:
+        """Put `model` on the device and spread it over the ranks (see docs/sharding.md).
 
-        DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts
-        from identical weights.  ``sync_bn=True`` turns BatchNorm layers into cross-process
-        ones (torch's SyncBatchNorm on CUDA, :class:`~distrain.train.nn.CPUSyncBatchNorm` elsewhere).
-        ``comm_hook`` compresses the gradient all-reduce (``"bf16"``, ``"fp16"``, ``"powersgd"``;
-        see :mod:`distrain.train.comm_hooks`); off by default because it changes the numerics.
-        Extra keyword arguments go to DistributedDataParallel (e.g. ``bucket_cap_mb``).
+        - ``strategy="ddp"`` (default): every rank holds the whole model, DDP all-reduces the
+          gradients and broadcasts rank 0's weights at the start.  ``sync_bn=True`` makes
+          BatchNorm cross-process (torch's SyncBatchNorm on CUDA,
+          :class:`~distrain.train.nn.CPUSyncBatchNorm` elsewhere); ``comm_hook`` compresses the
+          all-reduce (``"bf16"``, ``"fp16"``, ``"powersgd"``; :mod:`distrain.train.comm_hooks`).
+        - ``strategy="fsdp"``: FSDP2 shards parameters, gradients and optimizer state over all
+          ranks; each block (``shard``: None finds classes repeated in a ModuleList/Sequential,
+          or give classes or a ``module -> bool`` function) is one unit, the root the last.
+          ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.
+          ``cpu_offload=True`` keeps shards in host memory (GPU only).
+        - ``strategy="hsdp"``: shards inside each of ``replicate`` groups of ranks (default: one
+          per node) and replicates across them.
+        ``activation_checkpointing=True`` recomputes each block's activations in backward.  A
+        model built under :meth:`init_model` is materialised here.  Other keyword arguments go to
+        DistributedDataParallel (e.g. ``bucket_cap_mb``) or fully_shard (``reshard_after_forward``).
+        Create the optimizer after this call.
         """
-        if comm_hook is not None:
-            from ..train.comm_hooks import parse_hook
+        from ..train import strategies
 
-            parse_hook(comm_hook)  # a bad name fails on every world size, not only on N > 1
-        if sync_bn and self.distributed:
-            model = convert_sync_batchnorm(model, self.device.type)
-        model = model.to(self.device)
-        if not self.distributed:
-            self._step_counter.track(model)
-            return model
-        if self.device.type == "cuda":
-            ddp_kwargs.setdefault("device_ids", [self.device.index])
-            ddp_kwargs.setdefault("output_device", self.device.index)
-        wrapped = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
-        if comm_hook is not None:
-            from ..train.comm_hooks import register_comm_hook
+        prepared = strategies.prepare(
+            model, strategy, device=self.device, precision=self.precision, distributed=self.distributed,
+            num_nodes=self.num_nodes, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard,
+            activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, replicate=replicate, **kwargs,
+        )
+        if prepared is not model or strategies.is_sharded(prepared):
+            self._models.append(weakref.ref(prepared))
+        self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding
+        return prepared
 
-            wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)  # type: ignore[assignment]
-        self._models.append(weakref.ref(wrapped))
-        self._step_counter.track(wrapped)
-        return wrapped
+    def init_model(self) -> contextlib.AbstractContextManager[Any]:
+        """Build a model inside this block on the meta device: shapes only, no memory, no init.
+
+        :meth:`prepare_model` then gives it storage and initial values (sharded right away with
+        ``strategy="fsdp"``): every module's ``reset_parameters()``, children first, drawing
+        from rank 0's CPU generator.  The weights equal a one-process construction from the same
+        generator state when each module initialises its own tensors in ``reset_parameters()``
+        (torch's layers do); see docs/sharding.md for the exact rule.
+        """
+        return torch.device("meta")
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
-        """The user's module inside a DDP wrapper (for saving, evaluation and attribute access)."""
-        return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        """The user's module inside a DDP wrapper (a sharded model is its own module)."""
+        from ..train.strategies import unwrap
+
+        return unwrap(model)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The whole, unsharded state dict on CPU on rank 0 ({} on other ranks): for torch.save.
+
+        Collective: call it on every rank.  Works for sharded, DDP and plain models.
+        """
+        from ..train.strategies import full_state_dict
+
+        return full_state_dict(model)
 
     def _loader_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         # CPU training: loader workers would steal cores from the compute threads. GPU: a few
@@ -204,47 +233,6 @@ class Context:
         sampler = ShardedEvalSampler(dataset_length(dataset), self.rank, self.world_size)
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **self._loader_defaults(kwargs))
 
-    # -- reductions -----------------------------------------------------------------------
-    def all_reduce(self, value: torch.Tensor | float | int, op: str = "sum") -> torch.Tensor:
-        """Sum, mean, max or min of `value` over all ranks (a new tensor; inputs untouched)."""
-        tensor = torch.as_tensor(value).detach().clone()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            tensor = tensor.float()
-        if not self.distributed:
-            return tensor
-        device = self.device if self.backend == "nccl" else torch.device("cpu")
-        work = tensor.to(device)
-        ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-        if op not in ops:
-            raise ValueError(f"op must be one of {sorted(ops)}, got {op!r}")
-        if op == "mean" and not work.is_floating_point():
-            work = work.double()
-        dist.all_reduce(work, op=ops[op])
-        if op == "mean":
-            work = work / self.world_size
-        return work.to(tensor.device)
-
-    def gather_object(self, obj: T) -> list[T]:
-        """Every rank's picklable `obj`, in rank order, on every rank (trusted in-job data only)."""
-        if not self.distributed:
-            return [obj]
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def broadcast_object(self, obj: T, src: int = 0) -> T:
-        """Rank `src`'s `obj` on every rank."""
-        if not self.distributed:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=src)
-        return box[0]
-
-    def barrier(self) -> None:
-        """Wait for every rank."""
-        if self.distributed:
-            dist.barrier()
-
     # -- mixed precision and accumulation -------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """Autocast for the chosen precision (bf16 on CPU/CUDA, fp16 on CUDA); no-op for fp32."""
@@ -277,16 +265,21 @@ class Context:
             self._step_counter.advance()
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer) -> torch.Tensor:
-        """Clip gradients (unscaling fp16 gradients first); returns the total norm."""
+        """Clip gradients to a global norm (unscaling fp16 gradients first); returns that norm.
+
+        For a sharded model the norm is over every rank's shards, the same on every rank.
+        """
+        from ..train.strategies import clip_grad_norm
+
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
-        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return clip_grad_norm(model, max_norm)
 
     def no_sync(self, model: nn.Module, skip: bool = True) -> contextlib.AbstractContextManager[Any]:
-        """Skip DDP's gradient all-reduce in this block when `skip` (accumulation micro-steps)."""
-        if skip and isinstance(model, nn.parallel.DistributedDataParallel):
-            return model.no_sync()
-        return contextlib.nullcontext()
+        """Keep gradients local in this block when `skip` (DDP's no_sync, FSDP's sync switch)."""
+        from ..train.strategies import gradient_sync_off
+
+        return gradient_sync_off(model) if skip else contextlib.nullcontext()
 
     def accumulate(self, model: nn.Module, micro_step: int, every: int) -> contextlib.AbstractContextManager[Any]:
         """Gradient accumulation over `every` micro-batches: all-reduce only on the last one.
@@ -341,7 +334,7 @@ class Context:
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Release DDP state and destroy the process group (idempotent; also run at exit).
+        """Release DDP/FSDP state and destroy the process group (idempotent; also run at exit).
 
         Done deliberately before interpreter teardown: letting the garbage collector free a
         DDP Reducer while gloo's threads wait for the GIL can deadlock the exit.
@@ -354,17 +347,15 @@ class Context:
             self._monitor.close()
         if self._watchdog is not None:
             self._watchdog.stop()
+        from ..train.strategies import release
+
         for ref in self._models:
             model = ref()
-            if model is None:
-                continue
-            # Drop every DDP reference to the reducer and the group, so the group's C++ object
-            # (and its threads) is destroyed below, while Python is fully alive, instead of at
-            # interpreter teardown (where gloo aborts with "terminate called without an active
-            # exception" or deadlocks on the GIL).
-            for attr in ("reducer", "logger", "process_group"):
+            if model is not None:
+                # the group's C++ object (and its threads) must die below, while Python is fully
+                # alive, not at interpreter teardown (where gloo aborts or deadlocks on the GIL)
                 with contextlib.suppress(Exception):
-                    setattr(model, attr, None)
+                    release(model)
         self._models.clear()
         if dist.is_available() and dist.is_initialized():
             with contextlib.suppress(Exception):

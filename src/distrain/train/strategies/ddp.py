@@ -1,0 +1,41 @@
+"""Replicated data parallelism: every rank holds the whole model; DDP all-reduces gradients."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..nn import convert_sync_batchnorm
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any) -> nn.Module:
+    """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a comm hook if asked.
+
+    DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts from
+    identical weights.
+    """
+    if sync_bn:
+        model = convert_sync_batchnorm(model, device.type).to(device)
+    if device.type == "cuda":
+        ddp_kwargs.setdefault("device_ids", [device.index])
+        ddp_kwargs.setdefault("output_device", device.index)
+    wrapped = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
+    if comm_hook is not None:
+        from ..comm_hooks import register_comm_hook
+
+        wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)  # type: ignore[assignment]
+    return wrapped
+
+
+def release_ddp(model: nn.parallel.DistributedDataParallel) -> None:
+    """Drop DDP's references to its reducer and group, so they die with the process group.
+
+    Done before interpreter teardown: freeing a Reducer there while gloo's threads wait for the
+    GIL deadlocks the exit or aborts it ("terminate called without an active exception").
+    """
+    for attr in ("reducer", "logger", "process_group"):
+        with contextlib.suppress(Exception):
+            setattr(model, attr, None)
