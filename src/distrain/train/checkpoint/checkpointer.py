@@ -214,14 +214,12 @@ class Checkpointer:
                 raise CheckpointError(f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})")
             if self._reg.modules:
                 state = self._reg.dcp_state()
+                dcp_io.load(state, path, group)
                 try:
-                    dcp_io.load(state, path, group)
-                except CheckpointError:
-                    raise
-                except Exception as err:  # DCP reports a shape/key mismatch with a long trace
+                    self._reg.load_dcp_state(state)
+                except (RuntimeError, ValueError, KeyError) as err:
                     first = (str(err).strip().splitlines() or [""])[0][:300]
                     raise CheckpointError(f"cannot resume the model/optimizer from {path}: {type(err).__name__}: {first}") from None
-                self._reg.load_dcp_state(state)
             self._load_plain(shared, path)
         name = rank_file(self.ctx.rank)
         if name in manifest["files"]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
@@ -70,11 +70,16 @@ def load_metadata(path: str) -> Metadata:
 
 
 class SafeReader(FileSystemReader):
-    """DCP's file reader with ``.metadata`` loaded by the restricted unpickler."""
+    """DCP's file reader with ``.metadata`` loaded by the restricted unpickler (before DCP runs,
+    so a refusal is one line, not DCP's per-rank tracebacks)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._metadata = load_metadata(os.path.join(path, METADATA_FILE))
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The checkpoint's DCP index, unpickled with only DCP metadata types allowed."""
-        metadata = load_metadata(os.path.join(str(self.path), METADATA_FILE))
+        metadata = self._metadata
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -101,18 +106,35 @@ class WeightsOnlyPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
+def _one_line(err: CheckpointException, what: str) -> CheckpointError:
+    """DCP's exception (a BaseException carrying every rank's traceback) as one line."""
+    for exc, _trace in err.failures.values():
+        if isinstance(exc, CheckpointError):
+            return exc
+    ranks = ", ".join(str(r) for r in sorted(err.failures))
+    exc = next(iter(err.failures.values()))[0] if err.failures else err
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return CheckpointError(f"{what} failed on rank(s) {ranks}: {type(exc).__name__}: {first}")
+
+
 def save(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None) -> None:
     """Write `state` (tensors, DTensors, plain values) as a DCP checkpoint into `directory`.
 
     ``group=None`` writes alone (no collective: a single process, or one node's full replica).
     """
     writer = FileSystemWriter(directory, single_file_per_rank=True, sync_files=True, thread_count=1, overwrite=True)
-    dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+    try:
+        dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+    except CheckpointException as err:
+        raise _one_line(err, f"DCP save into {directory}") from None
 
 
 def load(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None) -> None:
     """Read the DCP checkpoint in `directory` into `state` in place (resharding as needed)."""
-    dcp.load(state, storage_reader=SafeReader(directory), planner=WeightsOnlyPlanner(), process_group=group, no_dist=group is None)
+    try:
+        dcp.load(state, storage_reader=SafeReader(directory), planner=WeightsOnlyPlanner(), process_group=group, no_dist=group is None)
+    except CheckpointException as err:
+        raise _one_line(err, f"DCP load from {directory}") from None
 
 
 def own_files(directory: str, rank: int, coordinator: bool) -> list[str]:
