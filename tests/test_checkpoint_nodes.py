@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -87,6 +88,15 @@ def test_per_node_disks_each_node_keeps_a_complete_checkpoint(hosts2: Hosts, tmp
     assert a["step"] == b["step"] == 16
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
+    # node 1 is replaced by a machine with an empty disk: it receives step 16 from node 0 over the
+    # network (DDP does not re-broadcast weights after construction: without it the replicas,
+    # and the two nodes' checkpoints, would differ)
+    shutil.rmtree(tmp_path / "disk1")
+    codes, logs = static_job(hosts2, tmp_path, "replaced", ["--dir", str(ckpt), "--out", str(final), "--epochs", "3"])
+    assert codes == [0, 0], "\n".join(logs)
+    assert "step 16 is not on this node's disk: received it from rank 0" in logs[1], logs[1]
+    shas = [json.loads((tmp_path / f"disk{i}" / "step_00000024" / "manifest.json").read_text())["files"]["__0_0.distcp"]["sha256"] for i in range(2)]
+    assert shas[0] == shas[1], "the two nodes' replicas differ"
 
 
 def test_per_node_disks_refuse_fsdp_at_start(hosts2: Hosts, tmp_path: Path) -> None:
