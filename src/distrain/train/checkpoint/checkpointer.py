@@ -286,7 +286,8 @@ class Checkpointer:
         shared = self._shared_state(step, extra) if leader else None
         # per-node: the node's leader writes the whole (replicated) model alone; shared: all ranks
         writes_dcp = bool(self._reg.modules) and (self.topology.shared or leader)
-        tensors = self._reg.dcp_state() if writes_dcp else None
+        share = (self.ctx.rank, self.ctx.world_size) if self.topology.shared and self.ctx.world_size > 1 else None
+        tensors = self._reg.dcp_state(share) if writes_dcp else None
         mine = {"format": FORMAT, "rank": self.ctx.rank, "step": step, "rng": rng_state()}
         if not synchronous:
             threads = torch.get_num_threads()

@@ -122,11 +122,27 @@ class Registered:
         """Names of the FSDP-sharded models."""
         return [name for name, m in self.modules.items() if strategy_of(m) == "fsdp"]
 
-    def dcp_state(self) -> dict[str, Any]:
-        """Model and optimizer state in DCP's form: FQN keys without wrapper prefixes, DTensor shards."""
-        state: dict[str, Any] = {name: get_model_state_dict(m) for name, m in self.modules.items()}
+    def dcp_state(self, share: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Model and optimizer state in DCP's form: FQN keys without wrapper prefixes, DTensor shards.
+
+        ``share=(rank, world)`` keeps, of a replicated (plain/DDP) model, only the tensors this
+        rank saves: each parameter goes to one rank, balanced by size, so the ranks snapshot and
+        write disjoint parts (DCP's metadata joins them).  Sharded (FSDP) state is kept whole.
+        """
+        state: dict[str, Any] = {}
+        owners: dict[str, dict[str, int]] = {}
+        for name, m in self.modules.items():
+            msd = get_model_state_dict(m)
+            if share is not None and strategy_of(m) != "fsdp":
+                owners[name] = _balance(msd, share[1])
+                msd = {k: v for k, v in msd.items() if owners[name][k] == share[0]}
+            state[name] = msd
         for name, (opt, owner) in self.optimizers.items():
-            state[name] = get_optimizer_state_dict(self.modules[owner], opt)
+            osd = get_optimizer_state_dict(self.modules[owner], opt)
+            if owner in owners:
+                mine = owners[owner]
+                osd = {**osd, "state": {k: v for k, v in osd["state"].items() if mine.get(k, 0) == share[0]}}  # type: ignore[index]
+            state[name] = osd
         return state
 
     def load_dcp_state(self, state: Mapping[str, Any]) -> None:
@@ -139,6 +155,18 @@ class Registered:
     def plain_state(self) -> dict[str, Any]:
         """state_dict() of every other object (scheduler, loader, scaler, yours)."""
         return {name: obj.state_dict() for name, obj in self.plain.items()}
+
+
+def _balance(tensors: Mapping[str, Any], world: int) -> dict[str, int]:
+    """Each key's rank: the largest tensors first, each to the rank with the fewest bytes so far."""
+    load = [0] * world
+    owner: dict[str, int] = {}
+    sizes = {k: v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0 for k, v in tensors.items()}
+    for key in sorted(tensors, key=lambda k: (-sizes[k], k)):
+        rank = min(range(world), key=lambda r: load[r])
+        owner[key] = rank
+        load[rank] += sizes[key]
+    return owner
 
 
 def _owner(opt: torch.optim.Optimizer, modules: Mapping[str, nn.Module]) -> str | None:
