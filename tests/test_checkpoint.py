@@ -8,6 +8,7 @@ injected by the worker itself at a given step (deterministic), never by racing a
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -52,6 +53,8 @@ def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[
 def shared_baseline(tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2) -> Path:
     """An uninterrupted run, computed once per test session even across xdist workers."""
     root = tmp_path_factory.getbasetemp().parent
+    # keyed by the worker's code too: sessions of other checkouts share this directory
+    name = f"{name}-{hashlib.sha256(Path(WORKER).read_bytes()).hexdigest()[:10]}"
     out = root / f"baseline-{name}.pt"
     with open(root / f"baseline-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as dt
+import itertools
 import os
 import shutil
 import threading
@@ -48,6 +49,9 @@ from .writer import Writer
 
 if TYPE_CHECKING:
     from ...runtime.context import Context
+
+#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective in effect)
+_instances = itertools.count()
 
 #: how long DCP's collectives (and rank 0's wait for the other ranks' files) may take
 COLLECTIVE_TIMEOUT = dt.timedelta(seconds=300)
@@ -120,6 +124,8 @@ class Checkpointer:
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
+        self._id = next(_instances)  # with a save counter: store keys unique to one save of one checkpointer
+        self._saves = 0
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
@@ -298,7 +304,8 @@ class Checkpointer:
             finally:
                 torch.set_num_threads(threads)
         self._last_saved = step
-        writer = Writer(self, step, tensors, shared, mine)
+        self._saves += 1
+        writer = Writer(self, step, tensors, shared, mine, key=f"{self._id}.{self._saves}")
         if synchronous:
             writer.run()
         else:

@@ -47,8 +47,10 @@ PEER_GONE_S = 5.0
 class Writer:
     """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own."""
 
-    def __init__(self, ckpt: Checkpointer, step: int, tensors: dict[str, Any] | None, shared: dict[str, Any] | None, mine: dict[str, Any]) -> None:
+    def __init__(self, ckpt: Checkpointer, step: int, tensors: dict[str, Any] | None, shared: dict[str, Any] | None, mine: dict[str, Any],
+                 key: str) -> None:
         self.ckpt = ckpt
+        self.key = key  # this save's store-key prefix: another checkpointer's save of the same step never matches
         self.ctx = ckpt.ctx
         self.step = step
         self.tensors = tensors
@@ -77,11 +79,11 @@ class Writer:
         store = self._store()
         if store is not None:
             # the store, not a collective: safe from a background thread, in any order
-            store.set(f"{self.step}/{self.ctx.rank}", json.dumps(files))
+            store.set(f"{self.key}/{self.step}/{self.ctx.rank}", json.dumps(files))
         if self.ctx.rank != topo.leader:
             return
         if store is not None:
-            keys = [f"{self.step}/{r}" for r in topo.members if r != self.ctx.rank]
+            keys = [f"{self.key}/{self.step}/{r}" for r in topo.members if r != self.ctx.rank]
             self._wait_for_ranks(store, keys)
             for key in keys:
                 files.update(json.loads(store.get(key)))
