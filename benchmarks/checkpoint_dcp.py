@@ -73,7 +73,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model(torch.randn(2, width)).sum().backward()
     opt.step()  # momentum buffers exist: the checkpoint holds weights and optimizer state
-    n_params = sum(t.numel() for t in net.parameters()) * (ctx.world_size if args.strategy == "fsdp" else 1)
+    n_params = sum(t.numel() for t in net.parameters())  # a DTensor counts its global size
     old_file = os.path.join(root, "v01", "shared.pt")
     os.makedirs(os.path.dirname(old_file), exist_ok=True)
 
