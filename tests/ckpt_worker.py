@@ -6,6 +6,9 @@ Faults are injected deterministically, never by racing a timer:
   --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
   --raise-at K         raise ValueError at step K
   --fault-rank R       the rank that does it (default 1)
+--strategy fsdp shards the model with FSDP2 (``fully_shard`` per Linear, then the root) instead
+of DDP.  --out (and --dump-restored) hold the full, unsharded model and optimizer state in
+DCP's naming (parameter names as keys), the same for every strategy.
 Faults fire on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0) and only when the
 checkpoint directory has no FAULT_DONE marker, so a fresh start after a fault trains normally.
 """
@@ -18,10 +21,11 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 from torch.utils.data import TensorDataset
 
 import distrain
-import distrain.train.checkpoint as ckpt_mod
+import distrain.train.checkpoint.writer as ckpt_writer
 
 p = argparse.ArgumentParser()
 p.add_argument("--dir", default=None)
@@ -43,6 +47,8 @@ p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly af
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--timeline", default=None, help="append kill / first-step-after-restart times (bench)")
 p.add_argument("--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)")
+p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
+p.add_argument("--dump-restored", default=None, help="write the full state right after restore() here")
 args = p.parse_args()
 
 dtype = torch.float64 if args.float64 else torch.float32
@@ -54,7 +60,16 @@ x = torch.randn(args.samples, 16, generator=g, dtype=dtype)
 y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
 torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, 3)).to(dtype)
-model = ctx.prepare_model(net)
+if args.strategy == "fsdp" and ctx.distributed:
+    # TODO(fsdp branch): ctx.prepare_model(net, strategy="fsdp") once it is merged
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    model = fully_shard(net)
+else:
+    model = ctx.prepare_model(net)
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
@@ -80,8 +95,16 @@ def fault(kind: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+
+
+def full_state(step: int) -> dict:
+    """Model and optimizer, unsharded, on CPU (a collective under FSDP)."""
+    msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"step": step, "model": msd, "opt": osd}
+
+
 if faulty and args.kill_in_save >= 0:
-    real_write = ckpt_mod.atomic_write
+    real_write = ckpt_writer.atomic_write
 
     def write_then_die(path, write):  # type: ignore[no-untyped-def]
         out = real_write(path, write)
@@ -89,10 +112,14 @@ if faulty and args.kill_in_save >= 0:
             fault("kill-in-save")
         return out
 
-    ckpt_mod.atomic_write = write_then_die
+    ckpt_writer.atomic_write = write_then_die
 
 ckpt = ctx.checkpointer(args.dir, every_steps=args.every, every_epochs=args.every_epochs, async_save=args.async_save) if args.dir else None
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step if ckpt else 0
+if args.dump_restored:
+    restored = full_state(step)
+    if ctx.is_main:
+        torch.save(restored, args.dump_restored)
 for _epoch in range(loader.epoch, args.epochs):
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
@@ -123,7 +150,8 @@ for _epoch in range(loader.epoch, args.epochs):
 if ckpt:
     ckpt.save(step)
     ckpt.close()
+final = full_state(step)
 if ctx.is_main:
-    torch.save({"step": step, "model": ctx.unwrap(model).state_dict(), "opt": opt.state_dict()}, args.out)
+    torch.save(final, args.out)
     print(f"finished at step {step}", flush=True)
 ctx.shutdown()

@@ -8,6 +8,7 @@ injected by the worker itself at a given step (deterministic), never by racing a
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -52,6 +53,8 @@ def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[
 def shared_baseline(tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2) -> Path:
     """An uninterrupted run, computed once per test session even across xdist workers."""
     root = tmp_path_factory.getbasetemp().parent
+    # keyed by the worker's code too: sessions of other checkouts share this directory
+    name = f"{name}-{hashlib.sha256(Path(WORKER).read_bytes()).hexdigest()[:10]}"
     out = root / f"baseline-{name}.pt"
     with open(root / f"baseline-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -85,6 +88,22 @@ def test_sigkill_resume_is_bitwise_equal(fault: str, baseline: Path, tmp_path: P
     if fault != "kill-before-first-save":
         assert "distrain: resumed from" in result.stdout
     assert_bitwise(baseline, out)
+
+
+FSDP_FAULTS = ["kill-mid-epoch", "kill-rank1-during-save", "kill-during-async-write"]
+
+
+@pytest.mark.parametrize("fault", FSDP_FAULTS)
+def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """FSDP2-sharded model and optimizer: each rank's shard in its own DCP file, resumed bit for bit."""
+    reference = shared_baseline(tmp_path_factory, "f32-fsdp", "--strategy", "fsdp")
+    d, out = tmp_path / "ckpt", tmp_path / "final.pt"
+    result = ok(distrain_run(2, "--strategy", "fsdp", "--dir", str(d), "--out", str(out), *FAULTS[fault], restarts=2))
+    assert (d / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "distrain: resumed from" in result.stdout
+    newest = sorted(d.glob("step_*"))[-1]
+    assert {p.name for p in newest.glob("__*_0.distcp")} == {"__0_0.distcp", "__1_0.distcp"}  # one shard per rank
+    assert_bitwise(reference, out)
 
 
 @pytest.mark.timeout(1800)  # ten jobs in a row; each one is bounded by JOB_TIMEOUT
@@ -149,6 +168,65 @@ def test_resume_on_another_world_size(new_world: int, tmp_path_factory: pytest.T
     assert any(not torch.equal(got[k], params(tmp_path / "part.pt")[k]) for k in ref), "it did not train after resuming"
 
 
+def assert_close_state(saved: Path, restored: Path, rtol: float = 1e-6) -> None:
+    """Model and optimizer state (full, unsharded) of two dumps agree to `rtol`."""
+    a, b = torch.load(saved, weights_only=True), torch.load(restored, weights_only=True)
+    assert a["step"] == b["step"] and set(a["model"]) == set(b["model"]) and set(a["opt"]["state"]) == set(b["opt"]["state"])
+    for key in a["model"]:
+        torch.testing.assert_close(b["model"][key], a["model"][key], rtol=rtol, atol=1e-9)
+    for key, state in a["opt"]["state"].items():
+        torch.testing.assert_close(b["opt"]["state"][key]["momentum_buffer"], state["momentum_buffer"], rtol=rtol, atol=1e-9)
+    assert b["opt"]["param_groups"][0]["lr"] == a["opt"]["param_groups"][0]["lr"]
+
+
+F64 = ["--float64", "--dropout", "0", "--epochs", "2"]
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
+def test_fsdp_reshard(before: int, after: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """FSDP on 2 ranks resumes on 3 and back: the restored full state equals the saved one; the
+    run then ends where an uninterrupted one does (same global batch, same sample order)."""
+    reference = shared_baseline(tmp_path_factory, "f64", *F64)
+    d = tmp_path / "ckpt"
+    ok(distrain_run(before, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "saved.pt"), "--stop-at", "6", *F64))
+    assert len(list((d / "step_00000006").glob("__*_0.distcp"))) == before
+    result = ok(distrain_run(after, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "final.pt"),
+                             "--dump-restored", str(tmp_path / "restored.pt"), *F64))
+    assert f"step 6, saved on {before} rank(s)" in result.stdout
+    assert_close_state(tmp_path / "saved.pt", tmp_path / "restored.pt")
+    assert_close_state(reference, tmp_path / "final.pt")
+
+
+def test_ddp_fsdp_ddp_round_trip(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A DDP checkpoint resumes an FSDP run (on 3 ranks), whose checkpoint resumes DDP (on 2)."""
+    reference = shared_baseline(tmp_path_factory, "f64", *F64)
+    d = tmp_path / "ckpt"
+    ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "ddp.pt"), "--stop-at", "4", *F64))
+    ok(distrain_run(3, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "fsdp.pt"), "--stop-at", "9",
+                    "--dump-restored", str(tmp_path / "restored1.pt"), *F64))
+    result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "final.pt"), "--dump-restored", str(tmp_path / "restored2.pt"), *F64))
+    assert "step 9, saved on 3 rank(s)" in result.stdout
+    assert_close_state(tmp_path / "ddp.pt", tmp_path / "restored1.pt")
+    assert_close_state(tmp_path / "fsdp.pt", tmp_path / "restored2.pt")
+    assert_close_state(reference, tmp_path / "final.pt")
+
+
+# -- checkpoints written by distrain 0.1 ------------------------------------------------------
+V01 = REPO / "tests" / "data" / "ckpt_v0_1"
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A 0.1 checkpoint (shared.pt + rank_*.pt, step 6 of the default job) resumes bit for bit."""
+    extra = ["--strategy", "fsdp"] if strategy == "fsdp" else []
+    reference = shared_baseline(tmp_path_factory, "f32" if strategy == "ddp" else "f32-fsdp", *extra)
+    d = tmp_path / "ckpt"
+    shutil.copytree(V01, d)
+    result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "final.pt"), *extra))
+    assert f"resumed from {d / 'step_00000006'} (step 6" in result.stdout
+    assert_bitwise(reference, tmp_path / "final.pt")
+
+
 def test_resume_with_another_global_batch_is_a_clear_error(tmp_path: Path) -> None:
     d = tmp_path / "ckpt"
     ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"], timeout=JOB_TIMEOUT))
@@ -196,34 +274,72 @@ def _flip_byte(path: Path) -> None:
 
 
 CORRUPTIONS = {
-    "truncate": (lambda d: os.truncate(d / "shared.pt", (d / "shared.pt").stat().st_size // 2), "shared.pt has"),
-    "flip-a-byte": (lambda d: _flip_byte(d / "rank_00000.pt"), "rank_00000.pt fails its sha256"),
-    "delete-data-file": (lambda d: (d / "shared.pt").unlink(), "shared.pt is missing"),
+    "truncate-shard": (lambda d: os.truncate(d / "__0_0.distcp", (d / "__0_0.distcp").stat().st_size // 2), "__0_0.distcp has"),
+    "flip-a-byte-in-shard": (lambda d: _flip_byte(d / "__0_0.distcp"), "__0_0.distcp fails its sha256"),
+    "flip-a-byte-in-dcp-metadata": (lambda d: _flip_byte(d / ".metadata"), ".metadata fails its sha256"),
+    "flip-a-byte-in-rank-file": (lambda d: _flip_byte(d / "rank_00000.pt"), "rank_00000.pt fails its sha256"),
+    "truncate-shared": (lambda d: os.truncate(d / "shared.pt", 100), "shared.pt has 100 bytes"),
+    "delete-shard": (lambda d: (d / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
     "delete-manifest": (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+    # a file the manifest does not list would be loaded unchecked (a rank file of a 2nd rank)
+    "unlisted-rank-file": (lambda d: shutil.copy(d / "rank_00000.pt", d / "rank_00001.pt"), "rank_00001.pt is not listed in manifest.json"),
 }
 
 
-@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def _rewrite_manifest(d: Path, edit: object) -> None:
+    import json
+
+    manifest = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps(edit(manifest)))  # type: ignore[operator]
+
+
+# valid JSON, wrong shape: each once crashed verify() with KeyError/AttributeError/TypeError
+MALFORMED = {
+    "a-list": (lambda m: [m], "not a JSON object"),
+    "no-files": (lambda m: {k: v for k, v in m.items() if k != "files"}, "no 'files' table"),
+    "files-a-list": (lambda m: {**m, "files": list(m["files"])}, "no 'files' table"),
+    "entry-without-sha": (lambda m: {**m, "files": {k: {"bytes": v["bytes"]} for k, v in m["files"].items()}}, "lacks sha256/bytes"),
+    "entry-a-string": (lambda m: {**m, "files": {k: "x" for k in m["files"]}}, "lacks sha256/bytes"),
+    "step-a-string": (lambda m: {**m, "step": "16"}, "not integers"),
+    "path-escape": (lambda m: {**m, "files": {**m["files"], "../x.pt": m["files"]["shared.pt"]}}, "bad file name '../x.pt'"),
+    "unknown-format": (lambda m: {**m, "format": 99}, "unknown format 99"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS) + [f"manifest-{k}" for k in MALFORMED])
 def test_corrupt_newest_falls_back_to_previous(kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from distrain.train.checkpoint import find_latest_valid
 
-    corrupt, message = CORRUPTIONS[kind]
     newest = three_checkpoints / "step_00000016"
-    corrupt(newest)
+    if kind.startswith("manifest-"):
+        edit, message = MALFORMED[kind.removeprefix("manifest-")]
+        _rewrite_manifest(newest, edit)
+    else:
+        corrupt, message = CORRUPTIONS[kind]
+        corrupt(newest)
     assert find_latest_valid(str(three_checkpoints)) == str(three_checkpoints / "step_00000012")
     err = capsys.readouterr().err
     assert "skipping invalid checkpoint" in err and str(newest) in err and message in err, err
 
 
+def test_unlisted_rank_file_is_never_loaded(three_checkpoints: Path, tmp_path: Path) -> None:
+    """2 ranks on a 1-rank checkpoint plus a planted rank_00001.pt: the step is refused, not half-checked."""
+    d = three_checkpoints
+    shutil.copy(d / "step_00000016" / "rank_00000.pt", d / "step_00000016" / "rank_00001.pt")
+    result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "u.pt"), "--epochs", "3"))
+    assert f"{d / 'step_00000016' / 'rank_00001.pt'} is not listed in manifest.json" in result.stderr
+    assert f"resumed from {d / 'step_00000012'} (step 12" in result.stdout
+
+
 def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_path: Path) -> None:
     d = three_checkpoints
-    os.truncate(d / "step_00000016" / "shared.pt", 100)
+    os.truncate(d / "step_00000016" / "__0_0.distcp", 100)
     stray = d / ".tmp-step_00000020"
     stray.mkdir()
     (stray / "rank_00000.pt.part").write_bytes(b"half a file")
     result = ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--epochs", "3"], timeout=JOB_TIMEOUT))
     assert f"removing stray temporary {stray}" in result.stderr
-    assert f"skipping invalid checkpoint: {d / 'step_00000016' / 'shared.pt'} has 100 bytes" in result.stderr
+    assert f"skipping invalid checkpoint: {d / 'step_00000016' / '__0_0.distcp'} has 100 bytes" in result.stderr
     assert f"resumed from {d / 'step_00000012'} (step 12" in result.stdout
     assert not stray.exists()
     assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 24
@@ -235,7 +351,7 @@ def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_p
 
 def test_no_valid_checkpoint_starts_fresh_said_once(three_checkpoints: Path, tmp_path: Path) -> None:
     for step_dir in three_checkpoints.glob("step_*"):
-        _flip_byte(step_dir / "shared.pt")
+        _flip_byte(step_dir / "__0_0.distcp")
     result = ok(distrain_run(2, "--dir", str(three_checkpoints), "--out", str(tmp_path / "c.pt")))
     assert result.stderr.count("starting fresh") == 1
     assert result.stderr.count("skipping invalid checkpoint") == 3
@@ -260,6 +376,43 @@ def test_pickled_object_is_refused(three_checkpoints: Path, tmp_path: Path) -> N
     assert result.returncode != 0 and "it contains a pickled Python object" in result.stderr
     assert "Traceback" not in result.stderr  # one clear line
     assert not (tmp_path / "d.pt").exists()
+
+
+def test_pickled_object_in_dcp_metadata_is_refused(three_checkpoints: Path, tmp_path: Path) -> None:
+    """DCP's .metadata is a pickle: one naming anything but DCP metadata types is refused, even
+    with valid checksums (loaded through a restricted unpickler, never plain pickle.load)."""
+    import pickle
+
+    from distrain.train.checkpoint import file_sha256
+    from distrain.train.checkpoint.dcp_io import load_metadata
+
+    d = three_checkpoints / "step_00000016"
+    metadata = load_metadata(str(d / ".metadata"))  # the genuine one loads
+    metadata.planner_data = {"payload": subprocess.Popen}  # any importable callable: code on load
+    (d / ".metadata").write_bytes(pickle.dumps(metadata))
+    _rewrite_manifest(d, lambda m: {**m, "files": {**m["files"], ".metadata": {"sha256": file_sha256(str(d / ".metadata")), "bytes": (d / ".metadata").stat().st_size}}})
+    result = run([python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "m.pt")], timeout=JOB_TIMEOUT)
+    assert result.returncode != 0
+    assert f"refusing to load {d / '.metadata'}: not plain DCP metadata (global 'subprocess.Popen'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_pickled_object_in_dcp_values_is_refused(tmp_path: Path) -> None:
+    """A non-tensor DCP value that needs a class to unpickle is refused (DCP itself would
+    torch.load it with weights_only=False)."""
+    import torch.distributed.checkpoint as dcp
+
+    from distrain.train.checkpoint import CheckpointError
+    from distrain.train.checkpoint.dcp_io import load
+
+    dcp.save({"w": torch.ones(2), "note": {"lr": 0.1}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True)
+    state = {"w": torch.zeros(2), "note": {"lr": 0.0}}
+    load(state, str(tmp_path / "ok"), None)
+    assert torch.equal(state["w"], torch.ones(2)) and state["note"]["lr"] == 0.1
+    dcp.save({"w": torch.ones(2), "note": subprocess.Popen}, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
+    with pytest.raises(CheckpointError, match="refusing to load note: a pickled Python object"):
+        load({"w": torch.zeros(2), "note": None}, str(tmp_path / "bad"), None)
 
 
 def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:

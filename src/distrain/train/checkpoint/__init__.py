@@ -1,7 +1,9 @@
-"""Checkpoints that never lose work: atomic, checksummed, rank-aware, resumable bit for bit.
+"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
 
 :class:`Checkpointer` (what ``ctx.checkpointer(...)`` returns) saves and restores;
-:mod:`.files` is the on-disk format, :mod:`.state` the RNG and snapshot helpers.
+:mod:`.files` is the on-disk format and its verification, :mod:`.dcp_io` DCP reads and writes
+without unpickling objects, :mod:`.state` what is saved (DCP and plain state, RNG), :mod:`.writer`
+one save, :mod:`.nodes` shared vs per-node directories, :mod:`.legacy` the 0.1 format.
 """
 
 from __future__ import annotations

@@ -1,21 +1,24 @@
-"""Checkpoints that never lose work: atomic, checksummed, rank-aware, resumable bit for bit.
+"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
 
-The files and their layout are :mod:`distrain.train.checkpoint.files`.
-Every rank writes its files into ``DIR/.tmp-step_…`` (each file: temporary name, fsync,
-rename) and reports the checksums through the process group's store; rank 0 then writes the
-manifest and renames the directory into place, so a ``step_…`` directory is complete or absent.
-On start the newest directory whose manifest and checksums verify is used; anything else is
-reported by name and skipped, never loaded.  Loading uses ``torch.load(weights_only=True)``.
+The files and their layout are :mod:`distrain.train.checkpoint.files`.  Models and their
+optimizers are saved with torch.distributed.checkpoint (DCP) from
+``torch.distributed.checkpoint.state_dict.get_state_dict``: one shard file per rank for FSDP,
+the replicated state spread over the ranks for DDP, and either reloads on another number of
+ranks or under the other strategy.  Everything else (scheduler, GradScaler, loader position,
+step, ``extra``) is rank 0's ``shared.pt``; each rank's RNG states are its ``rank_N.pt``.
 
-Model and optimizer states are taken from rank 0 (replicated data parallelism: every rank holds
-the same); sharded states (FSDP, ZeRO) are not supported here.
+Every rank writes into ``DIR/.tmp-step_…`` and reports its files' checksums through the process
+group's store; rank 0 then writes the manifest and renames the directory into place, so a
+``step_…`` directory is complete or absent.  On start the newest directory whose manifest and
+checksums verify is used; anything else is reported by name and skipped, never loaded.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
+import datetime as dt
+import itertools
 import os
 import shutil
 import threading
@@ -28,29 +31,30 @@ import torch.distributed as dist
 
 from ..data import DistributedLoader
 from ..signals import Preemption
+from . import dcp_io, legacy, nodes
 from .files import (
     _TMP_PREFIX,
     FORMAT,
-    LATEST,
-    MANIFEST,
+    LEGACY_FORMAT,
     SHARED_FILE,
     CheckpointError,
-    _fsync_dir,
     _warn,
-    atomic_write,
     find_latest_valid,
     load_file,
-    step_dirs,
+    rank_file,
+    read_manifest,
 )
-from .state import _to_cpu_copy, _unwrap, rng_state, set_rng_state
+from .state import Registered, _to_cpu_copy, rng_state, set_rng_state, strategy_of
+from .writer import Writer
 
 if TYPE_CHECKING:
     from ...runtime.context import Context
 
-#: how long rank 0 waits for the other ranks' files of one checkpoint
-STORE_WAIT_S = 300.0
-#: after a stop signal, how long rank 0 still waits for missing reports before assuming a dead peer
-PEER_GONE_S = 5.0
+#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective in effect)
+_instances = itertools.count()
+
+#: how long DCP's collectives (and rank 0's wait for the other ranks' files) may take
+COLLECTIVE_TIMEOUT = dt.timedelta(seconds=300)
 
 
 @dataclass
@@ -67,7 +71,6 @@ class Resumed:
         return self.path is None
 
 
-# -- the checkpointer ----------------------------------------------------------------------------
 class Checkpointer:
     """Save every N steps and/or epochs, resume at start, checkpoint and exit on SIGTERM/SIGINT.
 
@@ -83,11 +86,12 @@ class Checkpointer:
                 ckpt.maybe_save(step)   # saves when due; on a stop signal saves and exits
         ckpt.save(step)                 # the final state (then a rerun has nothing left to do)
 
-    ``restore`` registers the objects (anything with state_dict/load_state_dict; a DDP model is
-    unwrapped) and loads the newest valid checkpoint into them.  ``extra`` is a dict of plain data
-    (numbers, strings, lists, tensors) saved with every checkpoint and returned on resume.
-    With ``async_save=True`` the loop stalls only for a copy to CPU memory; a background thread
-    writes it.  It is a collective API: call restore/maybe_save/save on every rank.
+    ``restore`` registers the objects (anything with state_dict/load_state_dict; DDP and FSDP
+    models and their optimizers go through DCP) and loads the newest valid checkpoint into them.
+    ``extra`` is a dict of plain data (numbers, strings, lists, tensors) saved with every
+    checkpoint and returned on resume.  With ``async_save=True`` the loop stalls only for a copy
+    to CPU memory; a background thread writes it.  It is a collective API: call
+    restore/maybe_save/save on every rank.
     """
 
     def __init__(
@@ -114,9 +118,14 @@ class Checkpointer:
         self.objects: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
         self.preemption = Preemption(ctx, grace_s, handle_signals)
+        self.topology = nodes.Topology.single()
+        self._reg = Registered()
+        self._group: dist.ProcessGroup | None = None  # DCP's own group: safe from a background thread
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
+        self._id = next(_instances)  # with a save counter: store keys unique to one save of one checkpointer
+        self._saves = 0
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
@@ -138,17 +147,51 @@ class Checkpointer:
             self.objects[name] = obj
         if "scaler" not in self.objects and self.ctx.scaler is not None:
             self.objects["scaler"] = self.ctx.scaler
-        chosen: str | None = None
-        if self.ctx.is_main:
-            os.makedirs(self.directory, exist_ok=True)
+        self._reg = Registered.split(self.objects)
+        if self.ctx.distributed and self._group is None:
+            self._group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+        self.topology = nodes.detect(self.ctx, self.directory)
+        nodes.refuse_sharded(self.directory, self._reg.sharded, self.topology)
+        found: tuple[int, str] | None = None
+        if self.ctx.rank == self.topology.leader:
             self._remove_stray_temps()
-            chosen = find_latest_valid(self.directory)
-            if chosen is None:
-                _warn(f"no valid checkpoint in {self.directory}: starting fresh")
-        chosen = self.ctx.broadcast_object(chosen)
-        if chosen is None:
+            path = find_latest_valid(self.directory)
+            found = (int(os.path.basename(path)[5:]), path) if path else None
+        if self.topology.shared:
+            found = self.ctx.broadcast_object(found)
+            if found is None:
+                self._say_fresh()
+                return Resumed()
+            return self._load(found[1], self._group)
+        return self._restore_per_node(found)
+
+    def _say_fresh(self) -> None:
+        if self.ctx.is_main:
+            _warn(f"no valid checkpoint in {self.directory}: starting fresh")
+
+    def _restore_per_node(self, found: tuple[int, str] | None) -> Resumed:
+        """Per-node directories: the newest step any node holds; nodes without it get it sent."""
+        views = self.ctx.gather_object(found)
+        mine = views[self.topology.leader]
+        best = max((v[0] for v in views if v is not None), default=None)
+        if best is None:
+            self._say_fresh()
             return Resumed()
-        return self._load(chosen)
+        holders = [r for r in range(self.ctx.world_size) if (v := views[self.topology.leaders[r]]) and v[0] == best]
+        resumed = self._load(mine[1], None) if mine is not None and mine[0] == best else None
+        if len(holders) < self.ctx.world_size:
+            src = holders[0]
+            payload = (self._reg.dcp_state(), self._shared_state(best)) if self.ctx.rank == src else None
+            payload = self.ctx.broadcast_object(payload, src=src)
+            if resumed is None:
+                assert payload is not None
+                state, shared = payload
+                self._reg.load_dcp_state(state)
+                self._load_plain(shared, f"rank {src}'s copy of step {best}")
+                _warn(f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state")
+                resumed = self._resumed(shared, f"{self.directory}/step_{best:08d} (from rank {src})")
+        assert resumed is not None
+        return resumed
 
     def _remove_stray_temps(self) -> None:
         for name in sorted(os.listdir(self.directory)):
@@ -161,28 +204,53 @@ class Checkpointer:
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(path)
 
-    def _load(self, path: str) -> Resumed:
-        shared = load_file(os.path.join(path, SHARED_FILE))
-        if shared.get("format") != FORMAT:
-            raise CheckpointError(f"{path}: unknown checkpoint format {shared.get('format')!r}")
-        states = shared["objects"]
-        missing = [name for name in self.objects if name not in states]
-        if missing:
-            raise CheckpointError(f"{path} has no state for {', '.join(missing)} (saved: {', '.join(states)})")
-        for name, obj in self.objects.items():
-            try:
-                _unwrap(obj).load_state_dict(states[name])
-            except ValueError as err:
-                raise CheckpointError(f"cannot resume {name} from {path}: {err}") from None
-        rank_file = os.path.join(path, f"rank_{self.ctx.rank:05d}.pt")
-        if os.path.isfile(rank_file):
-            set_rng_state(load_file(rank_file)["rng"])
+    def _load(self, path: str, group: dist.ProcessGroup | None) -> Resumed:
+        """Load the verified checkpoint at `path` (DCP collectively over `group`, or alone)."""
+        manifest, problem = read_manifest(path)
+        if manifest is None:  # verified by the leader a moment ago; changed since?
+            raise CheckpointError(f"cannot resume: {problem}")
+        if manifest["format"] == LEGACY_FORMAT:
+            shared = legacy.load(path, self._reg)
         else:
-            _warn(f"{rank_file} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
-        self._last_saved = int(shared["step"])
-        self.ctx.print(f"distrain: resumed from {path} (step {shared['step']}, saved on {shared['world_size']} rank(s))")
+            shared = load_file(os.path.join(path, SHARED_FILE))
+            if not isinstance(shared, dict) or shared.get("format") != FORMAT:
+                raise CheckpointError(f"{path}/{SHARED_FILE}: unknown checkpoint format")
+            missing = [n for n in self._reg.modules | self._reg.optimizers if n not in shared.get("dcp", [])]
+            if missing:
+                raise CheckpointError(f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})")
+            if self._reg.modules:
+                state = self._reg.dcp_state()
+                dcp_io.load(state, path, group)
+                try:
+                    self._reg.load_dcp_state(state)
+                except (RuntimeError, ValueError, KeyError) as err:
+                    first = (str(err).strip().splitlines() or [""])[0][:300]
+                    raise CheckpointError(f"cannot resume the model/optimizer from {path}: {type(err).__name__}: {first}") from None
+            self._load_plain(shared, path)
+        name = rank_file(self.ctx.rank)
+        if name in manifest["files"]:
+            set_rng_state(load_file(os.path.join(path, name))["rng"])
+        else:
+            _warn(f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
+        return self._resumed(shared, path)
+
+    def _load_plain(self, shared: dict[str, Any], where: str) -> None:
+        states = shared.get("objects", {})
+        missing = [name for name in self._reg.plain if name not in states]
+        if missing:
+            raise CheckpointError(f"{where} has no state for {', '.join(missing)} (saved: {', '.join(states)})")
+        for name, obj in self._reg.plain.items():
+            try:
+                obj.load_state_dict(states[name])
+            except ValueError as err:
+                raise CheckpointError(f"cannot resume {name} from {where}: {err}") from None
+
+    def _resumed(self, shared: dict[str, Any], where: str) -> Resumed:
+        step = int(shared["step"])
+        self._last_saved = step
+        self.ctx.print(f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))")
         self.extra.update(shared.get("extra", {}))
-        return Resumed(step=int(shared["step"]), path=path, extra=dict(self.extra))
+        return Resumed(step=step, path=where, extra=dict(self.extra))
 
     # -- save --------------------------------------------------------------------------------
     def _epoch_end_due(self) -> bool:
@@ -217,20 +285,31 @@ class Checkpointer:
         t0 = time.perf_counter()
         self.wait()
         synchronous = (not self.async_save) if wait is None else wait
-        shared = self._shared_state(step) if self.ctx.is_main else None
+        extra = dict(self.extra)
+        if self.topology.per_node:  # every node saves rank 0's extras, not its own
+            extra = self.ctx.broadcast_object(extra)
+        leader = self.ctx.rank == self.topology.leader
+        shared = self._shared_state(step, extra) if leader else None
+        # per-node: the node's leader writes the whole (replicated) model alone; shared: all ranks
+        writes_dcp = bool(self._reg.modules) and (self.topology.shared or leader)
+        share = (self.ctx.rank, self.ctx.world_size) if self.topology.shared and self.ctx.world_size > 1 else None
+        tensors = self._reg.dcp_state(share) if writes_dcp else None
         mine = {"format": FORMAT, "rank": self.ctx.rank, "step": step, "rng": rng_state()}
         if not synchronous:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)
             try:
                 shared, mine = _to_cpu_copy(shared, self._buffers, "s"), _to_cpu_copy(mine, self._buffers, "r")
+                tensors = _to_cpu_copy(tensors, self._buffers, "t")
             finally:
                 torch.set_num_threads(threads)
         self._last_saved = step
+        self._saves += 1
+        writer = Writer(self, step, tensors, shared, mine, key=f"{self._id}.{self._saves}")
         if synchronous:
-            self._write(step, shared, mine)
+            writer.run()
         else:
-            self._pending = threading.Thread(target=self._write_in_background, args=(step, shared, mine), name="distrain-ckpt", daemon=True)
+            self._pending = threading.Thread(target=self._write_in_background, args=(writer,), name="distrain-ckpt", daemon=True)
             self._pending.start()
         self.last_stall_s = time.perf_counter() - t0
 
@@ -254,85 +333,22 @@ class Checkpointer:
         self.wait()
         self.preemption.close()
 
-    def _shared_state(self, step: int) -> dict[str, Any]:
-        states: dict[str, Any] = {}
-        for name, obj in self.objects.items():
-            states[name] = _unwrap(obj).state_dict()
+    def _shared_state(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "step": step,
             "world_size": self.ctx.world_size,
-            "objects": states,
-            "extra": dict(self.extra),
+            "objects": self._reg.plain_state(),
+            "dcp": [*self._reg.modules, *self._reg.optimizers],
+            "strategy": {name: strategy_of(m) for name, m in self._reg.modules.items()},
+            "extra": dict(self.extra) if extra is None else extra,
         }
 
-    def _write_in_background(self, step: int, shared: dict[str, Any] | None, mine: dict[str, Any]) -> None:
+    def _write_in_background(self, writer: Writer) -> None:
         try:
-            self._write(step, shared, mine)
+            writer.run()
         except BaseException as err:  # reported by the next wait()
             self._pending_error = err
 
-    def _store(self) -> dist.Store | None:
-        if not self.ctx.distributed:
-            return None
-        from torch.distributed.distributed_c10d import _get_default_store
 
-        return dist.PrefixStore("distrain/ckpt", _get_default_store())
-
-    def _write(self, step: int, shared: dict[str, Any] | None, mine: dict[str, Any]) -> None:
-        """Every rank: its files into the temp dir; rank 0 then seals the checkpoint."""
-        name = f"step_{step:08d}"
-        tmp_dir = os.path.join(self.directory, _TMP_PREFIX + name)
-        os.makedirs(tmp_dir, exist_ok=True)
-        files: dict[str, dict[str, Any]] = {}
-        rank_name = f"rank_{self.ctx.rank:05d}.pt"
-        sha, size = atomic_write(os.path.join(tmp_dir, rank_name), lambda f: torch.save(mine, f))
-        files[rank_name] = {"sha256": sha, "bytes": size}
-        if shared is not None:
-            sha, size = atomic_write(os.path.join(tmp_dir, SHARED_FILE), lambda f: torch.save(shared, f))
-            files[SHARED_FILE] = {"sha256": sha, "bytes": size}
-        store = self._store()
-        if store is not None:
-            # the store, not a collective: safe from a background thread, in any order
-            store.set(f"{step}/{self.ctx.rank}", json.dumps(files))
-        if not self.ctx.is_main:
-            return
-        if store is not None:
-            keys = [f"{step}/{r}" for r in range(1, self.ctx.world_size)]
-            self._wait_for_ranks(store, keys, step)
-            for key in keys:
-                files.update(json.loads(store.get(key)))
-        self._seal(step, tmp_dir, files)
-
-    def _wait_for_ranks(self, store: dist.Store, keys: list[str], step: int) -> None:
-        """Wait for the other ranks' reports, in short slices so a stop signal is seen.
-
-        A stop signal arriving *during* the save (rather than the one that caused it), with the
-        reports still missing PEER_GONE_S later, means the agent is tearing the job down because
-        a peer died: the save is abandoned (its temporary directory is cleaned up at the next
-        start) and the process exits.
-        """
-        deadline = time.monotonic() + STORE_WAIT_S
-        while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
-            time.sleep(0.02)
-            if self.preemption.peer_gone(PEER_GONE_S) and threading.current_thread() is threading.main_thread():
-                _warn(f"save of step {step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
-                raise SystemExit(self.preemption.request.exit_code)
-            if time.monotonic() > deadline:
-                raise CheckpointError(f"the other ranks did not report their files for step {step} within {STORE_WAIT_S:g} s")
-
-    def _seal(self, step: int, tmp_dir: str, files: dict[str, dict[str, Any]]) -> None:
-        name = f"step_{step:08d}"
-        manifest = {"format": FORMAT, "step": step, "world_size": self.ctx.world_size, "time": time.time(), "files": files}
-        atomic_write(os.path.join(tmp_dir, MANIFEST), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-        final = os.path.join(self.directory, name)
-        if os.path.exists(final):  # an invalid leftover of the same step (we resumed before it)
-            trash = os.path.join(self.directory, f"{_TMP_PREFIX}old-{name}")
-            os.replace(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(tmp_dir, final)
-        _fsync_dir(self.directory)
-        atomic_write(os.path.join(self.directory, LATEST), lambda f: f.write(f"{name}\n".encode()))
-        for _, old in step_dirs(self.directory)[self.keep :]:
-            shutil.rmtree(old, ignore_errors=True)
 

@@ -1,14 +1,20 @@
 """The checkpoint directory on disk: atomic files, checksums, the manifest, finding the newest valid one.
 
-Layout of a checkpoint directory::
+Layout of a checkpoint directory (format 2)::
 
-    DIR/step_00000120/shared.pt        rank 0: model, optimizer, scheduler, scaler, loader, extras
+    DIR/step_00000120/.metadata        DCP's index of the sharded state (written by rank 0)
+    DIR/step_00000120/__0_0.distcp     DCP: model + optimizer tensors written by rank 0
+    DIR/step_00000120/__1_0.distcp     … by rank 1 (its FSDP shard, or its part of a DDP replica)
+    DIR/step_00000120/shared.pt        rank 0: scheduler, GradScaler, loader, step, world size, extras
     DIR/step_00000120/rank_00001.pt    every rank: its RNG states (Python, NumPy, torch CPU, CUDA)
-    DIR/step_00000120/manifest.json    sha256 and size of every file; written after all of them
+    DIR/step_00000120/manifest.json    sha256 and size of EVERY file above; written after all of them
     DIR/latest                         "step_00000120", written last (for people and tools)
 
-A ``step_…`` directory is complete or absent: files are written under temporary names, fsynced
-and renamed, and the directory is renamed into place after its manifest.
+A ``step_…`` directory is complete or absent: files are written into ``DIR/.tmp-step_…`` and
+the directory is renamed into place after its manifest.  A directory is valid only when its
+manifest parses, every listed file has its size and sha256, and no file is there that the
+manifest does not list.  Format 1 (distrain 0.1: ``shared.pt`` + ``rank_*.pt``) verifies the
+same way and still loads (:mod:`.legacy`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import torch
 
 from ...errors import DistrainError
 
-FORMAT = 1
+FORMAT = 2
+LEGACY_FORMAT = 1
 SHARED_FILE = "shared.pt"
 MANIFEST = "manifest.json"
 LATEST = "latest"
@@ -40,6 +47,11 @@ class CheckpointError(DistrainError):
 
 def _warn(message: str) -> None:
     print(f"distrain: checkpoint: {message}", file=sys.stderr, flush=True)
+
+
+def rank_file(rank: int) -> str:
+    """The name of a rank's own file (its RNG states)."""
+    return f"rank_{rank:05d}.pt"
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -90,6 +102,11 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def describe_file(path: str) -> dict[str, Any]:
+    """The manifest entry of a written file: its sha256 and size."""
+    return {"sha256": file_sha256(path), "bytes": os.path.getsize(path)}
+
+
 def load_file(path: str) -> Any:
     """torch.load with weights_only=True; a pickled object is refused with a one-line error."""
     try:
@@ -103,20 +120,54 @@ def load_file(path: str) -> Any:
         ) from None
 
 
-def verify(ckpt_dir: str) -> str | None:
-    """None when `ckpt_dir` is complete and every checksum matches; else why not (naming the file)."""
-    manifest_path = os.path.join(ckpt_dir, MANIFEST)
+# -- the manifest -------------------------------------------------------------------------------
+def read_manifest(ckpt_dir: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(manifest, None) when `ckpt_dir`'s manifest is well formed, else (None, why not).
+
+    Well formed: a JSON object with an integer ``step``, a known ``format`` and ``files`` mapping
+    plain file names to ``{"sha256": hex string, "bytes": int}``.  Anything else (also valid
+    JSON of another shape) is a reason naming the file, never an exception.
+    """
+    path = os.path.join(ckpt_dir, MANIFEST)
     try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-        files = manifest["files"]
-        int(manifest["step"])
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read())
     except FileNotFoundError:
-        return f"{manifest_path} is missing (checkpoint incomplete)"
-    except (ValueError, KeyError, TypeError) as err:
-        return f"{manifest_path} is unreadable ({type(err).__name__})"
+        return None, f"{path} is missing (checkpoint incomplete)"
+    except (OSError, ValueError) as err:
+        return None, f"{path} is unreadable ({type(err).__name__})"
+    if not isinstance(manifest, dict):
+        return None, f"{path} is malformed (not a JSON object)"
+    if manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
+        return None, f"{path} has an unknown format {manifest.get('format')!r} (this distrain reads {LEGACY_FORMAT} and {FORMAT})"
+    if type(manifest.get("step")) is not int or type(manifest.get("world_size", 1)) is not int:
+        return None, f"{path} is malformed (step/world_size not integers)"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return None, f"{path} is malformed (no 'files' table)"
+    for name, meta in files.items():
+        if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or "/" in name or "\\" in name:
+            return None, f"{path} is malformed (bad file name {name!r})"
+        if not isinstance(meta, dict) or type(meta.get("bytes")) is not int or not isinstance(meta.get("sha256"), str):
+            return None, f"{path} is malformed (entry of {name!r} lacks sha256/bytes)"
     if SHARED_FILE not in files:
-        return f"{manifest_path} lists no {SHARED_FILE}"
+        return None, f"{path} lists no {SHARED_FILE}"
+    return manifest, None
+
+
+def verify(ckpt_dir: str) -> str | None:
+    """None when `ckpt_dir` is complete and every checksum matches; else why not (naming the file).
+
+    Every file in the directory must be listed: a file the manifest does not know (an added
+    ``rank_00002.pt``, say) would otherwise be loaded unchecked, so it makes the checkpoint invalid.
+    """
+    manifest, problem = read_manifest(ckpt_dir)
+    if manifest is None:
+        return problem
+    files: dict[str, dict[str, Any]] = manifest["files"]
+    for name in sorted(os.listdir(ckpt_dir)):
+        if name != MANIFEST and name not in files:
+            return f"{os.path.join(ckpt_dir, name)} is not listed in {MANIFEST} (added after the save?)"
     for name, meta in files.items():
         path = os.path.join(ckpt_dir, name)
         if not os.path.isfile(path):
@@ -149,5 +200,3 @@ def find_latest_valid(root: str, warn: Callable[[str], None] = _warn) -> str | N
             return path
         warn(f"skipping invalid checkpoint: {problem}")
     return None
-
-

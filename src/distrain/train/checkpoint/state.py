@@ -1,12 +1,22 @@
-"""What a checkpoint holds besides the registered objects: RNG states, and CPU snapshots for async saves."""
+"""What a checkpoint holds: the registered objects split into DCP state (models, their optimizers)
+and plain state (everything else), RNG states, and CPU snapshots for async saves."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.tensor import DTensor
 
 
 def rng_state() -> dict[str, Any]:
@@ -51,6 +61,9 @@ def _to_cpu_copy(obj: Any, cache: dict[str, torch.Tensor] | None = None, path: s
     With a `cache`, buffers of the previous snapshot are reused (``copy_`` into them): fresh
     allocations page-fault on first touch, which costs far more than the copy itself (10× here).
     """
+    if isinstance(obj, DTensor):  # FSDP: copy this rank's shard, keep the placement
+        local = _to_cpu_copy(obj.to_local(), cache, path)
+        return DTensor.from_local(local, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride())
     if isinstance(obj, torch.Tensor):
         src = obj.detach()
         buf = cache.get(path) if cache is not None else None
@@ -70,3 +83,98 @@ def _to_cpu_copy(obj: Any, cache: dict[str, torch.Tensor] | None = None, path: s
 
 def _unwrap(obj: Any) -> Any:
     return obj.module if isinstance(obj, torch.nn.parallel.DistributedDataParallel) else obj
+
+
+def strategy_of(module: nn.Module) -> str:
+    """"fsdp" when parameters are sharded DTensors, "ddp" for a DDP wrapper, else "plain"."""
+    if any(isinstance(p, DTensor) for p in module.parameters()):
+        return "fsdp"
+    return "ddp" if isinstance(module, nn.parallel.DistributedDataParallel) else "plain"
+
+
+@dataclass
+class Registered:
+    """The objects given to restore(): models and their optimizers go through DCP, the rest is plain."""
+
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+    optimizers: dict[str, tuple[torch.optim.Optimizer, str]] = field(default_factory=dict)  # name: (opt, its model)
+    plain: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def split(cls, objects: Mapping[str, Any]) -> Registered:
+        """Sort `objects`: an optimizer joins the registered model that owns its parameters."""
+        reg = cls()
+        for name, obj in objects.items():
+            if isinstance(obj, nn.Module):
+                reg.modules[name] = obj
+        for name, obj in objects.items():
+            if isinstance(obj, nn.Module):
+                continue
+            owner = _owner(obj, reg.modules) if isinstance(obj, torch.optim.Optimizer) else None
+            if owner is not None:
+                reg.optimizers[name] = (obj, owner)
+            else:
+                reg.plain[name] = obj
+        return reg
+
+    @property
+    def sharded(self) -> list[str]:
+        """Names of the FSDP-sharded models."""
+        return [name for name, m in self.modules.items() if strategy_of(m) == "fsdp"]
+
+    def dcp_state(self, share: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Model and optimizer state in DCP's form: FQN keys without wrapper prefixes, DTensor shards.
+
+        ``share=(rank, world)`` keeps, of a replicated (plain/DDP) model, only the tensors this
+        rank saves: each parameter goes to one rank, balanced by size, so the ranks snapshot and
+        write disjoint parts (DCP's metadata joins them).  Sharded (FSDP) state is kept whole.
+        """
+        state: dict[str, Any] = {}
+        owners: dict[str, dict[str, int]] = {}
+        for name, m in self.modules.items():
+            msd = get_model_state_dict(m)
+            if share is not None and strategy_of(m) != "fsdp":
+                owners[name] = _balance(msd, share[1])
+                msd = {k: v for k, v in msd.items() if owners[name][k] == share[0]}
+            state[name] = msd
+        for name, (opt, owner) in self.optimizers.items():
+            osd = get_optimizer_state_dict(self.modules[owner], opt)
+            if owner in owners:
+                mine = owners[owner]
+                osd = {**osd, "state": {k: v for k, v in osd["state"].items() if mine.get(k, 0) == share[0]}}  # type: ignore[index]
+            state[name] = osd
+        return state
+
+    def load_dcp_state(self, state: Mapping[str, Any]) -> None:
+        """Put what :meth:`dcp_state` produced (and DCP filled in) back into the objects."""
+        for name, m in self.modules.items():
+            set_model_state_dict(m, state[name])
+        for name, (opt, owner) in self.optimizers.items():
+            set_optimizer_state_dict(self.modules[owner], opt, state[name])
+
+    def plain_state(self) -> dict[str, Any]:
+        """state_dict() of every other object (scheduler, loader, scaler, yours)."""
+        return {name: obj.state_dict() for name, obj in self.plain.items()}
+
+
+def _balance(tensors: Mapping[str, Any], world: int) -> dict[str, int]:
+    """Each key's rank: the largest tensors first, each to the rank with the fewest bytes so far."""
+    load = [0] * world
+    owner: dict[str, int] = {}
+    sizes = {k: v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0 for k, v in tensors.items()}
+    for key in sorted(tensors, key=lambda k: (-sizes[k], k)):
+        rank = min(range(world), key=lambda r: load[r])
+        owner[key] = rank
+        load[rank] += sizes[key]
+    return owner
+
+
+def _owner(opt: torch.optim.Optimizer, modules: Mapping[str, nn.Module]) -> str | None:
+    """The registered model holding `opt`'s parameters, if any."""
+    first = next((p for g in opt.param_groups for p in g["params"]), None)
+    if first is None:
+        return None
+    for name, m in modules.items():
+        if any(p is first for p in m.parameters()):
+            return name
+    return None
