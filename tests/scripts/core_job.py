@@ -23,6 +23,7 @@ p.add_argument("--mode", default="train")
 p.add_argument("--batch-size", type=int, default=12)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--accum", type=int, default=1)
+p.add_argument("--samples", type=int, default=120, help="training set size (119: does not divide)")
 p.add_argument("--n", type=int, default=0, help="exists to prove '--n' reaches the script")
 p.add_argument("--log", default="", help="exists to prove '--log' reaches the script")
 p.add_argument("--local_rank", type=int, default=None, help="old-style scripts parse this")
@@ -59,12 +60,14 @@ def make_model() -> nn.Module:
 if args.mode in ("train", "init", "accum"):
     model = ctx.prepare_model(make_model())
     result["initial"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
-    loader = ctx.prepare_loader(data(), batch_size=args.batch_size, seed=3)
+    loader = ctx.prepare_loader(data(args.samples), batch_size=args.batch_size, seed=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     step = micro = 0
+    seen: list[int] = []  # sample ids (row sums identify rows; x is random) this rank trained on
     while step < args.steps:
         for xb, yb in loader:
             xb, yb = xb.to(ctx.device), yb.to(ctx.device)
+            seen += [round(float(v), 9) for v in xb.sum(1)]
             with ctx.accumulate(model, micro, args.accum):
                 loss = F.mse_loss(model(xb).squeeze(1), yb) / args.accum
                 loss.backward()
@@ -76,6 +79,7 @@ if args.mode in ("train", "init", "accum"):
                 if step == args.steps:
                     break
     result["final"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
+    result["seen"] = seen
 
 if args.mode == "syncbn":
     # Each rank normalises its own slice of one global batch; compare with BN on the whole batch.
