@@ -17,7 +17,7 @@ from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_secon
 from ..errors import UsageError, raise_usage_errors
 from . import forkserver
 from .mpi import LAUNCHERS
-from .network import NetworkChoice, plan_network
+from .network import NetworkChoice, loopback_interface, plan_network
 
 PROG = "distrain run"
 
@@ -166,6 +166,9 @@ def plan(argv: list[str]) -> LaunchPlan:
         args.training_script_args.append(f"--local_rank={macros.local_rank}")
 
     network = plan_network(args, env, args.iface)
+    if network is None:  # one node: gloo/NCCL listen on loopback too (see launch/agent_store.py)
+        for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            env.setdefault(var, os.environ.get(var, loopback_interface()))
     if args.watchdog is not None:
         env[WATCHDOG] = str(parse_seconds(args.watchdog, "--watchdog"))
     env.setdefault(NO_SHARED_STORE, os.environ.get(NO_SHARED_STORE, "1"))

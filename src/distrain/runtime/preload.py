@@ -26,6 +26,8 @@ UNSAFE = ""
 FAILED: list[str] = []
 
 _CORE = (
+    # first: it finds argv through `environ`, which importing torch may reallocate (runtime/title.py)
+    "distrain.runtime.title",
     "torch",
     "torch.nn",
     "torch.optim",
