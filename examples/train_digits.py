@@ -88,7 +88,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
     for xb, yb in train_loader:  # the epoch advances by itself: no set_epoch
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)
         with ctx.autocast():
-            loss = F.cross_entropy(model(xb), yb)
+            logits = model(xb)  # bf16/fp16 under --amp
+            loss = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
         ctx.step(opt)
@@ -117,7 +118,8 @@ if ctx.is_main:  # 5: rank 0 alone writes
     os.makedirs(args.out, exist_ok=True)
     torch.save(ctx.unwrap(model).state_dict(), os.path.join(args.out, "model.pt"))
     metrics = {"test_accuracy": test_acc, "test_loss": test_loss, "world_size": ctx.world_size,
-               "epochs": args.epochs, "samples_per_s": samples / elapsed, "train_seconds": elapsed}
+               "epochs": args.epochs, "samples_per_s": samples / elapsed, "train_seconds": elapsed,
+               "compute_dtype": str(logits.dtype).removeprefix("torch.")}
     with open(os.path.join(args.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(f"done: test acc {test_acc:.4f}, {samples / elapsed:.0f} samples/s on {ctx.world_size} process(es), {elapsed:.1f} s")

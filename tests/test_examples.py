@@ -25,6 +25,7 @@ def test_digits_amp_and_sync_bn(tmp_path: Path) -> None:
     run([python(), "-m", "distrain.cli", "run", "-n", "2", str(EXAMPLES / "train_digits.py"), "--epochs", "2",
          "--amp", "--sync-bn", "--out", str(tmp_path)], timeout=400, check=True)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["compute_dtype"] == ("float16" if torch.cuda.is_available() else "bfloat16"), metrics
     assert 0.5 < metrics["test_accuracy"] <= 1.0, metrics  # bf16 on CPU still learns
 
 

@@ -59,6 +59,15 @@ def make_model() -> nn.Module:
 
 if args.mode in ("train", "init", "accum"):
     model = ctx.prepare_model(make_model())
+    syncs = [0]  # gradient all-reduces DDP ran (its last bucket of each synchronised backward)
+    if ctx.distributed:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def counting_allreduce(state: object, bucket: "torch.distributed.GradBucket") -> "torch.futures.Future[torch.Tensor]":
+            syncs[0] += int(bucket.is_last())
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(None, counting_allreduce)
     result["initial"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
     loader = ctx.prepare_loader(data(args.samples), batch_size=args.batch_size, seed=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -80,6 +89,7 @@ if args.mode in ("train", "init", "accum"):
                     break
     result["final"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
     result["seen"] = seen
+    result["allreduces"] = syncs[0]
 
 if args.mode == "syncbn":
     # Each rank normalises its own slice of one global batch; compare with BN on the whole batch.

@@ -18,6 +18,7 @@ from ..errors import UsageError, raise_usage_errors
 from . import forkserver
 from .mpi import LAUNCHERS
 from .network import NetworkChoice, loopback_interface, plan_network
+from .validate import check_launch_numbers, check_script
 
 PROG = "distrain run"
 
@@ -155,8 +156,9 @@ def plan(argv: list[str]) -> LaunchPlan:
     nproc = _resolve_nproc(args, env)
     args.nproc_per_node = str(nproc)
 
-    if not (args.module or args.no_python) and not os.path.isfile(script):
-        raise UsageError(f"script not found: {script}")
+    check_launch_numbers(args)
+    if not (args.module or args.no_python):
+        check_script(script)
     if args.master_port is not None:
         _check_master_port(args)
     if args.legacy_local_rank:
