@@ -52,5 +52,5 @@ for step in range(start_step, args.steps):
         os.replace(tmp, args.ckpt)
     time.sleep(args.sleep)
 
-del model  # release the DDP reducer before the process group (FACTS.md: gloo exit deadlock)
+del model  # release the DDP reducer before the process group (gloo exit hang/abort: benchmarks/exit_tally.py)
 dist.destroy_process_group()

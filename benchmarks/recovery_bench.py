@@ -6,7 +6,7 @@ benchmarks/plain_ddp.py trains with a checkpoint saved every step (--ckpt) under
 After both ranks' first step, rank 1 is SIGKILLed; recovery time is from the kill to the last
 rank's first step after the restart (DISTRAIN_FIRST_STEP_FILE lines), and the checkpoint load
 time the script measured is printed beside it.  Both launchers get
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (FACTS.md: torchrun restarts are unreliable without it).
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (benchmarks/restart_tally.py counts how often torchrun restarts fail without it).
 """
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
     for xb, yb in train_loader:  # the epoch advances by itself: no set_epoch
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)
         with ctx.autocast():
-            loss = F.cross_entropy(model(xb), yb)
+            logits = model(xb)  # bf16/fp16 under --amp
+            loss = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
         ctx.step(opt)
@@ -99,7 +100,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
             ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
     test_loss, test_acc = evaluate()
     ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
-    ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}")
+    ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}"
+              f"  ({str(logits.dtype).removeprefix('torch.')} compute)")
 test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train
 if ckpt:
     ckpt.save(step)  # the final state: a rerun finds nothing left to do

@@ -155,21 +155,25 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
         except subprocess.CalledProcessError as err:
             raise Unavailable(f"`ip netns add` failed here: {err.stderr.strip()}") from None
         made.append(hub)
-        _ip("-n", hub, "link", "add", "br0", "type", "bridge")
-        _ip("-n", hub, "link", "set", "br0", "up")
-        for i, (name, addr) in enumerate(zip(names, addrs, strict=True)):
-            _ip("netns", "add", name)
-            made.append(name)
-            inner, outer = f"{tag}a{i}", f"{tag}b{i}"
-            _ip("link", "add", inner, "type", "veth", "peer", "name", outer)
-            _ip("link", "set", inner, "netns", name)
-            _ip("link", "set", outer, "netns", hub)
-            _ip("-n", name, "link", "set", inner, "name", "eth0")
-            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", "eth0")
-            _ip("-n", name, "link", "set", "eth0", "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-            _ip("-n", hub, "link", "set", outer, "master", "br0")
-            _ip("-n", hub, "link", "set", outer, "up")
+        try:  # a later step can fail too (no veth/bridge support in this kernel or container)
+            _ip("-n", hub, "link", "add", "br0", "type", "bridge")
+            _ip("-n", hub, "link", "set", "br0", "up")
+            for i, (name, addr) in enumerate(zip(names, addrs, strict=True)):
+                _ip("netns", "add", name)
+                made.append(name)
+                inner, outer = f"{tag}a{i}", f"{tag}b{i}"
+                _ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+                _ip("link", "set", inner, "netns", name)
+                _ip("link", "set", outer, "netns", hub)
+                _ip("-n", name, "link", "set", inner, "name", "eth0")
+                _ip("-n", name, "addr", "add", f"{addr}/24", "dev", "eth0")
+                _ip("-n", name, "link", "set", "eth0", "up")
+                _ip("-n", name, "link", "set", "lo", "up")
+                _ip("-n", hub, "link", "set", outer, "master", "br0")
+                _ip("-n", hub, "link", "set", outer, "up")
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+            detail = getattr(err, "stderr", "") or str(err)
+            raise Unavailable(f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): {str(detail).strip()}") from None
         made_hosts = Hosts(names, addrs, hub, ports=[f"{tag}b{i}" for i in range(n)])
         try:
             if rate is not None:
@@ -180,4 +184,6 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
     finally:
         for name in reversed(made):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+        for i in range(n):  # a veth pair left in this namespace by a failed set-up step
+            subprocess.run(["ip", "link", "del", f"{tag}a{i}"], capture_output=True, timeout=30)
 

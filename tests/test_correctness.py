@@ -73,3 +73,26 @@ def test_gradient_accumulation_equals_full_batch(tmp_path: Path) -> None:
     for a, b in zip(accum[0]["final"], full[0]["final"], strict=True):
         torch.testing.assert_close(f64(a), f64(b), rtol=1e-6, atol=1e-9)
     assert accum[0]["final"] == accum[1]["final"]
+    # 12 micro-batches, 4 optimizer steps: DDP synchronised 4 times, not 12 (ctx.accumulate works)
+    assert [r["allreduces"] for r in accum] == [4, 4]
+
+
+def test_uneven_dataset_trains_alike_on_any_world_size(tmp_path: Path) -> None:
+    """119 samples (not a multiple of the global batch 12), 3 epochs: 1, 2 and 3 ranks end equal.
+
+    Every epoch drops its short last global batch on every world size: no sample is trained on
+    twice within an epoch and every world size sees the same samples in the same steps.
+    """
+    steps, per_epoch = 27, 119 // 12
+    runs = {w: launch(tmp_path / str(w), w, "--samples", "119", "--batch-size", str(12 // w), "--steps", str(steps))
+            for w in (1, 2, 3)}
+    for world, results in runs.items():
+        for a, b in zip(results[0]["final"], runs[1][0]["final"], strict=True):
+            torch.testing.assert_close(f64(a), f64(b), rtol=1e-10, atol=1e-12, msg=lambda m, w=world: f"{w} ranks: {m}")
+        per_rank = 12 // world
+        assert all(len(r["seen"]) == steps * per_rank for r in results)
+        for epoch in range(steps // per_epoch):
+            window = slice(epoch * per_epoch * per_rank, (epoch + 1) * per_epoch * per_rank)
+            batch = [v for r in results for v in r["seen"][window]]
+            assert len(set(batch)) == len(batch) == per_epoch * 12, f"duplicates in epoch {epoch} on {world} ranks"
+            assert sorted(batch) == sorted(runs[1][0]["seen"][epoch * per_epoch * 12 : (epoch + 1) * per_epoch * 12])

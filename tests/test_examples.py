@@ -21,6 +21,8 @@ def test_digits_two_processes_reach_095(tmp_path: Path) -> None:
 def test_digits_amp_and_sync_bn(tmp_path: Path) -> None:
     res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(EXAMPLES / "train_digits.py"), "--epochs", "2",
                "--amp", "--sync-bn", "--out", str(tmp_path)], timeout=400, check=True)
+    dtype = "float16" if torch.cuda.is_available() else "bfloat16"
+    assert res.stdout.count(f"({dtype} compute)") == 2, res.stdout[-2000:]  # autocast really ran in low precision
     assert 0.5 < digits_accuracy(res.stdout) <= 1.0, res.stdout[-2000:]  # bf16 on CPU still learns
 
 

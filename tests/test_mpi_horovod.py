@@ -13,6 +13,8 @@ from conftest import REPO, python, run
 
 SCRIPT = str(REPO / "tests" / "scripts" / "mn_train.py")
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed (apt-get install openmpi-bin)")
+# the ranks agree on a master through mpi4py (no MASTER_ADDR/PORT is given)
+needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py not installed (pip install mpi4py)")
 ROOT_FLAGS = ["--allow-run-as-root"] if os.geteuid() == 0 else []
 
 
@@ -24,6 +26,7 @@ def _result(out: Path, world: int, launcher: str) -> dict:
 
 
 @needs_mpirun
+@needs_mpi4py
 @pytest.mark.timeout(300)
 def test_mpirun_direct_sane_threads(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
@@ -38,6 +41,7 @@ def test_mpirun_direct_sane_threads(tmp_path: Path) -> None:
 
 
 @needs_mpirun
+@needs_mpi4py
 @pytest.mark.timeout(300)
 def test_distrain_run_launcher_mpirun(tmp_path: Path) -> None:
     out = tmp_path / "out.json"

@@ -1,4 +1,4 @@
-"""gloo + DDP can deadlock at interpreter exit. 20 consecutive 2-rank jobs (10 with FSDP) must all exit."""
+"""gloo + DDP can hang or abort at interpreter exit (benchmarks/exit_tally.py). 20 consecutive 2-rank jobs (10 with FSDP) must all exit."""
 
 from __future__ import annotations
 

@@ -56,12 +56,16 @@ def test_global_batches_do_not_depend_on_world_size(world: int) -> None:
     assert merged == reference
 
 
-def test_sampler_pads_uneven_and_resumes() -> None:
-    samplers = [GlobalBatchSampler(10, 3, rank=r, world_size=2, shuffle=False) for r in range(2)]
+def test_sampler_drops_short_last_batch_and_resumes() -> None:
+    samplers = [GlobalBatchSampler(10, 2, rank=r, world_size=2, shuffle=False) for r in range(2)]
     steps = [list(s) for s in samplers]
-    assert len(steps[0]) == len(steps[1]) == 2  # 10 samples, global batch 6: 6 + 4
+    assert len(steps[0]) == len(steps[1]) == 2  # 10 samples, global batch 4: 4 + 4, 2 dropped
     seen = sorted(i for s in steps for b in s for i in b)
-    assert seen == list(range(10))
+    assert seen == list(range(8))
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        GlobalBatchSampler(10, 6, world_size=2)
+    with pytest.raises(ValueError, match="drop_last=False"):
+        GlobalBatchSampler(10, 2, drop_last=False)
     samplers[0].set_epoch(0, start_step=1)
     assert list(samplers[0]) == steps[0][1:]
     s = GlobalBatchSampler(10, 2, shuffle=True, seed=1)

@@ -26,6 +26,22 @@ def port_in_use(port: int, host: str = "0.0.0.0") -> bool:
     return False
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on `host`:`port` only (port 0: any free one); OSError when it cannot.
+
+    For torch's TCPStore ``master_listen_fd``: the store otherwise listens on every interface.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((socket.gethostbyname(host), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8, ::1 and 'localhost'."""
     return address == "localhost" or address.startswith("127.") or address == "::1"

@@ -23,6 +23,7 @@ p.add_argument("--mode", default="train")
 p.add_argument("--batch-size", type=int, default=12)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--accum", type=int, default=1)
+p.add_argument("--samples", type=int, default=120, help="training set size (119: does not divide)")
 p.add_argument("--n", type=int, default=0, help="exists to prove '--n' reaches the script")
 p.add_argument("--log", default="", help="exists to prove '--log' reaches the script")
 p.add_argument("--local_rank", type=int, default=None, help="old-style scripts parse this")
@@ -58,13 +59,24 @@ def make_model() -> nn.Module:
 
 if args.mode in ("train", "init", "accum"):
     model = ctx.prepare_model(make_model())
+    syncs = [0]  # gradient all-reduces DDP ran (its last bucket of each synchronised backward)
+    if ctx.distributed:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def counting_allreduce(state: object, bucket: "torch.distributed.GradBucket") -> "torch.futures.Future[torch.Tensor]":
+            syncs[0] += int(bucket.is_last())
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(None, counting_allreduce)
     result["initial"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
-    loader = ctx.prepare_loader(data(), batch_size=args.batch_size, seed=3)
+    loader = ctx.prepare_loader(data(args.samples), batch_size=args.batch_size, seed=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     step = micro = 0
+    seen: list[int] = []  # sample ids (row sums identify rows; x is random) this rank trained on
     while step < args.steps:
         for xb, yb in loader:
             xb, yb = xb.to(ctx.device), yb.to(ctx.device)
+            seen += [round(float(v), 9) for v in xb.sum(1)]
             with ctx.accumulate(model, micro, args.accum):
                 loss = F.mse_loss(model(xb).squeeze(1), yb) / args.accum
                 loss.backward()
@@ -76,6 +88,8 @@ if args.mode in ("train", "init", "accum"):
                 if step == args.steps:
                     break
     result["final"] = [t.tolist() for t in ctx.unwrap(model).state_dict().values()]
+    result["seen"] = seen
+    result["allreduces"] = syncs[0]
 
 if args.mode == "syncbn":
     # Each rank normalises its own slice of one global batch; compare with BN on the whole batch.

@@ -23,7 +23,7 @@ import shlex
 import signal
 import sys
 
-from ..contract import WATCHDOG_EXIT_CODE, signal_exit_code
+from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
 from . import forkserver, rehearsal
 from .mpi import run_with_launcher
@@ -107,6 +107,16 @@ def _launch(launch: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from .agent_store import host_agent_store
+    from .network import max_nodes
+
+    try:
+        # one node: the agent's store and rank 0's listen on loopback, not on every interface
+        agent_store = host_agent_store(launch.args, max_nodes(launch.args.nnodes))
+    except UsageError as err:
+        fail(PROG, str(err), err.exit_code)
+    if agent_store is not None:
+        os.environ.setdefault(BIND_ADDR, agent_store.address)
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
@@ -119,8 +129,14 @@ def _launch(launch: LaunchPlan) -> int:
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:
         return 130
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        if agent_store is not None:
+            agent_store.close()
     return 0

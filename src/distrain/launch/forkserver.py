@@ -36,12 +36,30 @@ import sys
 import tempfile
 
 from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
+from ..errors import UsageError
 
 PROG = "distrain run"
 START_METHODS = ("fast", "spawn", "fork", "forkserver")
 #: options after which the script is not a Python file distrain can fork
 _FRESH_ONLY_FLAGS = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path"}
 _NO_LAUNCH_FLAGS = {"-h", "--help", "--dry-run", "--dry_run"}
+
+
+#: first patch release per 3.x whose forkserver listens on a filesystem socket instead of the
+#: abstract namespace, which any local user could connect to (CVE-2022-42919); 3.12+ are fixed
+_SAFE_FORKSERVER = {7: 16, 8: 16, 9: 16, 10: 9, 11: 1}
+
+
+def forkserver_unsafe(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> str | None:
+    """Why this Python's fork server must not be used (CVE-2022-42919), or None when it is safe."""
+    major, minor, patch = (tuple(version) + (0, 0, 0))[:3]
+    needed = _SAFE_FORKSERVER.get(minor) if major == 3 else None
+    if needed is None or patch >= needed:
+        return None
+    return (
+        f"Python {major}.{minor}.{patch}'s fork server accepts any local user (CVE-2022-42919; "
+        f"fixed in {major}.{minor}.{needed})"
+    )
 
 
 # -- launcher side ----------------------------------------------------------------------------
@@ -119,7 +137,7 @@ def start_server(script: str) -> None:
 def early_start(argv: list[str]) -> bool:
     """Start the fork server if `argv` looks like a fast-path launch (a guess; run() decides)."""
     script = _script_from_argv(argv)
-    if script is None:
+    if script is None or forkserver_unsafe():
         return False
     start_server(script)
     return True
@@ -163,8 +181,10 @@ def run(args: argparse.Namespace) -> None:
     from torch.distributed.launcher.api import elastic_launch
 
     method = args.start_method
+    if method == "forkserver" and forkserver_unsafe():
+        raise UsageError(f"--start-method forkserver: {forkserver_unsafe()}; use fast or spawn")
     if method == "fast":
-        reason = fresh_reason(args)
+        reason = forkserver_unsafe() or fresh_reason(args)
         if reason:
             print(f"{PROG}: {reason}; starting workers in fresh interpreters", file=sys.stderr, flush=True)
             method = "spawn"
@@ -202,13 +222,18 @@ def run(args: argparse.Namespace) -> None:
 
 
 class _QuietWorkerExit(logging.Filter):
-    """Drop the agent's traceback of *our* ProcessExitedException when a forked worker fails.
+    """Drop the agent's report of a failed forked worker: its line and its traceback.
 
     The worker already printed its own traceback (as a fresh interpreter would); the agent's
-    second one only shows torch.multiprocessing internals.  The one-line message stays.
+    second one only shows torch.multiprocessing internals, and `distrain run`'s last line names
+    the failed rank, its exit code and the cause.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
+        # on its own last line
+        if str(record.msg).startswith("failed (exitcode"):
+            return False
         if record.exc_info and type(record.exc_info[1]).__name__ == "ProcessExitedException":
             record.exc_info, record.exc_text = None, None
         return True

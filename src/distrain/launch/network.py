@@ -57,6 +57,11 @@ def max_nodes(nnodes: str) -> int:
         raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})") from None
 
 
+def loopback_interface() -> str:
+    """The name of the interface holding 127.0.0.1 ("lo" on Linux)."""
+    return _own_interface("127.0.0.1", interface_addresses()) or "lo"
+
+
 def _resolve(host: str, what: str) -> str:
     try:
         return socket.gethostbyname(host)

@@ -17,7 +17,8 @@ from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_secon
 from ..errors import UsageError, raise_usage_errors
 from . import forkserver, rehearsal, rendezvous
 from .mpi import LAUNCHERS
-from .network import NetworkChoice, plan_network
+from .network import NetworkChoice, loopback_interface, plan_network
+from .validate import check_launch_numbers, check_script
 
 PROG = "distrain run"
 
@@ -172,8 +173,9 @@ def plan(argv: list[str]) -> LaunchPlan:
     nproc = _resolve_nproc(args, env)
     args.nproc_per_node = str(nproc)
 
-    if not (args.module or args.no_python) and not os.path.isfile(script):
-        raise UsageError(f"script not found: {script}")
+    check_launch_numbers(args)
+    if not (args.module or args.no_python):
+        check_script(script)
     if args.master_port is not None:
         _check_master_port(args)
     if args.legacy_local_rank:
@@ -184,6 +186,9 @@ def plan(argv: list[str]) -> LaunchPlan:
 
     network = plan_network(args, env, args.iface)
     rendezvous.apply_defaults(args)
+    if network is None:  # one node: gloo/NCCL listen on loopback too (see launch/agent_store.py)
+        for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            env.setdefault(var, os.environ.get(var, loopback_interface()))
     if args.watchdog is not None:
         env[WATCHDOG] = str(parse_seconds(args.watchdog, "--watchdog"))
     env.setdefault(NO_SHARED_STORE, os.environ.get(NO_SHARED_STORE, "1"))

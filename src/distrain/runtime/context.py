@@ -203,14 +203,15 @@ class Context(Reductions):
         dataset: Dataset[Any],
         batch_size: int,
         shuffle: bool = True,
-        drop_last: bool = False,
+        drop_last: bool = True,
         seed: int = 0,
         **kwargs: Any,
     ) -> DistributedLoader:
         """A training DataLoader: ``batch_size`` samples **per process**, epochs advance by themselves.
 
         The global batch is ``batch_size × world_size``; its contents do not depend on the
-        world size (see :mod:`distrain.train.data`).  Other keyword arguments (``num_workers``,
+        world size, and the short last global batch of each epoch is dropped on every world size
+        (no duplicated samples; see :mod:`distrain.train.data`).  Other keyword arguments (``num_workers``,
         ``collate_fn``, …) go to DataLoader.
         """
         sampler = GlobalBatchSampler(

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, ForkJob
+from .title import set_worker_title
 
 PROG = "distrain run"
 
@@ -51,6 +52,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
 
         install()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
+    set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv)
     if fresh is not None:
         _watch_process_group()
     try:
@@ -68,7 +70,11 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _run_fresh(job.script, script_args)
             return
         _let_the_agent_see_the_cause(exc)
-        sys.excepthook(type(exc), exc, _script_frames(exc.__traceback__, job.script))  # as a fresh interpreter
+        from ..train.failure import report_uncaught
+
+        # as a fresh interpreter would, from the script's first frame (runpy's and ours are not
+        # the user's), one block per rank, and the cause in the agent's error file
+        report_uncaught(exc.with_traceback(_script_frames(exc.__traceback__, job.script)))
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
@@ -96,7 +102,16 @@ def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | Non
     target, cur = os.path.abspath(script), tb
     while cur is not None and os.path.abspath(cur.tb_frame.f_code.co_filename) != target:
         cur = cur.tb_next
-    return cur if cur is not None else tb
+    if cur is None:
+        return tb
+    # our init_process_group watcher (below) sits between the script and torch: unlink it
+    link = cur
+    while link.tb_next is not None:
+        if link.tb_next.tb_frame.f_code.co_filename == __file__:
+            link.tb_next = link.tb_next.tb_next
+        else:
+            link = link.tb_next
+    return cur
 
 
 def _restore_environment(launcher_env: dict[str, str]) -> None:

@@ -23,6 +23,7 @@ from ..train import failure, watchdog
 from .context import Context, _remember, current
 from .store import restart_safe_store
 from .threads import choose_threads
+from .title import set_worker_title
 
 #: how long forming the group may take (slow nodes, container pulls, a late rank)
 DEFAULT_INIT_TIMEOUT = dt.timedelta(minutes=10)
@@ -120,6 +121,8 @@ def init(
                 device_id=dev if dev.type == "cuda" else None,
             )
         ctx = Context(env, dev, chosen_backend, precision, n_threads)
+        if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
+            set_worker_title(ctx.rank, ctx.world_size, sys.argv)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
         ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
         bound = watchdog.watchdog_seconds(watchdog_seconds)

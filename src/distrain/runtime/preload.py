@@ -33,6 +33,8 @@ for _sig in SERVER_IGNORES:
     signal.signal(_sig, signal.SIG_IGN)
 
 _CORE = (
+    # first: it finds argv through `environ`, which importing torch may reallocate (runtime/title.py)
+    "distrain.runtime.title",
     "torch",
     "torch.nn",
     "torch.optim",

@@ -10,32 +10,33 @@ import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment
 from ..contract import BIND_ADDR
-
-#: listening sockets handed to TCPStore; kept alive for the life of the process
-_STORE_SOCKETS: list[socket.socket] = []
+from ..errors import DistrainError
+from ..net import is_loopback, listen_socket
 
 
 def store_listen_fd(master_addr: str, port: int) -> int | None:
-    """A socket listening on the address `distrain run` chose (DISTRAIN_BIND_ADDR) for rank 0's store.
+    """A socket for rank 0's store, listening only where the job's ranks reach it.
 
     torch's TCPStore server listens on every interface; given ``master_listen_fd`` it uses our
-    socket instead, bound to the one address the other nodes use.  None (torch's default) when
-    distrain run chose nothing or MASTER_ADDR is not that address.
+    socket instead.  The address is the one `distrain run` chose (DISTRAIN_BIND_ADDR), else the
+    master address itself when it is loopback (every rank is on this machine: distrain.spawn,
+    mpirun on one node, torchrun on one node).  None (torch's default) only when neither says
+    where; an address that cannot be bound is an error, never a fall-back to every interface.
     """
     bind = os.environ.get(BIND_ADDR, "")
     if not bind:
-        return None
-    try:
-        if socket.gethostbyname(master_addr) != bind:
+        try:
+            resolved = socket.gethostbyname(master_addr)
+        except OSError:
+            return None  # torch reports the unresolvable address itself
+        if not is_loopback(resolved):
             return None
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((bind, port))
-        sock.listen(2048)
-    except OSError:
-        return None
-    _STORE_SOCKETS.append(sock)
-    return sock.fileno()
+        bind = resolved
+    try:
+        sock = listen_socket(bind, port)
+    except OSError as err:
+        raise DistrainError(f"rank 0's store cannot listen on {bind}:{port}: {err.strerror or err}") from None
+    return sock.detach()  # TCPStore owns the descriptor from here on (and closes it)
 
 
 def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.Store:
@@ -47,7 +48,7 @@ def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.S
     namespace.
     """
     is_master = env.rank() == 0 and not env.store_is_external()
-    # multi-node `distrain run`: listen only on the chosen interface, not on every one
+    # listen only where the ranks connect (the chosen interface, or loopback on one node)
     listen_fd = store_listen_fd(env.master_addr(), env.master_port()) if is_master else None
     store = dist.TCPStore(
         env.master_addr(),

@@ -6,13 +6,18 @@ one permutation of the dataset (seeded by ``seed + epoch``), cuts it into *globa
 batch.  So the union of what the ranks see in step k is the same global batch on 1, 2 or 3
 processes, and a job can resume on another world size at the same sample.
 
+The last ``len(dataset) mod global batch`` samples of each epoch's permutation are dropped (a
+different set every epoch when shuffling).  Padding them with duplicates (DistributedSampler)
+trains on samples twice, and splitting a short batch unevenly would need every rank's loss
+weighted by its share, while DDP averages ranks equally; dropping is the same on every world
+size, so N ranks of batch B train exactly like one rank of batch N·B.
+
 Evaluation uses :class:`ShardedEvalSampler`: contiguous, unpadded shards, so every sample is
 counted exactly once (DistributedSampler pads with duplicates to equalise shard sizes).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -23,9 +28,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 class GlobalBatchSampler(Sampler[list[int]]):
     """Yields this rank's per-step index lists; resumable at any step, any world size.
 
-    ``batch_size`` is per process.  Without ``drop_last`` the epoch is padded (wrapping around,
-    as DistributedSampler does) so every rank gets the same number of steps; the final global
-    batch may be smaller, split evenly across ranks.
+    ``batch_size`` is per process.  Every step gives every rank exactly ``batch_size`` distinct
+    samples; the remainder of the epoch that does not fill a global batch is dropped, the same
+    way on every world size (``drop_last=False`` is refused: see the module docstring).
     """
 
     def __init__(
@@ -36,12 +41,22 @@ class GlobalBatchSampler(Sampler[list[int]]):
         world_size: int = 1,
         shuffle: bool = True,
         seed: int = 0,
-        drop_last: bool = False,
+        drop_last: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if dataset_len < 1:
             raise ValueError("the dataset is empty")
+        if not drop_last:
+            raise ValueError(
+                "drop_last=False is not supported: padding the last global batch duplicates samples and an "
+                "uneven split is averaged wrongly by DDP; the short last global batch is always dropped"
+            )
+        if dataset_len < batch_size * world_size:
+            raise ValueError(
+                f"the dataset has {dataset_len} samples, fewer than one global batch of {batch_size * world_size} "
+                f"(batch_size {batch_size} × {world_size} process(es)); use a smaller batch_size"
+            )
         self.dataset_len = dataset_len
         self.batch_size = batch_size
         self.rank = rank
@@ -64,19 +79,11 @@ class GlobalBatchSampler(Sampler[list[int]]):
             order = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
             order = list(range(self.dataset_len))
-        if self.drop_last:
-            return order[: (len(order) // self.global_batch_size) * self.global_batch_size]
-        padded = math.ceil(len(order) / self.world_size) * self.world_size
-        while len(order) < padded:
-            order += order[: padded - len(order)]
-        return order
+        return order[: self.steps_per_epoch() * self.global_batch_size]
 
     def steps_per_epoch(self) -> int:
-        """Optimiser steps in one epoch."""
-        n = self.dataset_len
-        if self.drop_last:
-            return n // self.global_batch_size
-        return math.ceil(math.ceil(n / self.world_size) * self.world_size / self.global_batch_size)
+        """Optimiser steps in one epoch: full global batches only."""
+        return self.dataset_len // self.global_batch_size
 
     def __len__(self) -> int:
         return self.steps_per_epoch() - self.start_step
@@ -85,9 +92,8 @@ class GlobalBatchSampler(Sampler[list[int]]):
         order = self._order()
         gbs = self.global_batch_size
         for step in range(self.start_step, self.steps_per_epoch()):
-            chunk = order[step * gbs : (step + 1) * gbs]
-            per_rank = len(chunk) // self.world_size
-            yield chunk[self.rank * per_rank : (self.rank + 1) * per_rank]
+            start = step * gbs + self.rank * self.batch_size
+            yield order[start : start + self.batch_size]
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         """Select the epoch (reshuffles) and the step inside it to start from."""

@@ -61,6 +61,48 @@ def write_error_file(path: str, err: BaseException, tb: TracebackType | None) ->
         json.dump(data, f)
 
 
+def print_traceback_block(rank: int | str, err: BaseException, header: str = "") -> None:
+    """`err`'s traceback on stderr as one block, every line prefixed ``[rank N]:``.
+
+    One write, not one per line: ranks failing at the same moment would otherwise interleave
+    their tracebacks line by line on the terminal.
+    """
+    text = header + "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    block = "".join(f"[rank{rank}]: {line}\n" for line in text.rstrip("\n").split("\n")).encode(errors="replace")
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    while block:
+        try:
+            written = os.write(2, block)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        block = block[written:]
+
+
+def report_uncaught(err: BaseException) -> None:
+    """What the interpreter does with an uncaught exception, for a worker that runs the script itself.
+
+    A hook the script or `distrain.init()` installed gets it; otherwise (a plain script) the
+    traceback is printed once as a block and the agent's error file names the cause.
+    """
+    if sys.excepthook is not sys.__excepthook__:
+        sys.excepthook(type(err), err, err.__traceback__)
+        return
+    rank = os.environ.get("RANK", "?")
+    if is_peer_failure(err):
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        print(f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})", file=sys.stderr, flush=True)
+        return
+    error_file = os.environ.get(ERROR_FILE)
+    if error_file:
+        with contextlib.suppress(OSError):
+            write_error_file(error_file, err, err.__traceback__)
+    print_traceback_block(rank, err)
+
+
 def install(rank: int) -> None:
     """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
     error_file = os.environ.get(ERROR_FILE)
@@ -77,8 +119,12 @@ def install(rank: int) -> None:
                 write_error_file(error_file, err, tb)
             print(f"distrain: error: {err}", file=sys.stderr, flush=True)
             return
+        plain = previous is sys.__excepthook__
         if not error_file:
-            previous(kind, err, tb)
+            if plain:
+                print_traceback_block(rank, err.with_traceback(tb))
+            else:
+                previous(kind, err, tb)
             return
         if is_peer_failure(err):
             first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
@@ -90,7 +136,10 @@ def install(rank: int) -> None:
             write_error_file(error_file, err, tb)
         except OSError:
             pass
-        print(f"distrain: rank {rank} failed (root cause):", file=sys.stderr, flush=True)
-        previous(kind, err, tb)
+        if plain:
+            print_traceback_block(rank, err.with_traceback(tb), header=f"distrain: rank {rank} failed (root cause):\n")
+        else:
+            print(f"distrain: rank {rank} failed (root cause):", file=sys.stderr, flush=True)
+            previous(kind, err, tb)
 
     sys.excepthook = hook

@@ -1,0 +1,55 @@
+"""Sanity checks on torchrun's own numeric flags, as one-line usage errors.
+
+torchrun's parser accepts ``--nnodes 0`` or ``--max-restarts -1`` and fails later with an
+``AssertionError`` or a hang; `distrain run` refuses them before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import UsageError
+
+
+def _int(value: object, flag: str) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise UsageError(f"{flag} expects an integer (got {value!r})") from None
+
+
+def node_range(nnodes: object) -> tuple[int, int]:
+    """(min, max) of ``--nnodes N`` or ``--nnodes MIN:MAX``; UsageError unless 1 <= MIN <= MAX."""
+    text = str(nnodes)
+    parts = text.split(":")
+    if len(parts) > 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})")
+    low, high = int(parts[0]), int(parts[-1])
+    if low < 1 or high < low:
+        raise UsageError(f"--nnodes {text}: needs 1 <= MIN <= MAX nodes")
+    return low, high
+
+
+def check_launch_numbers(args: argparse.Namespace) -> None:
+    """Refuse numbers torchrun would choke on: nodes, node rank, restarts, monitor interval."""
+    _, high = node_range(args.nnodes)
+    if _int(args.max_restarts, "--max-restarts") < 0:
+        raise UsageError(f"--max-restarts must be 0 or more (got {args.max_restarts})")
+    node_rank = _int(args.node_rank, "--node-rank")
+    if not 0 <= node_rank < high:
+        raise UsageError(f"--node-rank {node_rank} is outside 0..{high - 1} (--nnodes {args.nnodes})")
+    try:
+        interval = float(args.monitor_interval)
+    except (TypeError, ValueError):
+        raise UsageError(f"--monitor-interval expects seconds (got {args.monitor_interval!r})") from None
+    if not interval > 0 or interval == float("inf"):
+        raise UsageError(f"--monitor-interval must be a positive number of seconds (got {args.monitor_interval})")
+
+
+def check_script(script: str) -> None:
+    """The training script must be a file (a directory or a missing path is a usage error)."""
+    if os.path.isdir(script):
+        raise UsageError(f"{script} is a directory, not a training script")
+    if not os.path.isfile(script):
+        raise UsageError(f"script not found: {script}")
