@@ -12,7 +12,7 @@ Order of events (each step bounded by ``--timeout``, so a missing rank is named,
 4. with two or more nodes, every link between nodes is measured and judged (:mod:`.links`).
 
 The test-suite injects faults (a stalled rank, a fake version, a slow rank) from outside, by
-wrapping these functions (tests/faults/); nothing here reads test-only settings.
+wrapping these functions (tests/inject/); nothing here reads test-only settings.
 """
 
 from __future__ import annotations
