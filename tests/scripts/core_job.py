@@ -61,9 +61,10 @@ if args.mode in ("train", "init", "accum"):
     model = ctx.prepare_model(make_model())
     syncs = [0]  # gradient all-reduces DDP ran (its last bucket of each synchronised backward)
     if ctx.distributed:
+        import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        def counting_allreduce(state: object, bucket: "torch.distributed.GradBucket") -> "torch.futures.Future[torch.Tensor]":
+        def counting_allreduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
             syncs[0] += int(bucket.is_last())
             return default_hooks.allreduce_hook(None, bucket)
 

@@ -14,7 +14,7 @@ import distrain
 def hold(out: str) -> None:
     ctx = distrain.init()
     with open(os.path.join(out, f"ready{ctx.rank}"), "w") as f:
-        f.write(str(os.getpid()))
+        f.write(f"{os.getpid()} {os.environ.get('MASTER_PORT', '')}")
     deadline = time.monotonic() + 120
     while not os.path.exists(os.path.join(out, "release")) and time.monotonic() < deadline:
         time.sleep(0.2)

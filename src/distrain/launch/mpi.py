@@ -3,8 +3,7 @@
 distrain does not re-implement either launcher; it builds their command line:
 
 - Open MPI ``mpirun``: ``--bind-to none`` (its default core binding for ≤ 2 ranks pins each
-  rank to one core, whatever OMP_NUM_THREADS says), ``--mca pml ob1 --mca btl self,vader`` (one node:
-  shared memory, no TCP listener in any rank), ``--allow-run-as-root`` when root (containers),
+  rank to one core, whatever OMP_NUM_THREADS says), ``--allow-run-as-root`` when root (containers),
   ``--oversubscribe`` when there are more ranks than cores, and ``-x`` for the variables the
   workers need.  MPICH's hydra ``mpirun`` gets ``-n`` and ``-genv``.
 - ``horovodrun -np N -H localhost:N``; gloo mode unless Horovod was built with MPI.
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -47,21 +45,13 @@ def _forwarded(env: dict[str, str]) -> list[str]:
     return sorted(names)
 
 
-def open_mpi_major(mpirun: str) -> int | None:
-    """Open MPI's major version for `mpirun`, or None when it is not Open MPI (MPICH/Intel hydra)."""
+def is_open_mpi(mpirun: str) -> bool:
+    """True when `mpirun` is Open MPI's (its flags differ from MPICH/Intel MPI hydra)."""
     try:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"Open MPI\)?\s+(\d+)\.", out.stdout + out.stderr)
-    if match:
-        return int(match.group(1))
-    return 4 if "Open MPI" in out.stdout + out.stderr else None
-
-
-def is_open_mpi(mpirun: str) -> bool:
-    """True when `mpirun` is Open MPI's (its flags differ from MPICH/Intel MPI hydra)."""
-    return open_mpi_major(mpirun) is not None
+        return False
+    return "Open MPI" in out.stdout + out.stderr
 
 
 def mpirun_command(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
@@ -70,13 +60,8 @@ def mpirun_command(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
     if mpirun is None:
         raise UsageError("--launcher mpirun: mpirun not found (apt-get install openmpi-bin)")
     n = int(args.nproc_per_node)
-    major = open_mpi_major(mpirun)
-    if major is not None:
-        # one node: ranks talk through shared memory (ob1 over self + vader/sm), so no rank opens
-        # a TCP listener (UCX's listens on the outward interface); mpirun's own daemon still
-        # listens on every interface (Open MPI offers no setting for that)
-        shm = "sm" if major >= 5 else "vader"
-        cmd = [mpirun, "-np", str(n), "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", f"self,{shm}"]
+    if is_open_mpi(mpirun):
+        cmd = [mpirun, "-np", str(n), "--bind-to", "none"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
         if n > usable_cores():
