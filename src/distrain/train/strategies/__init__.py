@@ -82,6 +82,10 @@ def prepare(
         raise DistrainError(f"sync_bn=True cannot be used with strategy={strategy!r}: use strategy='ddp' for SyncBatchNorm")
     if sharded and comm_hook is not None:
         raise DistrainError(f"comm_hook is a DDP feature; strategy={strategy!r} has none")
+    if cpu_offload and not (sharded and device.type == "cuda"):
+        raise DistrainError("cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)")
+    if replicate is not None and strategy != "hsdp":
+        raise DistrainError(f"replicate= needs strategy='hsdp', got strategy={strategy!r}")
     if comm_hook is not None:
         from ..comm_hooks import parse_hook
 
