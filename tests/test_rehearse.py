@@ -205,3 +205,11 @@ def test_dry_run_and_bad_combinations() -> None:
     assert "DISTRAIN_CPU_REHEARSAL=2" in res.stdout and str(BOOT) in res.stdout
     res = run([python(), "-m", "distrain.cli", "run", "--cpu", "--gpus", "0", str(SCRIPTS / "ddp_torchrun.py")], timeout=120)
     assert res.returncode == 2 and "cannot be combined with --gpus" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
+    code = "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules)"
+    env = {"DISTRAIN_CPU_REHEARSAL": "2", "PYTHONPATH": os.pathsep.join([str(BOOT), str(tmp_path), os.environ["PYTHONPATH"]])}
+    res = run([python(), "-c", code], timeout=120, env=env, check=True)
+    assert res.stdout.split() == ["1", "False"], res.stdout + res.stderr  # and torch is not imported until the script does
