@@ -38,8 +38,7 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             total += loss.detach()
-        dist.all_reduce(total)  # gloo has no AVG
-        total /= dist.get_world_size()
+        dist.all_reduce(total, op=dist.ReduceOp.AVG)
         if rank == 0:
             print(f"epoch {epoch}: loss {total.item() / len(loader):.4f}")
     if rank == 0:

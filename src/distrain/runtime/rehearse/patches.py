@@ -1,7 +1,6 @@
 """The distributed and mixed-precision parts of a CUDA script, made to run on CPU processes.
 
-``init_process_group``/``new_group``: nccl (or none) → gloo, ``device_id`` dropped;
-``all_reduce(op=AVG)``, which gloo lacks, → SUM then divide; DDP: ``device_ids``/``output_device``
+``init_process_group``/``new_group``: nccl (or none) → gloo, ``device_id`` dropped; DDP: ``device_ids``/``output_device``
 accepted; DataParallel: the single-device path; ``torch.nn.SyncBatchNorm`` computes with
 distrain's cross-process batch norm on CPU tensors; CUDA autocast → CPU autocast (same dtype,
 float16 by default as on CUDA); ``GradScaler("cuda")`` → ``GradScaler("cpu")``; ``torch.load``:
@@ -58,21 +57,9 @@ def _process_groups() -> None:
 
         return new_group
 
-    def reduce(original: Any) -> Any:
-        def all_reduce(tensor: torch.Tensor, op: Any = dist.ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
-            if op != dist.ReduceOp.AVG:
-                return original(tensor, op, group, async_op)
-            MAPPED["all_reduce(AVG) → SUM / world"] += 1
-            work = original(tensor, dist.ReduceOp.SUM, group, False)
-            tensor.div_(dist.get_world_size(group))
-            return work
-
-        return all_reduce
-
     for module in (dist, distributed_c10d):
         _replace(module, "init_process_group", init)
         _replace(module, "new_group", new)
-        _replace(module, "all_reduce", reduce)
 
 
 def _parallel() -> None:
