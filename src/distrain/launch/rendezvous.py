@@ -9,10 +9,12 @@ With torch's defaults the new round then waits for two things (torch's dynamic_r
 - the round, once ``min`` nodes are in, waits ``last_call_timeout`` (30 s) for more nodes.
 
 So a 1:2 job lost ~45 s plus the restart.  distrain's defaults for multi-node c10d jobs: a
-heartbeat every second, dead after 3 missed (2–3 s), and a 2 s last call.  Slow starts are not
-affected: how long nodes may take to *arrive* is ``join_timeout`` (600 s, unchanged), and a node
-arriving after the last call joins at the next round (the job restarts once to take it in).
-Any key given in ``--rdzv-conf`` wins.
+heartbeat every 2 s, dead after 3 missed (4–6 s), and a 2 s last call.  A 1 s heartbeat was
+tried and dropped: every heartbeat rewrites the shared state (compare-and-set), and on a loaded
+machine a node joining the first round kept losing that race to the other node's heartbeats,
+so the job started without it.  How long nodes may take to *arrive* is ``join_timeout``
+(600 s, unchanged); a node arriving after the last call joins at the next round (the job
+restarts once to take it in).  Any key given in ``--rdzv-conf`` wins.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
-NODE_LOSS_DEFAULTS = {"keep_alive_interval": "1", "keep_alive_max_attempt": "3", "last_call_timeout": "2"}
+NODE_LOSS_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "3", "last_call_timeout": "2"}
 
 
 def _max_nodes(nnodes: str) -> int:
