@@ -18,7 +18,7 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     out = tmp_path / "report"
     with make_hosts(2, rate="100mbit") as hosts:
         prefix = hosts.names[0][:-1]  # names are <tag>n0, <tag>n1
-        args = ["--nproc", "1", "--nodes", "1,2", "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", hosts.addrs[0],
+        args = ["--nproc", "1", "--no-all-cores", "--nodes", "1,2", "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", hosts.addrs[0],
                 "--link-label", "100 Mbit/s", "--epochs", "1", "--batch-size", "128", "--out", str(out)]
         res = run(BENCH + args, timeout=480)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -42,7 +42,13 @@ def test_digits_job_metrics_top_and_tensorboard(tmp_path: Path) -> None:
         timeout=240, env={"DISTRAIN_METRICS_INTERVAL": "0.2"}, check=True,
     )  # fmt: skip
     assert "done: test acc" in res.stdout
-    per_rank = {r: records(rank_file(run_dir, r)) for r in (0, 1)}
+    all_records = {r: records(rank_file(run_dir, r)) for r in (0, 1)}
+    # one summary per finished epoch (what distrain bench reads), with the accuracy logged after it
+    for recs in all_records.values():
+        epochs = [r for r in recs if r.get("event") == "epoch"]
+        assert [e["epoch"] for e in epochs] == [1, 2] and all(e["epoch_steps"] > 1 and e["epoch_seconds"] > 0 for e in epochs)
+        assert all(0.0 < e["values"]["accuracy"] <= 1.0 for e in epochs), epochs
+    per_rank = {r: [x for x in recs if x.get("event") != "epoch"] for r, recs in all_records.items()}
     steps_per_epoch = None
     for rank, recs in per_rank.items():
         assert recs[0]["event"] == "start" and recs[-1]["event"] == "end", rank

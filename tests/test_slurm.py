@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import EXAMPLES, REPO, python, run
+from conftest import EXAMPLES, REPO, digits_accuracy, python, run
 from netns_hosts import make_hosts
 from slurm_cluster import SlurmCluster, SlurmNode, SlurmUnavailable, cluster_or_skip, start_cluster
 
@@ -123,9 +123,7 @@ def test_srun_tasks_detect_slurm_from_slurmd_environment(slurm: SlurmCluster, tm
 
 def test_sbatch_exported_script_trains_digits(uninterrupted: tuple[Path, str, str]) -> None:
     out, job_id, text = uninterrupted
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["epochs"] == EPOCHS
-    assert metrics["test_accuracy"] > 0.9, metrics
+    assert "on 2 process(es)" in text and digits_accuracy(text) > 0.9, text[-3000:]
     assert f"job {job_id} (start 0): 1 node(s)" in text and f"epoch {EPOCHS}/{EPOCHS}" in text
 
 
@@ -146,7 +144,7 @@ def test_two_slurmd_nodes_in_namespaces_train_digits(tmp_path: Path) -> None:
             assert info["JobState"] == "COMPLETED", f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
             assert info["NumNodes"] == "2", info
             assert "2 processes on 2 nodes" in text, text[-3000:]
-            assert json.loads((out / "metrics.json").read_text())["world_size"] == 2
+            assert "on 2 process(es)" in text and (out / "model.pt").is_file(), text[-3000:]
         finally:
             cluster.stop()
 

@@ -233,7 +233,9 @@ class _QuietWorkerExit(logging.Filter):
         # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
         # on its own last line
         if str(record.msg).startswith("failed (exitcode"):
-            return False
+            # a worker killed by a signal printed nothing itself: keep torch's line for that one
+            code = record.args[0] if isinstance(record.args, tuple) and record.args else 0
+            return isinstance(code, int) and code < 0
         if record.exc_info and type(record.exc_info[1]).__name__ == "ProcessExitedException":
             record.exc_info, record.exc_text = None, None
         return True

@@ -170,6 +170,8 @@ def plan(argv: list[str]) -> LaunchPlan:
     args.training_script_args = list(script_args)
 
     env: dict[str, str] = {}
+    if args.cpu and args.gpus is not None:  # before --gpus is checked against the GPUs there are
+        raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
     nproc = _resolve_nproc(args, env)
     args.nproc_per_node = str(nproc)
 
