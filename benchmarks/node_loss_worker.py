@@ -1,4 +1,4 @@
-"""Elastic training job for benchmarks/node_loss.py: a small MLP, checkpoint every 5 steps.
+"""Elastic training job for benchmarks/node_loss.py and tests/test_node_loss.py: a small MLP, checkpoint every 5 steps.
 
 Every rank appends "host restart_count world_size time step" to DISTRAIN_FIRST_STEP_FILE after
 the first optimizer step of each start (the resumed step is the one after the checkpoint).
@@ -48,3 +48,5 @@ while step < args.steps:
 ckpt.save(step)
 ckpt.close()
 ctx.shutdown()
+if ctx.is_main:
+    print(f"finished at step {step} on {ctx.world_size} rank(s)", flush=True)
