@@ -84,7 +84,7 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
         assert _close(row["test acc"], r["final_test_acc"], 4)
     for chart in CHARTS:
         assert f"]({chart})" in report
-    assert "distrain bench scaling --nproc 1,2" in report and "load average" in report
+    assert "distrain bench scaling --workload digits --nproc 1,2" in report and "load average" in report
     assert results["interpretation"]["accuracy_syncbn"].startswith("On 2 processes")
 
     # --resume reuses every finished run: same numbers, no new training
