@@ -15,29 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from proc_tree import kill_tree
+
 WORKER = Path(__file__).resolve().parent / "exit_worker.py"
-
-
-def _kill_tree(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL the launcher and every descendant (workers run in sessions of their own)."""
-    import psutil
-
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    for child in tree:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
 
 
 def one(mode: str, timeout: float) -> str:
@@ -47,7 +32,7 @@ def one(mode: str, timeout: float) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc)
+        kill_tree(proc)
         proc.communicate()
         return "hung"
     if "terminate called" in out or proc.returncode != 0:

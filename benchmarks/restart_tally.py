@@ -16,30 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from proc_tree import kill_tree
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "raw_restart_worker.py"
-
-
-def _kill_tree(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL the launcher and every descendant (workers run in sessions of their own)."""
-    import psutil
-
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        tree = []
-    for child in tree:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
 
 
 def one(share: bool, timeout: float) -> tuple[str, float]:
@@ -55,7 +40,7 @@ def one(share: bool, timeout: float) -> tuple[str, float]:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc)
+        kill_tree(proc)
         proc.communicate()
         return "hung", time.monotonic() - start
     finished = out.count("finished")
