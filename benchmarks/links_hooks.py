@@ -2,8 +2,9 @@
 
     sudo PYTHONPATH=$PWD/src python3 benchmarks/links_hooks.py --rounds 2 --rate 1gbit --model mlp
 
-Configurations: no hook, bf16, fp16, PowerSGD rank 2 and rank 4 (compressing from step 10; one
-64 MB bucket, which PowerSGD needs on gloo; the others keep DDP's 25 MB buckets), each
+Configurations: no hook, bf16, fp16, PowerSGD rank 2 and rank 4 (compressing from step 10;
+distrain puts the whole model in one bucket for PowerSGD on gloo, the others keep DDP's 25 MB
+buckets), each
 a real `distrain run --nnodes 2` job of benchmarks/links_hooks_worker.py (one thread per
 process).  Rounds interleave the configurations (rotated each round).  Prints every run, then
 median samples/s, the ratio to no hook, and the test accuracy (median) with its difference to
@@ -39,7 +40,7 @@ def one(net: Hosts, hook: str, args: argparse.Namespace, tmp: Path, port: int) -
         logs.append(tmp / f"node{i}.log")
         argv = [sys.executable, "-m", "distrain.cli", "run", "--nnodes", "2", "--node-rank", str(i), "--master-addr", net.addrs[0],
                 "--master-port", str(port), "-n", "1", WORKER, "--model", args.model, "--hook", hook, "--epochs", str(args.epochs),
-                "--out", str(out)] + (["--bucket-cap-mb", "64"] if hook.startswith("powersgd") else [])
+                "--batch-size", str(args.batch_size), "--out", str(out)]
         procs.append(net.start(i, argv, logs[i], env=env))
     for proc, log in zip(procs, logs, strict=True):
         if proc.wait(timeout=900) != 0:
@@ -55,6 +56,7 @@ def main() -> int:
     ap.add_argument("--rate", default="1gbit", help="link rate in tc units (default 1gbit)")
     ap.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16, help="per process")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     args = ap.parse_args()
     configs = args.configs.split(",")

@@ -7,9 +7,7 @@ to 32x32.  `--model mlp`: 1024-2048-2048-2048-10 (10.5 M parameters); `--model r
 torchvision's ResNet-18 (11.2 M) on the images as 3 channels.  SGD with momentum, each rank
 takes every world-th sample of a shared per-epoch shuffle.  Steps after the first 15 are timed
 (PowerSGD compresses from step 10).  Rank 0 writes samples/s, ms/step and the test accuracy.
-PowerSGD on gloo needs the whole model in one bucket (``--bucket-cap-mb 64``): with several, its
-chained all-reduces are issued from gloo's callback threads in a different order on each rank
-and gloo aborts ("Received data size doesn't match expected size").
+For PowerSGD on gloo distrain puts the whole model in one bucket (see train/comm_hooks.py).
 """
 
 import argparse
@@ -28,6 +26,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
 p.add_argument("--hook", default="none")
 p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--image-size", type=int, default=32, help="digits are 8x8; upsampled to this")
 p.add_argument("--batch-size", type=int, default=16, help="per rank")
 p.add_argument("--lr", type=float, default=0.02)
 p.add_argument("--warmup", type=int, default=15)
@@ -38,12 +37,12 @@ args = p.parse_args()
 ctx = distrain.init(threads=1, verbose=False)
 torch.manual_seed(0)
 digits = load_digits()
-images = F.interpolate(torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0, size=32, mode="bilinear", align_corners=False)
+images = F.interpolate(torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0, size=args.image_size, mode="bilinear", align_corners=False)
 labels = torch.tensor(digits.target)
 order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
 train, test = order[:1437], order[1437:]
 if args.model == "mlp":
-    net: nn.Module = nn.Sequential(nn.Flatten(), nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+    net: nn.Module = nn.Sequential(nn.Flatten(), nn.Linear(args.image_size**2, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
                                    nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
 else:
     images = images.repeat(1, 3, 1, 1)

@@ -14,6 +14,18 @@ compress what it sends.  These are torch's own hooks; distrain only names them:
 
 They change the numerics, so they are never on unless asked:
 ``ctx.prepare_model(model, comm_hook="bf16", bucket_cap_mb=5)``.
+
+Two things distrain adds around torch's PowerSGD hook, both for CPU/gloo jobs:
+
+- On gloo the hook must see the whole model in one bucket: it issues its all-reduces from
+  gloo's callback threads, so with several buckets the ranks issue them in different orders and
+  gloo aborts ("Received data size doesn't match expected size").  ``one_bucket_mb`` sizes the
+  bucket; the DDP strategy applies it.
+- The hook computes ``Q = Mᵀ·P`` as ``torch.bmm(M.transpose(1, 2), P)``.  On x86 CPUs (MKL)
+  that transposed product with a narrow ``P`` runs at ~0.1 GFLOP/s: 77 ms for a 2048×2048
+  gradient at rank 2, against 2.8 ms for the same product computed as ``(Pᵀ·M)ᵀ``
+  (benchmarks/RESULTS.md).  ``_FastLowRankProducts`` stands in for ``torch`` inside the hook's
+  module and reroutes exactly that product; everything else is torch's own code.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 HOOKS = ("bf16", "fp16", "powersgd")
@@ -48,12 +61,44 @@ def parse_hook(spec: str) -> tuple[str, dict[str, int]]:
     return name, options
 
 
+def one_bucket_mb(model: nn.Module) -> float:
+    """A DDP ``bucket_cap_mb`` that holds all of `model`'s gradients in one bucket."""
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return nbytes / 2**20 + 1.0
+
+
+class _FastLowRankProducts:
+    """``torch`` as PowerSGD's hook module sees it, with ``bmm(Mᵀ, P)`` computed as ``(Pᵀ·M)ᵀ``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def bmm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``torch.bmm``, rerouted when `input` is a transposed contiguous CPU batch and `mat2` is narrow."""
+        transposed = input.dim() == 3 and input.transpose(1, 2).is_contiguous() and not input.is_contiguous()
+        if not (transposed and input.device.type == "cpu" and mat2.size(2) < input.size(2)):
+            return torch.bmm(input, mat2, out=out)
+        product = torch.bmm(mat2.transpose(1, 2), input.transpose(1, 2)).transpose(1, 2)
+        if out is None:
+            return product
+        return out.copy_(product)
+
+
+def _use_fast_low_rank_products() -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    if getattr(powerSGD_hook, "torch", None) is torch:  # a torch whose hook no longer reads `torch.bmm` is left alone
+        powerSGD_hook.torch = _FastLowRankProducts()  # type: ignore[attr-defined]
+
+
 def register_comm_hook(model: nn.parallel.DistributedDataParallel, spec: str) -> Any:
     """Register the named hook on a DDP model; returns the hook's state (PowerSGDState or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     name, options = parse_hook(spec)
     if name == "powersgd":
+        _use_fast_low_rank_products()
         state = powerSGD_hook.PowerSGDState(
             process_group=None,
             matrix_approximation_rank=options["rank"],

@@ -19,6 +19,11 @@ def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: s
     """
     if sync_bn:
         model = convert_sync_batchnorm(model, device.type).to(device)
+    if comm_hook is not None and comm_hook.strip().lower().startswith("powersgd") and device.type == "cpu":
+        from ..comm_hooks import one_bucket_mb
+
+        # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
+        ddp_kwargs["bucket_cap_mb"] = max(ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model))
     if device.type == "cuda":
         ddp_kwargs.setdefault("device_ids", [device.index])
         ddp_kwargs.setdefault("output_device", device.index)
