@@ -199,6 +199,42 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
     assert rc == 0 and out.strip() == "ok", err[-3000:]
 
 
+def test_legacy_types_generators_and_custom_autograd_functions(tmp_path: Path) -> None:
+    rc, out, err = rehearsed_python(
+        """
+        import torch
+        from torch.amp import custom_bwd, custom_fwd
+        x = torch.cuda.FloatTensor(3).zero_()
+        assert isinstance(x, torch.cuda.FloatTensor) and torch.cuda.LongTensor([1, 2]).dtype == torch.int64
+        assert x.type(torch.cuda.HalfTensor).dtype == torch.float16 and x.type("torch.cuda.DoubleTensor").dtype == torch.float64
+        g = torch.Generator(device="cuda").manual_seed(5)
+        assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator) and g.device.type == "cpu"
+        assert torch.equal(torch.randn(4, device="cuda", generator=g), torch.randn(4, generator=torch.Generator().manual_seed(5)))
+
+        class Exact(torch.autograd.Function):  # the usual fp32 island inside mixed precision
+            @staticmethod
+            @custom_fwd(device_type="cuda", cast_inputs=torch.float32)
+            def forward(ctx, a):
+                assert a.dtype == torch.float32 and (a @ a.T).dtype == torch.float32, "cast_inputs/autocast-off not honoured"
+                return a * 2
+
+            @staticmethod
+            @custom_bwd(device_type="cuda")
+            def backward(ctx, grad):
+                return grad * 2
+
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            a = torch.randn(2, 2, device="cuda", requires_grad=True)
+            assert (a @ a).dtype == torch.bfloat16
+            Exact.apply(a.to(torch.bfloat16)).sum().backward()
+        assert torch.equal(a.grad, torch.full((2, 2), 2.0))
+        print("ok")
+        """,
+        tmp_path, count=2,
+    )
+    assert rc == 0 and out.strip() == "ok", err[-3000:]
+
+
 def test_dry_run_and_bad_combinations() -> None:
     res = run([python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", "--dry-run", str(SCRIPTS / "ddp_torchrun.py"), "--out", "x"],
               timeout=120, check=True)

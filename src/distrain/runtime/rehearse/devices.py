@@ -101,6 +101,39 @@ def _pin_memory(self: Any, device: Any = None) -> Any:
     return self
 
 
+def _tensor_type(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        if isinstance(dtype, str) and dtype.startswith("torch.cuda."):  # x.type("torch.cuda.HalfTensor")
+            MAPPED[".type(torch.cuda.*Tensor)"] += 1
+            dtype = "torch." + dtype[len("torch.cuda.") :]
+        elif dtype is not None and not isinstance(dtype, str) and dtype.__module__ == "torch.cuda":
+            dtype = getattr(torch, dtype.__name__)  # a torch.cuda.FloatTensor saved before install
+        return original(self, dtype, non_blocking, **kwargs) if dtype is not None else original(self)
+
+    return type
+
+
+class _AnyGenerator(type(torch.Generator)):  # type: ignore[misc]
+    """isinstance/issubclass against the stand-in ``torch.Generator`` answer for torch's own class."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, _TorchGenerator)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _TorchGenerator)
+
+
+_TorchGenerator = torch.Generator
+
+
+class _Generator(_TorchGenerator, metaclass=_AnyGenerator):
+    """``torch.Generator(device="cuda")``: a CPU generator (torch's own class; this one only maps)."""
+
+    def __new__(cls, device: Any = "cpu") -> Any:  # noqa: D102
+        return _TorchGenerator(cpu_if_cuda(device, "Generator(device=cuda)"))
+
+
 def _record_stream(self: torch.Tensor, stream: Any) -> None:
     """Tensor.record_stream(s): streams are no-ops."""
 
@@ -112,6 +145,8 @@ def install() -> None:
     for name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_zeros", "new_tensor"):
         setattr(torch.Tensor, name, _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"))
     torch.Tensor.to = _tensor_to(torch.Tensor.to)  # type: ignore[method-assign]
+    torch.Tensor.type = _tensor_type(torch.Tensor.type)  # type: ignore[method-assign,assignment]
+    torch.Generator = _Generator  # type: ignore[misc]
     for cls in (torch.Tensor, torch.UntypedStorage, torch.TypedStorage):
         cls.cuda = _cuda_method  # type: ignore[method-assign,assignment]
         cls.pin_memory = _pin_memory  # type: ignore[method-assign,assignment]

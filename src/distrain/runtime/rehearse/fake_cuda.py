@@ -288,6 +288,8 @@ _REPLACEMENTS: dict[str, Any] = {
     "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
     "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
 }
+#: torch.cuda.<kind>Tensor legacy types, which become the CPU's torch.<kind>Tensor
+_LEGACY_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
 #: torch.cuda functions a rehearsal cannot stand in for: name → what it is
 _REFUSED = {
     "CUDAGraph": "CUDA graphs", "graph": "CUDA graphs", "make_graphed_callables": "CUDA graphs",
@@ -332,6 +334,8 @@ def install(count: int) -> None:
     for name, what in _REFUSED.items():
         if hasattr(cuda, name):
             setattr(cuda, name, _refusing(name, what, getattr(cuda, name)))
+    for kind in _LEGACY_TYPES:  # torch.cuda.FloatTensor(3), x.type(torch.cuda.HalfTensor), isinstance(x, ...)
+        setattr(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"))
     cuda.graphs.CUDAGraph = cuda.CUDAGraph
     cuda.graphs.graph = cuda.graph
     cuda.graphs.make_graphed_callables = cuda.make_graphed_callables

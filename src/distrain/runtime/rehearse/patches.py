@@ -131,6 +131,20 @@ def _amp() -> None:
 
         return __init__
 
+    def custom(original: Any) -> Any:
+        # custom_fwd(device_type="cuda", cast_inputs=...) asks whether *CUDA* autocast is on; the
+        # rehearsal's autocast is the CPU's, so the decorator must look there
+        def decorator(fwd: Any = None, *, device_type: str, **kwargs: Any) -> Any:
+            if device_type == "cuda":
+                MAPPED["custom_fwd/custom_bwd(cuda) → cpu"] += 1
+                device_type = "cpu"
+            return original(fwd, device_type=device_type, **kwargs)
+
+        return decorator
+
+    for name in ("custom_fwd", "custom_bwd"):
+        _replace(autocast_mode, name, custom)
+        setattr(torch.amp, name, getattr(autocast_mode, name))
     _replace(autocast_mode.autocast, "__init__", autocast)
     _replace(grad_scaler.GradScaler, "__init__", scaler)
 
