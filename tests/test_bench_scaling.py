@@ -95,6 +95,21 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     assert {k: v["epochs"] for k, v in again.items()} == {k: v["epochs"] for k, v in runs.items()}
 
 
+def test_cpu_rehearsal_runs_every_configuration_as_stand_in_gpus(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    res = run(BENCH + ["--cpu", "--workload", "digits", "--nproc", "1,2", "--epochs", "1", "--batch-size", "64", "--out", str(out)], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = {r["name"]: r for r in json.loads((out / "results.json").read_text())["configs"]}
+    assert set(runs) == {"n1-bn", "n2-bn"}  # no all-cores row: a GPU job has no such baseline
+    for r in runs.values():
+        assert r["status"] == "ok" and r["epochs"][0]["samples"] == 1408, r
+        log = Path(r["logs"][0]).read_text()
+        n = r["nproc"]
+        assert f"{n} CPU process{'es' if n > 1 else ''} stand in for {n} GPU{'s' if n > 1 else ''}" in log, log[-2000:]
+        # the digits script picks cuda:<local rank> and NCCL as on a GPU machine; gloo formed underneath
+        assert "backend gloo · device cuda" in log and "mapped in" in log, log[-2000:]
+
+
 FLAKY_SCRIPT = '''
 import os, sys, time
 import distrain

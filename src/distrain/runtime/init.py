@@ -120,6 +120,7 @@ def init(
                 timeout=timeout,
                 device_id=dev if dev.type == "cuda" else None,
             )
+            chosen_backend = dist.get_backend()  # what really formed: under `run --cpu`, gloo for nccl
         ctx = Context(env, dev, chosen_backend, precision, n_threads)
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv)
