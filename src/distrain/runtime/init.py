@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import DEVICE, LOG_DIR
+from ..contract import CPU_REHEARSAL, DEVICE, LOG_DIR
 from ..errors import DistrainError
 from ..monitor import open_monitor
 from ..train import failure, watchdog
@@ -125,7 +125,8 @@ def init(
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
-        ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if dev.type == "cuda" else None)
+        real_gpu = dev.type == "cuda" and not os.environ.get(CPU_REHEARSAL)  # under `run --cpu` NVML has nothing to say
+        ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None)
         bound = watchdog.watchdog_seconds(watchdog_seconds)
         if bound is not None and ctx.distributed:
             ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)
