@@ -1,6 +1,6 @@
 """Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU hand conversion.
 
-    python benchmarks/rehearse.py [--rounds 5] [--nproc 2] [--steps 60]
+    python benchmarks/rehearse.py [--rounds 5] [--nproc 2] [--steps 60] [--models cnn,mlp]
 
 Each round runs `distrain run --cpu -n N rehearse_train_gpu.py` and `distrain run -n N
 rehearse_train_cpu.py` (order alternating round by round), for a small CNN and a tiny MLP (where
@@ -34,12 +34,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
     args = p.parse_args()
     import torch
 
     print(f"# torch {torch.__version__}; {os.cpu_count()} cores; load {open('/proc/loadavg').read().split()[:3]}; "
           f"rounds {args.rounds}, nproc {args.nproc}, steps {args.steps}", flush=True)
-    for model in ("cnn", "mlp"):
+    for model in args.models.split(","):
         ratios, rehearsed, converted = [], [], []
         for r in range(args.rounds):
             pair = [("rehearse_train_gpu.py", True), ("rehearse_train_cpu.py", False)]
