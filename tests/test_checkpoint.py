@@ -106,11 +106,14 @@ def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest
     assert_bitwise(reference, out)
 
 
-@pytest.mark.timeout(1800)  # ten jobs in a row; each one is bounded by JOB_TIMEOUT
-def test_sigkill_under_plain_torchrun_10_times(baseline: Path, tmp_path: Path) -> None:
-    """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store."""
+@pytest.mark.timeout(1200)  # five jobs in a row; each one is bounded by JOB_TIMEOUT
+def test_sigkill_under_plain_torchrun_5_times(baseline: Path, tmp_path: Path) -> None:
+    """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store.
+
+    Five runs: with torch's shared store 2 of 3 restarts failed (benchmarks/restart_tally.py), so a
+    regression passes five in a row with probability (1/3)^5 < 0.5 %."""
     finished = 0
-    for i in range(10):
+    for i in range(5):
         t0 = time.monotonic()
         d = tmp_path / f"r{i}"
         cmd = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1", WORKER, "--",
@@ -120,8 +123,8 @@ def test_sigkill_under_plain_torchrun_10_times(baseline: Path, tmp_path: Path) -
         assert "distrain: resumed from" in result.stdout
         assert_bitwise(baseline, d / "final.pt")
         finished += 1
-        print(f"torchrun kill-restart run {i + 1}/10 finished bitwise equal in {time.monotonic() - t0:.1f} s", flush=True)
-    assert finished == 10
+        print(f"torchrun kill-restart run {i + 1}/5 finished bitwise equal in {time.monotonic() - t0:.1f} s", flush=True)
+    assert finished == 5
 
 
 # -- SIGTERM to the launcher, then a fresh start ----------------------------------------------
