@@ -61,15 +61,7 @@ def main() -> None:
     width = int((args.params / 4) ** 0.5)
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
-    if args.strategy == "fsdp":
-        # ctx.prepare_model(net, strategy="fsdp") once the fsdp branch is merged
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in net:
-            fully_shard(layer)
-        model = fully_shard(net)
-    else:
-        model = ctx.prepare_model(net)
+    model = ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear) if args.strategy == "fsdp" else ctx.prepare_model(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model(torch.randn(2, width)).sum().backward()
     opt.step()  # momentum buffers exist: the checkpoint holds weights and optimizer state

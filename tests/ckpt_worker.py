@@ -6,7 +6,7 @@ Faults are injected deterministically, never by racing a timer:
   --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
   --raise-at K         raise ValueError at step K
   --fault-rank R       the rank that does it (default 1)
---strategy fsdp shards the model with FSDP2 (``fully_shard`` per Linear, then the root) instead
+--strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp", shard=nn.Linear)``: each Linear, then the root) instead
 of DDP.  --out (and --dump-restored) hold the full, unsharded model and optimizer state in
 DCP's naming (parameter names as keys), the same for every strategy.
 Faults fire on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0) and only when the
@@ -60,16 +60,7 @@ x = torch.randn(args.samples, 16, generator=g, dtype=dtype)
 y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
 torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, 3)).to(dtype)
-if args.strategy == "fsdp" and ctx.distributed:
-    # TODO(fsdp branch): ctx.prepare_model(net, strategy="fsdp") once it is merged
-    from torch.distributed.fsdp import fully_shard
-
-    for layer in net:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    model = fully_shard(net)
-else:
-    model = ctx.prepare_model(net)
+model = ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear) if args.strategy == "fsdp" and ctx.distributed else ctx.prepare_model(net)
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
