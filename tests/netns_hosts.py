@@ -15,9 +15,11 @@ Benchmarks use it too: ``sys.path.insert(0, "tests")`` then ``with hosts(2, rate
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -113,6 +115,14 @@ class Hosts:
                 text = "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in logs)
                 pytest.fail(f"multi-node job did not finish within {timeout}s\n{text}")
         return codes
+
+    def kill_node(self, i: int) -> int:
+        """SIGKILL every process in node `i`'s namespace at once (the machine dies); how many."""
+        pids = subprocess.run(["ip", "netns", "pids", self.names[i]], capture_output=True, text=True, check=True).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        return len(pids)
 
     def kill_all(self) -> None:
         """SIGKILL every process group started here."""

@@ -8,11 +8,9 @@ SSDs.  Nothing a node writes there is visible to the other.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,10 +128,7 @@ def test_per_node_disks_survive_node_loss(hosts2: Hosts, tmp_path: Path) -> None
             pytest.fail("no checkpoint on both disks\n" + "\n".join(log.read_text()[-3000:] for log in logs))
         time.sleep(0.2)
     assert _history(hist)[-1]["world"] == 2
-    pids = subprocess.run(["ip", "netns", "pids", hosts2.names[1]], capture_output=True, text=True, check=True).stdout.split()
-    for pid in pids:  # the node dies, its disk with it
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    assert hosts2.kill_node(1)  # the node dies, its disk with it
     codes = hosts2.wait([procs[0]], 300, logs)
     text = logs[0].read_text()
     assert codes == [0], text

@@ -6,11 +6,8 @@ resolves to 127.0.0.1 — the classic trap that makes plain torchrun advertise l
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -172,11 +169,7 @@ def test_node_loss_scale_down(hosts2: Hosts, tmp_path: Path) -> None:
     _wait_for_checkpoint(ckpt, 4, procs, logs)
     assert _history(hist)[-1]["world"] == 2
     # the node dies: every process in its namespace (agent and workers) is SIGKILLed
-    pids = subprocess.run(["ip", "netns", "pids", hosts2.names[1]], capture_output=True, text=True, check=True).stdout.split()
-    assert pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    assert hosts2.kill_node(1)
     codes = hosts2.wait([procs[0]], 300, logs)
     text = logs[0].read_text()
     assert codes == [0], text

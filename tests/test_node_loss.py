@@ -9,10 +9,6 @@ distrain's take ~10 s on a loaded machine; benchmarks/node_loss.py measures it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,12 +49,8 @@ def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_pat
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
             pytest.fail("the two nodes never trained together\n" + "\n".join(log.read_text()[-3000:] for log in logs))
         time.sleep(0.1)
-    pids = subprocess.run(["ip", "netns", "pids", hosts2.names[1]], capture_output=True, text=True, check=True).stdout.split()
-    assert pids
     killed_at = time.time()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+    assert hosts2.kill_node(1)
     codes = hosts2.wait([procs[0]], 300, logs)
     text = logs[0].read_text()
     assert codes == [0], text[-4000:]
