@@ -15,7 +15,7 @@ compress what it sends.  These are torch's own hooks; distrain only names them:
 They change the numerics, so they are never on unless asked:
 ``ctx.prepare_model(model, comm_hook="bf16", bucket_cap_mb=5)``.
 
-Two things distrain adds around torch's PowerSGD hook, both for CPU/gloo jobs:
+Two things distrain adds around torch's PowerSGD hook, for gloo jobs and CPU tensors:
 
 - On gloo the hook must see the whole model in one bucket: it issues its all-reduces from
   gloo's callback threads, so with several buckets the ranks issue them in different orders and

@@ -6,6 +6,7 @@ import contextlib
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..nn import convert_sync_batchnorm
@@ -19,11 +20,12 @@ def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: s
     """
     if sync_bn:
         model = convert_sync_batchnorm(model, device.type).to(device)
-    if comm_hook is not None and comm_hook.strip().lower().startswith("powersgd") and device.type == "cpu":
-        from ..comm_hooks import one_bucket_mb
+    if comm_hook is not None:
+        from ..comm_hooks import one_bucket_mb, parse_hook
 
-        # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
-        ddp_kwargs["bucket_cap_mb"] = max(ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model))
+        if parse_hook(comm_hook)[0] == "powersgd" and dist.get_backend(ddp_kwargs.get("process_group")) == "gloo":
+            # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
+            ddp_kwargs["bucket_cap_mb"] = max(ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model))
     if device.type == "cuda":
         ddp_kwargs.setdefault("device_ids", [device.index])
         ddp_kwargs.setdefault("output_device", device.index)
