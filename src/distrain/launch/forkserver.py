@@ -233,9 +233,15 @@ class _QuietWorkerExit(logging.Filter):
         # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
         # on its own last line
         if str(record.msg).startswith("failed (exitcode"):
-            # a worker killed by a signal printed nothing itself: keep torch's line for that one
+            # a worker killed by a signal printed nothing itself: keep torch's line (not its
+            # traceback of torch.multiprocessing internals) for that one
+            record.exc_info, record.exc_text = None, None
             code = record.args[0] if isinstance(record.args, tuple) and record.args else 0
             return isinstance(code, int) and code < 0
-        if record.exc_info and type(record.exc_info[1]).__name__ == "ProcessExitedException":
-            record.exc_info, record.exc_text = None, None
+        if record.exc_info:
+            # torch's log formatter imports torch._dynamo (~1 s) to format any exception: in the
+            # agent that import sat between a worker's death and the restart.  Formatted here,
+            # the text is the same and nothing is imported.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
         return True

@@ -85,16 +85,22 @@ def _let_the_agent_see_the_cause(exc: BaseException) -> None:
 
     A fresh worker's exit is noticed by the agent's poll of every process; a forked one is
     found through multiprocessing's sentinels, first exit first, so a survivor that exits at
-    once can be named as the failed rank instead of the SIGKILLed one.  The agent terminates
-    this process as soon as it has seen the real failure, so the wait costs nothing then.
+    once can be named as the failed rank instead of the SIGKILLed one.  The agent sends this
+    process SIGTERM as soon as it has seen the real failure: if that already happened there
+    is nothing to wait for, and otherwise SIGTERM ends the wait (and the process) at once.
+    The preemption handler must not catch it here: it would turn the agent's teardown into
+    "checkpoint at the end of this step" and the sleep would run to its end.
     """
     from ..train.failure import is_peer_failure
+    from ..train.signals import stop_signal_received
 
-    if is_peer_failure(exc):
-        # the dead peer may be on another node, whose loss no local agent sees: waiting 5 s
-        # there would only delay the survivors' restart; a local peer is seen within ~0.1 s
-        multi_node = os.environ.get("LOCAL_WORLD_SIZE", "1") != os.environ.get("WORLD_SIZE", "1")
-        time.sleep(1.0 if multi_node else 5.0)
+    if not is_peer_failure(exc) or stop_signal_received():
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # the dead peer may be on another node, whose loss no local agent sees: waiting 5 s
+    # there would only delay the survivors' restart; a local peer is seen within ~0.1 s
+    multi_node = os.environ.get("LOCAL_WORLD_SIZE", "1") != os.environ.get("WORLD_SIZE", "1")
+    time.sleep(1.0 if multi_node else 5.0)
 
 
 def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | None:

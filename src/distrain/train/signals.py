@@ -26,6 +26,14 @@ from typing import Any, NoReturn
 #: the signals treated as "stop soon": preemption and Ctrl-C
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+#: set by the first stop signal any StopRequest of this process caught
+_received = threading.Event()
+
+
+def stop_signal_received() -> bool:
+    """Whether this process caught a stop signal (a scheduler's, or the agent tearing down)."""
+    return _received.is_set()
+
 
 def stop_signals() -> tuple[signal.Signals, ...]:
     """STOP_SIGNALS, plus SIGUSR1 inside a SLURM job (its time-limit warning, as in Lightning).
@@ -90,6 +98,7 @@ class StopRequest:
         if self.signum is None:
             self.signum = signum
             self.received_at = time.monotonic()
+            _received.set()
             print(
                 f"distrain: received {signal.Signals(signum).name}: checkpointing at the end of this step, "
                 f"then exiting (grace {self.grace_s:g} s)",
