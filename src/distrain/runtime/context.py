@@ -205,13 +205,17 @@ class Context(Reductions):
         shuffle: bool = True,
         drop_last: bool = True,
         seed: int = 0,
+        seed_samples: bool | None = None,
         **kwargs: Any,
     ) -> DistributedLoader:
         """A training DataLoader: ``batch_size`` samples **per process**, epochs advance by themselves.
 
         The global batch is ``batch_size × world_size``; its contents do not depend on the
         world size, and the short last global batch of each epoch is dropped on every world size
-        (no duplicated samples; see :mod:`distrain.train.data`).  Other keyword arguments (``num_workers``,
+        (no duplicated samples; see :mod:`distrain.train.data`).  Random draws made in the
+        dataset's ``__getitem__`` are seeded per sample from (``seed``, epoch, index), so
+        augmentation is the same with any ``num_workers`` and resumes exactly
+        (``seed_samples=False`` opts out).  Other keyword arguments (``num_workers``,
         ``collate_fn``, …) go to DataLoader.
         """
         sampler = GlobalBatchSampler(
@@ -223,7 +227,7 @@ class Context(Reductions):
             seed=seed,
             drop_last=drop_last,
         )
-        return DistributedLoader(dataset, sampler, **self._loader_defaults(kwargs))
+        return DistributedLoader(dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs))
 
     def prepare_eval_loader(self, dataset: Dataset[Any], batch_size: int, **kwargs: Any) -> DataLoader:
         """An evaluation DataLoader over this rank's unpadded shard: every sample counted once.

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .sample_seeds import EpochKeyedBatches, SeededSamples, draws_nothing
+
 
 class GlobalBatchSampler(Sampler[list[int]]):
     """Yields this rank's per-step index lists; resumable at any step, any world size.
@@ -120,15 +122,25 @@ class DistributedLoader(DataLoader):
 
     Each full pass over the loader moves to the next epoch (no ``set_epoch`` call needed), and
     ``state_dict()`` / ``load_state_dict()`` capture the epoch and the step inside it, so a
-    resumed job continues at the exact batch where it stopped.
+    resumed job continues at the exact batch where it stopped.  Random draws in the dataset's
+    ``__getitem__`` (augmentation) are seeded per sample (:mod:`.sample_seeds`), so they resume
+    exactly too, with any ``num_workers``; ``seed_samples=False`` turns that off, and it is off
+    by default for a TensorDataset, which draws nothing.
     """
 
-    def __init__(self, dataset: Dataset[Any], batch_sampler: GlobalBatchSampler, **kwargs: Any) -> None:
+    def __init__(self, dataset: Dataset[Any], batch_sampler: GlobalBatchSampler, seed_samples: bool | None = None, **kwargs: Any) -> None:
         # A private generator: DataLoader draws the workers' base seed from it when an iterator
         # starts, instead of from the global RNG, so a mid-epoch resume (which starts a new
         # iterator) leaves the training RNG stream exactly as in an uninterrupted run.
         kwargs.setdefault("generator", torch.Generator())
-        super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
+        if seed_samples is None:
+            seed_samples = not draws_nothing(dataset)
+        #: whether every sample's random draws are seeded by (seed, epoch, index): train/sample_seeds.py
+        self.seeds_samples = seed_samples
+        if seed_samples:
+            super().__init__(SeededSamples(dataset, batch_sampler.seed), batch_sampler=EpochKeyedBatches(batch_sampler), **kwargs)
+        else:
+            super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
         self.global_sampler = batch_sampler
         self.epoch = 0
         self.step_in_epoch = 0

@@ -229,7 +229,12 @@ class Checkpointer:
             self._load_plain(shared, path)
         name = rank_file(self.ctx.rank)
         if name in manifest["files"]:
-            set_rng_state(load_file(os.path.join(path, name))["rng"])
+            own = load_file(os.path.join(path, name))
+            set_rng_state(own["rng"])
+            missing = self._reg.load_local_buffers(own["buffers"]) if "buffers" in own else []
+            if missing and self.ctx.is_main:
+                _warn(f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
+                      "those buffers are rank 0's saved copy")
         else:
             _warn(f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
         return self._resumed(shared, path)
@@ -294,7 +299,7 @@ class Checkpointer:
         writes_dcp = bool(self._reg.modules) and (self.topology.shared or leader)
         share = (self.ctx.rank, self.ctx.world_size) if self.topology.shared and self.ctx.world_size > 1 else None
         tensors = self._reg.dcp_state(share) if writes_dcp else None
-        mine = {"format": FORMAT, "rank": self.ctx.rank, "step": step, "rng": rng_state()}
+        mine = {"format": FORMAT, "rank": self.ctx.rank, "step": step, "rng": rng_state(), "buffers": self._reg.local_buffers()}
         if not synchronous:
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import CheckpointException, FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
@@ -124,9 +124,22 @@ def save(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None)
     """
     writer = FileSystemWriter(directory, single_file_per_rank=True, sync_files=True, thread_count=1, overwrite=True)
     try:
-        dcp.save(state, storage_writer=writer, process_group=group, no_dist=group is None)
+        dcp.save(state, storage_writer=writer, planner=_lowest_rank_planner(), process_group=group, no_dist=group is None)
     except CheckpointException as err:
         raise _one_line(err, f"DCP save into {directory}") from None
+
+
+def _lowest_rank_planner() -> DefaultSavePlanner:
+    """DCP's planner, writing each replicated tensor from the lowest rank holding it.
+
+    Its default lets whichever rank has written least so far write a replicated tensor; with
+    plain BatchNorm under FSDP/HSDP the ranks' buffers differ, and the checkpoint must hold
+    rank 0's copy (each rank's own is in its rank file).
+    """
+    try:
+        return DefaultSavePlanner(dedup_save_to_lowest_rank=True)
+    except TypeError:  # torch < 2.5: no choice, DCP's default dedup
+        return DefaultSavePlanner()
 
 
 def load(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None) -> None:

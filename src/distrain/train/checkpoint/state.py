@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +135,8 @@ class Registered:
         for name, m in self.modules.items():
             msd = get_model_state_dict(m)
             if share is not None and strategy_of(m) != "fsdp":
-                owners[name] = _balance(msd, share[1])
+                params = {fqn for fqn, _ in _unwrap(m).named_parameters()}
+                owners[name] = _balance(msd, share[1], replicas_differ=set(msd) - params)
                 msd = {k: v for k, v in msd.items() if owners[name][k] == share[0]}
             state[name] = msd
         for name, (opt, owner) in self.optimizers.items():
@@ -152,17 +154,48 @@ class Registered:
         for name, (opt, owner) in self.optimizers.items():
             set_optimizer_state_dict(self.modules[owner], opt, state[name])
 
+    def local_buffers(self) -> dict[str, dict[str, torch.Tensor]]:
+        """This rank's own buffers of every model (BatchNorm statistics and the like).
+
+        Under DDP with plain BatchNorm, and under FSDP, which never syncs buffers, each rank's
+        running statistics differ: DCP keeps one copy (rank 0's), the rank file keeps each
+        rank's, so a resume on the same world size gives every rank back exactly its own.
+        """
+        return {name: {fqn: b.detach() for fqn, b in _unwrap(m).named_buffers()} for name, m in self.modules.items()}
+
+    def load_local_buffers(self, saved: Mapping[str, Mapping[str, torch.Tensor]]) -> list[str]:
+        """Copy what :meth:`local_buffers` saved back in place; returns the names it had no value for."""
+        missing: list[str] = []
+        for name, m in self.modules.items():
+            mine = saved.get(name, {})
+            for fqn, buf in _unwrap(m).named_buffers():
+                value = mine.get(fqn)
+                if value is None or value.shape != buf.shape:
+                    missing.append(f"{name}.{fqn}")
+                    continue
+                with torch.no_grad():
+                    buf.copy_(value)
+        return missing
+
     def plain_state(self) -> dict[str, Any]:
         """state_dict() of every other object (scheduler, loader, scaler, yours)."""
         return {name: obj.state_dict() for name, obj in self.plain.items()}
 
 
-def _balance(tensors: Mapping[str, Any], world: int) -> dict[str, int]:
-    """Each key's rank: the largest tensors first, each to the rank with the fewest bytes so far."""
+def _balance(tensors: Mapping[str, Any], world: int, replicas_differ: AbstractSet[str] = frozenset()) -> dict[str, int]:
+    """Each key's rank: the largest tensors first, each to the rank with the fewest bytes so far.
+
+    Keys in `replicas_differ` (buffers: plain BatchNorm's running statistics differ per rank
+    between DDP's broadcasts) go to rank 0, whose copy is the one DDP broadcasts next; DDP's
+    parameters and optimizer state are the same on every rank, so any rank may write them.
+    """
     load = [0] * world
     owner: dict[str, int] = {}
     sizes = {k: v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0 for k, v in tensors.items()}
-    for key in sorted(tensors, key=lambda k: (-sizes[k], k)):
+    for key in sorted(k for k in tensors if k in replicas_differ):
+        owner[key] = 0
+        load[0] += sizes[key]
+    for key in sorted((k for k in tensors if k not in replicas_differ), key=lambda k: (-sizes[k], k)):
         rank = min(range(world), key=lambda r: load[r])
         owner[key] = rank
         load[rank] += sizes[key]
