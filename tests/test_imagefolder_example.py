@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +84,61 @@ def test_pretrained_matching_weights_and_frozen_layers(image_folder: Path, tmp_p
     res = run(cmd + ["--epochs", "2"], timeout=280, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from" in res.stdout and "epoch 2/2" in res.stdout and "epoch 1/2" not in res.stdout
+
+
+@pytest.fixture(scope="module")
+def bigger_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes of 16 small JPEGs: 39 training images, 4 steps an epoch at 2 × 4."""
+    root = tmp_path_factory.mktemp("flowers48")
+    rng = np.random.default_rng(1)
+    for c, name in enumerate(["daisy", "roses", "tulips"]):
+        (root / name).mkdir()
+        for i in range(16):
+            Image.fromarray((rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")).save(root / name / f"{i}.jpg")
+    return root
+
+
+@pytest.mark.timeout(400)
+def test_sigkill_resumes_bitwise_with_other_num_workers(bigger_folder: Path, tmp_path: Path) -> None:
+    """BatchNorm, RandomResizedCrop/flip read by 2 DataLoader workers, a rank SIGKILLed at a random
+    moment after the first checkpoint: the resumed run's model.pt equals, bit for bit, that of an
+    uninterrupted run which read its data with no workers at all."""
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from conftest import kill_group
+
+    common = [SCRIPT, "--data", str(bigger_folder), "--arch", "resnet18", "--image-size", "32", "--epochs", "3", "--batch-size", "4",
+              "--checkpoint-every", "2"]
+    launcher = [python(), "-m", "distrain.cli", "run", "-n", "2"]
+    ref = tmp_path / "ref"
+    res = run(launcher + common + ["--out", str(ref), "--workers", "0", "--checkpoint-dir", str(tmp_path / "ref-ckpt")], timeout=280)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    seed = random.randrange(1_000_000)
+    rng = random.Random(seed)
+    victim, delay = rng.choice([0, 1]), rng.uniform(0.0, 1.0)
+    out, ckpt, run_dir = tmp_path / "killed", tmp_path / "ckpt", tmp_path / "run"
+    cmd = launcher + ["--max-restarts", "2", "--run-dir", str(run_dir)] + common + ["--out", str(out), "--workers", "2", "--checkpoint-dir", str(ckpt)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 200
+        while not (ckpt / "latest").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
+            time.sleep(0.02)
+        time.sleep(delay)
+        lines = (run_dir / "metrics" / f"rank-{victim}.jsonl").read_text().splitlines()
+        pid = int(json.loads(lines[-1])["pid"])
+        assert proc.poll() is None, f"the job ended before the kill (seed {seed})"
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=280)
+    finally:
+        kill_group(proc)
+    what = f"rank {victim} killed {delay:.2f} s after the first checkpoint (seed {seed})"
+    assert proc.returncode == 0, f"{what}\n{stderr[-3000:]}"
+    assert "resumed from" in stdout, what
+    a, b = torch.load(ref / "model.pt", weights_only=True), torch.load(out / "model.pt", weights_only=True)
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, f"{what}: {len(differ)} tensors differ, e.g. {differ[:4]}"
