@@ -66,6 +66,9 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
 
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+if not first_attempt and ctx.is_main and args.timeline:
+    with open(args.timeline, "a") as f:
+        f.write(f"restarted {time.time():.6f}\n")  # the new attempt's process group is up
 marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
 faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
 

@@ -127,6 +127,20 @@ def test_sigkill_under_plain_torchrun_5_times(baseline: Path, tmp_path: Path) ->
     assert finished == 5
 
 
+def test_survivor_of_a_sigkill_does_not_wait_for_its_dead_peer(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed: rank 0 must leave at once so the agent can restart the group.
+
+    It once caught the agent's SIGTERM as a preemption ("checkpointing at the end of this step")
+    and slept 5 s before exiting.  Bound: the restarted attempt's process group is up within 3 s
+    of the kill (it takes ~0.3 s on a quiet machine; the stall alone was 5 s)."""
+    timeline = tmp_path / "timeline"
+    ok(distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "final.pt"), "--kill-at", "6",
+                    "--step-sleep", "0.05", "--timeline", str(timeline), restarts=1))
+    events = dict(line.split() for line in timeline.read_text().splitlines())
+    gap = float(events["restarted"]) - float(events["fault"])
+    assert gap < 3.0, f"the group restarted {gap:.1f} s after the kill: the survivor waited for its dead peer"
+
+
 # -- SIGTERM to the launcher, then a fresh start ----------------------------------------------
 def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) -> None:
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"
