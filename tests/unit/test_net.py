@@ -1,0 +1,38 @@
+"""net.py: loopback recognition, the interface table and this host's reachable address (facts patched)."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from distrain import net
+
+
+@pytest.mark.parametrize(("address", "loopback"), [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("localhost", True),
+                                                    ("10.0.0.1", False), ("1270.0.0.1", False), ("0.0.0.0", False)])  # fmt: skip
+def test_is_loopback(address: str, loopback: bool) -> None:
+    assert net.is_loopback(address) is loopback
+
+
+def _addr(family: int, address: str) -> SimpleNamespace:
+    return SimpleNamespace(family=family, address=address)
+
+
+@pytest.fixture
+def interfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"lo": [_addr(socket.AF_INET, "127.0.0.1")], "eth0": [_addr(socket.AF_INET6, "fe80::1"), _addr(socket.AF_INET, "10.0.0.2")],
+             "docker0": [_addr(socket.AF_INET6, "fe80::2")]}  # fmt: skip
+    monkeypatch.setattr(net, "psutil", SimpleNamespace(net_if_addrs=lambda: table))
+
+
+def test_interface_addresses_lists_ipv4_only(interfaces: None) -> None:
+    assert net.interface_addresses() == {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]}
+
+
+def test_host_address_avoids_a_loopback_hostname(interfaces: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(net.socket, "gethostbyname", lambda name: "127.0.1.1")
+    assert net.host_address() == "10.0.0.2"
+    monkeypatch.setattr(net.socket, "gethostbyname", lambda name: "192.0.2.5")
+    assert net.host_address() == "192.0.2.5"
