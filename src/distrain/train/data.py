@@ -18,6 +18,7 @@ counted exactly once (DistributedSampler pads with duplicates to equalise shard 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -171,6 +172,7 @@ class DistributedLoader(DataLoader):
             "step_in_epoch": 0 if ended else self.step_in_epoch,
             "global_batch_size": self.global_sampler.global_batch_size,
             "seed": self.global_sampler.seed,
+            "seed_samples": self.seeds_samples,
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
@@ -183,6 +185,14 @@ class DistributedLoader(DataLoader):
             )
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
+        changed = []
+        if "seed" in state and int(state["seed"]) != self.global_sampler.seed:
+            changed.append(f"seed {state['seed']} → {self.global_sampler.seed} (another sample order from here on)")
+        if bool(state.get("seed_samples", False)) != self.seeds_samples:
+            changed.append(f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
+                           "(other augmentation draws from here on)")
+        if changed and self.global_sampler.rank == 0:  # resumable, but not the run that was saved: say so once
+            print(f"distrain: loader: resumed with {'; '.join(changed)}", file=sys.stderr, flush=True)
 
 
 def dataset_length(dataset: Any) -> int:

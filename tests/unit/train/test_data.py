@@ -1,6 +1,6 @@
 """train/data.py: GlobalBatchSampler's global-batch math and resume, ShardedEvalSampler's exact shards.
 
-(DistributedLoader and its worker seeding are not covered here: that part is being rewritten.)
+(DistributedLoader and its per-sample seeding: test_sample_seeds.py.)
 """
 
 from __future__ import annotations
