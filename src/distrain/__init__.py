@@ -19,7 +19,7 @@ from .launch.spawn import (
     spawn,  # torch-free until called; eager so `distrain.spawn` stays the function
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
 
 # `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
 # user's argparse sees it (ctx.local_rank has the value).  (runtime/forked.py repeats this in

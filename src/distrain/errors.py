@@ -8,10 +8,15 @@ from typing import NoReturn
 
 
 class DistrainError(RuntimeError):
-    """A set-up problem in a worker with a one-line explanation (printed without a traceback)."""
+    """The base of distrain's errors; raised as such, a set-up problem in a worker with a one-line
+    explanation (printed without a traceback).
+
+    Its subclasses UsageError, ClusterError and NoJobError keep their own handling: a worker's
+    excepthook and ``init(exit_on_error=True)`` shorten only the other DistrainErrors to a line.
+    """
 
 
-class UsageError(Exception):
+class UsageError(DistrainError):
     """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
 
     def __init__(self, message: str, exit_code: int = 2) -> None:

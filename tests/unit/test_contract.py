@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from distrain import contract
+from distrain.cluster import ClusterError
 from distrain.contract import (
     ForkJob,
     WorkerEntrypoint,
@@ -20,7 +21,8 @@ from distrain.contract import (
     threads_per_process,
     usable_cores,
 )
-from distrain.errors import UsageError, fail, raise_usage_errors
+from distrain.errors import DistrainError, UsageError, fail, raise_usage_errors
+from distrain.monitor.status import NoJobError
 
 
 @pytest.mark.parametrize(("text", "expected"), [("5", 5.0), ("0.25", 0.25), ("1e3", 1000.0), (" 7 ", 7.0)])
@@ -45,7 +47,7 @@ def test_env_seconds_reads_positive_values(monkeypatch: pytest.MonkeyPatch) -> N
     assert env_seconds(contract.WATCHDOG) == 12.5
 
 
-@pytest.mark.parametrize("raw", [None, "", "0", "-3", "soon", "nan"])
+@pytest.mark.parametrize("raw", [None, "", "0", "-3", "soon", "nan", "inf", "-inf"])
 def test_env_seconds_is_none_when_unset_or_unusable(monkeypatch: pytest.MonkeyPatch, raw: str | None) -> None:
     if raw is not None:
         monkeypatch.setenv(contract.WATCHDOG, raw)
@@ -117,3 +119,14 @@ def test_fail_prints_one_line_and_exits_with_the_code(capsys: pytest.CaptureFixt
         fail("distrain run", "no script", 2)
     assert info.value.code == 2
     assert capsys.readouterr().err == "distrain run: error: no script\n"
+
+
+@pytest.mark.parametrize("cls", [UsageError, ClusterError, NoJobError])
+def test_distrain_errors_have_one_base(cls: type[Exception]) -> None:
+    assert issubclass(cls, DistrainError)  # `except DistrainError` catches every error distrain raises
+    assert str(cls("what to fix")) == "what to fix"
+
+
+def test_a_usage_error_keeps_its_exit_code() -> None:
+    assert UsageError("bad").exit_code == contract.USAGE_EXIT_CODE
+    assert UsageError("bad", exit_code=1).exit_code == 1

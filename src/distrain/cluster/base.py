@@ -6,9 +6,10 @@ import os
 from abc import ABC, abstractmethod
 
 from ..contract import RESTART_COUNT
+from ..errors import DistrainError
 
 
-class ClusterError(RuntimeError):
+class ClusterError(DistrainError):
     """A launcher environment is incomplete or inconsistent; the message says what to set."""
 
 

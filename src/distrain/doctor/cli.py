@@ -71,7 +71,7 @@ def parse_count(text: str) -> int:
         raise UsageError(f"--model-params expects a count like 11M or 25.6M (got {text!r})") from None
     if not 1 <= value < 1e13:
         raise UsageError(f"--model-params must be a positive count (got {text!r})")
-    return int(value)
+    return round(value)  # to the nearest: 2.01 * 1e3 is 2009.9999999999998 in binary
 
 
 def _launched_world() -> int:

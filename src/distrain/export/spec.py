@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -65,10 +64,6 @@ class JobSpec:
             *self.script_command(),
         ]  # fmt: skip
 
-    def shell_script_command(self) -> str:
-        """:meth:`script_command` quoted for a shell."""
-        return shlex.join(self.script_command())
-
 
 def parse_nnodes(value: str) -> tuple[int, int]:
     """``"2"`` → (2, 2); ``"1:4"`` → (1, 4); UsageError otherwise."""
@@ -86,5 +81,5 @@ def parse_nnodes(value: str) -> tuple[int, int]:
 
 def dns_name(text: str) -> str:
     """A Kubernetes/compose-safe name: lowercase letters, digits and dashes."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return (name or "train")[:50]
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower())[:50].strip("-")  # cut first: no dash left at either end
+    return name or "train"

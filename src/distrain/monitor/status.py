@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import DistrainError
 from .recorder import METRICS_SUBDIR
 
 #: bytes read from the end of each rank's file: plenty for the rate window, cheap to re-read
 TAIL_BYTES = 64 * 1024
 
 
-class NoJobError(Exception):
+class NoJobError(DistrainError):
     """The directory holds no distrain metrics."""
 
 

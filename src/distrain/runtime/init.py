@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
 from ..contract import CPU_REHEARSAL, DEVICE, LOG_DIR
-from ..errors import DistrainError
+from ..errors import DistrainError, UsageError
 from ..monitor import open_monitor
 from ..train import failure, watchdog
 from .context import Context, _remember, current
@@ -135,6 +135,8 @@ def init(
         if verbose:
             ctx.print(ctx.describe())
         return ctx
+    except (ClusterError, UsageError):  # DistrainErrors too, but not init's set-up errors: raised as they are
+        raise
     except DistrainError as err:
         if not exit_on_error:
             raise

@@ -12,6 +12,9 @@ import torch.distributed as dist
 
 T = TypeVar("T")
 
+#: the reductions all_reduce accepts ("mean" is a sum divided by the world size)
+_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
 
 class Reductions:
     """The collective helpers of :class:`~distrain.runtime.context.Context` (a mixin)."""
@@ -27,6 +30,8 @@ class Reductions:
 
     def all_reduce(self, value: torch.Tensor | float | int, op: str = "sum") -> torch.Tensor:
         """Sum, mean, max or min of `value` over all ranks (a new tensor; inputs untouched)."""
+        if op not in _OPS:  # checked on one process too, so a typo fails before it reaches N
+            raise ValueError(f"op must be one of {', '.join(_OPS)}, got {op!r}")
         tensor = torch.as_tensor(value).detach().clone()
         if tensor.dtype in (torch.float16, torch.bfloat16):
             tensor = tensor.float()
@@ -34,12 +39,9 @@ class Reductions:
             return tensor
         device = self.device if self.backend == "nccl" else torch.device("cpu")
         work = tensor.to(device)
-        ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-        if op not in ops:
-            raise ValueError(f"op must be one of {sorted(ops)}, got {op!r}")
         if op == "mean" and not work.is_floating_point():
             work = work.double()
-        dist.all_reduce(work, op=ops[op])
+        dist.all_reduce(work, op=_OPS[op])
         if op == "mean":
             work = work / self.world_size
         return work.to(tensor.device)

@@ -20,8 +20,13 @@ import time
 import traceback
 from types import TracebackType
 
+from ..cluster.base import ClusterError
 from ..contract import ERROR_FILE
-from ..errors import DistrainError
+from ..errors import DistrainError, UsageError
+from ..monitor.status import NoJobError
+
+#: DistrainErrors reported like any other exception (a traceback), not as a one-line set-up error
+_NOT_ONE_LINE = (UsageError, ClusterError, NoJobError)
 
 #: substrings of errors that only say "another rank went away"
 _PEER_GONE = (
@@ -43,7 +48,8 @@ def is_peer_failure(err: BaseException) -> bool:
     except (ImportError, AttributeError):
         pass
     text = str(err)
-    return isinstance(err, RuntimeError) and any(s in text for s in _PEER_GONE)
+    # UsageError and NoJobError are RuntimeErrors only as DistrainErrors: never a peer's failure
+    return isinstance(err, RuntimeError) and not isinstance(err, (UsageError, NoJobError)) and any(s in text for s in _PEER_GONE)
 
 
 def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
@@ -114,7 +120,7 @@ def install(rank: int) -> None:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, signal.SIG_DFL)
 
-        if isinstance(err, DistrainError):  # a set-up or checkpoint problem: one clear line
+        if isinstance(err, DistrainError) and not isinstance(err, _NOT_ONE_LINE):  # a set-up or checkpoint problem: one clear line
             if error_file:
                 write_error_file(error_file, err, tb)
             print(f"distrain: error: {err}", file=sys.stderr, flush=True)

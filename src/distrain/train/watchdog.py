@@ -64,12 +64,13 @@ def nccl_debug_defaults(log_dir: str | None = None) -> None:
 
 
 def train_timeout() -> dt.timedelta:
-    """The collective timeout after the first step (DISTRAIN_TRAIN_TIMEOUT seconds)."""
-    raw = os.environ.get(TRAIN_TIMEOUT, "")
-    try:
-        return dt.timedelta(seconds=float(raw)) if raw else DEFAULT_TRAIN_TIMEOUT
-    except ValueError:
-        return DEFAULT_TRAIN_TIMEOUT
+    """The collective timeout after the first step (DISTRAIN_TRAIN_TIMEOUT seconds).
+
+    Read as DISTRAIN_WATCHDOG is (:func:`~distrain.contract.env_seconds`): a value that is not a
+    positive, finite number of seconds is ignored, and the default applies.
+    """
+    seconds = env_seconds(TRAIN_TIMEOUT)
+    return dt.timedelta(seconds=seconds) if seconds is not None else DEFAULT_TRAIN_TIMEOUT
 
 
 def watchdog_seconds(explicit: float | None = None) -> float | None:

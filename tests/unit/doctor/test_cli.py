@@ -13,7 +13,6 @@ def test_parse_count(text: str, expected: int) -> None:
     assert parse_count(text) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_count() truncates float products (int(2.01*1e3) == 2009), not round")
 @pytest.mark.parametrize(("text", "expected"), [("2.01K", 2010), ("4.02M", 4_020_000)])
 def test_parse_count_is_exact_for_decimal_counts(text: str, expected: int) -> None:
     assert parse_count(text) == expected

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distrain.cluster import SingleProcessEnvironment
-from distrain.errors import DistrainError
+from distrain.cluster import ClusterError, SingleProcessEnvironment
+from distrain.errors import DistrainError, UsageError
 from distrain.runtime import init as init_module
 
 
@@ -50,3 +50,16 @@ def test_with_gpus_the_local_ranks_or_a_clear_error(monkeypatch: pytest.MonkeyPa
 def test_default_backend_follows_the_device() -> None:
     assert init_module._default_backend(torch.device("cuda", 0)) == "nccl"
     assert init_module._default_backend(torch.device("cpu")) == "gloo"
+
+
+@pytest.mark.parametrize("err", [ClusterError("LOCAL_WORLD_SIZE is not set"), UsageError("bad value")])
+def test_exit_on_error_leaves_cluster_and_usage_errors_raised(monkeypatch: pytest.MonkeyPatch, err: DistrainError) -> None:
+    """Both are DistrainErrors, but not init's own set-up errors: they are raised, not turned into exit 1."""
+
+    def broken(*_: object) -> int:
+        raise err
+
+    monkeypatch.setattr(init_module, "detect_environment", SingleProcessEnvironment)
+    monkeypatch.setattr(init_module, "choose_threads", broken)
+    with pytest.raises(type(err), match=str(err)):
+        init_module.init(device="cpu", exit_on_error=True)

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from types import TracebackType
+
 import pytest
 
+from distrain.cluster import ClusterError
+from distrain.errors import DistrainError, UsageError
+from distrain.monitor.status import NoJobError
+from distrain.train import failure
 from distrain.train.failure import is_peer_failure
+
+Hook = Callable[[type[BaseException], BaseException, TracebackType | None], None]
 
 
 @pytest.mark.parametrize(
@@ -17,9 +28,43 @@ def test_runtime_errors_about_lost_peers(text: str) -> None:
 def test_other_errors_are_the_scripts_own() -> None:
     assert is_peer_failure(RuntimeError("CUDA out of memory")) is False
     assert is_peer_failure(ValueError("Connection reset by peer")) is False  # only RuntimeErrors count
+    # RuntimeErrors only since they are DistrainErrors: still never a peer's failure
+    assert is_peer_failure(UsageError("Connection refused")) is False
+    assert is_peer_failure(NoJobError("Connection refused")) is False
 
 
 def test_torch_distributed_network_errors_are_peer_failures() -> None:
     import torch.distributed as dist
 
     assert is_peer_failure(dist.DistNetworkError("anything")) is True
+
+
+@pytest.fixture
+def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
+    """failure.install()'s excepthook over the plain one; the signal handlers it resets come back."""
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    failure.install(0)
+    yield sys.excepthook
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def _uncaught(hook: Hook, err: BaseException) -> None:
+    try:
+        raise err
+    except BaseException as raised:
+        hook(type(raised), raised, raised.__traceback__)
+
+
+def test_a_distrain_error_is_one_line(hook: Hook, capfd: pytest.CaptureFixture[str]) -> None:
+    _uncaught(hook, DistrainError("fp16 needs a GPU"))
+    assert capfd.readouterr().err == "distrain: error: fp16 needs a GPU\n"
+
+
+@pytest.mark.parametrize("err", [UsageError("bad option"), ClusterError("RANK is not set"), NoJobError("no job")])
+def test_its_other_kinds_keep_their_traceback(hook: Hook, capfd: pytest.CaptureFixture[str], err: DistrainError) -> None:
+    _uncaught(hook, err)
+    out = capfd.readouterr().err
+    assert out.startswith("[rank0]: Traceback (most recent call last):") and "distrain: error:" not in out
+    assert out.rstrip().endswith(f"{type(err).__name__}: {err}")
