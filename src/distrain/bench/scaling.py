@@ -212,6 +212,22 @@ def build_results(argv: list[str], label: str, runs: list[dict[str, Any]], threa
     }
 
 
+def portable(results: dict[str, Any]) -> dict[str, Any]:
+    """`results` with the runs' commands free of this machine's paths (a report may be committed):
+    the interpreter as ``python3``, files under the working directory relative to it."""
+    cwd = os.getcwd() + os.sep
+
+    def word(w: str) -> str:
+        if w == sys.executable:
+            return "python3"
+        return w[len(cwd):] if w.startswith(cwd) else w
+
+    out = dict(results)
+    for key in ("configs", "rounds"):
+        out[key] = [{**r, "command": [word(w) for w in r["command"]]} if "command" in r else r for r in results.get(key, [])]
+    return out
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
     own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
@@ -245,7 +261,7 @@ def main(argv: list[str]) -> int:
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
     results["links"] = args.link_label
-    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(portable(results), indent=2), encoding="utf-8")
     runs = results["configs"]
     base = next((r for r in runs if r["name"] == results["baseline"]), None)
     from . import plots  # matplotlib: only once there is something to draw
