@@ -66,8 +66,8 @@ def test_random_sigkill_resumes_bitwise(row: str, tmp_path: Path) -> None:
     flags, steps, kill = ROWS[row]
     seed = int(os.environ.get("DISTRAIN_TEST_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
-    if kill == "save":  # the checkpoint of a step that saves, not the last one
-        at = rng.choice(range(EVERY, steps, EVERY))
+    if kill == "save":  # the checkpoint of a step that saves, after the first one, not the last one
+        at = rng.choice(range(2 * EVERY, steps, EVERY))
     else:  # after the first checkpoint, before the end
         at = rng.randint(EVERY + 1, steps - 1)
     fault_rank = rng.choice([0, 1])

@@ -14,8 +14,10 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -44,6 +46,17 @@ STORE_WAIT_S = 300.0
 PEER_GONE_S = 5.0
 
 
+def process_identity() -> str:
+    """``<boot id>:<pid namespace>:<pid>``: equal prefixes mean this process can see that pid."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # not Linux: never judge another process dead
+        return f"{uuid.uuid4()}:0:{os.getpid()}"
+    return f"{boot}:{namespace}:{os.getpid()}"
+
+
 class Writer:
     """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own."""
 
@@ -64,6 +77,9 @@ class Writer:
         topo = self.ckpt.topology
         os.makedirs(self.tmp_dir, exist_ok=True)
         files: dict[str, dict[str, Any]] = {}
+        store = self._store()
+        if store is not None:  # who writes: the leader can tell a dead writer from a slow one
+            store.set(f"{self.key}/{self.step}/{self.ctx.rank}/process", process_identity())
         if self.tensors is not None:
             group = self.ckpt._group if topo.shared else None  # per-node: the node's leader alone
             dcp_io.save(self.tensors, self.tmp_dir, group)
@@ -76,7 +92,6 @@ class Writer:
             shared = self.shared
             sha, size = atomic_write(os.path.join(self.tmp_dir, SHARED_FILE), lambda f: torch.save(shared, f))
             files[SHARED_FILE] = {"sha256": sha, "bytes": size}
-        store = self._store()
         if store is not None:
             # the store, not a collective: safe from a background thread, in any order
             store.set(f"{self.key}/{self.step}/{self.ctx.rank}", json.dumps(files))
@@ -106,13 +121,35 @@ class Writer:
         """
         preemption = self.ckpt.preemption
         deadline = time.monotonic() + STORE_WAIT_S
+        next_look = time.monotonic() + 0.2
         while not store.check(keys):  # polling, not wait(): a wait timeout logs C++ warnings
             time.sleep(0.02)
+            if time.monotonic() > next_look:
+                next_look = time.monotonic() + 0.2
+                dead = self._dead_writer(store, [k for k in keys if not store.check([k])])
+                if dead is not None:
+                    message = f"save of step {self.step} abandoned: rank {dead} died while writing it"
+                    if threading.current_thread() is not threading.main_thread():
+                        raise CheckpointError(message)
+                    _warn(message)
+                    raise SystemExit(1)
             if preemption.peer_gone(PEER_GONE_S) and threading.current_thread() is threading.main_thread():
                 _warn(f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
                 raise SystemExit(preemption.request.exit_code)
             if time.monotonic() > deadline:
                 raise CheckpointError(f"the other ranks did not report their files for step {self.step} within {STORE_WAIT_S:g} s")
+
+    def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:
+        """A rank among the `missing` reports whose process is gone (only ranks of this machine
+        and pid namespace can be seen), or None."""
+        me = process_identity().rsplit(":", 1)[0]
+        for key in missing:
+            if not store.check([f"{key}/process"]):
+                continue
+            where, _, pid = store.get(f"{key}/process").decode().rpartition(":")
+            if where == me and not psutil.pid_exists(int(pid)):
+                return int(key.rsplit("/", 1)[1])
+        return None
 
     def _seal(self, files: dict[str, dict[str, Any]]) -> None:
         directory = self.ckpt.directory
