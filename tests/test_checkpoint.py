@@ -87,6 +87,8 @@ def test_sigkill_resume_is_bitwise_equal(fault: str, baseline: Path, tmp_path: P
     assert "killed by SIGKILL" in result.stderr or "exitcode: -9" in result.stderr
     if fault != "kill-before-first-save":
         assert "distrain: resumed from" in result.stdout
+    if fault == "kill-rank1-during-save":  # rank 0 waited for its report: it must see the writer died, not wait 5 s
+        assert "save of step 12 abandoned: rank 1 died while writing it" in result.stderr
     assert_bitwise(baseline, out)
 
 
