@@ -28,8 +28,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..contract import METRICS_INTERVAL, RESTART_COUNT, RUN_DIR
+from ..log import get_logger
 from .probes import GPUProbe, ProcessProbe
 from .tensorboard import ScalarWriter
+
+_log = get_logger("monitor")
 
 #: seconds between two records of one rank (``DISTRAIN_METRICS_INTERVAL`` overrides)
 DEFAULT_INTERVAL = 1.0
@@ -172,7 +175,7 @@ class Monitor:
             while not self._stop.wait(self.interval):
                 self._write("beat")
         except Exception as err:  # a full disk must not kill training: stop recording
-            print(f"distrain: metrics recording stopped on rank {self.rank}: {err}", file=sys.stderr, flush=True)
+            _log.warning(f"distrain: metrics recording stopped on rank {self.rank}: {err}")
 
     def _write(self, event: str, **extra: Any) -> None:
         with self._lock:

@@ -23,7 +23,10 @@ from types import TracebackType
 from typing import Any
 
 from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, ForkJob
+from ..log import get_logger
 from .title import set_worker_title
+
+_log = get_logger("runtime")
 
 PROG = "distrain run"
 
@@ -238,7 +241,7 @@ def _announce(marker: str, reason: str) -> None:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    print(f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)", file=sys.stderr, flush=True)
+    _log.warning(f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)")
 
 
 def _die_with_parent() -> None:

@@ -18,12 +18,15 @@ import torch.distributed as dist
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
 from ..contract import CPU_REHEARSAL, DEVICE, LOG_DIR
 from ..errors import DistrainError, UsageError
+from ..log import get_logger
 from ..monitor import open_monitor
 from ..train import failure, watchdog
 from .context import Context, _remember, current
 from .store import restart_safe_store
 from .threads import choose_threads
 from .title import set_worker_title
+
+_log = get_logger("runtime")
 
 #: how long forming the group may take (slow nodes, container pulls, a late rank)
 DEFAULT_INIT_TIMEOUT = dt.timedelta(minutes=10)
@@ -140,5 +143,5 @@ def init(
     except DistrainError as err:
         if not exit_on_error:
             raise
-        print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+        _log.error(f"distrain: error: {err}")
         raise SystemExit(1) from None

@@ -18,14 +18,16 @@ counted exactly once (DistributedSampler pads with duplicates to equalise shard 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ..log import get_logger
 from .sample_seeds import EpochKeyedBatches, SeededSamples, draws_nothing
+
+_log = get_logger("data")
 
 
 class GlobalBatchSampler(Sampler[list[int]]):
@@ -192,7 +194,7 @@ class DistributedLoader(DataLoader):
             changed.append(f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
                            "(other augmentation draws from here on)")
         if changed and self.global_sampler.rank == 0:  # resumable, but not the run that was saved: say so once
-            print(f"distrain: loader: resumed with {'; '.join(changed)}", file=sys.stderr, flush=True)
+            _log.warning(f"distrain: loader: resumed with {'; '.join(changed)}")
 
 
 def dataset_length(dataset: Any) -> int:

@@ -23,7 +23,10 @@ from types import TracebackType
 from ..cluster.base import ClusterError
 from ..contract import ERROR_FILE
 from ..errors import DistrainError, UsageError
+from ..log import get_logger
 from ..monitor.status import NoJobError
+
+_log = get_logger("failure")
 
 #: DistrainErrors reported like any other exception (a traceback), not as a one-line set-up error
 _NOT_ONE_LINE = (UsageError, ClusterError, NoJobError)
@@ -100,7 +103,7 @@ def report_uncaught(err: BaseException) -> None:
     rank = os.environ.get("RANK", "?")
     if is_peer_failure(err):
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        print(f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})", file=sys.stderr, flush=True)
+        _log.error(f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})")
         return
     error_file = os.environ.get(ERROR_FILE)
     if error_file:
@@ -123,7 +126,7 @@ def install(rank: int) -> None:
         if isinstance(err, DistrainError) and not isinstance(err, _NOT_ONE_LINE):  # a set-up or checkpoint problem: one clear line
             if error_file:
                 write_error_file(error_file, err, tb)
-            print(f"distrain: error: {err}", file=sys.stderr, flush=True)
+            _log.error(f"distrain: error: {err}")
             return
         plain = previous is sys.__excepthook__
         if not error_file:
@@ -134,7 +137,7 @@ def install(rank: int) -> None:
             return
         if is_peer_failure(err):
             first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
-            print(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})", file=sys.stderr, flush=True)
+            _log.error(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})")
             sys.stdout.flush()
             # nothing left to save or sync with; skip a teardown that can block on the dead peer
             os._exit(1)
@@ -145,7 +148,7 @@ def install(rank: int) -> None:
         if plain:
             print_traceback_block(rank, err.with_traceback(tb), header=f"distrain: rank {rank} failed (root cause):\n")
         else:
-            print(f"distrain: rank {rank} failed (root cause):", file=sys.stderr, flush=True)
+            _log.error(f"distrain: rank {rank} failed (root cause):")
             previous(kind, err, tb)
 
     sys.excepthook = hook

@@ -17,11 +17,14 @@ import contextlib
 import os
 import select
 import signal
-import sys
 import threading
 import time
 from types import FrameType
 from typing import Any, NoReturn
+
+from ..log import get_logger
+
+_log = get_logger("signals")
 
 #: the signals treated as "stop soon": preemption and Ctrl-C
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -99,11 +102,9 @@ class StopRequest:
             self.signum = signum
             self.received_at = time.monotonic()
             _received.set()
-            print(
+            _log.warning(
                 f"distrain: received {signal.Signals(signum).name}: checkpointing at the end of this step, "
-                f"then exiting (grace {self.grace_s:g} s)",
-                file=sys.stderr,
-                flush=True,
+                f"then exiting (grace {self.grace_s:g} s)"
             )
         elif signum == signal.SIGINT:
             # a second Ctrl-C: the user means it
@@ -119,11 +120,7 @@ class StopRequest:
             if any(b in (int(s) for s in self.signals) for b in data):
                 break
         time.sleep(self.grace_s)
-        print(
-            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now",
-            file=sys.stderr,
-            flush=True,
-        )
+        _log.error(f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now")
         os._exit(self.exit_code)
 
 
@@ -175,7 +172,7 @@ class Preemption:
 
             line = requeue_after_stop(self.request.signum)
             if line:
-                print(line, file=sys.stderr, flush=True)
+                _log.warning(line)
         self.ctx.shutdown()
         raise SystemExit(code)
 

@@ -36,6 +36,9 @@ import torch
 import torch.distributed as dist
 
 from ..contract import RESTART_COUNT, TRAIN_TIMEOUT, WATCHDOG, WATCHDOG_EXIT_CODE, env_seconds
+from ..log import get_logger
+
+_log = get_logger("watchdog")
 
 #: default collective timeout once training runs
 DEFAULT_TRAIN_TIMEOUT = dt.timedelta(minutes=5)
@@ -205,7 +208,7 @@ class Watchdog:
         # collective raises, the rank still ends with the watchdog's code, not a stray error
         sys.excepthook = _exit_as_watchdog
         if print_summary:
-            print(verdict, file=sys.stderr, flush=True)
+            _log.error(verdict)
         sys.stderr.write(f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -266,12 +269,10 @@ def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
 def warn_unarmed(rank: int) -> None:
     """Say once that the watchdog has nothing to watch: no optimizer step of a prepared model."""
     if rank == 0:
-        print(
+        _log.warning(
             "distrain: warning: the watchdog is not armed: ctx.log() is being called but no optimizer "
             "step over a model from ctx.prepare_model() was seen (step an optimizer over the prepared "
-            "model's parameters, or call ctx.step(opt))",
-            file=sys.stderr,
-            flush=True,
+            "model's parameters, or call ctx.step(opt))"
         )
 
 

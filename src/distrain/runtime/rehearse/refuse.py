@@ -17,6 +17,9 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from ...contract import REHEARSE_DIR
+from ...log import get_logger
+
+_log = get_logger("rehearse")
 
 PROG = "distrain run --cpu"
 #: exit code of a job stopped because it uses something only a GPU can run
@@ -46,7 +49,7 @@ def refuse(call: str) -> NoReturn:
     """Stop this process: `call` cannot run without a GPU (one line, once per job)."""
     where = user_frame()
     if _first_to_say():
-        print(f"{PROG}: cannot rehearse {call} at {where}: it needs a real GPU", file=sys.stderr, flush=True)
+        _log.error(f"{PROG}: cannot rehearse {call} at {where}: it needs a real GPU")
     raise SystemExit(REFUSED_EXIT_CODE)
 
 

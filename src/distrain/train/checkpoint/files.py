@@ -24,13 +24,15 @@ import json
 import os
 import pickle
 import re
-import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 import torch
 
 from ...errors import DistrainError
+from ...log import get_logger
+
+_log = get_logger("checkpoint")
 
 FORMAT = 2
 LEGACY_FORMAT = 1
@@ -46,7 +48,7 @@ class CheckpointError(DistrainError):
 
 
 def _warn(message: str) -> None:
-    print(f"distrain: checkpoint: {message}", file=sys.stderr, flush=True)
+    _log.warning(f"distrain: checkpoint: {message}")
 
 
 def rank_file(rank: int) -> str:
