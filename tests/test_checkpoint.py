@@ -112,7 +112,7 @@ def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest
 def test_sigkill_under_plain_torchrun_5_times(baseline: Path, tmp_path: Path) -> None:
     """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store.
 
-    Five runs: with torch's shared store 2 of 3 restarts failed (benchmarks/restart_tally.py), so a
+    Five runs: with torch's shared store 2 of 3 restarts failed (benchmarks/recovery/restart_tally.py), so a
     regression passes five in a row with probability (1/3)^5 < 0.5 %."""
     finished = 0
     for i in range(5):

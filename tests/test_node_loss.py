@@ -4,7 +4,7 @@ No timing flags are given: the rendezvous keep-alive and last-call settings are 
 (launch/rendezvous.py).  Every process of node 1 (agent, workers, fork server) is SIGKILLed;
 node 0 must resume from the checkpoint on its own and finish.  The only time asserted is a
 generous bound: torch's own defaults take ~45 s here before the survivor trains again, and
-distrain's take ~10 s on a loaded machine; benchmarks/node_loss.py measures it.
+distrain's take ~10 s on a loaded machine; benchmarks/recovery/node_loss.py measures it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from netns_hosts import Hosts, make_hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(400)]
 
-SCRIPT = str(REPO / "benchmarks" / "node_loss_worker.py")  # the benchmark's own job, fewer steps
+SCRIPT = str(REPO / "tests" / "scripts" / "node_loss_worker.py")  # benchmarks/recovery/node_loss.py runs it too
 BOUND_S = 30.0
 
 
@@ -42,7 +42,7 @@ def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_pat
              "--rdzv-id", "nodeloss", "--max-restarts", "3", "-n", "1"]  # fmt: skip
     argv = [python(), "-m", "distrain.cli", "run", *flags, SCRIPT, "--dir", str(ckpt), "--steps", "60", "--sleep", "0.2"]
     logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
-    procs = [hosts2.start(i, argv, logs[i], env={"DISTRAIN_BENCH_NODE": f"n{i}", "DISTRAIN_FIRST_STEP_FILE": str(marker)})
+    procs = [hosts2.start(i, argv, logs[i], env={"BENCH_NODE": f"n{i}", "BENCH_FIRST_STEP_FILE": str(marker)})
              for i in range(2)]  # fmt: skip
     deadline = time.monotonic() + 240
     while not ({h for h, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"} and list(ckpt.glob("step_*"))):

@@ -1,4 +1,4 @@
-"""gloo + DDP can hang or abort at interpreter exit (benchmarks/exit_tally.py). 10 consecutive 2-rank jobs (5 with FSDP) must all exit."""
+"""gloo + DDP can hang or abort at interpreter exit (benchmarks/recovery/exit_tally.py). 10 consecutive 2-rank jobs (5 with FSDP) must all exit."""
 
 from __future__ import annotations
 

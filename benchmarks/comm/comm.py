@@ -2,7 +2,7 @@
 
 Run under a launcher (2 ranks on one machine):
 
-    PYTHONPATH=src python3 -m distrain.cli run -n 2 benchmarks/comm.py --rounds 7
+    PYTHONPATH=src python3 -m distrain.cli run -n 2 benchmarks/comm/comm.py --rounds 7
 
 Each round times the same 64 MiB float32 all-reduce twice in the same processes, once through
 distrain.bench.comm.measure (what the CLI calls) and once with a plain loop, alternating which

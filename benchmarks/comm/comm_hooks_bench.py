@@ -1,6 +1,6 @@
 """Throughput with DDP communication hooks: tiny MLP and digits CNN, 2 ranks vs 1 process.
 
-    PYTHONPATH=$PWD/src python3 benchmarks/comm_hooks_bench.py --rounds 3
+    python3 benchmarks/comm/comm_hooks_bench.py --rounds 3
 
 Configurations (each rank 1 thread, synthetic batches, 80 timed steps after 15 warm-up ones;
 PowerSGD compresses from step 10): 1 process; 2 ranks with no hook, bf16, fp16, PowerSGD rank 1.
@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-WORKER = str(REPO / "benchmarks" / "comm_hooks_worker.py")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import PY, RUN, env  # noqa: E402
+
+WORKER = str(Path(__file__).resolve().parent / "comm_hooks_worker.py")
 CONFIGS = {
     "1 process": None,
     "2 ranks, no hook": "none",
@@ -34,11 +35,10 @@ def one(model: str, config: str, out: Path) -> float:
     """Samples/s of one run."""
     hook = CONFIGS[config]
     if hook is None:
-        cmd = [sys.executable, WORKER, "--model", model, "--out", str(out)]
+        cmd = [PY, WORKER, "--model", model, "--out", str(out)]
     else:
-        cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", WORKER, "--model", model, "--hook", hook, "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+        cmd = [*RUN, "-n", "2", WORKER, "--model", model, "--hook", hook, "--out", str(out)]
+    subprocess.run(cmd, env=env(), check=True, capture_output=True, timeout=600)
     return float(json.loads(out.read_text())["samples_per_s"])
 
 

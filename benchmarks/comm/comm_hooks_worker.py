@@ -1,7 +1,7 @@
-"""One throughput measurement for benchmarks/comm_hooks_bench.py: tiny MLP or the digits CNN.
+"""One throughput measurement for comm_hooks_bench.py: tiny MLP or the digits CNN.
 
-    distrain run -n 2 benchmarks/comm_hooks_worker.py --model mlp --hook bf16 --out r.json
-    python benchmarks/comm_hooks_worker.py --model mlp --out r.json     # the 1-process baseline
+    distrain run -n 2 benchmarks/comm/comm_hooks_worker.py --model mlp --hook bf16 --out r.json
+    python benchmarks/comm/comm_hooks_worker.py --model mlp --out r.json     # the 1-process baseline
 """
 
 import argparse

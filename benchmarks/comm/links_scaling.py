@@ -1,6 +1,6 @@
 """`distrain bench scaling` on 1 node and on 2 namespace nodes, at several link speeds (tc tbf).
 
-    sudo PYTHONPATH=$PWD/src python3 benchmarks/links_scaling.py --rates 100mbit,1gbit,10gbit --epochs 3
+    sudo python3 benchmarks/comm/links_scaling.py --rates 100mbit,1gbit,10gbit --epochs 3
 
 Two network namespaces joined by a bridge (tests/netns_hosts.py) stand for two machines; for
 each rate the links are limited with ``tc ... tbf`` on both veth ends and one study runs:
@@ -18,9 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import PY, TESTS, env, loadavg  # noqa: E402
+
+sys.path.insert(0, str(TESTS))
 from netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
 
 LABELS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "unlimited veth"}
@@ -36,21 +37,21 @@ def main() -> int:
     ap.add_argument("bench_args", nargs="*", help="more `distrain bench scaling` options (after --)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the namespaces are deleted on the way out
-    print(f"load before: {open('/proc/loadavg').read().strip()}", flush=True)
+    print(f"load before: {loadavg()}", flush=True)
     dirs = []
     with hosts(2) as net:
         prefix = net.names[0][:-1]
         for rate in args.rates.split(","):
             net.shape(None if rate == "none" else rate)
             out = Path(args.out) / rate
-            cmd = [sys.executable, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1", "--nodes", "1,2",
+            cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1", "--nodes", "1,2",
                    "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", net.addrs[0], "--link-label", LABELS.get(rate, rate),
                    "--epochs", str(args.epochs), "--repeat", str(args.repeat), "--out", str(out), *args.bench_args]
             print("$ " + " ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True, timeout=3600)
+            subprocess.run(cmd, env=env(), check=True, timeout=3600)
             dirs.append(str(out))
-    print(f"load after: {open('/proc/loadavg').read().strip()}")
-    print(subprocess.run([sys.executable, "-m", "distrain.bench.nodes", "combine", *dirs], check=True, capture_output=True, text=True).stdout)
+    print(f"load after: {loadavg()}")
+    print(subprocess.run([PY, "-m", "distrain.bench.nodes", "combine", *dirs], env=env(), check=True, capture_output=True, text=True).stdout)
     return 0
 
 

@@ -3,8 +3,8 @@
 Scripts that use distrain report through ``ctx.log``: with a run directory set
 (``DISTRAIN_RUN_DIR``), every rank's first metrics record carries ``first_log_t``, the wall
 time of its first ``ctx.log`` call (right after its first optimizer step).  The plain torchrun
-scripts of this folder (plain_ddp.py) write ``rank restart time ...`` lines to
-``DISTRAIN_FIRST_STEP_FILE`` instead (a benchmark-only variable, not part of distrain).
+scripts of this folder (plain_ddp.py, overhead_worker.py) write ``rank restart time ...`` lines
+to ``BENCH_FIRST_STEP_FILE`` instead (a benchmark-only variable, not part of distrain).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 def env_for(marker: Path, run_dir: Path) -> dict[str, str]:
     """The environment variables that make both kinds of script report their first step."""
-    return {"DISTRAIN_FIRST_STEP_FILE": str(marker), "DISTRAIN_RUN_DIR": str(run_dir)}
+    return {"BENCH_FIRST_STEP_FILE": str(marker), "DISTRAIN_RUN_DIR": str(run_dir)}
 
 
 def first_steps(marker: Path, run_dir: Path) -> list[float]:

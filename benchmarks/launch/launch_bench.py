@@ -1,17 +1,19 @@
 """Launch → first training step: `distrain run` (fast), `distrain run --start-method spawn`, torchrun.
 
-    PYTHONPATH=$PWD/src python3 benchmarks/launch_bench.py --rounds 4
+    python3 benchmarks/launch/launch_bench.py --rounds 4
+    python3 benchmarks/launch/launch_bench.py --scripts overhead --launchers distrain-fast,torchrun
 
 Each round runs every (script, launcher) pair once, in rotating order (interleaved, so machine
 load hits all alike).  "First step" is the last rank's first-step time (see first_step.py),
 written right after its first optimizer step; time 0 is just before the launcher
-process is started.  Prints medians and ratios against torchrun.
+process is started.  Prints medians and ratios against torchrun.  Scripts: ``digits``
+(examples/train_digits.py, 1 epoch), ``plain`` (plain_ddp.py, no distrain) and ``overhead``
+(overhead_worker.py's distrain loop, what overhead.py's launch part times).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess
@@ -20,19 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from first_step import env_for, first_steps
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import REPO, RUN, TORCHRUN, env  # noqa: E402
+from first_step import env_for, first_steps  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-
+HERE = Path(__file__).resolve().parent
 SCRIPTS = {
     "digits": [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"],  # + out dir
-    "plain": [str(REPO / "benchmarks" / "plain_ddp.py"), "--steps", "5"],
+    "plain": [str(HERE / "plain_ddp.py"), "--steps", "5"],
+    "overhead": [str(HERE / "overhead_worker.py"), "--impl", "distrain", "--steps", "3", "--warmup", "1"],
 }
 LAUNCHERS = {
-    "distrain-fast": [PY, "-m", "distrain.cli", "run", "-n", "2"],
-    "distrain-spawn": [PY, "-m", "distrain.cli", "run", "-n", "2", "--start-method", "spawn"],
-    "torchrun": [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2"],
+    "distrain-fast": RUN + ["-n", "2"],
+    "distrain-spawn": RUN + ["-n", "2", "--start-method", "spawn"],
+    "torchrun": TORCHRUN + ["--nproc-per-node", "2"],
 }
 
 
@@ -52,10 +55,9 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
     if script == "digits":
         cmd = cmd + [str(work / "out")]
     run_dir = work / f"run-{marker.stem}"
-    env = dict(os.environ, **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    job_env = env(**env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     cpu0, t0 = _children_cpu(), time.time()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=job_env, capture_output=True, text=True, timeout=timeout)
     cpu = _children_cpu() - cpu0
     if proc.returncode != 0:
         raise RuntimeError(f"{launcher} {script} exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -63,28 +65,38 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
     return max(stamps) - t0, cpu
 
 
+def measure(scripts: list[str], launchers: list[str], rounds: int, timeout: float
+            ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
+    """Interleaved rounds: ({(script, launcher): seconds per round}, {(script, launcher): job CPU s per round})."""
+    results: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            order = launchers[r % len(launchers):] + launchers[: r % len(launchers)]
+            for script in scripts:
+                for launcher in order:
+                    t, cpu = one(launcher, script, Path(tmp), timeout)
+                    results.setdefault((script, launcher), []).append(t)
+                    cpus.setdefault((script, launcher), []).append(cpu)
+                    print(f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job CPU {cpu:6.2f} s)", flush=True)
+    return results, cpus
+
+
 def main() -> None:
     """Run the rounds and print a table of medians and ratios."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--scripts", default="digits,plain", help="comma-separated: " + ", ".join(SCRIPTS))
+    ap.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma-separated: " + ", ".join(LAUNCHERS))
     a = ap.parse_args()
-    results: dict[tuple[str, str], list[float]] = {}
-    cpus: dict[tuple[str, str], list[float]] = {}
-    names = list(LAUNCHERS)
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(a.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for script in SCRIPTS:
-                for launcher in order:
-                    t, cpu = one(launcher, script, Path(tmp), a.timeout)
-                    results.setdefault((script, launcher), []).append(t)
-                    cpus.setdefault((script, launcher), []).append(cpu)
-                    print(f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job CPU {cpu:6.2f} s)", flush=True)
-    print("\nlaunch → first step, median over rounds (seconds); ratio vs torchrun; CPU s of the whole job")
-    for script in SCRIPTS:
-        base = statistics.median(results[(script, "torchrun")])
-        cpu_base = statistics.median(cpus[(script, "torchrun")])
+    scripts, names = a.scripts.split(","), a.launchers.split(",")
+    results, cpus = measure(scripts, names, a.rounds, a.timeout)
+    base_name = "torchrun" if "torchrun" in names else names[0]
+    print(f"\nlaunch → first step, median over rounds (seconds); ratio vs {base_name}; CPU s of the whole job")
+    for script in scripts:
+        base = statistics.median(results[(script, base_name)])
+        cpu_base = statistics.median(cpus[(script, base_name)])
         for launcher in names:
             vals = results[(script, launcher)]
             med = statistics.median(vals)

@@ -1,6 +1,6 @@
 """Where launch → first step goes, in CPU seconds per process (load-independent critical path).
 
-    PYTHONPATH=$PWD/src python3 benchmarks/launch_timeline.py --rounds 2
+    python3 benchmarks/launch/launch_timeline.py --rounds 2
 
 On a machine shared with other jobs, wall time mostly measures the others.  This samples every
 process of the job every 20 ms (psutil) and adds CPU seconds along the critical path to the
@@ -16,7 +16,6 @@ to expect; it is an estimate, printed beside the wall time measured in the same 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -25,18 +24,15 @@ import time
 from pathlib import Path
 
 import psutil
-from first_step import env_for, first_steps
 
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-SCRIPTS = {
-    "digits": [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"],
-    "plain": [str(REPO / "benchmarks" / "plain_ddp.py"), "--steps", "5"],
-}
-LAUNCHERS = {
-    "distrain-fast": [PY, "-m", "distrain.cli", "run", "-n", "2"],
-    "torchrun": [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2"],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import env  # noqa: E402
+from first_step import env_for, first_steps  # noqa: E402
+from launch_bench import LAUNCHERS as ALL_LAUNCHERS  # noqa: E402
+from launch_bench import SCRIPTS as ALL_SCRIPTS  # noqa: E402
+
+SCRIPTS = {name: ALL_SCRIPTS[name] for name in ("digits", "plain")}
+LAUNCHERS = {name: ALL_LAUNCHERS[name] for name in ("distrain-fast", "torchrun")}
 
 
 def _cpu(p: psutil.Process) -> float:
@@ -49,10 +45,9 @@ def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
     marker = work / f"{launcher}-{script}-{time.monotonic_ns()}.txt"
     cmd = LAUNCHERS[launcher] + SCRIPTS[script] + ([str(work / "out")] if script == "digits" else [])
     run_dir = work / f"run-{marker.stem}"
-    env = dict(os.environ, **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    job_env = env(**env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     t0 = time.time()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
     cpu: dict[int, float] = {}
     launcher_cpu_at_workers: float | None = None

@@ -1,12 +1,15 @@
 """Is distrain's training loop free? And does `distrain run` start as fast as torchrun?
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 80]
+    python3 benchmarks/launch/overhead.py [--rounds 5] [--steps 80] [--no-launch]
 
 1. Step time: the same 2-process training (digits-sized CNN and a wider one) with the distrain
    loop and with a hand-written DDP loop, both launched by torchrun, interleaved round by round.
    Prints the median step-time ratio distrain / hand-written (goal ≤ 1.01).
-2. Launch → first finished training step: `distrain run -n 2` vs `torchrun --standalone
-   --nproc-per-node 2` on the same script, interleaved (goal ≤ 1.05×).
+2. Launch → first finished training step: `distrain run -n 2` vs `torchrun --nproc-per-node 2`
+   on the same script (overhead_worker.py's distrain loop), interleaved (goal ≤ 1.05×).  This
+   is launch_bench.py's measurement (alone: `launch_bench.py --scripts overhead --launchers
+   distrain-fast,torchrun`): the last rank's first step.  The issue-2 numbers in RESULTS.md
+   were taken before it was shared, on rank 0's first step under `torchrun --standalone`.
 """
 
 from __future__ import annotations
@@ -17,40 +20,27 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-WORKER = str(HERE / "overhead_worker.py")
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import TORCHRUN, env  # noqa: E402
+from launch_bench import measure  # noqa: E402
+
+WORKER = str(Path(__file__).resolve().parent / "overhead_worker.py")
 
 
 def step_time(impl: str, model: str, steps: int) -> float:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", WORKER,
-           "--impl", impl, "--model", model, "--steps", str(steps)]
-    out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=True).stdout
+    cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", WORKER, "--impl", impl, "--model", model, "--steps", str(steps)]
+    out = subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600, check=True).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("{"))
     return float(json.loads(line)["step_s"])
-
-
-def launch_to_first_step(launcher: str) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        marker = os.path.join(tmp, "first")
-        script = [WORKER, "--impl", "distrain", "--steps", "3", "--warmup", "1", "--first-step-file", marker]
-        if launcher == "distrain":
-            cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", *script]
-        else:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *script]
-        start = time.time()
-        subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600, check=True)
-        return float(Path(marker).read_text()) - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--no-launch", action="store_true", help="step time only (part 1)")
     args = parser.parse_args()
     print(f"# machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; rounds {args.rounds}, steps {args.steps}")
     for model in ("digits", "large"):
@@ -64,13 +54,11 @@ def main() -> None:
         print(f"step time [{model}]: distrain {statistics.median(d_times) * 1e3:.2f} ms, hand-written DDP "
               f"{statistics.median(h_times) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
               f"(per round: {', '.join(f'{r:.3f}' for r in ratios)})")
-    dr, tr, ratios = [], [], []
-    for _ in range(args.rounds):
-        t = launch_to_first_step("torchrun")
-        d = launch_to_first_step("distrain")
-        tr.append(t)
-        dr.append(d)
-        ratios.append(d / t)
+    if args.no_launch:
+        return
+    res, _cpu = measure(["overhead"], ["torchrun", "distrain-fast"], args.rounds, timeout=600)
+    dr, tr = res[("overhead", "distrain-fast")], res[("overhead", "torchrun")]
+    ratios = [d / t for d, t in zip(dr, tr, strict=True)]
     print(f"launch → first step: distrain run {statistics.median(dr):.2f} s, torchrun {statistics.median(tr):.2f} s, "
           f"ratio median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})")
 

@@ -1,7 +1,8 @@
-"""One training job for benchmarks/overhead.py: the distrain loop or a hand-written DDP loop.
+"""One training job for overhead.py (and launch_bench.py): the distrain loop or a hand-written DDP loop.
 
 Same model, data and seeds either way; rank 0 prints one JSON line with the mean step time
-(after warm-up) and writes the wall-clock time of the first finished step to --first-step-file.
+(after warm-up).  With BENCH_FIRST_STEP_FILE set, every rank appends "rank restart_count time"
+after its first finished step (as plain_ddp.py does; first_step.py reads it).
 """
 
 import argparse
@@ -20,7 +21,6 @@ p.add_argument("--model", choices=["digits", "large"], default="digits")
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--warmup", type=int, default=10)
 p.add_argument("--batch-size", type=int, default=64)
-p.add_argument("--first-step-file", default="")
 args = p.parse_args()
 
 
@@ -73,9 +73,9 @@ while step < args.steps:
             opt.step()
         times.append(time.perf_counter() - t0)
         step += 1
-        if step == 1 and rank == 0 and args.first_step_file:
-            with open(args.first_step_file, "w") as f:
-                f.write(repr(time.time()))
+        if step == 1 and os.environ.get("BENCH_FIRST_STEP_FILE"):
+            with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
+                f.write(f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()}\n")
         if step == args.steps:
             break
     epoch += 1

@@ -1,11 +1,12 @@
 """A plain torchrun DDP script (no distrain import): tiny MLP, optional checkpoint/resume.
 
-    torchrun --nproc-per-node 2 benchmarks/plain_ddp.py --steps 20
-    distrain run -n 2 benchmarks/plain_ddp.py --steps 20
+    torchrun --nproc-per-node 2 benchmarks/launch/plain_ddp.py --steps 20
+    distrain run -n 2 benchmarks/launch/plain_ddp.py --steps 20
 
-With DISTRAIN_FIRST_STEP_FILE set, every rank appends "rank restart_count time load_s pid" after
-its first optimizer step of each start (benchmarks/launch_bench.py and benchmarks/recovery_bench.py read
-it).  With --ckpt, rank 0 saves model+optimizer+step every step and every start resumes from it.
+With BENCH_FIRST_STEP_FILE set, every rank appends "rank restart_count time load_s pid" after
+its first optimizer step of each start (launch_bench.py, launch_timeline.py and
+benchmarks/recovery/recovery.py --job plain read it).  With --ckpt, rank 0 saves
+model+optimizer+step every step and every start resumes from it.
 """
 
 import argparse
@@ -43,8 +44,8 @@ for step in range(start_step, args.steps):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if step == start_step and os.environ.get("DISTRAIN_FIRST_STEP_FILE"):
-        with open(os.environ["DISTRAIN_FIRST_STEP_FILE"], "a") as f:
+    if step == start_step and os.environ.get("BENCH_FIRST_STEP_FILE"):
+        with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
             f.write(f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} {load_s} {os.getpid()}\n")
     if args.ckpt and rank == 0:
         tmp = args.ckpt + ".tmp"
@@ -52,5 +53,5 @@ for step in range(start_step, args.steps):
         os.replace(tmp, args.ckpt)
     time.sleep(args.sleep)
 
-del model  # release the DDP reducer before the process group (gloo exit hang/abort: benchmarks/exit_tally.py)
+del model  # release the DDP reducer before the process group (gloo exit hang/abort: benchmarks/recovery/exit_tally.py)
 dist.destroy_process_group()

@@ -1,8 +1,8 @@
 """How often does a gloo + DDP job fail to exit cleanly when the interpreter tears it down?
 
-    python3 benchmarks/exit_tally.py --runs 20 --timeout 120
+    python3 benchmarks/recovery/exit_tally.py --runs 20 --timeout 120
 
-Each run starts 2 ranks with ``torchrun --standalone`` on benchmarks/exit_worker.py (a few
+Each run starts 2 ranks with ``torchrun --standalone`` on exit_worker.py (a few
 DDP steps on gloo) in two variants that alternate run by run: ``teardown`` (the script leaves
 DDP and the process group to interpreter teardown, as most tutorials do) and ``shutdown``
 (``ctx.shutdown()`` semantics: DDP's references dropped, group destroyed while Python is alive,
@@ -15,27 +15,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from proc_tree import kill_tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import TORCHRUN, loadavg, run_bounded  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "exit_worker.py"
 
 
 def one(mode: str, timeout: float) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(WORKER), mode]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        proc.communicate()
+    cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKER), mode]
+    out, code = run_bounded(cmd, dict(os.environ, OMP_NUM_THREADS="1"), timeout)
+    if out is None:
         return "hung"
-    if "terminate called" in out or proc.returncode != 0:
+    if "terminate called" in out or code != 0:
         return "abort"
     return "clean"
 
@@ -47,7 +42,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    print(f"torch {torch.__version__}; load before: {open('/proc/loadavg').read().strip()}", flush=True)
+    print(f"torch {torch.__version__}; load before: {loadavg()}", flush=True)
     tally: dict[str, dict[str, int]] = {"teardown": {}, "shutdown": {}}
     start = time.monotonic()
     for i in range(a.runs):
@@ -57,7 +52,7 @@ def main() -> None:
             print(f"  run {i + 1} {mode}: {outcome}", flush=True)
     for mode, counts in tally.items():
         print(f"{mode}: {counts.get('clean', 0)}/{a.runs} clean, {counts.get('abort', 0)} aborted, {counts.get('hung', 0)} hung")
-    print(f"load after: {open('/proc/loadavg').read().strip()}; {time.monotonic() - start:.0f} s")
+    print(f"load after: {loadavg()}; {time.monotonic() - start:.0f} s")
 
 
 if __name__ == "__main__":

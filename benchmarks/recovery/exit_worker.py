@@ -1,4 +1,4 @@
-"""benchmarks/exit_tally.py's job: a few DDP steps on gloo, then exit by teardown or by shutdown."""
+"""exit_tally.py's job: a few DDP steps on gloo, then exit by teardown or by shutdown."""
 
 import sys
 

@@ -2,14 +2,14 @@
 
 Two "nodes" are Linux network namespaces joined by a veth pair (root needed).  Each runs
 `distrain run --nnodes 1:2 --rdzv-backend c10d -n 1` (node 0 hosts the rendezvous) with
-benchmarks/node_loss_worker.py (checkpoint every 5 steps).  Once both nodes trained together
-for a second, every process in node 1's namespace (agent, workers, fork server) is SIGKILLed at
-once; the time is from the kill to the survivor's first optimizer step of its restart (world
+tests/scripts/node_loss_worker.py (checkpoint every 5 steps; tests/test_node_loss.py runs it
+too).  Once both nodes trained together for a second, every process in node 1's namespace
+(agent, workers, fork server) is SIGKILLed at once; the time is from the kill to the survivor's first optimizer step of its restart (world
 size 1, resumed from the checkpoint).  Rounds alternate distrain's rendezvous defaults
 (launch/rendezvous.py) with torch's own (keep_alive_interval=5, keep_alive_max_attempt=3,
 last_call_timeout=30, given explicitly), so machine load hits both alike.
 
-    sudo PYTHONPATH=$PWD/src python3 benchmarks/node_loss.py --rounds 3
+    sudo python3 benchmarks/recovery/node_loss.py --rounds 3
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,32 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-WORKER = str(HERE / "node_loss_worker.py")
-ENV = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-RUN = [sys.executable, "-m", "distrain.cli", "run"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import RUN, TESTS, delete_pair, env, kill_namespace, loadavg, veth_pair  # noqa: E402
+
+WORKER = str(TESTS / "scripts" / "node_loss_worker.py")
 VARIANTS = {
     "distrain": [],
     "torch-defaults": ["--rdzv-conf", "keep_alive_interval=5,keep_alive_max_attempt=3,last_call_timeout=30"],
 }
-
-
-def _ip(*argv: str) -> None:
-    subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
-
-
-def make_pair(tag: str, subnet: int) -> tuple[list[str], list[str]]:
-    """Two namespaces joined by a veth pair; returns (names, addresses)."""
-    names, addrs = [f"{tag}n0", f"{tag}n1"], [f"10.201.{subnet}.1", f"10.201.{subnet}.2"]
-    _ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
-    for name, end, addr in zip(names, (f"{tag}a", f"{tag}b"), addrs, strict=True):
-        _ip("netns", "add", name)
-        _ip("link", "set", end, "netns", name)
-        _ip("-n", name, "addr", "add", f"{addr}/24", "dev", end)
-        _ip("-n", name, "link", "set", end, "up")
-        _ip("-n", name, "link", "set", "lo", "up")
-    return names, addrs
 
 
 def _rows(marker: Path) -> list[tuple[str, int, int, float]]:
@@ -63,28 +44,22 @@ def _rows(marker: Path) -> list[tuple[str, int, int, float]]:
     return rows
 
 
-def _kill_namespace(name: str) -> None:
-    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30).stdout.split()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-
-
 def one(variant: str, round_no: int, timeout: float) -> float:
     """Seconds from the SIGKILL of node 1 to node 0's first step after its restart."""
     tag = f"nl{os.getpid() % 10000}r{round_no}"
-    names, addrs = make_pair(tag, 10 + (os.getpid() + round_no) % 200)
     procs: list[subprocess.Popen[bytes]] = []
+    names: list[str] = []
     try:
+        names, addrs = veth_pair(tag, f"10.201.{10 + (os.getpid() + round_no) % 200}")
         with tempfile.TemporaryDirectory(prefix="distrain-nodeloss-") as tmp:
             marker = Path(tmp) / "first_steps"
             flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400", "--rdzv-id", tag,
                      "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
             for i, name in enumerate(names):
-                env = {**ENV, "DISTRAIN_BENCH_NODE": f"n{i}", "DISTRAIN_FIRST_STEP_FILE": str(marker)}
+                job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))
                 log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
                 procs.append(subprocess.Popen(["ip", "netns", "exec", name, *RUN, *flags, WORKER, "--dir", f"{tmp}/ckpt"],
-                                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                                              env=job_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
                 log.close()
             deadline = time.time() + timeout
             while not {h for h, _, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"}:
@@ -93,7 +68,7 @@ def one(variant: str, round_no: int, timeout: float) -> float:
                 time.sleep(0.05)
             time.sleep(1.0)
             killed_at = time.time()
-            _kill_namespace(names[1])
+            kill_namespace(names[1])
             while True:
                 after = [at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at]
                 if after:
@@ -103,12 +78,11 @@ def one(variant: str, round_no: int, timeout: float) -> float:
                 time.sleep(0.05)
     finally:
         for name in names:
-            _kill_namespace(name)
+            kill_namespace(name)
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-        for name in names:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+        delete_pair(tag)
 
 
 def main() -> None:
@@ -122,13 +96,13 @@ def main() -> None:
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     results: dict[str, list[float]] = {v: [] for v in variants}
-    print(f"load before: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    print(f"load before: {loadavg()}", flush=True)
     for r in range(args.rounds):
         for v in variants:
             seconds = one(v, r * len(variants) + variants.index(v), args.timeout)
             results[v].append(seconds)
             print(f"round {r + 1} {v:15s} {seconds:6.2f} s", flush=True)
-    print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
+    print(f"load after: {loadavg()}")
     print("SIGKILL of node 1 → survivor's first resumed step (seconds)")
     base = statistics.median(results[variants[-1]])
     for v, xs in results.items():

@@ -1,21 +1,31 @@
 """Recovery time: SIGKILL of one worker -> first training step of the restarted group, in seconds.
 
-    PYTHONPATH=src python3 benchmarks/recovery.py --rounds 3
+    python3 benchmarks/recovery/recovery.py --rounds 3                # a distrain script + its checkpointer
+    python3 benchmarks/recovery/recovery.py --job plain --rounds 3    # a plain torchrun script: the launchers
 
-A 2-rank job (tests/ckpt_worker.py) kills rank 1 with SIGKILL at step 6 on the first attempt;
-the time from the kill to rank 0's first completed step after the restart is measured for:
+``--job distrain`` (the default): a 2-rank job (tests/ckpt_worker.py: ``distrain.init()`` and
+the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
+kill to rank 0's first completed step after the restart (the job's own timeline) is measured for:
 
 - ``distrain run`` + checkpoint resume (restore, then continue mid-epoch);
 - plain ``torchrun`` + checkpoint resume (the same script: distrain.init's per-attempt store);
 - plain ``torchrun`` restarting the script from scratch (no checkpoint): torchrun's own restart.
 
-Variants are interleaved round by round so machine load hits them alike.
+``--job plain``: benchmarks/launch/plain_ddp.py (no distrain; ``torch.save`` checkpoint every
+step) under ``--max-restarts 1`` of ``distrain run`` (fast start), ``distrain run --start-method
+spawn`` and torchrun.  After both ranks' first step + 1 s the driver SIGKILLs rank 1; the time
+runs to the last rank's first step of the restart (BENCH_FIRST_STEP_FILE lines), and the
+checkpoint load time the script measured is printed beside it.  Every launcher gets
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restart_tally.py counts how often torchrun restarts fail
+without it).
+
+Variants are interleaved round by round so machine load hits them alike.  ``--control N`` first
+runs restart_tally.py's tally: N kill-restarts of a plain torch.distributed script per store setting.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import statistics
@@ -25,82 +35,124 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-WORKER = str(REPO / "tests" / "ckpt_worker.py")
-PY = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import BENCH, RUN, TESTS, TORCHRUN, env, kill_tree  # noqa: E402
+from restart_tally import tally  # noqa: E402
+
+CKPT_WORKER = str(TESTS / "ckpt_worker.py")
+PLAIN_WORKER = str(BENCH / "launch" / "plain_ddp.py")
+PLAIN_LAUNCHERS = {
+    "distrain-fast": RUN + ["-n", "2", "--max-restarts", "1"],
+    "distrain-spawn": RUN + ["-n", "2", "--max-restarts", "1", "--start-method", "spawn"],
+    "torchrun": TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "1"],
+}
 
 
 def variants(d: str) -> dict[str, list[str]]:
-    """name -> command; {d} holds the checkpoint dir and timeline of one run."""
+    """--job distrain: name -> command; {d} holds the checkpoint dir and timeline of one run."""
     common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2"]
+    torchrun = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1", CKPT_WORKER, "--"]
     return {
-        "distrain run + resume": [PY, "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "1", WORKER, "--dir", f"{d}/ckpt", *common],
-        "torchrun + resume": [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1",
-                              WORKER, "--", "--dir", f"{d}/ckpt", *common],
-        "torchrun, from scratch": [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1",
-                                   WORKER, "--", *common],
+        "distrain run + resume": RUN + ["-n", "2", "--max-restarts", "1", CKPT_WORKER, "--dir", f"{d}/ckpt", *common],
+        "torchrun + resume": torchrun + ["--dir", f"{d}/ckpt", *common],
+        "torchrun, from scratch": torchrun + common,
     }
 
 
-def one(cmd: list[str], d: str) -> float:
-    """Run one job; seconds from the kill to the first step after the restart."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
-    subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
+def one(cmd: list[str], d: str, timeout: float) -> float:
+    """--job distrain: run one job; seconds from the kill to the first step after the restart."""
+    subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout, check=True)
     events = dict(line.split() for line in Path(d, "timeline").read_text().splitlines())
     return float(events["resumed_step"]) - float(events["fault"])
 
 
-def control(runs: int, timeout: float, share_store: bool) -> None:
-    """Kill-and-restart a plain torch.distributed script under torchrun: finished / failed / hung."""
-    tally = {"finished": 0, "failed": 0, "hung": 0}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
-    if not share_store:
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1",
-           str(REPO / "benchmarks" / "raw_restart_worker.py")]
-    for _ in range(runs):
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            proc.communicate(timeout=timeout)
-            tally["finished" if proc.returncode == 0 else "failed"] += 1
-        except subprocess.TimeoutExpired:
-            tally["hung"] += 1
-        finally:
-            import psutil
-
-            with contextlib.suppress(psutil.Error):  # torchrun's workers live in their own sessions
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    child.kill()
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    label = "default (workers share the agent's store)" if share_store else "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
-    print(f"control, plain init_process_group under torchrun --max-restarts 2, {label}: {tally} of {runs} (hung = no exit in {timeout:g} s)", flush=True)
+def _lines(marker: Path) -> list[list[str]]:
+    return [line.split() for line in marker.read_text().splitlines()] if marker.exists() else []
 
 
-def main() -> None:
-    """Interleave the variants for --rounds rounds; print medians."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--control", type=int, default=0, help="also run N kill-restarts of a plain torch.distributed script")
-    p.add_argument("--control-timeout", type=float, default=90)
-    args = p.parse_args()
-    if args.control:
-        control(args.control, args.control_timeout, share_store=True)
-        control(args.control, args.control_timeout, share_store=False)
+def _wait(marker: Path, attempt: str, proc: subprocess.Popen[str], deadline: float) -> list[list[str]]:
+    while time.time() < deadline:
+        rows = [r for r in _lines(marker) if r[1] == attempt]
+        if len(rows) == 2:
+            return rows
+        if proc.poll() is not None:
+            raise RuntimeError(f"job ended (exit {proc.returncode}) before attempt {attempt} trained")
+        time.sleep(0.02)
+    raise TimeoutError(f"attempt {attempt} did not train in time")
+
+
+def one_plain(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
+    """--job plain: (kill → last rank's first resumed step, checkpoint load seconds)."""
+    tag = f"{launcher}-{time.monotonic_ns()}"
+    marker, ckpt = work / f"{tag}.txt", work / f"{tag}.pt"
+    cmd = PLAIN_LAUNCHERS[launcher] + [PLAIN_WORKER, "--steps", "400", "--sleep", "0.05", "--ckpt", str(ckpt)]
+    job_env = env(BENCH_FIRST_STEP_FILE=str(marker), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    proc = subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        first = _wait(marker, "0", proc, deadline)
+        time.sleep(1.0)
+        victim = int(next(r for r in first if r[0] == "1")[4])
+        t_kill = time.time()
+        os.kill(victim, signal.SIGKILL)
+        resumed = _wait(marker, "1", proc, deadline)
+        return max(float(r[2]) for r in resumed) - t_kill, max(float(r[3]) for r in resumed)
+    finally:
+        kill_tree(proc)
+        proc.wait()
+
+
+def distrain_job(rounds: int, timeout: float) -> None:
+    """Interleave the three variants for `rounds` rounds; print medians against torchrun from scratch."""
     results: dict[str, list[float]] = {}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name in variants("-"):
             with tempfile.TemporaryDirectory() as d:
-                t = one(variants(d)[name], d)
+                t = one(variants(d)[name], d, timeout)
             results.setdefault(name, []).append(t)
             print(f"round {r + 1}: {name:<24} {t:6.2f} s", flush=True)
     base = statistics.median(results["torchrun, from scratch"])
-    print(f"\nSIGKILL -> first training step after restart, median of {args.rounds} (2 ranks, gloo, CPU):")
+    print(f"\nSIGKILL -> first training step after restart, median of {rounds} (2 ranks, gloo, CPU):")
     for name, ts in results.items():
         med = statistics.median(ts)
         print(f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)")
+
+
+def plain_job(rounds: int, timeout: float) -> None:
+    """Interleaved rounds of the three launchers; print medians and the ratio against torchrun."""
+    names = list(PLAIN_LAUNCHERS)
+    res: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for launcher in names[r % len(names):] + names[: r % len(names)]:
+                try:
+                    t, load = one_plain(launcher, Path(tmp), timeout)
+                except (RuntimeError, TimeoutError) as err:
+                    print(f"round {r + 1} {launcher:15s} FAILED: {err}", flush=True)
+                    continue
+                res[launcher].append((t, load))
+                print(f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint load {load:.3f} s)", flush=True)
+    base = statistics.median(t for t, _ in res["torchrun"]) if res["torchrun"] else float("nan")
+    print("\nSIGKILL → first resumed step, median (seconds); ratio vs torchrun")
+    for n in names:
+        if res[n]:
+            ts = [t for t, _ in res[n]]
+            print(f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio {statistics.median(ts) / base:5.2f}"
+                  f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all {' '.join(f'{t:.2f}' for t in ts)}")
+
+
+def main() -> None:
+    """Optionally the control tally, then --rounds interleaved rounds of the chosen job."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--job", choices=["distrain", "plain"], default="distrain", help="see above (default distrain)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per job")
+    p.add_argument("--control", type=int, default=0, help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)")
+    p.add_argument("--control-timeout", type=float, default=90)
+    args = p.parse_args()
+    if args.control:
+        tally(args.control, args.control_timeout)
+    (plain_job if args.job == "plain" else distrain_job)(args.rounds, args.timeout)
 
 
 if __name__ == "__main__":

@@ -1,50 +1,55 @@
 """How often does plain torchrun restart a plain gloo script? With and without the store fix.
 
-    python3 benchmarks/restart_tally.py --runs 6 --timeout 240
+    python3 benchmarks/recovery/restart_tally.py --runs 6 --timeout 240
 
 Each run: ``torchrun --standalone --nproc-per-node 2 --max-restarts 2`` on
-benchmarks/raw_restart_worker.py (plain ``init_process_group("gloo")``, no distrain; rank 1
+raw_restart_worker.py (plain ``init_process_group("gloo")``, no distrain; rank 1
 SIGKILLs itself at step 3 of the first attempt).  A run is *good* when the job exits 0 with both
 ranks' "finished" line, *failed* when it exits non-zero, *hung* when it is still running after
 ``--timeout`` seconds (then killed).  The two settings alternate run by run, so both see the same
 load: TORCH_DISABLE_SHARE_RDZV_TCP_STORE unset (torch's default: workers share the agent's
 store) and =1 (what `distrain run` sets).  Prints one tally line per setting, the torch version
-and the load average before and after.
+and the load average before and after.  (``recovery.py --control N`` runs the same tally.)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from proc_tree import kill_tree
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import TORCHRUN, loadavg, run_bounded  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-WORKER = HERE / "raw_restart_worker.py"
+WORKER = Path(__file__).resolve().parent / "raw_restart_worker.py"
+SETTINGS = {"shared store (torch default)": True, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1": False}
 
 
 def one(share: bool, timeout: float) -> tuple[str, float]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    job_env = dict(os.environ, OMP_NUM_THREADS="1")
+    job_env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
     if not share:
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "--max-restarts", "2", str(WORKER)]
+        job_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "2", str(WORKER)]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        proc.communicate()
+    out, code = run_bounded(cmd, job_env, timeout)
+    if out is None:
         return "hung", time.monotonic() - start
-    finished = out.count("finished")
-    return ("good" if proc.returncode == 0 and finished >= 2 else "failed"), time.monotonic() - start
+    return ("good" if code == 0 and out.count("finished") >= 2 else "failed"), time.monotonic() - start
+
+
+def tally(runs: int, timeout: float) -> None:
+    """`runs` runs per setting, alternating; prints every run and one tally line per setting."""
+    counts: dict[str, dict[str, int]] = {name: {} for name in SETTINGS}
+    for i in range(runs):
+        for name, share in SETTINGS.items():
+            outcome, seconds = one(share, timeout)
+            counts[name][outcome] = counts[name].get(outcome, 0) + 1
+            print(f"  run {i + 1} {name}: {outcome} in {seconds:.0f} s", flush=True)
+    for name, c in counts.items():
+        print(f"{name}: {c.get('good', 0)}/{runs} good, {c.get('failed', 0)} failed, {c.get('hung', 0)} hung (> {timeout:.0f} s)")
 
 
 def main() -> None:
@@ -54,17 +59,9 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    print(f"torch {torch.__version__}; load before: {open('/proc/loadavg').read().strip()}", flush=True)
-    tally: dict[str, dict[str, int]] = {"shared store (torch default)": {}, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1": {}}
-    for i in range(a.runs):
-        for share, name in ((True, "shared store (torch default)"), (False, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")):
-            outcome, seconds = one(share, a.timeout)
-            tally[name][outcome] = tally[name].get(outcome, 0) + 1
-            print(f"  run {i + 1} {name}: {outcome} in {seconds:.0f} s", flush=True)
-    for name, counts in tally.items():
-        print(f"{name}: {counts.get('good', 0)}/{a.runs} good, {counts.get('failed', 0)} failed, "
-              f"{counts.get('hung', 0)} hung (> {a.timeout:.0f} s)")
-    print(f"load after: {open('/proc/loadavg').read().strip()}")
+    print(f"torch {torch.__version__}; load before: {loadavg()}", flush=True)
+    tally(a.runs, a.timeout)
+    print(f"load after: {loadavg()}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU hand conversion.
 
-    python benchmarks/rehearse.py [--rounds 5] [--nproc 2] [--steps 60] [--models cnn,mlp]
+    python3 benchmarks/rehearse/rehearse.py [--rounds 5] [--nproc 2] [--steps 60] [--models cnn,mlp]
 
 Each round runs `distrain run --cpu -n N rehearse_train_gpu.py` and `distrain run -n N
 rehearse_train_cpu.py` (order alternating round by round), for a small CNN and a tiny MLP (where
@@ -18,12 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import RUN, env, loadavg  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent / "src"))
+ENV = env(OMP_NUM_THREADS="1")
 
 
 def step_time(script: str, cpu: bool, nproc: int, model: str, steps: int) -> float:
-    cmd = [sys.executable, "-m", "distrain.cli", "run", *(["--cpu"] if cpu else []), "-n", str(nproc),
+    cmd = [*RUN, *(["--cpu"] if cpu else []), "-n", str(nproc),
            str(HERE / script), "--model", model, "--steps", str(steps)]
     out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900, check=True).stdout
     return float(json.loads(next(ln for ln in out.splitlines() if ln.startswith("{")))["step_s"])
@@ -38,7 +41,7 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    print(f"# torch {torch.__version__}; {os.cpu_count()} cores; load {open('/proc/loadavg').read().split()[:3]}; "
+    print(f"# torch {torch.__version__}; {os.cpu_count()} cores; load {loadavg().split()[:3]}; "
           f"rounds {args.rounds}, nproc {args.nproc}, steps {args.steps}", flush=True)
     for model in args.models.split(","):
         ratios, rehearsed, converted = [], [], []
@@ -51,7 +54,7 @@ def main() -> None:
         print(f"step time [{model}]: --cpu {statistics.median(rehearsed) * 1e3:.2f} ms, hand-converted "
               f"{statistics.median(converted) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
               f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})", flush=True)
-    print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
+    print(f"# load after {loadavg().split()[:3]}")
 
 
 if __name__ == "__main__":

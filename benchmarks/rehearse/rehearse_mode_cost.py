@@ -1,6 +1,6 @@
 """Why `distrain run --cpu` wraps a few functions instead of using a TorchFunctionMode.
 
-    python benchmarks/rehearse_mode_cost.py
+    python3 benchmarks/rehearse/rehearse_mode_cost.py
 
 Times a small op (``x.add(y)`` on 8 floats) and a wrapped factory (``torch.zeros(8)``) with no
 interception, under a do-nothing TorchFunctionMode (what a mode costs every op), and with the
@@ -32,7 +32,7 @@ def main() -> None:
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from distrain.runtime.rehearse.devices import _with_cpu_device
 
     x, y = torch.randn(8), torch.randn(8)

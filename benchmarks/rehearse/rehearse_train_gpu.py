@@ -1,6 +1,6 @@
 """Benchmark workload, GPU style: a DDP CNN (or MLP) step loop written for CUDA + NCCL.
 
-Run under `distrain run --cpu -n N` by benchmarks/rehearse.py against rehearse_train_cpu.py,
+Run under `distrain run --cpu -n N` by rehearse.py against rehearse_train_cpu.py,
 its hand conversion; rank 0 prints {"step_s": median seconds per step after warm-up}.
 """
 

@@ -1,6 +1,6 @@
 """Step time of the digits CNN with and without per-rank metrics, measured side by side.
 
-    PYTHONPATH=src python3 benchmarks/metrics_overhead.py [--rounds 60 --steps 50 --interval 1.0]
+    PYTHONPATH=src python3 benchmarks/train/metrics_overhead.py [--rounds 60 --steps 50 --interval 1.0]
 
 Short blocks of `--steps` training steps alternate between "off" (no ``log`` calls) and "on"
 (``log(loss=..., lr=..., samples=..., epoch=...)`` every step, as in examples/train_digits.py,
@@ -23,7 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import SRC  # noqa: E402
+
+sys.path.insert(0, str(SRC))
 from distrain.monitor import Monitor  # noqa: E402
 
 

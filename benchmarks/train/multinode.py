@@ -5,7 +5,7 @@ batch, one thread per process, gloo.  The "2 nodes" are two Linux network namesp
 a veth pair (root needed), started with `distrain run --nnodes 2`; the baseline is
 `distrain run -n 2` on loopback.  Rounds are interleaved so machine load hits both alike.
 
-    sudo python3 benchmarks/multinode.py --rounds 3
+    sudo python3 benchmarks/train/multinode.py --rounds 3
 """
 
 from __future__ import annotations
@@ -19,28 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-WORKER = str(HERE / "multinode_worker.py")
-ENV = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-RUN = [sys.executable, "-m", "distrain.cli", "run"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
+from common import RUN, delete_pair, env, veth_pair  # noqa: E402
 
-
-def _ip(*argv: str) -> None:
-    subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
-
-
-def make_pair(tag: str) -> tuple[list[str], list[str]]:
-    """Two namespaces joined by a veth pair; returns (names, addresses)."""
-    names, addrs = [f"{tag}n0", f"{tag}n1"], ["10.200.250.1", "10.200.250.2"]
-    _ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
-    for name, end, addr in zip(names, (f"{tag}a", f"{tag}b"), addrs, strict=True):
-        _ip("netns", "add", name)
-        _ip("link", "set", end, "netns", name)
-        _ip("-n", name, "addr", "add", f"{addr}/24", "dev", end)
-        _ip("-n", name, "link", "set", end, "up")
-        _ip("-n", name, "link", "set", "lo", "up")
-    return names, addrs
+WORKER = str(Path(__file__).resolve().parent / "multinode_worker.py")
+ENV = env()
 
 
 def loopback(out: Path, steps: int) -> dict:
@@ -69,11 +52,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60)
     args = ap.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("benchmarks/multinode.py needs root (network namespaces)")
+        raise SystemExit("benchmarks/train/multinode.py needs root (network namespaces)")
     tag = f"bm{os.getpid() % 100000}"
-    names: list[str] = []
     try:
-        names, addrs = make_pair(tag)
+        names, addrs = veth_pair(tag, "10.200.250")
         loop, net = [], []
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):
@@ -86,9 +68,7 @@ def main() -> int:
         print(f"median: 1 node × 2 procs (loopback) {ml:.0f} samples/s · 2 nodes × 1 proc (veth) {mn:.0f} samples/s · "
               f"ratio veth/loopback {mn / ml:.2f} ({loop[0]['params'] / 1e6:.1f} M params)")
     finally:
-        for name in names or [f"{tag}n0", f"{tag}n1"]:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        subprocess.run(["ip", "link", "del", f"{tag}a"], capture_output=True)  # only if setup stopped half-way
+        delete_pair(tag)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Worker of benchmarks/multinode.py: DDP training throughput of one fixed MLP on synthetic data."""
+"""Worker of multinode.py: DDP training throughput of one fixed MLP on synthetic data."""
 
 import argparse
 import json

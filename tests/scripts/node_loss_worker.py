@@ -1,7 +1,8 @@
-"""Elastic training job for benchmarks/node_loss.py and tests/test_node_loss.py: a small MLP, checkpoint every 5 steps.
+"""Elastic training job for tests/test_node_loss.py and benchmarks/recovery/node_loss.py: a small MLP, checkpoint every 5 steps.
 
-Every rank appends "host restart_count world_size time step" to DISTRAIN_FIRST_STEP_FILE after
-the first optimizer step of each start (the resumed step is the one after the checkpoint).
+Every rank appends "host restart_count world_size time step" to BENCH_FIRST_STEP_FILE after
+the first optimizer step of each start (the resumed step is the one after the checkpoint);
+host is $BENCH_NODE.
 """
 
 import argparse
@@ -38,8 +39,8 @@ while step < args.steps:
         ctx.step(opt)
         step += 1
         if step == start + 1:
-            with open(os.environ["DISTRAIN_FIRST_STEP_FILE"], "a") as f:
-                f.write(f"{os.environ.get('DISTRAIN_BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
+            with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
+                f.write(f"{os.environ.get('BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
                         f"{ctx.world_size} {time.time()} {step}\n")
         time.sleep(args.sleep)
         ckpt.maybe_save(step)

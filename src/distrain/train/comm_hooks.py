@@ -24,7 +24,7 @@ Two things distrain adds around torch's PowerSGD hook, for gloo jobs and CPU ten
 - The hook computes ``Q = Mᵀ·P`` as ``torch.bmm(M.transpose(1, 2), P)``.  On x86 CPUs (MKL)
   that transposed product with a narrow ``P`` runs at ~0.1 GFLOP/s: 77 ms for a 2048×2048
   gradient at rank 2, against 2.8 ms for the same product computed as ``(Pᵀ·M)ᵀ``
-  (benchmarks/RESULTS.md).  ``_FastLowRankProducts`` stands in for ``torch`` inside the hook's
+  (benchmarks/comm/RESULTS.md).  ``_FastLowRankProducts`` stands in for ``torch`` inside the hook's
   module and reroutes exactly that product; everything else is torch's own code.
 """
 
