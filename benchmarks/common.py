@@ -80,7 +80,7 @@ def veth_pair(tag: str, subnet: str) -> tuple[list[str], list[str]]:
     """Two network namespaces `tag`n0, `tag`n1 joined by one veth pair, addresses `subnet`.1 and .2 (root needed).
 
     Returns (names, addresses); remove them with delete_pair(tag).  The tests' fixture
-    (tests/netns_hosts.py) joins hosts through a bridge instead and can shape the links.
+    (tests/helpers/netns_hosts.py) joins hosts through a bridge instead and can shape the links.
     """
     names, addrs = [f"{tag}n0", f"{tag}n1"], [f"{subnet}.1", f"{subnet}.2"]
     _ip("link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")

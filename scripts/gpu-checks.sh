@@ -12,9 +12,9 @@ d() { python3 -m distrain.cli "$@"; }
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
 } 2>&1 | tee "$out/machine.txt"
 # pytest: GPU tests, plus the GPU cases of the checkpoint / monitor / doctor files
-python3 -m pytest -p no:cacheprovider -v tests/test_gpu.py tests/test_gpu_comm.py \
-  "tests/test_checkpoint.py::test_cuda_rng_and_model_round_trip" \
-  "tests/test_monitor.py::test_gpu_probe_reads_nvml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
+python3 -m pytest -p no:cacheprovider -v tests/jobs/test_gpu.py tests/jobs/test_gpu_comm.py \
+  "tests/jobs/test_checkpoint.py::test_cuda_rng_and_model_round_trip" \
+  "tests/jobs/test_monitor.py::test_gpu_probe_reads_nvml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
 # the doctor on a GPU machine
 d doctor --expect-gpu 2>&1 | tee "$out/doctor.txt" | tail -40
 # fast (forked) start vs fresh interpreters on CUDA: bitwise equal?

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 from common import PY, SRC, TESTS, loadavg  # noqa: E402
 
 sys.path.insert(0, str(TESTS))
-from netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
+from helpers.netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
 
 
 def main() -> int:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 from common import PY, SRC, TESTS, loadavg  # noqa: E402
 
 sys.path.insert(0, str(TESTS))
-from netns_hosts import Hosts, hosts  # noqa: E402  (the tests' namespace fixture, reused)
+from helpers.netns_hosts import Hosts, hosts  # noqa: E402  (the tests' namespace fixture, reused)
 
 WORKER = str(Path(__file__).resolve().parent / "links_hooks_worker.py")
 CONFIGS = ["none", "bf16", "fp16", "powersgd:rank=2", "powersgd:rank=4"]

@@ -2,7 +2,7 @@
 
     sudo python3 benchmarks/comm/links_scaling.py --rates 100mbit,1gbit,10gbit --epochs 3
 
-Two network namespaces joined by a bridge (tests/netns_hosts.py) stand for two machines; for
+Two network namespaces joined by a bridge (tests/helpers/netns_hosts.py) stand for two machines; for
 each rate the links are limited with ``tc ... tbf`` on both veth ends and one study runs:
 ``distrain bench scaling --nproc 1 --nodes 1,2 --node-exec 'ip netns exec NS{node}' ...``
 (1 node × 1 process against 2 nodes × 1 process, the default workload).  Each study's report
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 from common import PY, TESTS, env, loadavg  # noqa: E402
 
 sys.path.insert(0, str(TESTS))
-from netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
+from helpers.netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
 
 LABELS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "unlimited veth"}
 

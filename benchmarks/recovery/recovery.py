@@ -3,7 +3,7 @@
     python3 benchmarks/recovery/recovery.py --rounds 3                # a distrain script + its checkpointer
     python3 benchmarks/recovery/recovery.py --job plain --rounds 3    # a plain torchrun script: the launchers
 
-``--job distrain`` (the default): a 2-rank job (tests/ckpt_worker.py: ``distrain.init()`` and
+``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()`` and
 the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
 kill to rank 0's first completed step after the restart (the job's own timeline) is measured for:
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 from common import BENCH, RUN, TESTS, TORCHRUN, env, kill_tree  # noqa: E402
 from restart_tally import tally  # noqa: E402
 
-CKPT_WORKER = str(TESTS / "ckpt_worker.py")
+CKPT_WORKER = str(TESTS / "scripts" / "ckpt_worker.py")
 PLAIN_WORKER = str(BENCH / "launch" / "plain_ddp.py")
 PLAIN_LAUNCHERS = {
     "distrain-fast": RUN + ["-n", "2", "--max-restarts", "1"],

@@ -1,0 +1,70 @@
+"""Bad input to `distrain run`: one clear line on stderr, non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from helpers import REPO, python, run
+
+JOB = str(REPO / "tests" / "scripts" / "core_job.py")
+
+
+def distrain_run(*args: str) -> tuple[int, str, str]:
+    res = run([python(), "-m", "distrain.cli", "run", *args], timeout=120)
+    return res.returncode, res.stdout, res.stderr
+
+
+def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
+    assert code != 0
+    assert "Traceback" not in stderr
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("distrain run: error:") and needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--frobnicate", JOB], "unknown option --frobnicate"),
+        (["-n", "2", "no/such/script.py"], "script not found: no/such/script.py"),
+        (["-n", "0", JOB], "at least 1"),
+        (["-n", "two", JOB], "--nproc expects an integer"),
+        (["--gpus", "7", JOB], "GPU 7 does not exist"),
+        (["--gpus", "a,b", JOB], "--gpus expects GPU indices"),
+        ([], "no training script"),
+    ],
+)
+def test_bad_input(args: list[str], needle: str) -> None:
+    code, _, err = distrain_run(*args)
+    assert_one_line_error(code, err, needle)
+
+
+def test_port_in_use() -> None:
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code, _, err = distrain_run("-n", "2", "--master-port", str(port), JOB, "--out", "/nonexistent")
+    assert_one_line_error(code, err, f"port {port} is already in use")
+
+
+def test_unknown_command() -> None:
+    res = run([python(), "-m", "distrain.cli", "frobnicate"], timeout=60)
+    assert res.returncode == 2 and "unknown command" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(script)], timeout=120)
+    assert res.returncode == 3, res.stderr
+    assert "rank 1" in res.stderr and "exited with code 3" in res.stderr
+
+
+def test_dry_run_prints_torchrun_command() -> None:
+    code, out, _ = distrain_run("--dry-run", "-n", "2", JOB, "--n", "5")
+    assert code == 0
+    assert "torchrun" in out and "--nproc-per-node 2" in out and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out
+    assert out.strip().endswith("-- --n 5")

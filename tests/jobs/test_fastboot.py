@@ -1,0 +1,164 @@
+"""`distrain run`'s fast start (workers forked from a preloading server) and comm hooks.
+
+Real jobs of 1–2 ranks on gloo; the fast path is compared with fresh interpreters
+(``--start-method spawn``, torchrun's own path) on the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import EXAMPLES, REPO, digits_accuracy, python, run
+
+from distrain.train import comm_hooks
+from distrain.train.comm_hooks import parse_hook
+
+SCRIPTS = REPO / "tests" / "fastboot_scripts"
+FALLBACK_LINE = "running workers in fresh interpreters instead"
+
+
+def distrain_run(*args: str, out: Path | None = None, timeout: float = 240):
+    env = {"PROBE_OUT": str(out)} if out else None
+    return run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout, env=env)
+
+
+def ranks(out: Path) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> None:
+    seen = {}
+    for method in ("fast", "spawn"):
+        out = tmp_path / method
+        out.mkdir()
+        res = distrain_run("-n", "2", "--start-method", method, str(SCRIPTS / "probe.py"), "--flag", "x", out=out)
+        assert res.returncode == 0, res.stderr
+        assert "hello from rank 0" in res.stdout and "hello from rank 1" in res.stdout
+        assert FALLBACK_LINE not in res.stderr
+        seen[method] = ranks(out)
+    assert [r["preloaded"] for r in seen["fast"]] == [True, True]  # really forked from the server
+    assert [r["preloaded"] for r in seen["spawn"]] == [False, False]
+    for fast, fresh in zip(seen["fast"], seen["spawn"], strict=True):
+        assert fast["argv"] == fresh["argv"] == [str(SCRIPTS / "probe.py"), "--flag", "x"]
+        assert fast["name"] == fresh["name"] == "__main__"
+        assert fast["path0"] == fresh["path0"] == str(SCRIPTS)
+        assert fast["threads"] == fresh["threads"]
+        assert fast["sum"] == fresh["sum"] == 3.0
+        assert fast["launcher"] == fresh["launcher"] == "distrain-run"
+
+
+@pytest.mark.parametrize(
+    ("script_args", "code", "stderr_has"),
+    [(["--exit", "3"], 3, "exited with code 3"), (["--exit", "none"], 0, ""), (["--raise"], 1, "ValueError: boom from the probe")],
+)
+def test_exit_status_of_a_forked_worker_is_the_scripts(tmp_path: Path, script_args: list[str], code: int, stderr_has: str) -> None:
+    res = distrain_run("-n", "1", str(SCRIPTS / "probe.py"), *script_args, out=tmp_path, timeout=180)
+    assert res.returncode == code, res.stderr
+    assert stderr_has in res.stderr
+    assert json.loads((tmp_path / "rank0.json").read_text())["preloaded"] is True
+    if code == 1:
+        assert "Traceback" in res.stderr  # as a fresh interpreter would print it
+
+
+def test_script_failing_in_the_fork_path_falls_back_once(tmp_path: Path) -> None:
+    res = distrain_run("-n", "2", str(SCRIPTS / "needs_fresh.py"), out=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count(FALLBACK_LINE) == 1, res.stderr
+    assert "must be started in a fresh interpreter" in res.stderr
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["2.0", "2.0"]
+
+
+def test_module_launch_uses_fresh_interpreters_and_says_so(tmp_path: Path) -> None:
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "1", "-m", "json.tool", "--help"], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("starting workers in fresh interpreters") == 1
+
+
+def test_bad_start_method_is_one_line(tmp_path: Path) -> None:
+    res = distrain_run("--start-method", "teleport", str(SCRIPTS / "probe.py"), timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "teleport" in res.stderr
+
+
+def _digits(out: Path, *extra: str) -> dict[str, torch.Tensor]:
+    """Train the digits example (3 epochs, 2 ranks); `extra`: 2 launcher args, then script args."""
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", *extra[:2], str(EXAMPLES / "train_digits.py"),
+               "--epochs", "3", "--out", str(out), *extra[2:]], timeout=300)
+    assert res.returncode == 0, res.stderr
+    (out / "stdout.txt").write_text(res.stdout)
+    return torch.load(out / "model.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def digits_fast(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One fast-path digits run shared by the equality and the accuracy tests."""
+    out = tmp_path_factory.mktemp("digits_fast")
+    _digits(out, "--start-method", "fast")
+    return out
+
+
+def test_digits_forked_start_is_bitwise_equal_to_fresh_start(tmp_path: Path, digits_fast: Path) -> None:
+    fast = torch.load(digits_fast / "model.pt", weights_only=True)
+    fresh = _digits(tmp_path / "fresh", "--start-method", "spawn")
+    assert fast.keys() == fresh.keys()
+    assert all(torch.equal(fast[k], fresh[k]) for k in fast)
+
+
+@pytest.mark.parametrize("hook", ["bf16", "powersgd:rank=2,start=10"])
+def test_compression_hooks_train_digits_within_one_percent(tmp_path: Path, digits_fast: Path, hook: str) -> None:
+    hooked_model = _digits(tmp_path, "--start-method", "fast", "--comm-hook", hook)
+    plain = digits_accuracy((digits_fast / "stdout.txt").read_text())
+    hooked = digits_accuracy((tmp_path / "stdout.txt").read_text())
+    # 1.5 points = 5 of the 359 test images: 3 short epochs leave that much run-to-run spread
+    assert abs(plain - hooked) <= 0.015, (plain, hooked)
+    plain_model = torch.load(digits_fast / "model.pt", weights_only=True)
+    assert any(not torch.equal(plain_model[k], hooked_model[k]) for k in plain_model)  # the hook was active
+
+
+@pytest.mark.parametrize("rehearsal", [[], ["--cpu"]], ids=["cpu", "rehearsed-cuda"])
+def test_powersgd_on_gloo_trains_when_the_model_spans_several_buckets(rehearsal: list[str]) -> None:
+    # torch's hook on gloo aborts with "Received data size doesn't match" unless one bucket holds all;
+    # under --cpu the script's device is a stand-in cuda one, and the group is still gloo
+    res = run([python(), "-m", "distrain.cli", "run", *rehearsal, "-n", "2", str(REPO / "tests" / "scripts" / "powersgd_buckets.py")],
+              timeout=180, env={"DISTRAIN_DEVICE": ""})
+    assert res.returncode == 0 and "ranks agree: True" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+def test_powersgd_hook_computes_the_transposed_product_the_fast_way() -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    comm_hooks._use_fast_low_rank_products()
+    assert powerSGD_hook.torch.bmm is not torch.bmm and powerSGD_hook.torch.linalg is torch.linalg
+    m, p = torch.randn(3, 300, 200), torch.randn(3, 300, 2)
+    q = torch.empty(3, 200, 2)
+    powerSGD_hook.torch.bmm(m.transpose(1, 2), p, out=q)  # the hook's Q = Mᵀ·P, into its buffer
+    torch.testing.assert_close(q, torch.bmm(m.transpose(1, 2).contiguous(), p))
+    torch.testing.assert_close(powerSGD_hook.torch.bmm(p, q.transpose(1, 2)), torch.bmm(p, q.transpose(1, 2)))
+
+
+def test_comm_hook_names_are_checked() -> None:
+    assert parse_hook("bf16") == ("bf16", {})
+    assert parse_hook("powersgd:rank=4") == ("powersgd", {"rank": 4, "start": 10})
+    for bad in ("zip", "bf16:rank=2", "powersgd:start=1", "powersgd:depth=2"):
+        with pytest.raises(ValueError):
+            parse_hook(bad)
+
+
+def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
+    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise resume."""
+    worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
+    fresh = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--start-method", "spawn", worker,
+                 "--out", str(tmp_path / "fresh.pt")], timeout=240)
+    assert fresh.returncode == 0, fresh.stderr
+    killed = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "2", "--start-method", "fast", worker,
+                  "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "fast.pt"), "--kill-at", "6"], timeout=240)
+    assert killed.returncode == 0, killed.stderr
+    assert (tmp_path / "ckpt" / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "distrain: resumed from" in killed.stdout
+    assert FALLBACK_LINE not in killed.stderr
+    a, b = torch.load(tmp_path / "fresh.pt", weights_only=True), torch.load(tmp_path / "fast.pt", weights_only=True)
+    assert a["step"] == b["step"]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -1,0 +1,153 @@
+"""The package's shape: no import cycles, launcher and worker sides apart, a torch-free contract.
+
+The import graph is read from the source with ``ast`` (every import, also the lazy ones inside
+functions, except ``if TYPE_CHECKING:`` blocks), so a new cycle or a crossing fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import SRC
+
+PKG = SRC / "distrain"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(path: Path, module: str, modules: set[str]) -> dict[str, bool]:
+    """{imported distrain module: imported at module level} for one file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, bool] = {}
+
+    def add(name: str, top: bool) -> None:
+        # `from x import y` may name a submodule y, else it names a member of x
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found[name] = found.get(name, False) or top
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                continue
+            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name.startswith("distrain"):
+                        add(alias.name, top)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (child.level - 1)]
+                    prefix = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    prefix = child.module or ""
+                if prefix.startswith("distrain"):
+                    for alias in child.names:
+                        add(f"{prefix}.{alias.name}", top)
+            visit(child, inner)
+
+    visit(tree, True)
+    return found
+
+
+def _graph() -> dict[str, dict[str, bool]]:
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    modules = set(files)
+    return {name: _imports(path, name, modules) for name, path in files.items()}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+def _parent_packages(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    # importing a.b.c runs a/__init__ and a/b/__init__ first: a package importing its own
+    # submodule is how packages work, not a cycle, so edges to one's own parents are dropped
+    edges = {m: {d for d in deps if d not in _parent_packages(m)} for m, deps in graph.items()}
+    assert _find_cycle(edges) is None, f"import cycle: {' -> '.join(_find_cycle(edges) or [])}"
+
+
+def test_cycle_detector_sees_a_cycle() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize(
+    ("side", "forbidden"),
+    [
+        ("distrain.launch", ("distrain.runtime", "distrain.train", "distrain.cluster", "distrain.monitor")),
+        ("distrain.runtime", ("distrain.launch",)),
+        ("distrain.train", ("distrain.launch",)),
+        ("distrain.cluster", ("distrain.launch", "distrain.runtime", "distrain.train")),
+        ("distrain.contract", ("distrain.launch", "distrain.train", "distrain.cluster", "distrain.monitor")),
+    ],
+)
+def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, ...]) -> None:
+    crossings = [
+        f"{mod} imports {dep}"
+        for mod, deps in _graph().items()
+        if mod == side or mod.startswith(side + ".")
+        for dep in deps
+        if any(dep == f or dep.startswith(f + ".") for f in forbidden)
+    ]
+
+
+    assert not crossings, "\n".join(crossings)
+
+
+def test_contract_and_launcher_import_no_torch() -> None:
+    code = (
+        "import sys, distrain.contract, distrain.launch.plan, distrain.launch.cli, distrain.cli\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_no_source_file_over_400_lines() -> None:
+    long = {str(p.relative_to(SRC)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_top_level_stays_small() -> None:
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= 8, top
