@@ -28,21 +28,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import torch
-from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
+sys.path.insert(0, str(REPO / "tests"))
 
 
 def image_folder(root: Path) -> Path:
-    rng = np.random.default_rng(1)
-    for c, name in enumerate(["daisy", "roses", "tulips"]):
-        (root / name).mkdir(parents=True)
-        for i in range(16):
-            Image.fromarray((rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")).save(root / name / f"{i}.jpg")
+    from helpers.images import (
+        class_folders,  # tests/helpers: the same data set as the imagefolder test
+    )
+
+    class_folders(root, per_class=16, seed=1)
     return root
 
 

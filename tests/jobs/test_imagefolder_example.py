@@ -6,10 +6,10 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from helpers import EXAMPLES, python, run
+from helpers.images import class_folders
 from PIL import Image
 
 SCRIPT = str(EXAMPLES / "train_imagefolder.py")
@@ -20,12 +20,7 @@ FAST = ["--arch", "resnet18", "--image-size", "32", "--epochs", "1", "--batch-si
 def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 classes of small JPEGs, plus one grayscale PNG and one RGBA PNG (flower_photos layout)."""
     root = tmp_path_factory.mktemp("flowers")
-    rng = np.random.default_rng(0)
-    for c, name in enumerate(["daisy", "roses", "tulips"]):
-        (root / name).mkdir()
-        for i in range(8):
-            pixels = (rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")  # classes differ in brightness
-            Image.fromarray(pixels).save(root / name / f"{i}.jpg")
+    rng = class_folders(root, per_class=8, seed=0)
     Image.fromarray((rng.random((40, 40)) * 255).astype("uint8"), "L").save(root / "daisy" / "gray.png")
     Image.fromarray((rng.random((40, 40, 4)) * 255).astype("uint8"), "RGBA").save(root / "roses" / "alpha.png")
     (root / "tulips" / "notes.txt").write_text("not an image")
@@ -90,11 +85,7 @@ def test_pretrained_matching_weights_and_frozen_layers(image_folder: Path, tmp_p
 def bigger_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 classes of 16 small JPEGs: 39 training images, 4 steps an epoch at 2 × 4."""
     root = tmp_path_factory.mktemp("flowers48")
-    rng = np.random.default_rng(1)
-    for c, name in enumerate(["daisy", "roses", "tulips"]):
-        (root / name).mkdir()
-        for i in range(16):
-            Image.fromarray((rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")).save(root / name / f"{i}.jpg")
+    class_folders(root, per_class=16, seed=1)
     return root
 
 
