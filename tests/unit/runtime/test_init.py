@@ -59,6 +59,7 @@ def test_exit_on_error_leaves_cluster_and_usage_errors_raised(monkeypatch: pytes
     def broken(*_: object) -> int:
         raise err
 
+    monkeypatch.setattr(init_module, "current", lambda: None)  # an earlier in-process test may have left a Context
     monkeypatch.setattr(init_module, "detect_environment", SingleProcessEnvironment)
     monkeypatch.setattr(init_module, "choose_threads", broken)
     with pytest.raises(type(err), match=str(err)):
