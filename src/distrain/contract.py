@@ -98,16 +98,6 @@ def parse_seconds(text: str, what: str) -> float:
     return value
 
 
-def env_seconds(name: str) -> float | None:
-    """A positive, finite number of seconds from environment variable `name`, else None (unset or bad)."""
-    raw = os.environ.get(name, "")
-    try:
-        value = float(raw) if raw else 0.0
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None  # nan fails both comparisons
-
-
 # -- the fork-server entrypoint ------------------------------------------------------------------
 @dataclass
 class ForkJob:

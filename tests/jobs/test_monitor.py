@@ -170,10 +170,12 @@ def test_monitor_in_process(tmp_path: Path) -> None:
 
 
 def test_no_run_dir_means_no_monitor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from distrain.settings import Settings
+
     monkeypatch.delenv("DISTRAIN_RUN_DIR", raising=False)
-    assert open_monitor(None, 0, 1, None) is None  # ctx.log() is then a no-op
+    assert open_monitor(Settings.read().run_dir, 0, 1, None) is None  # ctx.log() is then a no-op
     monkeypatch.setenv("DISTRAIN_RUN_DIR", str(tmp_path))
-    mon = open_monitor(None, 0, 1, None)
+    mon = open_monitor(Settings.read().run_dir, 0, 1, None)  # what init() does
     assert mon is not None and mon.run_dir == tmp_path
     mon.close()  # never logged: no thread, no files
     assert list(tmp_path.iterdir()) == []

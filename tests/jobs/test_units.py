@@ -102,6 +102,4 @@ def test_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_threads(2) == 32
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert choose_threads(2) == 4
-    monkeypatch.setenv("DISTRAIN_NUM_THREADS", "1")
-    assert choose_threads(2) == 1
     assert choose_threads(2, requested=3) == 3

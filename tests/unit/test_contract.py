@@ -14,7 +14,6 @@ from distrain.cluster import ClusterError
 from distrain.contract import (
     ForkJob,
     WorkerEntrypoint,
-    env_seconds,
     parse_seconds,
     rehearse_boot_dir,
     signal_exit_code,
@@ -40,18 +39,6 @@ def test_parse_seconds_names_the_option_for_non_numbers() -> None:
     with pytest.raises(UsageError, match=r"--watchdog expects seconds \(got 'ten'\)") as info:
         parse_seconds("ten", "--watchdog")
     assert info.value.exit_code == contract.USAGE_EXIT_CODE
-
-
-def test_env_seconds_reads_positive_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(contract.WATCHDOG, "12.5")
-    assert env_seconds(contract.WATCHDOG) == 12.5
-
-
-@pytest.mark.parametrize("raw", [None, "", "0", "-3", "soon", "nan", "inf", "-inf"])
-def test_env_seconds_is_none_when_unset_or_unusable(monkeypatch: pytest.MonkeyPatch, raw: str | None) -> None:
-    if raw is not None:
-        monkeypatch.setenv(contract.WATCHDOG, raw)
-    assert env_seconds(contract.WATCHDOG) is None
 
 
 def test_signal_exit_code_is_128_plus_the_signal_number() -> None:

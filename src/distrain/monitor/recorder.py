@@ -27,15 +27,14 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..contract import METRICS_INTERVAL, RESTART_COUNT, RUN_DIR
+from ..contract import RESTART_COUNT
 from ..log import get_logger
+from ..settings import DEFAULT_METRICS_INTERVAL_S
 from .probes import GPUProbe, ProcessProbe
 from .tensorboard import ScalarWriter
 
 _log = get_logger("monitor")
 
-#: seconds between two records of one rank (``DISTRAIN_METRICS_INTERVAL`` overrides)
-DEFAULT_INTERVAL = 1.0
 METRICS_SUBDIR = "metrics"
 #: values of one name kept between two records (TensorBoard points); the latest always wins
 MAX_POINTS = 256
@@ -45,14 +44,6 @@ TENSORBOARD_SUBDIR = "tensorboard"
 def rank_file(run_dir: str | Path, rank: int) -> Path:
     """Where rank `rank` writes its records."""
     return Path(run_dir) / METRICS_SUBDIR / f"rank-{rank}.jsonl"
-
-
-def _interval_from_env() -> float:
-    raw = os.environ.get(METRICS_INTERVAL, "")
-    try:
-        return max(0.05, float(raw)) if raw else DEFAULT_INTERVAL
-    except ValueError:
-        return DEFAULT_INTERVAL
 
 
 def _number(value: Any) -> float | None:
@@ -78,7 +69,7 @@ class Monitor:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.world_size = world_size
-        self.interval = interval if interval is not None else _interval_from_env()
+        self.interval = interval if interval is not None else DEFAULT_METRICS_INTERVAL_S
         self._gpu_index = gpu_index
         self._want_tensorboard = tensorboard and rank == 0
         self._lock = threading.Lock()
@@ -290,9 +281,9 @@ class _EpochTally:
         }
 
 
-def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None) -> Monitor | None:
-    """A Monitor for this rank when a run directory is given (argument or DISTRAIN_RUN_DIR)."""
-    chosen = run_dir if run_dir is not None else os.environ.get(RUN_DIR) or None
-    if chosen is None:
+def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None,
+                 interval: float | None = None) -> Monitor | None:
+    """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
+    if run_dir is None:
         return None
-    return Monitor(chosen, rank, world_size, gpu_index=gpu_index)
+    return Monitor(run_dir, rank, world_size, gpu_index=gpu_index, interval=interval)

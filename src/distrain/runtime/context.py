@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..cluster import ClusterEnvironment
 from ..contract import usable_cores
+from ..settings import Settings
 from ..train import watchdog
 from ..train.data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from ..train.steps import StepCounter
@@ -64,8 +65,11 @@ class Context(Reductions):
         backend: str | None,
         precision: str,
         threads: int,
+        settings: Settings | None = None,
     ) -> None:
         self.env = env
+        #: what init() read from its arguments and the DISTRAIN_* variables (distrain.settings)
+        self.settings = settings if settings is not None else Settings()
         self.rank = env.rank()
         self.world_size = env.world_size()
         self.local_rank = env.local_rank()

@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import CPU_REHEARSAL, DEVICE, LOG_DIR
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
+from ..settings import Settings
 from ..train import failure, watchdog
 from .context import Context, _remember, current
 from .store import restart_safe_store
@@ -38,9 +38,6 @@ def _pick_device(env: ClusterEnvironment, device: str | torch.device | None) -> 
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", env.local_rank())
         return dev
-    wanted = os.environ.get(DEVICE, "")
-    if wanted:
-        return _pick_device(env, wanted)
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
         if env.local_rank() >= count:
@@ -95,7 +92,8 @@ def init(
             env.export_env()
         except ClusterError as err:
             raise DistrainError(str(err)) from None
-        dev = _pick_device(env, device)
+        settings = Settings.read(device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds)
+        dev = _pick_device(env, settings.device)
         if precision == "fp16" and dev.type != "cuda":
             raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
         if dev.type == "cuda":
@@ -105,7 +103,7 @@ def init(
                 raise DistrainError(str(err)) from None
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        n_threads = choose_threads(env.local_world_size(), threads)
+        n_threads = choose_threads(env.local_world_size(), settings.threads)
         torch.set_num_threads(n_threads)
         chosen_backend: str | None = None
         # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
@@ -113,8 +111,8 @@ def init(
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
-                watchdog.nccl_debug_defaults(os.environ.get(LOG_DIR))
-            store = restart_safe_store(env, timeout)
+                watchdog.nccl_debug_defaults(settings.log_dir)
+            store = restart_safe_store(env, timeout, settings.bind_addr)
             dist.init_process_group(
                 chosen_backend,
                 store=store,
@@ -124,15 +122,15 @@ def init(
                 device_id=dev if dev.type == "cuda" else None,
             )
             chosen_backend = dist.get_backend()  # what really formed: under `run --cpu`, gloo for nccl
-        ctx = Context(env, dev, chosen_backend, precision, n_threads)
+        ctx = Context(env, dev, chosen_backend, precision, n_threads, settings)
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
-        real_gpu = dev.type == "cuda" and not os.environ.get(CPU_REHEARSAL)  # under `run --cpu` NVML has nothing to say
-        ctx._monitor = open_monitor(run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None)
-        bound = watchdog.watchdog_seconds(watchdog_seconds)
-        if bound is not None and ctx.distributed:
-            ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, bound)
+        real_gpu = dev.type == "cuda" and settings.cpu_rehearsal is None  # under `run --cpu` NVML has nothing to say
+        ctx._monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
+                                    interval=settings.metrics_interval_s)
+        if settings.watchdog_s is not None and ctx.distributed:
+            ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         if verbose:

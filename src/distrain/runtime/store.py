@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import socket
 
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment
-from ..contract import BIND_ADDR
 from ..errors import DistrainError
 from ..net import is_loopback, listen_socket
 
 
-def store_listen_fd(master_addr: str, port: int) -> int | None:
+def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -> int | None:
     """A socket for rank 0's store, listening only where the job's ranks reach it.
 
     torch's TCPStore server listens on every interface; given ``master_listen_fd`` it uses our
@@ -23,7 +21,7 @@ def store_listen_fd(master_addr: str, port: int) -> int | None:
     mpirun on one node, torchrun on one node).  None (torch's default) only when neither says
     where; an address that cannot be bound is an error, never a fall-back to every interface.
     """
-    bind = os.environ.get(BIND_ADDR, "")
+    bind = bind_addr or ""
     if not bind:
         try:
             resolved = socket.gethostbyname(master_addr)
@@ -39,7 +37,7 @@ def store_listen_fd(master_addr: str, port: int) -> int | None:
     return sock.detach()  # TCPStore owns the descriptor from here on (and closes it)
 
 
-def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.Store:
+def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None = None) -> dist.Store:
     """A TCPStore client/server under a per-restart-attempt prefix.
 
     After torchrun restarts a worker group, keys written by the previous attempt (and a
@@ -49,7 +47,7 @@ def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta) -> dist.S
     """
     is_master = env.rank() == 0 and not env.store_is_external()
     # listen only where the ranks connect (the chosen interface, or loopback on one node)
-    listen_fd = store_listen_fd(env.master_addr(), env.master_port()) if is_master else None
+    listen_fd = store_listen_fd(env.master_addr(), env.master_port(), bind_addr) if is_master else None
     store = dist.TCPStore(
         env.master_addr(),
         env.master_port(),

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import os
 
-from ..contract import NUM_THREADS, threads_per_process
+from ..contract import threads_per_process
 
 
 def choose_threads(local_world_size: int, requested: int | None = None) -> int:
     """The thread count to use.
 
-    An explicit request wins, then DISTRAIN_NUM_THREADS, then an OMP_NUM_THREADS other than 1.
+    An explicit request (``init(threads=)`` or DISTRAIN_NUM_THREADS, through distrain.settings)
+    wins, then an OMP_NUM_THREADS other than 1.
     OMP_NUM_THREADS=1 is what torchrun sets on every multi-process job whatever the machine, so
     it is treated as "not chosen" and replaced by cores / local processes.
     """
     if requested is not None:
         return max(1, int(requested))
-    for var in (NUM_THREADS, "OMP_NUM_THREADS"):
-        raw = os.environ.get(var, "")
-        if raw.isdigit() and int(raw) > 0 and (var == NUM_THREADS or int(raw) > 1):
-            return int(raw)
+    raw = os.environ.get("OMP_NUM_THREADS", "")
+    if raw.isdigit() and int(raw) > 1:
+        return int(raw)
     return threads_per_process(local_world_size)

@@ -35,13 +35,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..contract import RESTART_COUNT, TRAIN_TIMEOUT, WATCHDOG, WATCHDOG_EXIT_CODE, env_seconds
+from ..contract import RESTART_COUNT, WATCHDOG_EXIT_CODE
 from ..log import get_logger
 
 _log = get_logger("watchdog")
 
 #: default collective timeout once training runs
-DEFAULT_TRAIN_TIMEOUT = dt.timedelta(minutes=5)
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _DISTRAIN_DIR = str(Path(__file__).resolve().parent.parent)
@@ -64,23 +63,6 @@ def nccl_debug_defaults(log_dir: str | None = None) -> None:
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if log_dir:
         os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_"))
-
-
-def train_timeout() -> dt.timedelta:
-    """The collective timeout after the first step (DISTRAIN_TRAIN_TIMEOUT seconds).
-
-    Read as DISTRAIN_WATCHDOG is (:func:`~distrain.contract.env_seconds`): a value that is not a
-    positive, finite number of seconds is ignored, and the default applies.
-    """
-    seconds = env_seconds(TRAIN_TIMEOUT)
-    return dt.timedelta(seconds=seconds) if seconds is not None else DEFAULT_TRAIN_TIMEOUT
-
-
-def watchdog_seconds(explicit: float | None = None) -> float | None:
-    """The watchdog bound: `explicit`, else DISTRAIN_WATCHDOG, else None (off)."""
-    if explicit is not None:
-        return float(explicit) if explicit > 0 else None
-    return env_seconds(WATCHDOG)
 
 
 def _main_thread_where() -> tuple[str, bool]:
@@ -282,8 +264,9 @@ def on_step(ctx: Any, step: int) -> None:
     if wd is not None:
         wd.progress(step)
     if step == 1 and ctx.distributed and dist.is_initialized():
-        timeout = train_timeout()
-        seconds = watchdog_seconds()
+        settings = ctx.settings
+        timeout = dt.timedelta(seconds=settings.train_timeout_s)
+        seconds = settings.watchdog_s
         if seconds is not None:
             # the watchdog must fire before a collective times out, or its explanation is lost
             timeout = max(timeout, dt.timedelta(seconds=2 * seconds + 30))

@@ -8,6 +8,7 @@ import torch
 from distrain.cluster import ClusterError, SingleProcessEnvironment
 from distrain.errors import DistrainError, UsageError
 from distrain.runtime import init as init_module
+from distrain.settings import Settings
 
 
 class LocalRank(SingleProcessEnvironment):
@@ -28,9 +29,9 @@ def test_explicit_device_wins_and_a_bare_cuda_gets_the_local_rank(monkeypatch: p
 
 def test_distrain_device_overrides_the_automatic_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISTRAIN_DEVICE", "cuda")
-    assert init_module._pick_device(LocalRank(1), None) == torch.device("cuda", 1)
+    assert init_module._pick_device(LocalRank(1), Settings.read().device) == torch.device("cuda", 1)
     monkeypatch.setenv("DISTRAIN_DEVICE", "cpu")
-    assert init_module._pick_device(LocalRank(1), None) == torch.device("cpu")
+    assert init_module._pick_device(LocalRank(1), Settings.read().device) == torch.device("cpu")
 
 
 def test_without_gpus_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

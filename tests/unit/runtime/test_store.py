@@ -28,8 +28,7 @@ def sockets(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 
 def test_the_chosen_bind_address_wins(sockets: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DISTRAIN_BIND_ADDR", "10.0.0.2")
-    assert store.store_listen_fd("node0", 29500) == 99
+    assert store.store_listen_fd("node0", 29500, "10.0.0.2") == 99
     assert sockets == [("10.0.0.2", 29500)]
 
 
@@ -48,6 +47,5 @@ def test_an_address_that_cannot_be_bound_is_an_error(monkeypatch: pytest.MonkeyP
         raise OSError(99, "Cannot assign requested address")
 
     monkeypatch.setattr(store, "listen_socket", refuse)
-    monkeypatch.setenv("DISTRAIN_BIND_ADDR", "10.9.9.9")
     with pytest.raises(DistrainError, match="rank 0's store cannot listen on 10.9.9.9:29500: Cannot assign requested address"):
-        store.store_listen_fd("node0", 29500)
+        store.store_listen_fd("node0", 29500, "10.9.9.9")

@@ -25,9 +25,11 @@ def test_an_explicit_request_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_distrain_num_threads_beats_omp(monkeypatch: pytest.MonkeyPatch) -> None:
+    from distrain.settings import Settings
+
     monkeypatch.setenv("DISTRAIN_NUM_THREADS", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
-    assert choose_threads(4) == 1
+    assert choose_threads(4, Settings.read().threads) == 1
 
 
 def test_omp_num_threads_1_is_torchruns_default_not_a_choice(monkeypatch: pytest.MonkeyPatch) -> None:

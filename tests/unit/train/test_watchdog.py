@@ -1,44 +1,13 @@
-"""train/watchdog.py: the DISTRAIN_WATCHDOG / DISTRAIN_TRAIN_TIMEOUT settings and the stuck-rank diagnosis."""
+"""train/watchdog.py: the stuck-rank diagnosis and NCCL debug defaults (its settings: tests/unit/test_settings.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 
 import pytest
 
 from distrain.train import watchdog
-from distrain.train.watchdog import (
-    DEFAULT_TRAIN_TIMEOUT,
-    diagnose,
-    nccl_debug_defaults,
-    train_timeout,
-    watchdog_seconds,
-)
-
-
-def test_train_timeout_reads_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert train_timeout() == DEFAULT_TRAIN_TIMEOUT == dt.timedelta(minutes=5)
-    monkeypatch.setenv("DISTRAIN_TRAIN_TIMEOUT", "90")
-    assert train_timeout() == dt.timedelta(seconds=90)
-    monkeypatch.setenv("DISTRAIN_TRAIN_TIMEOUT", "ninety")
-    assert train_timeout() == DEFAULT_TRAIN_TIMEOUT
-
-
-@pytest.mark.parametrize("raw", ["-5", "inf"])
-def test_train_timeout_ignores_non_positive_or_infinite_values(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
-    monkeypatch.setenv("DISTRAIN_TRAIN_TIMEOUT", raw)
-    assert train_timeout() == DEFAULT_TRAIN_TIMEOUT
-
-
-def test_watchdog_seconds_explicit_wins_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert watchdog_seconds() is None
-    monkeypatch.setenv("DISTRAIN_WATCHDOG", "45")
-    assert watchdog_seconds() == 45.0
-    assert watchdog_seconds(10) == 10.0
-    assert watchdog_seconds(0) is None  # explicitly off
-    monkeypatch.setenv("DISTRAIN_WATCHDOG", "-1")
-    assert watchdog_seconds() is None
+from distrain.train.watchdog import diagnose, nccl_debug_defaults
 
 
 def test_nccl_debug_defaults_keep_user_values(monkeypatch: pytest.MonkeyPatch) -> None:

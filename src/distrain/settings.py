@@ -1,0 +1,101 @@
+"""What a worker takes from its environment, read and checked once: :class:`Settings`.
+
+``distrain.init()`` builds one from its arguments and the ``DISTRAIN_*`` variables and hands it
+to the device choice, the thread split, the store, the monitor and the watchdog
+(``ctx.settings``), so no part of a worker reads these variables on its own.  Precedence: an
+argument wins over the environment, which wins over the default.  A malformed value is one
+line naming the variable, never a silent fallback.  Every variable: docs/environment.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import contract
+from .errors import DistrainError
+
+#: the collective timeout once training runs (``DISTRAIN_TRAIN_TIMEOUT``)
+DEFAULT_TRAIN_TIMEOUT_S = 300.0
+#: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
+DEFAULT_METRICS_INTERVAL_S = 1.0
+#: the shortest metrics interval accepted (shorter values are raised to it)
+MIN_METRICS_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A worker's settings; None means "not chosen" (the component's own default applies)."""
+
+    device: str | None = None  # DISTRAIN_DEVICE
+    threads: int | None = None  # DISTRAIN_NUM_THREADS
+    run_dir: str | None = None  # DISTRAIN_RUN_DIR
+    log_dir: str | None = None  # DISTRAIN_LOG_DIR
+    watchdog_s: float | None = None  # DISTRAIN_WATCHDOG (None: off)
+    train_timeout_s: float = DEFAULT_TRAIN_TIMEOUT_S  # DISTRAIN_TRAIN_TIMEOUT
+    metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S  # DISTRAIN_METRICS_INTERVAL
+    bind_addr: str | None = None  # DISTRAIN_BIND_ADDR
+    cpu_rehearsal: int | None = None  # DISTRAIN_CPU_REHEARSAL (None: not rehearsing)
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
+        """Settings from `arguments` (those not None), else `environ` (default: os.environ), else defaults.
+
+        Raises :class:`~distrain.errors.DistrainError` with one line for a malformed value.
+        """
+        env = os.environ if environ is None else environ
+
+        def text(name: str) -> str | None:
+            return env.get(name) or None
+
+        values: dict[str, Any] = {
+            "device": text(contract.DEVICE),
+            "threads": _count(contract.NUM_THREADS, text(contract.NUM_THREADS)),
+            "run_dir": text(contract.RUN_DIR),
+            "log_dir": text(contract.LOG_DIR),
+            "watchdog_s": _seconds(contract.WATCHDOG, text(contract.WATCHDOG), zero_is_off=True),
+            "train_timeout_s": _seconds(contract.TRAIN_TIMEOUT, text(contract.TRAIN_TIMEOUT)) or DEFAULT_TRAIN_TIMEOUT_S,
+            "metrics_interval_s": max(MIN_METRICS_INTERVAL_S, _seconds(contract.METRICS_INTERVAL, text(contract.METRICS_INTERVAL))
+                                      or DEFAULT_METRICS_INTERVAL_S),
+            "bind_addr": text(contract.BIND_ADDR),
+            "cpu_rehearsal": _count(contract.CPU_REHEARSAL, text(contract.CPU_REHEARSAL)),
+        }
+        unknown = set(arguments) - set(values)
+        if unknown:
+            raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        values.update({k: v for k, v in arguments.items() if v is not None})
+        if values["threads"] is not None and int(values["threads"]) < 1:
+            raise DistrainError(f"threads must be at least 1 (got {values['threads']})")
+        if values["watchdog_s"] is not None and float(values["watchdog_s"]) <= 0:
+            values["watchdog_s"] = None  # init(watchdog_seconds=0): off, as the variable's 0
+        for key in ("device", "run_dir", "log_dir"):
+            if values[key] is not None:
+                values[key] = os.fspath(values[key]) if key != "device" else str(values[key])
+        return cls(**values)
+
+
+def _seconds(name: str, raw: str | None, zero_is_off: bool = False) -> float | None:
+    """A positive, finite number of seconds, None when unset (or 0 with `zero_is_off`)."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if zero_is_off and value == 0:
+        return None
+    if not (0 < value < math.inf):
+        raise DistrainError(f"{name}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+def _count(name: str, raw: str | None) -> int | None:
+    """A positive integer, None when unset."""
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise DistrainError(f"{name}={raw!r}: expected a positive whole number")
+    return int(raw)

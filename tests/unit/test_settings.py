@@ -1,0 +1,51 @@
+"""settings.py: a worker's DISTRAIN_* settings, read once; argument > environment > default; one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from distrain.errors import DistrainError
+from distrain.settings import DEFAULT_METRICS_INTERVAL_S, DEFAULT_TRAIN_TIMEOUT_S, Settings
+
+
+def test_defaults_with_an_empty_environment() -> None:
+    s = Settings.read({})
+    assert s == Settings()
+    assert s.watchdog_s is None and s.train_timeout_s == DEFAULT_TRAIN_TIMEOUT_S == 300.0
+    assert s.metrics_interval_s == DEFAULT_METRICS_INTERVAL_S and s.cpu_rehearsal is None
+
+
+def test_environment_is_read_and_typed() -> None:
+    s = Settings.read({"DISTRAIN_DEVICE": "cuda:1", "DISTRAIN_NUM_THREADS": "3", "DISTRAIN_RUN_DIR": "runs/a",
+                       "DISTRAIN_WATCHDOG": "45", "DISTRAIN_TRAIN_TIMEOUT": "90", "DISTRAIN_METRICS_INTERVAL": "0.01",
+                       "DISTRAIN_BIND_ADDR": "10.0.0.1", "DISTRAIN_CPU_REHEARSAL": "2", "DISTRAIN_LOG_DIR": "logs"})
+    assert (s.device, s.threads, s.run_dir, s.log_dir) == ("cuda:1", 3, "runs/a", "logs")
+    assert (s.watchdog_s, s.train_timeout_s, s.bind_addr, s.cpu_rehearsal) == (45.0, 90.0, "10.0.0.1", 2)
+    assert s.metrics_interval_s == 0.05  # raised to the shortest interval recorded
+
+
+def test_an_argument_wins_over_the_environment() -> None:
+    env = {"DISTRAIN_WATCHDOG": "45", "DISTRAIN_NUM_THREADS": "3", "DISTRAIN_DEVICE": "cpu"}
+    s = Settings.read(env, watchdog_s=10, threads=1, device=None)
+    assert (s.watchdog_s, s.threads, s.device) == (10, 1, "cpu")  # None: not given, the environment stays
+    assert Settings.read(env, watchdog_s=0).watchdog_s is None  # explicitly off
+    assert Settings.read({"DISTRAIN_WATCHDOG": "0"}).watchdog_s is None
+
+
+@pytest.mark.parametrize(("name", "raw"), [
+    ("DISTRAIN_TRAIN_TIMEOUT", "ninety"), ("DISTRAIN_TRAIN_TIMEOUT", "-5"), ("DISTRAIN_TRAIN_TIMEOUT", "inf"),
+    ("DISTRAIN_WATCHDOG", "-1"), ("DISTRAIN_WATCHDOG", "nan"), ("DISTRAIN_METRICS_INTERVAL", "often"),
+    ("DISTRAIN_NUM_THREADS", "two"), ("DISTRAIN_NUM_THREADS", "0"), ("DISTRAIN_CPU_REHEARSAL", "-2"),
+])
+def test_a_malformed_value_is_one_line_naming_the_variable(name: str, raw: str) -> None:
+    with pytest.raises(DistrainError) as info:
+        Settings.read({name: raw})
+    assert str(info.value).startswith(f"{name}={raw!r}: expected") and "\n" not in str(info.value)
+
+
+def test_settings_are_frozen_and_unknown_ones_refused() -> None:
+    s = Settings.read({})
+    with pytest.raises(AttributeError):
+        s.threads = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unknown setting"):
+        Settings.read({}, thread=2)
