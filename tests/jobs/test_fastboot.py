@@ -162,3 +162,19 @@ def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
     a, b = torch.load(tmp_path / "fresh.pt", weights_only=True), torch.load(tmp_path / "fast.pt", weights_only=True)
     assert a["step"] == b["step"]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+@pytest.mark.parametrize(("kind", "cause"), [
+    ("missing-module", "ModuleNotFoundError: No module named 'tqdm_that_is_not_installed'"),
+    ("value-error", "ValueError: --data points to no folder"),
+    ("syntax-error", "SyntaxError: "),
+])
+def test_a_script_error_before_init_runs_once_and_ends_with_its_cause(kind: str, cause: str, tmp_path: Path) -> None:
+    """The script's own error is not retried in fresh interpreters (it would fail the same way),
+    and the launcher's last line names it."""
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / "fails_early.py")], timeout=120,
+              env={"FAILS_EARLY": kind})
+    assert res.returncode == 1, res.stderr
+    assert FALLBACK_LINE not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("distrain run: job failed: rank ") and cause in last, last

@@ -67,7 +67,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             raise SystemExit(code) from None
         return
     except Exception as exc:
-        if fresh is not None and not _process_group_formed():
+        if fresh is not None and not _process_group_formed() and fork_may_be_the_cause(exc):
             _run_atexit()
             _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
             _run_fresh(job.script, script_args)
@@ -81,6 +81,22 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
+
+
+#: what a fresh interpreter would raise just the same: the script's own mistakes, never the fork's
+_SCRIPT_ERRORS = (SyntaxError, ImportError, NameError, AttributeError, TypeError, ValueError, LookupError,
+                  AssertionError, ArithmeticError, FileNotFoundError, PermissionError, NotImplementedError)
+
+
+def fork_may_be_the_cause(exc: BaseException) -> bool:
+    """Whether rerunning the script in a fresh interpreter could end differently.
+
+    A missing module, a syntax error or a ValueError raised by the script's own code fails the
+    same way in a fresh interpreter: rerunning it only prints the error twice and loses the
+    cause.  What a forked process can hit and a fresh one cannot shows up as a RuntimeError or
+    OSError (a library refusing a forked process, state inherited from the server).
+    """
+    return not isinstance(exc, _SCRIPT_ERRORS)
 
 
 def _let_the_agent_see_the_cause(exc: BaseException) -> None:
