@@ -191,6 +191,8 @@ class Watchdog:
         sys.excepthook = _exit_as_watchdog
         if print_summary:
             _log.error(verdict)
+        else:  # the reporter's verdict first: stacks written at once would cut into its line
+            time.sleep(0.3)
         sys.stderr.write(f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
