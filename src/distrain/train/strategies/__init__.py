@@ -26,7 +26,7 @@ from .fsdp import (
     release_fsdp,
     shard_model,
 )
-from .materialise import is_on_meta, materialise_own, post_order
+from .materialise import init_order, is_on_meta, materialise_own
 
 STRATEGIES = ("ddp", "fsdp", "hsdp")
 
@@ -47,7 +47,7 @@ __all__ = [
 def _materialise(model: nn.Module) -> None:
     memo: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for module in post_order(model):
+        for module in init_order(model):
             materialise_own(module, memo)
 
 

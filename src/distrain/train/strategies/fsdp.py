@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ...errors import DistrainError
-from .materialise import materialise_own, post_order
+from .materialise import init_order, materialise_own, post_order
 
 #: what ``shard=`` may be: None (find repeated blocks), block classes, or a predicate on a module
 ShardSpec = None | type | Iterable[type] | Callable[[nn.Module], bool]
@@ -158,7 +158,7 @@ def shard_model(
     block_ids = {id(b) for b in blocks}
     memo: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for module in post_order(model):
+        for module in init_order(model):
             if module is model:
                 break
             materialise_own(module, memo)
