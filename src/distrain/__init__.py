@@ -34,12 +34,17 @@ _LAZY: dict[str, str] = {
     "init": ".runtime.init",
     "CPUSyncBatchNorm": ".train.nn",
     "convert_sync_batchnorm": ".train.nn",
+    "DDP": ".train.strategies.options",
+    "FSDP": ".train.strategies.options",
+    "HSDP": ".train.strategies.options",
+    "Strategy": ".train.strategies.options",
 }
 
 if TYPE_CHECKING:
     from .runtime.context import Context, current
     from .runtime.init import init
     from .train.nn import CPUSyncBatchNorm, convert_sync_batchnorm
+    from .train.strategies.options import DDP, FSDP, HSDP, Strategy
 
 
 def __getattr__(name: str) -> Any:
@@ -53,10 +58,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DDP",
+    "FSDP",
+    "HSDP",
     "CPUSyncBatchNorm",
     "ClusterEnvironment",
     "Context",
     "DistrainError",
+    "Strategy",
     "__version__",
     "convert_sync_batchnorm",
     "current",

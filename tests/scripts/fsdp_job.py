@@ -26,16 +26,17 @@ p.add_argument("--out", required=True)
 p.add_argument("runs", nargs="+")
 args = p.parse_args()
 
-#: run name -> (strategy, built under init_model, accumulation micro-steps, seed differs per rank,
-#: activation checkpointing)
+#: run name -> (strategy: a name or a strategy object, built under init_model, accumulation
+#: micro-steps, seed differs per rank, activation checkpointing)
 RUNS = {
     "plain": ("ddp", False, 1, False, False),
     "ddp-meta": ("ddp", True, 1, False, False),
     "fsdp-meta": ("fsdp", True, 1, True, False),
     "fsdp-accum": ("fsdp", True, 3, True, False),
-    "fsdp-seeded": ("fsdp", False, 1, True, False),
+    # an object's own option reaches fully_shard: no re-gathering in backward
+    "fsdp-seeded": (distrain.FSDP(reshard_after_forward=False), False, 1, True, False),
     "fsdp-ac": ("fsdp", True, 1, False, True),
-    "hsdp": ("hsdp", False, 1, True, False),  # replicate=2: 2 replicas of 2 shards on 4 ranks
+    "hsdp": (distrain.HSDP(replicate=2), False, 1, True, False),  # 2 replicas of 2 shards on 4 ranks
     "hsdp-one-node": ("hsdp", True, 1, False, False),  # default replicate: one per node, so 1 x 2
 }
 STEPS, GLOBAL_BATCH, MAX_NORM = 4, 12, 0.3
@@ -79,17 +80,25 @@ def data(n: int = 96) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-# count the reduce-scatters FSDP issues (the gradient reduction of a sharded model)
-reduce_scatters = 0
-if hasattr(dist, "reduce_scatter_single"):
-    _real = dist.reduce_scatter_single
+#: calls of FSDP's collectives: reduce-scatters (the gradient reduction of a sharded model) and
+#: all-gathers (a unit's full weights; again in backward unless reshard_after_forward=False)
+calls = {"reduce_scatter_single": 0, "all_gather_single": 0}
 
-    def _counting(*a, **k):  # type: ignore[no-untyped-def]
-        global reduce_scatters
-        reduce_scatters += 1
-        return _real(*a, **k)
 
-    dist.reduce_scatter_single = _counting
+def _count(name: str) -> None:
+    if not hasattr(dist, name):
+        return
+    real = getattr(dist, name)
+
+    def counting(*a, **k):  # type: ignore[no-untyped-def]
+        calls[name] += 1
+        return real(*a, **k)
+
+    setattr(dist, name, counting)
+
+
+for _name in calls:
+    _count(_name)
 
 
 def train(name: str) -> dict:
@@ -101,8 +110,7 @@ def train(name: str) -> dict:
         built_on_meta = all(t.is_meta for t in net.parameters())
     else:
         net, built_on_meta = Net(), False
-    replicate = 2 if name == "hsdp" else None
-    model = ctx.prepare_model(net, strategy=strategy, replicate=replicate, activation_checkpointing=recompute)
+    model = ctx.prepare_model(net, strategy=strategy, activation_checkpointing=recompute)
     result: dict = {"rank": ctx.rank, "built_on_meta": built_on_meta, "unwrap_is_net": ctx.unwrap(model) is net}
     result["checkpointed_blocks"] = sum(isinstance(m, CheckpointWrapper) for m in model.modules())
     result["local_numel"] = sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in model.parameters())
@@ -110,14 +118,14 @@ def train(name: str) -> dict:
     batch = GLOBAL_BATCH // ctx.world_size // accum
     loader = ctx.prepare_loader(data(), batch_size=batch, seed=3)
     opt = torch.optim.AdamW(model.parameters(), lr=0.02)
-    norms, counts, step, micro = [], [], 0, 0
+    norms, counts, step, micro, gathers_before = [], [], 0, 0, calls["all_gather_single"]
     while step < STEPS:
         for xb, yb in loader:
-            before = reduce_scatters
+            before = calls["reduce_scatter_single"]
             with ctx.accumulate(model, micro, accum):
                 loss = F.mse_loss(model(xb).squeeze(1), yb) / accum
                 ctx.backward(loss)
-            counts.append(reduce_scatters - before)
+            counts.append(calls["reduce_scatter_single"] - before)
             micro += 1
             if micro % accum == 0:
                 norms.append(float(ctx.clip_grad_norm(model, MAX_NORM, opt)))
@@ -127,7 +135,7 @@ def train(name: str) -> dict:
                 if step == STEPS:
                     break
     result["final"] = {k: v.tolist() for k, v in ctx.full_state_dict(model).items()}
-    result.update(norms=norms, reduce_scatters=counts)
+    result.update(norms=norms, reduce_scatters=counts, all_gathers=calls["all_gather_single"] - gathers_before)
     return result
 
 

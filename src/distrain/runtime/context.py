@@ -13,7 +13,7 @@ import os
 import sys
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,9 @@ from ..train import watchdog
 from ..train.data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
 from ..train.steps import StepCounter
 from .reductions import Reductions
+
+if TYPE_CHECKING:
+    from ..train.strategies.options import Strategy
 
 T = TypeVar("T")
 
@@ -124,7 +127,7 @@ class Context(Reductions):
     def prepare_model(
         self,
         model: nn.Module,
-        strategy: str = "ddp",
+        strategy: str | Strategy = "ddp",
         *,
         shard: Any = None,
         activation_checkpointing: bool = False,
@@ -136,22 +139,18 @@ class Context(Reductions):
     ) -> nn.Module:
         """Put `model` on the device and spread it over the ranks (see docs/sharding.md).
 
-        - ``strategy="ddp"`` (default): every rank holds the whole model, DDP all-reduces the
-          gradients and broadcasts rank 0's weights at the start.  ``sync_bn=True`` makes
-          BatchNorm cross-process (torch's SyncBatchNorm on CUDA,
-          :class:`~distrain.train.nn.CPUSyncBatchNorm` elsewhere); ``comm_hook`` compresses the
-          all-reduce (``"bf16"``, ``"fp16"``, ``"powersgd"``; :mod:`distrain.train.comm_hooks`).
-        - ``strategy="fsdp"``: FSDP2 shards parameters, gradients and optimizer state over all
-          ranks; each block (``shard``: None finds classes repeated in a ModuleList/Sequential,
-          or give classes or a ``module -> bool`` function) is one unit, the root the last.
-          ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.
-          ``cpu_offload=True`` keeps shards in host memory (GPU only).
-        - ``strategy="hsdp"``: shards inside each of ``replicate`` groups of ranks (default: one
-          per node) and replicates across them.
-        ``activation_checkpointing=True`` recomputes each block's activations in backward.  A
-        model built under :meth:`init_model` is materialised here.  Other keyword arguments go to
-        DistributedDataParallel (e.g. ``bucket_cap_mb``) or fully_shard (``reshard_after_forward``).
-        Create the optimizer after this call.
+        `strategy` is a strategy object holding its options, checked when it is built:
+        ``distrain.DDP(sync_bn=True, comm_hook="bf16")`` (the default, replicated; SyncBN and
+        all-reduce compression), ``distrain.FSDP(reshard_after_forward=False, cpu_offload=...)``
+        (FSDP2 shards parameters, gradients and optimizer state over all ranks; each block of
+        ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards
+        inside each replica group, default one per node, replicates across them).  The names
+        ``"ddp"``, ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with
+        any other one for DistributedDataParallel or fully_shard) build the same object:
+        ``prepare_model(m, "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
+        ``activation_checkpointing=True`` (any strategy) recomputes each block's activations in
+        backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A model
+        built under :meth:`init_model` is materialised here.  Create the optimizer after this call.
         """
         from ..train import strategies
 

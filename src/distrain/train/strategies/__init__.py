@@ -1,8 +1,9 @@
-"""How a model is spread over the ranks: ``ddp`` (replicated) or ``fsdp``/``hsdp`` (sharded, FSDP2).
+"""How a model is spread over the ranks: ``DDP`` (replicated) or ``FSDP``/``HSDP`` (sharded, FSDP2).
 
-:func:`prepare` is what ``ctx.prepare_model`` runs; the other functions are what the Context
-(and the checkpointer) need to treat every strategy alike: :func:`unwrap`, :func:`is_sharded`,
-:func:`gradient_sync_off`, :func:`clip_grad_norm`, :func:`full_state_dict`, :func:`release`.
+The strategy objects and their name aliases live in :mod:`.options`.  :func:`prepare` is what
+``ctx.prepare_model`` runs; the other functions are what the Context (and the checkpointer) need
+to treat every strategy alike: :func:`unwrap`, :func:`is_sharded`, :func:`gradient_sync_off`,
+:func:`clip_grad_norm`, :func:`full_state_dict`, :func:`release`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from torch import nn
 from ...errors import DistrainError
 from .ddp import release_ddp, wrap_ddp
 from .fsdp import (
-    ShardSpec,
     build_mesh,
     checkpoint_blocks,
     find_blocks,
@@ -27,11 +27,14 @@ from .fsdp import (
     shard_model,
 )
 from .materialise import init_order, is_on_meta, materialise_own
-
-STRATEGIES = ("ddp", "fsdp", "hsdp")
+from .options import DDP, FSDP, HSDP, STRATEGIES, Strategy, resolve
 
 __all__ = [
+    "DDP",
+    "FSDP",
+    "HSDP",
     "STRATEGIES",
+    "Strategy",
     "clip_grad_norm",
     "find_blocks",
     "full_state_dict",
@@ -40,6 +43,7 @@ __all__ = [
     "is_sharded",
     "prepare",
     "release",
+    "resolve",
     "unwrap",
 ]
 
@@ -60,51 +64,39 @@ def _same_generator_everywhere() -> None:
 
 def prepare(
     model: nn.Module,
-    strategy: str,
+    strategy: str | Strategy,
     *,
     device: torch.device,
     precision: str,
     distributed: bool,
     num_nodes: int,
-    sync_bn: bool = False,
-    comm_hook: str | None = None,
-    shard: ShardSpec = None,
-    activation_checkpointing: bool = False,
-    cpu_offload: bool = False,
-    replicate: int | None = None,
-    **kwargs: Any,
+    **options: Any,
 ) -> nn.Module:
-    """Place `model` on `device` and spread it per `strategy` (see ``Context.prepare_model``)."""
-    if strategy not in STRATEGIES:
-        raise DistrainError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    sharded = strategy in ("fsdp", "hsdp")
-    if sharded and sync_bn:
-        raise DistrainError(f"sync_bn=True cannot be used with strategy={strategy!r}: use strategy='ddp' for SyncBatchNorm")
-    if sharded and comm_hook is not None:
-        raise DistrainError(f"comm_hook is a DDP feature; strategy={strategy!r} has none")
-    if cpu_offload and not (sharded and device.type == "cuda"):
-        raise DistrainError("cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)")
-    if replicate is not None and strategy != "hsdp":
-        raise DistrainError(f"replicate= needs strategy='hsdp', got strategy={strategy!r}")
-    if comm_hook is not None:
-        from ..comm_hooks import parse_hook
+    """Place `model` on `device` and spread it per `strategy` (see ``Context.prepare_model``).
 
-        parse_hook(comm_hook)  # a bad name fails on every world size, not only on N > 1
-    blocks = find_blocks(model, shard) if (sharded or activation_checkpointing) else []
-    if activation_checkpointing:
+    `strategy` is a :class:`~.options.Strategy` object, or a name whose loose keyword `options`
+    build one (:func:`~.options.resolve`).
+    """
+    spec = resolve(strategy, **options)
+    sharded = isinstance(spec, FSDP)
+    if isinstance(spec, FSDP) and spec.cpu_offload and device.type != "cuda":
+        raise DistrainError("cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)")
+    blocks = find_blocks(model, spec.shard) if (sharded or spec.activation_checkpointing) else []
+    if spec.activation_checkpointing:
         blocks = checkpoint_blocks(model, blocks)
     on_meta = is_on_meta(model)
     if on_meta and distributed:
         _same_generator_everywhere()
-    if sharded and distributed:
-        mesh = build_mesh(device.type, dist.get_world_size(), strategy == "hsdp", replicate, num_nodes)
-        return shard_model(model, blocks, mesh, device, precision, cpu_offload=cpu_offload, on_meta=on_meta, **kwargs)
+    if isinstance(spec, FSDP) and distributed:
+        hybrid = isinstance(spec, HSDP)
+        mesh = build_mesh(device.type, dist.get_world_size(), hybrid, spec.replicate if hybrid else None, num_nodes)
+        return shard_model(model, blocks, mesh, device, precision, cpu_offload=spec.cpu_offload, on_meta=on_meta, **spec.callee_options())
     if on_meta:
         _materialise(model)
     model = model.to(device)
-    if not distributed:
-        return model
-    return wrap_ddp(model, device, sync_bn, comm_hook, **kwargs)
+    if not isinstance(spec, DDP) or not distributed:
+        return model  # one process: the plain model, whatever the strategy
+    return wrap_ddp(model, device, spec.sync_bn, spec.comm_hook, **spec.callee_options())
 
 
 def unwrap(model: nn.Module) -> nn.Module:

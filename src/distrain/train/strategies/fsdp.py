@@ -59,19 +59,28 @@ def repeated_block_classes(model: nn.Module) -> set[type]:
     return found
 
 
-def _predicate(shard: ShardSpec, model: nn.Module) -> Callable[[nn.Module], bool]:
+def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
+    """The block classes `shard` names (None for None or a function); DistrainError if it is neither."""
     if shard is None:
-        classes = tuple(repeated_block_classes(model))
-        return lambda m: isinstance(m, classes)
+        return None
     if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):
         classes = (shard,) if isinstance(shard, type) else tuple(shard)
         bad = [c for c in classes if not (isinstance(c, type) and issubclass(c, nn.Module))]
         if bad:
             raise DistrainError(f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}")
-        return lambda m: isinstance(m, classes)
+        return classes
     if callable(shard):
-        return shard
+        return None
     raise DistrainError(f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}")
+
+
+def _predicate(shard: ShardSpec, model: nn.Module) -> Callable[[nn.Module], bool]:
+    classes = check_shard(shard)
+    if classes is None and shard is None:
+        classes = tuple(repeated_block_classes(model))
+    if classes is None:
+        return shard  # type: ignore[return-value]  # check_shard found it callable
+    return lambda m: isinstance(m, classes)
 
 
 def find_blocks(model: nn.Module, shard: ShardSpec = None) -> list[nn.Module]:
