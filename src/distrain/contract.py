@@ -48,6 +48,14 @@ METRICS_INTERVAL = "DISTRAIN_METRICS_INTERVAL"
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+#: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)
+REPLICA_GROUP = "DISTRAIN_REPLICA_GROUP"
+#: distrain run --replicas: how many replica groups the job has
+REPLICA_GROUPS = "DISTRAIN_REPLICA_GROUPS"
+#: distrain run --replicas: the folder where workers and agents leave steps, heals and losses
+FT_EVENTS = "DISTRAIN_FT_EVENTS"
+#: TorchFT's own name for the lighthouse address (http://host:port), read by torchft.Manager
+LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 
 
 
@@ -58,6 +66,28 @@ def rehearse_boot_dir() -> str:
     worker side (runtime/rehearse/).
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "rehearse", "boot")
+
+
+# -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------
+#: one JSON object a line, appended by every writer (a single write: lines never interleave)
+FT_EVENTS_FILE = "events.jsonl"
+
+
+def ft_step_file(folder: str, group: int) -> str:
+    """Where replica group `group` keeps its last committed step (rewritten in place)."""
+    return os.path.join(folder, f"step.{group}")
+
+
+def append_ft_event(folder: str, **fields: Any) -> None:
+    """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
+    import json
+
+    line = (json.dumps(fields, sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(folder, FT_EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 # -- exit codes ----------------------------------------------------------------------------------

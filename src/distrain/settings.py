@@ -39,6 +39,9 @@ class Settings:
     metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S  # DISTRAIN_METRICS_INTERVAL
     bind_addr: str | None = None  # DISTRAIN_BIND_ADDR
     cpu_rehearsal: int | None = None  # DISTRAIN_CPU_REHEARSAL (None: not rehearsing)
+    replica_group: int | None = None  # DISTRAIN_REPLICA_GROUP (None: no replica groups)
+    replica_groups: int | None = None  # DISTRAIN_REPLICA_GROUPS
+    ft_events: str | None = None  # DISTRAIN_FT_EVENTS
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -62,6 +65,9 @@ class Settings:
                                       or DEFAULT_METRICS_INTERVAL_S),
             "bind_addr": text(contract.BIND_ADDR),
             "cpu_rehearsal": _count(contract.CPU_REHEARSAL, text(contract.CPU_REHEARSAL)),
+            "replica_group": _index(contract.REPLICA_GROUP, text(contract.REPLICA_GROUP)),
+            "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
+            "ft_events": text(contract.FT_EVENTS),
         }
         unknown = set(arguments) - set(values)
         if unknown:
@@ -98,4 +104,13 @@ def _count(name: str, raw: str | None) -> int | None:
         return None
     if not raw.strip().isdigit() or int(raw) < 1:
         raise DistrainError(f"{name}={raw!r}: expected a positive whole number")
+    return int(raw)
+
+
+def _index(name: str, raw: str | None) -> int | None:
+    """A whole number from 0, None when unset."""
+    if raw is None:
+        return None
+    if not raw.strip().isdigit():
+        raise DistrainError(f"{name}={raw!r}: expected a whole number from 0")
     return int(raw)

@@ -27,7 +27,7 @@ from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
 from . import forkserver, rehearsal
 from .mpi import run_with_launcher
-from .plan import PROG, LaunchPlan, plan
+from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
 
 def _exit_code_of(err: BaseException) -> tuple[int, str]:
@@ -65,9 +65,14 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
-    started = forkserver.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
+    replicas = any(tok.split("=", 1)[0] == "--replicas" for tok in argv)  # each group's own launcher forks
+    started = not replicas and forkserver.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
     try:
         launch = plan(argv)
+        if launch.args.replicas is not None:
+            from . import replicas as ft
+
+            return ft.run(launch.args, launch.launcher_argv, launch.script_argv, _visible_gpu_count())
     except UsageError as err:
         if started:
             forkserver.stop_server()
@@ -117,6 +122,9 @@ def _launch(launch: LaunchPlan) -> int:
         fail(PROG, str(err), err.exit_code)
     if agent_store is not None:
         os.environ.setdefault(BIND_ADDR, agent_store.address)
+    from .replicas import report_losses_from_agent
+
+    report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:

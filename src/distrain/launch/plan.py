@@ -37,6 +37,7 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--launcher": True,
     "--watchdog": True,
     "--cpu": False,
+    "--replicas": True,
 }
 
 
@@ -61,6 +62,9 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     )
 
     parser.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified")
+    parser.add_argument(
+        "--replicas", default=None, metavar="R", help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')"
+    )
 
     raise_usage_errors(parser)
     forkserver.extend_parser(parser)
@@ -114,6 +118,9 @@ class LaunchPlan:
     network: NetworkChoice | None = None
     #: --cpu: what stands in for what (printed when the job starts)
     rehearsal_line: str = ""
+    #: the command line split at the script: launcher options, then [script, *script args]
+    launcher_argv: list[str] = field(default_factory=list)
+    script_argv: list[str] = field(default_factory=list)
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -205,7 +212,7 @@ def plan(argv: list[str]) -> LaunchPlan:
             raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
         agents, line = rehearsal.configure(script, nproc, env)
         args.nproc_per_node = str(agents)
-    return LaunchPlan(args, env, network, line)
+    return LaunchPlan(args, env, network, line, launcher_argv, rest)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:

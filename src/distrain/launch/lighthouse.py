@@ -1,0 +1,110 @@
+"""TorchFT's lighthouse for `distrain run --replicas`: started before the groups, stopped after.
+
+The lighthouse (``torchft_lighthouse``, a Rust program shipped in the ``torchft`` wheel) forms
+the quorum of live replica groups at every step.  On one node it listens on loopback only.  Its
+timeouts are short so that a dead group is noticed in about a second: a group that has not
+heartbeated for ``heartbeat_timeout_ms`` is dead, and a quorum waits at most
+``join_timeout_ms`` for a group that still heartbeats but has not asked to join.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from ..errors import UsageError
+from ..net import free_port
+
+#: how the lighthouse is tuned for one machine (milliseconds)
+QUORUM_TICK_MS = 50
+JOIN_TIMEOUT_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 1000
+#: how long the lighthouse may take to listen
+START_TIMEOUT_S = 10.0
+
+EXTRA_HINT = "pip install 'distrain[ft]'"
+
+
+def lighthouse_program() -> str:
+    """Path of ``torchft_lighthouse`` beside this Python, else on PATH; UsageError when torchft is absent."""
+    if importlib.util.find_spec("torchft") is None:
+        raise UsageError(f"--replicas needs TorchFT, which is not installed ({EXTRA_HINT})")
+    beside = os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")
+    found = beside if os.access(beside, os.X_OK) else shutil.which("torchft_lighthouse")
+    if not found:
+        raise UsageError(
+            f"--replicas: torchft is installed but its torchft_lighthouse program is not found ({EXTRA_HINT})"
+        )
+    return found
+
+
+class Lighthouse:
+    """A running ``torchft_lighthouse`` on ``host``:``port``; :meth:`stop` ends it."""
+
+    def __init__(self, program: str, host: str = "127.0.0.1") -> None:
+        self.host = host
+        last = ""
+        for _ in range(3):  # the free port may be taken before the lighthouse binds it
+            self.port = free_port(host)
+            self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
+            self.proc = subprocess.Popen(
+                [program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
+                 "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms", str(HEARTBEAT_TIMEOUT_MS),
+                 "--bind", f"{host}:{self.port}"],
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+            )  # fmt: skip
+            last = self._wait_listening()
+            if not last:
+                return
+        raise UsageError(f"the TorchFT lighthouse did not start: {last}")
+
+    def _wait_listening(self) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace")
+                lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+                return lines[-1] if lines else f"exit code {self.proc.returncode}"
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                if s.connect_ex((self.host, self.port)) == 0:
+                    return ""
+            time.sleep(0.05)
+        self.stop()
+        return f"not listening on {self.host}:{self.port} after {START_TIMEOUT_S:.0f} s"
+
+    @property
+    def address(self) -> str:
+        """What torchft.Manager takes as TORCHFT_LIGHTHOUSE."""
+        return f"http://{self.host}:{self.port}"
+
+    def died(self) -> str | None:
+        """How the lighthouse ended ("SIGKILL", "exit code 1"), or None while it runs."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                return signal.Signals(-code).name
+            except ValueError:
+                return f"signal {-code}"
+        return f"exit code {code}"
+
+    def stop(self) -> None:
+        """End the lighthouse (the job is over)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

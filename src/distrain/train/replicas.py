@@ -1,0 +1,216 @@
+"""Training through failures under `distrain run --replicas R` (TorchFT underneath).
+
+The job is R replica groups of N processes.  Inside a group the ranks are an ordinary
+process group (formed by ``distrain.init()``); across groups a ``torchft.Manager`` asks the
+lighthouse for the quorum of live groups at every step, all-reduces the gradients among them
+and lets a group apply an optimizer step only when the quorum commits it.  A group whose
+process died is restarted alone by its own agent; its first quorum finds it behind, and it
+copies the state of a live group (model, optimizer, scheduler, loader position, step: every
+object given to ``ckpt.restore``) over TorchFT's PGTransport.
+
+The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
+step: a live group sends its state while its training loop waits, so what it sends is exactly
+its state between two steps (after the script's scheduler step and save), never one a forward
+pass is changing (BatchNorm's running stats).
+Events for the launcher (each group's last committed step, "joined" with the heal's source
+and duration) go to DISTRAIN_FT_EVENTS (:func:`distrain.contract.append_ft_event`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
+from ..log import get_logger
+
+if TYPE_CHECKING:
+    from ..runtime.context import Context
+    from .checkpoint import Resumed
+
+_log = get_logger("train")
+
+#: collectives across groups and checkpoint transfers: short, so a dead group costs little
+FT_TIMEOUT = dt.timedelta(seconds=10)
+#: gloo's own timeout across groups: how long the survivors wait on a dead peer at most
+GLOO_TIMEOUT = dt.timedelta(seconds=5)
+
+
+class Replicas:
+    """This process's replica group and its ``torchft.Manager``; what Context delegates to."""
+
+    def __init__(self, ctx: Context, group: int, groups: int, events: str | None) -> None:
+        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
+        from torchft.checkpointing.pg_transport import PGTransport
+
+        self.group, self.groups, self.events = group, groups, events
+        self.rank, self.size = ctx.rank, ctx.world_size
+        self.objects: dict[str, Any] = {}
+        self.started = False
+        self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
+        self.source: int | None = None  # the group this process healed from
+        cuda = ctx.device.type == "cuda" and ctx.backend == "nccl"
+        pg = (
+            ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
+        )
+        transport = PGTransport(pg, timeout=FT_TIMEOUT, device=ctx.device)
+        self.manager = Manager(
+            pg=pg,
+            load_state_dict=self._load,
+            state_dict=self._state,
+            min_replica_size=1,
+            use_async_quorum=False,
+            timeout=FT_TIMEOUT,
+            quorum_timeout=dt.timedelta(seconds=60),
+            connect_timeout=dt.timedelta(seconds=10),
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            replica_id=f"distrain_{group}",
+            hostname=ctx.settings.bind_addr or "127.0.0.1",
+            checkpoint_transport=transport,
+        )
+        self._step_fd: int | None = None
+        if events and ctx.rank == 0:
+            self._step_fd = os.open(ft_step_file(events, group), os.O_WRONLY | os.O_CREAT, 0o644)
+
+    # -- what is healed --------------------------------------------------------------------
+    def register(self, name: str, obj: Any) -> None:
+        """Include `obj` (state_dict/load_state_dict) in the state a replacement copies."""
+        for key, old in list(self.objects.items()):
+            if old is obj:
+                del self.objects[key]
+        self.objects[name] = obj
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "objects": {name: _plain(obj).state_dict() for name, obj in self.objects.items()},
+        }
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self.source = int(state["group"])
+        missing = [name for name in self.objects if name not in state["objects"]]
+        if missing:
+            raise RuntimeError(
+                f"group {self.source} sent no state for {', '.join(missing)} (scripts must register the same objects)"
+            )
+        for name, obj in self.objects.items():
+            _plain(obj).load_state_dict(state["objects"][name])
+
+    # -- model and data --------------------------------------------------------------------
+    def prepare_model(self, model: nn.Module, device: torch.device, strategy: str) -> nn.Module:
+        """`model` on `device` in DDP over this group, its gradients averaged over the live groups too."""
+        if strategy != "ddp":
+            raise ValueError(f"--replicas supports strategy='ddp' for now (got {strategy!r})")
+        from torchft.ddp import DistributedDataParallel as FTDDP
+
+        model = model.to(device)
+        kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
+        # find_unused_parameters keeps the buckets as first built: every group must all-reduce
+        # the same buckets, and a replacement would otherwise rebuild them differently
+        wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True, **kwargs)
+        manager, size = self.manager, self.size
+
+        def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses a string annotation here
+            if size > 1:  # inside the group first, then across groups (same rank in every group)
+                dist.all_reduce(bucket.buffer())
+                bucket.buffer().div_(size)
+            return FTDDP._comm_hook(manager, bucket)
+
+        wrapped.register_comm_hook(None, hook)
+        self.register(f"__model{len(self.objects)}", wrapped)
+        wrapped.register_forward_pre_hook(self._first_forward)
+        return wrapped
+
+    def _first_forward(self, module: nn.Module, args: Any) -> None:
+        # the quorum of a step is taken at its first forward: after the script's own work between
+        # two steps (scheduler.step, maybe_save), so a live group sends all of it in one state
+        if not self.started:
+            self.begin()
+        elif not self.quorum_open:
+            self.manager.start_quorum()
+            self.quorum_open = True
+
+    def data_rank(self) -> tuple[int, int]:
+        """(shard, shards) of the global batch for this process: groups × ranks."""
+        return self.group * self.size + self.rank, self.groups * self.size
+
+    def checkpoint_dir(self, directory: str) -> str:
+        """Each group saves into its own subfolder (a lost group's disk state stays its own)."""
+        return os.path.join(directory, f"replica_{self.group}")
+
+    # -- the step ----------------------------------------------------------------------------
+    def begin(self) -> int:
+        """The first quorum of this process: heal from a live group if behind; the step reached."""
+        self.started = self.quorum_open = True
+        t0 = time.perf_counter()
+        self.manager.start_quorum()  # synchronous: a pending heal is applied before it returns
+        step = self.manager.current_step()
+        if self.rank == 0 and self.events:
+            attempt = int(os.environ.get(RESTART_COUNT, "0") or 0)
+            append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
+                            source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=attempt)  # fmt: skip
+        if self.source is not None and step > 0:
+            _log.info(
+                f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
+            )
+        self._write_step(step)
+        return step
+
+    def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
+        """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""
+        for name, obj in objects.items():
+            self.register(name, obj)
+        if resumed.step:  # from disk: the quorum starts from this step (the furthest group leads)
+            self.manager.load_state_dict(
+                {"step": resumed.step, "batches_committed": resumed.step * self.groups}
+            )
+        step = self.begin()
+        if self.source is not None and step != resumed.step:
+            from .checkpoint import Resumed as R
+
+            return R(
+                step=step, path=f"replica group {self.source} (live)", extra=dict(resumed.extra)
+            )
+        return resumed
+
+    def step(self, apply: Callable[[], None]) -> bool:
+        """Apply the optimizer step (`apply`) only when the quorum commits; True when the state moved on."""
+        if not self.started:
+            self.begin()
+        self.quorum_open = False
+        committed = self.manager.should_commit()
+        if committed:
+            apply()
+        self._write_step(self.manager.current_step())
+        return bool(committed)
+
+    def _write_step(self, step: int) -> None:
+        if self._step_fd is not None:
+            os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
+
+    def close(self) -> None:
+        """Stop the manager's server and transport (the process is ending)."""
+        if self._step_fd is not None:
+            os.close(self._step_fd)
+            self._step_fd = None
+        self.manager.shutdown(wait=False)
+
+
+def _plain(obj: Any) -> Any:
+    return obj.module if isinstance(obj, nn.parallel.DistributedDataParallel) else obj
+
+
+def attach(ctx: Context) -> Replicas | None:
+    """A Replicas for this process when `distrain run --replicas` started it, else None."""
+    s = ctx.settings
+    if s.replica_group is None or not ctx.distributed:
+        return None
+    return Replicas(ctx, s.replica_group, s.replica_groups or 1, s.ft_events)

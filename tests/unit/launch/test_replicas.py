@@ -1,0 +1,114 @@
+"""launch/replicas.py and launch/lighthouse.py: `--replicas` refused in one line, group command lines, event lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from distrain.contract import append_ft_event, ft_step_file
+from distrain.errors import UsageError
+from distrain.launch import lighthouse
+from distrain.launch.replicas import AgentLossReporter, _Job, check_replicas, group_argv
+
+
+def _args(**over: object) -> argparse.Namespace:
+    values = {
+        "replicas": "2",
+        "launcher": "torchrun",
+        "nnodes": "1:1",
+        "gpus": None,
+        "nproc_per_node": "1",
+        "cpu": False,
+    }
+    values.update(over)
+    return argparse.Namespace(**values)
+
+
+def test_accepts_groups_on_one_node() -> None:
+    assert check_replicas(_args(), gpus_visible=0) == 2
+    assert check_replicas(_args(replicas="3", nproc_per_node="2"), gpus_visible=0) == 3
+
+
+@pytest.mark.parametrize(
+    ("over", "gpus", "message"),
+    [
+        ({"replicas": "0"}, 0, "--replicas must be at least 1"),
+        ({"replicas": "two"}, 0, "expects a number of replica groups"),
+        ({"launcher": "mpirun"}, 0, "cannot be combined with --launcher mpirun"),
+        ({"nnodes": "2"}, 0, "on one node for now"),
+        ({"gpus": "0,1"}, 2, "CUDA_VISIBLE_DEVICES instead of --gpus"),
+        ({"replicas": "2", "nproc_per_node": "2"}, 2, "needs 4 GPUs, 2 visible"),
+    ],
+)
+def test_refuses_what_cannot_run(over: dict[str, object], gpus: int, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        check_replicas(_args(**over), gpus_visible=gpus)
+
+
+def test_cpu_rehearsal_does_not_count_gpus() -> None:
+    assert check_replicas(_args(replicas="4", cpu=True), gpus_visible=1) == 4
+
+
+def test_missing_torchft_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lighthouse.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UsageError, match=r"pip install 'distrain\[ft\]'"):
+        lighthouse.lighthouse_program()
+
+
+def test_group_argv_drops_replicas_and_gives_a_restart_budget() -> None:
+    argv = group_argv(
+        ["--replicas", "2", "-n", "1", "--run-dir=runs"], ["train.py", "--lr", "1"], 1
+    )
+    assert argv == [
+        "-n",
+        "1",
+        "--run-dir",
+        "runs/group1",
+        "--max-restarts",
+        "3",
+        "train.py",
+        "--lr",
+        "1",
+    ]
+    assert group_argv(["--replicas=2", "--max-restarts", "5"], ["-m", "pkg"], 0) == [
+        "--max-restarts",
+        "5",
+        "--",
+        "-m",
+        "pkg",
+    ]
+
+
+def test_agent_record_becomes_a_lost_event(tmp_path: Path) -> None:
+    record = logging.LogRecord(
+        "x",
+        logging.ERROR,
+        "f",
+        1,
+        "failed (exitcode: %s) local_rank: %s (pid: %s) of fn: %s",
+        (-9, 0, 4242, "f"),
+        None,
+    )
+    assert AgentLossReporter(str(tmp_path), 1).filter(record)
+    event = json.loads((tmp_path / "events.jsonl").read_text())
+    assert event == {"event": "lost", "group": 1, "rank": 0, "pid": 4242, "exitcode": -9}
+
+
+def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = _Job(2, str(tmp_path))
+    Path(ft_step_file(str(tmp_path), 1)).write_text("246        ")
+    append_ft_event(str(tmp_path), event="lost", group=1, rank=0, pid=4242, exitcode=-9)
+    append_ft_event(
+        str(tmp_path), event="joined", group=1, rank=0, step=250, source=0, seconds=0.91
+    )
+    job.read_events()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "distrain run: replica group 1 lost at step 246 (rank 0, pid 4242, SIGKILL); 1/2 groups continue",
+        "distrain run: replica group 1 healed from group 0 at step 250 in 0.9 s",
+    ]
+    assert job.lost == set()
