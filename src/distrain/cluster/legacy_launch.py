@@ -38,6 +38,11 @@ def strip_launcher_argv() -> int | None:
     return LegacyLaunchEnvironment._argv_local_rank
 
 
+def forget_launcher_argv() -> None:
+    """Forget the `--local-rank=N` taken off argv: the caller put argv back for a script that reads it."""
+    LegacyLaunchEnvironment._argv_local_rank = None
+
+
 class LegacyLaunchEnvironment(TorchElasticEnvironment):
     """The deprecated launcher: local rank on argv (stripped so the user's argparse never sees it)."""
 

@@ -83,7 +83,7 @@ def init(
     """
     try:
         active = current()
-        if active is not None and not active._closed:
+        if active is not None:
             return active
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
@@ -127,13 +127,10 @@ def init(
             set_worker_title(ctx.rank, ctx.world_size, sys.argv)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
         real_gpu = dev.type == "cuda" and settings.cpu_rehearsal is None  # under `run --cpu` NVML has nothing to say
-        ctx._monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
-                                    interval=settings.metrics_interval_s)
+        ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
+                                            interval=settings.metrics_interval_s)
         if settings.watchdog_s is not None and ctx.distributed:
-            ctx._watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
-        from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
-
-        ctx._replicas = attach(ctx)
+            ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         if verbose:

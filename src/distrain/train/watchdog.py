@@ -262,7 +262,7 @@ def warn_unarmed(rank: int) -> None:
 
 def on_step(ctx: Any, step: int) -> None:
     """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout."""
-    wd = getattr(ctx, "_watchdog", None)
+    wd = ctx.services.watchdog
     if wd is not None:
         wd.progress(step)
     if step == 1 and ctx.distributed and dist.is_initialized():

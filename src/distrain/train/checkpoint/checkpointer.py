@@ -111,8 +111,6 @@ class Checkpointer:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.ctx = ctx
         self.directory = os.fspath(directory)
-        if ctx._replicas is not None:  # each replica group its own checkpoints
-            self.directory = ctx._replicas.checkpoint_dir(self.directory)
         self.every_steps = every_steps
         self.every_epochs = every_epochs
         self.keep = keep
@@ -133,21 +131,23 @@ class Checkpointer:
         # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
         atexit.register(self._finish_at_exit)
 
+    @property
+    def dcp_group(self) -> dist.ProcessGroup | None:
+        """The gloo group DCP saves and loads over (None before restore() and without a process group).
+
+        Its own group, not the default one: a background save's collectives cannot interleave
+        with the training loop's.
+        """
+        return self._group
+
     # -- restore ---------------------------------------------------------------------------
     def restore(self, **objects: Any) -> Resumed:
         """Register `objects` and load the newest valid checkpoint into them (collective).
 
         Stray temporary directories from an interrupted save are removed (with a warning);
         invalid checkpoints are skipped with a warning naming the bad file; with none left the
-        job starts fresh, said once.  Under `distrain run --replicas` a group behind a live one
-        then copies that group's state and returns its step (train/replicas.py).
+        job starts fresh, said once.
         """
-        resumed = self._restore_from_disk(objects)
-        if self.ctx._replicas is not None:
-            return self.ctx._replicas.restore(self.objects, resumed)
-        return resumed
-
-    def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
         for name, obj in objects.items():
             if obj is None:
                 continue

@@ -81,7 +81,7 @@ class Writer:
         if store is not None:  # who writes: the leader can tell a dead writer from a slow one
             store.set(f"{self.key}/{self.step}/{self.ctx.rank}/process", process_identity())
         if self.tensors is not None:
-            group = self.ckpt._group if topo.shared else None  # per-node: the node's leader alone
+            group = self.ckpt.dcp_group if topo.shared else None  # per-node: the node's leader alone
             dcp_io.save(self.tensors, self.tmp_dir, group)
             writer_rank = dist.get_rank(group) if group is not None else 0
             for name in dcp_io.own_files(self.tmp_dir, writer_rank, coordinator=writer_rank == 0):

@@ -33,7 +33,7 @@ def _install_rehearsal() -> None:
         from distrain.runtime import rehearse
     if sys.argv != argv:  # importing distrain strips a legacy --local_rank; the script reads it
         sys.argv[:] = argv
-        sys.modules["distrain.cluster.legacy_launch"].LegacyLaunchEnvironment._argv_local_rank = None
+        sys.modules["distrain.cluster.legacy_launch"].forget_launcher_argv()
     rehearse.install()
 
 

@@ -1,0 +1,31 @@
+"""What runs beside one worker's training loop: the metrics recorder and the watchdog.
+
+init() starts them and hands them to its Context as ``ctx.services``; the Context feeds them
+(``ctx.log``, every optimizer step) and stops them in ``ctx.shutdown()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..monitor import Monitor
+    from ..train.watchdog import Watchdog
+
+
+@dataclass
+class Services:
+    """A Context's helpers; each is None when it is off."""
+
+    #: per-rank metrics for `distrain top` and TensorBoard (on when a run directory is set)
+    monitor: Monitor | None = None
+    #: aborts with every rank's stack when no step completes in time (on with watchdog_seconds)
+    watchdog: Watchdog | None = None
+
+    def close(self) -> None:
+        """Stop them: the monitor writes its last record, the watchdog thread ends."""
+        if self.monitor is not None:
+            self.monitor.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
