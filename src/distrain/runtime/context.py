@@ -94,6 +94,7 @@ class Context(Reductions):
         # optimizer steps of prepared models, however the script steps (train/steps.py)
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
+        self._replicas: Any = None  # distrain.train.replicas.Replicas under `distrain run --replicas`
 
     @property
     def steps(self) -> int:
@@ -106,8 +107,8 @@ class Context(Reductions):
     # -- where am I -----------------------------------------------------------------------
     @property
     def is_main(self) -> bool:
-        """True on global rank 0."""
-        return self.rank == 0
+        """True on global rank 0 (of replica group 0 under `distrain run --replicas`)."""
+        return self.rank == 0 and (self._replicas is None or self._replicas.group == 0)
 
     @property
     def is_local_main(self) -> bool:
@@ -155,11 +156,14 @@ class Context(Reductions):
         """
         from ..train import strategies
 
-        prepared = strategies.prepare(
-            model, strategy, device=self.device, precision=self.precision, distributed=self.distributed,
-            num_nodes=self.num_nodes, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard,
-            activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, replicate=replicate, **kwargs,
-        )
+        if self._replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
+            prepared = self._replicas.prepare_model(model, self.device, strategy)
+        else:
+            prepared = strategies.prepare(
+                model, strategy, device=self.device, precision=self.precision, distributed=self.distributed,
+                num_nodes=self.num_nodes, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard,
+                activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, replicate=replicate, **kwargs,
+            )
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
         self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding
@@ -222,11 +226,12 @@ class Context(Reductions):
         (``seed_samples=False`` opts out).  Other keyword arguments (``num_workers``,
         ``collate_fn``, …) go to DataLoader.
         """
+        rank, world = self._replicas.data_rank() if self._replicas is not None else (self.rank, self.world_size)
         sampler = GlobalBatchSampler(
             dataset_length(dataset),
             batch_size,
-            rank=self.rank,
-            world_size=self.world_size,
+            rank=rank,
+            world_size=world,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
@@ -257,13 +262,20 @@ class Context(Reductions):
         else:
             loss.backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """optimizer.step() (through the GradScaler for fp16); counted in :attr:`steps`.
 
         A plain ``optimizer.step()`` over a prepared model counts too; this method adds only
         what torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients),
-        and an optimizer over a model that was not prepared.
+        and an optimizer over a model that was not prepared.  Returns True; under
+        `distrain run --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
         """
+        if self._replicas is not None:
+            return bool(self._replicas.step(lambda: self._optimizer_step(optimizer)))
+        self._optimizer_step(optimizer)
+        return True
+
+    def _optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         before = self.steps
         if self.scaler is not None:
             self.scaler.step(optimizer)
@@ -352,6 +364,8 @@ class Context(Reductions):
             return
         self._closed = True
         self._step_counter.close()
+        if self._replicas is not None:
+            self._replicas.close()
         self.services.close()
         from ..train.strategies import release
 

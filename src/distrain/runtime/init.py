@@ -131,6 +131,9 @@ def init(
                                             interval=settings.metrics_interval_s)
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
+        from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
+
+        ctx._replicas = attach(ctx)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         if verbose:

@@ -111,6 +111,8 @@ class Checkpointer:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.ctx = ctx
         self.directory = os.fspath(directory)
+        if ctx._replicas is not None:  # each replica group its own checkpoints
+            self.directory = ctx._replicas.checkpoint_dir(self.directory)
         self.every_steps = every_steps
         self.every_epochs = every_epochs
         self.keep = keep
@@ -146,8 +148,15 @@ class Checkpointer:
 
         Stray temporary directories from an interrupted save are removed (with a warning);
         invalid checkpoints are skipped with a warning naming the bad file; with none left the
-        job starts fresh, said once.
+        job starts fresh, said once.  Under `distrain run --replicas` a group behind a live one
+        then copies that group's state and returns its step (train/replicas.py).
         """
+        resumed = self._restore_from_disk(objects)
+        if self.ctx._replicas is not None:
+            return self.ctx._replicas.restore(self.objects, resumed)
+        return resumed
+
+    def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
         for name, obj in objects.items():
             if obj is None:
                 continue
