@@ -109,8 +109,6 @@ class Replicas:
         """`model` on `device` in DDP over this group, its gradients averaged over the live groups too."""
         if strategy != "ddp":
             raise ValueError(f"--replicas supports strategy='ddp' for now (got {strategy!r})")
-        from torchft.ddp import DistributedDataParallel as FTDDP
-
         model = model.to(device)
         kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
         # find_unused_parameters keeps the buckets as first built: every group must all-reduce
@@ -122,7 +120,13 @@ class Replicas:
             if size > 1:  # inside the group first, then across groups (same rank in every group)
                 dist.all_reduce(bucket.buffer())
                 bucket.buffer().div_(size)
-            return FTDDP._comm_hook(manager, bucket)
+            # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never raises)
+            work = manager.allreduce(bucket.buffer())
+            work.wait()  # builds the chain that divides by the participants
+            averaged = work.get_future().wait()
+            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            done.set_result(averaged)
+            return done
 
         wrapped.register_comm_hook(None, hook)
         self.register(f"__model{len(self.objects)}", wrapped)
