@@ -94,7 +94,7 @@ class Context(Reductions):
         # optimizer steps of prepared models, however the script steps (train/steps.py)
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
-        self._replicas: Any = None  # distrain.train.replicas.Replicas under `distrain run --replicas`
+        self.replicas: Any = None  # distrain.train.replicas.Replicas under `distrain run --replicas`
 
     @property
     def steps(self) -> int:
@@ -108,7 +108,7 @@ class Context(Reductions):
     @property
     def is_main(self) -> bool:
         """True on global rank 0 (of replica group 0 under `distrain run --replicas`)."""
-        return self.rank == 0 and (self._replicas is None or self._replicas.group == 0)
+        return self.rank == 0 and (self.replicas is None or self.replicas.group == 0)
 
     @property
     def is_local_main(self) -> bool:
@@ -156,8 +156,8 @@ class Context(Reductions):
         """
         from ..train import strategies
 
-        if self._replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
-            prepared = self._replicas.prepare_model(model, self.device, strategy)
+        if self.replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
+            prepared = self.replicas.prepare_model(model, self.device, strategy)
         else:
             prepared = strategies.prepare(
                 model, strategy, device=self.device, precision=self.precision, distributed=self.distributed,
@@ -226,7 +226,7 @@ class Context(Reductions):
         (``seed_samples=False`` opts out).  Other keyword arguments (``num_workers``,
         ``collate_fn``, …) go to DataLoader.
         """
-        rank, world = self._replicas.data_rank() if self._replicas is not None else (self.rank, self.world_size)
+        rank, world = self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
         sampler = GlobalBatchSampler(
             dataset_length(dataset),
             batch_size,
@@ -270,8 +270,8 @@ class Context(Reductions):
         and an optimizer over a model that was not prepared.  Returns True; under
         `distrain run --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
         """
-        if self._replicas is not None:
-            return bool(self._replicas.step(lambda: self._optimizer_step(optimizer)))
+        if self.replicas is not None:
+            return bool(self.replicas.step(lambda: self._optimizer_step(optimizer)))
         self._optimizer_step(optimizer)
         return True
 
@@ -364,8 +364,8 @@ class Context(Reductions):
             return
         self._closed = True
         self._step_counter.close()
-        if self._replicas is not None:
-            self._replicas.close()
+        if self.replicas is not None:
+            self.replicas.close()
         self.services.close()
         from ..train.strategies import release
 

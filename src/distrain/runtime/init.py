@@ -133,7 +133,7 @@ def init(
             ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
-        ctx._replicas = attach(ctx)
+        ctx.replicas = attach(ctx)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         if verbose:

@@ -111,8 +111,8 @@ class Checkpointer:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.ctx = ctx
         self.directory = os.fspath(directory)
-        if ctx._replicas is not None:  # each replica group its own checkpoints
-            self.directory = ctx._replicas.checkpoint_dir(self.directory)
+        if ctx.replicas is not None:  # each replica group its own checkpoints
+            self.directory = ctx.replicas.checkpoint_dir(self.directory)
         self.every_steps = every_steps
         self.every_epochs = every_epochs
         self.keep = keep
@@ -152,8 +152,8 @@ class Checkpointer:
         then copies that group's state and returns its step (train/replicas.py).
         """
         resumed = self._restore_from_disk(objects)
-        if self.ctx._replicas is not None:
-            return self.ctx._replicas.restore(self.objects, resumed)
+        if self.ctx.replicas is not None:
+            return self.ctx.replicas.restore(self.objects, resumed)
         return resumed
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
