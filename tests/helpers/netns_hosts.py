@@ -94,7 +94,7 @@ class Hosts:
 
     def start(self, i: int, argv: list[str], log: Path, env: dict[str, str] | None = None, err_log: Path | None = None) -> subprocess.Popen[str]:
         """Start `argv` in host i in a new session, stdout+stderr to `log` (stderr to `err_log` if given); killed at teardown."""
-        full = {**os.environ, "DISTRAIN_TEST_NODE": self.names[i], **(env or {})}
+        full = {**os.environ, "DTEST_NODE": self.names[i], **(env or {})}
         handle = open(log, "w")  # noqa: SIM115 - closed right after the child has inherited it
         err = open(err_log, "w") if err_log else None  # noqa: SIM115 - likewise
         proc = subprocess.Popen(self.cmd(i, argv), stdout=handle, stderr=err or subprocess.STDOUT, text=True, env=full, start_new_session=True)

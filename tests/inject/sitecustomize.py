@@ -6,14 +6,14 @@ workers.  When one of the variables below is set it installs an import hook that
 functions of distrain's modules as they are first imported; the code under test runs unchanged
 and has to detect the fault on its own.
 
-- ``DISTRAIN_FAULT_DOCTOR_VERSION=RANK:VERSION``: the doctor's ``fingerprint`` on that rank reports
+- ``DTEST_FAULT_DOCTOR_VERSION=RANK:VERSION``: the doctor's ``fingerprint`` on that rank reports
   VERSION as its torch version;
-- ``DISTRAIN_FAULT_DOCTOR_STALL=RANK:checkin|barrier``: that rank hangs before it checks in
+- ``DTEST_FAULT_DOCTOR_STALL=RANK:checkin|barrier``: that rank hangs before it checks in
   (inside ``fingerprint``) or before the monitored barrier;
-- ``DISTRAIN_FAULT_DOCTOR_SLOW=RANK``: that rank's timed local work (``_work_seconds``) takes 1 s
+- ``DTEST_FAULT_DOCTOR_SLOW=RANK``: that rank's timed local work (``_work_seconds``) takes 1 s
   longer (a stall, not more computation: on an oversubscribed machine extra computation overlaps
   the other ranks' and need not come out slower);
-- ``DISTRAIN_FAULT_BENCH_CORRUPT=RANK``: in ``distrain bench comm``, one element of that rank's
+- ``DTEST_FAULT_BENCH_CORRUPT=RANK``: in ``distrain bench comm``, one element of that rank's
   result is wrong after every collective.
 """
 
@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-VERSION, STALL, SLOW, CORRUPT = ("DISTRAIN_FAULT_DOCTOR_VERSION", "DISTRAIN_FAULT_DOCTOR_STALL",
-                                 "DISTRAIN_FAULT_DOCTOR_SLOW", "DISTRAIN_FAULT_BENCH_CORRUPT")
+VERSION, STALL, SLOW, CORRUPT = ("DTEST_FAULT_DOCTOR_VERSION", "DTEST_FAULT_DOCTOR_STALL",
+                                 "DTEST_FAULT_DOCTOR_SLOW", "DTEST_FAULT_BENCH_CORRUPT")
 #: how long a stalled rank hangs before it gives up (the job normally kills it first)
 HANG_S = 120.0
 

@@ -34,7 +34,7 @@ def test_all_ops_positive_and_correct() -> None:
 
 def test_corrupted_rank_fails_the_check() -> None:
     res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-e", "16", "--ops", "all_reduce,reduce_scatter", "--iters", "2", "--warmup", "0"],
-              timeout=240, env=fault_env(DISTRAIN_FAULT_BENCH_CORRUPT="1"))
+              timeout=240, env=fault_env(DTEST_FAULT_BENCH_CORRUPT="1"))
     doc = json.loads(res.stdout)
     assert res.returncode != 0
     assert doc["summary"]["all_correct"] is False

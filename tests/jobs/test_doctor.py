@@ -154,7 +154,7 @@ def test_all_ranks_two_processes_via_nproc() -> None:
 
 def test_all_ranks_three_processes_mismatch_and_straggler() -> None:
     res = run([python(), "-m", "distrain.cli", "run", "-n", "3", "-m", "distrain.doctor", "--json", "--timeout", "60"], timeout=240,
-              env=fault_env(DISTRAIN_FAULT_DOCTOR_VERSION="1:1.13.0", DISTRAIN_FAULT_DOCTOR_SLOW="2"))
+              env=fault_env(DTEST_FAULT_DOCTOR_VERSION="1:1.13.0", DTEST_FAULT_DOCTOR_SLOW="2"))
     doc = _doc(res)
     checks = _by_id(doc)
     versions = checks["ranks.versions"]
@@ -167,7 +167,7 @@ def test_all_ranks_three_processes_mismatch_and_straggler() -> None:
 
 @pytest.mark.parametrize("stage", ["checkin", "barrier"])
 def test_missing_rank_is_named_in_bounded_time(stage: str) -> None:
-    res = run(DOCTOR + ["--nproc", "2", "--json", "--timeout", "5"], timeout=150, env=fault_env(DISTRAIN_FAULT_DOCTOR_STALL=f"1:{stage}"))
+    res = run(DOCTOR + ["--nproc", "2", "--json", "--timeout", "5"], timeout=150, env=fault_env(DTEST_FAULT_DOCTOR_STALL=f"1:{stage}"))
     checks = _by_id(_doc(res))
     check = checks[f"ranks.{stage}"]
     assert check["status"] == "fail" and check["data"]["missing"] == [1], check

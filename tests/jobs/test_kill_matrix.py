@@ -10,7 +10,7 @@ dropout, 0 and 2 workers (persistent too) with random augmentation, bf16 autocas
 schedule, gradient accumulation.
 
 The kill step and rank are drawn at random; the failure message gives the seed, and
-``DISTRAIN_TEST_SEED=N`` replays it.
+``DTEST_SEED=N`` replays it.
 """
 
 from __future__ import annotations
@@ -64,14 +64,14 @@ def differences(a: Path, b: Path) -> list[str]:
 @pytest.mark.parametrize("row", list(ROWS))
 def test_random_sigkill_resumes_bitwise(row: str, tmp_path: Path) -> None:
     flags, steps, kill = ROWS[row]
-    seed = int(os.environ.get("DISTRAIN_TEST_SEED", time.time_ns() % 1_000_000))
+    seed = int(os.environ.get("DTEST_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     if kill == "save":  # the checkpoint of a step that saves, after the first one, not the last one
         at = rng.choice(range(2 * EVERY, steps, EVERY))
     else:  # after the first checkpoint, before the end
         at = rng.randint(EVERY + 1, steps - 1)
     fault_rank = rng.choice([0, 1])
-    what = f"{row}: SIGKILL of {kill} on rank {fault_rank} at step {at} (DISTRAIN_TEST_SEED={seed})"
+    what = f"{row}: SIGKILL of {kill} on rank {fault_rank} at step {at} (DTEST_SEED={seed})"
     print(what, flush=True)
     reference, _ = job(tmp_path, "uninterrupted", flags)
     resumed, stdout = job(tmp_path, "killed", flags, "--kill", kill, "--kill-at", str(at), "--fault-rank", str(fault_rank), restarts=2)

@@ -42,7 +42,7 @@ for step in range(1, args.steps + 1):
             time.sleep(3600)  # the deliberate hang
 ranks = ctx.all_reduce(torch.tensor([float(ctx.rank)])).item()
 hosts = ctx.gather_object(
-    {"rank": ctx.rank, "host_ns": os.environ.get("DISTRAIN_TEST_NODE", socket.gethostname()),
+    {"rank": ctx.rank, "host_ns": os.environ.get("DTEST_NODE", socket.gethostname()),
      "master_addr": os.environ.get("MASTER_ADDR"), "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
      "node_rank": ctx.node_rank, "threads": torch.get_num_threads(), "launcher": ctx.env.name}
 )
