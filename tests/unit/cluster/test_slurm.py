@@ -90,3 +90,20 @@ def test_check_devices_names_the_sbatch_fix(monkeypatch: pytest.MonkeyPatch) -> 
     env.check_devices(0)  # CPU job: nothing to match
     with pytest.raises(ClusterError, match="2 tasks per node but 4 GPUs.*--ntasks-per-node=4"):
         env.check_devices(4)
+
+
+def test_a_task_of_a_multi_node_job_is_detected_with_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """detect_environment() picks SLURM; tasks per node come from SLURM_TASKS_PER_NODE's ``2(x4)``,
+    the master is the job's first host (no step node list) on a port derived from the job id."""
+    from distrain.cluster import detect_environment
+
+    _set(monkeypatch, {**TASK, "SLURM_NNODES": "4", "SLURM_NODELIST": "node[07-09,11]", "SLURM_JOB_ID": "123456",
+                       "SLURM_TASKS_PER_NODE": "2(x4)"})  # fmt: skip
+    detected = detect_environment()
+    assert isinstance(detected, SLURMEnvironment)
+    assert (detected.rank(), detected.world_size(), detected.local_rank(), detected.local_world_size()) == (5, 8, 1, 2)
+    assert (detected.node_rank(), detected.num_nodes()) == (2, 4)
+    assert (detected.master_addr(), detected.master_port()) == ("node07", 15000 + 123456 % 20000)
+    detected.check_devices(2)
+    with pytest.raises(ClusterError, match="ntasks-per-node=4"):
+        detected.check_devices(4)

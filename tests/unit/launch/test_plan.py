@@ -41,6 +41,10 @@ def test_split_at_the_first_non_option() -> None:
     assert split_argv(["-n", "2", "train.py", "--n", "5", "-m"], OPTIONS) == (["-n", "2"], ["train.py", "--n", "5", "-m"])
 
 
+def test_a_flag_before_the_script_takes_no_value() -> None:
+    assert split_argv(["-n", "2", "--dry-run", "t.py", "--n", "5"], OPTIONS) == (["-n", "2", "--dry-run"], ["t.py", "--n", "5"])
+
+
 def test_split_at_double_dash() -> None:
     assert split_argv(["--dry-run", "--", "-weird.py", "x"], OPTIONS) == (["--dry-run"], ["-weird.py", "x"])
 

@@ -63,6 +63,13 @@ def test_epochs_reshuffle_deterministically_by_seed_plus_epoch() -> None:
     assert _steps(a) == first
 
 
+def test_the_short_last_global_batch_is_dropped() -> None:
+    """10 samples, global batch 4 over 2 ranks: two steps, samples 8 and 9 never drawn."""
+    steps = [_steps(GlobalBatchSampler(10, 2, rank=r, world_size=2, shuffle=False)) for r in range(2)]
+    assert [len(s) for s in steps] == [2, 2]
+    assert sorted(i for s in steps for b in s for i in b) == list(range(8))
+
+
 def test_resume_mid_epoch_continues_at_the_same_step() -> None:
     full = GlobalBatchSampler(100, 5, rank=1, world_size=2, seed=4)
     full.set_epoch(3)
