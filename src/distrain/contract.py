@@ -48,6 +48,10 @@ METRICS_INTERVAL = "DISTRAIN_METRICS_INTERVAL"
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+#: where each rank leaves its step breakdown at exit (the launcher's end-of-job summary)
+SUMMARY_DIR = "DISTRAIN_SUMMARY_DIR"
+#: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
+BREAKDOWN = "DISTRAIN_BREAKDOWN"
 #: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)
 REPLICA_GROUP = "DISTRAIN_REPLICA_GROUP"
 #: distrain run --replicas: how many replica groups the job has
@@ -66,6 +70,21 @@ def rehearse_boot_dir() -> str:
     worker side (runtime/rehearse/).
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "rehearse", "boot")
+
+
+# -- the step breakdown: what a worker leaves in DISTRAIN_SUMMARY_DIR for the launcher -------------
+#: the parts a training step's wall time is split into, in the order they are shown
+PHASES = ("data", "compute", "comm", "optimizer", "checkpoint", "other")
+
+
+def breakdown_fractions(seconds: dict[str, float]) -> dict[str, float]:
+    """Each phase's share of the total of `seconds` (missing phases count 0); all 0 for no time.
+
+    Negative inputs (a clock that stepped back) count as 0, so the shares always sum to 1.
+    """
+    parts = {phase: max(0.0, float(seconds.get(phase, 0.0) or 0.0)) for phase in PHASES}
+    total = sum(parts.values())
+    return {phase: (value / total if total > 0 else 0.0) for phase, value in parts.items()}
 
 
 # -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------

@@ -42,6 +42,8 @@ class Settings:
     replica_group: int | None = None  # DISTRAIN_REPLICA_GROUP (None: no replica groups)
     replica_groups: int | None = None  # DISTRAIN_REPLICA_GROUPS
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
+    breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
+    summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -68,6 +70,8 @@ class Settings:
             "replica_group": _index(contract.REPLICA_GROUP, text(contract.REPLICA_GROUP)),
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
+            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
+            "summary_dir": text(contract.SUMMARY_DIR),
         }
         unknown = set(arguments) - set(values)
         if unknown:
@@ -77,7 +81,7 @@ class Settings:
             raise DistrainError(f"threads must be at least 1 (got {values['threads']})")
         if values["watchdog_s"] is not None and float(values["watchdog_s"]) <= 0:
             values["watchdog_s"] = None  # init(watchdog_seconds=0): off, as the variable's 0
-        for key in ("device", "run_dir", "log_dir"):
+        for key in ("device", "run_dir", "log_dir", "summary_dir"):
             if values[key] is not None:
                 values[key] = os.fspath(values[key]) if key != "device" else str(values[key])
         return cls(**values)
@@ -114,3 +118,17 @@ def _index(name: str, raw: str | None) -> int | None:
     if not raw.strip().isdigit():
         raise DistrainError(f"{name}={raw!r}: expected a whole number from 0")
     return int(raw)
+
+
+_ON = {"1", "on", "true", "yes"}
+_OFF = {"0", "off", "false", "no"}
+
+
+def _switch(name: str, raw: str | None, default: bool) -> bool:
+    """On/off from 1/0, on/off, true/false, yes/no (any case); `default` when unset."""
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in _ON or word in _OFF:
+        return word in _ON
+    raise DistrainError(f"{name}={raw!r}: expected 1 or 0 (on or off)")

@@ -36,6 +36,7 @@ def test_an_argument_wins_over_the_environment() -> None:
     ("DISTRAIN_TRAIN_TIMEOUT", "ninety"), ("DISTRAIN_TRAIN_TIMEOUT", "-5"), ("DISTRAIN_TRAIN_TIMEOUT", "inf"),
     ("DISTRAIN_WATCHDOG", "-1"), ("DISTRAIN_WATCHDOG", "nan"), ("DISTRAIN_METRICS_INTERVAL", "often"),
     ("DISTRAIN_NUM_THREADS", "two"), ("DISTRAIN_NUM_THREADS", "0"), ("DISTRAIN_CPU_REHEARSAL", "-2"),
+    ("DISTRAIN_BREAKDOWN", "sometimes"),
 ])
 def test_a_malformed_value_is_one_line_naming_the_variable(name: str, raw: str) -> None:
     with pytest.raises(DistrainError) as info:
@@ -49,3 +50,8 @@ def test_settings_are_frozen_and_unknown_ones_refused() -> None:
         s.threads = 2  # type: ignore[misc]
     with pytest.raises(TypeError, match="unknown setting"):
         Settings.read({}, thread=2)
+
+
+@pytest.mark.parametrize(("raw", "on"), [(None, True), ("1", True), ("on", True), ("0", False), ("OFF", False), ("false", False)])
+def test_the_breakdown_switch(raw: str | None, on: bool) -> None:
+    assert Settings.read({} if raw is None else {"DISTRAIN_BREAKDOWN": raw}).breakdown is on

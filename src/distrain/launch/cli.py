@@ -12,6 +12,7 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
   agent's, which makes restarts and late-joining nodes reliable (pytorch#135712);
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
 - the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
+- at the end, where a step's time went, a straggler and one piece of advice (launch/job_summary.py);
 - ``--start-method fast`` (default): workers are forked from a server that imported torch while
   the launcher was starting, instead of each paying for ``import torch`` (see launch/forkserver.py).
 """
@@ -25,7 +26,7 @@ import sys
 
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver, rehearsal
+from . import forkserver, job_summary, rehearsal
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -94,6 +95,7 @@ def main(argv: list[str]) -> int:
     folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
     if launch.rehearsal_line:
         print(launch.rehearsal_line, file=sys.stderr, flush=True)
+    summary = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
     os.environ.update(launch.env)
     try:
         return _launch(launch)
@@ -101,6 +103,7 @@ def main(argv: list[str]) -> int:
         forkserver.stop_server()
         if folder:
             rehearsal.finish(folder)
+        job_summary.finish(summary)
 
 
 def _launch(launch: LaunchPlan) -> int:

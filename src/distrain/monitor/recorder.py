@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..contract import RESTART_COUNT
+from ..contract import RESTART_COUNT, breakdown_fractions
 from ..log import get_logger
 from ..settings import DEFAULT_METRICS_INTERVAL_S
 from .probes import GPUProbe, ProcessProbe
@@ -65,12 +65,16 @@ class Monitor:
         gpu_index: int | None = None,
         interval: float | None = None,
         tensorboard: bool = True,
+        breakdown: Any = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.world_size = world_size
         self.interval = interval if interval is not None else DEFAULT_METRICS_INTERVAL_S
         self._gpu_index = gpu_index
+        #: the rank's StepBreakdown (distrain.monitor.breakdown), read by the writer thread
+        self._breakdown = breakdown
+        self._breakdown_last: tuple[int, dict[str, float]] | None = None
         self._want_tensorboard = tensorboard and rank == 0
         self._lock = threading.Lock()
         # written by the training thread under _lock
@@ -203,6 +207,7 @@ class Monitor:
             "rss": self._process.rss(),
             "values": self._values,
             **(self._gpu.read() if self._gpu is not None else {}),
+            **self._breakdown_fields(),
             **extra,
         }
         assert self._file is not None
@@ -213,10 +218,27 @@ class Monitor:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._file.flush()
         if self._tb is not None:
-            self._tb_write(points, step, dsteps, dsamples, dt)
+            self._tb_write(points, step, dsteps, dsamples, dt, record.get("breakdown"))
 
-    def _tb_write(self, points: dict[str, list[tuple[int, float]]], step: int, dsteps: int, dsamples: int, dt: float) -> None:
+    def _breakdown_fields(self) -> dict[str, Any]:
+        """``breakdown_s``: cumulative seconds per phase and steps counted; ``breakdown``: the
+        fractions over the steps since the previous record (absent when no step finished)."""
+        if self._breakdown is None:
+            return {}
+        steps, totals = self._breakdown.snapshot()
+        fields: dict[str, Any] = {"breakdown_s": {"steps": steps, **{k: round(v, 6) for k, v in totals.items()}}}
+        last_steps, last = self._breakdown_last or (0, dict.fromkeys(totals, 0.0))
+        if steps > last_steps:
+            delta = {phase: totals[phase] - last.get(phase, 0.0) for phase in totals}
+            fields["breakdown"] = {k: round(v, 4) for k, v in breakdown_fractions(delta).items()}
+        self._breakdown_last = (steps, totals)
+        return fields
+
+    def _tb_write(self, points: dict[str, list[tuple[int, float]]], step: int, dsteps: int, dsamples: int, dt: float,
+                  breakdown: dict[str, float] | None = None) -> None:
         assert self._tb is not None
+        for phase, fraction in (breakdown or {}).items():
+            self._tb.scalar(f"breakdown/{phase}", fraction, step)
         for key, series in points.items():
             for at_step, value in series:
                 self._tb.scalar(key, value, at_step)
@@ -282,8 +304,8 @@ class _EpochTally:
 
 
 def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None,
-                 interval: float | None = None) -> Monitor | None:
+                 interval: float | None = None, breakdown: Any = None) -> Monitor | None:
     """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
     if run_dir is None:
         return None
-    return Monitor(run_dir, rank, world_size, gpu_index=gpu_index, interval=interval)
+    return Monitor(run_dir, rank, world_size, gpu_index=gpu_index, interval=interval, breakdown=breakdown)

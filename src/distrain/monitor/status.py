@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..contract import PHASES, breakdown_fractions
 from ..errors import DistrainError
 from .recorder import METRICS_SUBDIR
 
@@ -56,6 +57,9 @@ class RankStatus:
     records: int
     flags: list[str] = field(default_factory=list)
     values: dict[str, float] = field(default_factory=dict)
+    #: shares of the step time over the window: data, compute, comm, optimizer, checkpoint,
+    #: other (sum 1); None before a step was counted or with DISTRAIN_BREAKDOWN=0
+    breakdown: dict[str, float] | None = None
 
 
 def read_tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
@@ -125,6 +129,29 @@ def _window_rate(records: list[dict[str, Any]], key: str, recorded: str, window:
     return (last.get(key, 0) - first.get(key, 0)) / dt
 
 
+def window_breakdown(records: list[dict[str, Any]], window: float) -> dict[str, float] | None:
+    """Each phase's share of the step time over the last `window` seconds of records.
+
+    From the cumulative ``breakdown_s`` of the newest record and of the oldest one inside the
+    window; when no step finished inside the window, the whole run so far.
+    """
+    timed = [r for r in records if isinstance(r.get("breakdown_s"), dict)]
+    if not timed:
+        return None
+    last = timed[-1]["breakdown_s"]
+    first: dict[str, Any] = {}
+    for record in reversed(timed):
+        if timed[-1]["t"] - record["t"] > window:
+            break
+        first = record["breakdown_s"]
+    if last.get("steps", 0) - first.get("steps", 0) <= 0:
+        first = {}
+    if not last.get("steps", 0) - first.get("steps", 0):
+        return None
+    delta = {phase: float(last.get(phase, 0.0)) - float(first.get(phase, 0.0)) for phase in PHASES}
+    return {phase: round(share, 4) for phase, share in breakdown_fractions(delta).items()}
+
+
 def rank_status(records: list[dict[str, Any]], now: float, th: Thresholds) -> RankStatus:
     """Judge one rank from its records (oldest first)."""
     last = records[-1]
@@ -161,6 +188,7 @@ def rank_status(records: list[dict[str, Any]], now: float, th: Thresholds) -> Ra
         idle=idle,
         records=len(records),
         values=dict(values),
+        breakdown=window_breakdown(records, th.window),
     )
 
 

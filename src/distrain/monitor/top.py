@@ -14,6 +14,9 @@ from .status import NoJobError, Thresholds, job_status
 
 PROG = "distrain top"
 
+#: the step breakdown's columns (percent of the step time over the window): phase → header
+_PHASE_COLUMNS = {"data": "data%", "compute": "comp%", "comm": "comm%", "optimizer": "opt%", "checkpoint": "ckpt%", "other": "other%"}
+
 _STATE_STYLE = {"running": "green", "waiting": "yellow", "stalled": "bold red", "done": "cyan", "failed": "bold red"}
 
 
@@ -72,6 +75,10 @@ def render(snapshot: dict[str, Any]) -> Any:
     table = Table(box=None, header_style="bold", pad_edge=False)
     columns = ["rank", "host", "pid", "state", "step", "epoch", "loss", "samples/s", "step ms", "RSS"]
     columns += ["GPU %", "GPU mem"] if gpu else []
+    shares = any(r.get("breakdown") for r in snapshot["ranks"])
+    ckpt = any((r.get("breakdown") or {}).get("checkpoint") for r in snapshot["ranks"])
+    phases = [p for p in _PHASE_COLUMNS if p != "checkpoint" or ckpt] if shares else []
+    columns += [_PHASE_COLUMNS[p] for p in phases]
     columns += ["last", "flags"]
     for name in columns:
         table.add_column(name, justify="left" if name in ("host", "state", "flags") else "right")
@@ -90,6 +97,7 @@ def render(snapshot: dict[str, Any]) -> Any:
         ]
         if gpu:
             cells += [_num(r["gpu_util"], ".0f"), f"{_size(r['gpu_mem'])}/{_size(r['gpu_mem_total'])}" if r["gpu_mem"] is not None else "-"]
+        cells += [_num(None if not r.get("breakdown") else 100 * r["breakdown"][p], ".0f") for p in phases]
         cells += [f"{r['age']:.0f}s ago", Text(" ".join(r["flags"]), style="bold red" if r["flags"] else "")]
         table.add_row(*cells)
     return Group(header, table)

@@ -102,6 +102,8 @@ class Context(Reductions):
         return self._step_counter.count
 
     def _on_step(self, count: int) -> None:
+        if self.services.breakdown is not None:
+            self.services.breakdown.step_done()
         watchdog.on_step(self, count)
 
     # -- where am I -----------------------------------------------------------------------
@@ -167,6 +169,8 @@ class Context(Reductions):
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
         self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding
+        if self.services.breakdown is not None:
+            self.services.breakdown.watch(prepared)
         return prepared
 
     def init_model(self) -> contextlib.AbstractContextManager[Any]:
@@ -236,7 +240,10 @@ class Context(Reductions):
             seed=seed,
             drop_last=drop_last,
         )
-        return DistributedLoader(dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs))
+        loader = DistributedLoader(dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs))
+        if self.services.breakdown is not None:
+            self.services.breakdown.watch_loader(loader)
+        return loader
 
     def prepare_eval_loader(self, dataset: Dataset[Any], batch_size: int, **kwargs: Any) -> DataLoader:
         """An evaluation DataLoader over this rank's unpadded shard: every sample counted once.
@@ -261,6 +268,8 @@ class Context(Reductions):
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
+        if self.services.breakdown is not None:
+            self.services.breakdown.backward_done()
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """optimizer.step() (through the GradScaler for fp16); counted in :attr:`steps`.

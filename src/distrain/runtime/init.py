@@ -19,6 +19,7 @@ from ..cluster import ClusterEnvironment, ClusterError, detect_environment
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
+from ..monitor.breakdown import open_breakdown
 from ..settings import Settings
 from ..train import failure, watchdog
 from .context import Context, _remember, current
@@ -127,8 +128,9 @@ def init(
             set_worker_title(ctx.rank, ctx.world_size, sys.argv)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
         real_gpu = dev.type == "cuda" and settings.cpu_rehearsal is None  # under `run --cpu` NVML has nothing to say
+        ctx.services.breakdown = open_breakdown(settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.summary_dir)
         ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
-                                            interval=settings.metrics_interval_s)
+                                            interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager

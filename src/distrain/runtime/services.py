@@ -1,4 +1,4 @@
-"""What runs beside one worker's training loop: the metrics recorder and the watchdog.
+"""What runs beside one worker's training loop: the metrics recorder, the watchdog, the step breakdown.
 
 init() starts them and hands them to its Context as ``ctx.services``; the Context feeds them
 (``ctx.log``, every optimizer step) and stops them in ``ctx.shutdown()``.
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..monitor import Monitor
+    from ..monitor.breakdown import StepBreakdown
     from ..train.watchdog import Watchdog
 
 
@@ -22,10 +23,15 @@ class Services:
     monitor: Monitor | None = None
     #: aborts with every rank's stack when no step completes in time (on with watchdog_seconds)
     watchdog: Watchdog | None = None
+    #: where each step's time goes, fed by the Context's hook points (on unless DISTRAIN_BREAKDOWN=0)
+    breakdown: StepBreakdown | None = None
 
     def close(self) -> None:
-        """Stop them: the monitor writes its last record, the watchdog thread ends."""
+        """Stop them: the monitor writes its last record, the watchdog thread ends, the
+        breakdown removes its hooks and leaves its summary for the launcher."""
         if self.monitor is not None:
             self.monitor.close()
         if self.watchdog is not None:
             self.watchdog.stop()
+        if self.breakdown is not None:  # after the monitor's last record, which reads it
+            self.breakdown.finish()

@@ -18,7 +18,8 @@ counted exactly once (DistributedSampler pads with duplicates to equalise shard 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -148,11 +149,23 @@ class DistributedLoader(DataLoader):
         self.epoch = 0
         self.step_in_epoch = 0
 
+    #: called with the perf_counter() time a batch was asked for, once it is handed out
+    #: (the step breakdown's data time: distrain.monitor.breakdown); None: not timed
+    on_data: Callable[[float], None] | None = None
+
     def __iter__(self) -> Iterator[Any]:
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
-        for batch in super().__iter__():
+        batches, on_data = super().__iter__(), self.on_data
+        while True:
+            asked = perf_counter() if on_data is not None else 0.0
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            if on_data is not None:
+                on_data(asked)
             self.step_in_epoch += 1
             yield batch
         self.epoch += 1

@@ -335,6 +335,8 @@ class Checkpointer:
             self._pending = threading.Thread(target=self._write_in_background, args=(writer,), name="distrain-ckpt", daemon=True)
             self._pending.start()
         self.last_stall_s = time.perf_counter() - t0
+        if self.ctx.services.breakdown is not None:  # the step breakdown's checkpoint stall
+            self.ctx.services.breakdown.checkpoint(self.last_stall_s)
 
     def wait(self) -> None:
         """Block until a background save finishes (raises its error, if any)."""

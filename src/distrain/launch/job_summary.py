@@ -1,0 +1,182 @@
+"""The end-of-job lines of `distrain run`: where a step's time went, a straggler, one piece of advice.
+
+Each worker's :class:`~distrain.monitor.breakdown.StepBreakdown` leaves
+``DISTRAIN_SUMMARY_DIR/rank-<R>.json`` at shutdown (this side never imports the worker side:
+the files are the contract).  After the job the launcher prints, on stderr:
+
+- ``distrain: step time: ...``: rank 0's breakdown and the slowest rank's (by compute);
+- ``distrain: straggler: rank R (host H, pid P) computes N % slower than the median rank``
+  when one rank's median compute per step exceeds the median of the other ranks' by
+  :data:`STRAGGLER_SLOWER` or more;
+- ``distrain: advice: ...`` when data loading or the wait for communication takes a large share
+  of the step (:data:`DATA_ADVICE`, :data:`COMM_ADVICE`), naming what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from typing import Any
+
+from ..contract import PHASES, SUMMARY_DIR, breakdown_fractions
+
+#: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
+#: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,
+#: shared with other jobs (load 5-15), the two ranks' training-thread CPU-time medians were at
+#: most 20 % apart, while their wall-time medians were up to 5.2x apart
+#: (benchmarks/train/RESULTS.md).  0.5 leaves 2.5 times the largest CPU-time gap seen as
+#: margin, and still names a rank that takes 1.5x as long, well before it halves the job's speed.
+STRAGGLER_SLOWER = 0.5
+#: ...and at least this many seconds slower per step: sub-millisecond steps are mostly noise
+STRAGGLER_MIN_S = 0.001
+#: advise on the loader when data loading is at least this share of the step (averaged over ranks)
+DATA_ADVICE = 0.25
+#: advise on communication when the wait for it is at least this share of the step
+COMM_ADVICE = 0.30
+
+
+def start(env: dict[str, str]) -> str:
+    """Create the folder the workers leave their breakdown in, and name it in `env`."""
+    folder = tempfile.mkdtemp(prefix="distrain-summary-")
+    env[SUMMARY_DIR] = folder
+    return folder
+
+
+def read(folder: str) -> list[dict[str, Any]]:
+    """Every rank's summary in `folder`, by rank (unreadable files are skipped)."""
+    ranks: dict[int, dict[str, Any]] = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not (name.startswith("rank-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                record = json.load(f)
+            ranks[int(record["rank"])] = record
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return [ranks[r] for r in sorted(ranks)]
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.0f} %"
+
+
+def _parts(record: dict[str, Any]) -> str:
+    fractions = breakdown_fractions(record.get("seconds") or {})
+    shown = [p for p in PHASES if p != "checkpoint" or fractions[p] > 0]
+    return " · ".join(f"{phase} {_percent(fractions[phase])}" for phase in shown)
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{1000 * seconds:.1f} ms"
+
+
+def compute_s(record: dict[str, Any]) -> float | None:
+    """The rank's median compute per step as the straggler rule sees it.
+
+    On CPU, the training thread's CPU time in compute: wall time there stretches whenever other
+    processes take the cores, by up to 5.2x between identical ranks on a loaded 2-core machine
+    (benchmarks/train/RESULTS.md), while CPU time measures the work.  On CUDA, the events' time
+    (the GPU's own, which the host's load does not stretch).
+    """
+    value = record.get("compute_cpu_median_s") or record.get("compute_median_s")
+    return float(value) if value else None
+
+
+def straggler(records: list[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:
+    """The rank whose compute is clearly slower than the others', with how much slower (0.38 = 38 %).
+
+    Each rank's median compute per step is compared with the median of the *other* ranks' (with
+    two ranks, the other one): the slowest rank is named when it is at least
+    :data:`STRAGGLER_SLOWER` and :data:`STRAGGLER_MIN_S` slower.  None otherwise.
+    """
+    timed = [(r, c) for r, c in ((r, compute_s(r)) for r in records) if c]
+    if len(timed) < 2:
+        return None
+    slowest, worst = max(timed, key=lambda rc: rc[1])
+    others = statistics.median(c for r, c in timed if r is not slowest)
+    if others <= 0:
+        return None
+    slower = worst / others - 1
+    if slower >= STRAGGLER_SLOWER and worst - others >= STRAGGLER_MIN_S:
+        return slowest, slower
+    return None
+
+
+def advice(records: list[dict[str, Any]], has_straggler: bool = False) -> str | None:
+    """One piece of advice when data loading or the wait for communication dominates, else None.
+
+    Shares are averaged over the ranks.  With a straggler, the others' comm is mostly waiting
+    for it, so no comm advice is given then.
+    """
+    if not records:
+        return None
+    mean = {
+        p: statistics.fmean(breakdown_fractions(r.get("seconds") or {})[p] for r in records)
+        for p in PHASES
+    }
+    data_due = mean["data"] >= DATA_ADVICE
+    comm_due = mean["comm"] >= COMM_ADVICE and not has_straggler
+    if data_due and (not comm_due or mean["data"] >= mean["comm"]):
+        workers = records[0].get("num_workers")
+        now = f" (now {workers})" if workers is not None else ""
+        return (
+            f"data loading takes {_percent(mean['data'])} of a step: raise num_workers{now} in "
+            f"ctx.prepare_loader(..., num_workers=N), or make the dataset's __getitem__ cheaper"
+        )
+    if comm_due:
+        hosts = {r.get("host") for r in records}
+        link = (
+            "a faster link between the nodes"
+            if len(hosts) > 1
+            else "a faster link (distrain doctor measures it)"
+        )
+        return (
+            f"waiting for gradient communication takes {_percent(mean['comm'])} of a step: try "
+            f"ctx.prepare_model(model, comm_hook='bf16'), a larger bucket_cap_mb, a larger batch per "
+            f"process, or {link}"
+        )
+    return None
+
+
+def lines(records: list[dict[str, Any]]) -> list[str]:
+    """The end-of-job lines for these ranks' summaries (none when no rank counted a step)."""
+    records = [r for r in records if r.get("steps")]
+    if not records:
+        return []
+    world = int(records[0].get("world_size", len(records)))
+    first = records[0]
+    scope = "" if len(records) >= world else f"; {len(records)} of {world} ranks ran on this node"
+    text = (
+        f"distrain: step time (rank {first['rank']}, {first['steps']} steps, "
+        f"{_ms(first.get('step_median_s'))}/step median{scope}): {_parts(first)}"
+    )
+    timed = [r for r in records if compute_s(r)]
+    slowest = max(timed, key=lambda r: compute_s(r) or 0.0) if len(timed) > 1 else None
+    if slowest is not None and slowest is not first:
+        text += f"; slowest rank {slowest['rank']} (compute {_ms(slowest['compute_median_s'])}/step): {_parts(slowest)}"
+    out = [text]
+    found = straggler(records)
+    if found is not None:
+        rank, slower = found
+        out.append(
+            f"distrain: straggler: rank {rank['rank']} (host {rank.get('host', '?')}, pid {rank.get('pid', '?')}) "
+            f"computes {100 * slower:.0f} % slower than the median rank"
+        )
+    tip = advice(records, has_straggler=found is not None)
+    if tip:
+        out.append(f"distrain: advice: {tip}")
+    return out
+
+
+def finish(folder: str | None) -> None:
+    """Print the end-of-job lines on stderr and remove the folder."""
+    if not folder:
+        return
+    for line in lines(read(folder)):
+        print(line, file=sys.stderr, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
