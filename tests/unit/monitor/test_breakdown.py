@@ -215,3 +215,80 @@ def test_after_the_first_step_only_the_last_gradient_hook_and_no_forward_hook_re
     finally:
         counter.remove()
         bd.close()
+
+
+class FakeEvent:
+    """A CUDA event stand-in: recorded at the fake GPU time, done when the test says so."""
+
+    def __init__(self, gpu: FakeGPU) -> None:
+        self.gpu, self.t, self.recorded = gpu, None, 0
+
+    def record(self) -> None:
+        self.t, self.recorded = self.gpu.now, self.recorded + 1
+
+    def query(self) -> bool:
+        return self.gpu.done_until >= self.t
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.t - self.t) * 1000.0  # milliseconds, as torch's
+
+
+class FakeGPU:
+    def __init__(self) -> None:
+        self.now, self.done_until, self.made = 0.0, -1.0, 0
+
+
+def test_cuda_events_are_read_only_once_done_and_reused_after(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeTime
+) -> None:
+    """The GPU path: no step is accounted before its end event is done (no waiting), then all are."""
+    gpu = FakeGPU()
+
+    def event(enable_timing: bool) -> FakeEvent:
+        gpu.made += 1
+        return FakeEvent(gpu)
+
+    monkeypatch.setattr(bd_module.torch.cuda, "Event", event)
+    bd = StepBreakdown(cuda=True)
+    try:
+        p = torch.zeros(1)
+        for _ in range(4):
+            bd._on_forward(nn.Module(), ())
+            gpu.now += 2.0  # the GPU's compute
+            bd._on_grad(p)
+            gpu.now += 1.0  # the all-reduce the stream waits for
+            bd.backward_done()
+            bd._on_optimizer_start(None, (), {})
+            gpu.now += 0.5
+            bd.step_done()
+            bd._on_optimizer_end(None, (), {})
+        assert (
+            bd.snapshot()[0] == 0
+        )  # nothing done on the GPU yet: nothing read, nothing waited for
+        gpu.done_until = gpu.now
+        bd._on_forward(nn.Module(), ())
+        bd.step_done()  # the next step's end reads every finished one (itself included: no GPU time)
+        steps, totals = bd.snapshot()
+        assert steps == 4
+        assert totals["compute"] == pytest.approx(6.0) and totals["comm"] == pytest.approx(3.0)
+        assert totals["optimizer"] == pytest.approx(1.5) and totals["other"] == pytest.approx(0.0)
+        made, other = gpu.made, totals["other"]
+        for _ in range(
+            3
+        ):  # events come back to the pool once read, never while a step still needs them
+            bd._on_forward(nn.Module(), ())
+            gpu.now += 1.0
+            bd._on_optimizer_start(None, (), {})
+            gpu.now += 0.25
+            gpu.done_until = gpu.now
+            bd.step_done()  # its end closes the optimizer's span too
+            gpu.now += 0.5  # after the step's end: the next step's time
+        assert bd.snapshot()[1]["other"] - other == pytest.approx(1.0 + 1.5 + 1.5)
+        assert bd.snapshot()[1]["optimizer"] - totals["optimizer"] == pytest.approx(0.75)
+        assert (
+            gpu.made == made
+            and bd.summary()["device"] == "cuda"
+            and bd.summary()["compute_cpu_median_s"] is None
+        )
+    finally:
+        bd.close()
