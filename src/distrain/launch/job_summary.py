@@ -8,8 +8,9 @@ the files are the contract).  After the job the launcher prints, on stderr:
 - ``distrain: straggler: rank R (host H, pid P) computes N % slower than the median rank``
   when one rank's median compute per step exceeds the median of the other ranks' by
   :data:`STRAGGLER_SLOWER` or more;
-- ``distrain: advice: ...`` when data loading or the wait for communication takes a large share
-  of the step (:data:`DATA_ADVICE`, :data:`COMM_ADVICE`), naming what to change.
+- ``distrain: advice: ...`` when data loading, the wait for communication or checkpoint saves
+  take a large share of the step (:data:`DATA_ADVICE`, :data:`COMM_ADVICE`,
+  :data:`CHECKPOINT_ADVICE`), naming what to change.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ STRAGGLER_MIN_S = 0.001
 DATA_ADVICE = 0.25
 #: advise on communication when the wait for it is at least this share of the step
 COMM_ADVICE = 0.30
+#: advise on checkpoints when saves hold the loop for at least this share of the step
+CHECKPOINT_ADVICE = 0.20
 
 
 def start(env: dict[str, str]) -> str:
@@ -108,7 +111,8 @@ def straggler(records: list[dict[str, Any]]) -> tuple[dict[str, Any], float] | N
 
 
 def advice(records: list[dict[str, Any]], has_straggler: bool = False) -> str | None:
-    """One piece of advice when data loading or the wait for communication dominates, else None.
+    """One piece of advice when data loading, the wait for communication or checkpoint saves
+    dominate (the largest share over its threshold), else None.
 
     Shares are averaged over the ranks.  With a straggler, the others' comm is mostly waiting
     for it, so no comm advice is given then.
@@ -119,28 +123,39 @@ def advice(records: list[dict[str, Any]], has_straggler: bool = False) -> str | 
         p: statistics.fmean(breakdown_fractions(r.get("seconds") or {})[p] for r in records)
         for p in PHASES
     }
-    data_due = mean["data"] >= DATA_ADVICE
-    comm_due = mean["comm"] >= COMM_ADVICE and not has_straggler
-    if data_due and (not comm_due or mean["data"] >= mean["comm"]):
+    due = {
+        "data": mean["data"] >= DATA_ADVICE,
+        "comm": mean["comm"] >= COMM_ADVICE and not has_straggler,
+        "checkpoint": mean["checkpoint"] >= CHECKPOINT_ADVICE,
+    }
+    over = [phase for phase, yes in due.items() if yes]
+    if not over:
+        return None
+    phase = max(over, key=lambda p: mean[p])
+    share = _percent(mean[phase])
+    if phase == "data":
         workers = records[0].get("num_workers")
         now = f" (now {workers})" if workers is not None else ""
         return (
-            f"data loading takes {_percent(mean['data'])} of a step: raise num_workers{now} in "
+            f"data loading takes {share} of a step: raise num_workers{now} in "
             f"ctx.prepare_loader(..., num_workers=N), or make the dataset's __getitem__ cheaper"
         )
-    if comm_due:
-        hosts = {r.get("host") for r in records}
-        link = (
-            "a faster link between the nodes"
-            if len(hosts) > 1
-            else "a faster link (distrain doctor measures it)"
-        )
+    if phase == "checkpoint":
         return (
-            f"waiting for gradient communication takes {_percent(mean['comm'])} of a step: try "
-            f"ctx.prepare_model(model, comm_hook='bf16'), a larger bucket_cap_mb, a larger batch per "
-            f"process, or {link}"
+            f"checkpoint saves hold the loop for {share} of a step: save less often "
+            f"(every_steps=...) or in the background (ctx.checkpointer(..., async_save=True))"
         )
-    return None
+    hosts = {r.get("host") for r in records}
+    link = (
+        "a faster link between the nodes"
+        if len(hosts) > 1
+        else "a faster link (distrain doctor measures it)"
+    )
+    return (
+        f"waiting for gradient communication takes {share} of a step: try "
+        f"ctx.prepare_model(model, comm_hook='bf16'), a larger bucket_cap_mb, a larger batch per "
+        f"process, or {link}"
+    )
 
 
 def lines(records: list[dict[str, Any]]) -> list[str]:

@@ -123,3 +123,9 @@ def test_files_round_trip_and_bad_files_are_skipped(
     err = capsys.readouterr().err
     assert "distrain: straggler: rank 1 (host vm, pid 4241) computes 200 % slower" in err
     assert not Path(folder).exists()
+
+
+def test_checkpoint_advice_names_every_steps_and_async_save() -> None:
+    tip = advice([rank(0, checkpoint=4.0), rank(1, checkpoint=3.0)])
+    assert tip is not None and "checkpoint saves hold the loop for" in tip
+    assert "every_steps" in tip and "async_save=True" in tip
