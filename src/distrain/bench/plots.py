@@ -13,6 +13,11 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 #: file names, in the order the report shows them
 CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accuracy_syncbn.png")
+#: drawn only when the runs' metrics carry distrain's step breakdown
+BREAKDOWN_CHART = "breakdown.png"
+#: one colour per phase, the same in every report
+PHASE_COLORS = {"data": "tab:purple", "compute": "tab:blue", "comm": "tab:red", "optimizer": "tab:green",
+                "checkpoint": "tab:brown", "other": "0.7"}  # fmt: skip
 
 
 def _unit(n: int, device: str) -> str:
@@ -126,10 +131,41 @@ def accuracy_syncbn(runs: list[dict[str, Any]], path: Path, device: str = "cpu")
     _save(fig, path)
 
 
+def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bool:
+    """Stacked bars of ms per step by phase for each configuration that has a breakdown; False when none has."""
+    from .breakdown import ordered
+
+    rows = sorted((r for r in runs if r.get("breakdown_ms")), key=lambda r: (r["nproc"], r["sync_bn"], bool(r.get("all_cores"))))
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    labels = []
+    for r in rows:
+        name = f"1 process\n× {r['threads']} threads" if r.get("all_cores") else _unit(r["nproc"], device)
+        labels.append(name + ("\nSyncBN" if r["sync_bn"] else ""))
+    bottoms = [0.0] * len(rows)
+    phases = ordered({p: 0.0 for r in rows for p in r["breakdown_ms"]})
+    for phase, _ in phases:
+        heights = [r["breakdown_ms"].get(phase, 0.0) for r in rows]
+        if not any(heights):
+            continue
+        ax.bar(labels, heights, bottom=bottoms, width=0.6, label=phase, color=PHASE_COLORS.get(phase))
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for i, total in enumerate(bottoms):
+        ax.annotate(f"{total:.0f} ms", (i, total), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=10)
+    ax.set_ylim(0, max(bottoms + [1e-9]) * 1.2)
+    ax.set_ylabel("ms per step (mean over ranks)")
+    ax.legend(loc="upper right", fontsize=9)
+    ax.set_title("Where a step's time goes")
+    _save(fig, path)
+    return True
+
+
 def write_all(runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path, device: str = "cpu") -> list[Path]:
     """Write every chart into `out`; returns their paths in CHARTS order."""
     time_per_epoch(runs, out / CHARTS[0], device)
     throughput(runs, base, out / CHARTS[1])
     accuracy_scaling(runs, out / CHARTS[2], device)
     accuracy_syncbn(runs, out / CHARTS[3], device)
-    return [out / c for c in CHARTS]
+    drawn = breakdown(runs, out / BREAKDOWN_CHART, device)
+    return [out / c for c in CHARTS] + ([out / BREAKDOWN_CHART] if drawn else [])

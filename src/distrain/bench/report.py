@@ -16,6 +16,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("rounds", "rounds", "d"),
     ("time/epoch (s)", "time_per_epoch_mean", ".3f"),
     ("± std (s)", "time_per_epoch_std", ".3f"),
+    ("step (ms)", "step_seconds_median", "ms"),
     ("samples/s", "samples_per_s", ".1f"),
     ("speedup", "speedup", ".2f"),
     ("efficiency", "efficiency", "pct"),
@@ -44,6 +45,8 @@ def cell(run: dict[str, Any], key: str, fmt: str) -> str:
         return str(value)
     if fmt == "yesno":
         return "yes" if value else "no"
+    if fmt == "ms":
+        return f"{value * 1000:.1f}"
     if fmt == "pct":
         return f"{value * 100:.1f} %"
     return format(value, fmt)
@@ -63,6 +66,38 @@ def _load_range(rounds: list[dict[str, Any]]) -> str:
     return f"; 1-min load {min(loads):.1f}–{max(loads):.1f} while the runs ran" if loads else ""
 
 
+def timing_note(runs: list[dict[str, Any]]) -> str:
+    """How samples/s (and so speedup) was measured, per the runs' timing source."""
+    by_steps = [r for r in runs if r.get("timing") == "steps"]
+    note = ("samples/s is the median over timed steps (the interval between two optimizer steps of one epoch, "
+            "slowest rank; the first 10 % of a run's steps, at least 3, are warm-up), so evaluation, epoch "
+            "boundaries and warm-up are outside every timed interval")  # fmt: skip
+    if len(by_steps) == len(runs):
+        return note
+    epochs = ("samples/s is training samples over training time per epoch (evaluation excluded), the first "
+              "(warm-up) epoch left out when there are two or more")  # fmt: skip
+    if not by_steps:
+        return epochs + "; the script records no step times (the built-in workloads do)"
+    return f"{note} for {', '.join(r['name'] for r in by_steps)}; for the others {epochs}"
+
+
+def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
+    """The stacked-bar chart of where a step's time goes, with one line per configuration ([] without data)."""
+    from .breakdown import ordered
+
+    rows = [r for r in runs if r.get("breakdown_ms")]
+    if not rows:
+        return ["## Where a step's time goes", "", "No run's metrics carry distrain's step breakdown, so there is no chart.", ""]
+    lines = ["## Where a step's time goes", "", "![Where a step's time goes](breakdown.png)", "",
+             "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown (warm-up step excluded; "
+             "`other` includes evaluation between epochs):", ""]  # fmt: skip
+    for r in rows:
+        total = sum(r["breakdown_ms"].values()) or 1.0
+        split = " · ".join(f"{p} {v:.1f} ms ({v / total * 100:.0f} %)" for p, v in ordered(r["breakdown_ms"]) if v > 0)
+        lines.append(f"- {r['name']}: {split}")
+    return lines + [""]
+
+
 def render(results: dict[str, Any]) -> str:
     """The whole report.md text."""
     m = results["machine"]
@@ -79,7 +114,8 @@ def render(results: dict[str, Any]) -> str:
         f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end{_load_range(results.get('rounds', []))}",
         f"- versions: Python {m['python']} · torch {m['torch']} · distrain {m['distrain']}",
         f"- one process per device, {results['threads']} CPU thread(s) per process (n1-allcores: one process, all cores); "
-        "timing excludes evaluation and the first (warm-up) epoch when there are two or more",
+        + timing_note(runs),
+        *([f"- workload {results['sizing']['text']}"] if results.get("sizing") else []),
         "",
         "## Results",
         "",
@@ -88,7 +124,7 @@ def render(results: dict[str, Any]) -> str:
         "Efficiency = speedup / (cores used / baseline cores) against the smallest process count without SyncBN, "
         "i.e. throughput_N / (N × throughput_1) for one-thread processes. "
         "With several rounds (run interleaved in time), samples/s and time/epoch are medians over rounds and "
-        "± std is over every timed epoch of every round.",
+        "± std is over every timed epoch of every round; step (ms) is the median steady-state step.",
         "",
     ]
     failed = [r for r in runs if r["status"] != "ok"]
@@ -98,6 +134,7 @@ def render(results: dict[str, Any]) -> str:
         parts.append("")
     for key, png, title in _CHART_TEXT:
         parts += [f"## {title}", "", f"![{title}]({png})", "", notes.get(key, ""), ""]
+    parts += breakdown_section(runs)
     return "\n".join(parts)
 
 

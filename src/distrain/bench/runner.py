@@ -4,7 +4,8 @@ Each run is a real ``distrain run --nproc N script ...`` subprocess in its own s
 whole tree can be killed), one CPU thread per process, with its run directory set
 (``DISTRAIN_RUN_DIR``): what the script reports through ``ctx.log(...)`` lands in
 ``metrics/rank-<R>.jsonl`` there, and the per-epoch summaries the monitor writes (``event:
-epoch``) are the bench's data.  While it runs, the process tree is polled with psutil for peak
+epoch``) are the bench's data, with the step times of the bench's own workload
+(:mod:`distrain.bench.steps`) when the script wrote them.  While it runs, the process tree is polled with psutil for peak
 memory and the epoch count is read back for the progress bar.
 """
 
@@ -27,6 +28,8 @@ from typing import Any
 import psutil
 
 from ..contract import NUM_THREADS, RUN_DIR
+from .breakdown import read_breakdown
+from .steps import read_steps
 
 #: how often the process tree is sampled for memory and progress
 POLL_SECONDS = 0.25
@@ -69,6 +72,10 @@ class RunResult:
     load_average_start: list[float] = field(default_factory=list)
     load_average_end: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    #: the job's timed steps (distrain.bench.steps.read_steps): empty for a script that writes none
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    #: {rank: {phase: ms per step}} (distrain.bench.breakdown): empty where the records carry none
+    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
     log: str = ""
     all_cores: bool = False
 
@@ -224,7 +231,8 @@ def execute(
         round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
         peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
         load_average_start=load_start, load_average_end=_load(),
-        epochs=epochs, log=str(log_path), all_cores=spec.all_cores,
+        epochs=epochs, steps=read_steps(metrics_dir), breakdown=read_breakdown(metrics_dir), log=str(log_path),
+        all_cores=spec.all_cores,
     )
 
 

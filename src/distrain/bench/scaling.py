@@ -21,20 +21,21 @@ from typing import Any
 
 from ..contract import usable_cores
 from ..errors import UsageError, fail, raise_usage_errors
-from . import nodes, report, runner, summary
+from . import nodes, probe, report, runner, summary
 
 PROG = "distrain bench scaling"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-#: built-in workloads: name → (example script, its arguments, what one step computes)
+#: the bench's own workload script: examples/train_digits.py's training, every step timed
+WORKLOAD = Path(__file__).resolve().with_name("workload.py")
+#: built-in workloads: name → (script, its arguments, what one step computes)
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
-    # compute-bound: the per-step gradient all-reduce (~0.15 M parameters) is small next to the
-    # convolutions, so the study shows what the machine can do rather than the all-reduce latency
-    "cnn": ("train_digits.py", ["--image-size", "32"], "digits upsampled to 32×32, 2-conv CNN: 115 MFLOP per sample "
-            "(forward + backward), 3.7 GFLOP per step of 32 samples per process, 0.15 M parameters"),
+    # compute-bound: the image size is chosen by a probe on this machine (bench/probe.py), so a
+    # step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to it
+    "cnn": (str(WORKLOAD), [], "digits upsampled, 2-conv CNN, 32 samples per process and step, 0.15 M parameters"),
     # latency-bound: 0.23 s epochs, the all-reduce of every step dominates (shows the overhead)
-    "digits": ("train_digits.py", [], "8×8 digits, 2-conv CNN: 7.9 MFLOP per sample (forward + backward), 0.25 GFLOP per step "
+    "digits": (str(WORKLOAD), ["--image-size", "8"], "8×8 digits, 2-conv CNN: 7.9 MFLOP per sample (forward + backward), 0.25 GFLOP per step "
                "of 32 samples per process, 0.15 M parameters"),
-    "imagefolder": ("train_imagefolder.py", [], "your image folder on a torchvision ResNet"),
+    "imagefolder": (str(EXAMPLES / "train_imagefolder.py"), [], "your image folder on a torchvision ResNet"),
 }
 
 
@@ -49,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-bn", choices=("off", "on", "both"), default="off", help="pass --sync-bn to the script for N > 1: never, always, or both ways")
     p.add_argument("--epochs", type=int, help="passed to the script as --epochs N (built-in workloads: default 5)")
     p.add_argument("--batch-size", type=int, help="per-process batch, passed to the script as --batch-size N")
+    p.add_argument("--step-target", type=float, default=probe.TARGET_STEP_S,
+                   help=f"--workload cnn: size the images so one step takes about this many seconds on this machine "
+                        f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per process (default 1: one process per core is the fair comparison)")
     p.add_argument("--no-all-cores", action="store_true", help="skip the '1 process, all cores' baseline row")
     p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
@@ -92,8 +96,8 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
         if args.data:
             extra = ["--data", args.data] + extra
     else:
-        name, builtin_args, compute = WORKLOADS[args.workload]
-        script, label = str(EXAMPLES / name), f"{args.workload} ({compute})"
+        script, builtin_args, compute = WORKLOADS[args.workload]
+        label = f"{args.workload} ({compute})"
         extra = builtin_args + extra
         if args.workload == "imagefolder":
             if not args.data:
@@ -114,6 +118,25 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
             raise UsageError(f"--batch-size must be at least 1 (got {args.batch_size})")
         extra += ["--batch-size", str(args.batch_size)]
     return script, extra, label
+
+
+def size_workload(args: argparse.Namespace, extra: list[str], label: str) -> tuple[list[str], str, dict[str, Any] | None]:
+    """(script arguments, label, sizing): the cnn workload's image size picked by the probe on this machine.
+
+    No probe for other workloads, with ``--step-target 0``, or when the script arguments
+    already give ``--image-size``.
+    """
+    if args.script or args.workload != "cnn":
+        return extra, label, None
+    if args.step_target < 0:
+        raise UsageError(f"--step-target must be 0 or more seconds (got {args.step_target})")
+    if args.step_target == 0 or any(a == "--image-size" or a.startswith("--image-size=") for a in extra):
+        return extra, label, None
+    batch = args.batch_size or 32
+    sizing = probe.size_cnn(args.step_target, batch, args.threads)
+    size = sizing["image_size"]
+    label = label.replace("digits upsampled", f"digits upsampled to {size}×{size}", 1).replace("32 samples", f"{batch} samples", 1)
+    return ["--image-size", str(size), *extra], label, sizing
 
 
 def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool,
@@ -242,6 +265,7 @@ def main(argv: list[str]) -> int:
         script, extra, label = resolve_script(args, script_args, out)
         label = nodes.describe(label, args)
         check_out_dir(out)
+        extra, label, sizing = size_workload(args, extra, label)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     if max(nprocs) * args.threads > usable_cores():
@@ -261,6 +285,8 @@ def main(argv: list[str]) -> int:
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
     results = build_results(argv, label, rounds, args.threads, load_start)
     results["links"] = args.link_label
+    if sizing is not None:
+        results["sizing"] = {**sizing, "text": probe.describe(sizing)}
     (out / "results.json").write_text(json.dumps(portable(results), indent=2), encoding="utf-8")
     runs = results["configs"]
     base = next((r for r in runs if r["name"] == results["baseline"]), None)

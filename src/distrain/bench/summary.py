@@ -1,6 +1,9 @@
 """Numbers of a scaling study: per-run statistics, speedup, efficiency, and what they say.
 
 Conventions (also in docs/bench.md):
+- throughput, and so speedup and efficiency, come from timed steps when the script recorded
+  them (the built-in workloads do; :mod:`distrain.bench.steps`): the median over steady-state
+  steps, warm-up steps, evaluation and epoch boundaries excluded; otherwise from epochs:
 - the first epoch is warm-up (lazy imports, allocator growth) and is left out of the timing
   statistics whenever a run has two or more epochs; accuracy curves keep every epoch;
 - throughput is training samples per second over all processes (evaluation excluded);
@@ -18,6 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..contract import usable_cores
+from .breakdown import per_step_ms
+from .steps import steady_stats
 
 
 def run_stats(run: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +44,11 @@ def run_stats(run: dict[str, Any]) -> dict[str, Any]:
         stats["time_per_epoch_std"] = statistics.stdev(secs) if len(secs) > 1 else 0.0
         samples = sum(float(e.get("samples", 0)) for e in steady)
         stats["samples_per_s"] = samples / sum(secs) if samples > 0 else None
+    stats["timing"] = "epochs" if stats["samples_per_s"] else None
+    stepped = steady_stats(run.get("steps") or [])
+    stats.update(stepped)
+    if stepped["step_samples_per_s"]:
+        stats["samples_per_s"], stats["timing"] = stepped["step_samples_per_s"], "steps"
     last = run.get("epochs", [])[-1] if run.get("epochs") else {}
     for src, dst in (("test_acc", "final_test_acc"), ("test_loss", "final_test_loss")):
         if isinstance(last.get(src), (int, float)):
@@ -71,11 +81,16 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if ok:
             row["samples_per_s"] = statistics.median(r["samples_per_s"] for r in ok)
             row["samples_per_s_rounds"] = [r["samples_per_s"] for r in ok]
-            row["time_per_epoch_mean"] = statistics.median(r["time_per_epoch_mean"] for r in ok)
+            row["time_per_epoch_mean"] = statistics.median(r["time_per_epoch_mean"] for r in ok if r.get("time_per_epoch_mean")) \
+                if any(r.get("time_per_epoch_mean") for r in ok) else None
+            stepped = [r["step_seconds_median"] for r in ok if r.get("step_seconds_median")]
+            row["step_seconds_median"] = statistics.median(stepped) if stepped else None
+            row["timed_steps"] = sum(int(r.get("timed_steps") or 0) for r in ok)
             secs = [float(e["seconds"]) for r in ok for e in (r["epochs"][1:] if len(r["epochs"]) >= 2 else r["epochs"])]
             row["time_per_epoch_std"] = statistics.stdev(secs) if len(secs) > 1 else 0.0
             row["peak_rss_mb_total"] = max(r["peak_rss_mb_total"] for r in ok)
             row["peak_rss_mb_per_process"] = max(r["peak_rss_mb_per_process"] for r in ok)
+        row["breakdown_ms"] = per_step_ms(ok or rounds)
         rows.append(row)
     return rows
 
