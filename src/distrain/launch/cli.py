@@ -95,18 +95,19 @@ def main(argv: list[str]) -> int:
     folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
     if launch.rehearsal_line:
         print(launch.rehearsal_line, file=sys.stderr, flush=True)
-    summary = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
+    breakdowns = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
     os.environ.update(launch.env)
     try:
-        return _launch(launch)
+        return _launch(launch, breakdowns)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
         if folder:
             rehearsal.finish(folder)
-        job_summary.finish(summary)
+        job_summary.finish(breakdowns)  # printed already when the job failed (see _launch)
 
 
-def _launch(launch: LaunchPlan) -> int:
+def _launch(launch: LaunchPlan, breakdowns: str | None = None) -> int:
+    """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
         try:
             return run_with_launcher(launch.args, launch.env)
@@ -132,10 +133,12 @@ def _launch(launch: LaunchPlan) -> int:
         forkserver.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
+        job_summary.finish(breakdowns)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
+        job_summary.finish(breakdowns)
         print(f"{PROG}: stopped by {name} (the workers were given it and have exited)", file=sys.stderr, flush=True)
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:

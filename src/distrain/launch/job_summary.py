@@ -165,7 +165,8 @@ def lines(records: list[dict[str, Any]]) -> list[str]:
         return []
     world = int(records[0].get("world_size", len(records)))
     first = records[0]
-    scope = "" if len(records) >= world else f"; {len(records)} of {world} ranks ran on this node"
+    # a rank that died or ran on another node left no file
+    scope = "" if len(records) >= world else f"; {len(records)} of {world} ranks reported"
     text = (
         f"distrain: step time (rank {first['rank']}, {first['steps']} steps, "
         f"{_ms(first.get('step_median_s'))}/step median{scope}): {_parts(first)}"
@@ -189,7 +190,7 @@ def lines(records: list[dict[str, Any]]) -> list[str]:
 
 
 def finish(folder: str | None) -> None:
-    """Print the end-of-job lines on stderr and remove the folder."""
+    """Print the end-of-job lines on stderr and remove the folder (a second call prints nothing)."""
     if not folder:
         return
     for line in lines(read(folder)):

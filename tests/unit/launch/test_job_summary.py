@@ -105,7 +105,7 @@ def test_lines_for_a_job_with_a_straggler() -> None:
 
 def test_lines_say_when_only_this_nodes_ranks_reported() -> None:
     out = lines([rank(0), rank(1)])
-    assert "2 of 4 ranks ran on this node" in out[0] and len(out) == 1
+    assert "2 of 4 ranks reported" in out[0] and len(out) == 1
     assert lines([]) == [] and lines([{**rank(0), "steps": 0}]) == []
 
 
