@@ -108,25 +108,22 @@ def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest
     assert_bitwise(reference, out)
 
 
-@pytest.mark.timeout(1200)  # five jobs in a row; each one is bounded by JOB_TIMEOUT
-def test_sigkill_under_plain_torchrun_5_times(baseline: Path, tmp_path: Path) -> None:
+@pytest.mark.timeout(720)  # three jobs in a row; each one is bounded by JOB_TIMEOUT
+def test_sigkill_under_plain_torchrun_3_times(baseline: Path, tmp_path: Path) -> None:
     """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store.
 
-    Five runs: with torch's shared store 2 of 3 restarts failed (benchmarks/recovery/restart_tally.py), so a
-    regression passes five in a row with probability (1/3)^5 < 0.5 %."""
-    finished = 0
-    for i in range(5):
+    With torch's shared store 2 of 3 restarts failed (benchmarks/recovery/restart_tally.py), so a
+    regression passes three runs in a row with probability (1/3)^3 < 4 %; each run kills at another step."""
+    for i in range(3):
         t0 = time.monotonic()
         d = tmp_path / f"r{i}"
         cmd = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "2", "--monitor-interval", "0.1", WORKER, "--",
-                          "--dir", str(d), "--out", str(d / "final.pt"), "--kill-at", str(5 + i)]
+                          "--dir", str(d), "--out", str(d / "final.pt"), "--kill-at", str(5 + 2 * i)]
         result = ok(run(cmd, timeout=JOB_TIMEOUT))
         assert (d / "FAULT_DONE").exists()
         assert "distrain: resumed from" in result.stdout
         assert_bitwise(baseline, d / "final.pt")
-        finished += 1
-        print(f"torchrun kill-restart run {i + 1}/5 finished bitwise equal in {time.monotonic() - t0:.1f} s", flush=True)
-    assert finished == 5
+        print(f"torchrun kill-restart run {i + 1}/3 finished bitwise equal in {time.monotonic() - t0:.1f} s", flush=True)
 
 
 def test_survivor_of_a_sigkill_does_not_wait_for_its_dead_peer(tmp_path: Path) -> None:

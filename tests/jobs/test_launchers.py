@@ -1,4 +1,7 @@
-"""Story 2: the same script under every launcher, 2 and 3 ranks on gloo, real processes.
+"""Story 2: the same script under every launcher, on gloo, real processes.
+
+distrain run runs at 2 and 3 ranks; every other launcher at one of the two (both sizes are covered
+and each launcher is covered once: its rank and world variables do not depend on the size).
 
 Each job trains the same float64 model with the same *global* batch (12 samples) and must end
 with exactly the parameters of a single-process run (1e-6 relative), identical on every rank.
@@ -83,7 +86,7 @@ def test_distrain_run(tmp_path: Path, world: int, reference: dict) -> None:
     check_job(tmp_path, world, "torchelastic", reference)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [3])
 def test_torchrun(tmp_path: Path, world: int, reference: dict) -> None:
     run([python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world), JOB,
          "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
@@ -102,7 +105,7 @@ def test_legacy_torch_distributed_launch(tmp_path: Path, world: int, use_env: bo
         assert not any(a.startswith("--local") for a in res["argv"]), "launcher's --local-rank leaked to argparse"
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2])
 def test_distrain_spawn(tmp_path: Path, world: int, reference: dict) -> None:
     run([python(), str(REPO / "tests" / "scripts" / "spawn_job.py"), str(world), "--out", str(tmp_path),
          "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
@@ -110,7 +113,7 @@ def test_distrain_spawn(tmp_path: Path, world: int, reference: dict) -> None:
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI not installed (apt-get install openmpi-bin)")
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [3])
 def test_mpirun(tmp_path: Path, world: int, reference: dict) -> None:
     pytest.importorskip("mpi4py")
     run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world), python(), JOB, "--out",
@@ -118,7 +121,7 @@ def test_mpirun(tmp_path: Path, world: int, reference: dict) -> None:
     check_job(tmp_path, world, "openmpi", reference)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2])
 def test_slurm_env_contract(tmp_path: Path, world: int, reference: dict) -> None:
     """srun is not installed here: start the tasks ourselves with the variables srun sets."""
     job_id = free_slurm_job_id()

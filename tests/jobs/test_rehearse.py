@@ -4,7 +4,8 @@ Each GPU-only script in tests/gpu_scripts/ (written like the popular tutorials) 
 under ``distrain run --cpu -n N`` and must end with exactly the parameters of its hand-converted
 CPU twin (``*_cpu.py``) run with the same N: both do the same float ops in the same order on
 the same CPU with one thread per process, so equality is bitwise (``torch.equal``), not a
-tolerance.  The start line and the end summary of mapped calls are checked on the way.
+tolerance.  The start line and the end summary of mapped calls are checked on the way.  Each
+script runs at one N, 2 or 3, so both sizes (and a world that is not a power of two) are covered.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
         assert call in summary[0], summary[0]
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [3])
 def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
     """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), a reduced metric."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
@@ -63,7 +64,7 @@ def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
     assert torch.equal(torch.load(tmp_path / "gpu" / "metric.pt"), torch.load(tmp_path / "cpu" / "metric.pt"))
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2])
 def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None:
     """--local_rank on argv, torch.device("cuda", i), DDP(output_device); workers are fresh
     interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on PYTHONPATH."""
@@ -75,7 +76,7 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [3])
 def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     """mp.spawn(nprocs=torch.cuda.device_count()) with a master port set in the script: the
     script runs once and its N spawned children (fresh interpreters) are the job."""
@@ -90,7 +91,7 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [3])
 def test_image_classifier_syncbn_amp(tmp_path: Path, n: int) -> None:
     """SyncBatchNorm + torch.cuda.amp.autocast / torch.amp.autocast("cuda") + GradScaler +
     pin_memory + DataLoader workers, against CPU autocast(float16), GradScaler("cpu") and
@@ -105,7 +106,7 @@ def test_image_classifier_syncbn_amp(tmp_path: Path, n: int) -> None:
     assert extra_gpu["scaler"] == extra_cpu["scaler"] and torch.equal(extra_gpu["correct"], extra_cpu["correct"])
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2])
 def test_snapshot_resume_after_a_killed_worker(tmp_path: Path, n: int) -> None:
     """pytorch/examples' snapshot trainer: rank 1 is SIGKILLed in epoch 2, --max-restarts 1
     restarts the job, torch.load(map_location=f"cuda:{rank}") resumes it.  The twin goes through

@@ -1,4 +1,10 @@
-"""gloo + DDP can hang or abort at interpreter exit (benchmarks/recovery/exit_tally.py). 10 consecutive 2-rank jobs (5 with FSDP) must all exit."""
+"""gloo + DDP can hang or abort at interpreter exit: consecutive 2-rank jobs (DDP, then FSDP) must all exit.
+
+What this guards is liveness, not a measured rate: on torch 2.14.1 benchmarks/recovery/exit_tally.py saw
+no abort with or without distrain's shutdown (both 9/10 clean at load ~40), so a count of jobs cannot
+separate the two.  A regression that makes exit hang or abort every time (a group thread left alive at
+teardown, "terminate called without an active exception") fails the first job; 4 DDP and 2 FSDP jobs
+also catch one that does so in half the runs with probability 1 - 1/64."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ SCRIPT = str(REPO / "tests" / "scripts" / "exit_job.py")
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize(("strategy", "jobs", "bound_s"), [("ddp", 10, 90), ("fsdp", 5, 240)])
+@pytest.mark.parametrize(("strategy", "jobs", "bound_s"), [("ddp", 4, 90), ("fsdp", 2, 240)])
 def test_consecutive_jobs_exit(strategy: str, jobs: int, bound_s: int) -> None:
     """`jobs` 2-rank jobs in a row (DDP, then FSDP: its groups are released too) all exit.
 
