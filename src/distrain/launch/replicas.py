@@ -15,10 +15,12 @@ healed from a peer or not).  This process turns them into one line each on stder
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,16 +227,18 @@ class _Job:
                 f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue"
             )
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace_s: float = 30) -> None:
+        """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # the agent passes it on and waits for its workers
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + grace_s
         for proc in self.procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):  # the group's agent and workers too
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
 
@@ -286,6 +290,9 @@ def run(
                 f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(group_argv(launcher_argv, rest, g))}"
             )
         return 0
+    # the groups run in sessions of their own (so a stop can kill each whole group): a SIGTERM to
+    # this launcher must pass through the `finally` below that stops them, not end it on the spot
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     lighthouse = Lighthouse(lighthouse_program())
     job = _Job(groups, tempfile.mkdtemp(prefix="distrain-ft-"))
     job.say(
@@ -295,7 +302,9 @@ def run(
         for g in range(groups):
             env = _group_env(job, lighthouse, g, per_group, gpus)
             job.procs.append(
-                subprocess.Popen([*command, *group_argv(launcher_argv, rest, g)], env=env)
+                subprocess.Popen(
+                    [*command, *group_argv(launcher_argv, rest, g)], env=env, start_new_session=True
+                )
             )
         return _watch(job, lighthouse)
     except KeyboardInterrupt:
@@ -304,9 +313,11 @@ def run(
     finally:
         job.stop_all()
         lighthouse.stop()
-        import shutil
-
         shutil.rmtree(job.folder, ignore_errors=True)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _watch(job: _Job, lighthouse: Lighthouse) -> int:
@@ -324,7 +335,8 @@ def _watch(job: _Job, lighthouse: Lighthouse) -> int:
             job.say(
                 f"error: the TorchFT lighthouse (pid {lighthouse.proc.pid}) ended ({how}); the groups cannot agree on steps without it, stopping the job"
             )
-            job.stop_all()
+            # workers block in the quorum and never reach a step end to save at: no use waiting long
+            job.stop_all(grace_s=3)
             return 1
     job.read_events()
     failed = [code for code in job.finished.values() if code != 0]

@@ -158,14 +158,13 @@ class Context(Reductions):
         """
         from ..train import strategies
 
+        spec = strategies.resolve(strategy, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard, replicate=replicate,
+                                  activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, **kwargs)
         if self.replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
-            prepared = self.replicas.prepare_model(model, self.device, strategy)
+            prepared = self.replicas.prepare_model(model, self.device, spec)
         else:
-            prepared = strategies.prepare(
-                model, strategy, device=self.device, precision=self.precision, distributed=self.distributed,
-                num_nodes=self.num_nodes, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard,
-                activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, replicate=replicate, **kwargs,
-            )
+            prepared = strategies.prepare(model, spec, device=self.device, precision=self.precision,
+                                          distributed=self.distributed, num_nodes=self.num_nodes)
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
         self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding

@@ -29,7 +29,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
+from ..errors import DistrainError
 from ..log import get_logger
+from .strategies.options import DDP, Strategy
 
 if TYPE_CHECKING:
     from ..runtime.context import Context
@@ -105,10 +107,19 @@ class Replicas:
             _plain(obj).load_state_dict(state["objects"][name])
 
     # -- model and data --------------------------------------------------------------------
-    def prepare_model(self, model: nn.Module, device: torch.device, strategy: str) -> nn.Module:
-        """`model` on `device` in DDP over this group, its gradients averaged over the live groups too."""
-        if strategy != "ddp":
-            raise ValueError(f"--replicas supports strategy='ddp' for now (got {strategy!r})")
+    def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
+        """`model` on `device` in DDP over this group, its gradients averaged over the live groups too.
+
+        `spec` is the resolved strategy: DDP with its defaults only, for now (an option this path
+        would not honour is refused, never dropped).
+        """
+        if type(spec) is not DDP:
+            raise DistrainError(f"--replicas supports strategy='ddp' for now (got {spec.name!r})")
+        if spec != DDP(find_unused_parameters=spec.find_unused_parameters):
+            raise DistrainError(
+                f"--replicas takes DDP without options for now (sync_bn, comm_hook, bucket_cap_mb, "
+                f"activation_checkpointing, extra are not applied across groups); got {spec}"
+            )
         model = model.to(device)
         kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
         # find_unused_parameters keeps the buckets as first built: every group must all-reduce
