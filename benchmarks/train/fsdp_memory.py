@@ -67,10 +67,16 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+#: FSDP without distrain's heap setting (distrain.train.strategies.heap): what it was before
+GLIBC_DEFAULT = "fsdp-glibc"
+#: False in the "as users meet it" jobs: no malloc_trim anywhere, so the peak is what a script sees
+TRIM = True
+
+
 def rss(trim: bool = False) -> int:
     """Resident bytes; with `trim`, after handing glibc's free heap pages back (live memory)."""
     gc.collect()
-    if trim:
+    if trim and TRIM:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     return psutil.Process().memory_info().rss
 
@@ -82,6 +88,9 @@ def local_bytes(t: torch.Tensor) -> int:
 
 def worker(args: argparse.Namespace) -> None:
     """One rank: measure memory around model creation and the first step, then time steps."""
+    global TRIM
+    TRIM = not args.no_trim
+    start_abs = rss()  # torch imported (the fork server preloads it), nothing else yet
     import distrain
 
     ctx = distrain.init(verbose=False)
@@ -92,9 +101,14 @@ def worker(args: argparse.Namespace) -> None:
     ctx.barrier()
     base = rss(trim=True)
     torch.manual_seed(0)
+    strategy = args.strategy
+    if strategy == GLIBC_DEFAULT:  # the comparison: FSDP with glibc's own heap behaviour
+        from distrain.train.strategies import heap
+
+        heap._applied, strategy = True, "fsdp"  # as if already set: prepare_model leaves mallopt alone
     with ctx.init_model():
         model = GPT(args.layers, args.width, args.heads, args.block)
-    model = ctx.prepare_model(model, strategy=args.strategy)
+    model = ctx.prepare_model(model, strategy=strategy)
     after_model, after_model_live = rss(), rss(trim=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, 256, (args.batch_size, args.block))
@@ -124,6 +138,12 @@ def worker(args: argparse.Namespace) -> None:
         "model_live_mib": (after_model_live - base) / MiB,
         "state_live_mib": (after_step_live - base) / MiB,
         "peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base) / MiB,
+        # what users meet: whole-process RSS, not growth over a baseline
+        "start_abs_mib": start_abs / MiB,
+        "base_abs_mib": base / MiB,
+        "step_abs_mib": after_step / MiB,
+        "step_live_abs_mib": after_step_live / MiB,
+        "peak_abs_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MiB,
         "counted_mib": counted / MiB,
         "step_s": statistics.median(times) if times else None,
     }
@@ -132,12 +152,13 @@ def worker(args: argparse.Namespace) -> None:
     ctx.shutdown()
 
 
-def job(args: argparse.Namespace, world: int, strategy: str, steps: int) -> list[dict]:
+def job(args: argparse.Namespace, world: int, strategy: str, steps: int, trim: bool = True) -> list[dict]:
     """Run one configuration as a real `distrain run` job; every rank's measurements."""
     out = tempfile.mkdtemp(prefix="fsdp-mem-")
     cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", str(world), __file__, "--worker", "--out", out,
            "--strategy", strategy, "--steps", str(steps), "--layers", str(args.layers), "--width", str(args.width),
            "--heads", str(args.heads), "--block", str(args.block), "--batch-size", str(args.batch_size)]
+    cmd += [] if trim else ["--no-trim"]
     subprocess.run(cmd, check=True, timeout=3600)
     ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(world)]
     for r in range(world):
@@ -151,8 +172,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="")
-    p.add_argument("--strategy", default="ddp")
-    p.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--user-peak", action="store_true",
+                   help="also run every configuration without any malloc_trim and report whole-process peak RSS per rank")
+    p.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
+    p.add_argument("--heap-timing", type=int, default=0,
+                   help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for its step-time cost")
+    p.add_argument("--worlds", type=int, nargs="*", default=[1, 2, 3], help="world sizes of the memory table (none: skip it)")
     p.add_argument("--timing-rounds", type=int, default=3, help="extra DDP/FSDP pairs at 2 ranks for step time")
     p.add_argument("--steps", type=int, default=3, help="timed steps per job")
     p.add_argument("--layers", type=int, default=16)
@@ -179,10 +205,34 @@ def main() -> None:
                   f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
                   f"tensors counted {worst['counted_mib']:.0f} MiB"
                   + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""), flush=True)
+    if args.user_peak:
+        print("\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any malloc_trim | live after the "
+              "first step (trimmed job above)")
+        for world in args.worlds:
+            peaks = {}
+            for strategy in ("ddp", "fsdp", GLIBC_DEFAULT):
+                ranks = job(args, world, strategy, args.steps, trim=False)
+                peaks[strategy] = max(r["peak_abs_mib"] for r in ranks)
+                live = max(r["step_live_abs_mib"] for r in mem[(world, strategy)]) if (world, strategy) in mem else float("nan")
+                start = max(r["start_abs_mib"] for r in ranks)
+                step = f", step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""
+                print(f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} (process at start {start:.0f}{step})",
+                      flush=True)
+            live_ratio = max(r["step_live_abs_mib"] for r in mem[(world, "fsdp")]) / max(r["step_live_abs_mib"] for r in mem[(world, "ddp")])
+            print(f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's default heap behaviour "
+                  f"{peaks[GLIBC_DEFAULT] / peaks['ddp']:.3f}), live {live_ratio:.3f}", flush=True)
     if 2 in args.worlds and args.steps:
         for _ in range(args.timing_rounds):
             for strategy in ("ddp", "fsdp"):
                 step_times[strategy].append(max(r["step_s"] for r in job(args, 2, strategy, args.steps)))
+    if args.heap_timing:
+        ratios = []
+        for _ in range(args.heap_timing):
+            t = {s: max(r["step_s"] for r in job(args, 2, s, max(args.steps, 3))) for s in ("fsdp", GLIBC_DEFAULT)}
+            ratios.append(t["fsdp"] / t[GLIBC_DEFAULT])
+            print(f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, {t[GLIBC_DEFAULT]:.3f} s without", flush=True)
+        print(f"step time with/without the heap setting: median {statistics.median(ratios):.3f} "
+              f"(per pair: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
     print("\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors")
     for world in args.worlds:
         d, f = mem[(world, "ddp")], mem[(world, "fsdp")]

@@ -18,6 +18,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ...errors import DistrainError
+from .heap import map_large_buffers
 from .materialise import init_order, materialise_own, post_order
 
 #: what ``shard=`` may be: None (find repeated blocks), block classes, or a predicate on a module
@@ -153,6 +154,7 @@ def shard_model(
     """
     if cpu_offload and device.type != "cuda":
         raise DistrainError("cpu_offload=True needs a GPU: on the CPU the parameters already live in host memory")
+    map_large_buffers()  # freed unit and all-gather buffers go back to the system, not to glibc's heap
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": mixed_precision(precision)}
     if cpu_offload:
         options["offload_policy"] = CPUOffloadPolicy()

@@ -1,0 +1,29 @@
+"""train/strategies/heap.py: glibc's mmap threshold fixed once for a sharded model, a user's setting left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from distrain.train.strategies import heap
+
+
+def test_threshold_is_set_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(heap.USER_SETTING, raising=False)
+    monkeypatch.setattr(heap, "_applied", False)
+    if heap._libc() is None:
+        pytest.skip("not glibc")
+    assert heap.map_large_buffers() is True
+    assert heap.map_large_buffers() is False  # already set: nothing more to do
+
+
+def test_user_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(heap.USER_SETTING, "65536")
+    monkeypatch.setattr(heap, "_applied", False)
+    assert heap.map_large_buffers() is False and heap._applied is False
+
+
+def test_no_glibc_no_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(heap.USER_SETTING, raising=False)
+    monkeypatch.setattr(heap, "_applied", False)
+    monkeypatch.setattr(heap, "_libc", lambda: None)
+    assert heap.map_large_buffers() is False
