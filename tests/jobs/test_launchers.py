@@ -204,3 +204,24 @@ def test_mpi_without_master_or_mpi4py_is_one_line(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
     assert "distrain: error: openmpi: set MASTER_ADDR and MASTER_PORT" in res.stderr, res.stderr
+
+
+def test_lsf_env_contract(tmp_path: Path, reference: dict) -> None:
+    """jsrun is not installed here: two tasks with its variables, laid out as two nodes of one task
+    each, the master taken from LSF's host file (its first line, the launch node, skipped)."""
+    job_id = free_slurm_job_id()  # the same port rule as SLURM: 15000 + job id % 20000
+    hostfile = tmp_path / "djob_hosts"
+    hostfile.write_text("launch-node\n127.0.0.1\n127.0.0.2\n")
+    _start_ranks(tmp_path, 2, lambda r: {"JSM_NAMESPACE_RANK": str(r), "JSM_NAMESPACE_SIZE": "2",
+                                         "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_LOCAL_SIZE": "1",
+                                         "LSB_JOBID": str(job_id), "LSB_DJOB_HOSTFILE": str(hostfile)})
+    check_job(tmp_path, 2, "lsf", reference)
+
+
+def test_kubeflow_env_contract(tmp_path: Path, reference: dict) -> None:
+    """Two PyTorchJob pods running `python train.py` (no torchrun): the operator's four variables,
+    no LOCAL_RANK, and the kubelet's KUBERNETES_SERVICE_HOST."""
+    port = free_slurm_job_id() + 15000
+    _start_ranks(tmp_path, 2, lambda r: {"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                         "MASTER_PORT": str(port), "KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    check_job(tmp_path, 2, "kubeflow", reference)

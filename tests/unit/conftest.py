@@ -22,7 +22,8 @@ _NAMES = (
     "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "KUBERNETES_SERVICE_HOST", "container",
     "SINGULARITY_CONTAINER", "APPTAINER_CONTAINER",
 )  # fmt: skip
-_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "SLURM_", "HOROVOD_", "DISTRAIN_", "PET_")
+_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "SLURM_", "HOROVOD_", "DISTRAIN_", "PET_", "JSM_NAMESPACE_",
+             "LSB_")  # fmt: skip
 
 
 @pytest.fixture(autouse=True)

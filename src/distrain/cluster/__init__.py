@@ -5,21 +5,31 @@ The first environment whose ``detect()`` is true wins:
 1. ``torch.distributed.launch`` (``--local-rank=N`` / ``--local_rank=N`` on argv, stripped)
 2. ``distrain.spawn`` (torch.multiprocessing.spawn with distrain's env contract)
 3. torchrun / TorchElastic / ``distrain run`` (TORCHELASTIC_RUN_ID or RANK+WORLD_SIZE+LOCAL_RANK)
-4. Open MPI (OMPI_COMM_WORLD_*), covering ``mpirun`` and ``horovodrun``
-5. MPICH / Intel MPI (PMI_RANK, PMI_SIZE)
-6. ``horovodrun --gloo`` (HOROVOD_RANK, HOROVOD_SIZE; in MPI mode horovodrun is mpirun: 4/5)
-7. SLURM ``srun`` (SLURM_PROCID, SLURM_NTASKS)
-8. a single plain process
+4. LSF ``jsrun`` (JSM_NAMESPACE_RANK, JSM_NAMESPACE_SIZE, LSB_JOBID)
+5. Open MPI (OMPI_COMM_WORLD_*), covering ``mpirun`` and ``horovodrun``
+6. MPICH / Intel MPI (PMI_RANK, PMI_SIZE)
+7. ``horovodrun --gloo`` (HOROVOD_RANK, HOROVOD_SIZE; in MPI mode horovodrun is mpirun: 5/6)
+8. SLURM ``srun`` (SLURM_PROCID, SLURM_NTASKS)
+9. a Kubeflow PyTorchJob pod without torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, no
+   LOCAL_RANK, in a pod: KUBERNETES_SERVICE_HOST)
+10. a single plain process
 
 MPI and Horovod come before SLURM because ``mpirun``/``horovodrun`` inside a SLURM allocation
 inherit the batch step's SLURM_PROCID=0 on every rank, while their own variables are the truth.
+LSF comes before Open MPI because jsrun sets OMPI_COMM_WORLD_* too (the same values) but only its
+own variables say where the master is; an ``mpirun`` inside a jsrun task (another world size) is
+left to Open MPI. torchrun inside a pod or a jsrun task sets LOCAL_RANK and wins at 3. Kubeflow is
+tried last: its four variables are the ones a person sets by hand, so every launcher that sets
+its own comes first.
 """
 
 from __future__ import annotations
 
 from .base import ClusterEnvironment, ClusterError
 from .horovod import HorovodEnvironment
+from .kubeflow import KubeflowEnvironment
 from .legacy_launch import LegacyLaunchEnvironment, pop_local_rank_arg, strip_launcher_argv
+from .lsf import LSFEnvironment
 from .mpi import MPICHEnvironment, OpenMPIEnvironment
 from .single import SingleProcessEnvironment
 from .slurm import SLURMEnvironment, expand_nodelist
@@ -30,10 +40,12 @@ DETECTION_ORDER: tuple[type[ClusterEnvironment], ...] = (
     LegacyLaunchEnvironment,
     SpawnEnvironment,
     TorchElasticEnvironment,
+    LSFEnvironment,
     OpenMPIEnvironment,
     MPICHEnvironment,
     HorovodEnvironment,
     SLURMEnvironment,
+    KubeflowEnvironment,
     SingleProcessEnvironment,
 )
 
@@ -53,6 +65,8 @@ __all__ = [
     "ClusterEnvironment",
     "ClusterError",
     "HorovodEnvironment",
+    "KubeflowEnvironment",
+    "LSFEnvironment",
     "LegacyLaunchEnvironment",
     "MPICHEnvironment",
     "OpenMPIEnvironment",
