@@ -51,3 +51,14 @@ def _isolated_environment() -> object:
 def repo() -> Path:
     """The repository root."""
     return REPO
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a test marked ``slow`` run first, each file's tests still together.
+
+    Under ``-n 2`` the long jobs then start while short tests can still fill the other worker,
+    instead of one worker finishing the suite alone (longest first keeps both cores busy to the
+    end); keeping a file together keeps its module-scoped fixtures (shared baseline runs) alive
+    between its tests."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order otherwise

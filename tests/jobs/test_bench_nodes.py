@@ -14,6 +14,7 @@ BENCH = [python(), "-m", "distrain.cli", "bench", "scaling"]
 
 @pytest.mark.netns
 @pytest.mark.timeout(500)
+@pytest.mark.slow
 def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     out = tmp_path / "report"
     with make_hosts(2, rate="100mbit") as hosts:

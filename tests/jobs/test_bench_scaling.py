@@ -34,6 +34,7 @@ def _close(cell: str, value: float | None, digits: int) -> bool:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     out = tmp_path / "report"
     args = ["--workload", "digits", "--nproc", "1,2", "--sync-bn", "both", "--epochs", "2", "--batch-size", "64", "--out", str(out)]
@@ -95,6 +96,7 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     assert {k: v["epochs"] for k, v in again.items()} == {k: v["epochs"] for k, v in runs.items()}
 
 
+@pytest.mark.slow
 def test_cpu_rehearsal_runs_every_configuration_as_stand_in_gpus(tmp_path: Path) -> None:
     out = tmp_path / "report"
     res = run(BENCH + ["--cpu", "--workload", "digits", "--nproc", "1,2", "--epochs", "1", "--batch-size", "64", "--out", str(out)],
@@ -126,6 +128,7 @@ for epoch in range(1, 3):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_failing_run_is_reported_not_dropped(tmp_path: Path) -> None:
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY_SCRIPT)

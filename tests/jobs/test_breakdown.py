@@ -47,6 +47,7 @@ def job(tmp_path: Path, *args: str) -> tuple[str, Path]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_slow_rank_is_named_and_top_shows_every_ranks_breakdown(tmp_path: Path) -> None:
     err, run_dir = job(tmp_path, "--slow-rank", "1", "--slow-s", "0.015", "--plain")
     found = STRAGGLER.findall(err)
@@ -79,6 +80,7 @@ def test_slow_rank_is_named_and_top_shows_every_ranks_breakdown(tmp_path: Path) 
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_slow_dataset_without_workers_gets_the_data_advice(tmp_path: Path) -> None:
     err, _ = job(tmp_path, "--data-sleep", "0.001", "--steps", "40")
     advice = [x for x in err.splitlines() if x.startswith("distrain: advice:")]
@@ -91,6 +93,7 @@ def test_slow_dataset_without_workers_gets_the_data_advice(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_balanced_job_gets_no_straggler_and_no_data_advice(tmp_path: Path) -> None:
     err, _ = job(tmp_path)
     assert "distrain: step time (rank 0, 59 steps" in err, err

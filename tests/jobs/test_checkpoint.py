@@ -109,6 +109,7 @@ def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest
 
 
 @pytest.mark.timeout(720)  # three jobs in a row; each one is bounded by JOB_TIMEOUT
+@pytest.mark.slow
 def test_sigkill_under_plain_torchrun_3_times(baseline: Path, tmp_path: Path) -> None:
     """pytorch#135712: plain torchrun restarts hang or fail without distrain's per-attempt store.
 
@@ -168,6 +169,7 @@ def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) ->
 
 # -- another world size ------------------------------------------------------------------------
 @pytest.mark.parametrize("new_world", [1, 3])
+@pytest.mark.slow
 def test_resume_on_another_world_size(new_world: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     common = ["--float64", "--dropout", "0", "--epochs", "2"]
     reference = shared_baseline(tmp_path_factory, "f64", *common)
@@ -462,6 +464,7 @@ def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:
     shutil.rmtree(d)
 
 
+@pytest.mark.slow
 def test_digits_example_resumes(tmp_path: Path) -> None:
     """The example: SIGINT (as Ctrl-C) mid-run saves and exits; a rerun resumes and finishes."""
     d = tmp_path / "ckpt"

@@ -20,7 +20,7 @@ import torch
 from helpers import REPO, python
 from helpers.netns_hosts import Hosts, make_hosts
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(500)]
+pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(500)]
 
 RUN = [python(), "-m", "distrain.cli", "run"]
 WORKER = str(REPO / "tests" / "scripts" / "ckpt_worker.py")

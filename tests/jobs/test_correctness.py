@@ -26,6 +26,7 @@ def launch(out: Path, world: int, *args: str) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
+@pytest.mark.slow
 def test_exact_eval_any_world_size(tmp_path: Path) -> None:
     """359 samples (odd) on 1, 2, 3 ranks: every sample counted once, same accuracy to the bit."""
     counts = {}

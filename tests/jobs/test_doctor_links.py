@@ -35,6 +35,7 @@ def _doctor(hosts: Hosts, tmp_path: Path, tag: str) -> dict:
     return {c["id"]: c for c in doc["checks"]}
 
 
+@pytest.mark.slow
 def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
     with make_hosts(2, rate="100mbit") as hosts:
         links = _doctor(hosts, tmp_path, "slow")["ranks.links"]

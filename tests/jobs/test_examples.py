@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import EXAMPLES, digits_accuracy, python, run
 
 
+@pytest.mark.slow
 def test_digits_two_processes_reach_095(tmp_path: Path) -> None:
     """README's main job with default settings: ≥ 0.95 test accuracy on 2 CPU processes."""
     res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(EXAMPLES / "train_digits.py"), "--out", str(tmp_path)],
@@ -26,6 +28,7 @@ def test_digits_amp_and_sync_bn(tmp_path: Path) -> None:
     assert 0.5 < digits_accuracy(res.stdout) <= 1.0, res.stdout[-2000:]  # bf16 on CPU still learns
 
 
+@pytest.mark.slow
 def test_converted_script_runs_alone_and_distributed(tmp_path: Path) -> None:
     single = run([python(), str(EXAMPLES / "convert" / "distributed.py")], timeout=300, cwd=tmp_path, check=True)
     assert "epoch 4" in single.stdout and (tmp_path / "model.pt").exists()

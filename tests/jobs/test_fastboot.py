@@ -29,6 +29,7 @@ def ranks(out: Path) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.slow
 def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> None:
     seen = {}
     for method in ("fast", "spawn"):
@@ -63,6 +64,7 @@ def test_exit_status_of_a_forked_worker_is_the_scripts(tmp_path: Path, script_ar
         assert "Traceback" in res.stderr  # as a fresh interpreter would print it
 
 
+@pytest.mark.slow
 def test_script_failing_in_the_fork_path_falls_back_once(tmp_path: Path) -> None:
     res = distrain_run("-n", "2", str(SCRIPTS / "needs_fresh.py"), out=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -100,6 +102,7 @@ def digits_fast(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_digits_forked_start_is_bitwise_equal_to_fresh_start(tmp_path: Path, digits_fast: Path) -> None:
     fast = torch.load(digits_fast / "model.pt", weights_only=True)
     fresh = _digits(tmp_path / "fresh", "--start-method", "spawn")
@@ -147,6 +150,7 @@ def test_comm_hook_names_are_checked() -> None:
             parse_hook(bad)
 
 
+@pytest.mark.slow
 def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
     """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise resume."""
     worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")

@@ -54,6 +54,7 @@ def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bo
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_pretrained_matching_weights_and_frozen_layers(image_folder: Path, tmp_path: Path) -> None:
     import torchvision
 
@@ -90,6 +91,7 @@ def bigger_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_sigkill_resumes_bitwise_with_other_num_workers(bigger_folder: Path, tmp_path: Path) -> None:
     """BatchNorm, RandomResizedCrop/flip read by 2 DataLoader workers, a rank SIGKILLed at a random
     moment after the first checkpoint: the resumed run's model.pt equals, bit for bit, that of an

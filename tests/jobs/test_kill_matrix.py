@@ -37,6 +37,8 @@ ROWS = {
     "fsdp-bn-persistent-accum": (["--strategy", "fsdp", "--workers", "2", "--persistent", "--augment", "--accum", "2"], 15, "rank"),
 }
 
+pytestmark = pytest.mark.slow
+
 
 def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) -> tuple[Path, str]:
     out = tmp / f"{name}.pt"

@@ -43,6 +43,7 @@ def test_mpirun_direct_sane_threads(tmp_path: Path) -> None:
 @needs_mpirun
 @needs_mpi4py
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_distrain_run_launcher_mpirun(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     res = run([python(), "-m", "distrain.cli", "run", "--launcher", "mpirun", "-n", "2", SCRIPT, "--out", str(out)], timeout=240)
@@ -57,6 +58,7 @@ def test_distrain_run_launcher_mpirun(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None or shutil.which("horovodrun") is None,
                     reason="Horovod is optional and not installed (scripts/install-horovod.sh)")
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_horovodrun(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     res = run([python(), "-m", "distrain.cli", "run", "--launcher", "horovodrun", "-n", "2", SCRIPT, "--out", str(out)], timeout=240)

@@ -161,6 +161,7 @@ def test_late_join_scale_up(hosts2: Hosts, tmp_path: Path) -> None:
     assert json.loads(out.read_text()) == {"step": STEPS, "world": 2}
 
 
+@pytest.mark.slow
 def test_node_loss_scale_down(hosts2: Hosts, tmp_path: Path) -> None:
     ckpt, out, hist = tmp_path / "ckpt", tmp_path / "out.json", tmp_path / "history.jsonl"
     argv = RUN + _elastic_flags(hosts2, "loss") + [ELASTIC, "--dir", str(ckpt), "--out", str(out), "--history", str(hist)]

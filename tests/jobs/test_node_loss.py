@@ -36,6 +36,7 @@ def _rows(marker: Path) -> list[tuple[str, int, float]]:
     return [(h, int(w), float(t)) for h, _r, w, t, _s in (line.split() for line in marker.read_text().splitlines())]
 
 
+@pytest.mark.slow
 def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_path: Path) -> None:
     marker, ckpt = tmp_path / "first_steps", tmp_path / "ckpt"
     flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts2.addrs[0]}:29400",

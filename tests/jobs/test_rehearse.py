@@ -65,6 +65,7 @@ def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [2])
+@pytest.mark.slow
 def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None:
     """--local_rank on argv, torch.device("cuda", i), DDP(output_device); workers are fresh
     interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on PYTHONPATH."""
@@ -77,6 +78,7 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
 
 
 @pytest.mark.parametrize("n", [3])
+@pytest.mark.slow
 def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     """mp.spawn(nprocs=torch.cuda.device_count()) with a master port set in the script: the
     script runs once and its N spawned children (fresh interpreters) are the job."""

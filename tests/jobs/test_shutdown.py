@@ -18,6 +18,8 @@ from distrain.net import free_port
 
 SCRIPT = str(REPO / "tests" / "scripts" / "exit_job.py")
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize(("strategy", "jobs", "bound_s"), [("ddp", 4, 90), ("fsdp", 2, 240)])
