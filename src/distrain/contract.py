@@ -36,6 +36,12 @@ DEVICE = "DISTRAIN_DEVICE"
 PRELOAD = "DISTRAIN_PRELOAD"
 #: set in processes started by distrain.spawn
 SPAWN = "DISTRAIN_SPAWN"
+#: set by distrain run for a script that starts its own workers (run once; its children are the job)
+SELF_STARTING = "DISTRAIN_SELF_STARTING"
+#: seconds from the first child joining until a self-starting script's group must have formed
+FORM_TIMEOUT = "DISTRAIN_FORM_TIMEOUT"
+#: where a self-starting script's children note joining, forming and failing (set by its watcher)
+FORM_DIR = "DISTRAIN_FORM_DIR"
 #: distrain run --cpu: how many CPU processes stand in for GPUs on this node (unset: no rehearsal)
 CPU_REHEARSAL = "DISTRAIN_CPU_REHEARSAL"
 #: distrain run --cpu: where workers leave the GPU calls they mapped (the end-of-job summary)

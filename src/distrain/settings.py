@@ -20,6 +20,8 @@ from .errors import DistrainError
 
 #: the collective timeout once training runs (``DISTRAIN_TRAIN_TIMEOUT``)
 DEFAULT_TRAIN_TIMEOUT_S = 300.0
+#: how long a self-starting script's children have to form their group (``DISTRAIN_FORM_TIMEOUT``)
+DEFAULT_FORM_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
 #: the shortest metrics interval accepted (shorter values are raised to it)
@@ -44,6 +46,7 @@ class Settings:
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
+    form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -72,6 +75,7 @@ class Settings:
             "ft_events": text(contract.FT_EVENTS),
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
             "summary_dir": text(contract.SUMMARY_DIR),
+            "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
         }
         unknown = set(arguments) - set(values)
         if unknown:

@@ -88,7 +88,7 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     run([python(), str(SCRIPTS / "spawn_tutorial_cpu.py"), str(tmp_path / "cpu"), str(n)], timeout=420, check=True,
         env={"TUTORIAL_PORT": str(free_port())})
     check_lines(err, n, ("DDP(device_ids=...)",))
-    assert re.search(r"spawn_tutorial\.py starts them itself: torch\.multiprocessing at line \d+; it runs once", err), err[-2000:]
+    assert re.search(r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line \d+; it runs once", err), err[-2000:]
     assert f"mapped in {n} processes" in err
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 

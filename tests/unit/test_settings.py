@@ -55,3 +55,10 @@ def test_settings_are_frozen_and_unknown_ones_refused() -> None:
 @pytest.mark.parametrize(("raw", "on"), [(None, True), ("1", True), ("on", True), ("0", False), ("OFF", False), ("false", False)])
 def test_the_breakdown_switch(raw: str | None, on: bool) -> None:
     assert Settings.read({} if raw is None else {"DISTRAIN_BREAKDOWN": raw}).breakdown is on
+
+
+def test_form_timeout_default_environment_and_bad_value() -> None:
+    assert Settings.read({}).form_timeout_s == 60.0
+    assert Settings.read({"DISTRAIN_FORM_TIMEOUT": "5"}).form_timeout_s == 5.0
+    with pytest.raises(DistrainError, match=r"DISTRAIN_FORM_TIMEOUT='soon': expected a positive number of seconds"):
+        Settings.read({"DISTRAIN_FORM_TIMEOUT": "soon"})

@@ -93,8 +93,9 @@ def main(argv: list[str]) -> int:
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
     folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
-    if launch.rehearsal_line:
-        print(launch.rehearsal_line, file=sys.stderr, flush=True)
+    for line in (launch.rehearsal_line, launch.selfstart_line):
+        if line:
+            print(line, file=sys.stderr, flush=True)
     breakdowns = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
     os.environ.update(launch.env)
     try:

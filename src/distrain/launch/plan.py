@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
 from ..errors import UsageError, raise_usage_errors
-from . import forkserver, rehearsal, rendezvous
+from . import forkserver, rehearsal, rendezvous, selfstart
 from .mpi import LAUNCHERS
 from .network import NetworkChoice, loopback_interface, plan_network
 from .validate import check_launch_numbers, check_script
@@ -121,6 +121,8 @@ class LaunchPlan:
     #: the command line split at the script: launcher options, then [script, *script args]
     launcher_argv: list[str] = field(default_factory=list)
     script_argv: list[str] = field(default_factory=list)
+    #: a script that starts its own workers: what was seen (printed when the job starts)
+    selfstart_line: str = ""
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -206,13 +208,19 @@ def plan(argv: list[str]) -> LaunchPlan:
     env[LAUNCHER] = "distrain-run"
     if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
         env[RUN_DIR] = os.path.abspath(args.run_dir or args.log_dir)
-    line = ""
+    line = once = ""
     if args.cpu:
         if args.gpus is not None:
             raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
         agents, line = rehearsal.configure(script, nproc, env)
         args.nproc_per_node = str(agents)
-    return LaunchPlan(args, env, network, line, launcher_argv, rest)
+    elif not (args.module or args.no_python) and args.launcher == "torchrun":
+        found = selfstart.find(script)
+        if found is not None:  # run once: its own children are the job (launch/selfstart.py)
+            selfstart.mark(env)
+            once = found.start_line(PROG, os.path.basename(script), nproc)
+            args.nproc_per_node = "1"
+    return LaunchPlan(args, env, network, line, launcher_argv, rest, once)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:

@@ -5,14 +5,14 @@ sets ``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs), ``DISTRAIN_REHEAR
 PYTHONPATH (the folder whose sitecustomize.py installs the rehearsal in fresh interpreters),
 prints the start line, and at the end the summary of the GPU calls the workers mapped.
 
-A script that starts its own processes with ``torch.multiprocessing.spawn`` (the PyTorch DDP
-tutorial: ``world_size = torch.cuda.device_count(); mp.spawn(main, nprocs=world_size)``) runs
-once, as on a GPU machine; its children are the N processes.
+A script that starts its own processes (the PyTorch DDP tutorial: ``world_size =
+torch.cuda.device_count(); mp.spawn(main, nprocs=world_size)``, or a loop of
+``multiprocessing.Process``; see launch/selfstart.py) runs once, as on a GPU machine; its
+children are the N processes.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shutil
@@ -21,38 +21,9 @@ import tempfile
 from collections import Counter
 
 from ..contract import CPU_REHEARSAL, REHEARSE_DIR, rehearse_boot_dir
+from . import selfstart
 
 PROG = "distrain run --cpu"
-_SPAWNERS = {"spawn", "start_processes"}
-
-
-def spawn_call_line(script: str) -> int | None:
-    """The line of a ``torch.multiprocessing.spawn``/``start_processes`` call in `script`, if any."""
-    try:
-        with open(script, "rb") as f:
-            tree = ast.parse(f.read(), filename=script)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    aliases: set[str] = set()  # names bound to torch.multiprocessing
-    direct: set[str] = set()  # spawn/start_processes imported by name
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            aliases |= {a.asname or a.name for a in node.names if a.name == "torch.multiprocessing"}
-        elif isinstance(node, ast.ImportFrom) and node.module == "torch.multiprocessing":
-            direct |= {a.asname or a.name for a in node.names if a.name in _SPAWNERS}
-        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
-            aliases |= {a.asname or a.name for a in node.names if a.name == "multiprocessing"}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Name) and func.id in direct:
-            return node.lineno
-        if isinstance(func, ast.Attribute) and func.attr in _SPAWNERS:
-            owner = ast.unparse(func.value)
-            if owner in aliases or owner == "torch.multiprocessing":
-                return node.lineno
-    return None
 
 
 def configure(script: str, nproc: int, env: dict[str, str]) -> tuple[int, str]:
@@ -62,11 +33,12 @@ def configure(script: str, nproc: int, env: dict[str, str]) -> tuple[int, str]:
     env["PYTHONPATH"] = rehearse_boot_dir() + (os.pathsep + path if path else "")
     plural = "es" if nproc != 1 else ""
     line = f"{PROG}: {nproc} CPU process{plural} stand in for {nproc} GPU{'s' if nproc != 1 else ''}; cuda → cpu, nccl → gloo"
-    spawn_line = spawn_call_line(script) if os.path.isfile(script) else None
-    if spawn_line is None:
+    found = selfstart.find(script) if os.path.isfile(script) else None
+    if found is None:
         return nproc, line
+    selfstart.mark(env)
     name = os.path.basename(script)
-    return 1, f"{line} ({name} starts them itself: torch.multiprocessing at line {spawn_line}; it runs once)"
+    return 1, f"{line} ({name} starts them itself: {found.kind} at line {found.line}; it runs once)"
 
 
 def start(env: dict[str, str]) -> str:

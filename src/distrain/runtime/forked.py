@@ -22,7 +22,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, ForkJob
+from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob
 from ..log import get_logger
 from .title import set_worker_title
 
@@ -54,6 +54,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         from .rehearse import install
 
         install()
+    if os.environ.get(SELF_STARTING):  # the script starts its own workers: watch them form
+        from .selfstart import install as watch_own_workers
+
+        watch_own_workers()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
     set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv)
     if fresh is not None:

@@ -1,4 +1,4 @@
-"""launch/rehearsal.py: `distrain run --cpu` on the launcher side: spawn detection, environment, summary."""
+"""launch/rehearsal.py: `distrain run --cpu` on the launcher side: environment, self-starting scripts, summary."""
 
 from __future__ import annotations
 
@@ -8,27 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from distrain.launch.rehearsal import configure, spawn_call_line, summary
+from distrain.launch.rehearsal import configure, summary
 
 
 def _script(tmp_path: Path, text: str) -> str:
     path = tmp_path / "train.py"
     path.write_text(text)
     return str(path)
-
-
-@pytest.mark.parametrize(
-    ("source", "line"),
-    [("import torch.multiprocessing as mp\n\nmp.spawn(main, nprocs=2)\n", 3),
-     ("import torch.multiprocessing\ntorch.multiprocessing.start_processes(f)\n", 2),
-     ("from torch.multiprocessing import spawn as go\ngo(f)\n", 2),
-     ("from torch import multiprocessing as tmp\nx = 1\ntmp.spawn(f, nprocs=4)\n", 3),
-     ("import multiprocessing as mp\nmp.spawn = None\nmp.Process(target=f)\n", None),
-     ("def spawn(): pass\nspawn()\n", None),
-     ("this is not python(\n", None)],
-)  # fmt: skip
-def test_spawn_call_line(tmp_path: Path, source: str, line: int | None) -> None:
-    assert spawn_call_line(_script(tmp_path, source)) == line
 
 
 def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,8 +30,8 @@ def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeyp
 def test_configure_runs_a_self_spawning_script_once(tmp_path: Path) -> None:
     env: dict[str, str] = {}
     agents, line = configure(_script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=4)\n"), 4, env)
-    assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "4"
-    assert line.endswith("(train.py starts them itself: torch.multiprocessing at line 2; it runs once)")
+    assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "4" and env["DISTRAIN_SELF_STARTING"] == "1"
+    assert line.endswith("(train.py starts them itself: torch.multiprocessing.spawn at line 2; it runs once)")
 
 
 def test_summary_sums_counts_over_processes(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """`distrain run --cpu` puts this folder first on PYTHONPATH: every fresh Python process of the
 job (torchrun workers, torch.multiprocessing.spawn children, spawned DataLoader workers) installs
 the CUDA-on-CPU rehearsal the moment it imports torch.  Any other sitecustomize still runs.
+For a script that starts its own workers (``DISTRAIN_SELF_STARTING``, with or without --cpu)
+it installs distrain.runtime.selfstart: the watch over its children's group.
 """
 
 from __future__ import annotations
@@ -37,6 +39,22 @@ def _install_rehearsal() -> None:
     rehearse.install()
 
 
+def _install_selfstart() -> None:
+    try:
+        from distrain.runtime import selfstart
+    except ImportError:
+        sys.path.append(os.path.abspath(os.path.join(_HERE, *[os.pardir] * 4)))
+        from distrain.runtime import selfstart
+    selfstart.install()
+
+
+def _after_torch() -> None:
+    if os.environ.get("DISTRAIN_CPU_REHEARSAL"):
+        _install_rehearsal()
+    if os.environ.get("DISTRAIN_SELF_STARTING"):
+        _install_selfstart()  # now torch is there: its init_process_group is hooked too
+
+
 class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "torch":
@@ -49,7 +67,7 @@ class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             exec_torch(module)
-            _install_rehearsal()
+            _after_torch()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -57,8 +75,11 @@ class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
 
 _chain()
 # the fork server (DISTRAIN_PRELOAD) stays plain: its forked workers install the rehearsal themselves
-if os.environ.get("DISTRAIN_CPU_REHEARSAL") and not os.environ.get("DISTRAIN_PRELOAD"):
+_WANTED = os.environ.get("DISTRAIN_CPU_REHEARSAL") or os.environ.get("DISTRAIN_SELF_STARTING")
+if _WANTED and not os.environ.get("DISTRAIN_PRELOAD"):
+    if os.environ.get("DISTRAIN_SELF_STARTING"):
+        _install_selfstart()  # multiprocessing's hooks before the script starts any child
     if "torch" in sys.modules:
-        _install_rehearsal()
+        _after_torch()
     else:
         sys.meta_path.insert(0, _WhenTorchIsImported())

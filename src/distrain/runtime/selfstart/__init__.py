@@ -1,0 +1,58 @@
+"""A script that starts its own workers, run once by `distrain run` (worker side).
+
+The launcher (launch/selfstart.py) found the script starting its own processes and set
+``DISTRAIN_SELF_STARTING``.  :func:`install` runs in the script's process before its code
+(the fast start's forked worker calls it; a fresh interpreter gets it from the boot
+sitecustomize) and in each fresh child (spawn start method):
+
+- in the script's process it creates the form folder (``DISTRAIN_FORM_DIR``), records every
+  child ``multiprocessing`` starts and watches them form their group (watch.py);
+- in every process, children included (forked ones inherit the hooks), it notes joining,
+  forming and failing (members.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing.process
+import os
+import sys
+import tempfile
+
+from ...contract import FORM_DIR, SELF_STARTING
+from . import members
+from .watch import Watcher
+
+_watcher: Watcher | None = None
+
+
+def requested() -> bool:
+    """Whether the launcher said this job's script starts its own workers."""
+    return bool(os.environ.get(SELF_STARTING))
+
+
+def install() -> None:
+    """Watch (in the script's process) or note (in its children) the group's forming; once."""
+    global _watcher
+    if not requested():
+        return
+    members.hook_process_run()
+    if "torch" in sys.modules:
+        members.hook_torch()
+    if os.environ.get(FORM_DIR) or _watcher is not None:
+        return  # a child (fresh interpreter): notes only; the watcher is its parent's
+    from ...settings import Settings
+
+    folder = tempfile.mkdtemp(prefix="distrain-form-")
+    os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
+    _watcher = Watcher(folder, Settings.read().form_timeout_s)
+    original = multiprocessing.process.BaseProcess.start
+    watcher_pid = os.getpid()  # a forked child inherits this hook but watches nobody
+
+    @functools.wraps(original)
+    def start(self: multiprocessing.process.BaseProcess) -> None:
+        original(self)
+        if _watcher is not None and self.pid is not None and os.getpid() == watcher_pid:
+            _watcher.add(self)
+
+    multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]

@@ -1,0 +1,214 @@
+"""In a self-starting script's own process: watch the children it starts form their group.
+
+torchrun's agent watches the script's process only; its children are nobody's business, and
+torch waits for a missing member at the rendezvous for its default timeout (10–30 minutes).
+This thread reads the children's notes (see members.py) and their exit status, without
+reaping them (``waitid(WNOWAIT)``: the script's own ``join`` still gets the status), and ends
+the job when
+
+- a child exits with an error while another is still running (it would wait for the dead one),
+- or members have joined, and ``DISTRAIN_FORM_TIMEOUT`` seconds later not all of the world
+  size has formed the group (a rank never joined, or is stuck before its rendezvous).
+
+Ending the job: the other children are terminated, the cause is written to the agent's error
+file (so `distrain run`'s last line carries it) and logged, and this process exits with 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...contract import ERROR_FILE
+from ...log import get_logger
+
+_log = get_logger("runtime")
+
+#: a child that died without a note: give the script's own handling (mp.spawn raises with the
+#: child's traceback) this long to end the job with the cause before the watcher does
+_NO_NOTE_GRACE_S = 3.0
+_POLL_S = 0.25
+
+
+@dataclass
+class Watcher:
+    """The children of this process and the notes they left in `folder`."""
+
+    folder: str
+    timeout_s: float
+    procs: dict[int, Any] = field(default_factory=dict)  # pid → multiprocessing.Process
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+    _first_join: float | None = None
+    _dead_since: dict[int, float] = field(default_factory=dict)
+
+    def add(self, proc: Any) -> None:
+        """Watch a child the script started (a multiprocessing process); starts the thread once."""
+        with self._lock:
+            self.procs[proc.pid] = proc
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="distrain-form-watch", daemon=True
+                )
+                self._thread.start()
+
+    def _notes(self, kind: str) -> dict[int, dict]:
+        found: dict[int, dict] = {}
+        for name in os.listdir(self.folder) if os.path.isdir(self.folder) else []:
+            prefix, _, pid = name.partition("-")
+            if prefix == kind and pid.isdigit():
+                try:
+                    with open(os.path.join(self.folder, name)) as f:
+                        found[int(pid)] = json.load(f)
+                except (OSError, ValueError):
+                    continue
+        return found
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(_POLL_S)
+            verdict = self.check(time.monotonic())
+            if verdict:
+                self._end(verdict)
+                return
+
+    def check(self, now: float) -> str | None:
+        """The reason to end the job now, or None while the children may still form their group."""
+        with self._lock:
+            procs = dict(self.procs)
+        status = {pid: exit_status(pid, proc) for pid, proc in procs.items()}
+        alive = [pid for pid, code in status.items() if code is None]
+        joins, formed, errors = self._notes("join"), self._notes("formed"), self._notes("error")
+        ranks = {pid: int(n.get("rank", -1)) for pid, n in joins.items()}
+        failed = [pid for pid, code in status.items() if code not in (None, 0)]
+        for pid in failed:
+            self._dead_since.setdefault(pid, now)
+        if failed and alive:
+            pid = min(failed, key=lambda p: (p not in errors, self._dead_since[p]))
+            if pid in errors or now - self._dead_since[pid] >= _NO_NOTE_GRACE_S:
+                return self._death_line(pid, status[pid], joins, errors, alive, formed)
+        if joins and self._first_join is None:
+            self._first_join = now
+        if self._first_join is None or now - self._first_join < self.timeout_s:
+            return None
+        sizes = {int(n.get("world_size", -1)) for n in joins.values()}
+        size = max(sizes)
+        watched = all(n.get("watched") for n in joins.values())
+        if size < 1 or not watched or len({ranks[p] for p in formed if p in ranks}) >= size:
+            return None
+        missing = sorted(set(range(size)) - set(ranks.values()))
+        waiting = sorted(ranks[p] for p in joins if p not in formed and p in alive)
+        who = (
+            f"rank {_ranks(missing)} never joined"
+            if missing
+            else f"rank {_ranks(waiting)} did not finish joining"
+        )
+        return (
+            f"{_script()}: the group of {size} did not form within {self.timeout_s:g} s "
+            f"({who}; {len(set(ranks.values()))} of {size} joined) — set DISTRAIN_FORM_TIMEOUT to wait longer"
+        )
+
+    def _death_line(
+        self,
+        pid: int,
+        code: int,
+        joins: dict[int, dict],
+        errors: dict[int, dict],
+        alive: list[int],
+        formed: dict[int, dict],
+    ) -> str:
+        ranks = {p: int(n.get("rank", -1)) for p, n in joins.items()}
+        rank = ranks.get(pid, -1)
+        with self._lock:
+            nth, started = list(self.procs).index(pid) + 1, len(self.procs)
+        child = f"child {nth} of {started} (pid {pid})"
+        who = f"rank {rank}, {child}" if rank >= 0 else child
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with code {code}"
+        )
+        when = "after the group formed" if pid in formed else "before the group formed"
+        waiting = sorted(ranks[p] for p in alive if p in ranks)
+        size = max((int(n.get("world_size", -1)) for n in joins.values()), default=-1)
+        missing = sorted(set(range(size)) - set(ranks.values()) - {rank}) if size > 0 else []
+        others = (
+            f"; rank {_ranks(waiting)} of {size} waited for it"
+            if waiting
+            else f"; {len(alive)} other worker(s) stopped"
+        )
+        others += f" (rank {_ranks(missing)} never joined)" if missing else ""
+        cause = (
+            f": {errors[pid]['message']}" if pid in errors and errors[pid].get("message") else ""
+        )
+        return f"{_script()}: its {who} {how} {when}{others}{cause}"
+
+    def _end(self, verdict: str) -> None:
+        with self._lock:
+            procs = dict(self.procs)
+        for pid in procs:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and any(
+            exit_status(p, q) is None for p, q in procs.items()
+        ):
+            time.sleep(0.05)
+        for pid, proc in procs.items():
+            if exit_status(pid, proc) is None:
+                _signal(pid, signal.SIGKILL)
+        _log.error("distrain: %s", verdict)
+        error_file = os.environ.get(ERROR_FILE)
+        if error_file:
+            _write_error_file(error_file, verdict)
+        os._exit(1)
+
+
+def exit_status(pid: int, proc: Any = None) -> int | None:
+    """A child's exit code (-N: killed by signal N), None while it runs; never reaps it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already (the script's join, multiprocessing's clean-up)
+        code = getattr(proc, "exitcode", 0)  # multiprocessing kept the status it reaped
+        return 0 if code is None else int(code)
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+def _script() -> str:
+    """The script's name (read late: the fast start sets sys.argv after the watch is installed)."""
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "the script"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks) if ranks else "?"
+
+
+def _write_error_file(path: str, message: str) -> None:
+    """The agent's error-file JSON (torch's ErrorHandler format), naming the cause."""
+    data = {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))},
+        }
+    }
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except OSError:
+        pass
