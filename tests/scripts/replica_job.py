@@ -1,10 +1,13 @@
 """Test-only training script for the --replicas tests: a normal distrain script, no TorchFT code.
 
 It records what the tests check, in --out: ``starts`` gets one line per start of the script
-("pid group rank"), and each process writes ``final.<group>.<rank>.json`` (its pid, last step,
-a hash of its parameters) when it ends.  ``--kill-at K --kill-group G``: on its first attempt,
-rank 0 of replica group G SIGKILLs itself right after step K (the group is read from the
-environment only to aim the fault and name the outputs).
+("pid group rank"), ``resumed`` one per return of ``ckpt.restore`` ("pid group rank step"), and
+each process writes ``final.<group>.<rank>.json`` (its pid, last step, a hash of its parameters)
+when it ends.  ``--kill STEP:GROUP:RANK`` (repeatable): that process SIGKILLs itself right after
+step STEP (the first step at or after it that every group committed), once per job (a marker
+file in --out remembers the kill: one kill per process name); ``--kill-at K --kill-group G``
+is ``--kill K:G:0``.  The group is read from the environment only to aim the faults and name the
+outputs.
 """
 
 import argparse
@@ -29,7 +32,11 @@ p.add_argument("--every", type=int, default=0, help="save a checkpoint every N s
 p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-group", type=int, default=1)
+p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, repeatable")
 args = p.parse_args()
+kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
+if args.kill_at >= 0:
+    kills.add((args.kill_at, args.kill_group, 0))
 
 group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))
 ctx = distrain.init(verbose=False)
@@ -48,7 +55,30 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
 ckpt = ctx.checkpointer(args.dir, every_steps=args.every)
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step
-first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+with open(os.path.join(args.out, "resumed"), "a") as f:
+    f.write(f"{os.getpid()} {group} {ctx.rank} {step}\n")
+
+
+def kill_now(step: int) -> None:
+    """SIGKILL this process if a --kill aims at it after `step` and has not fired yet."""
+    # a kill at STEP fires at the first step >= STEP that every group committed together (so
+    # "kill both groups" kills them at once, never one while the other is still rejoining)
+    everyone = (
+        ctx.replicas is None
+        or ctx.replicas.manager.num_participants() == ctx.settings.replica_groups
+    )
+    if everyone and any(s <= step and (g, r) == (group, ctx.rank) for s, g, r in kills):
+        try:  # O_EXCL: the kill fires once, also when the replacement passes this step again
+            os.close(
+                os.open(
+                    os.path.join(args.out, f"killed.{group}.{ctx.rank}"),
+                    os.O_CREAT | os.O_EXCL,
+                )
+            )
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 while step < args.steps:
     for xb, yb in loader:
@@ -59,8 +89,7 @@ while step < args.steps:
             step += 1
             sched.step()
         ckpt.maybe_save(step)
-        if first_attempt and step == args.kill_at and group == args.kill_group and ctx.rank == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_now(step)
         time.sleep(args.step_sleep)
         if step >= args.steps:
             break

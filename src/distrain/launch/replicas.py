@@ -215,7 +215,7 @@ class _Job:
                 )
             elif group in self.lost:
                 self.say(
-                    f"replica group {group} rejoined at step {step} without a live peer to heal from"
+                    f"replica group {group} rejoined at step {step} from its own state (no live group was ahead)"
                 )
             self.lost.discard(group)
 

@@ -18,10 +18,11 @@ and duration) go to DISTRAIN_FT_EVENTS (:func:`distrain.contract.append_ft_event
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,6 +44,8 @@ _log = get_logger("train")
 FT_TIMEOUT = dt.timedelta(seconds=10)
 #: gloo's own timeout across groups: how long the survivors wait on a dead peer at most
 GLOO_TIMEOUT = dt.timedelta(seconds=5)
+#: a quorum or commit wait this long (seconds) after a stop signal waits for a dead peer
+STUCK_S = 1.0
 
 
 class Replicas:
@@ -58,6 +61,7 @@ class Replicas:
         self.started = False
         self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
         self.source: int | None = None  # the group this process healed from
+        self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
         cuda = ctx.device.type == "cuda" and ctx.backend == "nccl"
         pg = (
             ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
@@ -150,7 +154,8 @@ class Replicas:
         if not self.started:
             self.begin()
         elif not self.quorum_open:
-            self.manager.start_quorum()
+            with self._waiting():
+                self.manager.start_quorum()
             self.quorum_open = True
 
     def data_rank(self) -> tuple[int, int]:
@@ -166,7 +171,8 @@ class Replicas:
         """The first quorum of this process: heal from a live group if behind; the step reached."""
         self.started = self.quorum_open = True
         t0 = time.perf_counter()
-        self.manager.start_quorum()  # synchronous: a pending heal is applied before it returns
+        with self._waiting():  # synchronous: a pending heal is applied before it returns
+            self.manager.start_quorum()
         step = self.manager.current_step()
         if self.rank == 0 and self.events:
             attempt = int(os.environ.get(RESTART_COUNT, "0") or 0)
@@ -201,11 +207,29 @@ class Replicas:
         if not self.started:
             self.begin()
         self.quorum_open = False
-        committed = self.manager.should_commit()
+        with self._waiting():
+            committed = self.manager.should_commit()
         if committed:
             apply()
         self._write_step(self.manager.current_step())
         return bool(committed)
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        self.waiting_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waiting_since = None
+
+    def stuck(self) -> bool:
+        """Whether this process has waited on its group's peers for a second or more (a stop then exits at once).
+
+        A quorum or commit vote takes milliseconds when every process of the group takes part;
+        one that lasts a second after a stop signal waits for a process that died.
+        """
+        since = self.waiting_since
+        return since is not None and time.monotonic() - since >= STUCK_S
 
     def _write_step(self, step: int) -> None:
         if self._step_fd is not None:

@@ -19,6 +19,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -49,8 +50,10 @@ def stop_signals() -> tuple[signal.Signals, ...]:
 class StopRequest:
     """Records the first stop signal and enforces a grace period; install() once per process."""
 
-    def __init__(self, grace_s: float = 25.0) -> None:
+    def __init__(self, grace_s: float = 25.0, stuck: Callable[[], bool] | None = None) -> None:
         self.grace_s = grace_s
+        #: True while the main thread waits on a peer that a stop makes pointless to wait for
+        self.stuck = stuck
         self.signum: int | None = None
         self.received_at: float | None = None
         self._installed = False
@@ -119,8 +122,19 @@ class StopRequest:
             data = os.read(self._wake_r, 64)
             if any(b in (int(s) for s in self.signals) for b in data):
                 break
-        time.sleep(self.grace_s)
-        _log.error(f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now")
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            # under --replicas, a process waiting in its group's quorum when the agent stops it
+            # waits for a dead peer of its own group: no step end will come to checkpoint at
+            if self.stuck is not None and self.stuck():
+                _log.warning(
+                    "distrain: stop signal while waiting on a replica-group peer that is gone; exiting now"
+                )
+                os._exit(self.exit_code)
+            time.sleep(0.1)
+        _log.error(
+            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now"
+        )
         os._exit(self.exit_code)
 
 
@@ -131,9 +145,15 @@ class Preemption:
     no signal stop with the one that did), writes its checkpoint, and calls :meth:`exit`.
     """
 
-    def __init__(self, ctx: Any, grace_s: float = 25.0, handle_signals: bool = True) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        grace_s: float = 25.0,
+        handle_signals: bool = True,
+        stuck: Callable[[], bool] | None = None,
+    ) -> None:
         self.ctx = ctx
-        self.request = StopRequest(grace_s)
+        self.request = StopRequest(grace_s, stuck)
         self.enabled = handle_signals
         #: True while the checkpoint answering the signal is written (a second signal is expected)
         self.answering = False
@@ -146,7 +166,9 @@ class Preemption:
             return False
         if not self.ctx.distributed:
             return self.request.requested
-        return bool(self.ctx.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0)
+        return bool(
+            self.ctx.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0
+        )
 
     def peer_gone(self, after_s: float) -> bool:
         """A signal came *during* a save that was not answering one, `after_s` ago or more.

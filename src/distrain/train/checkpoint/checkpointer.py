@@ -119,7 +119,8 @@ class Checkpointer:
         self.async_save = async_save
         self.objects: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
-        self.preemption = Preemption(ctx, grace_s, handle_signals)
+        stuck = ctx.replicas.stuck if ctx.replicas is not None else None
+        self.preemption = Preemption(ctx, grace_s, handle_signals, stuck)
         self.topology = nodes.Topology.single()
         self._reg = Registered()
         self._group: dist.ProcessGroup | None = None  # DCP's own group: safe from a background thread
