@@ -30,6 +30,7 @@ p.add_argument("--steps", type=int, default=300)
 p.add_argument("--lr", type=float, default=2e-3)
 p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
 p.add_argument("--bf16", action="store_true", help="bf16 compute (fp32 gradient reduction under fsdp)")
+p.add_argument("--activation-checkpointing", action="store_true", help="recompute each block's activations in backward")
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--log-every", type=int, default=10)
 p.add_argument("--checkpoint-dir", default=None, help="save here and resume from here automatically")
@@ -92,7 +93,7 @@ ctx = distrain.init(precision="bf16" if args.bf16 else "fp32")  # 1
 torch.manual_seed(args.seed)
 with ctx.init_model():  # 2: shapes only, no memory: a 100 M model costs nothing here
     model = GPT()
-model = ctx.prepare_model(model, strategy=args.strategy)  # initialised, sharded (fsdp) or replicated (ddp)
+model = ctx.prepare_model(model, strategy=args.strategy, activation_checkpointing=args.activation_checkpointing)  # initialised, sharded (fsdp) or replicated (ddp)
 n_params = sum(p.numel() for p in model.parameters())  # DTensors count their full size
 train_loader = ctx.prepare_loader(Windows(data[:split], args.block_size), batch_size=args.batch_size, seed=args.seed)  # 3
 val_set = Windows(data[split:], args.block_size)
@@ -140,6 +141,8 @@ while step < args.steps:
         ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
 val_loss = evaluate()
 ctx.print(f"done: validation loss {val_loss:.3f} after {step} steps")
+if ctx.device.type == "cuda":
+    ctx.print(f"peak memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB (rank 0)")
 if ckpt:
     ckpt.save(step)
     ckpt.close()

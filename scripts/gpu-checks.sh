@@ -1,31 +1,115 @@
 #!/usr/bin/env bash
-# The GPU-only checks, for a machine with a CUDA GPU (CI has none). Output: ${OUT:-/tmp/gpu-checks}.
-#   bash scripts/gpu-checks.sh
+# GPU acceptance in one command, for a machine with 1-8 CUDA GPUs (CI has none):
+#   bash scripts/gpu-checks.sh          # report: ${OUT:-/tmp/gpu-checks}/report.md (the path is printed)
+# Every step is bounded by `timeout`; a step that fails or times out is recorded and the next one
+# runs. The limits are ceilings (about 10 minutes in all is the aim on one H100). Without a GPU it
+# says so in one line and exits 2, having run nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+if [ "${CUDA_VISIBLE_DEVICES-unset}" = "" ] || [ "${CUDA_VISIBLE_DEVICES-}" = "-1" ] \
+  || ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "gpu-checks: no CUDA GPU on this machine (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES hides them); nothing was run" >&2
+  exit 2
+fi
+ngpu=$($py -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+if [ "${ngpu:-0}" -lt 1 ]; then
+  echo "gpu-checks: nvidia-smi lists a GPU but torch sees none (a CPU build of torch, or a driver too old for it); nothing was run" >&2
+  exit 2
+fi
+n=$((ngpu < 8 ? ngpu : 8))        # processes of the multi-GPU steps: one per GPU, at most 8
+n2=$((n < 2 ? n : 2))             # the tutorial scripts and the hang: 2 ranks where there are 2 GPUs
 out=${OUT:-/tmp/gpu-checks}
-mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-d() { python3 -m distrain.cli "$@"; }
-{
-  nvidia-smi -L
-  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
-} 2>&1 | tee "$out/machine.txt"
-# pytest: GPU tests, plus the GPU cases of the checkpoint / monitor / doctor files
-python3 -m pytest -p no:cacheprovider -v tests/jobs/test_gpu.py tests/jobs/test_gpu_comm.py \
-  "tests/jobs/test_checkpoint.py::test_cuda_rng_and_model_round_trip" \
-  "tests/jobs/test_monitor.py::test_gpu_probe_reads_nvml" 2>&1 | tee "$out/gpu-tests.log" | tail -15
-# the doctor on a GPU machine
-d doctor --expect-gpu 2>&1 | tee "$out/doctor.txt" | tail -40
-# fast (forked) start vs fresh interpreters on CUDA: bitwise equal?
-d run --gpus 0 examples/train_digits.py --epochs 2 --out /tmp/g-fast 2>&1 | tail -2
-d run --gpus 0 --start-method spawn examples/train_digits.py --epochs 2 --out /tmp/g-fresh 2>&1 | tail -2
-python3 -c "import torch;a=torch.load('/tmp/g-fast/model.pt',weights_only=True);b=torch.load('/tmp/g-fresh/model.pt',weights_only=True);print('fast == fresh on CUDA:', all(torch.equal(a[k],b[k]) for k in a))"
-# metrics with NVML columns
-d run -n 1 --run-dir /tmp/g-run examples/train_digits.py --epochs 3 --out /tmp/g-run/out >/dev/null 2>&1
-d top /tmp/g-run --once 2>&1 | tee "$out/top.txt"
-# checkpoint + resume on GPU (fp16 scaler state included)
-d run -n 1 examples/train_digits.py --amp --epochs 2 --checkpoint-dir /tmp/g-ck --checkpoint-every 10 --out /tmp/g-ck/out 2>&1 | tail -2
-d run -n 1 examples/train_digits.py --amp --epochs 3 --checkpoint-dir /tmp/g-ck --checkpoint-every 10 --out /tmp/g-ck/out 2>&1 | grep -i "resumed\|done"
-# scaling bench on one GPU
-d bench scaling --nproc 1 --epochs 2 --out /tmp/g-bench 2>&1 | tail -8
+d=("$py" -m distrain.cli)   # an array, so that `timeout` can run it
+steps="$out/steps.tsv"
+: > "$steps"
+
+# step NAME SECONDS CMD...: run CMD bounded by SECONDS, output in $out/NAME.log, outcome in steps.tsv.
+# EXPECT=nonzero: the command is meant to fail (the hang); then exit 0 is the failure.
+step() {
+  local name=$1 limit=$2 t0=$SECONDS rc status
+  shift 2
+  echo "== $name (at most ${limit} s)"
+  timeout --kill-after=15 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout
+  elif [ "${EXPECT:-zero}" = nonzero ]; then status=$([ $rc -ne 0 ] && echo ok || echo failed)
+  else status=$([ $rc -eq 0 ] && echo ok || echo failed); fi
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$((SECONDS - t0))" >>"$steps"
+  tail -n 2 "$out/$name.log"
+}
+# check NAME CMD...: a step's verdict line (a Python check of what earlier steps left) as NAME.result
+check() {
+  local name=$1
+  shift
+  step "$name" 120 "$@"
+  tail -n 1 "$out/$name.log" >"$out/$name.result"
+}
+skip() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >>"$steps"; echo "== $1 skipped: $2"; }
+
+step machine 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $py -c \"import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
+  'nccl', '.'.join(map(str, torch.cuda.nccl.version())), 'device', torch.cuda.get_device_name(0))\""
+device=$($py -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null)
+
+step doctor 180 "${d[@]}" doctor --expect-gpu
+step doctor_json 180 bash -c "$py -m distrain.cli doctor --expect-gpu --json > '$out/doctor.json'"
+
+if [ "$n" -ge 2 ]; then
+  step bench_comm_nccl 240 "${d[@]}" bench comm -n "$n" --backend nccl -e 256M
+else
+  skip bench_comm_nccl "NCCL collectives need 2 GPUs (this machine has 1)"
+fi
+
+mapfile -t gpu_tests < <($py scripts/gpu_checks.py gpu-tests)
+if [ ${#gpu_tests[@]} -gt 0 ]; then
+  step gpu_tests 900 $py -m pytest -p no:cacheprovider -q "${gpu_tests[@]}"
+else
+  skip gpu_tests "no GPU-only test found under tests/jobs"
+fi
+
+# tutorial-style GPU-only scripts: native on GPUs, then the same script under --cpu; parameters compared
+tut() {  # tut NAME FLAGS... -- SCRIPT ARGS...: runs into $out/tut-NAME/{gpu,cpu}
+  local name=$1 flags=()
+  shift
+  while [ "$1" != -- ]; do flags+=("$1"); shift; done
+  shift
+  mkdir -p "$out/tut-$name/gpu" "$out/tut-$name/cpu"
+  step "tut_${name}_gpu" 300 "${d[@]}" run -n "$n2" "${flags[@]}" "$@" --out "$out/tut-$name/gpu"
+  step "tut_${name}_cpu" 300 "${d[@]}" run --cpu -n "$n2" "${flags[@]}" "$@" --out "$out/tut-$name/cpu"
+  check "tut_${name}_same" $py scripts/gpu_checks.py compare "$out/tut-$name/gpu/final.pt" "$out/tut-$name/cpu/final.pt"
+}
+tut ddp_torchrun -- tests/gpu_scripts/ddp_torchrun.py
+tut legacy_launch --legacy-local-rank -- tests/gpu_scripts/legacy_launch.py
+tut image_classifier -- tests/gpu_scripts/image_classifier.py
+tut snapshot_trainer -- tests/gpu_scripts/snapshot_trainer.py
+# the mp.spawn tutorial starts one process per visible GPU itself, natively; --cpu stands in as many
+mkdir -p "$out/tut-spawn/gpu" "$out/tut-spawn/cpu"
+TUTORIAL_PORT=29613 step tut_spawn_gpu 300 $py tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/gpu"
+TUTORIAL_PORT=29614 step tut_spawn_cpu 300 "${d[@]}" run --cpu -n "$ngpu" tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/cpu"
+check tut_spawn_same $py scripts/gpu_checks.py compare "$out/tut-spawn/gpu/final.pt" "$out/tut-spawn/cpu/final.pt"
+
+# the 100 M GPT: FSDP + bf16 with and without activation checkpointing (peak memory), then DDP throughput
+gpt=(examples/train_gpt.py --size 100m --bf16 --batch-size 16 --block-size 1024)
+step fsdp_bf16 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --steps 20 --log-every 10 --out "$out/gpt-fsdp"
+step fsdp_bf16_ac 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --activation-checkpointing --steps 20 --log-every 10 --out "$out/gpt-fsdp-ac"
+for s in fsdp_bf16 fsdp_bf16_ac; do grep -o 'peak memory .*' "$out/$s.log" | tail -n 1 >"$out/$s.result"; done
+step gpt_throughput 300 "${d[@]}" run -n "$n" "${gpt[@]}" --steps 60 --log-every 20 --out "$out/gpt-ddp"
+check gpt_mfu $py scripts/gpu_checks.py gpt "$out/gpt_throughput.log" --device "$device" --gpus "$n" --batch 16 --block 1024
+
+# distrain top with NVML columns, from a finished job's run directory
+step top_job 300 "${d[@]}" run -n "$n" --run-dir "$out/run-top" examples/train_digits.py --epochs 3 --out "$out/run-top/out"
+step top_json 60 bash -c "$py -m distrain.cli top '$out/run-top' --json > '$out/top.json'"
+check top_nvml $py scripts/gpu_checks.py top "$out/top.json"
+
+# a hang on NCCL: the last rank sleeps at step 3, the watchdog must name it and stop the job
+EXPECT=nonzero step watchdog_hang 240 "${d[@]}" run -n "$n2" --watchdog 20 tests/scripts/mn_train.py --steps 100000 \
+  --hang-rank $((n2 - 1)) --hang-step 3
+check watchdog_named $py scripts/gpu_checks.py watchdog "$out/watchdog_hang.log"
+
+report=$($py scripts/gpu_checks.py report "$out")
+echo "gpu-checks: report written to $report"
+# exit 1 when any step failed or timed out
+! awk -F'\t' '$2 == "failed" || $2 == "timeout" {bad = 1} END {exit !bad}' "$steps"
