@@ -20,7 +20,11 @@ fi
 n=$((ngpu < 8 ? ngpu : 8))        # processes of the multi-GPU steps: one per GPU, at most 8
 n2=$((n < 2 ? n : 2))             # the tutorial scripts and the hang: 2 ranks where there are 2 GPUs
 out=${OUT:-/tmp/gpu-checks}
-rm -rf "$out" && mkdir -p "$out"
+if [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/steps.tsv" ]; then
+  echo "gpu-checks: $out holds files of something else; set OUT to an empty or new folder" >&2
+  exit 2
+fi
+rm -rf "$out" && mkdir -p "$out"   # a previous report of this script is replaced
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 d=("$py" -m distrain.cli)   # an array, so that `timeout` can run it
 steps="$out/steps.tsv"
