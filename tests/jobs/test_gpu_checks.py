@@ -49,7 +49,7 @@ def test_the_gpu_tests_it_runs_are_the_ones_that_skip_without_a_gpu() -> None:
     ids = run([python(), HELPER, "gpu-tests"], timeout=60, check=True).stdout.split()
     assert "tests/jobs/test_gpu.py" in ids  # a file marked as a whole
     assert (
-        "tests/jobs/test_checkpoint.py::test_cuda_rng_and_model_round_trip" in ids
+        "tests/jobs/test_checkpoint_files.py::test_cuda_rng_and_model_round_trip" in ids
     )  # one decorated test
     assert (
         "tests/jobs/test_gpu_comm.py::test_nccl_bench_comm_and_all_ranks_doctor" in ids

@@ -1,0 +1,56 @@
+"""What the checkpoint job tests share: the worker they launch, a bounded run, bitwise checks and
+an uninterrupted baseline computed once per test session (tests/jobs/test_checkpoint*.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.paths import REPO
+from helpers.processes import python, run
+
+WORKER = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
+DISTRAIN = [python(), "-m", "distrain.cli", "run"]
+TORCHRUN = [python(), "-m", "torch.distributed.run"]
+JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
+
+
+def distrain_run(nproc: int, *worker_args: str, restarts: int = 0, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    cmd = DISTRAIN + ["-n", str(nproc)] + (["--max-restarts", str(restarts)] if restarts else []) + [WORKER, *worker_args]
+    return run(cmd, timeout=timeout)
+
+
+def params(path: str | Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def assert_bitwise(a: str | Path, b: str | Path) -> None:
+    sa, sb = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    assert sa["step"] == sb["step"]
+    for key in sa["model"]:
+        assert torch.equal(sa["model"][key], sb["model"][key]), f"{key} differs"
+    for key, state in sa["opt"]["state"].items():
+        assert torch.equal(state["momentum_buffer"], sb["opt"]["state"][key]["momentum_buffer"])
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    return result
+
+
+def shared_baseline(tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2) -> Path:
+    """An uninterrupted run, computed once per test session even across xdist workers."""
+    root = tmp_path_factory.getbasetemp().parent
+    # keyed by the worker's code too: sessions of other checkouts share this directory
+    name = f"{name}-{hashlib.sha256(Path(WORKER).read_bytes()).hexdigest()[:10]}"
+    out = root / f"baseline-{name}.pt"
+    with open(root / f"baseline-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            ok(distrain_run(nproc, "--out", str(out), *worker_args))
+    return out
