@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import SRC
+from helpers import REPO, SRC
 
 PKG = SRC / "distrain"
 
@@ -143,8 +143,11 @@ def test_contract_and_launcher_import_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_no_source_file_over_400_lines() -> None:
-    long = {str(p.relative_to(SRC)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+def test_no_python_file_over_400_lines() -> None:
+    """The package, its tests, benchmarks, examples and scripts alike."""
+    folders = [PKG] + [REPO / name for name in ("tests", "benchmarks", "examples", "scripts")]
+    long = {str(p.relative_to(REPO)): n for folder in folders for p in folder.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
 
 
