@@ -174,6 +174,8 @@ class Replicas:
         with self._waiting():  # synchronous: a pending heal is applied before it returns
             self.manager.start_quorum()
         step = self.manager.current_step()
+        if self.size > 1:
+            self._match_group()
         if self.rank == 0 and self.events:
             attempt = int(os.environ.get(RESTART_COUNT, "0") or 0)
             append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
@@ -184,6 +186,16 @@ class Replicas:
             )
         self._write_step(step)
         return step
+
+    def _match_group(self) -> None:
+        # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at the
+        # first quorum of a job (init_sync) groups may start from different weights, and the
+        # ranks of one group then got different ones; DDP inside the group needs them equal
+        with torch.no_grad():
+            for obj in self.objects.values():
+                if isinstance(obj, nn.Module):
+                    for t in [*obj.parameters(), *obj.buffers()]:
+                        dist.broadcast(t, src=0)
 
     def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
         """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""
