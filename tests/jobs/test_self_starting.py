@@ -59,6 +59,16 @@ def test_process_loop_runs_once_and_trains(cpu: bool) -> None:
     assert "EADDRINUSE" not in err and "Address already in use" not in err
 
 
+def test_pool_whose_workers_form_a_group_runs_once() -> None:
+    code, out, err, _ = _run("-n", "2", str(SCRIPTS / "pool_tutorial.py"))
+    assert code == 0, err[-3000:]
+    assert "pool_tutorial.py starts its own workers (torch.multiprocessing.Pool at line" in err, (
+        err[-2000:]
+    )
+    for rank in (0, 1):
+        assert out.count(f"pool rank {rank} of 2: all-reduced 3") == 1, out
+
+
 def test_child_failing_set_device_ends_the_job_with_its_cause() -> None:
     """Issue 23's case: world size 3 on 2 stand-in GPUs; child 3's set_device(2) fails."""
     code, _, err, took = _run("--cpu", "-n", "2", TUTORIAL, "--world-size", "3", timeout=90)

@@ -13,9 +13,11 @@ sitecustomize) and in each fresh child (spawn start method):
 
 from __future__ import annotations
 
+import atexit
 import functools
 import multiprocessing.process
 import os
+import shutil
 import sys
 import tempfile
 
@@ -44,6 +46,9 @@ def install() -> None:
     from ...settings import Settings
 
     folder = tempfile.mkdtemp(prefix="distrain-form-")
+    atexit.register(
+        shutil.rmtree, folder, True
+    )  # run by the script only: forked children end in os._exit
     os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
     _watcher = Watcher(folder, Settings.read().form_timeout_s)
     original = multiprocessing.process.BaseProcess.start

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -166,6 +167,7 @@ class Watcher:
         error_file = os.environ.get(ERROR_FILE)
         if error_file:
             _write_error_file(error_file, verdict)
+        shutil.rmtree(self.folder, ignore_errors=True)  # os._exit skips the atexit that would
         os._exit(1)
 
 
