@@ -69,6 +69,24 @@ def test_pool_whose_workers_form_a_group_runs_once() -> None:
         assert out.count(f"pool rank {rank} of 2: all-reduced 3") == 1, out
 
 
+def test_pool_task_failing_before_init_ends_the_job_naming_the_missing_rank() -> None:
+    """The pool keeps the failed task's worker, so nobody dies: the formation bound ends it."""
+    code, _, err, took = _run(
+        "-n",
+        "2",
+        str(SCRIPTS / "pool_tutorial.py"),
+        timeout=90,
+        DTEST_FAIL_RANK="1",
+        DISTRAIN_FORM_TIMEOUT="5",
+    )
+    # multiprocessing's resource tracker may warn about the pool's semaphores after the verdict
+    last = [line for line in err.splitlines() if line.startswith("distrain run:")][-1]
+    assert code != 0 and took < 90, err[-2000:]
+    assert "the group of 2 did not form within 5 s (rank 1 never joined; 1 of 2 joined)" in last, (
+        last
+    )
+
+
 def test_child_failing_set_device_ends_the_job_with_its_cause() -> None:
     """Issue 23's case: world size 3 on 2 stand-in GPUs; child 3's set_device(2) fails."""
     code, _, err, took = _run("--cpu", "-n", "2", TUTORIAL, "--world-size", "3", timeout=90)

@@ -2,8 +2,8 @@
 
 MASTER_PORT comes from DTEST_MASTER_PORT (fixed in the script, as tutorials do).  Each rank
 all-reduces its rank + 1 and returns the sum; the parent prints one line per rank.
-``DTEST_FAIL_RANK=R`` makes rank R's task raise before init_process_group (not watched yet: the
-other task waits at the rendezvous; see docs/self_starting.md).
+``DTEST_FAIL_RANK=R`` makes rank R's task raise before init_process_group (the pool keeps
+its worker, so only the formation bound ends the job).
 """
 
 import os

@@ -48,11 +48,14 @@ class Watcher:
     _thread: threading.Thread | None = None
     _first_join: float | None = None
     _dead_since: dict[int, float] = field(default_factory=dict)
+    _ending: bool = False
 
     def add(self, proc: Any) -> None:
         """Watch a child the script started (a multiprocessing process); starts the thread once."""
         with self._lock:
             self.procs[proc.pid] = proc
+            if self._ending:  # a Pool replaces the workers the end killed: these go too
+                _signal(proc.pid, signal.SIGKILL)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="distrain-form-watch", daemon=True
@@ -152,6 +155,7 @@ class Watcher:
 
     def _end(self, verdict: str) -> None:
         with self._lock:
+            self._ending = True
             procs = dict(self.procs)
         for pid in procs:
             _signal(pid, signal.SIGTERM)
