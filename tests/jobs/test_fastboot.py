@@ -182,3 +182,16 @@ def test_a_script_error_before_init_runs_once_and_ends_with_its_cause(kind: str,
     assert FALLBACK_LINE not in res.stderr, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("distrain run: job failed: rank ") and cause in last, last
+
+
+def test_an_error_retried_in_a_fresh_interpreter_still_ends_with_its_cause() -> None:
+    """A RuntimeError before init may be the fork's doing: it is retried in fresh interpreters,
+    which fail before importing distrain (no excepthook, no error file); the last line must
+    still name the cause, not only "exited with code 1"."""
+    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / "fails_early.py")], timeout=120,
+              env={"FAILS_EARLY": "runtime-error"})
+    assert res.returncode == 1, res.stderr
+    assert FALLBACK_LINE in res.stderr, res.stderr
+    assert res.stderr.count("RuntimeError: the licence server refused this host") >= 2, res.stderr  # live traceback too
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("distrain run: job failed: rank ") and "RuntimeError: the licence server refused this host" in last, last

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob
 from ..log import get_logger
+from .fresh_child import run_fresh_child
 from .title import set_worker_title
 
 _log = get_logger("runtime")
@@ -275,14 +276,15 @@ def _run_fresh(script: str, script_args: tuple[str, ...]) -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     python = os.environ.get("PYTHON_EXEC", sys.executable)  # torchrun's interpreter override
-    proc = subprocess.Popen([python, "-u", script, *script_args], preexec_fn=_die_with_parent)
 
-    def forward(signum: int, _frame: object) -> None:
-        proc.send_signal(signum)
+    def forward_signals(proc: subprocess.Popen[bytes]) -> None:
+        def forward(signum: int, _frame: object) -> None:
+            proc.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, forward)
-    code = proc.wait()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, forward)
+
+    code = run_fresh_child([python, "-u", script, *script_args], _die_with_parent, forward_signals)
     if code < 0:  # killed by a signal: die by the same one so the agent reports it
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

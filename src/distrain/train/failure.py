@@ -57,15 +57,12 @@ def is_peer_failure(err: BaseException) -> bool:
 
 def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
     """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
-    data = {
-        "message": {
-            "message": f"{type(err).__name__}: {err}",
-            "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(type(err), err, tb)),
-                "timestamp": str(int(time.time())),
-            },
-        }
-    }
+    write_error_message(path, f"{type(err).__name__}: {err}", "".join(traceback.format_exception(type(err), err, tb)))
+
+
+def write_error_message(path: str, message: str, callstack: str) -> None:
+    """Write the agent's error-file JSON from a message and the traceback's text."""
+    data = {"message": {"message": message, "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
     with open(path, "w") as f:
         json.dump(data, f)
 
