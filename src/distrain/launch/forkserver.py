@@ -4,9 +4,10 @@ A torchrun worker is a fresh interpreter that pays for ``import torch`` (~2 s he
 optimizer's lazy ``import torch._dynamo`` (~1.5 s) and the script's own imports — every worker,
 on every start and every restart.  ``--start-method fast`` (the default) instead:
 
-1. starts Python's multiprocessing fork server at the very beginning of `distrain run`, before
-   the launcher imports torch itself, preloading torch, ``torch._dynamo``, distrain and the
-   script's top-level imports (:mod:`distrain.runtime.preload`), so both imports overlap;
+1. starts Python's multiprocessing fork server at the beginning of `distrain run`, forked from
+   the launcher right after its ``import torch`` (:mod:`distrain.launch.server_fork`), which
+   then preloads ``torch._dynamo``, distrain and the script's top-level imports
+   (:mod:`distrain.runtime.preload`) while the launcher goes on;
 2. hands torch's elastic agent a *callable* entrypoint (:func:`distrain.runtime.forked.run_script`, named by a
    :class:`~distrain.contract.WorkerEntrypoint`) with
    ``LaunchConfig.start_method = "forkserver"``: the agent's rendezvous, restarts, environment
@@ -82,7 +83,9 @@ def _script_from_argv(argv: list[str]) -> str | None:
         if name in _FRESH_ONLY_FLAGS or name in _NO_LAUNCH_FLAGS:
             return None
         if name in ("--start-method", "--start_method"):
-            value = tok.split("=", 1)[1] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else "")
+            value = (
+                tok.split("=", 1)[1] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else "")
+            )
             if value not in ("fast", "forkserver"):
                 return None
         if tok.endswith(".py") and os.path.isfile(tok):
@@ -101,7 +104,12 @@ def top_level_imports(script: str) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module != "__future__"
+        ):
             names.append(node.module)
     here = os.path.dirname(os.path.abspath(script))
     keep: list[str] = []
@@ -118,8 +126,17 @@ def top_level_imports(script: str) -> list[str]:
 
 
 def start_server(script: str) -> None:
-    """Start the preloading fork server now, so its imports overlap the launcher's own."""
+    """Start the preloading fork server now: forked from this process once it imported torch.
+
+    The server then imports only what torch does not bring (``torch._dynamo``, distrain, the
+    script's imports) while the launcher goes on; a fresh server would import torch a second
+    time beside the launcher's own import (launch/server_fork.py).
+    """
     import multiprocessing.forkserver as forkserver
+
+    import torch  # noqa: F401 - the launcher imports it anyway; the forked server inherits it
+
+    from .server_fork import forked_server
 
     os.environ[PRELOAD] = ",".join(top_level_imports(script))
     # the server and multiprocessing's resource tracker it starts inherit "ignore SIGUSR1": a
@@ -128,7 +145,8 @@ def start_server(script: str) -> None:
     previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
-        forkserver.ensure_running()
+        with forked_server():
+            forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGUSR1, previous)
         os.environ.pop(PRELOAD, None)
@@ -168,7 +186,9 @@ def fresh_reason(args: argparse.Namespace) -> str | None:
         with open(args.training_script, "rb") as f:
             compile(f.read(), args.training_script, "exec", dont_inherit=True)
     except (OSError, SyntaxError, ValueError) as err:
-        return f"{args.training_script} is not Python source distrain can fork ({type(err).__name__})"
+        return (
+            f"{args.training_script} is not Python source distrain can fork ({type(err).__name__})"
+        )
     return None
 
 
@@ -186,7 +206,11 @@ def run(args: argparse.Namespace) -> None:
     if method == "fast":
         reason = forkserver_unsafe() or fresh_reason(args)
         if reason:
-            print(f"{PROG}: {reason}; starting workers in fresh interpreters", file=sys.stderr, flush=True)
+            print(
+                f"{PROG}: {reason}; starting workers in fresh interpreters",
+                file=sys.stderr,
+                flush=True,
+            )
             method = "spawn"
     if method == "spawn":
         args.start_method = "spawn"
@@ -196,10 +220,18 @@ def run(args: argparse.Namespace) -> None:
     # the rendezvous defaults of torch.distributed.run.run(), which we cannot call with a callable
     torch.multiprocessing._set_thread_name("pt_elastic")
     if args.standalone:
-        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
+            "c10d",
+            "localhost:0",
+            str(uuid.uuid4()),
+        )
     elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None:
         if torchrun.parse_min_max_nnodes(args.nnodes)[1] == 1:
-            args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+            args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
+                "c10d",
+                "localhost:0",
+                str(uuid.uuid4()),
+            )
     if args.master_port is None:
         args.master_port = 29500
     args.run_path = True  # torch's callable-entrypoint mode: cmd_args = [script, *script args]
@@ -212,10 +244,14 @@ def run(args: argparse.Namespace) -> None:
     fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
     imports = top_level_imports(cmd_args[0])
     # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
-    job = ForkJob(cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports))
+    job = ForkJob(
+        cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports)
+    )
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
     try:
-        elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(job, *cmd_args[1:])
+        elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(
+            job, *cmd_args[1:]
+        )
     finally:
         if fallback_dir:
             shutil.rmtree(fallback_dir, ignore_errors=True)

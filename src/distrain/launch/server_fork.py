@@ -1,0 +1,101 @@
+"""Start Python's fork server by forking `distrain run` after its ``import torch``, not by exec.
+
+multiprocessing starts its fork server as a fresh ``python -c "from multiprocessing.forkserver
+import main; main(...)"``, which imports torch again (~2 CPU-seconds here) while the launcher
+imports it too.  Forking the launcher once it has imported torch gives the server torch for
+free (the server then only adds ``torch._dynamo``, distrain and the script's imports), with the
+same command the stdlib would have run: the launcher has started no thread, no store and no
+CUDA at that point.  The server's file descriptors are what the stdlib's exec would have kept
+(stdio and the descriptors it passes); only the fork server is started this way, never the
+resource tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+#: the stdlib's launch of its fork server, which is what gets forked instead of exec'd
+_SERVER_MAIN = "from multiprocessing.forkserver import main"
+
+
+@contextlib.contextmanager
+def forked_server() -> Iterator[None]:
+    """While active, ``multiprocessing.forkserver.ensure_running()`` forks this process for its server."""
+    import multiprocessing.util as mp_util
+
+    original = mp_util.spawnv_passfds
+
+    def spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
+        command = _server_command(args)
+        if command is None or threading.active_count() > 1:  # a thread would not survive the fork
+            return original(path, args, passfds)
+        return _fork_and_run(command, set(passfds))
+
+    mp_util.spawnv_passfds = spawnv_passfds
+    try:
+        yield
+    finally:
+        mp_util.spawnv_passfds = original
+
+
+def _server_command(args: list[str]) -> str | None:
+    """The ``-c`` command of a fork-server launch (None for any other program, e.g. the tracker)."""
+    if "-c" not in args[:-1]:
+        return None
+    command = args[args.index("-c") + 1]
+    return command if command.startswith(_SERVER_MAIN) else None
+
+
+def _fork_and_run(command: str, passfds: set[int]) -> int:
+    for stream in (sys.stdout, sys.stderr):  # or the child would write our buffered output again
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _close_fds_except(passfds | {0, 1, 2})
+        _fresh_forkserver_state()
+        exec(command, {"__name__": "__mp_forkserver__"})  # noqa: S102 - the stdlib's own command
+        code = 0
+    except SystemExit as stop:  # the server ends with SystemExit when every client is gone
+        code = stop.code if isinstance(stop.code, int) else 0
+    except BaseException:  # noqa: BLE001 - the child must never return into the launcher
+        with contextlib.suppress(Exception):
+            sys.excepthook(*sys.exc_info())
+    finally:
+        os._exit(code)
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    """Close every descriptor but `keep`, as the stdlib's ``close_fds=True`` exec would."""
+    try:
+        max_fd = os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        max_fd = 65536
+    start = 0
+    for fd in sorted(keep) + [max_fd]:
+        if fd > start:
+            os.closerange(start, fd)
+        start = max(start, fd + 1)
+
+
+def _fresh_forkserver_state() -> None:
+    """The child's copy of the stdlib's fork-server object, as a fresh interpreter would have it.
+
+    The parent forked inside ``ensure_running()``'s lock, with distrain's preload set: a worker
+    forked from this server that starts a fork server of its own (a DataLoader or a script's
+    own processes with the forkserver start method) would otherwise wait on that lock forever,
+    and its server would preload torch.
+    """
+    import multiprocessing.forkserver as forkserver
+
+    server: Any = forkserver._forkserver  # the module's singleton (no public accessor)
+    server._lock = threading.Lock()
+    server._preload_modules = ["__main__"]
