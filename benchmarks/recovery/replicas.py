@@ -30,6 +30,7 @@ Measured, in one run:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -197,7 +198,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=400, help="steps of each fault-free overhead run")
     p.add_argument("--rounds", type=int, default=2, help="interleaved overhead rounds")
     p.add_argument("--restarts", type=int, default=100, help="--max-restarts of every variant")
+    p.add_argument("--variants", default="replicas,distrain,torchrun", help="which variants run under kills (comma list)")
     args = p.parse_args()
+    chosen = [v for v in args.variants.split(",") if v]
+    if not chosen or set(chosen) - set(commands(args.restarts)):
+        p.error(f"--variants: choose from {', '.join(commands(args.restarts))}")
     print(f"load before: {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -208,7 +213,7 @@ def main() -> None:
                 times[variant].append(t)
                 print(f"round {r + 1}: {variant:<9} median step {t * 1000:7.2f} ms", flush=True)
         fire = {}
-        for variant in commands(args.restarts):
+        for variant in chosen:
             fire[variant] = under_fire(variant, args.minutes, args.period, work, args.restarts)
             res = fire[variant]
             print(
@@ -226,7 +231,7 @@ def main() -> None:
     print(
         f"\ngoodput, one SIGKILL every {args.period:g} s for {args.minutes:g} min (useful steps per minute):"
     )
-    torch_rate = fire["torchrun"]["useful"] / args.minutes  # type: ignore[operator]
+    torch_rate = fire["torchrun"]["useful"] / args.minutes if "torchrun" in fire else math.nan  # type: ignore[operator]
     for variant, res in fire.items():
         rate, full = res["useful"] / args.minutes, res["full"] / args.minutes  # type: ignore[operator]
         print(
@@ -235,7 +240,7 @@ def main() -> None:
     print(
         "\nreplicas, per kill: survivors' longest step gap (median step) | kill -> replacement's first committed step"
     )
-    for i, (gap, med, back) in enumerate(pauses(fire["replicas"])):
+    for i, (gap, med, back) in enumerate(pauses(fire["replicas"]) if "replicas" in fire else []):
         print(f"  kill {i + 1}: {gap:6.2f} s ({med * 1000:6.1f} ms) | {back:6.2f} s")
     print(f"load after: {loadavg()}")
 
