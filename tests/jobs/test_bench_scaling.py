@@ -37,7 +37,8 @@ def _close(cell: str, value: float | None, digits: int) -> bool:
 @pytest.mark.slow
 def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    args = ["--workload", "digits", "--nproc", "1,2", "--sync-bn", "both", "--epochs", "2", "--batch-size", "64", "--out", str(out)]
+    # one epoch: the timed steps come from inside an epoch, and every per-epoch field is checked on it
+    args = ["--workload", "digits", "--nproc", "1,2", "--sync-bn", "both", "--epochs", "1", "--batch-size", "64", "--out", str(out)]
     res = run(BENCH + args, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
 
@@ -55,7 +56,7 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     assert [r["name"] for r in results["rounds"]] == ["n1-bn", "n1-allcores", "n2-bn", "n2-syncbn"]
     for r in runs.values():
         assert r["status"] == "ok" and r["exit_code"] == 0 and r["rounds"] == 1
-        assert len(r["epochs"]) == 2
+        assert len(r["epochs"]) == 1
         assert all(e["seconds"] > 0 and e["samples"] > 0 for e in r["epochs"])
         assert all(0.0 <= e["test_acc"] <= 1.0 for e in r["epochs"])
         assert r["time_per_epoch_mean"] > 0 and r["samples_per_s"] > 0 and r["peak_rss_mb_per_process"] > 0

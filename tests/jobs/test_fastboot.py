@@ -18,11 +18,12 @@ from distrain.train.comm_hooks import parse_hook
 
 SCRIPTS = REPO / "tests" / "fastboot_scripts"
 FALLBACK_LINE = "running workers in fresh interpreters instead"
+RUN = [python(), "-m", "distrain.cli", "run"]
 
 
 def distrain_run(*args: str, out: Path | None = None, timeout: float = 240):
     env = {"PROBE_OUT": str(out)} if out else None
-    return run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout, env=env)
+    return run([*RUN, *args], timeout=timeout, env=env)
 
 
 def ranks(out: Path) -> list[dict]:
@@ -90,9 +91,7 @@ def test_script_failing_in_the_fork_path_falls_back_once(tmp_path: Path) -> None
 
 
 def test_module_launch_uses_fresh_interpreters_and_says_so(tmp_path: Path) -> None:
-    res = run(
-        [python(), "-m", "distrain.cli", "run", "-n", "1", "-m", "json.tool", "--help"], timeout=120
-    )
+    res = run([*RUN, "-n", "1", "-m", "json.tool", "--help"], timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("starting workers in fresh interpreters") == 1
 
@@ -107,10 +106,7 @@ def _digits(out: Path, *extra: str) -> dict[str, torch.Tensor]:
     """Train the digits example (3 epochs, 2 ranks); `extra`: 2 launcher args, then script args."""
     res = run(
         [
-            python(),
-            "-m",
-            "distrain.cli",
-            "run",
+            *RUN,
             "-n",
             "2",
             *extra[:2],
@@ -167,10 +163,7 @@ def test_powersgd_on_gloo_trains_when_the_model_spans_several_buckets(rehearsal:
     # under --cpu the script's device is a stand-in cuda one, and the group is still gloo
     res = run(
         [
-            python(),
-            "-m",
-            "distrain.cli",
-            "run",
+            *RUN,
             *rehearsal,
             "-n",
             "2",
@@ -214,10 +207,7 @@ def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
     # bit is test_digits_forked_start_is_bitwise_equal_to_fresh_start's job
     fresh = run(
         [
-            python(),
-            "-m",
-            "distrain.cli",
-            "run",
+            *RUN,
             "-n",
             "2",
             worker,
@@ -229,10 +219,7 @@ def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
     assert fresh.returncode == 0, fresh.stderr
     killed = run(
         [
-            python(),
-            "-m",
-            "distrain.cli",
-            "run",
+            *RUN,
             "-n",
             "2",
             "--max-restarts",
@@ -275,7 +262,7 @@ def test_a_script_error_before_init_runs_once_and_ends_with_its_cause(
     """The script's own error is not retried in fresh interpreters (it would fail the same way),
     and the launcher's last line names it."""
     res = run(
-        [python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / "fails_early.py")],
+        [*RUN, "-n", "2", str(SCRIPTS / "fails_early.py")],
         timeout=120,
         env={"FAILS_EARLY": kind},
     )
@@ -290,7 +277,7 @@ def test_an_error_retried_in_a_fresh_interpreter_still_ends_with_its_cause() -> 
     which fail before importing distrain (no excepthook, no error file); the last line must
     still name the cause, not only "exited with code 1"."""
     res = run(
-        [python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / "fails_early.py")],
+        [*RUN, "-n", "2", str(SCRIPTS / "fails_early.py")],
         timeout=120,
         env={"FAILS_EARLY": "runtime-error"},
     )
