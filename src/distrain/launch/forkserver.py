@@ -148,7 +148,7 @@ def start_server(script: str) -> None:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
         # a script that starts its own workers keeps the exec'd server: with the forked one, the
         # launcher twice outlived such a job by 90 s after its watch had ended it (2 test-suite
-        # runs of 6, cause not found; see docs/fast_start.md)
+        # runs of 5, cause not found; see docs/fast_start.md)
         if selfstart.find(script) is None:
             with forked_server():
                 forkserver.ensure_running()
