@@ -109,7 +109,7 @@ def test_cpu_rehearsal_runs_every_configuration_as_stand_in_gpus(tmp_path: Path)
         assert r["status"] == "ok" and r["epochs"][0]["samples"] == 1408, r
         log = Path(r["logs"][0]).read_text()
         n = r["nproc"]
-        assert f"{n} CPU process{'es' if n > 1 else ''} stand in for {n} GPU{'s' if n > 1 else ''}" in log, log[-2000:]
+        assert (f"{n} CPU processes stand in for {n} GPUs" if n > 1 else "1 CPU process stands in for 1 GPU") in log, log[-2000:]
         # the digits script picks cuda:<local rank> and NCCL as on a GPU machine; gloo formed underneath
         assert "backend gloo · device cuda" in log and "mapped in" in log and "cannot rehearse" not in log, log[-2000:]
 

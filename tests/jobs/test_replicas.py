@@ -40,7 +40,9 @@ def _starts(out: Path) -> list[tuple[int, int]]:
 def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", SCRIPT,
+    # --cpu too: under a rehearsal torch.accelerator answers for stand-in GPUs, and TorchFT's
+    # Manager must still not touch CUDA (it made a CUDA stream and failed on this CPU machine)
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", SCRIPT,
            "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -73,7 +73,9 @@ def main(argv: list[str]) -> int:
         if launch.args.replicas is not None:
             from . import replicas as ft
 
-            return ft.run(launch.args, launch.launcher_argv, launch.script_argv, _visible_gpu_count())
+            return ft.run(
+                launch.args, launch.launcher_argv, launch.script_argv, _visible_gpu_count(), launch.takes_value
+            )
     except UsageError as err:
         if started:
             forkserver.stop_server()
@@ -94,8 +96,9 @@ def main(argv: list[str]) -> int:
         return 0
     folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
     for line in (launch.rehearsal_line, launch.selfstart_line):
-        if line:
-            print(line, file=sys.stderr, flush=True)
+        if line:  # one write: under --replicas every group's launcher says it at the same moment
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
     breakdowns = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
     os.environ.update(launch.env)
     try:

@@ -83,6 +83,11 @@ def _forward_usr1(parser: argparse.ArgumentParser) -> None:
             action.default = f"{action.default},SIGUSR1"
 
 
+def option_table() -> dict[str, bool]:
+    """Every `distrain run` option -> whether it takes a value."""
+    return _option_table(_torchrun_parser())
+
+
 def _option_table(parser: argparse.ArgumentParser) -> dict[str, bool]:
     table = dict(_OWN_OPTIONS)
     for action in parser._actions:
@@ -123,6 +128,8 @@ class LaunchPlan:
     script_argv: list[str] = field(default_factory=list)
     #: a script that starts its own workers: what was seen (printed when the job starts)
     selfstart_line: str = ""
+    #: every launcher option -> whether it takes a value (to split launcher_argv again)
+    takes_value: dict[str, bool] = field(default_factory=dict)
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -171,7 +178,8 @@ def plan(argv: list[str]) -> LaunchPlan:
     if any(tok in ("-h", "--help") for tok in argv[: _script_index(argv, parser)]):
         parser.print_help()
         raise SystemExit(0)
-    launcher_argv, rest = split_argv(argv, _option_table(parser))
+    takes_value = _option_table(parser)
+    launcher_argv, rest = split_argv(argv, takes_value)
     if not rest:
         raise UsageError("no training script given (usage: distrain run [options] script.py [script args])")
     script, script_args = rest[0], rest[1:]
@@ -220,7 +228,7 @@ def plan(argv: list[str]) -> LaunchPlan:
             selfstart.mark(env)
             once = found.start_line(PROG, os.path.basename(script), nproc)
             args.nproc_per_node = "1"
-    return LaunchPlan(args, env, network, line, launcher_argv, rest, once)
+    return LaunchPlan(args, env, network, line, launcher_argv, rest, once, takes_value)
 
 
 def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:

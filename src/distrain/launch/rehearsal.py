@@ -31,8 +31,8 @@ def configure(script: str, nproc: int, env: dict[str, str]) -> tuple[int, str]:
     env[CPU_REHEARSAL] = str(nproc)
     path = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = rehearse_boot_dir() + (os.pathsep + path if path else "")
-    plural = "es" if nproc != 1 else ""
-    line = f"{PROG}: {nproc} CPU process{plural} stand in for {nproc} GPU{'s' if nproc != 1 else ''}; cuda → cpu, nccl → gloo"
+    who = f"{nproc} CPU processes stand in for {nproc} GPUs" if nproc != 1 else "1 CPU process stands in for 1 GPU"
+    line = f"{PROG}: {who}; cuda → cpu, nccl → gloo"
     found = selfstart.find(script) if os.path.isfile(script) else None
     if found is None:
         return nproc, line
@@ -70,5 +70,6 @@ def finish(folder: str) -> None:
     """Print the summary and remove the folder."""
     line = summary(folder)
     if line:
-        print(line, file=sys.stderr, flush=True)
+        sys.stderr.write(line + "\n")  # one write: under --replicas every group says it at once
+        sys.stderr.flush()
     shutil.rmtree(folder, ignore_errors=True)

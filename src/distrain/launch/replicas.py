@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..contract import (
@@ -61,6 +62,10 @@ def check_replicas(args: argparse.Namespace, gpus_visible: int) -> int:
         ) from None
     if groups < 1:
         raise UsageError(f"--replicas must be at least 1 (got {groups})")
+    if REPLICA_GROUP in os.environ:  # never a job of groups inside a group
+        raise UsageError(
+            f"--replicas inside replica group {os.environ[REPLICA_GROUP]} of another job"
+        )
     if args.launcher != "torchrun":
         raise UsageError(
             f"--replicas runs each group under torch's elastic agent; it cannot be combined with --launcher {args.launcher}"
@@ -82,22 +87,26 @@ def check_replicas(args: argparse.Namespace, gpus_visible: int) -> int:
     return groups
 
 
-def _flag_value(argv: list[str], i: int) -> tuple[str | None, int]:
-    """(the value of the option at argv[i], how many tokens it spans)."""
-    tok = argv[i]
-    if "=" in tok:
-        return tok.split("=", 1)[1], 1
-    return (argv[i + 1] if i + 1 < len(argv) else None), 2
+def group_argv(
+    launcher_argv: list[str], rest: list[str], group: int, takes_value: Mapping[str, bool]
+) -> list[str]:
+    """`distrain run` arguments for one group: no --replicas, a restart budget, its own run dir.
 
-
-def group_argv(launcher_argv: list[str], rest: list[str], group: int) -> list[str]:
-    """`distrain run` arguments for one group: no --replicas, a restart budget, its own run dir."""
+    `takes_value` says which options take a value (plan.option_table): a switch such as
+    ``--cpu`` before ``--replicas`` must not swallow it (the groups would each start replicas).
+    """
     out: list[str] = []
     restarts = False
     i = 0
     while i < len(launcher_argv):
-        name = launcher_argv[i].split("=", 1)[0]
-        value, span = _flag_value(launcher_argv, i)
+        tok = launcher_argv[i]
+        name = tok.split("=", 1)[0]
+        span = 2 if takes_value.get(name, False) and "=" not in tok else 1
+        value = (
+            tok.split("=", 1)[1]
+            if "=" in tok
+            else (launcher_argv[i + 1] if span == 2 and i + 1 < len(launcher_argv) else None)
+        )
         if name in _REPLICA_FLAGS:
             i += span
             continue
@@ -270,7 +279,11 @@ def _visible_gpus(count: int) -> list[str]:
 
 
 def run(
-    args: argparse.Namespace, launcher_argv: list[str], rest: list[str], gpus_visible: int
+    args: argparse.Namespace,
+    launcher_argv: list[str],
+    rest: list[str],
+    gpus_visible: int,
+    takes_value: Mapping[str, bool],
 ) -> int:
     """Run the replica groups to the end; returns the job's exit code."""
     groups = check_replicas(args, gpus_visible)
@@ -287,7 +300,7 @@ def run(
         )
         for g in range(groups):
             print(
-                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(group_argv(launcher_argv, rest, g))}"
+                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(group_argv(launcher_argv, rest, g, takes_value))}"
             )
         return 0
     # the groups run in sessions of their own (so a stop can kill each whole group): a SIGTERM to
@@ -303,7 +316,9 @@ def run(
             env = _group_env(job, lighthouse, g, per_group, gpus)
             job.procs.append(
                 subprocess.Popen(
-                    [*command, *group_argv(launcher_argv, rest, g)], env=env, start_new_session=True
+                    [*command, *group_argv(launcher_argv, rest, g, takes_value)],
+                    env=env,
+                    start_new_session=True,
                 )
             )
         return _watch(job, lighthouse)

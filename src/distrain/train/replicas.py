@@ -67,21 +67,22 @@ class Replicas:
             ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
         )
         transport = PGTransport(pg, timeout=FT_TIMEOUT, device=ctx.device)
-        self.manager = Manager(
-            pg=pg,
-            load_state_dict=self._load,
-            state_dict=self._state,
-            min_replica_size=1,
-            use_async_quorum=False,
-            timeout=FT_TIMEOUT,
-            quorum_timeout=dt.timedelta(seconds=60),
-            connect_timeout=dt.timedelta(seconds=10),
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            replica_id=f"distrain_{group}",
-            hostname=ctx.settings.bind_addr or "127.0.0.1",
-            checkpoint_transport=transport,
-        )
+        with _real_accelerator(ctx.settings.cpu_rehearsal is not None):
+            self.manager = Manager(
+                pg=pg,
+                load_state_dict=self._load,
+                state_dict=self._state,
+                min_replica_size=1,
+                use_async_quorum=False,
+                timeout=FT_TIMEOUT,
+                quorum_timeout=dt.timedelta(seconds=60),
+                connect_timeout=dt.timedelta(seconds=10),
+                rank=ctx.rank,
+                world_size=ctx.world_size,
+                replica_id=f"distrain_{group}",
+                hostname=ctx.settings.bind_addr or "127.0.0.1",
+                checkpoint_transport=transport,
+            )
         self._step_fd: int | None = None
         if events and ctx.rank == 0:
             self._step_fd = os.open(ft_step_file(events, group), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -253,6 +254,21 @@ class Replicas:
             os.close(self._step_fd)
             self._step_fd = None
         self.manager.shutdown(wait=False)
+
+
+@contextlib.contextmanager
+def _real_accelerator(rehearsing: bool) -> Iterator[None]:
+    # under `run --cpu` torch.accelerator answers for stand-in GPUs (for the user's script);
+    # TorchFT's Manager asks it once to make a recovery stream, a real CUDA call on a CPU machine
+    if not rehearsing:
+        yield
+        return
+    fake = torch.accelerator.is_available
+    torch.accelerator.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.accelerator.is_available = fake
 
 
 def _plain(obj: Any) -> Any:

@@ -24,7 +24,7 @@ def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeyp
     assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "1"
     boot, rest = env["PYTHONPATH"].split(os.pathsep)
     assert boot.endswith("boot") and rest == "/mine"
-    assert line == "distrain run --cpu: 1 CPU process stand in for 1 GPU; cuda → cpu, nccl → gloo"
+    assert line == "distrain run --cpu: 1 CPU process stands in for 1 GPU; cuda → cpu, nccl → gloo"
 
 
 def test_configure_runs_a_self_spawning_script_once(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from distrain.contract import append_ft_event, ft_step_file
 from distrain.errors import UsageError
 from distrain.launch import lighthouse
+from distrain.launch.plan import option_table
 from distrain.launch.replicas import AgentLossReporter, _Job, check_replicas, group_argv
 
 
@@ -60,27 +61,32 @@ def test_missing_torchft_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_group_argv_drops_replicas_and_gives_a_restart_budget() -> None:
+    table = option_table()
     argv = group_argv(
-        ["--replicas", "2", "-n", "1", "--run-dir=runs"], ["train.py", "--lr", "1"], 1
+        ["--replicas", "2", "-n", "1", "--run-dir=runs"], ["train.py", "--lr", "1"], 1, table
     )
-    assert argv == [
-        "-n",
-        "1",
-        "--run-dir",
-        "runs/group1",
-        "--max-restarts",
-        "3",
-        "train.py",
-        "--lr",
-        "1",
-    ]
-    assert group_argv(["--replicas=2", "--max-restarts", "5"], ["-m", "pkg"], 0) == [
+    assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py", "--lr", "1"]  # fmt: skip
+    assert group_argv(["--replicas=2", "--max-restarts", "5"], ["-m", "pkg"], 0, table) == [
         "--max-restarts",
         "5",
         "--",
         "-m",
         "pkg",
     ]
+
+
+def test_group_argv_a_switch_before_replicas_does_not_swallow_it() -> None:
+    # `run --cpu --replicas 2`: read as --cpu's value, --replicas stayed in every group's
+    # command line and each group started a replicas job of its own, without end
+    table = option_table()
+    argv = group_argv(["--cpu", "--replicas", "2", "--dry-run", "-n", "1"], ["t.py"], 0, table)
+    assert argv == ["--cpu", "--dry-run", "-n", "1", "--max-restarts", "3", "t.py"]
+
+
+def test_replicas_inside_a_group_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTRAIN_REPLICA_GROUP", "1")
+    with pytest.raises(UsageError, match="inside replica group 1"):
+        check_replicas(argparse.Namespace(replicas="2", launcher="torchrun"), 0)
 
 
 def test_agent_record_becomes_a_lost_event(tmp_path: Path) -> None:
