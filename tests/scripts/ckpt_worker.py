@@ -2,6 +2,7 @@
 
 Faults are injected deterministically, never by racing a timer:
   --kill-at K          SIGKILL this process right after optimizer step K (before the save check)
+  --kill-again K       and in the next restarted attempt at step K (repeatable: one per attempt)
   --kill-after-save K  SIGKILL right after the checkpoint of step K was written
   --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
   --raise-at K         raise ValueError at step K
@@ -39,6 +40,7 @@ p.add_argument("--dropout", type=float, default=0.2)
 p.add_argument("--async-save", action="store_true")
 p.add_argument("--out", required=True)
 p.add_argument("--kill-at", type=int, default=-1)
+p.add_argument("--kill-again", type=int, action="append", default=[])
 p.add_argument("--kill-after-save", type=int, default=-1)
 p.add_argument("--kill-in-save", type=int, default=-1)
 p.add_argument("--raise-at", type=int, default=-1)
@@ -65,12 +67,15 @@ loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch //
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
 
-first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+first_attempt = attempt == 0
 if not first_attempt and ctx.is_main and args.timeline:
     with open(args.timeline, "a") as f:
         f.write(f"restarted {time.time():.6f}\n")  # the new attempt's process group is up
 marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
 faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
+if 0 < attempt <= len(args.kill_again) and ctx.rank == args.fault_rank:  # a restarted attempt's own kill
+    faulty, args.kill_at = True, args.kill_again[attempt - 1]
 
 
 def timeline(event: str) -> None:
