@@ -76,8 +76,8 @@ def job_env() -> dict[str, str]:
     return env(OMP_NUM_THREADS="1", DISTRAIN_BREAKDOWN="0")
 
 
-def step_time(variant: str, steps: int, work: Path, timeout: float) -> float:
-    """Median step interval (seconds) of a fault-free run of `steps` steps."""
+def step_time(variant: str, steps: int, work: Path, timeout: float, hidden: int = 512) -> float:
+    """Median step interval (seconds) of a fault-free run of `steps` steps (MLP width `hidden`)."""
     prefix = str(work / f"{variant}-{time.monotonic_ns()}")
     cmd = commands(3)[variant] + [
         WORKER,
@@ -87,6 +87,8 @@ def step_time(variant: str, steps: int, work: Path, timeout: float) -> float:
         prefix + ".ckpt",
         "--steps",
         str(steps),
+        "--hidden",
+        str(hidden),
     ]
     out, code = run_bounded(cmd, job_env(), timeout)
     if code != 0:
@@ -198,20 +200,32 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=400, help="steps of each fault-free overhead run")
     p.add_argument("--rounds", type=int, default=2, help="interleaved overhead rounds")
     p.add_argument("--restarts", type=int, default=100, help="--max-restarts of every variant")
-    p.add_argument("--variants", default="replicas,distrain,torchrun", help="which variants run under kills (comma list)")
+    p.add_argument(
+        "--variants",
+        default="replicas,distrain,torchrun",
+        help="which variants run under kills (comma list; 'none': overhead only)",
+    )
+    p.add_argument(
+        "--hidden", default="512", help="MLP widths of the overhead runs (comma list: longer steps)"
+    )
     args = p.parse_args()
-    chosen = [v for v in args.variants.split(",") if v]
-    if not chosen or set(chosen) - set(commands(args.restarts)):
-        p.error(f"--variants: choose from {', '.join(commands(args.restarts))}")
+    chosen = [v for v in args.variants.split(",") if v and v != "none"]
+    if set(chosen) - set(commands(args.restarts)):
+        p.error(f"--variants: choose from {', '.join(commands(args.restarts))} or none")
+    widths = [int(h) for h in args.hidden.split(",") if h]
     print(f"load before: {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        times: dict[str, list[float]] = {"replicas": [], "distrain": []}
-        for r in range(args.rounds):
-            for variant in list(times) if r % 2 == 0 else list(times)[::-1]:
-                t = step_time(variant, args.steps, work, 600)
-                times[variant].append(t)
-                print(f"round {r + 1}: {variant:<9} median step {t * 1000:7.2f} ms", flush=True)
+        times: dict[tuple[int, str], list[float]] = {}
+        for hidden in widths:
+            for r in range(args.rounds):
+                for variant in ("replicas", "distrain")[:: 1 if r % 2 == 0 else -1]:
+                    t = step_time(variant, args.steps, work, 600, hidden)
+                    times.setdefault((hidden, variant), []).append(t)
+                    print(
+                        f"width {hidden} round {r + 1}: {variant:<9} median step {t * 1000:8.2f} ms",
+                        flush=True,
+                    )
         fire = {}
         for variant in chosen:
             fire[variant] = under_fire(variant, args.minutes, args.period, work, args.restarts)
@@ -220,14 +234,18 @@ def main() -> None:
                 f"{variant:<9} {args.minutes:g} min: {res['useful']} useful steps, {len(res['kills'])} kills, alive at the end: {res['alive']}",
                 flush=True,
             )  # type: ignore[arg-type]
-    rep, base = statistics.median(times["replicas"]), statistics.median(times["distrain"])
     print(
         f"\nper-step time, no fault (median of {args.rounds} runs x {args.steps} steps, first {WARMUP} left out):"
     )
-    print(f"  distrain run -n 2          {base * 1000:7.2f} ms")
-    print(
-        f"  distrain run --replicas 2  {rep * 1000:7.2f} ms   overhead {100 * (rep / base - 1):+.1f} %"
-    )
+    for hidden in widths:
+        rep, base = (statistics.median(times[hidden, v]) for v in ("replicas", "distrain"))
+        print(
+            f"  width {hidden:>5}: distrain run -n 2 {base * 1000:8.2f} ms | --replicas 2 {rep * 1000:8.2f} ms"
+            f" | overhead {100 * (rep / base - 1):+6.1f} % ({(rep - base) * 1000:+.2f} ms a step)"
+        )
+    if not fire:
+        print(f"load after: {loadavg()}")
+        return
     print(
         f"\ngoodput, one SIGKILL every {args.period:g} s for {args.minutes:g} min (useful steps per minute):"
     )

@@ -266,8 +266,13 @@ def _group_env(
     # TorchFT's own examples read these two; scripts written for them keep working
     env.update({"REPLICA_GROUP_ID": str(group), "NUM_REPLICA_GROUPS": str(job.groups)})
     env.setdefault("RUST_LOG", "warn")  # TorchFT's manager logs every connection at info level
-    if NUM_THREADS not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        env[NUM_THREADS] = str(max(1, usable_cores() // (job.groups * per_group)))
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if NUM_THREADS not in os.environ and not (omp.isdigit() and int(omp) > 1):
+        # every group's processes share this node's cores; each group's own launcher and its
+        # workers would count only the group's (OMP_NUM_THREADS=1 means "not chosen" there,
+        # runtime/threads.py): 2 groups of 1 on 2 cores ran 2 threads each, oversubscribed
+        per_process = str(max(1, usable_cores() // (job.groups * per_group)))
+        env[NUM_THREADS] = env["OMP_NUM_THREADS"] = per_process
     if gpus:  # each group its own slice of the visible GPUs
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[group * per_group : (group + 1) * per_group])
     return env

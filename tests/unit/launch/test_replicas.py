@@ -118,3 +118,26 @@ def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtu
         "distrain run: replica group 1 healed from group 0 at step 250 in 0.9 s",
     ]
     assert job.lost == set()
+
+
+@pytest.mark.parametrize(("omp", "expected"), [(None, "2"), ("1", "2"), ("3", None)])
+def test_group_threads_share_the_node_among_every_group(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, omp: str | None, expected: str | None
+) -> None:
+    # 2 groups × 2 processes on 8 cores: 2 threads each. OMP_NUM_THREADS=1 is "not chosen" for
+    # distrain (torchrun sets it); each group counted only its own 2 processes and its workers
+    # ran 4 threads each, 16 on 8 cores
+    from types import SimpleNamespace
+
+    from distrain.launch import replicas
+
+    monkeypatch.setattr(replicas, "usable_cores", lambda: 8)
+    monkeypatch.delenv("DISTRAIN_NUM_THREADS", raising=False)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    house = SimpleNamespace(address="http://127.0.0.1:1")
+    env = replicas._group_env(_Job(2, str(tmp_path)), house, 1, 2, [])  # type: ignore[arg-type]
+    assert env.get("DISTRAIN_NUM_THREADS") == expected
+    assert env.get("OMP_NUM_THREADS") == (expected or omp)
