@@ -96,6 +96,8 @@ def breakdown_fractions(seconds: dict[str, float]) -> dict[str, float]:
 # -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------
 #: one JSON object a line, appended by every writer (a single write: lines never interleave)
 FT_EVENTS_FILE = "events.jsonl"
+#: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
+REPLICA_EVENTS_FILE = "replicas.jsonl"
 
 
 def ft_step_file(folder: str, group: int) -> str:

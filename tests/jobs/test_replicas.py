@@ -42,8 +42,8 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     out.mkdir()
     # --cpu too: under a rehearsal torch.accelerator answers for stand-in GPUs, and TorchFT's
     # Manager must still not touch CUDA (it made a CUDA stream and failed on this CPU machine)
-    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", SCRIPT,
-           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", "--run-dir", str(tmp_path / "run"),
+           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     starts = _starts(out)
@@ -63,6 +63,20 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
         and "SIGKILL); 1/2 groups continue" in res.stderr
     )
     assert "distrain run: replica group 1 healed from group 0 at step" in res.stderr
+
+    # distrain top on the job's run directory: both groups' ranks, the loss and the heal
+    top = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--json"], timeout=60)
+    assert top.returncode == 0, top.stderr[-2000:]
+    snap = json.loads(top.stdout)
+    assert snap["totals"]["groups"] == 2 and snap["status"] == "finished", snap["status"]
+    assert sorted((r["group"], r["rank"], r["step"]) for r in snap["ranks"]) == [(0, 0, 60), (1, 0, 60)]
+    # (a group that started more than a second after the other may also heal at the start)
+    events = [(e["event"], e["group"], e.get("source")) for e in snap["events"]]
+    lost = events.index(("lost", 1, None))
+    assert ("healed", 1, 0) in events[lost:], events
+    assert snap["totals"]["heals"] == sum(e[0] == "healed" for e in events) >= 1
+    once = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--once"], timeout=60)
+    assert re.search(r"replica groups: group 0 finished step 60 · group 1 finished step 60 · heals [12] \(last: group 1 from group 0", once.stdout), once.stdout
 
 
 @pytest.mark.timeout(300)

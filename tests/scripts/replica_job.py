@@ -88,6 +88,7 @@ while step < args.steps:
         if ctx.step(opt):  # False when the quorum did not commit this step
             step += 1
             sched.step()
+            ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)
         ckpt.maybe_save(step)
         kill_now(step)
         time.sleep(args.step_sleep)

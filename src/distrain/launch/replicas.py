@@ -34,6 +34,7 @@ from ..contract import (
     FT_EVENTS_FILE,
     LIGHTHOUSE,
     NUM_THREADS,
+    REPLICA_EVENTS_FILE,
     REPLICA_GROUP,
     REPLICA_GROUPS,
     append_ft_event,
@@ -176,9 +177,17 @@ class _Job:
     lost: set[int] = field(default_factory=set)
     finished: dict[int, int] = field(default_factory=dict)
     offset: int = 0  # bytes of the events file already read
+    run_dir: str | None = None  # --run-dir: events also go to run_dir/replicas.jsonl (distrain top)
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, event: str | None = None, **fields: object) -> None:
+        """One line on stderr; with an `event` name also one JSON line in the run directory."""
         print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+        if event and self.run_dir:
+            record = {"t": round(time.time(), 3), "event": event, **fields, "text": text}
+            with contextlib.suppress(OSError):  # a full or vanished disk must not stop the job
+                os.makedirs(self.run_dir, exist_ok=True)
+                with open(os.path.join(self.run_dir, REPLICA_EVENTS_FILE), "a") as f:
+                    f.write(json.dumps(record) + "\n")
 
     def step_of(self, group: int) -> str:
         try:
@@ -212,20 +221,25 @@ class _Job:
             code = int(str(ev["exitcode"]))
             how = _signal_name(code) if code < 0 else f"exit code {code}"
             self.lost.add(group)
+            step = self.step_of(group)
             self.say(
-                f"replica group {group} lost at step {self.step_of(group)} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
-                f"{self.continuing()}/{self.groups} groups continue"
-            )
+                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
+                f"{self.continuing()}/{self.groups} groups continue",
+                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"], how=how,
+            )  # fmt: skip
         elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
             src, step = ev.get("source"), int(str(ev.get("step", 0)))
             if src is not None and (step > 0 or group in self.lost):
+                seconds = float(str(ev["seconds"]))
                 self.say(
-                    f"replica group {group} healed from group {src} at step {step} in {float(str(ev['seconds'])):.1f} s"
-                )
+                    f"replica group {group} healed from group {src} at step {step} in {seconds:.1f} s",
+                    "healed", group=group, source=src, step=step, seconds=seconds,
+                )  # fmt: skip
             elif group in self.lost:
                 self.say(
-                    f"replica group {group} rejoined at step {step} from its own state (no live group was ahead)"
-                )
+                    f"replica group {group} rejoined at step {step} from its own state (no live group was ahead)",
+                    "rejoined", group=group, step=step,
+                )  # fmt: skip
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:
@@ -233,8 +247,9 @@ class _Job:
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(
-                f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue"
-            )
+                f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue",
+                "failed", group=group, how=how,
+            )  # fmt: skip
 
     def stop_all(self, grace_s: float = 30) -> None:
         """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""
@@ -312,7 +327,7 @@ def run(
     # this launcher must pass through the `finally` below that stops them, not end it on the spot
     signal.signal(signal.SIGTERM, _exit_on_signal)
     lighthouse = Lighthouse(lighthouse_program())
-    job = _Job(groups, tempfile.mkdtemp(prefix="distrain-ft-"))
+    job = _Job(groups, tempfile.mkdtemp(prefix="distrain-ft-"), run_dir=args.run_dir)
     job.say(
         f"{groups} replica groups × {per_group} process(es); TorchFT lighthouse on {lighthouse.host}:{lighthouse.port}"
     )

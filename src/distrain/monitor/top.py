@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from ..errors import UsageError, fail, raise_usage_errors
-from .status import NoJobError, Thresholds, job_status
+from .groups import snapshot as read_snapshot
+from .status import NoJobError, Thresholds
 
 PROG = "distrain top"
 
@@ -69,11 +70,21 @@ def render(snapshot: dict[str, Any]) -> Any:
         + f" · {_num(totals['samples_per_s'], ',.0f')} samples/s · RSS {_size(totals['rss'])}"
         + f" · elapsed {totals['elapsed']:.0f} s"
     )
+    if snapshot.get("groups"):  # distrain run --replicas: one line on the groups and their heals
+        line = " · ".join(f"group {g['group']} {g['status']} step {g['max_step']}" for g in snapshot["groups"])
+        heals = [ev for ev in snapshot["events"] if ev["event"] == "healed"]
+        line += f" · heals {totals['heals']}"
+        if heals:
+            last = heals[-1]
+            line += f" (last: group {last['group']} from group {last.get('source')} at step {last.get('step')})"
+        header.append("\nreplica groups: " + line)
     if totals["missing_ranks"]:
         header.append(f"\nno records from rank(s) {totals['missing_ranks']} (other nodes need a shared run directory)", style="yellow")
     gpu = any(r["gpu_util"] is not None for r in snapshot["ranks"])
     table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ["rank", "host", "pid", "state", "step", "epoch", "loss", "samples/s", "step ms", "RSS"]
+    grouped = any("group" in r for r in snapshot["ranks"])
+    columns = ["group"] if grouped else []
+    columns += ["rank", "host", "pid", "state", "step", "epoch", "loss", "samples/s", "step ms", "RSS"]
     columns += ["GPU %", "GPU mem"] if gpu else []
     shares = any(r.get("breakdown") for r in snapshot["ranks"])
     ckpt = any((r.get("breakdown") or {}).get("checkpoint") for r in snapshot["ranks"])
@@ -83,7 +94,8 @@ def render(snapshot: dict[str, Any]) -> Any:
     for name in columns:
         table.add_column(name, justify="left" if name in ("host", "state", "flags") else "right")
     for r in snapshot["ranks"]:
-        cells = [
+        cells = [str(r["group"])] if grouped else []
+        cells += [
             str(r["rank"]),
             r["host"],
             str(r["pid"]),
@@ -113,7 +125,7 @@ def main(argv: list[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     th = Thresholds(stall_after=args.stall_after, straggler_ratio=args.straggler_ratio, window=args.window)
     try:
-        snapshot = job_status(args.run_dir, th=th)
+        snapshot = read_snapshot(args.run_dir, th=th)
     except NoJobError as err:
         fail(PROG, str(err), 1)
     try:
@@ -138,10 +150,10 @@ def _live(console: Any, run_dir: str, th: Thresholds, refresh: float) -> int:
     from rich.live import Live
 
     try:
-        with Live(render(job_status(run_dir, th=th)), console=console, screen=False, auto_refresh=False) as live:
+        with Live(render(read_snapshot(run_dir, th=th)), console=console, screen=False, auto_refresh=False) as live:
             while True:
                 time.sleep(refresh)
-                live.update(render(job_status(run_dir, th=th)), refresh=True)
+                live.update(render(read_snapshot(run_dir, th=th)), refresh=True)
     except KeyboardInterrupt:
         return 0
     except NoJobError as err:

@@ -344,7 +344,8 @@ class Context(Reductions):
     def log(self, step: int | None = None, **values: Any) -> None:
         """The one metrics call: `distrain top`, TensorBoard and `distrain bench` read what it records.
 
-        ``step`` defaults to :attr:`steps` (optimizer steps so far); in a script with no
+        ``step`` defaults to :attr:`steps` (optimizer steps so far; under ``--replicas`` the
+        job's committed step, which a healed group took over); in a script with no
         optimizer over a prepared model, to one more than the last call (``advance=False``:
         the same step, for per-epoch values).  ``epoch=`` and ``samples=`` (samples this rank
         processed since the last call) are understood; every other keyword is a scalar
@@ -352,6 +353,8 @@ class Context(Reductions):
         logged after an epoch's last step (``accuracy=``, ``test_loss=``) belong to that epoch.
         A no-op without a run directory; see :mod:`distrain.monitor`.
         """
+        if step is None and self.replicas is not None and self.replicas.started:
+            step = self.replicas.manager.current_step()  # the job's committed step, also after a heal
         if self.steps:
             step = self.steps if step is None else step
         elif self.services.watchdog is not None:
