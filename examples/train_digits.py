@@ -92,7 +92,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
             loss = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=True)
         ctx.backward(loss)
-        ctx.step(opt)
+        if not ctx.step(opt):  # False only under --replicas, for a step the quorum did not commit
+            continue
         sched.step()
         ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard, bench
         step += 1

@@ -38,12 +38,15 @@ def _starts(out: Path) -> list[tuple[int, int]]:
 
 @pytest.mark.timeout(300)
 def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
+    """Group 1 dies inside a backward pass, while group 0 waits for it in the gradient
+    all-reduce (the survivor once crashed there: TorchFT's future of a failed all-reduce was
+    never set); group 0 trains on in the same process, group 1 is replaced and heals."""
     out = tmp_path / "out"
     out.mkdir()
     # --cpu too: under a rehearsal torch.accelerator answers for stand-in GPUs, and TorchFT's
     # Manager must still not touch CUDA (it made a CUDA stream and failed on this CPU machine)
     cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", "--run-dir", str(tmp_path / "run"),
-           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
+           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1", "--kill-in-backward"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     starts = _starts(out)

@@ -33,6 +33,7 @@ p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-group", type=int, default=1)
 p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, repeatable")
+p.add_argument("--kill-in-backward", action="store_true", help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce")
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
 if args.kill_at >= 0:
@@ -84,13 +85,16 @@ while step < args.steps:
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
+        if args.kill_in_backward and group == args.kill_group and ctx.rank == 0 and 0 <= args.kill_at <= step:
+            loss.register_hook(lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad)  # peers are in the all-reduce by then
         loss.backward()
         if ctx.step(opt):  # False when the quorum did not commit this step
             step += 1
             sched.step()
             ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)
         ckpt.maybe_save(step)
-        kill_now(step)
+        if not args.kill_in_backward:
+            kill_now(step)
         time.sleep(args.step_sleep)
         if step >= args.steps:
             break

@@ -138,8 +138,11 @@ class Replicas:
                 bucket.buffer().div_(size)
             # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never raises)
             work = manager.allreduce(bucket.buffer())
-            work.wait()  # builds the chain that divides by the participants
-            averaged = work.get_future().wait()
+            if work.wait():  # builds the chain that divides by the participants
+                averaged = work.get_future().wait()
+            else:  # a peer died mid-all-reduce: TorchFT noted the error and this step will not
+                # commit; the buffer may be half-reduced, and TorchFT's future was never set
+                averaged = bucket.buffer().zero_()
             done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             done.set_result(averaged)
             return done
