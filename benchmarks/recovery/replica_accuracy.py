@@ -81,7 +81,15 @@ def one_run(
                 raise RuntimeError(f"{variant} seed {seed} did not end within {timeout:.0f} s")
             if next_kill is None and lines:  # training has started: the first epoch line is out
                 next_kill = time.monotonic() + period
-            if variant == "killed" and next_kill is not None and time.monotonic() >= next_kill:
+            finished = any(
+                "done:" in ln for ln in lines
+            )  # group 0 ended: no live group to heal from
+            if (
+                variant == "killed"
+                and next_kill is not None
+                and not finished
+                and time.monotonic() >= next_kill
+            ):
                 pid = _group_worker(proc.pid, 1)
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
