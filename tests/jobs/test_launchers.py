@@ -55,6 +55,8 @@ def check_job(out: Path, world: int, launcher: str, reference: dict) -> list[dic
         assert res["backend"] == "gloo"
         assert_close(res["final"], reference["final"])
         assert res["final"] == results[0]["final"], "ranks disagree"
+    threads = [p.read_text() for p in out.glob("threads.*")]
+    assert threads == ["group threads at exit: []\n"] * world, threads  # nothing outlived shutdown
     return results
 
 

@@ -66,6 +66,8 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
         and "SIGKILL); 1/2 groups continue" in res.stderr
     )
     assert "distrain run: replica group 1 healed from group 0 at step" in res.stderr
+    for group in (0, 1):  # the processes that ended (not the killed one) left no group thread
+        assert (out / f"threads.{group}.0").read_text() == "group threads at exit: []\n"
 
     # distrain top on the job's run directory: both groups' ranks, the loss and the heal
     top = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--json"], timeout=60)

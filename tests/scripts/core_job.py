@@ -12,6 +12,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from exit_threads import report_at_exit
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -28,6 +29,9 @@ p.add_argument("--n", type=int, default=0, help="exists to prove '--n' reaches t
 p.add_argument("--log", default="", help="exists to prove '--log' reaches the script")
 p.add_argument("--local_rank", type=int, default=None, help="old-style scripts parse this")
 args = p.parse_args()
+os.makedirs(args.out, exist_ok=True)
+# under every launcher, the group (and rank 0's store, where rank 0 hosts it) is gone at exit
+report_at_exit(lambda line: open(os.path.join(args.out, f"threads.{os.getpid()}"), "w").write(line))
 
 torch.set_default_dtype(torch.float64)
 ctx = distrain.init()

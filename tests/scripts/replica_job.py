@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from exit_threads import report_at_exit
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -40,6 +41,10 @@ if args.kill_at >= 0:
     kills.add((args.kill_at, args.kill_group, 0))
 
 group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))
+rank = os.environ.get("RANK", "0")
+# TorchFT's cross-group gloo group too must be gone when the process ends
+report_at_exit(lambda line: open(os.path.join(args.out, f"threads.{group}.{rank}"), "w").write(line))
+
 ctx = distrain.init(verbose=False)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")

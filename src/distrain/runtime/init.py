@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import datetime as dt
+import importlib
 import os
 import sys
 
@@ -53,6 +54,20 @@ def _pick_device(env: ClusterEnvironment, device: str | torch.device | None) -> 
 
 def _default_backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
+
+
+#: torch modules with ``group=group.WORLD`` as a default argument.  Imported after the group
+#: forms, their functions keep it (its gloo threads, rank 0's store) alive past
+#: destroy_process_group, and interpreter teardown then meets live threads: "terminate called
+#: without an active exception" (SIGABRT) on a rank whose training succeeded.  Imported
+#: before, the default is None.  distrain imports them anyway (FSDP's options), so no cost.
+GROUP_DEFAULT_MODULES = ("torch.distributed.nn.functional", "torch.distributed.optim",
+                         "torch.distributed.fsdp.sharded_grad_scaler")
+
+
+def _import_before_the_group() -> None:
+    for name in GROUP_DEFAULT_MODULES:
+        importlib.import_module(name)
 
 
 def init(
@@ -113,6 +128,7 @@ def init(
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
                 watchdog.nccl_debug_defaults(settings.log_dir)
+            _import_before_the_group()
             store = restart_safe_store(env, timeout, settings.bind_addr)
             dist.init_process_group(
                 chosen_backend,

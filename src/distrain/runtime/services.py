@@ -6,7 +6,10 @@ init() starts them and hands them to its Context as ``ctx.services``; the Contex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,10 +28,26 @@ class Services:
     watchdog: Watchdog | None = None
     #: where each step's time goes, fed by the Context's hook points (on unless DISTRAIN_BREAKDOWN=0)
     breakdown: StepBreakdown | None = None
+    #: bound methods (held weakly) run first in close(): a checkpointer finishes its background
+    #: save and lets go of its process group before the groups are destroyed
+    closers: list[weakref.WeakMethod[Callable[[], None]]] = field(default_factory=list)
+
+    def on_close(self, method: Callable[[], None]) -> None:
+        """Run the bound `method` in close(), before the process groups are destroyed.
+
+        Held weakly: an object that is gone by then is skipped, not kept alive for its hook.
+        """
+        self.closers.append(weakref.WeakMethod(method))
 
     def close(self) -> None:
-        """Stop them: the monitor writes its last record, the watchdog thread ends, the
-        breakdown removes its hooks and leaves its summary for the launcher."""
+        """Stop them: registered closers run, the monitor writes its last record, the watchdog
+        thread ends, the breakdown removes its hooks and leaves its summary for the launcher."""
+        for ref in self.closers:
+            method = ref()
+            if method is not None:
+                with contextlib.suppress(Exception):  # shutdown goes on: the group must still die
+                    method()
+        self.closers.clear()
         if self.monitor is not None:
             self.monitor.close()
         if self.watchdog is not None:

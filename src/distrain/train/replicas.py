@@ -66,6 +66,7 @@ class Replicas:
         pg = (
             ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
         )
+        self._pg = pg
         transport = PGTransport(pg, timeout=FT_TIMEOUT, device=ctx.device)
         with _real_accelerator(ctx.settings.cpu_rehearsal is not None):
             self.manager = Manager(
@@ -257,6 +258,10 @@ class Replicas:
             os.close(self._step_fd)
             self._step_fd = None
         self.manager.shutdown(wait=False)
+        # drop the cross-group gloo group now: left to interpreter teardown, its threads meet a
+        # half-dismantled process (the exit abort release_ddp describes)
+        with contextlib.suppress(Exception):
+            self._pg.shutdown()
 
 
 @contextlib.contextmanager

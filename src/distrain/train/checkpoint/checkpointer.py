@@ -133,6 +133,7 @@ class Checkpointer:
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
         atexit.register(self._finish_at_exit)
+        ctx.services.on_close(self._release_group)  # and in ctx.shutdown() called by the script
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
@@ -353,6 +354,12 @@ class Checkpointer:
             self.wait()
         except CheckpointError as err:
             _warn(str(err))
+
+    def _release_group(self) -> None:
+        # the script's globals keep this object to the end; holding DCP's group would keep its
+        # gloo threads alive into interpreter teardown (an exit abort), past destroy_process_group
+        self._finish_at_exit()
+        self._group = None
 
     def close(self) -> None:
         """Finish any background save and restore the signal handlers."""

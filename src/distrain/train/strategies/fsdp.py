@@ -196,8 +196,16 @@ def release_fsdp(model: nn.Module) -> None:
     """Drop FSDP's references to its process groups, so they die with destroy_process_group().
 
     Otherwise the groups live until the model is garbage-collected at interpreter teardown, the
-    same place where freeing gloo's threads can deadlock the exit (see ``release_ddp``).
+    same place where freeing gloo's threads can deadlock the exit (see ``release_ddp``).  The
+    device mesh keeps them too (torch >= 2.10: ``_pg_registry``), and the script's optimizer keeps
+    the mesh (each sharded parameter names it), so the mesh lets go of them as well.
     """
+    meshes = {id(p.device_mesh): p.device_mesh for p in model.parameters() if is_sharded_tensor(p)}
+    for mesh in meshes.values():
+        for owner in (mesh, getattr(mesh, "_root_mesh", None)):
+            registry = getattr(owner, "_pg_registry", None)
+            if isinstance(registry, dict):
+                registry.clear()
     for module in model.modules():
         if not isinstance(module, FSDPModule):
             continue
