@@ -64,6 +64,8 @@ REPLICA_GROUP = "DISTRAIN_REPLICA_GROUP"
 REPLICA_GROUPS = "DISTRAIN_REPLICA_GROUPS"
 #: distrain run --replicas: the folder where workers and agents leave steps, heals and losses
 FT_EVENTS = "DISTRAIN_FT_EVENTS"
+#: distrain run --replicas across nodes: the address this node's groups give the other groups
+FT_HOST = "DISTRAIN_FT_HOST"
 #: TorchFT's own name for the lighthouse address (http://host:port), read by torchft.Manager
 LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 

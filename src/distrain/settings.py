@@ -44,6 +44,7 @@ class Settings:
     replica_group: int | None = None  # DISTRAIN_REPLICA_GROUP (None: no replica groups)
     replica_groups: int | None = None  # DISTRAIN_REPLICA_GROUPS
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
+    ft_host: str | None = None  # DISTRAIN_FT_HOST (None: one node, loopback)
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
@@ -73,6 +74,7 @@ class Settings:
             "replica_group": _index(contract.REPLICA_GROUP, text(contract.REPLICA_GROUP)),
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
+            "ft_host": text(contract.FT_HOST),
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,

@@ -168,3 +168,38 @@ def _finals_2(out: Path) -> dict[tuple[int, int], dict[str, object]]:
         (int(p.name.split(".")[1]), int(p.name.split(".")[2])): json.loads(p.read_text())
         for p in out.glob("final.*.json")
     }
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(300)
+def test_groups_on_two_nodes_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
+    """--replicas 2 --nnodes 2 in two network namespaces: one group per node, the lighthouse on
+    node 0.  Group 1 (node 1) is killed; group 0 trains on in the same process, group 1 is
+    replaced and heals from group 0 across the link, and both end with the same parameters."""
+    from helpers.netns_hosts import make_hosts
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with make_hosts(2) as hosts:
+        procs, logs = [], [tmp_path / "node0.log", tmp_path / "node1.log"]
+        for node in range(2):
+            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes", "2", "--node-rank", str(node),
+                   "--master-addr", hosts.addrs[0], "--master-port", "29500", SCRIPT, "--out", str(out),
+                   "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
+            procs.append(hosts.start(node, cmd, logs[node]))
+        codes = hosts.wait(procs, 240, logs)
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0], texts[0][-2000:] + texts[1][-2000:]
+    assert "(groups 0–0 on node 0/2); TorchFT lighthouse on " + hosts.addrs[0] + ":29500" in texts[0]
+    starts = _starts(out)
+    assert len([pid for pid, group in starts if group == 0]) == 1, starts  # the survivor never restarted
+    assert len([pid for pid, group in starts if group == 1]) == 2, starts  # killed once, replaced once
+    finals = _finals(out)
+    assert finals[0]["step"] == finals[1]["step"] == 60
+    assert finals[0]["params"] == finals[1]["params"]  # healed across the nodes, then the same steps
+    # each node's launcher reports its own groups: the loss and the heal are node 1's lines
+    assert "distrain run: replica group 1 lost at step 25" in texts[1] and "1/2 groups continue" in texts[1]
+    assert "distrain run: replica group 1 healed from group 0 at step" in texts[1]
+    assert "replica group 1" not in texts[0].replace("replica groups", "")
+    for group in (0, 1):
+        assert (out / f"threads.{group}.0").read_text() == "group threads at exit: []\n"

@@ -130,7 +130,7 @@ def _launch(launch: LaunchPlan, breakdowns: str | None = None) -> int:
         fail(PROG, str(err), err.exit_code)
     if agent_store is not None:
         os.environ.setdefault(BIND_ADDR, agent_store.address)
-    from .replicas import report_losses_from_agent
+    from .replica_events import report_losses_from_agent
 
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
     try:

@@ -1,7 +1,9 @@
 """TorchFT's lighthouse for `distrain run --replicas`: started before the groups, stopped after.
 
 The lighthouse (``torchft_lighthouse``, a Rust program shipped in the ``torchft`` wheel) forms
-the quorum of live replica groups at every step.  On one node it listens on loopback only.  Its
+the quorum of live replica groups at every step.  On one node it listens on loopback only;
+across nodes node 0 runs it on the master address and the others reach it there
+(:class:`RemoteLighthouse`).  Its
 timeouts are short so that a dead group is noticed in about a second: a group that has not
 heartbeated for ``heartbeat_timeout_ms`` is dead, and a quorum waits at most
 ``join_timeout_ms`` for a group that still heartbeats but has not asked to join.
@@ -48,11 +50,11 @@ def lighthouse_program() -> str:
 class Lighthouse:
     """A running ``torchft_lighthouse`` on ``host``:``port``; :meth:`stop` ends it."""
 
-    def __init__(self, program: str, host: str = "127.0.0.1") -> None:
+    def __init__(self, program: str, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.host = host
         last = ""
-        for _ in range(3):  # the free port may be taken before the lighthouse binds it
-            self.port = free_port(host)
+        for _ in range(3 if port is None else 1):  # a free port may be taken before the lighthouse binds it
+            self.port = free_port(host) if port is None else port
             self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
             self.proc = subprocess.Popen(
                 [program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
@@ -86,6 +88,10 @@ class Lighthouse:
         """What torchft.Manager takes as TORCHFT_LIGHTHOUSE."""
         return f"http://{self.host}:{self.port}"
 
+    def who(self) -> str:
+        """The lighthouse in a message: its pid."""
+        return f"(pid {self.proc.pid})"
+
     def died(self) -> str | None:
         """How the lighthouse ended ("SIGKILL", "exit code 1"), or None while it runs."""
         code = self.proc.poll()
@@ -108,3 +114,50 @@ class Lighthouse:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class RemoteLighthouse:
+    """Node 0's lighthouse seen from another node: waited for at the start, then watched."""
+
+    #: unreachable this long (while this node's groups run) counts as ended
+    GONE_AFTER_S = 3.0
+
+    def __init__(self, host: str, port: int, wait_s: float = 120.0) -> None:
+        self.host, self.port = host, port
+        self._checked = 0.0
+        self._unreachable_since: float | None = None
+        deadline = time.monotonic() + wait_s
+        while not self._reachable():
+            if time.monotonic() > deadline:
+                raise UsageError(f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:.0f} s")
+            time.sleep(0.2)
+
+    @property
+    def address(self) -> str:
+        """What torchft.Manager takes as TORCHFT_LIGHTHOUSE."""
+        return f"http://{self.host}:{self.port}"
+
+    def _reachable(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            return s.connect_ex((self.host, self.port)) == 0
+
+    def who(self) -> str:
+        """The lighthouse in a message: where it is."""
+        return f"on node 0 ({self.host}:{self.port})"
+
+    def died(self) -> str | None:
+        """"unreachable for 3 s" once node 0's lighthouse stopped answering, else None (checked once a second)."""
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return None
+        self._checked = now
+        if self._reachable():
+            self._unreachable_since = None
+            return None
+        self._unreachable_since = self._unreachable_since or now
+        gone = now - self._unreachable_since
+        return f"unreachable for {gone:.0f} s" if gone >= self.GONE_AFTER_S else None
+
+    def stop(self) -> None:
+        """Nothing to stop: node 0 runs it."""

@@ -81,7 +81,7 @@ class Replicas:
                 rank=ctx.rank,
                 world_size=ctx.world_size,
                 replica_id=f"distrain_{group}",
-                hostname=ctx.settings.bind_addr or "127.0.0.1",
+                hostname=ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1",
                 checkpoint_transport=transport,
             )
         self._step_fd: int | None = None

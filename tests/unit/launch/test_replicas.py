@@ -13,7 +13,9 @@ from distrain.contract import append_ft_event, ft_step_file
 from distrain.errors import UsageError
 from distrain.launch import lighthouse
 from distrain.launch.plan import option_table
-from distrain.launch.replicas import AgentLossReporter, _Job, check_replicas, group_argv
+from distrain.launch.replica_events import AgentLossReporter, ReplicaJob
+from distrain.launch.replica_nodes import Placement
+from distrain.launch.replicas import check_replicas, group_argv
 
 
 def _args(**over: object) -> argparse.Namespace:
@@ -24,14 +26,17 @@ def _args(**over: object) -> argparse.Namespace:
         "gpus": None,
         "nproc_per_node": "1",
         "cpu": False,
+        "node_rank": "0",
+        "master_addr": "127.0.0.1",
+        "master_port": None,
     }
     values.update(over)
     return argparse.Namespace(**values)
 
 
 def test_accepts_groups_on_one_node() -> None:
-    assert check_replicas(_args(), gpus_visible=0) == 2
-    assert check_replicas(_args(replicas="3", nproc_per_node="2"), gpus_visible=0) == 3
+    assert check_replicas(_args(), gpus_visible=0) == Placement(2, 1)
+    assert check_replicas(_args(replicas="3", nproc_per_node="2"), gpus_visible=0).local == [0, 1, 2]
 
 
 @pytest.mark.parametrize(
@@ -40,7 +45,10 @@ def test_accepts_groups_on_one_node() -> None:
         ({"replicas": "0"}, 0, "--replicas must be at least 1"),
         ({"replicas": "two"}, 0, "expects a number of replica groups"),
         ({"launcher": "mpirun"}, 0, "cannot be combined with --launcher mpirun"),
-        ({"nnodes": "2"}, 0, "on one node for now"),
+        ({"nnodes": "3", "master_addr": "10.0.0.1"}, 0, "--replicas 2 does not divide over --nnodes 3"),
+        ({"nnodes": "1:2"}, 0, "needs a fixed number of nodes"),
+        ({"nnodes": "2", "master_addr": "127.0.0.1"}, 0, "across nodes needs --master-addr"),
+        ({"nnodes": "2", "node_rank": "2", "master_addr": "10.0.0.1"}, 0, "--node-rank must be 0…1"),
         ({"gpus": "0,1"}, 2, "CUDA_VISIBLE_DEVICES instead of --gpus"),
         ({"replicas": "2", "nproc_per_node": "2"}, 2, "needs 4 GPUs, 2 visible"),
     ],
@@ -51,7 +59,7 @@ def test_refuses_what_cannot_run(over: dict[str, object], gpus: int, message: st
 
 
 def test_cpu_rehearsal_does_not_count_gpus() -> None:
-    assert check_replicas(_args(replicas="4", cpu=True), gpus_visible=1) == 4
+    assert check_replicas(_args(replicas="4", cpu=True), gpus_visible=1).groups == 4
 
 
 def test_missing_torchft_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,7 +113,7 @@ def test_agent_record_becomes_a_lost_event(tmp_path: Path) -> None:
 
 
 def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    job = _Job(2, str(tmp_path))
+    job = ReplicaJob(2, str(tmp_path))
     Path(ft_step_file(str(tmp_path), 1)).write_text("246        ")
     append_ft_event(str(tmp_path), event="lost", group=1, rank=0, pid=4242, exitcode=-9)
     append_ft_event(
@@ -138,6 +146,37 @@ def test_group_threads_share_the_node_among_every_group(
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
     house = SimpleNamespace(address="http://127.0.0.1:1")
-    env = replicas._group_env(_Job(2, str(tmp_path)), house, 1, 2, [])  # type: ignore[arg-type]
+    env = replicas._group_env(ReplicaJob(2, str(tmp_path)), house.address, 1, Placement(2, 2), [])
     assert env.get("DISTRAIN_NUM_THREADS") == expected
     assert env.get("OMP_NUM_THREADS") == (expected or omp)
+
+
+def test_groups_are_placed_whole_on_nodes() -> None:
+    # 4 groups of 2 on 2 nodes: node 1 runs groups 2 and 3; the lighthouse on the master's port
+    placement = check_replicas(
+        _args(replicas="4", nproc_per_node="2", nnodes="2", node_rank="1", master_addr="10.0.0.1", master_port="29600"), 0
+    )
+    assert placement.local == [2, 3] and placement.port == 29600 and placement.multi_node
+    # the GPUs asked of one node are its own groups' only
+    with pytest.raises(UsageError, match="needs 4 GPUs on this node \\(2 of 4 groups\\), 2 visible"):
+        check_replicas(_args(replicas="4", nproc_per_node="2", nnodes="2", master_addr="10.0.0.1"), 2)
+
+
+def test_group_argv_drops_the_multi_node_options() -> None:
+    # each group is a one-node job: the node options are the replicas launcher's, not the group's
+    argv = group_argv(
+        ["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master_port", "29500", "--iface", "eth0", "-n", "1"],
+        ["t.py"], 1, option_table(),
+    )  # fmt: skip
+    assert argv == ["-n", "1", "--max-restarts", "3", "t.py"]
+
+
+def test_group_env_across_nodes_names_this_nodes_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from distrain.launch import replicas
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    placement = Placement(4, 1, nodes=2, node=1, master_addr="10.0.0.1")
+    env = replicas._group_env(ReplicaJob(4, str(tmp_path), local=[2, 3]), "http://10.0.0.1:29500", 3, placement, ["0", "1"], "eth0", "10.0.0.2")
+    assert env["DISTRAIN_FT_HOST"] == "10.0.0.2" and env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert env["TORCHFT_LIGHTHOUSE"] == "http://10.0.0.1:29500"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"  # group 3 is this node's second group

@@ -1,0 +1,179 @@
+"""`distrain run --replicas`: the launcher's view of its replica groups, one line per event.
+
+Workers and agents leave events in a folder (DISTRAIN_FT_EVENTS): each group's last committed
+step, "lost" (a group's agent saw a worker die) and "joined" (a worker passed its first quorum,
+healed from a peer or not).  :class:`ReplicaJob` turns them into one line each on stderr (and
+one JSON line each in the run directory, for `distrain top`).  Across nodes each node's
+launcher reports the groups it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..contract import (
+    FT_EVENTS,
+    FT_EVENTS_FILE,
+    REPLICA_EVENTS_FILE,
+    REPLICA_GROUP,
+    append_ft_event,
+    ft_step_file,
+)
+
+PROG = "distrain run"
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class AgentLossReporter(logging.Filter):
+    """In a group's `distrain run`: turn the agent's "failed (exitcode …)" record into a "lost" event."""
+
+    def __init__(self, folder: str, group: int) -> None:
+        super().__init__()
+        self.folder, self.group = folder, group
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            str(record.msg).startswith("failed (exitcode")
+            and isinstance(record.args, tuple)
+            and len(record.args) >= 3
+        ):
+            code, local_rank, pid = record.args[:3]
+            try:
+                append_ft_event(
+                    self.folder,
+                    event="lost",
+                    group=self.group,
+                    rank=int(local_rank),
+                    pid=int(pid),
+                    exitcode=int(code),
+                )
+            except (OSError, ValueError, TypeError):
+                pass  # a report, never a reason to disturb the agent
+        return True
+
+
+def report_losses_from_agent() -> None:
+    """Under --replicas (the environment says so), report each dead worker of this group's agent."""
+    folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
+    if folder and group is not None and group.isdigit():
+        logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
+            AgentLossReporter(folder, int(group))
+        )
+
+
+@dataclass
+class ReplicaJob:
+    """What the launcher knows of the groups while they run (`local`: those on this node)."""
+
+    groups: int
+    folder: str
+    local: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    lost: set[int] = field(default_factory=set)
+    finished: dict[int, int] = field(default_factory=dict)
+    offset: int = 0  # bytes of the events file already read
+    run_dir: str | None = None  # --run-dir: events also go to run_dir/replicas.jsonl (distrain top)
+
+    def say(self, text: str, event: str | None = None, **fields: object) -> None:
+        """One line on stderr; with an `event` name also one JSON line in the run directory."""
+        print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+        if event and self.run_dir:
+            record = {"t": round(time.time(), 3), "event": event, **fields, "text": text}
+            with contextlib.suppress(OSError):  # a full or vanished disk must not stop the job
+                os.makedirs(self.run_dir, exist_ok=True)
+                with open(os.path.join(self.run_dir, REPLICA_EVENTS_FILE), "a") as f:
+                    f.write(json.dumps(record) + "\n")
+
+    def step_of(self, group: int) -> str:
+        try:
+            with open(ft_step_file(self.folder, group)) as f:
+                return f.read().strip() or "0"
+        except OSError:
+            return "0"
+
+    def __post_init__(self) -> None:
+        self.local = self.local or list(range(self.groups))
+
+    def continuing(self) -> int:
+        """Groups still training, as far as this node knows (another node's groups count as live)."""
+        return sum(1 for g in range(self.groups) if g not in self.lost and g not in self.finished)
+
+    def read_events(self) -> None:
+        path = os.path.join(self.folder, FT_EVENTS_FILE)
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                self.on_event(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def on_event(self, ev: dict[str, object]) -> None:
+        group = int(str(ev["group"]))
+        if ev["event"] == "lost":
+            code = int(str(ev["exitcode"]))
+            how = _signal_name(code) if code < 0 else f"exit code {code}"
+            self.lost.add(group)
+            step = self.step_of(group)
+            self.say(
+                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
+                f"{self.continuing()}/{self.groups} groups continue",
+                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"], how=how,
+            )  # fmt: skip
+        elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
+            src, step = ev.get("source"), int(str(ev.get("step", 0)))
+            if src is not None and (step > 0 or group in self.lost):
+                seconds = float(str(ev["seconds"]))
+                self.say(
+                    f"replica group {group} healed from group {src} at step {step} in {seconds:.1f} s",
+                    "healed", group=group, source=src, step=step, seconds=seconds,
+                )  # fmt: skip
+            elif group in self.lost:
+                self.say(
+                    f"replica group {group} rejoined at step {step} from its own state (no live group was ahead)",
+                    "rejoined", group=group, step=step,
+                )  # fmt: skip
+            self.lost.discard(group)
+
+    def on_exit(self, group: int, code: int) -> None:
+        self.finished[group] = code
+        if code != 0:
+            how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+            self.say(
+                f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue",
+                "failed", group=group, how=how,
+            )  # fmt: skip
+
+    def stop_all(self, grace_s: float = 30) -> None:
+        """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # the agent passes it on and waits for its workers
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):  # the group's agent and workers too
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -1,0 +1,153 @@
+"""`distrain run --replicas R --nnodes M`: which groups run on this node, and the nodes' roll call.
+
+Each node runs R/M whole groups (group g on node g // (R/M)); every group is a one-node job of
+its own.  Node 0 runs the lighthouse on ``--master-addr``:``--master-port`` and, one port above,
+a small TCPStore (torch's) where every node's launcher says it is running (a beat a second) or
+finished: node 0 keeps the lighthouse until every node finished or went silent, because the
+other nodes' groups still need it after node 0's own groups are done.  A node learns its own
+address for the other groups from the route to the master (or ``--iface``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..net import interface_addresses, is_loopback, route_to
+
+#: torchrun's default --master-port, where node 0's lighthouse listens when none is given
+DEFAULT_PORT = 29500
+#: how long another node waits for node 0 (its lighthouse and roll call) to come up
+NODE0_WAIT_S = 120.0
+#: a node whose beat stopped changing this long is taken as gone (node 0 stops waiting for it)
+SILENT_S = 30.0
+BEAT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the groups run: `groups` in all, `nodes` nodes, this is node `node`."""
+
+    groups: int
+    per_group: int
+    nodes: int = 1
+    node: int = 0
+    master_addr: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+
+    @property
+    def local(self) -> list[int]:
+        """The groups this node runs."""
+        per_node = self.groups // self.nodes
+        return list(range(self.node * per_node, (self.node + 1) * per_node))
+
+    @property
+    def multi_node(self) -> bool:
+        """True when the groups are spread over several nodes."""
+        return self.nodes > 1
+
+
+def place(args: argparse.Namespace, groups: int) -> Placement:
+    """The Placement `args` asks for; UsageError (one line) when the groups do not fit the nodes."""
+    per_group = int(args.nproc_per_node)
+    text = str(getattr(args, "nnodes", "1"))
+    low, _, high = text.partition(":")
+    if high and high != low:
+        raise UsageError(f"--replicas needs a fixed number of nodes (got --nnodes {text})")
+    try:
+        nodes = int(low)
+        node = int(getattr(args, "node_rank", 0) or 0)
+    except ValueError:
+        raise UsageError(f"--nnodes expects a number of nodes (got {text!r})") from None
+    if nodes == 1:
+        return Placement(groups, per_group)
+    if groups % nodes:
+        raise UsageError(
+            f"--replicas {groups} does not divide over --nnodes {nodes}: each node runs the same number of whole groups"
+        )
+    if not 0 <= node < nodes:
+        raise UsageError(f"--node-rank must be 0…{nodes - 1} (got {node})")
+    master = str(getattr(args, "master_addr", "") or "")
+    try:
+        loopback = not master or is_loopback(socket.gethostbyname(master))
+    except OSError:
+        raise UsageError(f"--master-addr {master}: cannot resolve it") from None
+    if loopback:
+        raise UsageError(
+            "--replicas across nodes needs --master-addr: node 0's address, where the lighthouse listens"
+        )
+    port = int(args.master_port) if getattr(args, "master_port", None) else DEFAULT_PORT
+    return Placement(groups, per_group, nodes, node, master, port)
+
+
+def node_address(placement: Placement, iface: str | None) -> tuple[str, str | None]:
+    """This node's address (and interface) for the other nodes: ``--iface``'s, else the route to the master."""
+    if iface:
+        addrs = interface_addresses().get(iface)
+        if not addrs:
+            raise UsageError(f"--iface {iface}: no such interface with an IPv4 address on this node")
+        return addrs[0], iface
+    try:
+        return route_to(placement.master_addr, placement.port)
+    except OSError as err:
+        raise UsageError(f"no route to --master-addr {placement.master_addr}: {err}") from None
+
+
+class RollCall:
+    """The nodes' roll call on node 0's TCPStore (``--master-port`` + 1)."""
+
+    def __init__(self, placement: Placement) -> None:
+        import torch.distributed as dist
+
+        self.placement = placement
+        self._last_beat = 0.0
+        first = placement.node == 0
+        try:
+            self.store: Any = dist.TCPStore(
+                placement.master_addr, placement.port + 1, world_size=None, is_master=first,
+                timeout=dt.timedelta(seconds=NODE0_WAIT_S), wait_for_workers=False,
+            )  # fmt: skip
+        except Exception as err:  # noqa: BLE001 - torch raises several kinds; one line either way
+            where = f"{placement.master_addr}:{placement.port + 1}"
+            if first:
+                raise UsageError(f"--replicas: node 0 cannot listen on {where}: {err}") from None
+            raise UsageError(f"--replicas: node 0 is not reachable at {where} after {NODE0_WAIT_S:.0f} s") from None
+
+    def beat(self) -> None:
+        """Say this node is still running (at most once a second)."""
+        now = time.monotonic()
+        if now - self._last_beat >= BEAT_S:
+            self._last_beat = now
+            self.store.set(f"node{self.placement.node}", f"running {now}")
+
+    def finished(self) -> None:
+        """Say this node's groups have all ended."""
+        self.store.set(f"node{self.placement.node}", "done")
+
+    def wait_for_others(self, say: Any) -> None:
+        """On node 0: return once every other node finished or fell silent for SILENT_S."""
+        others = [n for n in range(1, self.placement.nodes)]
+        seen: dict[int, tuple[str, float]] = {}
+        said = False
+        while True:
+            now = time.monotonic()
+            waiting = []
+            for n in others:
+                value = bytes(self.store.get(f"node{n}")).decode() if self.store.check([f"node{n}"]) else ""
+                if value == "done":
+                    continue
+                if seen.get(n, ("", 0.0))[0] != value:
+                    seen[n] = (value, now)
+                if now - seen[n][1] < SILENT_S:
+                    waiting.append(n)
+            if not waiting:
+                return
+            if not said:
+                say(f"node 0's groups ended; the lighthouse stays up for node(s) {', '.join(map(str, waiting))}")
+                said = True
+            time.sleep(0.2)
