@@ -163,6 +163,31 @@ def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -
     assert len({f["params"] for f in finals.values()}) == 1, finals
 
 
+@pytest.mark.timeout(300)
+def test_fsdp_inside_groups_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
+    """2 groups × 2 processes sharding with FSDP inside each group (their reduce-scattered
+    shards all-reduced across groups), saving sharded checkpoints: rank 1 of group 1 is killed
+    at step 25; group 0's processes train on, group 1 is replaced and heals rank by rank, and
+    every rank ends with the same shard as its peer in the other group."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT, "--strategy", "fsdp",
+           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--every", "10", "--kill", "25:1:1"]  # fmt: skip
+    res = run(cmd, timeout=280)
+    assert res.returncode == 0, res.stderr[-3000:]
+    starts = _starts(out)
+    assert len([pid for pid, group in starts if group == 0]) == 2, starts  # each rank of group 0 once
+    assert len([pid for pid, group in starts if group == 1]) == 4, starts  # group 1 restarted once
+    finals = _finals_2(out)
+    assert {f["step"] for f in finals.values()} == {60}, finals
+    for rank in (0, 1):  # rank r of each group holds shard r: equal across groups, bit for bit
+        assert finals[(0, rank)]["params"] == finals[(1, rank)]["params"], finals
+    assert finals[(0, 0)]["params"] != finals[(0, 1)]["params"]  # they are shards, not copies
+    assert "distrain run: replica group 1 lost at step 25 (rank 1, pid" in res.stderr
+    assert "distrain run: replica group 1 healed from group 0 at step" in res.stderr
+    assert list((tmp_path / "ckpt" / "replica_0").glob("step_*")), "no sharded checkpoint was saved"
+
+
 def _finals_2(out: Path) -> dict[tuple[int, int], dict[str, object]]:
     return {
         (int(p.name.split(".")[1]), int(p.name.split(".")[2])): json.loads(p.read_text())

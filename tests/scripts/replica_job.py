@@ -35,6 +35,7 @@ p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-group", type=int, default=1)
 p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, repeatable")
 p.add_argument("--kill-in-backward", action="store_true", help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce")
+p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group")
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
 if args.kill_at >= 0:
@@ -55,7 +56,7 @@ y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
 torch.manual_seed(
     group
 )  # different initial weights per group: the first quorum must make them equal
-model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
+model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)), strategy=args.strategy)
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
@@ -106,6 +107,7 @@ while step < args.steps:
 
 digest = hashlib.sha256()
 for t in ctx.unwrap(model).state_dict().values():
+    t = t.to_local() if hasattr(t, "to_local") else t  # under FSDP: this rank's shard
     digest.update(t.detach().cpu().numpy().tobytes())
 with open(os.path.join(args.out, f"final.{group}.{ctx.rank}.json"), "w") as f:
     json.dump(

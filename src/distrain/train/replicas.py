@@ -32,7 +32,8 @@ from torch import nn
 from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
 from ..errors import DistrainError
 from ..log import get_logger
-from .strategies.options import DDP, Strategy
+from .strategies.fsdp import is_sharded_tensor
+from .strategies.options import DDP, FSDP, Strategy
 
 if TYPE_CHECKING:
     from ..runtime.context import Context
@@ -57,6 +58,7 @@ class Replicas:
 
         self.group, self.groups, self.events = group, groups, events
         self.rank, self.size = ctx.rank, ctx.world_size
+        self.precision = ctx.precision
         self.objects: dict[str, Any] = {}
         self.started = False
         self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
@@ -114,13 +116,16 @@ class Replicas:
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
-        """`model` on `device` in DDP over this group, its gradients averaged over the live groups too.
+        """`model` on `device`, DDP or FSDP over this group, its gradients averaged over the live groups too.
 
-        `spec` is the resolved strategy: DDP with its defaults only, for now (an option this path
-        would not honour is refused, never dropped).
+        `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
+        group, the reduce-scattered shards all-reduced across groups); an option this path would
+        not honour is refused, never dropped.
         """
+        if type(spec) is FSDP:
+            return self._prepare_sharded(model, device, spec)
         if type(spec) is not DDP:
-            raise DistrainError(f"--replicas supports strategy='ddp' for now (got {spec.name!r})")
+            raise DistrainError(f"--replicas supports strategy='ddp' or 'fsdp' for now (got {spec.name!r})")
         if spec != DDP(find_unused_parameters=spec.find_unused_parameters):
             raise DistrainError(
                 f"--replicas takes DDP without options for now (sync_bn, comm_hook, bucket_cap_mb, "
@@ -152,6 +157,30 @@ class Replicas:
         self.register(f"__model{len(self.objects)}", wrapped)
         wrapped.register_forward_pre_hook(self._first_forward)
         return wrapped
+
+    def _prepare_sharded(self, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
+        from torch.distributed.fsdp import FSDPModule
+
+        from .strategies import prepare
+
+        # FSDP over this group's ranks (its process group), as `distrain run -n N` would shard
+        sharded = prepare(model, spec, device=device, precision=self.precision, distributed=True, num_nodes=1)
+        for module in sharded.modules():  # each unit's reduce-scattered shard, then across groups
+            if isinstance(module, FSDPModule):
+                module.set_all_reduce_hook(self._cross_group)
+        self.register(f"__model{len(self.objects)}", sharded)
+        sharded.register_forward_pre_hook(self._first_forward)
+        return sharded
+
+    def _cross_group(self, shard: torch.Tensor) -> None:
+        # the same rank of every live group holds the same shard: TorchFT's fault-tolerant average
+        work = self.manager.allreduce(shard)
+        if work.wait():
+            averaged = work.get_future().wait()
+            if averaged is not shard:
+                shard.copy_(averaged)
+        else:  # a peer died mid-all-reduce: this step will not commit (see the DDP hook)
+            shard.zero_()
 
     def _first_forward(self, module: nn.Module, args: Any) -> None:
         # the quorum of a step is taken at its first forward: after the script's own work between
@@ -200,7 +229,10 @@ class Replicas:
             for obj in self.objects.values():
                 if isinstance(obj, nn.Module):
                     for t in [*obj.parameters(), *obj.buffers()]:
-                        dist.broadcast(t, src=0)
+                        # an FSDP shard is this rank's part alone: nothing in the group to agree with
+                        # (rank r of every group heals from one source, so the groups still agree)
+                        if not is_sharded_tensor(t):
+                            dist.broadcast(t, src=0)
 
     def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
         """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""

@@ -8,7 +8,7 @@ from torch import nn
 
 from distrain.errors import DistrainError
 from distrain.train.replicas import Replicas
-from distrain.train.strategies import DDP, FSDP, resolve
+from distrain.train.strategies import DDP, HSDP, resolve
 
 
 def _unstarted() -> Replicas:
@@ -19,8 +19,8 @@ def _unstarted() -> Replicas:
 @pytest.mark.parametrize(
     ("strategy", "options", "said"),
     [
-        ("fsdp", {}, "supports strategy='ddp'"),
-        (FSDP(), {}, "supports strategy='ddp'"),
+        ("hsdp", {}, "supports strategy='ddp' or 'fsdp'"),
+        (HSDP(replicate=2), {}, "supports strategy='ddp' or 'fsdp'"),
         ("ddp", {"sync_bn": True}, "sync_bn=True"),
         (DDP(comm_hook="bf16"), {}, "comm_hook='bf16'"),
         ("ddp", {"bucket_cap_mb": 5}, "bucket_cap_mb=5"),

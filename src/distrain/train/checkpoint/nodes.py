@@ -53,8 +53,9 @@ def detect(ctx: Context, directory: str) -> Topology:
     if not ctx.distributed or ctx.world_size == 1:
         return Topology.single()
     probe = os.path.join(directory, PROBE)
-    token = secrets.token_hex(16) if ctx.is_main else ""
-    if ctx.is_main:
+    first = ctx.rank == 0  # of this process group: under --replicas ctx.is_main is group 0's alone
+    token = secrets.token_hex(16) if first else ""
+    if first:
         atomic_write(probe, lambda f: f.write(token.encode()))
     token = ctx.broadcast_object(token)  # after rank 0's write: the file is there if it is visible
     try:
