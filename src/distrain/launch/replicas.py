@@ -46,12 +46,11 @@ _REPLICA_FLAGS = ("--replicas",)
 _RESTART_FLAGS = ("--max-restarts", "--max_restarts")
 _RUN_DIR_FLAGS = ("--run-dir", "--run_dir")
 #: options of a job across nodes: each group is a one-node job of its own
-_NODE_FLAGS = {
-    f"--{name}{sep}{rest}" if rest else f"--{name}"
-    for name, rest in [("nnodes", ""), ("node", "rank"), ("master", "addr"), ("master", "port"), ("rdzv", "backend"),
-                       ("rdzv", "endpoint"), ("rdzv", "id"), ("local", "addr"), ("iface", "")]
-    for sep in ("-", "_")
-}  # fmt: skip
+_NODE_FLAGS = (
+    "--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port", "--master_port",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
+    "--local-addr", "--local_addr", "--iface",
+)  # fmt: skip
 
 
 def check_replicas(args: argparse.Namespace, gpus_visible: int) -> Placement:
