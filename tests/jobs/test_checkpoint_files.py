@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -201,7 +200,7 @@ def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:
 def test_digits_example_resumes(tmp_path: Path) -> None:
     """The example: SIGINT (as Ctrl-C) mid-run saves and exits; a rerun resumes and finishes."""
     d = tmp_path / "ckpt"
-    args = [python(), str(REPO / "examples" / "train_digits.py"), "--epochs", "2", "--checkpoint-dir", str(d), "--checkpoint-every", "10", "--out", str(tmp_path / "out")]
+    args = [python(), str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--checkpoint-dir", str(d), "--checkpoint-every", "10", "--out", str(tmp_path / "out")]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + JOB_TIMEOUT
@@ -217,7 +216,6 @@ def test_digits_example_resumes(tmp_path: Path) -> None:
     assert "received SIGINT" in err and "exiting on the stop signal" in out
     result = ok(run(args, timeout=JOB_TIMEOUT))
     assert "distrain: resumed from" in result.stdout and "done: test acc" in result.stdout
-    assert sys.executable
 
 
 def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
