@@ -34,6 +34,13 @@ START_TIMEOUT_S = 10.0
 EXTRA_HINT = "pip install 'distrain[ft]'"
 
 
+def answers(host: str, port: int, timeout_s: float) -> bool:
+    """True when something accepts a TCP connection on `host`:`port` within `timeout_s`."""
+    with socket.socket() as s:
+        s.settimeout(timeout_s)
+        return s.connect_ex((host, port)) == 0
+
+
 def lighthouse_program() -> str:
     """Path of ``torchft_lighthouse`` beside this Python, else on PATH; UsageError when torchft is absent."""
     if importlib.util.find_spec("torchft") is None:
@@ -75,10 +82,8 @@ class Lighthouse:
                 err = self.log.read().decode(errors="replace")
                 lines = [ln for ln in err.strip().splitlines() if ln.strip()]
                 return lines[-1] if lines else f"exit code {self.proc.returncode}"
-            with socket.socket() as s:
-                s.settimeout(0.2)
-                if s.connect_ex((self.host, self.port)) == 0:
-                    return ""
+            if answers(self.host, self.port, 0.2):
+                return ""
             time.sleep(0.05)
         self.stop()
         return f"not listening on {self.host}:{self.port} after {START_TIMEOUT_S:.0f} s"
@@ -138,9 +143,7 @@ class RemoteLighthouse:
         return f"http://{self.host}:{self.port}"
 
     def _reachable(self) -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            return s.connect_ex((self.host, self.port)) == 0
+        return answers(self.host, self.port, 0.5)
 
     def who(self) -> str:
         """The lighthouse in a message: where it is."""

@@ -15,7 +15,6 @@ checksums verify is used; anything else is reported by name and skipped, never l
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime as dt
 import itertools
@@ -131,9 +130,9 @@ class Checkpointer:
         self._saves = 0
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
-        # runs before ctx.shutdown (atexit is last-in, first-out): a background save completes
-        atexit.register(self._finish_at_exit)
-        ctx.services.on_close(self._release_group)  # and in ctx.shutdown() called by the script
+        # in ctx.shutdown() (at exit, or called by the script), before the groups are destroyed:
+        # a background save completes, then the DCP group is let go
+        ctx.services.on_close(self._release_group)
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
