@@ -51,6 +51,7 @@ def install() -> None:
     )  # run by the script only: forked children end in os._exit
     os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
     _watcher = Watcher(folder, Settings.read().form_timeout_s)
+    atexit.register(_watcher.script_ended)  # runs before the rmtree above (last in, first out)
     original = multiprocessing.process.BaseProcess.start
     watcher_pid = os.getpid()  # a forked child inherits this hook but watches nobody
 

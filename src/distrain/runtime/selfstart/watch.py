@@ -12,6 +12,9 @@ the job when
 
 Ending the job: the other children are terminated, the cause is written to the agent's error
 file (so `distrain run`'s last line carries it) and logged, and this process exits with 1.
+Once the children are gone the script's own ``join`` returns and its end races the watcher's
+exit: :meth:`Watcher.script_ended` (run at the script's end) makes the script wait for that exit,
+and keeps a watcher from ending a job whose script already finished.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ _log = get_logger("runtime")
 #: child's traceback) this long to end the job with the cause before the watcher does
 _NO_NOTE_GRACE_S = 3.0
 _POLL_S = 0.25
+#: at the script's end while the watcher ends the job: its own exit comes within ~3 s (SIGTERM
+#: grace) — this bound only guards against a watcher that never gets there
+_END_WAIT_S = 30.0
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Watcher:
     _first_join: float | None = None
     _dead_since: dict[int, float] = field(default_factory=dict)
     _ending: bool = False
+    _script_done: bool = False
 
     def add(self, proc: Any) -> None:
         """Watch a child the script started (a multiprocessing process); starts the thread once."""
@@ -73,6 +80,33 @@ class Watcher:
                 except (OSError, ValueError):
                     continue
         return found
+
+    def script_ended(self, wait_s: float = _END_WAIT_S) -> None:
+        """At the end of the script (its atexit): wait for an ending watcher; else stop watching.
+
+        Why: the watcher's SIGTERM ends the children, so the script's ``join`` returns and the
+        script runs to its end.  Returning from it would hand the elastic agent a result while
+        the watcher is about to ``os._exit``: in a forked worker, torch's ``_wrap`` then waits on
+        a multiprocessing Event and dies inside it, and the agent's ``Event.set()`` waits forever
+        for that dead sleeper (the job hangs); in a lucky order the job even exits 0.  Children
+        still running are waited for first, as multiprocessing's own exit would (daemons
+        excepted: it terminates those), with the watcher still on guard.  A script that ended
+        with every child done keeps its own exit status.
+        """
+        while True:
+            with self._lock:
+                ending = self._ending
+                running = not ending and any(
+                    not getattr(proc, "daemon", False) and exit_status(pid, proc) is None
+                    for pid, proc in self.procs.items()
+                )
+                if not ending and not running:
+                    self._script_done = True
+                    return
+            if ending:
+                threading.Event().wait(wait_s)  # the watcher's os._exit(1) ends this process first
+                os._exit(1)
+            time.sleep(_POLL_S / 5)
 
     def _loop(self) -> None:
         while True:
@@ -155,6 +189,8 @@ class Watcher:
 
     def _end(self, verdict: str) -> None:
         with self._lock:
+            if self._script_done:  # the script ended on its own: its exit status stands
+                return
             self._ending = True
             procs = dict(self.procs)
         for pid in procs:

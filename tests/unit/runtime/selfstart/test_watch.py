@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,8 @@ from distrain.runtime.selfstart.watch import Watcher
 class Child:
     """Stands in for a multiprocessing.Process: a pid and an exit code (None: running)."""
 
-    def __init__(self, pid: int, exitcode: int | None = None) -> None:
-        self.pid, self.exitcode = pid, exitcode
+    def __init__(self, pid: int, exitcode: int | None = None, daemon: bool = False) -> None:
+        self.pid, self.exitcode, self.daemon = pid, exitcode, daemon
 
 
 @pytest.fixture
@@ -82,3 +84,49 @@ def test_a_formed_group_or_an_unwatched_member_never_times_out(watcher: Watcher)
     (Path(watcher.folder) / "formed-11").unlink()
     _note(watcher, "join", 11, rank=1, world_size=2, watched=False)  # its forming cannot be seen
     assert watcher.check(1000.0) is None
+
+
+def test_the_script_ending_first_keeps_its_own_exit_status(
+    watcher: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acts: list[object] = []
+    monkeypatch.setattr(watch, "_signal", lambda pid, sig: acts.append((pid, sig)))
+    monkeypatch.setattr(watch.os, "_exit", acts.append)
+    watcher.add(Child(10, 0))
+    watcher.add(Child(11, None, daemon=True))  # multiprocessing terminates daemons at exit
+    watcher.script_ended()  # returns: nothing was ending, no child to wait for
+    watcher._end("train.py: would have ended the job")  # a no-op now
+    assert acts == [] and not watcher._ending
+
+
+def test_the_script_ending_while_the_watcher_ends_the_job_waits_for_its_exit(
+    watcher: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Returning would hand the agent a result from a process about to os._exit (a hung job)."""
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(watch.os, "_exit", fake_exit)
+    watcher._ending = True
+    start = time.monotonic()
+    with pytest.raises(SystemExit):
+        watcher.script_ended(wait_s=0.3)
+    assert exits == [1] and time.monotonic() - start >= 0.3
+
+
+def test_the_script_ending_waits_for_its_running_children_with_the_watch_on(
+    watcher: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As multiprocessing's exit joins them; standing down first would let a stuck one hang."""
+    child = Child(10, None)
+    watcher.add(child)
+    done = threading.Thread(target=watcher.script_ended)
+    done.start()
+    done.join(0.3)
+    assert done.is_alive() and not watcher._script_done
+    child.exitcode = 0
+    done.join(5.0)
+    assert not done.is_alive() and watcher._script_done
