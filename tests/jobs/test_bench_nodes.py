@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import python, run
+from helpers import SCRIPTS, python, run
 from helpers.netns_hosts import make_hosts
 
 BENCH = [python(), "-m", "distrain.cli", "bench", "scaling"]
@@ -20,7 +20,7 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     with make_hosts(2, rate="100mbit") as hosts:
         prefix = hosts.names[0][:-1]  # names are <tag>n0, <tag>n1
         args = ["--nproc", "1", "--no-all-cores", "--nodes", "1,2", "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", hosts.addrs[0],
-                "--link-label", "100 Mbit/s", "--epochs", "1", "--batch-size", "128", "--out", str(out)]
+                "--link-label", "100 Mbit/s", "--epochs", "1", "--out", str(out), str(SCRIPTS / "bench_steps.py")]
         res = run(BENCH + args, timeout=480)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
