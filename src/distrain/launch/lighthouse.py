@@ -4,9 +4,18 @@ The lighthouse (``torchft_lighthouse``, a Rust program shipped in the ``torchft`
 the quorum of live replica groups at every step.  On one node it listens on loopback only;
 across nodes node 0 runs it on the master address and the others reach it there
 (:class:`RemoteLighthouse`).  Its
-timeouts are short so that a dead group is noticed in about a second: a group that has not
-heartbeated for ``heartbeat_timeout_ms`` is dead, and a quorum waits at most
+timeouts are short so that a dead group is noticed in well under a second: a group that has not
+heartbeated (every 100 ms) for ``heartbeat_timeout_ms`` is dead, and a quorum waits at most
 ``join_timeout_ms`` for a group that still heartbeats but has not asked to join.
+
+Why 700 ms and 1000 ms: the survivors' pause at a SIGKILL is the heartbeat timeout plus one
+quorum change.  On one node a replacement's manager heartbeats within ~0.6 s of the kill (its
+first committed step came 0.67–0.73 s after it with a 600 ms timeout), so when the dead group
+is dropped the replacement is usually known and the survivors' quorum waits (join timeout) for
+it: one reconfiguration and heal instead of two.  Measured on 2 cores (benchmarks/recovery/
+RESULTS.md): heartbeat 1000 ms → pause 1.08–1.10 s, 700 → 0.75–0.84 s, 600 → 0.67–0.73 s
+(less margin for a slow replacement), 500 with a 500 ms join timeout → 1.2–1.5 s (the quorum
+changed twice).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from ..net import free_port
 #: how the lighthouse is tuned for one machine (milliseconds)
 QUORUM_TICK_MS = 50
 JOIN_TIMEOUT_MS = 1000
-HEARTBEAT_TIMEOUT_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 700  # see the module docstring
 #: how long the lighthouse may take to listen
 START_TIMEOUT_S = 10.0
 
