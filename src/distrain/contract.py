@@ -107,6 +107,11 @@ def ft_step_file(folder: str, group: int) -> str:
     return os.path.join(folder, f"step.{group}")
 
 
+def ft_start_file(folder: str, group: int) -> str:
+    """Exists once replica group `group` reached its first quorum, or ended (its start holds nobody up)."""
+    return os.path.join(folder, f"start.{group}")
+
+
 def append_ft_event(folder: str, **fields: Any) -> None:
     """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
     import json

@@ -46,9 +46,13 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     # --cpu too: under a rehearsal torch.accelerator answers for stand-in GPUs, and TorchFT's
     # Manager must still not touch CUDA (it made a CUDA stream and failed on this CPU machine)
     cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", "--run-dir", str(tmp_path / "run"),
-           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1", "--kill-in-backward"]  # fmt: skip
+           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--kill-at", "25", "--kill-group", "1", "--kill-in-backward",
+           "--late-group", "1", "--late", "2"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
+    # group 1 loads 2 s longer: group 0's first quorum waits for it (without the start marks it
+    # trained alone for those 2 s and its first step had 1 participant), so both take step 0 together
+    assert [(out / f"first.{g}.0").read_text() for g in (0, 1)] == ["0 2\n", "0 2\n"]
     starts = _starts(out)
     survivor = [pid for pid, group in starts if group == 0]
     assert len(survivor) == 1, starts  # the script's start ran once in the group that did not fail
@@ -75,7 +79,6 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     snap = json.loads(top.stdout)
     assert snap["totals"]["groups"] == 2 and snap["status"] == "finished", snap["status"]
     assert sorted((r["group"], r["rank"], r["step"]) for r in snap["ranks"]) == [(0, 0, 60), (1, 0, 60)]
-    # (a group that started more than a second after the other may also heal at the start)
     events = [(e["event"], e["group"], e.get("source")) for e in snap["events"]]
     lost = events.index(("lost", 1, None))
     assert ("healed", 1, 0) in events[lost:], events
@@ -216,6 +219,9 @@ def test_groups_on_two_nodes_survivor_trains_through_a_sigkill(tmp_path: Path) -
     texts = [log.read_text() for log in logs]
     assert codes == [0, 0], texts[0][-2000:] + texts[1][-2000:]
     assert "(groups 0–0 on node 0/2); TorchFT lighthouse on " + hosts.addrs[0] + ":29500" in texts[0]
+    # the start marks crossed the nodes: neither group waited out its start for the other
+    assert not any("starts without" in text for text in texts), texts
+    assert [(out / f"first.{g}.0").read_text() for g in (0, 1)] == ["0 2\n", "0 2\n"]
     starts = _starts(out)
     assert len([pid for pid, group in starts if group == 0]) == 1, starts  # the survivor never restarted
     assert len([pid for pid, group in starts if group == 1]) == 2, starts  # killed once, replaced once

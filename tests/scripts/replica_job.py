@@ -3,7 +3,8 @@
 It records what the tests check, in --out: ``starts`` gets one line per start of the script
 ("pid group rank"), ``resumed`` one per return of ``ckpt.restore`` ("pid group rank step"), and
 each process writes ``final.<group>.<rank>.json`` (its pid, last step, a hash of its parameters)
-when it ends.  ``--kill STEP:GROUP:RANK`` (repeatable): that process SIGKILLs itself right after
+when it ends; ``first.<group>.<rank>`` holds "step participants" of the process's first committed
+step.  ``--kill STEP:GROUP:RANK`` (repeatable): that process SIGKILLs itself right after
 step STEP (the first step at or after it that every group committed), once per job (a marker
 file in --out remembers the kill: one kill per process name); ``--kill-at K --kill-group G``
 is ``--kill K:G:0``.  The group is read from the environment only to aim the faults and name the
@@ -36,6 +37,8 @@ p.add_argument("--kill-group", type=int, default=1)
 p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, repeatable")
 p.add_argument("--kill-in-backward", action="store_true", help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce")
 p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group")
+p.add_argument("--late-group", type=int, default=-1, help="this group sleeps --late seconds before distrain.init (it loads slowly)")
+p.add_argument("--late", type=float, default=0.0)
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
 if args.kill_at >= 0:
@@ -46,6 +49,8 @@ rank = os.environ.get("RANK", "0")
 # TorchFT's cross-group gloo group too must be gone when the process ends
 report_at_exit(lambda line: open(os.path.join(args.out, f"threads.{group}.{rank}"), "w").write(line))
 
+if group == args.late_group and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+    time.sleep(args.late)  # the first start only: a replacement comes back as fast as it can
 ctx = distrain.init(verbose=False)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
@@ -91,10 +96,14 @@ while step < args.steps:
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
-        if args.kill_in_backward and group == args.kill_group and ctx.rank == 0 and 0 <= args.kill_at <= step:
+        if (args.kill_in_backward and group == args.kill_group and ctx.rank == 0 and 0 <= args.kill_at <= step
+                and not os.path.exists(os.path.join(args.out, f"killed.{group}.{ctx.rank}"))):
             loss.register_hook(lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad)  # peers are in the all-reduce by then
         loss.backward()
         if ctx.step(opt):  # False when the quorum did not commit this step
+            if ctx.replicas is not None and not os.path.exists(first := os.path.join(args.out, f"first.{group}.{ctx.rank}")):
+                with open(first, "w") as f:  # how many groups took this process's first step
+                    f.write(f"{step} {ctx.replicas.manager.num_participants()}\n")
             step += 1
             sched.step()
             ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)

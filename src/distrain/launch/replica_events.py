@@ -25,6 +25,7 @@ from ..contract import (
     REPLICA_EVENTS_FILE,
     REPLICA_GROUP,
     append_ft_event,
+    ft_start_file,
     ft_step_file,
 )
 
@@ -156,7 +157,10 @@ class ReplicaJob:
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:
+        """Record that group's end (and report a failure); the others' first step no longer waits for it."""
         self.finished[group] = code
+        with open(ft_start_file(self.folder, group), "a"):
+            pass
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(

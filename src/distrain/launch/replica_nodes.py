@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..contract import ft_start_file
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, route_to
 
@@ -106,6 +108,7 @@ class RollCall:
 
         self.placement = placement
         self._last_beat = 0.0
+        self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
         first = placement.node == 0
         try:
             self.store: Any = dist.TCPStore(
@@ -124,6 +127,28 @@ class RollCall:
         if now - self._last_beat >= BEAT_S:
             self._last_beat = now
             self.store.set(f"node{self.placement.node}", f"running {now}")
+
+    def share_starts(self, folder: str, local: list[int]) -> None:
+        """Carry the groups' start marks (contract.ft_start_file) between this node's folder and the store.
+
+        A group's first quorum waits until every group's mark is in its node's folder; a group
+        on another node marks its own folder, so each launcher publishes its groups' marks and
+        copies the other nodes' in.
+        """
+        if len(self._started) == self.placement.groups:
+            return
+        for g in range(self.placement.groups):
+            if g in self._started:
+                continue
+            mark = ft_start_file(folder, g)
+            if g in local:
+                if os.path.exists(mark):
+                    self.store.set(f"start{g}", "1")
+                    self._started.add(g)
+            elif self.store.check([f"start{g}"]):
+                with open(mark, "a"):
+                    pass
+                self._started.add(g)
 
     def finished(self) -> None:
         """Say this node's groups have all ended."""

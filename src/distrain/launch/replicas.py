@@ -245,6 +245,7 @@ def _watch(job: ReplicaJob, lighthouse: Lighthouse | RemoteLighthouse, roll: Rol
         time.sleep(0.1)
         if roll is not None:
             roll.beat()
+            roll.share_starts(job.folder, job.local)
         job.read_events()
         for g, proc in zip(job.local, job.procs, strict=True):
             code = proc.poll()

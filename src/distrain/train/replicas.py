@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
+from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file
 from ..errors import DistrainError
 from ..log import get_logger
 from .strategies.fsdp import is_sharded_tensor
@@ -47,6 +47,8 @@ FT_TIMEOUT = dt.timedelta(seconds=10)
 GLOO_TIMEOUT = dt.timedelta(seconds=5)
 #: a quorum or commit wait this long (seconds) after a stop signal waits for a dead peer
 STUCK_S = 1.0
+#: how long a group's first quorum waits for every other group to reach its own (seconds)
+START_WAIT_S = 120.0
 
 
 class Replicas:
@@ -205,6 +207,8 @@ class Replicas:
         """The first quorum of this process: heal from a live group if behind; the step reached."""
         self.started = self.quorum_open = True
         t0 = time.perf_counter()
+        if self.rank == 0 and self.events and self.groups > 1:
+            self._start_together(self.events)
         with self._waiting():  # synchronous: a pending heal is applied before it returns
             self.manager.start_quorum()
         step = self.manager.current_step()
@@ -220,6 +224,29 @@ class Replicas:
             )
         self._write_step(step)
         return step
+
+    def _start_together(self, folder: str) -> None:
+        # TorchFT's first quorum forms with whichever groups asked for it (min_replicas 1): the
+        # group ready first would train alone, on its share of each batch only, until the others
+        # finished loading and healed from it.  Every group's first quorum waits here until every
+        # group reached its own (the launcher marks a group that ended, and carries the marks
+        # between nodes), so a job's steps are taken by all its groups from the first one.
+        # A replacement finds every mark already there and does not wait.
+        with open(ft_start_file(folder, self.group), "a"):
+            pass
+        deadline = time.monotonic() + START_WAIT_S
+        missing = self._not_started(folder)
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.02)
+            missing = self._not_started(folder)
+        if missing:
+            _log.warning(
+                f"distrain: replica group {self.group} starts without group(s) {', '.join(map(str, missing))}, "
+                f"not at their first step after {START_WAIT_S:.0f} s"
+            )
+
+    def _not_started(self, folder: str) -> list[int]:
+        return [g for g in range(self.groups) if not os.path.exists(ft_start_file(folder, g))]
 
     def _match_group(self) -> None:
         # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at the

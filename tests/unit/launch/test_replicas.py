@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import append_ft_event, ft_step_file
+from distrain.contract import append_ft_event, ft_start_file, ft_step_file
 from distrain.errors import UsageError
 from distrain.launch import lighthouse
 from distrain.launch.plan import option_table
@@ -126,6 +126,14 @@ def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtu
         "distrain run: replica group 1 healed from group 0 at step 250 in 0.9 s",
     ]
     assert job.lost == set()
+
+
+def test_a_group_that_ended_holds_up_no_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = ReplicaJob(2, str(tmp_path))
+    assert not Path(ft_start_file(str(tmp_path), 1)).exists()
+    job.on_exit(1, 3)  # failed for good before its first quorum: group 0 must not wait for it
+    assert Path(ft_start_file(str(tmp_path), 1)).exists()
+    assert "replica group 1 failed (exit code 3); 1/2 groups continue" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("omp", "expected"), [(None, "2"), ("1", "2"), ("3", None)])

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from distrain.contract import ft_start_file
 from distrain.errors import DistrainError
+from distrain.train import replicas
 from distrain.train.replicas import Replicas
 from distrain.train.strategies import DDP, HSDP, resolve
 
@@ -33,3 +35,33 @@ def test_an_option_the_replica_path_would_not_apply_is_refused(strategy: object,
         _unstarted().prepare_model(nn.Linear(2, 2), torch.device("cpu"), spec)
     assert said in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def _group(group: int, groups: int) -> Replicas:
+    r = _unstarted()
+    r.group, r.groups = group, groups
+    return r
+
+
+def test_first_quorum_waits_until_every_group_reached_its_own(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    folder = str(tmp_path)
+    waited = []
+
+    def sleep(seconds: float) -> None:  # the other group arrives while this one waits
+        waited.append(seconds)
+        if len(waited) == 3:
+            open(ft_start_file(folder, 1), "a").close()
+
+    monkeypatch.setattr(replicas.time, "sleep", sleep)
+    _group(0, 2)._start_together(folder)
+    assert len(waited) == 3  # returned at the first look after group 1's mark appeared
+    assert _group(1, 2)._not_started(folder) == []  # group 0 left its own mark
+
+
+def test_first_quorum_goes_on_without_a_group_that_never_arrives(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    clock = iter(range(0, 10**6, 30))  # each look at the clock: 30 s later
+    monkeypatch.setattr(replicas.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(replicas.time, "sleep", lambda _s: None)
+    _group(1, 3)._start_together(str(tmp_path))
+    said = capsys.readouterr().err
+    assert "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s" in said
