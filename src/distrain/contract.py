@@ -112,6 +112,12 @@ def ft_start_file(folder: str, group: int) -> str:
     return os.path.join(folder, f"start.{group}")
 
 
+def mark_ft_start(folder: str, group: int) -> None:
+    """Leave replica group `group`'s start mark (:func:`ft_start_file`) in `folder`."""
+    with open(ft_start_file(folder, group), "a"):
+        pass
+
+
 def append_ft_event(folder: str, **fields: Any) -> None:
     """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
     import json

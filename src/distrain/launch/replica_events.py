@@ -25,8 +25,8 @@ from ..contract import (
     REPLICA_EVENTS_FILE,
     REPLICA_GROUP,
     append_ft_event,
-    ft_start_file,
     ft_step_file,
+    mark_ft_start,
 )
 
 PROG = "distrain run"
@@ -159,8 +159,7 @@ class ReplicaJob:
     def on_exit(self, group: int, code: int) -> None:
         """Record that group's end (and report a failure); the others' first step no longer waits for it."""
         self.finished[group] = code
-        with open(ft_start_file(self.folder, group), "a"):
-            pass
+        mark_ft_start(self.folder, group)
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(

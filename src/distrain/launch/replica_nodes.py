@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import ft_start_file
+from ..contract import ft_start_file, mark_ft_start
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, route_to
 
@@ -146,8 +146,7 @@ class RollCall:
                     self.store.set(f"start{g}", "1")
                     self._started.add(g)
             elif self.store.check([f"start{g}"]):
-                with open(mark, "a"):
-                    pass
+                mark_ft_start(folder, g)
                 self._started.add(g)
 
     def finished(self) -> None:

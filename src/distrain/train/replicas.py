@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file
+from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file, mark_ft_start
 from ..errors import DistrainError
 from ..log import get_logger
 from .strategies.fsdp import is_sharded_tensor
@@ -232,8 +232,7 @@ class Replicas:
         # group reached its own (the launcher marks a group that ended, and carries the marks
         # between nodes), so a job's steps are taken by all its groups from the first one.
         # A replacement finds every mark already there and does not wait.
-        with open(ft_start_file(folder, self.group), "a"):
-            pass
+        mark_ft_start(folder, self.group)
         deadline = time.monotonic() + START_WAIT_S
         missing = self._not_started(folder)
         while missing and time.monotonic() < deadline:
