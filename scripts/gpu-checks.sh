@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU acceptance in one command, for a machine with 1-8 CUDA GPUs (CI has none):
 #   bash scripts/gpu-checks.sh          # report: ${OUT:-/tmp/gpu-checks}/report.md (the path is printed)
+#   BUDGET=420 bash scripts/gpu-checks.sh   # every step ends by 420 s; what no longer fits is skipped
 # Every step is bounded by `timeout`; a step that fails or times out is recorded and the next one
-# runs. The limits are ceilings (about 10 minutes in all is the aim on one H100). Without a GPU it
-# says so in one line and exits 2, having run nothing.
+# runs. The steps run most wanted first (the figures, then the tutorials, then the GPU tests), so
+# that a short lease still yields the figures. Without a GPU it says so in one line and exits 2,
+# having run nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -32,9 +34,16 @@ steps="$out/steps.tsv"
 
 # step NAME SECONDS CMD...: run CMD bounded by SECONDS, output in $out/NAME.log, outcome in steps.tsv.
 # EXPECT=nonzero: the command is meant to fail (the hang); then exit 0 is the failure.
+budget=${BUDGET:-0}
+skip() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >>"$steps"; echo "== $1 skipped: $2"; }
 step() {
-  local name=$1 limit=$2 t0=$SECONDS rc status
+  local name=$1 limit=$2 t0=$SECONDS rc status left
   shift 2
+  if [ "$budget" -gt 0 ]; then  # the whole run's bound: a step gets what is left, less the report's
+    left=$((budget - SECONDS - 10))
+    if [ "$left" -lt 20 ]; then skip "$name" "out of the run's time budget (BUDGET=$budget s)"; return; fi
+    limit=$((limit < left ? limit : left))
+  fi
   echo "== $name (at most ${limit} s)"
   timeout --kill-after=15 "$limit" "$@" >"$out/$name.log" 2>&1
   rc=$?
@@ -51,7 +60,6 @@ check() {
   step "$name" 120 "$@"
   tail -n 1 "$out/$name.log" >"$out/$name.result"
 }
-skip() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >>"$steps"; echo "== $1 skipped: $2"; }
 
 step machine 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $py -c \"import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
@@ -61,17 +69,28 @@ device=$($py -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null
 step doctor 180 "${d[@]}" doctor --expect-gpu
 step doctor_json 180 bash -c "$py -m distrain.cli doctor --expect-gpu --json > '$out/doctor.json'"
 
+# the 100 M GPT: FSDP + bf16 with and without activation checkpointing (peak memory), then DDP
+# throughput under distrain run and under plain torchrun, interleaved (the same script and loop)
+gpt=(examples/train_gpt.py --size 100m --bf16 --batch-size 16 --block-size 1024)
+step fsdp_bf16 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --steps 20 --log-every 10 --out "$out/gpt-fsdp"
+step fsdp_bf16_ac 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --activation-checkpointing --steps 20 --log-every 10 --out "$out/gpt-fsdp-ac"
+for round in 1 2; do
+  step "gpt_distrain_$round" 300 "${d[@]}" run -n "$n" "${gpt[@]}" --steps 100 --log-every 25 --out "$out/gpt-ddp"
+  step "gpt_torchrun_$round" 300 "$py" -m torch.distributed.run --nproc-per-node "$n" "${gpt[@]}" --steps 100 --log-every 25 --out "$out/gpt-torchrun"
+done
+for s in fsdp_bf16 fsdp_bf16_ac gpt_distrain_1; do grep -o 'peak memory .*' "$out/$s.log" | tail -n 1 >"$out/$s.result"; done
+check gpt_mfu $py scripts/gpu_checks.py gpt "$out/gpt_distrain_2.log" --device "$device" --gpus "$n" --batch 16 --block 1024
+check gpt_vs_torchrun $py scripts/gpu_checks.py ratio "$out"/gpt_distrain_{1,2}.log -- "$out"/gpt_torchrun_{1,2}.log \
+  --gpus "$n" --batch 16 --block 1024
+
+# SIGKILL of the last rank -> first step after the restart: distrain run vs torchrun, same script
+step kill_resume 300 $py benchmarks/recovery/recovery.py --rounds 2 --nproc "$n" --timeout 120
+
 if [ "$n" -ge 2 ]; then
   step bench_comm_nccl 240 "${d[@]}" bench comm -n "$n" --backend nccl -e 256M
+  step raw_all_reduce 240 $py -m torch.distributed.run --nproc-per-node "$n" benchmarks/gpu/raw_all_reduce.py --bytes 256M
 else
-  skip bench_comm_nccl "NCCL collectives need 2 GPUs (this machine has 1)"
-fi
-
-mapfile -t gpu_tests < <($py scripts/gpu_checks.py gpu-tests)
-if [ ${#gpu_tests[@]} -gt 0 ]; then
-  step gpu_tests 900 $py -m pytest -p no:cacheprovider -q "${gpu_tests[@]}"
-else
-  skip gpu_tests "no GPU-only test found under tests/jobs"
+  skip bench_comm_nccl "NCCL collectives need 2 GPUs (this machine has 1: NCCL refuses two ranks on one GPU)"
 fi
 
 # tutorial-style GPU-only scripts: native on GPUs, then the same script under --cpu; parameters compared
@@ -95,13 +114,8 @@ TUTORIAL_PORT=29613 step tut_spawn_gpu 300 $py tests/gpu_scripts/spawn_tutorial.
 TUTORIAL_PORT=29614 step tut_spawn_cpu 300 "${d[@]}" run --cpu -n "$ngpu" tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/cpu"
 check tut_spawn_same $py scripts/gpu_checks.py compare "$out/tut-spawn/gpu/final.pt" "$out/tut-spawn/cpu/final.pt"
 
-# the 100 M GPT: FSDP + bf16 with and without activation checkpointing (peak memory), then DDP throughput
-gpt=(examples/train_gpt.py --size 100m --bf16 --batch-size 16 --block-size 1024)
-step fsdp_bf16 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --steps 20 --log-every 10 --out "$out/gpt-fsdp"
-step fsdp_bf16_ac 300 "${d[@]}" run -n "$n" "${gpt[@]}" --strategy fsdp --activation-checkpointing --steps 20 --log-every 10 --out "$out/gpt-fsdp-ac"
-for s in fsdp_bf16 fsdp_bf16_ac; do grep -o 'peak memory .*' "$out/$s.log" | tail -n 1 >"$out/$s.result"; done
-step gpt_throughput 300 "${d[@]}" run -n "$n" "${gpt[@]}" --steps 60 --log-every 20 --out "$out/gpt-ddp"
-check gpt_mfu $py scripts/gpu_checks.py gpt "$out/gpt_throughput.log" --device "$device" --gpus "$n" --batch 16 --block 1024
+# train through failures on NCCL: two replica groups of n2 ranks (TorchFT), the digits example
+step replicas_nccl 240 "${d[@]}" run --replicas 2 -n "$n2" examples/train_digits.py --epochs 2 --out "$out/replicas"
 
 # distrain top with NVML columns, from a finished job's run directory
 step top_job 300 "${d[@]}" run -n "$n" --run-dir "$out/run-top" examples/train_digits.py --epochs 3 --out "$out/run-top/out"
@@ -112,6 +126,13 @@ check top_nvml $py scripts/gpu_checks.py top "$out/top.json"
 EXPECT=nonzero step watchdog_hang 240 "${d[@]}" run -n "$n2" --watchdog 20 tests/scripts/mn_train.py --steps 100000 \
   --hang-rank $((n2 - 1)) --hang-step 3
 check watchdog_named $py scripts/gpu_checks.py watchdog "$out/watchdog_hang.log"
+
+mapfile -t gpu_tests < <($py scripts/gpu_checks.py gpu-tests)
+if [ ${#gpu_tests[@]} -gt 0 ]; then
+  step gpu_tests 900 $py -m pytest -p no:cacheprovider -q --timeout 300 "${gpu_tests[@]}"
+else
+  skip gpu_tests "no GPU-only test found under tests/jobs"
+fi
 
 report=$($py scripts/gpu_checks.py report "$out")
 echo "gpu-checks: report written to $report"

@@ -4,6 +4,7 @@ the output folder, says in one line whether it holds, and exits non-zero when it
     python3 scripts/gpu_checks.py gpu-tests                  # the GPU-only test ids, one a line
     python3 scripts/gpu_checks.py compare GPU.pt CPU.pt      # a script's parameters, native vs --cpu
     python3 scripts/gpu_checks.py gpt LOG --device NAME --gpus N --batch B --block T
+    python3 scripts/gpu_checks.py ratio A.log... -- B.log... --gpus N --batch B --block T
     python3 scripts/gpu_checks.py top TOP.json               # NVML columns on every rank
     python3 scripts/gpu_checks.py watchdog LOG               # the watchdog named the hung rank
     python3 scripts/gpu_checks.py report OUT                 # OUT/report.md from OUT/steps.tsv and the logs
@@ -27,6 +28,9 @@ PEAK_BF16_TFLOPS = (
     ("H100", 989.4),  # SXM ("NVIDIA H100 80GB HBM3")
     ("A100", 312.0),
 )
+
+#: tokens/s of `distrain run` against plain torchrun on the same script that counts as no overhead
+SAME_SPEED = 0.97
 
 #: relative parameter difference (‖a−b‖/‖b‖) under which a native GPU run and its --cpu
 #: rehearsal count as the same training; GPU kernels (TF32, fp16 autocast, atomics) round
@@ -107,6 +111,27 @@ def gpt_figures(
         figures["peak_tflops"] = peak * gpus
         figures["mfu"] = figures["achieved_tflops"] / figures["peak_tflops"]
     return figures
+
+
+def speed_ratio(
+    ours: list[str], theirs: list[str], gpus: int, batch: int, block: int
+) -> tuple[bool, str]:
+    """Median steady tokens/s of the `ours` logs against the `theirs` logs (same script, same loop)."""
+    import statistics
+
+    def rates(logs: list[str]) -> list[float]:
+        return [
+            gpt_figures(Path(log).read_text(), "", gpus, batch, block)["tokens_per_s"]
+            for log in logs
+        ]
+
+    a, b = rates(ours), rates(theirs)
+    ratio = statistics.median(a) / statistics.median(b)
+    runs = " ".join(f"{r:,.0f}" for r in a), " ".join(f"{r:,.0f}" for r in b)
+    return ratio >= SAME_SPEED, (
+        f"distrain run {statistics.median(a):,.0f} tokens/s ({runs[0]}) vs torchrun "
+        f"{statistics.median(b):,.0f} ({runs[1]}): {ratio:.3f}x (goal ≥ {SAME_SPEED})"
+    )
 
 
 def top_nvml(path: str) -> tuple[bool, str]:
@@ -192,6 +217,16 @@ def main(argv: list[str]) -> int:
             f"{fig['tokens_per_s']:,.0f} tokens/s, {fig['flops_per_token'] / 1e6:.0f} MFLOP/token, {fig['achieved_tflops']:.1f} TFLOP/s{mfu}"
         )
         return 0
+    if cmd == "ratio":
+        cut = args.index("--")
+        rest = args[cut + 1 :]
+        first_opt = next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))
+        logs = rest[:first_opt]
+        opts = dict(zip(rest[first_opt::2], rest[first_opt + 1 :: 2], strict=False))
+        ok, line = speed_ratio(args[:cut], logs, int(opts["--gpus"]), int(opts["--batch"]),
+                               int(opts["--block"]))  # fmt: skip
+        print(line)
+        return 0 if ok else 1
     ok, line = {"compare": lambda: compare(*args), "top": lambda: top_nvml(args[0]),
                 "watchdog": lambda: watchdog(Path(args[0]).read_text(errors="replace"))}[cmd]()  # fmt: skip
     print(line)

@@ -48,12 +48,15 @@ PLAIN_LAUNCHERS = {
 }
 
 
-def variants(d: str) -> dict[str, list[str]]:
-    """--job distrain: name -> command; {d} holds the checkpoint dir and timeline of one run."""
-    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2"]
-    torchrun = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1", CKPT_WORKER, "--"]
+def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
+    """--job distrain: name -> command; {d} holds the checkpoint dir and timeline of one run.
+    The last rank is the one killed (rank 0 on a one-GPU machine, where `nproc` is 1)."""
+    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2",
+              "--fault-rank", str(nproc - 1)]  # fmt: skip
+    n = str(nproc)
+    torchrun = TORCHRUN + ["--nproc-per-node", n, "--max-restarts", "1", "--monitor-interval", "0.1", CKPT_WORKER, "--"]
     return {
-        "distrain run + resume": RUN + ["-n", "2", "--max-restarts", "1", CKPT_WORKER, "--dir", f"{d}/ckpt", *common],
+        "distrain run + resume": RUN + ["-n", n, "--max-restarts", "1", CKPT_WORKER, "--dir", f"{d}/ckpt", *common],
         "torchrun + resume": torchrun + ["--dir", f"{d}/ckpt", *common],
         "torchrun, from scratch": torchrun + common,
     }
@@ -102,17 +105,20 @@ def one_plain(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
         proc.wait()
 
 
-def distrain_job(rounds: int, timeout: float) -> None:
+def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
     """Interleave the three variants for `rounds` rounds; print medians against torchrun from scratch."""
     results: dict[str, list[float]] = {}
     for r in range(rounds):
         for name in variants("-"):
             with tempfile.TemporaryDirectory() as d:
-                t = one(variants(d)[name], d, timeout)
+                t = one(variants(d, nproc)[name], d, timeout)
             results.setdefault(name, []).append(t)
             print(f"round {r + 1}: {name:<24} {t:6.2f} s", flush=True)
     base = statistics.median(results["torchrun, from scratch"])
-    print(f"\nSIGKILL -> first training step after restart, median of {rounds} (2 ranks, gloo, CPU):")
+    import torch  # the device the job ran on: one GPU per rank where there are GPUs
+
+    where = f"nccl, {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "gloo, CPU"
+    print(f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} ranks, {where}):")
     for name, ts in results.items():
         med = statistics.median(ts)
         print(f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)")
@@ -149,10 +155,14 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds per job")
     p.add_argument("--control", type=int, default=0, help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)")
     p.add_argument("--control-timeout", type=float, default=90)
+    p.add_argument("--nproc", type=int, default=2, help="--job distrain: ranks (1 on a one-GPU machine)")
     args = p.parse_args()
     if args.control:
         tally(args.control, args.control_timeout)
-    (plain_job if args.job == "plain" else distrain_job)(args.rounds, args.timeout)
+    if args.job == "plain":
+        plain_job(args.rounds, args.timeout)
+    else:
+        distrain_job(args.rounds, args.timeout, args.nproc)
 
 
 if __name__ == "__main__":
