@@ -2,6 +2,7 @@
 # GPU acceptance in one command, for a machine with 1-8 CUDA GPUs (CI has none):
 #   bash scripts/gpu-checks.sh          # report: ${OUT:-/tmp/gpu-checks}/report.md (the path is printed)
 #   BUDGET=420 bash scripts/gpu-checks.sh   # every step ends by 420 s; what no longer fits is skipped
+#   STEPS='top_.*|watchdog_.*' bash scripts/gpu-checks.sh   # only the steps whose names match
 # Every step is bounded by `timeout`; a step that fails or times out is recorded and the next one
 # runs. The steps run most wanted first (the figures, then the tutorials, then the GPU tests), so
 # that a short lease still yields the figures. Without a GPU it says so in one line and exits 2,
@@ -32,34 +33,7 @@ d=("$py" -m distrain.cli)   # an array, so that `timeout` can run it
 steps="$out/steps.tsv"
 : > "$steps"
 
-# step NAME SECONDS CMD...: run CMD bounded by SECONDS, output in $out/NAME.log, outcome in steps.tsv.
-# EXPECT=nonzero: the command is meant to fail (the hang); then exit 0 is the failure.
-budget=${BUDGET:-0}
-skip() { printf '%s\tskipped\t-\t0\t%s\n' "$1" "$2" >>"$steps"; echo "== $1 skipped: $2"; }
-step() {
-  local name=$1 limit=$2 t0=$SECONDS rc status left
-  shift 2
-  if [ "$budget" -gt 0 ]; then  # the whole run's bound: a step gets what is left, less the report's
-    left=$((budget - SECONDS - 10))
-    if [ "$left" -lt 20 ]; then skip "$name" "out of the run's time budget (BUDGET=$budget s)"; return; fi
-    limit=$((limit < left ? limit : left))
-  fi
-  echo "== $name (at most ${limit} s)"
-  timeout --kill-after=15 "$limit" "$@" >"$out/$name.log" 2>&1
-  rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status=timeout
-  elif [ "${EXPECT:-zero}" = nonzero ]; then status=$([ $rc -ne 0 ] && echo ok || echo failed)
-  else status=$([ $rc -eq 0 ] && echo ok || echo failed); fi
-  printf '%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$((SECONDS - t0))" >>"$steps"
-  tail -n 2 "$out/$name.log"
-}
-# check NAME CMD...: a step's verdict line (a Python check of what earlier steps left) as NAME.result
-check() {
-  local name=$1
-  shift
-  step "$name" 120 "$@"
-  tail -n 1 "$out/$name.log" >"$out/$name.result"
-}
+source scripts/gpu_checks_steps.sh
 
 step machine 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $py -c \"import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda,
@@ -108,14 +82,23 @@ tut ddp_torchrun -- tests/gpu_scripts/ddp_torchrun.py
 tut legacy_launch --legacy-local-rank -- tests/gpu_scripts/legacy_launch.py
 tut image_classifier -- tests/gpu_scripts/image_classifier.py
 tut snapshot_trainer -- tests/gpu_scripts/snapshot_trainer.py
-# the mp.spawn tutorial starts one process per visible GPU itself, natively; --cpu stands in as many
-mkdir -p "$out/tut-spawn/gpu" "$out/tut-spawn/cpu"
-TUTORIAL_PORT=29613 step tut_spawn_gpu 300 $py tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/gpu"
-TUTORIAL_PORT=29614 step tut_spawn_cpu 300 "${d[@]}" run --cpu -n "$ngpu" tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/cpu"
-check tut_spawn_same $py scripts/gpu_checks.py compare "$out/tut-spawn/gpu/final.pt" "$out/tut-spawn/cpu/final.pt"
+# the mp.spawn tutorial starts one process per visible GPU itself, natively (it asserts 2 or more);
+# --cpu stands in as many
+if [ "$ngpu" -ge 2 ]; then
+  mkdir -p "$out/tut-spawn/gpu" "$out/tut-spawn/cpu"
+  TUTORIAL_PORT=29613 step tut_spawn_gpu 300 $py tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/gpu"
+  TUTORIAL_PORT=29614 step tut_spawn_cpu 300 "${d[@]}" run --cpu -n "$ngpu" tests/gpu_scripts/spawn_tutorial.py "$out/tut-spawn/cpu"
+  check tut_spawn_same $py scripts/gpu_checks.py compare "$out/tut-spawn/gpu/final.pt" "$out/tut-spawn/cpu/final.pt"
+else
+  skip tut_spawn "the mp.spawn tutorial asserts 2 or more GPUs (this machine has 1)"
+fi
 
-# train through failures on NCCL: two replica groups of n2 ranks (TorchFT), the digits example
-step replicas_nccl 240 "${d[@]}" run --replicas 2 -n "$n2" examples/train_digits.py --epochs 2 --out "$out/replicas"
+# train through failures on NCCL: two replica groups, each on its own GPUs (TorchFT)
+if [ "$ngpu" -ge 2 ]; then
+  step replicas_nccl 240 "${d[@]}" run --replicas 2 -n $((n / 2)) examples/train_digits.py --epochs 2 --out "$out/replicas"
+else
+  skip replicas_nccl "two replica groups need a GPU each (distrain refuses two groups on one GPU)"
+fi
 
 # distrain top with NVML columns, from a finished job's run directory
 step top_job 300 "${d[@]}" run -n "$n" --run-dir "$out/run-top" examples/train_digits.py --epochs 3 --out "$out/run-top/out"

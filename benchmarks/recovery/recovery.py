@@ -64,7 +64,9 @@ def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
 
 def one(cmd: list[str], d: str, timeout: float) -> float:
     """--job distrain: run one job; seconds from the kill to the first step after the restart."""
-    subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout, check=True)
+    res = subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise SystemExit(f"job failed (exit {res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
     events = dict(line.split() for line in Path(d, "timeline").read_text().splitlines())
     return float(events["resumed_step"]) - float(events["fault"])
 

@@ -52,3 +52,17 @@ def test_gpus_flag_selects_devices(tmp_path: Path) -> None:
     script.write_text("import os, torch, distrain\nctx = distrain.init()\nprint('VIS', os.environ['CUDA_VISIBLE_DEVICES'], ctx.device)\n")
     res = run([python(), "-m", "distrain.cli", "run", "--gpus", "0", str(script)], timeout=300, check=True)
     assert "VIS 0 cuda:0" in res.stdout
+
+
+def test_sigkill_resume_on_one_gpu_is_bitwise(tmp_path: Path) -> None:
+    """The GPU acceptance's kill → resume figure on a one-GPU machine: rank 0 is SIGKILLed at
+    step 6 and the restarted job ends bit for bit like an uninterrupted one (the first GPU run
+    of benchmarks/recovery/recovery.py failed here: the worker left its labels on the CPU)."""
+    from helpers.checkpoints import assert_bitwise, distrain_run, ok
+
+    ok(distrain_run(1, "--out", str(tmp_path / "base.pt")))
+    d, out = tmp_path / "ckpt", tmp_path / "final.pt"
+    res = ok(distrain_run(1, "--dir", str(d), "--out", str(out), "--kill-at", "6", "--fault-rank", "0", restarts=1))
+    assert (d / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "distrain: resumed from" in res.stdout, res.stdout[-2000:]
+    assert_bitwise(tmp_path / "base.pt", out)

@@ -105,3 +105,19 @@ def test_the_report_counts_steps_and_shows_each_log(tmp_path: Path) -> None:
         "| bench_comm_nccl | skipped | - | 0 | needs 2 GPUs |" in text
         and "distrain doctor: 13 ok · 1 fail" in text
     )
+
+
+def test_a_step_that_exits_124_itself_is_not_a_timeout(tmp_path: Path) -> None:
+    """The watchdog's verdict exits 124, as `timeout` does; on the H100 the hang step was
+    reported as timed out after 42 s of its 63. Only a step that reached its limit timed out."""
+    lib = REPO / "scripts" / "gpu_checks_steps.sh"
+    script = (
+        f"out={tmp_path}; steps={tmp_path}/steps.tsv; source {lib}\n"
+        "EXPECT=nonzero step verdict 30 bash -c 'exit 124'\n"
+        "step stuck 1 sleep 30\n"
+        "step fine 30 true\n"
+        "STEPS='fine' step other 30 true\n"
+    )
+    run(["bash", "-c", script], timeout=60, check=True)
+    rows = [line.split("\t")[:3] for line in (tmp_path / "steps.tsv").read_text().splitlines()]
+    assert rows == [["verdict", "ok", "124"], ["stuck", "timeout", "124"], ["fine", "ok", "0"]], rows

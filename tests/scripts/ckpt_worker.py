@@ -121,6 +121,7 @@ if args.dump_restored:
         torch.save(restored, args.dump_restored)
 for _epoch in range(loader.epoch, args.epochs):
     for xb, yb in loader:
+        xb, yb = xb.to(ctx.device), yb.to(ctx.device)  # one GPU per rank where there are GPUs
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -100,6 +100,8 @@ def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
         behind, outside = [], []
     if dead:
         return dead, "stopped answering (process frozen or gone)"
+    if world_size == 1:  # nobody waits for a lone rank: say where it is stuck, not who waits
+        return behind, "is stuck outside torch (its own code)" if outside else "is stuck inside torch"
     if outside:
         return outside, "is not in a collective while the others wait for it" if len(outside) == 1 else "are not in a collective while the others wait"
     return behind, "all wait inside torch (a collective only some ranks called?)"

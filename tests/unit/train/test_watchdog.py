@@ -40,3 +40,10 @@ def test_diagnose_plural_wording() -> None:
     beats = {0: {"step": 3, "in_torch": False}, 1: {"step": 3}, 2: {"step": 4, "in_torch": True}}
     assert diagnose(beats, set(), 3) == ([0, 1], "are not in a collective while the others wait")
     assert watchdog._in_torch({}) is False
+
+
+def test_diagnose_a_lone_rank_names_where_it_is_stuck() -> None:
+    """One rank: nobody waits for it (the wording seen on one GPU said "while the others wait")."""
+    beat = {"step": 3, "in_torch": False}
+    assert diagnose({0: beat}, set(), 1) == ([0], "is stuck outside torch (its own code)")
+    assert diagnose({0: {**beat, "in_torch": True}}, set(), 1) == ([0], "is stuck inside torch")
