@@ -8,8 +8,11 @@ imports no torch, so the launcher can start (and start its fork server) before p
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
+import signal
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +182,22 @@ class ForkJob:
     fallback_dir: str | None = None
     #: the script imports distrain at top level (whose import strips a legacy --local-rank)
     imports_distrain: bool = False
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``).
+
+    The chain launcher → fork server → worker (and launcher → replica group, lighthouse) holds
+    together only by pipes that the workers themselves keep open: a SIGKILLed `distrain run`
+    left its fork server and a rank running for good (seen in the chaos campaign). A parent
+    that is already gone (re-parented before the call) kills this process at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class WorkerEntrypoint:

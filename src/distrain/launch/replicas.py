@@ -30,6 +30,7 @@ from ..contract import (
     NUM_THREADS,
     REPLICA_GROUP,
     REPLICA_GROUPS,
+    die_with_parent,
     signal_exit_code,
     usable_cores,
 )
@@ -209,6 +210,7 @@ def run(
                     [*command, *_argv_of(g, launcher_argv, rest, takes_value, host)],
                     env=env,
                     start_new_session=True,
+                    preexec_fn=die_with_parent,  # a SIGKILLed launcher takes its groups along
                 )
             )
         code = _watch(job, lighthouse, roll)

@@ -22,7 +22,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob
+from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob, die_with_parent
 from ..log import get_logger
 from .fresh_child import run_fresh_child
 from .title import set_worker_title
@@ -40,6 +40,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     (traceback on stderr; distrain's hook writes the agent's error file) and exits with 1.
     atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
     """
+    die_with_parent()  # the fork server; it dies with the launcher
     _restore_environment(job.env)
     _restore_signals()
     fresh = _fresh_marker(job)

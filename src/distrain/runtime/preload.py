@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 
-from ..contract import PRELOAD
+from ..contract import PRELOAD, die_with_parent
 
 #: the server's environment before any worker-specific change (workers rebuild theirs from it)
 BASE_ENV: dict[str, str] = dict(os.environ)
@@ -31,6 +31,8 @@ FAILED: list[str] = []
 SERVER_IGNORES = (signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 for _sig in SERVER_IGNORES:
     signal.signal(_sig, signal.SIG_IGN)
+# the server outlives a SIGKILLed launcher otherwise: every worker holds its "alive" pipe open
+die_with_parent()
 
 _CORE = (
     # first: it finds argv through `environ`, which importing torch may reallocate (runtime/title.py)

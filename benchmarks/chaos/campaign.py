@@ -1,0 +1,290 @@
+"""Chaos campaign: random faults on every job kind, each trial judged by one oracle.
+
+    python3 benchmarks/chaos/campaign.py --trials 20 --seed 1
+    python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
+    python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
+    python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + benchmarks/chaos/RESULTS.md
+
+Each trial draws, from its own seed (`SEED:INDEX`, so any trial replays alone), a job kind
+(kinds.py), a fault that applies to it (faults.py) and a moment: a fraction of the uninterrupted
+run's time after its first checkpoint. The job runs under `distrain run`; when the fault is one a
+user answers by running the command again (a killed or preempted launcher, a corrupt checkpoint,
+a full disk once freed, a dead lighthouse), the trial runs it again. The oracle (oracle.py)
+judges the trial: healed or stopped with its cause; never hung, diverged, leaking a process,
+losing a good checkpoint, or silent. The table counts kind × fault; the exit code is 1 when any
+trial broke the oracle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from faults import FAULTS, TRIAL_VAR, WATCHED, FaultContext, Missed, Shot, trial_processes  # noqa: E402
+from kinds import KINDS, REPO, Job, Kind  # noqa: E402
+from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
+
+PY = sys.executable
+WATCHDOG_S = 8
+#: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
+#: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
+SLOWDOWN, START_S = 3.0, 90.0
+
+
+@dataclass
+class Reference:
+    """A kind's uninterrupted run: its result, and how long it trains after its first checkpoint."""
+
+    result: dict[str, str] | None
+    total: float
+    span: float
+
+
+def _env(trial: str) -> dict[str, str]:
+    path = [str(REPO / "src"), str(REPO / "tests" / "scripts")]
+    path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial}
+
+
+def start(job: Job, trial: str, logs: Path) -> subprocess.Popen[bytes]:
+    """Start the job's command in its own session, output to files (no pipe to fill)."""
+    job.out.mkdir(parents=True, exist_ok=True)
+    out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - closed by finish()
+    err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
+    return subprocess.Popen([PY, *job.argv], env=_env(trial), stdout=out, stderr=err, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen[bytes], trial: str, logs: Path, bound: float, t0: float) -> RunRecord:
+    """Wait for the run until `bound` seconds after t0; past it, kill the trial (hung)."""
+    try:
+        rc: int | None = proc.wait(timeout=max(1.0, t0 + bound - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        rc = None
+        dump_stacks(trial, logs.with_suffix(".stacks"))
+        kill_all(trial)
+        proc.wait()
+    read = lambda suffix: logs.with_suffix(suffix).read_text(errors="replace")  # noqa: E731
+    return RunRecord(rc, time.monotonic() - t0, read(".out"), read(".err"))
+
+
+def dump_stacks(trial: str, path: Path) -> None:
+    """py-spy dumps of every process of a hung trial, for its root cause."""
+    with open(path, "w") as f:
+        for proc in trial_processes(trial):
+            res = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
+                                 text=True, timeout=30, check=False)  # fmt: skip
+            f.write(f"== pid {proc.pid} {' '.join(proc.cmdline())[:200]}\n{res.stdout}{res.stderr}\n")
+
+
+def kill_all(trial: str) -> list[str]:
+    """SIGCONT then SIGKILL every process of the trial; a line for each one found."""
+    found = []
+    for proc in trial_processes(trial):
+        try:
+            found.append(f"pid {proc.pid} {' '.join(proc.cmdline())[:80]}")
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        except psutil.Error:
+            pass
+    return found
+
+
+def leftovers(trial: str, grace: float = 10.0) -> list[str]:
+    """Processes of the trial still alive `grace` seconds after its launcher ended (then killed)."""
+    deadline = time.monotonic() + grace
+    while trial_processes(trial) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return kill_all(trial)
+
+
+def ready(job: Job) -> bool:
+    """Whether the run has written its first checkpoint (or snapshot): faults start from there."""
+    if job.ckpt is None:
+        return (job.out / "snapshot.pt").exists()
+    return job.ckpt.exists() and any(job.ckpt.rglob("step_*"))
+
+
+def wait_ready(proc: subprocess.Popen[bytes], job: Job, deadline: float) -> bool:
+    """Wait for ready(); False if the run ended or the deadline passed first."""
+    while time.monotonic() < deadline:
+        if ready(job):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def reference(kind: Kind, work: Path) -> Reference:
+    """Run the kind once without a fault: its result (restart kinds) and its timing."""
+    job = kind.job(work, f"ref-{kind.name}")
+    trial, logs = f"ref-{kind.name}-{os.getpid()}", work / f"ref-{kind.name}"
+    t0 = time.monotonic()
+    proc = start(job, trial, logs)
+    wait_ready(proc, job, t0 + 600)
+    t_ready = time.monotonic()
+    run = finish(proc, trial, logs, 600, t0)
+    leftovers(trial)
+    if run.rc != 0:
+        raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}")
+    result = None if kind.replicas else kind.result(job)
+    return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready))
+
+
+@dataclass
+class Trial:
+    """One trial's draws and outcome."""
+
+    index: int
+    kind: str
+    fault: str
+    moment: float
+    what: str = ""
+    verdict: Verdict | None = None
+    seconds: float = 0.0
+    missed: bool = False
+
+
+def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
+    """The trial's kind, fault and moment, from its own seed."""
+    rng = random.Random(f"{seed}:{index}")
+    kind = rng.choice(kinds)
+    applicable = [f for f in faults if FAULTS[f][1](KINDS[kind])] or ["kill_rank"]
+    return Trial(index, kind, rng.choice(applicable), rng.uniform(0.05, 0.9))
+
+
+def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
+    """Run one drawn trial to its verdict."""
+    kind, rng = KINDS[t.kind], random.Random(f"{seed}:{t.index}:fault")
+    watchdog = WATCHDOG_S if t.fault in WATCHED else 0
+    job, trial = kind.job(work, f"t{t.index}", watchdog), f"{seed}-{t.index}-{os.getpid()}"
+    mounted = t.fault == "disk_full" and _mount_tmpfs(job)
+    bound = ref.total * SLOWDOWN + START_S
+    t0 = time.monotonic()
+    logs = work / f"t{t.index}-1"
+    proc = start(job, trial, logs)
+    shot, good = Shot("(none)"), None
+    try:
+        if wait_ready(proc, job, t0 + bound):
+            time.sleep(t.moment * ref.span)
+            good = newest_valid_step(job.ckpt)
+            if proc.poll() is None:
+                ctx = FaultContext(trial, psutil.Process(proc.pid), job, rng, watchdog,
+                                   lambda: leftovers(trial, grace=30))  # fmt: skip
+                shot = FAULTS[t.fault][0](ctx)
+                if t.fault == "corrupt_newest":
+                    good = newest_valid_step(job.ckpt)
+            else:
+                raise Missed("the run had ended")
+        else:
+            raise Missed("the run ended before its first checkpoint")
+    except Missed as why:
+        t.missed, shot = True, Shot(f"missed: {why}")
+    t.what = shot.what
+    runs = [finish(proc, trial, logs, bound + shot.bound_extra, t0)]
+    left = leftovers(trial)
+    if shot.rerun and runs[0].rc not in (0, None):
+        if shot.after:
+            shot.after()
+        logs, t1 = work / f"t{t.index}-2", time.monotonic()
+        runs.append(finish(start(job, trial, logs), trial, logs, bound, t1))
+        left += leftovers(trial)
+    t.verdict = judge(kind, job, ref.result, runs, left, good)
+    t.seconds = time.monotonic() - t0
+    if mounted:
+        subprocess.run(["umount", "-l", str(job.ckpt)], check=False)
+    return t
+
+
+def _mount_tmpfs(job: Job) -> bool:
+    """The checkpoint folder on a 32 MiB tmpfs of its own (root only); False where it can't be."""
+    assert job.ckpt is not None
+    job.ckpt.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(job.ckpt)],
+                         capture_output=True, check=False)  # fmt: skip
+    return res.returncode == 0
+
+
+def table(trials: list[Trial]) -> str:
+    """Markdown: kind × fault with trials, healed, stopped, missed and each way to break the oracle."""
+    cols = ["trials", "healed", "stopped", "hung", "diverged", "leftovers", "other bad", "missed"]
+    rows: dict[tuple[str, str], dict[str, int]] = {}
+    for t in trials:
+        row = rows.setdefault((t.kind, t.fault), dict.fromkeys(cols, 0))
+        row["trials"] += 1
+        row["missed"] += t.missed
+        word = t.verdict.word if t.verdict else "hung"
+        row[word if word in cols else "other bad"] += 1
+    lines = ["| kind | fault | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for (kind, fault), row in sorted(rows.items()):
+        lines.append(f"| {kind} | {fault} | " + " | ".join(str(row[c]) for c in cols) + " |")
+    total = {c: sum(r[c] for r in rows.values()) for c in cols}
+    lines.append("| **all** | | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Draw and run the trials; print each, then the table; 1 when any broke the oracle."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--seed", type=int, default=None, help="replay a campaign (default: a new seed)")
+    p.add_argument("--only", type=int, default=None, help="run trial INDEX of --seed alone")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
+    p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
+    p.add_argument("--json", default=None, help="append one JSON line per trial here")
+    p.add_argument("--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md")
+    args = p.parse_args()
+    kinds, faults = args.kinds.split(","), args.faults.split(",")
+    for name in kinds + faults:
+        if name not in KINDS and name not in FAULTS:
+            p.error(f"unknown kind or fault {name!r}")
+    seed = args.seed if args.seed is not None else random.randrange(1_000_000)
+    indexes = [args.only] if args.only is not None else list(range(args.trials))
+    drawn = [draw(seed, i, kinds, faults) for i in indexes]
+    load0 = os.getloadavg()
+    done: list[Trial] = []
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        work = Path(tmp)
+        refs: dict[str, Reference] = {}
+        for t in drawn:
+            if t.kind not in refs:
+                KINDS[t.kind].prepare(work)
+                refs[t.kind] = reference(KINDS[t.kind], work)
+                print(f"reference {t.kind}: {refs[t.kind].total:.1f} s", flush=True)
+            done.append(run_trial(t, seed, work, refs[t.kind]))
+            v = t.verdict
+            assert v is not None
+            print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
+                  f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps({"seed": seed, "index": t.index, "kind": t.kind, "fault": t.fault,
+                                        "moment": t.moment, "what": t.what, "verdict": v.word,
+                                        "detail": v.detail, "seconds": round(t.seconds, 1)}) + "\n")  # fmt: skip
+    bad = [t for t in done if t.verdict and not t.verdict.ok]
+    text = table(done)
+    print(f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}")
+    for t in bad:
+        print(f"BROKE THE ORACLE: trial {t.index} ({t.kind}, {t.fault}): replay with "
+              f"`python3 benchmarks/chaos/campaign.py --seed {seed} --only {t.index}`")  # fmt: skip
+    if args.record:
+        from record import record
+
+        record(seed, args, done, text, load0, bad)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

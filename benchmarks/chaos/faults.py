@@ -1,0 +1,234 @@
+"""The faults of the chaos campaign, and how a trial finds the process each one hits.
+
+A trial's processes are found by their environment: every one inherits ``CHAOS_TRIAL=<id>``
+from the launcher. Among them a *rank* carries distrain's title (``distrain rank R/W``) and a
+parent without it (a DataLoader worker is a rank's child and inherits the title); the
+lighthouse runs ``torchft_lighthouse``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from kinds import Job, Kind
+
+TRIAL_VAR = "CHAOS_TRIAL"
+
+
+def trial_processes(trial: str) -> list[psutil.Process]:
+    """Every live process of the trial (zombies left out), found by its environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(TRIAL_VAR) == trial:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+#: a worker's title (runtime/title.py); a forked worker's /proc environ is its fork server's
+TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
+
+
+def ranks(trial: str) -> list[psutil.Process]:
+    """The trial's rank processes (not their DataLoader workers, which inherit the title)."""
+    out = []
+    for proc in trial_processes(trial):
+        if not TITLE.search(" ".join(_cmdline(proc))):
+            continue
+        try:
+            parent = proc.parent()
+        except psutil.Error:
+            continue
+        if parent is None or not TITLE.search(" ".join(_cmdline(parent))):
+            out.append(proc)
+    return sorted(out, key=lambda p: p.pid)
+
+
+def _rank_name(proc: psutil.Process) -> str:
+    m = TITLE.search(" ".join(_cmdline(proc)))
+    return f"rank {m.group(1)} (pid {proc.pid})" if m else f"pid {proc.pid}"
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except (psutil.Error, OSError):
+        return []
+
+
+def lighthouse(trial: str) -> psutil.Process | None:
+    """The trial's TorchFT lighthouse, if it runs one."""
+    return next((p for p in trial_processes(trial) if "torchft_lighthouse" in " ".join(_cmdline(p))), None)
+
+
+@dataclass
+class Shot:
+    """What a fault did: a line for the table, and what the trial must do next."""
+
+    what: str
+    rerun: bool = False  # the user's answer is to run the same command again
+    bound_extra: float = 0.0  # seconds the job may take longer because of this fault
+    after: Callable[[], None] | None = None  # undo before the rerun (free the disk)
+
+
+class Missed(Exception):
+    """The fault found nothing to hit (the job had finished or not started that part)."""
+
+
+def _signal(proc: psutil.Process, sig: int, what: str) -> str:
+    try:
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess:
+        raise Missed(f"{what} had already ended") from None
+    return what
+
+
+def _pick_rank(trial: str, rng: random.Random) -> tuple[psutil.Process, str]:
+    found = ranks(trial)
+    if not found:
+        raise Missed("no rank was running")
+    proc = rng.choice(found)
+    return proc, _rank_name(proc)
+
+
+def kill_rank(ctx: FaultContext) -> Shot:
+    """SIGKILL of one rank."""
+    proc, who = _pick_rank(ctx.trial, ctx.rng)
+    return Shot(_signal(proc, signal.SIGKILL, f"SIGKILL {who}"))
+
+
+def kill_loader_worker(ctx: FaultContext) -> Shot:
+    """SIGKILL of one DataLoader worker of one rank."""
+    proc, who = _pick_rank(ctx.trial, ctx.rng)
+    children = [c for c in proc.children() if c.status() != psutil.STATUS_ZOMBIE]
+    if not children:
+        raise Missed(f"{who} had no DataLoader worker")
+    return Shot(_signal(ctx.rng.choice(children), signal.SIGKILL, f"SIGKILL a DataLoader worker of {who}"))
+
+
+def kill_launcher(ctx: FaultContext) -> Shot:
+    """SIGKILL of `distrain run` itself (the node's launcher); the user runs it again."""
+    return Shot(_signal(ctx.launcher, signal.SIGKILL, "SIGKILL the launcher"), rerun=True)
+
+
+def sigterm_launcher(ctx: FaultContext) -> Shot:
+    """SIGTERM to `distrain run` (a preemption); the scheduler runs it again."""
+    return Shot(_signal(ctx.launcher, signal.SIGTERM, "SIGTERM the launcher"), rerun=True)
+
+
+def stop_rank(ctx: FaultContext, resume_after: float | None = None) -> Shot:
+    """SIGSTOP of one rank for longer than the watchdog; SIGCONT after `resume_after` s or never."""
+    proc, who = _pick_rank(ctx.trial, ctx.rng)
+    _signal(proc, signal.SIGSTOP, who)
+    if resume_after is not None:
+        threading_timer(resume_after, lambda: _quiet(proc.send_signal, signal.SIGCONT))
+        return Shot(f"SIGSTOP {who}, SIGCONT after {resume_after:.0f} s", bound_extra=resume_after)
+    return Shot(f"SIGSTOP {who} for good", bound_extra=ctx.watchdog)
+
+
+def stop_rank_resumed(ctx: FaultContext) -> Shot:
+    """SIGSTOP of one rank, resumed after twice the watchdog's time."""
+    return stop_rank(ctx, resume_after=2.0 * ctx.watchdog)
+
+
+def kill_lighthouse(ctx: FaultContext) -> Shot:
+    """SIGKILL of the TorchFT lighthouse (replica kinds)."""
+    proc = lighthouse(ctx.trial)
+    if proc is None:
+        raise Missed("no lighthouse was running")
+    return Shot(_signal(proc, signal.SIGKILL, "SIGKILL the lighthouse"), rerun=True)
+
+
+def corrupt_newest(ctx: FaultContext) -> Shot:
+    """SIGKILL of the launcher, then one byte of the newest checkpoint's largest file flipped."""
+    _signal(ctx.launcher, signal.SIGKILL, "the launcher")
+    ctx.wait_gone()
+    from distrain.train.checkpoint.files import step_dirs
+
+    dirs = step_dirs(str(ctx.job.ckpt)) if ctx.job.ckpt else []
+    if not dirs:
+        return Shot("SIGKILL the launcher (no checkpoint yet to corrupt)", rerun=True)
+    step, newest = dirs[0]
+    files = sorted(Path(newest).iterdir(), key=lambda f: f.stat().st_size)
+    victim = files[-1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    return Shot(f"SIGKILL the launcher, corrupt step {step}'s {victim.name}", rerun=True)
+
+
+def disk_full(ctx: FaultContext) -> Shot:
+    """The checkpoint filesystem (a small tmpfs) filled up by another writer; freed before the rerun."""
+    if ctx.job.ckpt is None or not os.path.ismount(ctx.job.ckpt):
+        raise Missed("the checkpoint folder is not on its own filesystem")
+    filler = ctx.job.ckpt / ".filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+    return Shot("fill the checkpoint filesystem", rerun=True, after=lambda: filler.unlink(missing_ok=True))
+
+
+def double_kill(ctx: FaultContext) -> Shot:
+    """Two SIGKILLs of ranks within a second."""
+    first = kill_rank(ctx)
+    time.sleep(ctx.rng.uniform(0.0, 1.0))
+    try:
+        second = kill_rank(ctx)
+    except Missed:
+        return Shot(first.what + "; the second found no rank")
+    return Shot(f"{first.what}; then {second.what}")
+
+
+def _quiet(fn: Callable[..., object], *args: object) -> None:
+    try:
+        fn(*args)
+    except (psutil.Error, OSError):
+        pass
+
+
+def threading_timer(seconds: float, fn: Callable[[], None]) -> None:
+    """Run `fn` once after `seconds` in a daemon thread."""
+    import threading
+
+    timer = threading.Timer(seconds, fn)
+    timer.daemon = True
+    timer.start()
+
+
+@dataclass
+class FaultContext:
+    """What a fault may touch: the trial's id, its launcher, its job and the trial's random draws."""
+
+    trial: str
+    launcher: psutil.Process
+    job: Job
+    rng: random.Random
+    watchdog: float
+    wait_gone: Callable[[], None]
+
+
+#: fault name -> (function, which kinds it applies to)
+FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]] = {
+    "kill_rank": (kill_rank, lambda k: True),
+    "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
+    "kill_launcher": (kill_launcher, lambda k: True),
+    "sigterm_launcher": (sigterm_launcher, lambda k: True),
+    "stop_rank": (stop_rank, lambda k: not k.replicas),
+    "stop_rank_resumed": (stop_rank_resumed, lambda k: not k.replicas),
+    "kill_lighthouse": (kill_lighthouse, lambda k: k.replicas),
+    "corrupt_newest": (corrupt_newest, lambda k: k.name in ("digits", "imagefolder", "fsdp")),
+    "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp")),
+    "double_kill": (double_kill, lambda k: True),
+}
+
+#: the faults under which the job runs with `--watchdog`
+WATCHED = ("stop_rank", "stop_rank_resumed")

@@ -1,0 +1,125 @@
+"""The job kinds of the chaos campaign: how each is started, where its result lies, how two
+results are compared.
+
+A kind is *restart-based* (its uninterrupted run is the reference: a trial that finishes must
+end bit for bit equal to it) or a *replica* kind (`--replicas`: every group must end at the same
+last step with equal parameters; no reference run is needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "tests" / "scripts"
+EXAMPLES = REPO / "examples"
+RUN = ["-m", "distrain.cli", "run"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a kind in `work`: its command, checkpoint folder, output folder."""
+
+    argv: list[str]  # after the interpreter
+    ckpt: Path | None
+    out: Path
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A job kind: `build(work, name, watchdog)` gives its Job; `replicas` says how it is judged."""
+
+    name: str
+    replicas: bool = False
+    loader_workers: bool = False  # its ranks have DataLoader worker processes to kill
+    nodes: int = 1
+
+    def job(self, work: Path, name: str, watchdog: int = 0) -> Job:
+        """The command of one run named `name` under `work`."""
+        out, ckpt, run_dir = work / f"{name}-out", work / f"{name}-ckpt", work / f"{name}-run"
+        launcher = [*RUN, "--run-dir", str(run_dir)]
+        if watchdog:
+            launcher += ["--watchdog", str(watchdog)]
+        restarts = ["--max-restarts", "3"]
+        if self.name == "digits":  # DDP with plain BatchNorm, the main example
+            argv = [*launcher, "-n", "2", *restarts, str(EXAMPLES / "train_digits.py"),
+                    "--epochs", "3", "--out", str(out), "--checkpoint-dir", str(ckpt),
+                    "--checkpoint-every", "5"]  # fmt: skip
+        elif self.name == "imagefolder":  # ResNet-18, random augmentation, 2 DataLoader workers
+            argv = [*launcher, "-n", "2", *restarts, str(EXAMPLES / "train_imagefolder.py"),
+                    "--data", str(work / "images"), "--arch", "resnet18", "--image-size", "32",
+                    "--epochs", "2", "--batch-size", "4", "--workers", "2", "--out", str(out),
+                    "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]  # fmt: skip
+        elif self.name == "fsdp":  # FSDP2 over 2 ranks, sharded checkpoints
+            argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "ckpt_worker.py"),
+                    "--strategy", "fsdp", "--epochs", "4", "--step-sleep", "0.1",
+                    "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+        elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
+            argv = [*launcher, "--cpu", "-n", "2", *restarts,
+                    str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out)]  # fmt: skip
+            ckpt = None
+        elif self.name in ("replicas", "replicas_fsdp"):
+            fsdp = self.name == "replicas_fsdp"
+            argv = [*launcher, "--replicas", "2", "-n", "2" if fsdp else "1",
+                    str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(ckpt),
+                    "--steps", "80", "--every", "10", "--step-sleep", "0.05",
+                    *(["--strategy", "fsdp"] if fsdp else [])]  # fmt: skip
+        else:
+            raise ValueError(f"unknown kind {self.name}")
+        return Job(argv, ckpt, out, run_dir)
+
+    def prepare(self, work: Path) -> None:
+        """Data the kind needs once per campaign (the image folder)."""
+        if self.name == "imagefolder" and not (work / "images").exists():
+            import sys
+
+            sys.path.insert(0, str(REPO / "tests"))
+            from helpers.images import class_folders
+
+            class_folders(work / "images", per_class=16, seed=1)
+
+    def result(self, job: Job) -> dict[str, str]:
+        """A digest per tensor (restart kinds) or per group and rank (replica kinds)."""
+        if self.replicas:
+            finals = sorted(job.out.glob("final.*.json"))
+            return {f.name: f.read_text() for f in finals}
+        path = job.out / ("final.pt" if self.name in ("fsdp", "rehearsal") else "model.pt")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = state.get("model", state) if isinstance(state, dict) else state
+        return {k: _digest(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _digest(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def replica_verdict(result: dict[str, str]) -> str | None:
+    """None when every group ended at the same last step with equal parameters, else why not."""
+    by_rank: dict[str, set[tuple[int, str]]] = {}
+    for name, text in result.items():
+        final = json.loads(text)
+        rank = name.split(".")[2]  # final.<group>.<rank>.json
+        by_rank.setdefault(rank, set()).add((int(final["step"]), str(final["params"])))
+    if not by_rank:
+        return "no group wrote its final state"
+    bad = {rank: sorted(seen) for rank, seen in by_rank.items() if len(seen) > 1}
+    return f"groups differ: {bad}" if bad else None
+
+
+KINDS = {
+    k.name: k
+    for k in (
+        Kind("digits"),
+        Kind("imagefolder", loader_workers=True),
+        Kind("fsdp"),
+        Kind("rehearsal"),
+        Kind("replicas", replicas=True),
+        Kind("replicas_fsdp", replicas=True),
+    )
+}
