@@ -24,6 +24,7 @@ from ..monitor.breakdown import open_breakdown
 from ..settings import Settings
 from ..train import failure, watchdog
 from .context import Context, _remember, current
+from .stacks import dump_stacks_on_signal
 from .store import restart_safe_store
 from .threads import choose_threads
 from .title import set_worker_title
@@ -101,6 +102,7 @@ def init(
         active = current()
         if active is not None:
             return active
+        dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
         try:
