@@ -31,7 +31,6 @@ def signal_rank_while_training(cmd: list[str], out: Path, timeout: float = 150) 
             assert proc.poll() is None, err_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "the ranks never started training"
             time.sleep(0.1)
-        time.sleep(0.2)  # the pid file is written before the write returns; read it whole
         os.kill(int((out / "pid1").read_text()), signal.SIGUSR1)
         time.sleep(1)  # a few more steps after the dump: the rank really goes on
         (out / "signalled").touch()

@@ -30,8 +30,9 @@ else:
     rank = ctx.rank
     model = ctx.prepare_model(nn.Linear(4, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-with open(os.path.join(args.out, f"pid{rank}"), "w") as f:
+with open(os.path.join(args.out, f"pid{rank}.tmp"), "w") as f:
     f.write(str(os.getpid()))
+os.replace(os.path.join(args.out, f"pid{rank}.tmp"), os.path.join(args.out, f"pid{rank}"))  # whole
 deadline = time.monotonic() + 120  # the test signals within seconds; never train forever
 step = 0
 while step < args.steps or not os.path.exists(os.path.join(args.out, "signalled")):

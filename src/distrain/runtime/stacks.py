@@ -24,8 +24,8 @@ DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
 def dump_stacks_on_signal() -> bool:
     """Make SIGUSR1 dump all threads' stacks to stderr instead of ending the process.
 
-    Returns False where it cannot (no SIGUSR1, or stderr has no file descriptor).  Calling it
-    again only refreshes the target file.
+    Returns False where it does not: no SIGUSR1, a stderr without a file descriptor, or SIGUSR1
+    ignored.  Calling it again installs the dump again where ``SIG_DFL`` replaced it.
     """
     if DUMP_SIGNAL is None:
         return False
@@ -34,9 +34,14 @@ def dump_stacks_on_signal() -> bool:
     except (AttributeError, OSError, ValueError):  # a stderr replaced by an in-memory stream
         return False
     previous = signal.getsignal(DUMP_SIGNAL)
-    # the default action of SIGUSR1 is to end the process, and an ignored one does nothing:
-    # chaining to either would be wrong.  A Python handler (or one set from C, None) runs after
-    # the dump, as its owner expects.
-    chain = previous not in (signal.SIG_DFL, signal.SIG_IGN)
+    if previous == signal.SIG_IGN:  # whoever ignores it chose so (distrain's fork server
+        return False  # does, and its workers restore the default before calling this)
+    if previous == signal.SIG_DFL:
+        # faulthandler reinstalls nothing for a signal it registered before, even when
+        # signal.signal(SIGUSR1, SIG_DFL) has since replaced its handler: start over
+        faulthandler.unregister(DUMP_SIGNAL)
+    # chaining to the default action would end the process; a Python handler (or one set from
+    # C, None) runs after the dump, as its owner expects
+    chain = previous != signal.SIG_DFL
     faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=chain)
     return True

@@ -38,3 +38,22 @@ def test_a_handler_set_before_still_runs(usr1: None, capfd: pytest.CaptureFixtur
     os.kill(os.getpid(), signal.SIGUSR1)
     assert seen == [signal.SIGUSR1]
     assert "most recent call first" in capfd.readouterr().err
+
+
+def test_installs_again_after_the_default_came_back(
+    usr1: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A worker's first registration, then signal.signal(SIGUSR1, SIG_DFL), then init(): a dump."""
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    assert dump_stacks_on_signal()
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # faulthandler still counts itself registered
+    assert dump_stacks_on_signal()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert "most recent call first" in capfd.readouterr().err
+
+
+def test_an_ignored_signal_stays_ignored(usr1: None) -> None:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    assert not dump_stacks_on_signal()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
