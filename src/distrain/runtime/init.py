@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
+from ..contract import mark_watchdog_started
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
@@ -151,6 +152,7 @@ def init(
                                             interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
+            mark_watchdog_started(settings.summary_dir, ctx.rank)  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
         ctx.replicas = attach(ctx)
