@@ -98,6 +98,31 @@ def breakdown_fractions(seconds: dict[str, float]) -> dict[str, float]:
     return {phase: (value / total if total > 0 else 0.0) for phase, value in parts.items()}
 
 
+#: left in DISTRAIN_SUMMARY_DIR by a rank whose watchdog started (``distrain run --watchdog`` says
+#: when no rank of its node left one: the script never called ``distrain.init()``)
+WATCHDOG_MARK = "watchdog-{rank}"
+
+
+def mark_watchdog_started(folder: str | None, rank: int) -> None:
+    """Leave :data:`WATCHDOG_MARK` for `rank` in `folder` (nothing without a folder or on error)."""
+    if not folder:
+        return
+    try:
+        with open(os.path.join(folder, WATCHDOG_MARK.format(rank=rank)), "w"):
+            pass
+    except OSError:  # the launcher's folder is gone (it is exiting): nothing left to tell
+        pass
+
+
+def watchdog_started(folder: str) -> bool:
+    """Whether any rank left :data:`WATCHDOG_MARK` in `folder`."""
+    prefix = WATCHDOG_MARK.split("{")[0]
+    try:
+        return any(name.startswith(prefix) for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
 # -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------
 #: one JSON object a line, appended by every writer (a single write: lines never interleave)
 FT_EVENTS_FILE = "events.jsonl"

@@ -26,7 +26,7 @@ import sys
 
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver, job_summary, rehearsal
+from . import forkserver, job_summary, rehearsal, watch_notice
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -100,17 +100,29 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
     breakdowns = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
+    notice = watch_notice.start(launch, breakdowns)  # --watchdog on a script without init()
     os.environ.update(launch.env)
     try:
-        return _launch(launch, breakdowns)
+        return _launch(launch, breakdowns, notice)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
         if folder:
             rehearsal.finish(folder)
-        job_summary.finish(breakdowns)  # printed already when the job failed (see _launch)
+        _end_lines(breakdowns, notice)  # printed already when the job failed (see _launch)
 
 
-def _launch(launch: LaunchPlan, breakdowns: str | None = None) -> int:
+def _end_lines(breakdowns: str | None, notice: watch_notice.WatchNotice | None) -> None:
+    """The end-of-job lines (once): the watchdog notice, then the step breakdown."""
+    if notice is not None:
+        notice.finish()  # reads the marks in the folder job_summary.finish removes
+    job_summary.finish(breakdowns)
+
+
+def _launch(
+    launch: LaunchPlan,
+    breakdowns: str | None = None,
+    notice: watch_notice.WatchNotice | None = None,
+) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
         try:
@@ -137,12 +149,12 @@ def _launch(launch: LaunchPlan, breakdowns: str | None = None) -> int:
         forkserver.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
-        job_summary.finish(breakdowns)
+        _end_lines(breakdowns, notice)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
-        job_summary.finish(breakdowns)
+        _end_lines(breakdowns, notice)
         print(f"{PROG}: stopped by {name} (the workers were given it and have exited)", file=sys.stderr, flush=True)
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:

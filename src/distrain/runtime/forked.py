@@ -25,6 +25,7 @@ from typing import Any
 from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob, die_with_parent
 from ..log import get_logger
 from .fresh_child import run_fresh_child
+from .stacks import dump_stacks_on_signal
 from .title import set_worker_title
 
 _log = get_logger("runtime")
@@ -43,6 +44,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     die_with_parent()  # the fork server; it dies with the launcher
     _restore_environment(job.env)
     _restore_signals()
+    dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
     if fresh is not None and os.path.exists(fresh):
         _run_fresh(job.script, script_args)

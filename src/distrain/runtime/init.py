@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
+from ..contract import mark_watchdog_started
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
@@ -24,6 +25,7 @@ from ..monitor.breakdown import open_breakdown
 from ..settings import Settings
 from ..train import failure, watchdog
 from .context import Context, _remember, current
+from .stacks import dump_stacks_on_signal
 from .store import restart_safe_store
 from .threads import choose_threads
 from .title import set_worker_title
@@ -101,6 +103,7 @@ def init(
         active = current()
         if active is not None:
             return active
+        dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
         try:
@@ -149,6 +152,7 @@ def init(
                                             interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
+            mark_watchdog_started(settings.summary_dir, ctx.rank)  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
         ctx.replicas = attach(ctx)

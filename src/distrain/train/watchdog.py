@@ -14,7 +14,7 @@ that is *not* waiting inside torch (the others wait for it in a collective) — 
 in the store.  Every rank then dumps all its threads' Python stacks with ``faulthandler`` to its
 own stderr, rank 0 prints the one-line summary on the launching console, and every rank exits
 with code 124, so the launcher tears the job down within about SECONDS + a few polls.
-``kill -USR1 <pid>`` also dumps a rank's stacks at any time.
+``kill -USR1 <pid>`` dumps a rank's stacks at any time, watchdog or not (runtime/stacks.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import datetime as dt
 import faulthandler
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -247,8 +246,6 @@ def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
         attempt = os.environ.get(RESTART_COUNT, "0")
         return dist.PrefixStore(f"distrain/attempt_{attempt}/watchdog", store)
 
-    if hasattr(signal, "SIGUSR1") and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
     return Watchdog(factory, rank, world_size, seconds).start()
 
 

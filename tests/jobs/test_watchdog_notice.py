@@ -1,0 +1,33 @@
+"""`distrain run --watchdog` on a script that never calls distrain.init() says so in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import SCRIPTS, python, run
+
+SCRIPT = str(SCRIPTS / "signal_job.py")
+NOTICE = "distrain run: warning: --watchdog watches scripts that call distrain.init(); "
+
+
+def _job(out: Path, *script_flags: str) -> tuple[int, str]:
+    (out / "signalled").touch()  # train 20 steps and end
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "30", SCRIPT, str(out)]
+    res = run(cmd + list(script_flags), timeout=150)
+    return res.returncode, res.stderr
+
+
+@pytest.mark.timeout(200)
+def test_plain_script_is_named_as_unwatched(tmp_path: Path) -> None:
+    code, err = _job(tmp_path, "--plain")
+    assert code == 0, err[-3000:]
+    notices = [line for line in err.splitlines() if line.startswith(NOTICE)]
+    assert notices == [NOTICE + "signal_job.py did not, so nothing was watched"], err[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_script_calling_init_is_watched_silently(tmp_path: Path) -> None:
+    code, err = _job(tmp_path)
+    assert code == 0, err[-3000:]
+    assert NOTICE not in err, err[-3000:]
