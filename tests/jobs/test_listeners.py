@@ -1,15 +1,17 @@
 """A one-node job listens on loopback only: every listening socket of its process tree, while it trains.
 
 Real jobs (tests/scripts/replica_job.py, endless), their listeners read from each process's
-sockets with psutil: the launcher, the agents' stores, rank 0's store, gloo, and under
+sockets (/proc/<pid>/net and fds): the launcher, the agents' stores, rank 0's store, gloo, and under
 ``--replicas`` the TorchFT lighthouse and each group's manager server (which TorchFT binds on
 every interface: train/ft_bind.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import ipaddress
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +29,32 @@ def _loopback(ip: str) -> bool:
     return addr.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
+def _address(hexaddr: str) -> str:
+    raw = bytes.fromhex(hexaddr)  # /proc/net/tcp*: 32-bit words in host (little-endian) order
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(words))
+
+
+def _own_listeners(pid: int) -> set[tuple[str, int]]:
+    # read from /proc/<pid>/net (that process's network namespace: psutil reads the caller's,
+    # which misses the processes of a namespace host) and kept when the socket is one of its fds
+    fds = Path(f"/proc/{pid}/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                host, port = cols[1].rsplit(":", 1)
+                found.add((_address(host), int(port, 16)))
+    return found
+
+
 def listeners(root: int) -> set[tuple[str, int, int, str]]:
     """(address, port, pid, command) of every listening TCP socket of `root` and its descendants."""
     try:
@@ -38,10 +66,8 @@ def listeners(root: int) -> set[tuple[str, int, int, str]]:
     for proc in procs:
         try:
             name = " ".join(proc.cmdline()[:2])[:60]  # the lighthouse is a Python program
-            for conn in proc.net_connections(kind="tcp"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.add((conn.laddr.ip, conn.laddr.port, proc.pid, name))
-        except psutil.Error:  # ended meanwhile
+            found |= {(ip, port, proc.pid, name) for ip, port in _own_listeners(proc.pid)}
+        except (psutil.Error, OSError):  # ended meanwhile
             continue
     return found
 
@@ -100,3 +126,43 @@ def test_one_node_job_listens_on_loopback_only(tmp_path: Path, kind: str) -> Non
         assert any("lighthouse" in name for name in programs), sorted(seen)
     ranks = {pid for _, _, pid, name in seen if name.startswith("distrain rank")}
     assert len(ranks) == 2, sorted(seen)  # both workers (their process title) had listeners
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_node_replicas_listen_on_their_node_address_only(tmp_path: Path) -> None:
+    """--replicas 2 --nnodes 2 in two network namespaces: each node's listeners are on that node's
+    address (or loopback), never on every interface."""
+    if importlib.util.find_spec("torchft") is None:
+        pytest.skip("torchft not installed (pip install 'distrain[ft]')")
+    from helpers.netns_hosts import make_hosts
+
+    out = tmp_path / "out"
+    out.mkdir()
+    seen: list[set[tuple[str, int, int, str]]] = [set(), set()]
+    with make_hosts(2) as hosts:
+        procs = []
+        for node in range(2):
+            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes", "2",
+                   "--node-rank", str(node), "--master-addr", hosts.addrs[0], "--master-port", "29500",
+                   SCRIPT, "--out", str(out), "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "1000000"]  # fmt: skip
+            procs.append(hosts.start(node, cmd, tmp_path / f"node{node}.log"))
+        try:
+            deadline = time.monotonic() + 200
+            while not all((out / f"first.{g}.0").exists() for g in (0, 1)):
+                logs = [(tmp_path / f"node{n}.log").read_text()[-2000:] for n in (0, 1)]
+                assert all(p.poll() is None for p in procs), logs
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.3)
+            for _ in range(5):
+                for node in (0, 1):
+                    seen[node] |= listeners(procs[node].pid)
+                time.sleep(0.3)
+        finally:
+            hosts.kill_all()
+    for node in (0, 1):
+        wide = sorted(s for s in seen[node] if s[0] != hosts.addrs[node] and not _loopback(s[0]))
+        assert not wide, f"node {node} ({hosts.addrs[node]}) listens beyond its address: {wide}"
+    managers = [s for s in seen[1] if s[0] == hosts.addrs[1] and s[3].startswith("distrain rank")]
+    assert managers, sorted(seen[1])  # group 1's rank 0 (manager server, store) was looked at
