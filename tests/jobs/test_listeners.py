@@ -65,7 +65,9 @@ def listeners(root: int) -> set[tuple[str, int, int, str]]:
     found = set()
     for proc in procs:
         try:
-            name = " ".join(proc.cmdline()[:2])[:60]  # the lighthouse is a Python program
+            # "python3 torchft_lighthouse.py", or a worker's title ("distrain rank 0/1 · …")
+            argv = [os.path.basename(a) if a.startswith("/") else a for a in proc.cmdline()[:2]]
+            name = " ".join(argv)[:60]
             found |= {(ip, port, proc.pid, name) for ip, port in _own_listeners(proc.pid)}
         except (psutil.Error, OSError):  # ended meanwhile
             continue
