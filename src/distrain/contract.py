@@ -71,6 +71,8 @@ FT_EVENTS = "DISTRAIN_FT_EVENTS"
 FT_HOST = "DISTRAIN_FT_HOST"
 #: TorchFT's own name for the lighthouse address (http://host:port), read by torchft.Manager
 LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
+#: distrain run --replicas: seconds the launcher waits for its lighthouse to listen (default 60)
+LIGHTHOUSE_START_TIMEOUT = "DISTRAIN_LIGHTHOUSE_START_TIMEOUT"
 
 
 

@@ -1,6 +1,7 @@
 """TorchFT's lighthouse for `distrain run --replicas`: started before the groups, stopped after.
 
-The lighthouse (``torchft_lighthouse``, a Rust program shipped in the ``torchft`` wheel) forms
+The lighthouse (Rust, in the ``torchft`` wheel; started by torchft_lighthouse.py, which skips the
+``import torch`` of TorchFT's own ``torchft_lighthouse`` command) forms
 the quorum of live replica groups at every step.  On one node it listens on loopback only;
 across nodes node 0 runs it on the master address and the others reach it there
 (:class:`RemoteLighthouse`).  Its
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from ..contract import LIGHTHOUSE_START_TIMEOUT, parse_seconds
 from ..errors import UsageError
 from ..net import free_port
 
@@ -37,8 +38,13 @@ from ..net import free_port
 QUORUM_TICK_MS = 50
 JOIN_TIMEOUT_MS = 1000
 HEARTBEAT_TIMEOUT_MS = 700  # see the module docstring
-#: how long the lighthouse may take to listen
-START_TIMEOUT_S = 10.0
+#: how long the lighthouse may take to listen, unless DISTRAIN_LIGHTHOUSE_START_TIMEOUT says
+#: (seconds).  It listens within 0.6 s even at load 6 on 2 cores (torchft_lighthouse.py); the
+#: bound is for a machine that is far slower still, never hit by a lighthouse that died (that is
+#: reported at once)
+START_TIMEOUT_S = 60.0
+#: the runner that starts the lighthouse without importing torch (see its docstring)
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchft_lighthouse.py")
 
 EXTRA_HINT = "pip install 'distrain[ft]'"
 
@@ -50,52 +56,76 @@ def answers(host: str, port: int, timeout_s: float) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def lighthouse_program() -> str:
-    """Path of ``torchft_lighthouse`` beside this Python, else on PATH; UsageError when torchft is absent."""
+def lighthouse_program() -> list[str]:
+    """The command that runs TorchFT's lighthouse (this Python, torchft_lighthouse.py); UsageError without torchft."""
     if importlib.util.find_spec("torchft") is None:
         raise UsageError(f"--replicas needs TorchFT, which is not installed ({EXTRA_HINT})")
-    beside = os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")
-    found = beside if os.access(beside, os.X_OK) else shutil.which("torchft_lighthouse")
-    if not found:
-        raise UsageError(
-            f"--replicas: torchft is installed but its torchft_lighthouse program is not found ({EXTRA_HINT})"
-        )
-    return found
+    # not TorchFT's own torchft_lighthouse command: it imports torch first (seconds under load)
+    return [sys.executable, RUNNER]
+
+
+def start_timeout_s() -> float:
+    """DISTRAIN_LIGHTHOUSE_START_TIMEOUT in seconds, else START_TIMEOUT_S; UsageError if malformed."""
+    text = os.environ.get(LIGHTHOUSE_START_TIMEOUT, "").strip()
+    return parse_seconds(text, LIGHTHOUSE_START_TIMEOUT) if text else START_TIMEOUT_S
 
 
 class Lighthouse:
     """A running ``torchft_lighthouse`` on ``host``:``port``; :meth:`stop` ends it."""
 
-    def __init__(self, program: str, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(
+        self, program: list[str], host: str = "127.0.0.1", port: int | None = None
+    ) -> None:
         self.host = host
-        last = ""
-        for _ in range(3 if port is None else 1):  # a free port may be taken before the lighthouse binds it
+        bound = start_timeout_s()
+        for attempt in range(3 if port is None else 1):
             self.port = free_port(host) if port is None else port
             self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
             self.proc = subprocess.Popen(
-                [program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
+                [*program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
                  "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms", str(HEARTBEAT_TIMEOUT_MS),
                  "--bind", f"{host}:{self.port}"],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
             )  # fmt: skip
-            last = self._wait_listening()
-            if not last:
+            ended = self._wait_listening(bound)
+            if not ended:
                 return
-        raise UsageError(f"the TorchFT lighthouse did not start: {last}")
+            # a free port taken by another program before the lighthouse bound it: another port
+            if "Address already in use" not in ended or port is not None or attempt == 2:
+                raise UsageError(
+                    f"the TorchFT lighthouse did not start on {host}:{self.port}: {ended}"
+                )
+            self.log.close()
 
-    def _wait_listening(self) -> str:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
+    def _wait_listening(self, bound: float) -> str:
+        """Empty once the lighthouse listens; else how it ended (its last stderr line), at once."""
+        deadline = time.monotonic() + bound
+        while not self._listens():
             if self.proc.poll() is not None:
                 self.log.seek(0)
                 err = self.log.read().decode(errors="replace")
                 lines = [ln for ln in err.strip().splitlines() if ln.strip()]
                 return lines[-1] if lines else f"exit code {self.proc.returncode}"
-            if answers(self.host, self.port, 0.2):
-                return ""
+            if time.monotonic() > deadline:
+                pid = self.proc.pid
+                self.stop()
+                raise UsageError(
+                    f"the TorchFT lighthouse (pid {pid}) ran but did not listen on {self.host}:{self.port} "
+                    f"within {bound:g} s (set {LIGHTHOUSE_START_TIMEOUT} to wait longer)"
+                )
             time.sleep(0.05)
-        self.stop()
-        return f"not listening on {self.host}:{self.port} after {START_TIMEOUT_S:.0f} s"
+        return ""
+
+    def _listens(self) -> bool:
+        # the lighthouse itself listens on its port: a connect would also succeed to another
+        # program that holds the port, while the lighthouse exits with "Address already in use"
+        import psutil
+
+        try:
+            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in conns)
 
     @property
     def address(self) -> str:
@@ -143,7 +173,9 @@ class RemoteLighthouse:
         deadline = time.monotonic() + wait_s
         while not self._reachable():
             if time.monotonic() > deadline:
-                raise UsageError(f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:.0f} s")
+                raise UsageError(
+                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:.0f} s"
+                )
             time.sleep(0.2)
 
     @property
@@ -159,7 +191,7 @@ class RemoteLighthouse:
         return f"on node 0 ({self.host}:{self.port})"
 
     def died(self) -> str | None:
-        """"unreachable for 3 s" once node 0's lighthouse stopped answering, else None (checked once a second)."""
+        """ "unreachable for 3 s" once node 0's lighthouse stopped answering, else None (checked once a second)."""
         now = time.monotonic()
         if now - self._checked < 1.0:
             return None

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..contract import ft_start_file, mark_ft_start
 from ..errors import UsageError
-from ..net import interface_addresses, is_loopback, route_to
+from ..net import interface_addresses, is_loopback, listen_socket, route_to
 
 #: torchrun's default --master-port, where node 0's lighthouse listens when none is given
 DEFAULT_PORT = 29500
@@ -111,9 +111,11 @@ class RollCall:
         self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
         first = placement.node == 0
         try:
+            # node 0's store on the master address only (TCPStore alone listens on every interface)
+            fd = listen_socket(placement.master_addr, placement.port + 1).detach() if first else None
             self.store: Any = dist.TCPStore(
                 placement.master_addr, placement.port + 1, world_size=None, is_master=first,
-                timeout=dt.timedelta(seconds=NODE0_WAIT_S), wait_for_workers=False,
+                timeout=dt.timedelta(seconds=NODE0_WAIT_S), wait_for_workers=False, master_listen_fd=fd,
             )  # fmt: skip
         except Exception as err:  # noqa: BLE001 - torch raises several kinds; one line either way
             where = f"{placement.master_addr}:{placement.port + 1}"

@@ -32,6 +32,7 @@ from torch import nn
 from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file, mark_ft_start
 from ..errors import DistrainError
 from ..log import get_logger
+from .ft_bind import manager_server_on
 from .strategies.fsdp import is_sharded_tensor
 from .strategies.options import DDP, FSDP, Strategy
 
@@ -72,7 +73,9 @@ class Replicas:
         )
         self._pg = pg
         transport = PGTransport(pg, timeout=FT_TIMEOUT, device=ctx.device)
-        with _real_accelerator(ctx.settings.cpu_rehearsal is not None):
+        host = ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1"
+        # its server on the job's address only (TorchFT binds every interface: ft_bind.py)
+        with _real_accelerator(ctx.settings.cpu_rehearsal is not None), manager_server_on(host):
             self.manager = Manager(
                 pg=pg,
                 load_state_dict=self._load,
@@ -85,7 +88,7 @@ class Replicas:
                 rank=ctx.rank,
                 world_size=ctx.world_size,
                 replica_id=f"distrain_{group}",
-                hostname=ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1",
+                hostname=host,
                 checkpoint_transport=transport,
             )
         self._step_fd: int | None = None
