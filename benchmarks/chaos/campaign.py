@@ -32,7 +32,17 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faults import FAULTS, TRIAL_VAR, WATCHED, FaultContext, Missed, Shot, trial_processes  # noqa: E402
+from faults import (
+    FAULTS,
+    TRIAL_VAR,
+    WATCHED,
+    FaultContext,
+    Missed,
+    Shot,
+    follow,
+    ranks,
+    trial_processes,
+)  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 
@@ -63,7 +73,9 @@ def start(job: Job, trial: str, logs: Path) -> subprocess.Popen[bytes]:
     job.out.mkdir(parents=True, exist_ok=True)
     out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - closed by finish()
     err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
-    return subprocess.Popen([PY, *job.argv], env=_env(trial), stdout=out, stderr=err, start_new_session=True)
+    proc = subprocess.Popen([PY, *job.argv], env=_env(trial), stdout=out, stderr=err, start_new_session=True)
+    follow(trial, proc.pid)
+    return proc
 
 
 def finish(proc: subprocess.Popen[bytes], trial: str, logs: Path, bound: float, t0: float) -> RunRecord:
@@ -179,6 +191,8 @@ def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     try:
         if wait_ready(proc, job, t0 + bound):
             time.sleep(t.moment * ref.span)
+            if os.environ.get("CHAOS_DEBUG"):
+                print(f"debug: ready, slept {t.moment * ref.span:.1f} s of span {ref.span:.1f}; ranks {len(ranks(trial))}", flush=True)
             good = newest_valid_step(job.ckpt)
             if proc.poll() is None:
                 ctx = FaultContext(trial, psutil.Process(proc.pid), job, rng, watchdog,

@@ -24,16 +24,53 @@ from kinds import Job, Kind
 TRIAL_VAR = "CHAOS_TRIAL"
 
 
+#: trial -> {pid: create_time} of every process seen below the trial's launcher
+_SEEN: dict[str, dict[int, float]] = {}
+
+
+def follow(trial: str, launcher: int) -> None:
+    """Record the launcher's descendants every 0.2 s until it has ended (a daemon thread).
+
+    The environment alone does not find them: a title longer than the command line (setproctitle)
+    overwrites the memory that /proc/PID/environ shows, so a rank's environment reads as its title.
+    """
+    import threading
+
+    def loop() -> None:
+        seen = _SEEN.setdefault(trial, {})
+        try:
+            root = psutil.Process(launcher)
+            while root.is_running() and root.status() != psutil.STATUS_ZOMBIE:
+                for proc in root.children(recursive=True):
+                    try:
+                        seen.setdefault(proc.pid, proc.create_time())
+                    except psutil.Error:
+                        continue
+                time.sleep(0.2)
+        except psutil.Error:
+            pass
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def trial_processes(trial: str) -> list[psutil.Process]:
-    """Every live process of the trial (zombies left out), found by its environment."""
-    found = []
+    """Every live process of the trial (zombies left out): seen below its launcher, or carrying
+    its mark in the environment (a process started after the launcher's end)."""
+    found: dict[int, psutil.Process] = {}
+    for pid, created in list(_SEEN.get(trial, {}).items()):
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                found[pid] = proc
+        except psutil.Error:
+            continue
     for proc in psutil.process_iter():
         try:
             if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(TRIAL_VAR) == trial:
-                found.append(proc)
+                found[proc.pid] = proc
         except (psutil.Error, OSError):
             continue
-    return found
+    return list(found.values())
 
 
 #: a worker's title (runtime/title.py); a forked worker's /proc environ is its fork server's
@@ -97,7 +134,8 @@ def _signal(proc: psutil.Process, sig: int, what: str) -> str:
 def _pick_rank(trial: str, rng: random.Random) -> tuple[psutil.Process, str]:
     found = ranks(trial)
     if not found:
-        raise Missed("no rank was running")
+        seen = [" ".join(_cmdline(p))[:30] for p in trial_processes(trial)]
+        raise Missed(f"no rank was running (the job's processes: {seen})")
     proc = rng.choice(found)
     return proc, _rank_name(proc)
 
@@ -225,8 +263,8 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
     "stop_rank": (stop_rank, lambda k: not k.replicas),
     "stop_rank_resumed": (stop_rank_resumed, lambda k: not k.replicas),
     "kill_lighthouse": (kill_lighthouse, lambda k: k.replicas),
-    "corrupt_newest": (corrupt_newest, lambda k: k.name in ("digits", "imagefolder", "fsdp")),
-    "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp")),
+    "corrupt_newest": (corrupt_newest, lambda k: k.name in ("digits", "imagefolder", "fsdp", "ddp_small")),
+    "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp", "ddp_small")),
     "double_kill": (double_kill, lambda k: True),
 }
 

@@ -56,9 +56,10 @@ class Kind:
                     "--data", str(work / "images"), "--arch", "resnet18", "--image-size", "32",
                     "--epochs", "2", "--batch-size", "4", "--workers", "2", "--out", str(out),
                     "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]  # fmt: skip
-        elif self.name == "fsdp":  # FSDP2 over 2 ranks, sharded checkpoints
+        elif self.name in ("fsdp", "ddp_small"):  # FSDP2 (sharded checkpoints) or DDP, 2 ranks
+            strategy = "fsdp" if self.name == "fsdp" else "ddp"
             argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "ckpt_worker.py"),
-                    "--strategy", "fsdp", "--epochs", "4", "--step-sleep", "0.1",
+                    "--strategy", strategy, "--epochs", "4", "--step-sleep", "0.1",
                     "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
             argv = [*launcher, "--cpu", "-n", "2", *restarts,
@@ -89,7 +90,7 @@ class Kind:
         if self.replicas:
             finals = sorted(job.out.glob("final.*.json"))
             return {f.name: f.read_text() for f in finals}
-        path = job.out / ("final.pt" if self.name in ("fsdp", "rehearsal") else "model.pt")
+        path = job.out / ("model.pt" if self.name in ("digits", "imagefolder") else "final.pt")
         state = torch.load(path, map_location="cpu", weights_only=True)
         state = state.get("model", state) if isinstance(state, dict) else state
         return {k: _digest(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
@@ -118,6 +119,7 @@ KINDS = {
         Kind("digits"),
         Kind("imagefolder", loader_workers=True),
         Kind("fsdp"),
+        Kind("ddp_small"),  # the suite's slice: the smallest restart-based job
         Kind("rehearsal"),
         Kind("replicas", replicas=True),
         Kind("replicas_fsdp", replicas=True),

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from ..contract import LIGHTHOUSE_START_TIMEOUT, parse_seconds
+from ..contract import LIGHTHOUSE_START_TIMEOUT, die_with_parent, parse_seconds
 from ..errors import UsageError
 from ..net import free_port
 
@@ -86,6 +86,7 @@ class Lighthouse:
                  "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms", str(HEARTBEAT_TIMEOUT_MS),
                  "--bind", f"{host}:{self.port}"],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                preexec_fn=die_with_parent,  # never outlive a SIGKILLed launcher
             )  # fmt: skip
             ended = self._wait_listening(bound)
             if not ended:

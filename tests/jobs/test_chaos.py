@@ -1,0 +1,21 @@
+"""A seeded slice of the chaos campaign (benchmarks/chaos/campaign.py): random faults on the
+smallest restart-based job, each trial judged by the campaign's oracle (healed bit for bit, or
+stopped naming its cause; never hung, diverged, leaking a process or losing a checkpoint). The
+full campaign over every job kind is a benchmark (benchmarks/chaos/RESULTS.md)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import REPO, python, run
+
+pytestmark = pytest.mark.slow
+
+FAULTS = "kill_rank,kill_launcher,sigterm_launcher,corrupt_newest,double_kill,stop_rank_resumed"
+
+
+@pytest.mark.timeout(900)
+def test_a_seeded_slice_keeps_the_promise() -> None:
+    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5",
+               "--trials", "6", "--kinds", "ddp_small", "--faults", FAULTS], timeout=840)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "| **all** | | **6** |" in res.stdout, res.stdout[-3000:]
