@@ -146,9 +146,9 @@ def start_server(script: str) -> None:
     previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
-        # a script that starts its own workers keeps the exec'd server: with the forked one, the
-        # launcher twice outlived such a job by 90 s after its watch had ended it (2 test-suite
-        # runs of 5, cause not found; see docs/fast_start.md)
+        # a script that starts its own workers keeps the exec'd server: the hang once blamed on
+        # the forked one was torch's Event.set() waiting for a worker the watch had ended (on
+        # either server; docs/fast_start.md), since fixed by the script's end waiting for it
         if selfstart.find(script) is None:
             with forked_server():
                 forkserver.ensure_running()
