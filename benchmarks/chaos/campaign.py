@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -40,13 +41,13 @@ from faults import (
     Missed,
     Shot,
     follow,
-    ranks,
     trial_processes,
 )  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 
 PY = sys.executable
+STEP_DIR = re.compile(r"step_(\d+)$")
 WATCHDOG_S = 8
 #: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
 #: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
@@ -55,11 +56,14 @@ SLOWDOWN, START_S = 3.0, 90.0
 
 @dataclass
 class Reference:
-    """A kind's uninterrupted run: its result, and how long it trains after its first checkpoint."""
+    """A kind's uninterrupted run: its result, how long it trains after its first checkpoint,
+    and the step of its last checkpoint (faults are placed by training progress, not by time:
+    the same moment in seconds falls elsewhere when the machine's load changes)."""
 
     result: dict[str, str] | None
     total: float
     span: float
+    last_step: int
 
 
 def _env(trial: str) -> dict[str, str]:
@@ -121,17 +125,36 @@ def leftovers(trial: str, grace: float = 10.0) -> list[str]:
     return kill_all(trial)
 
 
+def _checkpoint_steps(ckpt: Path) -> list[int]:
+    """Steps of the finished checkpoints under `ckpt` (any depth); a save renames folders while
+    we look, so a folder that vanishes mid-walk is looked at again."""
+    for _ in range(5):
+        try:
+            return [int(m.group(1)) for d in ckpt.rglob("step_*") if (m := STEP_DIR.match(d.name))]
+        except FileNotFoundError:
+            continue
+    return []
+
+
 def ready(job: Job) -> bool:
     """Whether the run has written its first checkpoint (or snapshot): faults start from there."""
     if job.ckpt is None:
         return (job.out / "snapshot.pt").exists()
-    return job.ckpt.exists() and any(job.ckpt.rglob("step_*"))
+    return job.ckpt.exists() and bool(_checkpoint_steps(job.ckpt))
 
 
-def wait_ready(proc: subprocess.Popen[bytes], job: Job, deadline: float) -> bool:
-    """Wait for ready(); False if the run ended or the deadline passed first."""
+def progress(job: Job) -> int:
+    """The newest checkpoint's step (0 before the first, or for a job without distrain's)."""
+    if job.ckpt is None or not job.ckpt.exists():
+        return 0
+    return max(_checkpoint_steps(job.ckpt), default=0)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], job: Job, deadline: float, step: int = 0) -> bool:
+    """Wait for ready() and a checkpoint of `step` or later; False if the run ended or the
+    deadline passed first."""
     while time.monotonic() < deadline:
-        if ready(job):
+        if ready(job) and progress(job) >= step:
             return True
         if proc.poll() is not None:
             return False
@@ -152,7 +175,7 @@ def reference(kind: Kind, work: Path) -> Reference:
     if run.rc != 0:
         raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}")
     result = None if kind.replicas else kind.result(job)
-    return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready))
+    return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
 
 
 @dataclass
@@ -189,10 +212,10 @@ def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     proc = start(job, trial, logs)
     shot, good = Shot("(none)"), None
     try:
-        if wait_ready(proc, job, t0 + bound):
-            time.sleep(t.moment * ref.span)
-            if os.environ.get("CHAOS_DEBUG"):
-                print(f"debug: ready, slept {t.moment * ref.span:.1f} s of span {ref.span:.1f}; ranks {len(ranks(trial))}", flush=True)
+        at_step = round(t.moment * ref.last_step)
+        if wait_ready(proc, job, t0 + bound, at_step):
+            # by progress where the job has checkpoints; the rest of the way in time
+            time.sleep(rng.uniform(0.0, 0.5) if ref.last_step else t.moment * ref.span)
             good = newest_valid_step(job.ckpt)
             if proc.poll() is None:
                 ctx = FaultContext(trial, psutil.Process(proc.pid), job, rng, watchdog,

@@ -63,7 +63,8 @@ class Kind:
                     "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
             argv = [*launcher, "--cpu", "-n", "2", *restarts,
-                    str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out)]  # fmt: skip
+                    str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out),
+                    "--total-epochs", "40"]  # fmt: skip
             ckpt = None
         elif self.name in ("replicas", "replicas_fsdp"):
             fsdp = self.name == "replicas_fsdp"
