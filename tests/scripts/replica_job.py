@@ -40,6 +40,7 @@ p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group"
 p.add_argument("--late-group", type=int, default=-1, help="this group sleeps --late seconds before distrain.init (it loads slowly)")
 p.add_argument("--late", type=float, default=0.0)
 p.add_argument("--late-restart", type=float, default=0.0, help="a replacement sleeps this long before distrain.init (it restarts slowly)")
+p.add_argument("--perturb-group", type=int, default=-1, help="this group changes a weight after training (the end check must see it)")
 p.add_argument("--trace", action="store_true", help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state")
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
@@ -134,6 +135,9 @@ while step < args.steps:
         if step >= args.steps:
             break
 
+if group == args.perturb_group:
+    with torch.no_grad():
+        next(ctx.unwrap(model).parameters()).add_(1e-3)
 digest = hashlib.sha256()
 for t in ctx.unwrap(model).state_dict().values():
     t = t.to_local() if hasattr(t, "to_local") else t  # under FSDP: this rank's shard
