@@ -204,14 +204,12 @@ class ReplicaJob:
                     self.say(
                         f"error: replica groups ended with different states: rank {rank} of group {first} at "
                         f"{want}, of group {group} at step {step}, state {digest[:12]}",
-                        "diverged", groups=[first, group], rank=rank, step=step,
                     )  # fmt: skip
                     return 1
         step, digest = finals[first].get(0) or next(iter(finals[first].values()))
         self.say(
             f"replica groups {', '.join(map(str, finals))} ended at step {step} with equal states "
             f"(rank 0: sha256 {digest[:12]})",
-            "ended", groups=list(finals), step=step,
         )  # fmt: skip
         return 0
 
