@@ -66,8 +66,9 @@ train_loader = ctx.prepare_loader(train_set, batch_size=args.batch_size, seed=ar
 test_loader = ctx.prepare_eval_loader(test_set, batch_size=256)  # every test sample exactly once
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs * len(train_loader))
-ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1) if args.checkpoint_dir else None
-step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_loader).step if ckpt else 0  # 6: resume
+# no --checkpoint-dir: nothing is saved, but under --replicas a replacement still copies all of this
+ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1)
+step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=train_loader).step  # 6: resume
 
 
 def evaluate() -> tuple[float, float]:
@@ -97,16 +98,14 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
         sched.step()
         ctx.log(loss=loss, lr=sched.get_last_lr()[0], samples=len(xb), epoch=epoch + 1)  # distrain top, TensorBoard, bench
         step += 1
-        if ckpt:
-            ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
+        ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
     test_loss, test_acc = evaluate()
     ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
     ctx.print(f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}"
               f"  ({str(logits.dtype).removeprefix('torch.')} compute)")
 test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train
-if ckpt:
-    ckpt.save(step)  # the final state: a rerun finds nothing left to do
-    ckpt.close()
+ckpt.save(step)  # the final state: a rerun finds nothing left to do
+ckpt.close()
 if ctx.is_main:  # 5: rank 0 alone writes
     os.makedirs(args.out, exist_ok=True)
     torch.save(ctx.unwrap(model).state_dict(), os.path.join(args.out, "model.pt"))

@@ -75,7 +75,6 @@ LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 LIGHTHOUSE_START_TIMEOUT = "DISTRAIN_LIGHTHOUSE_START_TIMEOUT"
 
 
-
 def rehearse_boot_dir() -> str:
     """The folder whose sitecustomize.py installs the --cpu rehearsal in every fresh interpreter.
 
@@ -148,12 +147,24 @@ def mark_ft_start(folder: str, group: int) -> None:
         pass
 
 
+def ft_end_file(folder: str, group: int) -> str:
+    """Exists once replica group `group`'s launcher ended for good (no replacement will come)."""
+    return os.path.join(folder, f"end.{group}")
+
+
+def ft_final_file(folder: str, group: int, rank: int) -> str:
+    """Holds "STEP SHA256" of rank `rank` of group `group` once its script ended (the end check)."""
+    return os.path.join(folder, f"final.{group}.{rank}")
+
+
 def append_ft_event(folder: str, **fields: Any) -> None:
     """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
     import json
 
     line = (json.dumps(fields, sort_keys=True) + "\n").encode()
-    fd = os.open(os.path.join(folder, FT_EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(
+        os.path.join(folder, FT_EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+    )
     try:
         os.write(fd, line)
     finally:

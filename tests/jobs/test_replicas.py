@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, kill_group, python, run
+from helpers import EXAMPLES, SCRIPTS, kill_group, python, run
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torchft") is None,
@@ -132,11 +132,12 @@ def _resumed(out: Path) -> list[tuple[int, int, int, int]]:
 def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -> None:
     """2 groups × 2 processes in one job, two faults: rank 1 of group 1 at step 20 (group 0 trains
     on, group 1 heals), then one process of each group at step 42 (no live group is left: both
-    resume from their disk checkpoints and still end at step 60, equal)."""
+    resume from their disk checkpoints and still end at step 100, equal).  100 steps: the
+    replacement of the first fault must find group 0 still training (it took > 4 s at load 10)."""
     out = tmp_path / "out"
     out.mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT,
-           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--every", "5",
+           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "100", "--every", "5",
            "--kill", "20:1:1", "--kill", "42:0:0", "--kill", "42:1:0"]  # fmt: skip
     res = run(cmd, timeout=380)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -147,14 +148,14 @@ def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -
     assert len(by_group[0]) == 4 and len(by_group[1]) == 6, resumed
     assert all(s < 20 for _, s in by_group[0][:2] + by_group[1][:2]), resumed  # a late start heals
     replacement = by_group[1][2:4]  # after the first fault: caught up with group 0, which went on
-    assert sorted(r for r, _ in replacement) == [0, 1] and all(20 <= s < 60 for _, s in replacement)
+    assert sorted(r for r, _ in replacement) == [0, 1] and all(20 <= s < 100 for _, s in replacement)
     # after the second: both groups from disk (step 40 or later); a group restarted later than
     # the other may find it ahead and copy its state instead
     again = by_group[0][2:] + by_group[1][4:]
-    assert all(40 <= s < 60 for _, s in again), resumed
+    assert all(40 <= s < 100 for _, s in again), resumed
     finals = _finals_2(out)
     assert sorted(finals) == [(0, 0), (0, 1), (1, 0), (1, 1)], finals
-    assert {f["step"] for f in finals.values()} == {60}
+    assert {f["step"] for f in finals.values()} == {100}
     assert "distrain run: replica group 1 lost at step 20 (rank 1, pid" in res.stderr, res.stderr[
         -3000:
     ]
@@ -237,3 +238,78 @@ def test_groups_on_two_nodes_survivor_trains_through_a_sigkill(tmp_path: Path) -
     assert "replica group 1" not in texts[0].replace("replica groups", "")
     for group in (0, 1):
         assert (out / f"threads.{group}.0").read_text() == "group threads at exit: []\n"
+
+
+@pytest.mark.timeout(300)
+def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_path: Path) -> None:
+    """The FSDP test's divergence under load, made certain: group 1's replacement starts 8 s
+    late, after group 0 trained its last steps alone and ended.  Group 0 stays to serve it (before,
+    the replacement found no live group, resumed from its step-20 checkpoint and trained 21-40
+    alone: another model, exit code 0); both end at step 40, equal rank by rank."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT, "--strategy", "fsdp",
+           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "40", "--every", "10", "--kill", "25:1:1",
+           "--late-restart", "8"]  # fmt: skip
+    res = run(cmd, timeout=280)
+    assert res.returncode == 0, res.stderr[-3000:]
+    finals = _finals_2(out)
+    assert {f["step"] for f in finals.values()} == {40}, finals
+    for rank in (0, 1):
+        assert finals[(0, rank)]["params"] == finals[(1, rank)]["params"], finals
+    assert "distrain run: replica group 1 healed from group 0 at step 40" in res.stderr, res.stderr[-3000:]
+    assert "distrain run: replica groups 0, 1 ended at step 40 with equal states" in res.stderr
+
+
+@pytest.mark.timeout(200)
+def test_groups_that_end_with_different_states_fail_the_job_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", SCRIPT, "--out", str(out),
+           "--dir", str(tmp_path / "ckpt"), "--steps", "10", "--perturb-group", "1"]  # fmt: skip
+    res = run(cmd, timeout=180)
+    assert res.returncode == 1, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        "distrain run: error: replica groups ended with different states: rank 0 of group 0 at step 10, state "
+    ), res.stderr[-3000:]
+
+
+@pytest.mark.timeout(400)
+def test_docs_first_command_without_a_checkpoint_dir_ends_groups_equal(tmp_path: Path) -> None:
+    """`distrain run --replicas 2 -n 1 examples/train_digits.py` (no --checkpoint-dir), group 1's
+    process SIGKILLed in epoch 2 of 6: the replacement copies model, optimizer, scheduler, loader
+    position and step from group 0 (before: the model only; it restarted at epoch 0 and trained
+    on alone after group 0 ended), and both groups end at the same step with equal states."""
+    import psutil
+
+    log = tmp_path / "stdout"
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", str(EXAMPLES / "train_digits.py"),
+           "--epochs", "6", "--out", str(tmp_path / "model")]  # fmt: skip
+    with open(log, "w") as stdout:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "epoch 1/6" not in log.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "epoch 1 did not end"
+            time.sleep(0.1)
+        os.kill(_worker_of_group(psutil.Process(proc.pid), 1), signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert "distrain run: replica group 1 lost at step" in err and "healed from group 0 at step" in err, err[-3000:]
+    # 6 epochs × 22 batches; the step during which group 1 died is not committed (its batch is
+    # skipped by both groups), so the last step is 131 or so: the same in both, states equal
+    last = re.search(r"distrain run: replica groups 0, 1 ended at step (\d+) with equal states", err)
+    assert last and 128 <= int(last[1]) <= 132, err[-3000:]
+
+
+def _worker_of_group(launcher: object, group: int) -> int:
+    """The pid of rank 0 of `group`: under its group's `distrain run` (DISTRAIN_REPLICA_GROUP)."""
+    for child in launcher.children():  # type: ignore[attr-defined]
+        if child.environ().get("DISTRAIN_REPLICA_GROUP") == str(group):
+            for p in child.children(recursive=True):
+                if p.cmdline() and p.cmdline()[0].startswith("distrain rank 0/"):
+                    return int(p.pid)
+    raise AssertionError(f"no worker of group {group} under {launcher}")

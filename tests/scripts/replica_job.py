@@ -39,6 +39,9 @@ p.add_argument("--kill-in-backward", action="store_true", help="--kill-at fires 
 p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group")
 p.add_argument("--late-group", type=int, default=-1, help="this group sleeps --late seconds before distrain.init (it loads slowly)")
 p.add_argument("--late", type=float, default=0.0)
+p.add_argument("--late-restart", type=float, default=0.0, help="a replacement sleeps this long before distrain.init (it restarts slowly)")
+p.add_argument("--perturb-group", type=int, default=-1, help="this group changes a weight after training (the end check must see it)")
+p.add_argument("--trace", action="store_true", help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state")
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
 if args.kill_at >= 0:
@@ -51,6 +54,8 @@ report_at_exit(lambda line: open(os.path.join(args.out, f"threads.{group}.{rank}
 
 if group == args.late_group and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
     time.sleep(args.late)  # the first start only: a replacement comes back as fast as it can
+if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    time.sleep(args.late_restart)  # a replacement on a loaded machine: the survivors may finish first
 ctx = distrain.init(verbose=False)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
@@ -92,6 +97,20 @@ def kill_now(step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _digest() -> str:
+    digest = hashlib.sha256()
+    for t in ctx.unwrap(model).state_dict().values():
+        t = t.to_local() if hasattr(t, "to_local") else t  # under FSDP: this rank's shard
+        digest.update(t.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
+def _trace(step: int, committed: bool) -> None:
+    m = ctx.replicas.manager
+    with open(os.path.join(args.out, f"trace.{group}.{ctx.rank}.{os.getpid()}"), "a") as f:
+        f.write(f"{step} {m.current_step()} {int(committed)} {m.num_participants()} {loader.state_dict()} {_digest()}\n")
+
+
 while step < args.steps:
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
@@ -100,7 +119,7 @@ while step < args.steps:
                 and not os.path.exists(os.path.join(args.out, f"killed.{group}.{ctx.rank}"))):
             loss.register_hook(lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad)  # peers are in the all-reduce by then
         loss.backward()
-        if ctx.step(opt):  # False when the quorum did not commit this step
+        if committed := ctx.step(opt):  # False when the quorum did not commit this step
             if ctx.replicas is not None and not os.path.exists(first := os.path.join(args.out, f"first.{group}.{ctx.rank}")):
                 with open(first, "w") as f:  # how many groups took this process's first step
                     f.write(f"{step} {ctx.replicas.manager.num_participants()}\n")
@@ -108,12 +127,17 @@ while step < args.steps:
             sched.step()
             ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)
         ckpt.maybe_save(step)
+        if args.trace:
+            _trace(step, committed)
         if not args.kill_in_backward:
             kill_now(step)
         time.sleep(args.step_sleep)
         if step >= args.steps:
             break
 
+if group == args.perturb_group:
+    with torch.no_grad():
+        next(ctx.unwrap(model).parameters()).add_(1e-3)
 digest = hashlib.sha256()
 for t in ctx.unwrap(model).state_dict().values():
     t = t.to_local() if hasattr(t, "to_local") else t  # under FSDP: this rank's shard

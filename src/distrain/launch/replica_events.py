@@ -25,6 +25,8 @@ from ..contract import (
     REPLICA_EVENTS_FILE,
     REPLICA_GROUP,
     append_ft_event,
+    ft_end_file,
+    ft_final_file,
     ft_step_file,
     mark_ft_start,
 )
@@ -160,12 +162,56 @@ class ReplicaJob:
         """Record that group's end (and report a failure); the others' first step no longer waits for it."""
         self.finished[group] = code
         mark_ft_start(self.folder, group)
+        with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
+            pass
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(
                 f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue",
                 "failed", group=group, how=how,
             )  # fmt: skip
+
+    def finals(self) -> dict[int, dict[int, tuple[int, str]]]:
+        """{group: {rank: (step, digest)}} left by the processes of the groups that ended with 0."""
+        out: dict[int, dict[int, tuple[int, str]]] = {}
+        for group, code in sorted(self.finished.items()):
+            ranks: dict[int, tuple[int, str]] = {}
+            for rank in range(1 << 16):
+                try:
+                    with open(ft_final_file(self.folder, group, rank)) as f:
+                        step, digest = f.read().split()
+                except (OSError, ValueError):
+                    break
+                ranks[rank] = (int(step), digest)
+            if code == 0 and ranks:
+                out[group] = ranks
+        return out
+
+    def check_finals(self) -> int:
+        """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and one line.
+
+        A run whose groups end with different models must never pass for a good one.
+        """
+        finals = self.finals()
+        if len(finals) < 2:
+            return 0
+        first = min(finals)
+        for group, ranks in finals.items():
+            for rank, (step, digest) in ranks.items():
+                ref = finals[first].get(rank)
+                if ref is None or ref != (step, digest):
+                    want = f"step {ref[0]}, state {ref[1][:12]}" if ref else "no such rank"
+                    self.say(
+                        f"error: replica groups ended with different states: rank {rank} of group {first} at "
+                        f"{want}, of group {group} at step {step}, state {digest[:12]}",
+                    )  # fmt: skip
+                    return 1
+        step, digest = finals[first].get(0) or next(iter(finals[first].values()))
+        self.say(
+            f"replica groups {', '.join(map(str, finals))} ended at step {step} with equal states "
+            f"(rank 0: sha256 {digest[:12]})",
+        )  # fmt: skip
+        return 0
 
     def stop_all(self, grace_s: float = 30) -> None:
         """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""

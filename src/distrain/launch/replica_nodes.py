@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import ft_start_file, mark_ft_start
+from ..contract import ft_end_file, ft_start_file, mark_ft_start
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, listen_socket, route_to
 
@@ -92,7 +92,9 @@ def node_address(placement: Placement, iface: str | None) -> tuple[str, str | No
     if iface:
         addrs = interface_addresses().get(iface)
         if not addrs:
-            raise UsageError(f"--iface {iface}: no such interface with an IPv4 address on this node")
+            raise UsageError(
+                f"--iface {iface}: no such interface with an IPv4 address on this node"
+            )
         return addrs[0], iface
     try:
         return route_to(placement.master_addr, placement.port)
@@ -109,6 +111,7 @@ class RollCall:
         self.placement = placement
         self._last_beat = 0.0
         self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
+        self._ended: set[int] = set()  # groups whose end mark is shared (share_ends)
         first = placement.node == 0
         try:
             # node 0's store on the master address only (TCPStore alone listens on every interface)
@@ -121,7 +124,9 @@ class RollCall:
             where = f"{placement.master_addr}:{placement.port + 1}"
             if first:
                 raise UsageError(f"--replicas: node 0 cannot listen on {where}: {err}") from None
-            raise UsageError(f"--replicas: node 0 is not reachable at {where} after {NODE0_WAIT_S:.0f} s") from None
+            raise UsageError(
+                f"--replicas: node 0 is not reachable at {where} after {NODE0_WAIT_S:.0f} s"
+            ) from None
 
     def beat(self) -> None:
         """Say this node is still running (at most once a second)."""
@@ -151,6 +156,25 @@ class RollCall:
                 mark_ft_start(folder, g)
                 self._started.add(g)
 
+    def share_ends(self, folder: str, local: list[int]) -> None:
+        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like the start marks.
+
+        A group that ended waits for the others to meet it (train/replica_end.py) unless they
+        ended too; a group on another node ends there.
+        """
+        for g in range(self.placement.groups):
+            if g in self._ended:
+                continue
+            mark = ft_end_file(folder, g)
+            if g in local:
+                if os.path.exists(mark):
+                    self.store.set(f"end{g}", "1")
+                    self._ended.add(g)
+            elif self.store.check([f"end{g}"]):
+                with open(mark, "a"):
+                    pass
+                self._ended.add(g)
+
     def finished(self) -> None:
         """Say this node's groups have all ended."""
         self.store.set(f"node{self.placement.node}", "done")
@@ -164,7 +188,11 @@ class RollCall:
             now = time.monotonic()
             waiting = []
             for n in others:
-                value = bytes(self.store.get(f"node{n}")).decode() if self.store.check([f"node{n}"]) else ""
+                value = (
+                    bytes(self.store.get(f"node{n}")).decode()
+                    if self.store.check([f"node{n}"])
+                    else ""
+                )
                 if value == "done":
                     continue
                 if seen.get(n, ("", 0.0))[0] != value:
@@ -174,6 +202,8 @@ class RollCall:
             if not waiting:
                 return
             if not said:
-                say(f"node 0's groups ended; the lighthouse stays up for node(s) {', '.join(map(str, waiting))}")
+                say(
+                    f"node 0's groups ended; the lighthouse stays up for node(s) {', '.join(map(str, waiting))}"
+                )
                 said = True
             time.sleep(0.2)

@@ -124,8 +124,13 @@ def group_argv(
 
 
 def _group_env(
-    job: ReplicaJob, lighthouse_address: str, group: int, placement: Placement, gpus: list[str],
-    iface: str | None = None, host: str | None = None,
+    job: ReplicaJob,
+    lighthouse_address: str,
+    group: int,
+    placement: Placement,
+    gpus: list[str],
+    iface: str | None = None,
+    host: str | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -180,8 +185,14 @@ def run(
     ]
     host, iface = node_address(placement, args.iface) if placement.multi_node else (None, None)
     if args.dry_run:
-        where = f"{placement.master_addr}:{placement.port}" if placement.multi_node else "127.0.0.1:PORT"
-        print(f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, then per group here:")
+        where = (
+            f"{placement.master_addr}:{placement.port}"
+            if placement.multi_node
+            else "127.0.0.1:PORT"
+        )
+        print(
+            f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, then per group here:"
+        )
         for g in placement.local:
             print(
                 f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(_argv_of(g, launcher_argv, rest, takes_value, host))}"
@@ -193,12 +204,20 @@ def run(
     roll = RollCall(placement) if placement.multi_node else None
     lighthouse: Lighthouse | RemoteLighthouse
     if placement.node == 0:
-        bind = (placement.master_addr, placement.port) if placement.multi_node else ("127.0.0.1", None)
+        bind = (
+            (placement.master_addr, placement.port) if placement.multi_node else ("127.0.0.1", None)
+        )
         lighthouse = Lighthouse(lighthouse_program(), *bind)
     else:
         lighthouse = RemoteLighthouse(placement.master_addr, placement.port)
-    job = ReplicaJob(groups, tempfile.mkdtemp(prefix="distrain-ft-"), local=placement.local, run_dir=args.run_dir)
-    on = f" (groups {placement.local[0]}–{placement.local[-1]} on node {placement.node}/{placement.nodes})" if placement.multi_node else ""
+    job = ReplicaJob(
+        groups, tempfile.mkdtemp(prefix="distrain-ft-"), local=placement.local, run_dir=args.run_dir
+    )
+    on = (
+        f" (groups {placement.local[0]}–{placement.local[-1]} on node {placement.node}/{placement.nodes})"
+        if placement.multi_node
+        else ""
+    )
     job.say(
         f"{groups} replica groups × {per_group} process(es){on}; TorchFT lighthouse on {lighthouse.host}:{lighthouse.port}"
     )
@@ -214,7 +233,10 @@ def run(
                 )
             )
         code = _watch(job, lighthouse, roll)
+        if code == 0:  # every group ended well: and with the same state?
+            code = job.check_finals()
         if roll is not None:
+            roll.share_ends(job.folder, job.local)  # the last group's end, for the other nodes
             roll.finished()
             if placement.node == 0:  # the other nodes' groups still need the lighthouse
                 roll.wait_for_others(job.say)
@@ -228,7 +250,13 @@ def run(
         shutil.rmtree(job.folder, ignore_errors=True)
 
 
-def _argv_of(group: int, launcher_argv: list[str], rest: list[str], takes_value: Mapping[str, bool], host: str | None) -> list[str]:
+def _argv_of(
+    group: int,
+    launcher_argv: list[str],
+    rest: list[str],
+    takes_value: Mapping[str, bool],
+    host: str | None,
+) -> list[str]:
     argv = group_argv(launcher_argv, rest, group, takes_value)
     if host is None:
         return argv
@@ -241,13 +269,16 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _watch(job: ReplicaJob, lighthouse: Lighthouse | RemoteLighthouse, roll: RollCall | None = None) -> int:
+def _watch(
+    job: ReplicaJob, lighthouse: Lighthouse | RemoteLighthouse, roll: RollCall | None = None
+) -> int:
     """Report events until this node's groups have ended; stop them if the lighthouse dies."""
     while len(job.finished) < len(job.local):
         time.sleep(0.1)
         if roll is not None:
             roll.beat()
             roll.share_starts(job.folder, job.local)
+            roll.share_ends(job.folder, job.local)
         job.read_events()
         for g, proc in zip(job.local, job.procs, strict=True):
             code = proc.poll()

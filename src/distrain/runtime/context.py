@@ -319,10 +319,18 @@ class Context(Reductions):
         return self.no_sync(model, skip=(micro_step + 1) % every != 0)
 
     # -- checkpoints ------------------------------------------------------------------------
-    def checkpointer(self, directory: str | os.PathLike[str], **kwargs: Any) -> Any:
-        """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory` (see docs/checkpointing.md)."""
+    def checkpointer(self, directory: str | os.PathLike[str] | None, **kwargs: Any) -> Any:
+        """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory` (see docs/checkpointing.md).
+
+        ``None``: nothing is saved, but ``restore(...)`` still registers the state that a
+        replacement under ``--replicas`` copies from a live group (train/checkpoint/nodisk.py).
+        """
         from ..train.checkpoint import Checkpointer
 
+        if directory is None:
+            from ..train.checkpoint.nodisk import NoDisk
+
+            return NoDisk(self, **kwargs)
         return Checkpointer(self, directory, **kwargs)
 
     # -- printing ---------------------------------------------------------------------------

@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader
 
 from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file, mark_ft_start
 from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
+from .replica_sync import plain as _plain
+from .replica_sync import real_accelerator as _real_accelerator
 from .strategies.fsdp import is_sharded_tensor
 from .strategies.options import DDP, FSDP, Strategy
 
@@ -67,6 +70,11 @@ class Replicas:
         self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
         self.source: int | None = None  # the group this process healed from
         self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
+        self.in_step = False  # between a step's first forward and its commit vote
+        self.met_all_at: int | None = None  # step of the last quorum that held every group
+        # each loader's position at the last step end: what a peer copies while a batch is in flight
+        self._positions: dict[str, Any] = {}
+        self._device = ctx.device
         cuda = ctx.device.type == "cuda" and ctx.backend == "nccl"
         pg = (
             ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
@@ -104,9 +112,17 @@ class Replicas:
         self.objects[name] = obj
 
     def _state(self) -> dict[str, Any]:
+        # at a step's first forward the loader's position counts the batch just drawn, which the
+        # model has not trained on: a peer copying it skipped a batch and ended its epochs a step
+        # early (this group then took the last step alone); send the position at the step's start
+        def state_of(name: str, obj: Any) -> Any:
+            if self.in_step and name in self._positions:
+                return self._positions[name]
+            return _plain(obj).state_dict()
+
         return {
             "group": self.group,
-            "objects": {name: _plain(obj).state_dict() for name, obj in self.objects.items()},
+            "objects": {name: state_of(name, obj) for name, obj in self.objects.items()},
         }
 
     def _load(self, state: dict[str, Any]) -> None:
@@ -117,7 +133,28 @@ class Replicas:
                 f"group {self.source} sent no state for {', '.join(missing)} (scripts must register the same objects)"
             )
         for name, obj in self.objects.items():
+            if self.in_step and isinstance(obj, DataLoader):
+                # the script's loop holds a live iterator a new position cannot move (groups
+                # that consume batches in step are at the same position anyway)
+                if self._positions.get(name) != state["objects"][name]:
+                    _log.warning(
+                        f"distrain: replica group {self.group} healed mid-epoch; its loader stays at "
+                        f"{self._positions.get(name)}, group {self.source}'s is at {state['objects'][name]}"
+                    )
+                continue
             _plain(obj).load_state_dict(state["objects"][name])
+
+    def _mark_positions(self) -> None:
+        for name, obj in self.objects.items():
+            if isinstance(obj, DataLoader):
+                self._positions[name] = obj.state_dict()
+
+    def quorum(self) -> None:
+        """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
+        with self._waiting():
+            self.manager.start_quorum()
+        if self.manager.num_participants() >= self.groups:
+            self.met_all_at = self.manager.current_step()
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
@@ -130,7 +167,9 @@ class Replicas:
         if type(spec) is FSDP:
             return self._prepare_sharded(model, device, spec)
         if type(spec) is not DDP:
-            raise DistrainError(f"--replicas supports strategy='ddp' or 'fsdp' for now (got {spec.name!r})")
+            raise DistrainError(
+                f"--replicas supports strategy='ddp' or 'fsdp' for now (got {spec.name!r})"
+            )
         if spec != DDP(find_unused_parameters=spec.find_unused_parameters):
             raise DistrainError(
                 f"--replicas takes DDP without options for now (sync_bn, comm_hook, bucket_cap_mb, "
@@ -169,7 +208,9 @@ class Replicas:
         from .strategies import prepare
 
         # FSDP over this group's ranks (its process group), as `distrain run -n N` would shard
-        sharded = prepare(model, spec, device=device, precision=self.precision, distributed=True, num_nodes=1)
+        sharded = prepare(
+            model, spec, device=device, precision=self.precision, distributed=True, num_nodes=1
+        )
         for module in sharded.modules():  # each unit's reduce-scattered shard, then across groups
             if isinstance(module, FSDPModule):
                 module.set_all_reduce_hook(self._cross_group)
@@ -191,10 +232,10 @@ class Replicas:
         # the quorum of a step is taken at its first forward: after the script's own work between
         # two steps (scheduler.step, maybe_save), so a live group sends all of it in one state
         if not self.started:
-            self.begin()
+            self.begin(in_step=True)
         elif not self.quorum_open:
-            with self._waiting():
-                self.manager.start_quorum()
+            self.in_step = True  # the script drew this step's batch already
+            self.quorum()
             self.quorum_open = True
 
     def data_rank(self) -> tuple[int, int]:
@@ -206,14 +247,18 @@ class Replicas:
         return os.path.join(directory, f"replica_{self.group}")
 
     # -- the step ----------------------------------------------------------------------------
-    def begin(self) -> int:
+    def begin(self, in_step: bool = False) -> int:
         """The first quorum of this process: heal from a live group if behind; the step reached."""
         self.started = self.quorum_open = True
+        self.in_step = in_step
         t0 = time.perf_counter()
         if self.rank == 0 and self.events and self.groups > 1:
             self._start_together(self.events)
-        with self._waiting():  # synchronous: a pending heal is applied before it returns
-            self.manager.start_quorum()
+        if not in_step:
+            self._mark_positions()
+        self.quorum()
+        if not in_step:
+            self._mark_positions()  # healed: the position it continues from
         step = self.manager.current_step()
         if self.size > 1:
             self._match_group()
@@ -289,6 +334,8 @@ class Replicas:
             committed = self.manager.should_commit()
         if committed:
             apply()
+        self.in_step = False
+        self._mark_positions()  # the batch of this step is consumed, committed or not
         self._write_step(self.manager.current_step())
         return bool(committed)
 
@@ -314,7 +361,16 @@ class Replicas:
             os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
 
     def close(self) -> None:
-        """Stop the manager's server and transport (the process is ending)."""
+        """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        from .replica_sync import serve_stragglers, write_final
+
+        try:
+            serve_stragglers(self, self._device)
+            write_final(self)
+        except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
+            _log.warning(
+                f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"
+            )
         if self._step_fd is not None:
             os.close(self._step_fd)
             self._step_fd = None
@@ -323,25 +379,6 @@ class Replicas:
         # half-dismantled process (the exit abort release_ddp describes)
         with contextlib.suppress(Exception):
             self._pg.shutdown()
-
-
-@contextlib.contextmanager
-def _real_accelerator(rehearsing: bool) -> Iterator[None]:
-    # under `run --cpu` torch.accelerator answers for stand-in GPUs (for the user's script);
-    # TorchFT's Manager asks it once to make a recovery stream, a real CUDA call on a CPU machine
-    if not rehearsing:
-        yield
-        return
-    fake = torch.accelerator.is_available
-    torch.accelerator.is_available = lambda: False
-    try:
-        yield
-    finally:
-        torch.accelerator.is_available = fake
-
-
-def _plain(obj: Any) -> Any:
-    return obj.module if isinstance(obj, nn.parallel.DistributedDataParallel) else obj
 
 
 def attach(ctx: Context) -> Replicas | None:

@@ -65,3 +65,22 @@ def test_first_quorum_goes_on_without_a_group_that_never_arrives(tmp_path, monke
     _group(1, 3)._start_together(str(tmp_path))
     said = capsys.readouterr().err
     assert "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s" in said
+
+
+def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At a step's first forward the loader already counts the batch in flight: a replacement
+    copying that position skipped one batch and ended its epochs a step before the others."""
+    from torch.utils.data import TensorDataset
+
+    from distrain.train.data import DistributedLoader, GlobalBatchSampler
+
+    loader = DistributedLoader(TensorDataset(torch.arange(40.0)), GlobalBatchSampler(40, 4, 0, 1, seed=0))
+    r = _group(0, 2)
+    r.objects, r._positions, r.in_step = {"loader": loader}, {}, False
+    batches = iter(loader)
+    next(batches)
+    r._mark_positions()  # the end of step 1: one batch consumed
+    next(batches)  # step 2's batch is drawn, then its first forward takes the quorum
+    r.in_step = True
+    assert loader.state_dict()["step_in_epoch"] == 2
+    assert r._state()["objects"]["loader"]["step_in_epoch"] == 1  # the peer trains on batch 1 next

@@ -1,0 +1,53 @@
+"""``ctx.checkpointer(None)``: a checkpointer without a directory.
+
+It saves nothing.  Its ``restore(...)`` registers the training state all the same, so under
+`distrain run --replicas` a replacement copies all of it from a live group (model, optimizer,
+scheduler, loader position) and gets the live group's step back, as with a directory; without
+``--replicas`` it returns step 0.  A script can then call ``ckpt.restore`` and
+``ckpt.maybe_save`` whether or not the user gave a directory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .checkpointer import Resumed
+
+if TYPE_CHECKING:
+    from ...runtime.context import Context
+
+
+class NoDisk:
+    """The Checkpointer's interface with nothing written: restore() only registers (and heals)."""
+
+    def __init__(self, ctx: Context, **_options: Any) -> None:
+        self.ctx = ctx
+        self.objects: dict[str, Any] = {}
+        self.extra: dict[str, Any] = {}
+
+    def restore(self, **objects: Any) -> Resumed:
+        """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
+        for name, obj in objects.items():
+            if obj is None:
+                continue
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise TypeError(f"{name} has no state_dict()/load_state_dict()")
+            self.objects[name] = obj
+        if "scaler" not in self.objects and self.ctx.scaler is not None:
+            self.objects["scaler"] = self.ctx.scaler
+        if self.ctx.replicas is not None:
+            return self.ctx.replicas.restore(self.objects, Resumed())
+        return Resumed()
+
+    def maybe_save(self, step: int) -> bool:
+        """Nothing to save: False."""
+        return False
+
+    def save(self, step: int, wait: bool | None = None) -> None:
+        """Nothing to save."""
+
+    def wait(self) -> None:
+        """Nothing pending."""
+
+    def close(self) -> None:
+        """Nothing to release."""

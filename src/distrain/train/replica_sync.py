@@ -1,0 +1,147 @@
+"""Helpers of train/replicas.py: the end of a group's run, and what building a Manager needs.
+
+Two things make "every group ends with the same state at the same step" hold:
+
+- :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every
+  other group has been in one quorum with it (a group that was lost and is coming back copies
+  the final state there), or ended for good, or ``LINGER_S`` passed.  Without it a survivor
+  that finished while a replacement was still starting left the replacement without a live
+  group: it resumed from its own older checkpoint and trained the last steps alone, ending
+  with another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
+- :func:`state_digest`: a hash of this process's part of the state, left for the launcher,
+  which compares the groups rank by rank and fails the job when they differ
+  (launch/replica_events.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..contract import ft_end_file, ft_final_file
+from ..log import get_logger
+
+if TYPE_CHECKING:
+    from .replicas import Replicas
+
+_log = get_logger("train")
+
+#: how long (seconds) a group that ended waits for the groups that did not meet it yet
+LINGER_S = 120.0
+#: pause between two quorums while waiting (the lighthouse answers a lone group at once)
+_PAUSE_S = 0.1
+
+
+def state_digest(objects: Mapping[str, Any]) -> str:
+    """sha256 of this process's registered state: parameters, optimizer, scheduler, loader, ….
+
+    Module buffers are left out: BatchNorm's running statistics come from each group's own
+    batches and are not averaged across groups (like the random state, docs/fault_tolerance.md).
+    Under FSDP a tensor is this rank's shard.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(objects):
+        obj = objects[name]
+        obj = plain(obj)
+        digest.update(name.encode())
+        if isinstance(obj, nn.Module):
+            for key, param in obj.named_parameters():
+                digest.update(key.encode())
+                _update(digest, param)
+        else:
+            _update(digest, obj.state_dict())
+    return digest.hexdigest()
+
+
+def _update(digest: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        local = value.to_local() if hasattr(value, "to_local") else value
+        local = local.detach().cpu().contiguous()
+        digest.update(f"{local.dtype}{tuple(local.shape)}".encode())
+        digest.update(local.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            digest.update(repr(key).encode())
+            _update(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _update(digest, item)
+    else:
+        digest.update(repr(value).encode())
+
+
+def write_final(replicas: Replicas) -> None:
+    """Leave this process's final step and state digest for the launcher's end-of-job check."""
+    if not replicas.events:
+        return
+    step = replicas.manager.current_step()
+    text = f"{step} {state_digest(replicas.objects)}\n"
+    path = ft_final_file(replicas.events, replicas.group, replicas.rank)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)  # the launcher never reads half a line
+
+
+def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
+    """Answer quorums until every group met this one at its final step (or ended, or LINGER_S).
+
+    Every rank of the group takes the same quorums (its ranks' requests form one member of
+    the lighthouse's quorum), so the ranks agree on each decision through the group.
+    """
+    if replicas.groups < 2 or not replicas.started:
+        return
+    deadline = time.monotonic() + LINGER_S
+    while True:
+        if replicas.met_all_at == replicas.manager.current_step():
+            return  # the last quorum held every group, none behind: nobody needs this state
+        missing = _not_ended(replicas)
+        timed_out = time.monotonic() > deadline
+        stop = torch.tensor([int(not missing or timed_out)], device=device)
+        if replicas.size > 1:  # one rank may see an end mark a moment before another
+            dist.all_reduce(stop, op=dist.ReduceOp.MIN)
+        if stop.item():
+            if missing and timed_out and replicas.rank == 0:
+                _log.warning(
+                    f"distrain: replica group {replicas.group} ended without meeting group(s) "
+                    f"{', '.join(map(str, missing))} after {LINGER_S:.0f} s; they may end with another state"
+                )
+            return
+        replicas.quorum()
+        time.sleep(_PAUSE_S)
+
+
+def _not_ended(replicas: Replicas) -> list[int]:
+    folder = replicas.events
+    others = [g for g in range(replicas.groups) if g != replicas.group]
+    if not folder:
+        return others
+    return [g for g in others if not os.path.exists(ft_end_file(folder, g))]
+
+
+@contextlib.contextmanager
+def real_accelerator(rehearsing: bool) -> Iterator[None]:
+    """Inside: torch.accelerator says no accelerator under `run --cpu` (TorchFT's Manager asks it)."""
+    # under `run --cpu` torch.accelerator answers for stand-in GPUs (for the user's script);
+    # TorchFT's Manager asks it once to make a recovery stream, a real CUDA call on a CPU machine
+    if not rehearsing:
+        yield
+        return
+    fake = torch.accelerator.is_available
+    torch.accelerator.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.accelerator.is_available = fake
+
+
+def plain(obj: Any) -> Any:
+    """The module inside a DDP wrapper; anything else as it is."""
+    return obj.module if isinstance(obj, nn.parallel.DistributedDataParallel) else obj
