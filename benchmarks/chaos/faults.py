@@ -155,6 +155,17 @@ def kill_loader_worker(ctx: FaultContext) -> Shot:
     return Shot(_signal(ctx.rng.choice(children), signal.SIGKILL, f"SIGKILL a DataLoader worker of {who}"))
 
 
+def kill_any_process(ctx: FaultContext) -> Shot:
+    """SIGKILL of any process of the job but the launcher: a rank, a DataLoader worker, the fork
+    server, multiprocessing's resource tracker, the lighthouse, a replica group's launcher."""
+    found = [p for p in trial_processes(ctx.trial) if p.pid != ctx.launcher.pid]
+    if not found:
+        raise Missed("no process below the launcher")
+    proc = ctx.rng.choice(sorted(found, key=lambda p: p.pid))
+    name = " ".join(_cmdline(proc))[:60] or "?"
+    return Shot(_signal(proc, signal.SIGKILL, f"SIGKILL pid {proc.pid} ({name})"), rerun=True)
+
+
 def kill_launcher(ctx: FaultContext) -> Shot:
     """SIGKILL of `distrain run` itself (the node's launcher); the user runs it again."""
     return Shot(_signal(ctx.launcher, signal.SIGKILL, "SIGKILL the launcher"), rerun=True)
@@ -259,6 +270,7 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
     "kill_launcher": (kill_launcher, lambda k: True),
+    "kill_any_process": (kill_any_process, lambda k: True),
     "sigterm_launcher": (sigterm_launcher, lambda k: True),
     "stop_rank": (stop_rank, lambda k: not k.replicas),
     "stop_rank_resumed": (stop_rank_resumed, lambda k: not k.replicas),
