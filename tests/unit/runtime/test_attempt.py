@@ -59,7 +59,9 @@ def test_a_lone_rank_needs_nobody() -> None:
 def test_no_rank_0_is_one_line_naming_the_wait() -> None:
     store = dist.HashStore()
     store.set_timeout(dt.timedelta(seconds=0.2))
-    with pytest.raises(DistrainError, match="rank 1: rank 0 did not say which attempt this is within 0.2 s"):
+    with pytest.raises(
+        DistrainError, match="rank 1: rank 0 did not say which attempt this is within 0.2 s"
+    ):
         agree_attempt(store, 1, 2, dt.timedelta(seconds=0.2), lambda: store)
 
 
