@@ -148,7 +148,7 @@ def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
 
 
 def stop_key(run_id: str) -> str:
-    """Where, in the rendezvous store, a rank leaves why it stopped the job (the launchers read it)."""
+    """Where, in the rendezvous store, a rank leaves why it stopped the job (launchers read it)."""
     return f"distrain/stopped/{run_id}"
 
 

@@ -10,6 +10,7 @@ launcher's last line names the refusal.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -28,16 +29,17 @@ ONE_THREAD = {**os.environ, "DISTRAIN_NUM_THREADS": "1"}
 def _saved(tmp_path: Path) -> Path:
     """A checkpoint of a 2-rank job with global batch 12."""
     ckpt = tmp_path / "ckpt"
-    ok(run([*DISTRAIN, "-n", "2", WORKER, "--dir", str(ckpt), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"],
-           timeout=120, env=ONE_THREAD))  # fmt: skip
+    cmd = [*DISTRAIN, "-n", "2", WORKER, "--dir", str(ckpt), "--out", str(tmp_path / "a.pt")]
+    ok(run([*cmd, "--stop-at", "4"], timeout=120, env=ONE_THREAD))
     return ckpt
 
 
 def test_a_refused_checkpoint_is_not_retried(tmp_path: Path) -> None:
     ckpt = _saved(tmp_path)
     started = time.monotonic()
-    result = run([*DISTRAIN, "-n", "2", "--max-restarts", "3", WORKER, "--dir", str(ckpt),
-                  "--out", str(tmp_path / "b.pt"), "--global-batch", "24"], timeout=120, env=ONE_THREAD)  # fmt: skip
+    cmd = [*DISTRAIN, "-n", "2", "--max-restarts", "3", WORKER, "--dir", str(ckpt)]
+    cmd += ["--out", str(tmp_path / "b.pt"), "--global-batch", "24"]
+    result = run(cmd, timeout=120, env=ONE_THREAD)
     took = time.monotonic() - started
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
@@ -50,7 +52,7 @@ def test_a_refused_checkpoint_is_not_retried(tmp_path: Path) -> None:
 
 def test_two_nodes_stop_together(tmp_path: Path) -> None:
     ckpt = _saved(tmp_path)
-    with __import__("socket").socket() as s:
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     rdzv = [
@@ -70,8 +72,10 @@ def test_two_nodes_stop_together(tmp_path: Path) -> None:
     try:
         for log in logs:
             with open(log, "w") as f:
-                procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, env=ONE_THREAD,
-                                              start_new_session=True))  # fmt: skip
+                out = {"stdout": f, "stderr": subprocess.STDOUT}
+                procs.append(
+                    subprocess.Popen(cmd, **out, text=True, env=ONE_THREAD, start_new_session=True)
+                )
         deadline = time.monotonic() + 150
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -85,3 +89,22 @@ def test_two_nodes_stop_together(tmp_path: Path) -> None:
     finally:
         for p in procs:
             kill_group(p)
+
+
+def test_a_usage_error_in_the_script_is_not_retried(tmp_path: Path) -> None:
+    script = tmp_path / "bad_input.py"
+    script.write_text(
+        "import distrain\nfrom distrain.errors import UsageError\n"
+        "ctx = distrain.init(verbose=False)\n"
+        "raise UsageError('--lr must be positive, got -1')\n"
+    )
+    result = run([*DISTRAIN, "-n", "2", "--max-restarts", "3", str(script)], timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert out.count("UsageError: --lr must be positive, got -1") == 3, out[
+        -3000:
+    ]  # 2 ranks + the last line
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(LAST) and last.endswith("UsageError: --lr must be positive, got -1"), (
+        out[-3000:]
+    )

@@ -154,8 +154,9 @@ def _launch(launch: LaunchPlan, breakdowns: str | None = None) -> int:
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
         if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
             job_summary.finish(breakdowns)
-            reason = rendezvous.stop_reason(launch.args) or "a rank's error would recur on every restart (see its log)"
-            print(f"{PROG}: job failed, not restarted (a restart would fail the same way): {reason}", file=sys.stderr, flush=True)
+            reason = rendezvous.stop_reason(launch.args) or "see the ranks' logs"
+            why = "not restarted (a restart would fail the same way)"
+            print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
             return 1
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)

@@ -53,14 +53,15 @@ def pass_endpoint(args: argparse.Namespace) -> None:
 
 
 def stop_reason(args: argparse.Namespace, seconds: float = 5.0) -> str | None:
-    """Why a rank closed the rendezvous (its error, which a restart would repeat); None if unknown."""
+    """Why a rank closed the rendezvous (an error a restart would repeat); None if unknown."""
     if args.rdzv_backend != "c10d" or not args.rdzv_endpoint or not args.rdzv_id:
         return None
     try:
         import torch.distributed as dist
 
         host, port = split_endpoint(str(args.rdzv_endpoint))
-        store = dist.TCPStore(host, port, is_master=False, timeout=dt.timedelta(seconds=seconds), wait_for_workers=False)
+        timeout = dt.timedelta(seconds=seconds)
+        store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         key = stop_key(str(args.rdzv_id))
         return store.get(key).decode() if store.check([key]) else None
     except Exception:  # the store's host has gone already: the caller says what it knows

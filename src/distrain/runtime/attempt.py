@@ -1,4 +1,4 @@
-"""Which attempt of the job this worker group is: one number that every rank on every node agrees on.
+"""Which attempt of the job this worker group is: one number every rank on every node agrees on.
 
 The job's store may outlive an attempt: torch's static rendezvous and torchrun's shared c10d
 store keep one TCPStore across restarts, so each attempt needs its own key prefix.  The
@@ -91,7 +91,7 @@ class _Answerer:
                 pause = 0.002 if asked > seen else min(0.05, pause * 2)
                 pending += range(seen + 1, asked + 1)
                 seen = max(seen, asked)
-                # a request counted but not written yet stays pending (its writer is a moment behind)
+                # a request counted but not written yet stays pending (its writer is just behind)
                 pending = [i for i in pending if not self._reply(store, i)]
                 if not pending and seen != written:  # the next attempt's rank 0 starts there
                     store.set(read, str(seen))

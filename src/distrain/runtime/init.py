@@ -149,7 +149,9 @@ def init(
         ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
                                             interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
         if settings.watchdog_s is not None and ctx.distributed:
-            ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s, attempt)
+            ctx.services.watchdog = watchdog.start_watchdog(
+                ctx.rank, ctx.world_size, settings.watchdog_s, attempt
+            )
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
         ctx.replicas = attach(ctx)
