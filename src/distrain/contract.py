@@ -31,6 +31,8 @@ WATCHDOG = "DISTRAIN_WATCHDOG"
 TRAIN_TIMEOUT = "DISTRAIN_TRAIN_TIMEOUT"
 #: the one address rank 0's store listens on (the interface distrain run chose)
 BIND_ADDR = "DISTRAIN_BIND_ADDR"
+#: the c10d rendezvous endpoint (host:port): a rank whose error would recur closes it (no restart)
+RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
 #: CPU threads per worker, overriding the cores ÷ processes split
 NUM_THREADS = "DISTRAIN_NUM_THREADS"
 #: device override for init() ("cpu", "cuda:1", ...)
@@ -176,6 +178,19 @@ def append_ft_event(folder: str, **fields: Any) -> None:
 WATCHDOG_EXIT_CODE = 124
 #: exit code of a usage error on the command line
 USAGE_EXIT_CODE = 2
+
+
+def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``, or a bare host: torch's default port) → (host, port)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit() or (host.startswith("[") != host.endswith("]")):
+        return endpoint.strip("[]"), default_port
+    return host.strip("[]"), int(port)
+
+
+def stop_key(run_id: str) -> str:
+    """Where, in the rendezvous store, a rank leaves why it stopped the job (launchers read it)."""
+    return f"distrain/stopped/{run_id}"
 
 
 def signal_exit_code(signum: int) -> int:

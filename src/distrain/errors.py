@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 
 class DistrainError(RuntimeError):
@@ -15,9 +15,24 @@ class DistrainError(RuntimeError):
     excepthook and ``init(exit_on_error=True)`` shorten only the other DistrainErrors to a line.
     """
 
+    #: True when a restart would fail the same way (a checkpoint refused, bad input): under
+    #: `distrain run` the job then stops at once instead of spending its restarts on it
+    recurs: bool = False
+
+
+E = TypeVar("E", bound=DistrainError)
+
+
+def recurring(err: E) -> E:
+    """Mark `err` as one that every restart would meet again (see DistrainError.recurs)."""
+    err.recurs = True
+    return err
+
 
 class UsageError(DistrainError):
     """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
+
+    recurs = True
 
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)

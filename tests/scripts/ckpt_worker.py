@@ -7,6 +7,8 @@ Faults are injected deterministically, never by racing a timer:
   --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
   --raise-at K         raise ValueError at step K
   --fault-rank R       the rank that does it (default 1)
+  --linger S           the other ranks sleep S seconds at that step (they outlive the fault, so
+                       their node's agent sees a membership change, not a failure of its own)
 --strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp", shard=nn.Linear)``: each Linear, then the root) instead
 of DDP.  --out (and --dump-restored) hold the full, unsharded model and optimizer state in
 DCP's naming (parameter names as keys), the same for every strategy.
@@ -45,6 +47,7 @@ p.add_argument("--kill-after-save", type=int, default=-1)
 p.add_argument("--kill-in-save", type=int, default=-1)
 p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--fault-rank", type=int, default=1)
+p.add_argument("--linger", type=float, default=0.0)
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--timeline", default=None, help="append kill / first-step-after-restart times (bench)")
@@ -69,11 +72,15 @@ sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
 
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 first_attempt = attempt == 0
-if not first_attempt and ctx.is_main and args.timeline:
+marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
+# a node that only saw a membership change restarts with TORCHELASTIC_RESTART_COUNT 0: the
+# marker (written at the fault) says this attempt is a restart all the same
+restarted = not first_attempt or bool(marker and os.path.exists(marker))
+faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
+lingers = not restarted and ctx.rank != args.fault_rank and args.linger > 0
+if restarted and ctx.is_main and args.timeline:
     with open(args.timeline, "a") as f:
         f.write(f"restarted {time.time():.6f}\n")  # the new attempt's process group is up
-marker = os.path.join(args.dir, "FAULT_DONE") if args.dir else None
-faulty = first_attempt and ctx.rank == args.fault_rank and not (marker and os.path.exists(marker))
 if 0 < attempt <= len(args.kill_again) and ctx.rank == args.fault_rank:  # a restarted attempt's own kill
     faulty, args.kill_at = True, args.kill_again[attempt - 1]
 
@@ -128,13 +135,15 @@ for _epoch in range(loader.epoch, args.epochs):
         opt.step()
         sched.step()
         step += 1
-        if not first_attempt and ctx.is_main and not args.__dict__.setdefault("_timed", False):
+        if restarted and ctx.is_main and not args.__dict__.setdefault("_timed", False):
             args._timed = True
             timeline("resumed_step")
         if faulty and step == args.kill_at:
             fault("kill")
         if faulty and step == args.raise_at:
             fault("raise")
+        if lingers and step in (args.kill_at, args.raise_at):
+            time.sleep(args.linger)
         if args.step_sleep:
             time.sleep(args.step_sleep)
         if ckpt:

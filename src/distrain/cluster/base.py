@@ -12,6 +12,8 @@ from ..errors import DistrainError
 class ClusterError(DistrainError):
     """A launcher environment is incomplete or inconsistent; the message says what to set."""
 
+    recurs = True
+
 
 def env_int(name: str, default: int | None = None) -> int:
     """Read an integer environment variable, with a clear error when it is not one."""

@@ -223,7 +223,7 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     ranks_doc: dict[str, Any] = {"world_size": world, "timeout_s": timeout, "ranks": [], "measurements": {}}
     checks: list[Check] = []
     try:
-        store = restart_safe_store(env, bound, Settings.read().bind_addr)
+        store, _ = restart_safe_store(env, bound, Settings.read().bind_addr)
     except Exception as err:
         print(f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
               f"within {timeout:g} s ({type(err).__name__})", file=sys.stderr)

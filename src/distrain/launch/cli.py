@@ -26,7 +26,7 @@ import sys
 
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver, job_summary, rehearsal, watch_notice
+from . import forkserver, job_summary, rehearsal, rendezvous, watch_notice
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -145,6 +145,7 @@ def _launch(
     from .replica_events import report_losses_from_agent
 
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
+    rendezvous.pass_endpoint(launch.args)
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
@@ -163,6 +164,12 @@ def _launch(
         print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return err.exit_code
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
+        if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
+            job_summary.finish(breakdowns)
+            reason = rendezvous.stop_reason(launch.args) or "see the ranks' logs"
+            why = "not restarted (a restart would fail the same way)"
+            print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
+            return 1
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
         return 1

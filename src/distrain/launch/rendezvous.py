@@ -20,6 +20,10 @@ restarts once to take it in).  Any key given in ``--rdzv-conf`` wins.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
+
+from ..contract import RDZV_ENDPOINT, split_endpoint, stop_key
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
 NODE_LOSS_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "3", "last_call_timeout": "2"}
@@ -39,3 +43,26 @@ def apply_defaults(args: argparse.Namespace) -> None:
     given = {item.split("=", 1)[0].strip() for item in (args.rdzv_conf or "").split(",") if item.strip()}
     extra = [f"{key}={value}" for key, value in NODE_LOSS_DEFAULTS.items() if key not in given]
     args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, *extra] if x)
+
+
+def pass_endpoint(args: argparse.Namespace) -> None:
+    """Tell the workers the c10d endpoint: a rank whose error would recur closes the rendezvous
+    there (train/stop_job.py), so no node restarts the job."""
+    if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
+        os.environ[RDZV_ENDPOINT] = str(args.rdzv_endpoint)
+
+
+def stop_reason(args: argparse.Namespace, seconds: float = 5.0) -> str | None:
+    """Why a rank closed the rendezvous (an error a restart would repeat); None if unknown."""
+    if args.rdzv_backend != "c10d" or not args.rdzv_endpoint or not args.rdzv_id:
+        return None
+    try:
+        import torch.distributed as dist
+
+        host, port = split_endpoint(str(args.rdzv_endpoint))
+        timeout = dt.timedelta(seconds=seconds)
+        store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+        key = stop_key(str(args.rdzv_id))
+        return store.get(key).decode() if store.check([key]) else None
+    except Exception:  # the store's host has gone already: the caller says what it knows
+        return None

@@ -125,6 +125,7 @@ def init(
         n_threads = choose_threads(env.local_world_size(), settings.threads)
         torch.set_num_threads(n_threads)
         chosen_backend: str | None = None
+        attempt = 0  # which attempt of the job, agreed by every rank (runtime/attempt.py)
         # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
         # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
         if env.forms_process_group():
@@ -132,7 +133,7 @@ def init(
             if chosen_backend == "nccl":
                 watchdog.nccl_debug_defaults(settings.log_dir)
             _import_before_the_group()
-            store = restart_safe_store(env, timeout, settings.bind_addr)
+            store, attempt = restart_safe_store(env, timeout, settings.bind_addr)
             dist.init_process_group(
                 chosen_backend,
                 store=store,
@@ -151,7 +152,9 @@ def init(
         ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
                                             interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
         if settings.watchdog_s is not None and ctx.distributed:
-            ctx.services.watchdog = watchdog.start_watchdog(ctx.rank, ctx.world_size, settings.watchdog_s)
+            ctx.services.watchdog = watchdog.start_watchdog(
+                ctx.rank, ctx.world_size, settings.watchdog_s, attempt
+            )
             mark_watchdog_started(settings.summary_dir, ctx.rank)  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from ..cluster import ClusterEnvironment
 from ..errors import DistrainError
 from ..net import is_loopback, listen_socket
+from .attempt import agree_attempt, attempt_prefix
 
 
 def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -> int | None:
@@ -33,21 +34,28 @@ def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -
     try:
         sock = listen_socket(bind, port)
     except OSError as err:
-        raise DistrainError(f"rank 0's store cannot listen on {bind}:{port}: {err.strerror or err}") from None
+        raise DistrainError(
+            f"rank 0's store cannot listen on {bind}:{port}: {err.strerror or err}"
+        ) from None
     return sock.detach()  # TCPStore owns the descriptor from here on (and closes it)
 
 
-def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None = None) -> dist.Store:
-    """A TCPStore client/server under a per-restart-attempt prefix.
+def restart_safe_store(
+    env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None = None
+) -> tuple[dist.Store, int]:
+    """A TCPStore client/server under a per-attempt prefix, and the attempt's number.
 
     After torchrun restarts a worker group, keys written by the previous attempt (and a
     half-torn-down store shared with the agent) make gloo's connectFullMesh fail or hang
-    (pytorch#135712).  A prefix per TORCHELASTIC_RESTART_COUNT gives each attempt a clean
-    namespace.
+    (pytorch#135712).  A prefix per attempt gives each attempt a clean namespace; the attempt
+    is agreed through the store (.attempt), never the agent's per-node restart count, which
+    differs between nodes after one node's worker failed under c10d.
     """
     is_master = env.rank() == 0 and not env.store_is_external()
     # listen only where the ranks connect (the chosen interface, or loopback on one node)
-    listen_fd = store_listen_fd(env.master_addr(), env.master_port(), bind_addr) if is_master else None
+    listen_fd = (
+        store_listen_fd(env.master_addr(), env.master_port(), bind_addr) if is_master else None
+    )
     store = dist.TCPStore(
         env.master_addr(),
         env.master_port(),
@@ -57,4 +65,15 @@ def restart_safe_store(env: ClusterEnvironment, timeout: dt.timedelta, bind_addr
         wait_for_workers=False,
         **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
     )
-    return dist.PrefixStore(f"distrain/attempt_{env.restart_count()}", store)
+
+    def connect() -> dist.Store:
+        return dist.TCPStore(
+            env.master_addr(),
+            env.master_port(),
+            is_master=False,
+            timeout=timeout,
+            wait_for_workers=False,
+        )
+
+    attempt = agree_attempt(store, env.rank(), env.world_size(), timeout, connect)
+    return dist.PrefixStore(attempt_prefix(attempt), store), attempt

@@ -25,6 +25,7 @@ from ..contract import ERROR_FILE
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor.status import NoJobError
+from .stop_job import stop_the_job
 
 _log = get_logger("failure")
 
@@ -119,6 +120,13 @@ def install(rank: int) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, signal.SIG_DFL)
+        if isinstance(err, DistrainError) and err.recurs:
+            # every restart would fail the same way: no node restarts (train/stop_job.py); the
+            # error file is written first, so the agent still names this rank's cause
+            if error_file:
+                with contextlib.suppress(OSError):
+                    write_error_file(error_file, err, tb)
+            stop_the_job(f"rank {rank}: {type(err).__name__}: {err}")
 
         if isinstance(err, DistrainError) and not isinstance(err, _NOT_ONE_LINE):  # a set-up or checkpoint problem: one clear line
             if error_file:

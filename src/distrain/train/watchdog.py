@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..contract import RESTART_COUNT, WATCHDOG_EXIT_CODE
+from ..contract import WATCHDOG_EXIT_CODE
 from ..log import get_logger
+from ..runtime.attempt import attempt_prefix
 
 _log = get_logger("watchdog")
 
@@ -232,8 +233,12 @@ def _exit_as_watchdog(*_exc: Any) -> None:
     os._exit(WATCHDOG_EXIT_CODE)
 
 
-def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
-    """Start this rank's watchdog on a separate client of the job's store (MASTER_ADDR/PORT)."""
+def start_watchdog(rank: int, world_size: int, seconds: float, attempt: int = 0) -> Watchdog:
+    """Start this rank's watchdog on a separate client of the job's store (MASTER_ADDR/PORT).
+
+    `attempt` is the one every rank agreed on (runtime/attempt.py), never the agent's restart
+    count: that differs between nodes, and the watchdogs would not see each other.
+    """
 
     def factory() -> dist.Store:
         store = dist.TCPStore(
@@ -243,8 +248,7 @@ def start_watchdog(rank: int, world_size: int, seconds: float) -> Watchdog:
             timeout=dt.timedelta(seconds=60),
             wait_for_workers=False,
         )
-        attempt = os.environ.get(RESTART_COUNT, "0")
-        return dist.PrefixStore(f"distrain/attempt_{attempt}/watchdog", store)
+        return dist.PrefixStore(f"{attempt_prefix(attempt)}/watchdog", store)
 
     return Watchdog(factory, rank, world_size, seconds).start()
 

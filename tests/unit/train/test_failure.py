@@ -10,10 +10,13 @@ from types import TracebackType
 import pytest
 
 from distrain.cluster import ClusterError
-from distrain.errors import DistrainError, UsageError
+from distrain.contract import split_endpoint
+from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
 from distrain.train import failure
+from distrain.train.checkpoint.files import CheckpointError
 from distrain.train.failure import is_peer_failure
+from distrain.train.stop_job import stop_the_job
 
 Hook = Callable[[type[BaseException], BaseException, TracebackType | None], None]
 
@@ -68,3 +71,37 @@ def test_its_other_kinds_keep_their_traceback(hook: Hook, capfd: pytest.CaptureF
     out = capfd.readouterr().err
     assert out.startswith("[rank0]: Traceback (most recent call last):") and "distrain: error:" not in out
     assert out.rstrip().endswith(f"{type(err).__name__}: {err}")
+
+
+# -- an error that every restart would repeat: the job is stopped, not restarted ----------------
+@pytest.mark.parametrize(
+    ("err", "stops"),
+    [
+        (recurring(CheckpointError("saved global batch 64 != current 128")), True),
+        (UsageError("bad option"), True),
+        (ClusterError("RANK is not set"), True),
+        (DistrainError("rank 0 did not say which attempt this is"), False),
+        (CheckpointError("background checkpoint failed: OSError: No space left"), False),
+        (RuntimeError("CUDA out of memory"), False),
+    ],
+)
+def test_only_a_recurring_error_stops_the_job(
+    hook: Hook, monkeypatch: pytest.MonkeyPatch, err: BaseException, stops: bool
+) -> None:
+    reasons: list[str] = []
+    monkeypatch.setattr(failure, "stop_the_job", reasons.append)
+    _uncaught(hook, err)
+    assert reasons == ([f"rank 0: {type(err).__name__}: {err}"] if stops else [])
+
+
+def test_without_a_c10d_endpoint_there_is_nothing_to_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DISTRAIN_RDZV_ENDPOINT", raising=False)
+    assert stop_the_job("rank 0: UsageError: x") is False
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [("10.0.0.1:29400", ("10.0.0.1", 29400)), ("[::1]:5", ("::1", 5)), ("node0", ("node0", 29400))],
+)
+def test_an_endpoint_is_split_as_torch_does(endpoint: str, expected: tuple[str, int]) -> None:
+    assert split_endpoint(endpoint) == expected

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from ...errors import recurring
 from ..data import DistributedLoader
 from ..signals import Preemption
 from . import dcp_io, legacy, nodes
@@ -151,8 +152,14 @@ class Checkpointer:
         invalid checkpoints are skipped with a warning naming the bad file; with none left the
         job starts fresh, said once.  Under `distrain run --replicas` a group behind a live one
         then copies that group's state and returns its step (train/replicas.py).
+        A refusal (a checkpoint that does not fit the job) recurs on every restart: marked so.
         """
-        resumed = self._restore_from_disk(objects)
+        try:
+            resumed = self._restore_from_disk(objects)
+        except CheckpointError as err:
+            if "recurs" not in vars(err):  # unless the raise site said otherwise
+                recurring(err)
+            raise
         if self.ctx.replicas is not None:
             return self.ctx.replicas.restore(self.objects, resumed)
         return resumed
@@ -227,7 +234,9 @@ class Checkpointer:
         """Load the verified checkpoint at `path` (DCP collectively over `group`, or alone)."""
         manifest, problem = read_manifest(path)
         if manifest is None:  # verified by the leader a moment ago; changed since?
-            raise CheckpointError(f"cannot resume: {problem}")
+            err = CheckpointError(f"cannot resume: {problem}")
+            err.recurs = False  # a restart verifies afresh
+            raise err
         if manifest["format"] == LEGACY_FORMAT:
             shared = legacy.load(path, self._reg)
         else:
