@@ -169,6 +169,7 @@ def _launch(
             reason = rendezvous.stop_reason(launch.args) or "see the ranks' logs"
             why = "not restarted (a restart would fail the same way)"
             print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
+            rendezvous.wait_until_read(launch.args)
             return 1
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)

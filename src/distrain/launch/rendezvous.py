@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import time
 
 from ..contract import RDZV_ENDPOINT, split_endpoint, stop_key
 
@@ -63,6 +64,41 @@ def stop_reason(args: argparse.Namespace, seconds: float = 5.0) -> str | None:
         timeout = dt.timedelta(seconds=seconds)
         store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         key = stop_key(str(args.rdzv_id))
-        return store.get(key).decode() if store.check([key]) else None
+        reason = store.get(key).decode() if store.check([key]) else None
+        store.add(key + "/read", 1)  # the store's host waits for every node's read (below)
+        return reason
     except Exception:  # the store's host has gone already: the caller says what it knows
         return None
+
+
+#: how long the node hosting the rendezvous store stays for the other nodes to read the reason
+READ_WAIT_S = 15.0
+
+
+def wait_until_read(args: argparse.Namespace, bound_s: float = READ_WAIT_S) -> None:
+    """On the node whose launcher hosts the c10d store: stay until every node's launcher read
+    why the job stopped (``stop_reason``), at most `bound_s`. The store ends with this process;
+    without the wait a node that came later ended with the store's RendezvousConnectionError
+    as its last line instead of the cause (seen under load, 2 nodes on one machine)."""
+    if args.rdzv_backend != "c10d" or not args.rdzv_endpoint or not args.rdzv_id:
+        return
+    host, port = split_endpoint(str(args.rdzv_endpoint))
+    try:
+        import psutil
+
+        listening = any(
+            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+            for c in psutil.Process().net_connections("tcp")
+        )
+        if not listening:
+            return
+        import torch.distributed as dist
+
+        timeout = dt.timedelta(seconds=5)
+        store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+        key, nodes = stop_key(str(args.rdzv_id)) + "/read", _max_nodes(args.nnodes)
+        deadline = time.monotonic() + bound_s
+        while store.add(key, 0) < nodes and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except Exception:  # best effort: the job is over either way
+        return
