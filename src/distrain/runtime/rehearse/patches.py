@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+from ..patching import replace, wrap
 from .devices import CPU, MAPPED, cpu_if_cuda, is_cuda
 
-
-def _replace(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-    setattr(owner, name, functools.wraps(getattr(owner, name))(make(getattr(owner, name))))
+_replace = wrap
 
 
 def _gloo(backend: Any) -> str:
@@ -91,7 +89,7 @@ def _parallel() -> None:
         """DDP refuses SyncBatchNorm on CPU modules; ours runs there (see _sync_batchnorm)."""
 
     _replace(DistributedDataParallel, "__init__", ddp)
-    DistributedDataParallel._passing_sync_batchnorm_handle = sync_bn_ok  # type: ignore[method-assign]
+    replace(DistributedDataParallel, "_passing_sync_batchnorm_handle", sync_bn_ok)
     _replace(DataParallel, "__init__", dp)
 
 
@@ -123,35 +121,50 @@ def _amp() -> None:
         return __init__
 
     def scaler(original: Any) -> Any:
-        def __init__(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        def __init__(
+            self: Any, device: str = "cuda", init_scale: float = 2.0**16, growth_factor: float = 2.0,
+            backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
+        ) -> None:
             if device == "cuda":
                 MAPPED["GradScaler(cuda) → GradScaler(cpu)"] += 1
                 device = "cpu"
-            original(self, device, *args, **kwargs)
+            original(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
 
         return __init__
 
-    def custom(original: Any) -> Any:
-        # custom_fwd(device_type="cuda", cast_inputs=...) asks whether *CUDA* autocast is on; the
-        # rehearsal's autocast is the CPU's, so the decorator must look there
-        def decorator(fwd: Any = None, *, device_type: str, **kwargs: Any) -> Any:
-            if device_type == "cuda":
-                MAPPED["custom_fwd/custom_bwd(cuda) → cpu"] += 1
-                device_type = "cpu"
-            return original(fwd, device_type=device_type, **kwargs)
+    # custom_fwd(device_type="cuda", cast_inputs=...) asks whether *CUDA* autocast is on; the
+    # rehearsal's autocast is the CPU's, so the decorator must look there
+    def cpu_type(device_type: str) -> str:
+        if device_type == "cuda":
+            MAPPED["custom_fwd/custom_bwd(cuda) → cpu"] += 1
+        return "cpu" if device_type == "cuda" else device_type
 
-        return decorator
+    def fwd(original: Any) -> Any:
+        def custom_fwd(fwd: Any = None, *, device_type: str, cast_inputs: Any = None) -> Any:
+            return original(fwd, device_type=cpu_type(device_type), cast_inputs=cast_inputs)
 
-    for name in ("custom_fwd", "custom_bwd"):
-        _replace(autocast_mode, name, custom)
-        setattr(torch.amp, name, getattr(autocast_mode, name))
+        return custom_fwd
+
+    def bwd(original: Any) -> Any:
+        def custom_bwd(bwd: Any = None, *, device_type: str) -> Any:
+            return original(bwd, device_type=cpu_type(device_type))
+
+        return custom_bwd
+
+    for name, make in (("custom_fwd", fwd), ("custom_bwd", bwd)):
+        wrapped = getattr(autocast_mode, name)
+        _replace(autocast_mode, name, make)
+        replace(torch.amp, name, functools.wraps(wrapped)(make(wrapped)), forwards=True)
     _replace(autocast_mode.autocast, "__init__", autocast)
     _replace(grad_scaler.GradScaler, "__init__", scaler)
 
 
 def _load() -> None:
     def load(original: Any) -> Any:
-        def torch_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        def torch_load(
+            f: Any, map_location: Any = None, pickle_module: Any = None, *, weights_only: Any = None,
+            mmap: Any = None, **pickle_load_args: Any,
+        ) -> Any:
             if isinstance(map_location, dict):
                 map_location = {k: "cpu" if is_cuda(v) else v for k, v in map_location.items()}
             elif map_location is None or callable(map_location) or is_cuda(map_location):
@@ -159,7 +172,9 @@ def _load() -> None:
                 if map_location is not None:
                     MAPPED["torch.load(map_location=cuda)"] += 1
                 map_location = CPU
-            return original(f, map_location, *args, **kwargs)
+            return original(
+                f, map_location, pickle_module, weights_only=weights_only, mmap=mmap, **pickle_load_args
+            )
 
         return torch_load
 

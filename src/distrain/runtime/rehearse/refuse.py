@@ -7,6 +7,7 @@ distrain and the standard library; it is printed once per job (the first rank to
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -18,6 +19,7 @@ from typing import Any, NoReturn
 
 from ...contract import REHEARSE_DIR
 from ...log import get_logger
+from ..patching import replace, wrap
 
 _log = get_logger("rehearse")
 
@@ -127,12 +129,12 @@ def _cpp_extension(module: ModuleType) -> None:
         return call
 
     for name in ("load", "load_inline"):
-        setattr(module, name, guard(name, getattr(module, name)))
+        wrap(module, name, functools.partial(guard, name))
 
-    def cuda_extension(*args: Any, **kwargs: Any) -> NoReturn:
+    def cuda_extension(name: Any, sources: Any, *args: Any, **kwargs: Any) -> NoReturn:
         refuse("torch.utils.cpp_extension.CUDAExtension (a custom CUDA extension)")
 
-    module.CUDAExtension = cuda_extension  # type: ignore[attr-defined]
+    replace(module, "CUDAExtension", cuda_extension)
 
 
 def install() -> None:
