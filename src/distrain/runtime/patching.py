@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -75,3 +76,20 @@ def recording() -> Iterator[list[Patch]]:
 def recording_active() -> bool:
     """True inside :func:`recording` (an installer then touches nothing else either)."""
     return _recorder is not None
+
+
+def like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
+    """`impl` under `original`'s signature: arguments bind (or raise TypeError) as they would there."""
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return impl
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        return impl(*bound.args, **bound.kwargs)
+
+    call.__signature__ = signature  # type: ignore[attr-defined] - true: every call binds it
+    call.__name__, call.__qualname__ = original.__name__, original.__qualname__
+    call.__doc__ = impl.__doc__ or f"distrain run --cpu stand-in for {original.__qualname__}"
+    return call

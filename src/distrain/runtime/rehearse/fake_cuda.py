@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..patching import like as _like
 from ..patching import replace
 from .devices import MAPPED
 from .refuse import refuse
@@ -307,23 +308,6 @@ _REFUSED = {
     "MemPool": "a CUDA memory pool", "use_mem_pool": "a CUDA memory pool", "caching_allocator_alloc": "raw CUDA memory",
     "current_blas_handle": "a cuBLAS handle",
 }
-
-
-def _like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
-    """`impl` under torch's signature: arguments bind (or raise TypeError) as they would in torch."""
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        return impl
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        return impl(*bound.args, **bound.kwargs)
-
-    call.__signature__ = signature  # type: ignore[attr-defined] - true: the call binds it
-    call.__name__, call.__qualname__ = original.__name__, original.__qualname__
-    call.__doc__ = impl.__doc__ or f"distrain run --cpu stand-in for torch.cuda.{original.__name__}"
-    return call
 
 
 def _refusing(name: str, what: str, original: Any) -> Any:

@@ -204,8 +204,40 @@ def _loader_and_default_device() -> None:
     _replace(_device.DeviceContext, "__init__", context)
 
 
+def _compile() -> None:
+    # torch.compile asks Dynamo's CUDA interface, i.e. the stand-in torch.cuda.is_available(),
+    # whether Triton can run, then loads Triton's NVIDIA driver (no libcuda: the compile fails).
+    # The tensors are on the CPU, so inductor's C++ code is what runs: no device probing.
+    from torch._inductor import config
+
+    replace(config, "triton_disable_device_detection", True)
+
+
+def _device_mesh() -> None:
+    # init_device_mesh("cuda", ...) (FSDP2, replicate, torchtitan) builds DeviceMesh("cuda"):
+    # the mesh's device type becomes the CPU's, so its groups use the default gloo backend and
+    # fully_shard places the shards on CPU tensors
+    from torch.distributed.device_mesh import DeviceMesh
+
+    def mesh(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if args and args[0] == "cuda":
+                MAPPED["DeviceMesh(cuda) → cpu"] += 1
+                args = ("cpu", *args[1:])
+            elif kwargs.get("device_type") == "cuda":
+                MAPPED["DeviceMesh(cuda) → cpu"] += 1
+                kwargs["device_type"] = "cpu"
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    _replace(DeviceMesh, "__init__", mesh)
+
+
 def install() -> None:
     """Apply every patch of this module."""
+    _compile()
+    _device_mesh()
     _process_groups()
     _parallel()
     _sync_batchnorm()
