@@ -20,6 +20,7 @@ from torch.distributed import distributed_c10d
 
 from ..patching import replace, wrap
 from .devices import CPU, MAPPED, cpu_if_cuda, is_cuda
+from .refuse import say_once
 
 _replace = wrap
 
@@ -116,6 +117,8 @@ def _amp() -> None:
             if device_type == "cuda":
                 MAPPED["autocast(cuda) → autocast(cpu)"] += 1
                 device_type, dtype = "cpu", dtype or torch.float16
+                if dtype == torch.float16 and enabled:
+                    say_once("amp-fp16", fp16_cost_line(cpu_flags()))
             original(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
         return __init__
@@ -157,6 +160,27 @@ def _amp() -> None:
         replace(torch.amp, name, functools.wraps(wrapped)(make(wrapped)), forwards=True)
     _replace(autocast_mode.autocast, "__init__", autocast)
     _replace(grad_scaler.GradScaler, "__init__", scaler)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def fp16_cost_line(flags: set[str]) -> str:
+    """What rehearsing CUDA fp16 autocast costs on this CPU (measured: benchmarks/rehearse/RESULTS.md).
+
+    fp16 stays fp16, so overflows and GradScaler's skipped steps are rehearsed as on a GPU; a
+    CPU without native fp16 arithmetic emulates it, and bf16 is no cure there (emulated too).
+    """
+    native = sorted(flags & {"avx512_fp16", "amx_fp16"})
+    how = f"natively ({', '.join(native)})" if native else "in emulation (no avx512_fp16/amx_fp16)"
+    cost = "" if native else ": expect ~10-20x the fp32 step time"
+    return f"autocast(cuda, float16) runs as CPU autocast float16, which this CPU computes {how}{cost}"
 
 
 def _load() -> None:

@@ -55,12 +55,18 @@ def refuse(call: str) -> NoReturn:
     raise SystemExit(REFUSED_EXIT_CODE)
 
 
-def _first_to_say() -> bool:
+def say_once(key: str, line: str) -> None:
+    """Log `line` once per job (the first process to get here): what a mapping costs, say."""
+    if _first_to_say(key):
+        _log.warning(f"{PROG}: {line}")
+
+
+def _first_to_say(key: str = "refused") -> bool:
     folder = os.environ.get(REHEARSE_DIR, "")
     if not folder:
         return True
     try:
-        os.close(os.open(os.path.join(folder, "refused"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(os.path.join(folder, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
     except OSError:
