@@ -78,3 +78,18 @@ def test_replacements_keep_torchs_kind_and_signature(recorded: list[patching.Pat
         if got is None or params(got) != params(want):
             wrong.append(f"{patch.where}: {want} became {got}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_patch_is_listed_in_torch_internals(recorded: list[patching.Patch]) -> None:
+    from helpers import REPO
+
+    doc = (REPO / "docs" / "torch_internals.md").read_text()
+    section = doc.split("## Patched under `distrain run --cpu`", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("`")[1]: line for line in section.splitlines() if line.startswith("- `")}
+    factories = set(devices.factory_names())
+    missing = [
+        p.where for p in recorded
+        if not (p.owner is torch and p.name in factories)
+        and f"`{p.name}`" not in listed.get(p.where.rsplit(".", 1)[0], "")
+    ]
+    assert not missing, f"add to docs/torch_internals.md: {missing}"
