@@ -20,9 +20,9 @@ from helpers import REPO, python, run
 SCRIPTS = REPO / "tests" / "gpu_scripts"
 
 
-def rehearse(tmp_path: Path, script: str, timeout: float) -> str:
+def rehearse(tmp_path: Path, script: str, timeout: float, *flags: str) -> str:
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", str(SCRIPTS / script), "--out", str(tmp_path)]
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", str(SCRIPTS / script), "--out", str(tmp_path), *flags]
     res = run(cmd, timeout=timeout, env=env)
     assert res.returncode == 0, res.stderr[-4000:]
     assert "distrain run --cpu: 2 CPU processes stand in for 2 GPUs" in res.stderr, res.stderr[-3000:]
@@ -41,11 +41,14 @@ def test_torch_compile_rehearses(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_fsdp2_on_a_cuda_device_mesh_rehearses(tmp_path: Path) -> None:
-    """init_device_mesh("cuda", (2,)) + fully_shard: a CPU mesh, sharded training, gathered weights."""
-    err = rehearse(tmp_path, "fsdp2_mesh.py", timeout=240)
+@pytest.mark.parametrize("mode", ["fully_shard", "replicate"])
+def test_fsdp2_on_a_cuda_device_mesh_rehearses(tmp_path: Path, mode: str) -> None:
+    """init_device_mesh("cuda", (2,)) + fully_shard or replicate: a CPU mesh, training, and both
+    ranks end with the same full parameters."""
+    err = rehearse(tmp_path, "fsdp2_mesh.py", 240, "--mode", mode)
     saved = torch.load(tmp_path / "final.pt", weights_only=True)
     assert saved["mesh"] == "cpu"
+    assert all(torch.equal(saved["ranks"][1][k], v) for k, v in saved["ranks"][0].items())
     assert [tuple(v.shape) for v in saved["model"].values()] == [(32, 16), (32,), (4, 32), (4,)]
     assert all(torch.isfinite(v).all() for v in saved["model"].values())
     assert "DeviceMesh(cuda) → cpu ×2" in err, err[-2000:]
