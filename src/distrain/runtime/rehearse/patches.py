@@ -5,7 +5,9 @@ accepted; DataParallel: the single-device path; ``torch.nn.SyncBatchNorm`` compu
 distrain's cross-process batch norm on CPU tensors; CUDA autocast → CPU autocast (same dtype,
 float16 by default as on CUDA); ``GradScaler("cuda")`` → ``GradScaler("cpu")``; ``torch.load``:
 CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off; ``with torch.device("cuda")`` →
-the CPU.
+the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2, replicate) → a CPU mesh;
+``torch.compile``: inductor probes no Triton device.  Every patch goes through
+:mod:`distrain.runtime.patching`.
 """
 
 from __future__ import annotations
