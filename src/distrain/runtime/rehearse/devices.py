@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..patching import replace, wrap
+
 #: what the rehearsal mapped in this process: call → times (the end-of-job summary)
 MAPPED: Counter[str] = Counter()
 
@@ -95,6 +97,12 @@ def _cuda_method(self: Any, device: Any = None, non_blocking: bool = False, **kw
     return self
 
 
+def _storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
+    """Storage .cuda(): already where it belongs."""
+    MAPPED[".cuda()"] += 1
+    return self
+
+
 def _pin_memory(self: Any, device: Any = None) -> Any:
     """Tensor/Storage .pin_memory(): no pinned memory without a GPU."""
     MAPPED["pin_memory()"] += 1
@@ -141,20 +149,21 @@ def _record_stream(self: torch.Tensor, stream: Any) -> None:
 def install() -> None:
     """Wrap the factory functions and the tensor methods that take a device."""
     for name in factory_names():
-        setattr(torch, name, _with_cpu_device(getattr(torch, name), "device=cuda"))
+        replace(torch, name, _with_cpu_device(getattr(torch, name), "device=cuda"), forwards=True)
     for name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_zeros", "new_tensor"):
-        setattr(torch.Tensor, name, _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"))
-    torch.Tensor.to = _tensor_to(torch.Tensor.to)  # type: ignore[method-assign]
-    torch.Tensor.type = _tensor_type(torch.Tensor.type)  # type: ignore[method-assign,assignment]
-    torch.Generator = _Generator  # type: ignore[misc]
+        replace(torch.Tensor, name, _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"), forwards=True)
+    wrap(torch.Tensor, "to", _tensor_to)
+    wrap(torch.Tensor, "type", _tensor_type)
+    replace(torch, "Generator", _Generator)
     for cls in (torch.Tensor, torch.UntypedStorage, torch.TypedStorage):
-        cls.cuda = _cuda_method  # type: ignore[method-assign,assignment]
-        cls.pin_memory = _pin_memory  # type: ignore[method-assign,assignment]
-    torch.Tensor.record_stream = _record_stream  # type: ignore[method-assign,assignment]
-    original_default = torch.set_default_device
+        replace(cls, "cuda", _cuda_method if cls is torch.Tensor else _storage_cuda)
+        replace(cls, "pin_memory", _pin_memory)
+    replace(torch.Tensor, "record_stream", _record_stream)
 
-    @functools.wraps(original_default)
-    def set_default_device(device: Any) -> None:
-        original_default(cpu_if_cuda(device, "set_default_device(cuda)"))
+    def default_device(original: Callable[..., Any]) -> Callable[..., Any]:
+        def set_default_device(device: Any) -> None:
+            original(cpu_if_cuda(device, "set_default_device(cuda)"))
 
-    torch.set_default_device = set_default_device
+        return set_default_device
+
+    wrap(torch, "set_default_device", default_device)

@@ -12,6 +12,7 @@ consistent with each other; the CUDA generator seeds and states are kept apart f
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ..patching import like as _like
+from ..patching import replace
 from .devices import MAPPED
 from .refuse import refuse
 
@@ -91,6 +94,10 @@ def _stats(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {}
 
 
+def _snapshot(*args: Any, **kwargs: Any) -> list[Any]:
+    return []
+
+
 def _summary(*args: Any, **kwargs: Any) -> str:
     return f"{NAME}: no CUDA memory is allocated in a rehearsal\n"
 
@@ -127,8 +134,8 @@ def get_device_properties(device: Any = None) -> SimpleNamespace:
 class device:  # noqa: N801 - torch.cuda.device's name
     """``with torch.cuda.device(i):`` makes i current inside the block."""
 
-    def __init__(self, dev: Any) -> None:
-        self.idx = -1 if dev is None else _index(dev)
+    def __init__(self, device: Any) -> None:
+        self.idx = -1 if device is None else _index(device)
         self.prev = 0
 
     def __enter__(self) -> None:
@@ -140,9 +147,11 @@ class device:  # noqa: N801 - torch.cuda.device's name
         _State.current = self.prev
 
 
-def device_of(obj: Any) -> device:
-    """torch.cuda.device_of(tensor): the tensor is on the CPU, so the current device."""
-    return device(None)
+class device_of(device):  # noqa: N801 - torch.cuda.device_of's name
+    """``with torch.cuda.device_of(tensor):`` the tensor is on the CPU, so the current device."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(None)
 
 
 class Stream:
@@ -196,7 +205,7 @@ class Stream:
 class Event:
     """An event that records wall time, so elapsed_time() measures the CPU's work."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs: Any) -> None:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False) -> None:
         self.time: float | None = None
 
     def record(self, stream: Any = None) -> None:  # noqa: D102
@@ -227,9 +236,9 @@ def current_stream(device: Any = None) -> Stream:
     return _DEFAULT_STREAM
 
 
-def stream(s: Any) -> Any:
+def stream(stream: Any) -> Any:
     """``with torch.cuda.stream(s):``: a no-op context."""
-    return s if isinstance(s, Stream) else _DEFAULT_STREAM
+    return stream if isinstance(stream, Stream) else _DEFAULT_STREAM
 
 
 # -- the CUDA generator: its own seeds and states, apart from the CPU's -----------------------------
@@ -283,7 +292,7 @@ _REPLACEMENTS: dict[str, Any] = {
     "max_memory_reserved": _zero, "memory_cached": _zero, "max_memory_cached": _zero, "device_memory_used": _zero,
     "reset_peak_memory_stats": _nothing, "reset_max_memory_allocated": _nothing,
     "reset_max_memory_cached": _nothing, "reset_accumulated_memory_stats": _nothing, "memory_stats": _stats,
-    "memory_stats_as_nested_dict": _stats, "memory_snapshot": list, "memory_summary": _summary,
+    "memory_stats_as_nested_dict": _stats, "memory_snapshot": _snapshot, "memory_summary": _summary,
     "manual_seed": manual_seed, "manual_seed_all": manual_seed_all, "seed": _nothing, "seed_all": _nothing,
     "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
     "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
@@ -297,32 +306,57 @@ _REFUSED = {
     "clock_rate": "NVML", "memory_usage": "NVML", "list_gpu_processes": "NVML", "ExternalStream": "an external CUDA stream",
     "CUDAPluggableAllocator": "a custom CUDA allocator", "change_current_allocator": "a custom CUDA allocator",
     "MemPool": "a CUDA memory pool", "use_mem_pool": "a CUDA memory pool", "caching_allocator_alloc": "raw CUDA memory",
-    "current_blas_handle": "a cuBLAS handle", "jiterator": "jiterator kernels",
+    "current_blas_handle": "a cuBLAS handle",
 }
 
 
-def _refusing(name: str, what: str, original: Any) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def call(*args: Any, **kwargs: Any) -> Any:
+def _refusing(name: str, what: str, original: Any) -> Any:
+    """A stand-in that refuses when called (a class stays a class: Dynamo calls isinstance on it)."""
+
+    def refuse_call(*args: Any, **kwargs: Any) -> Any:
         refuse(f"torch.cuda.{name}() ({what})")
 
-    return call
+    if not isinstance(original, type):
+        return _like(original, refuse_call)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        refuse_call()
+
+    try:  # the class's own signature (from __new__ or __init__), with self in front for __init__
+        signature = inspect.signature(original)
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[self_param, *signature.parameters.values()]
+        )
+    except (TypeError, ValueError):
+        pass
+    init = _like(__init__, __init__)
+    return type(name, (), {"__init__": init, "__module__": original.__module__, "__doc__": f"refused: {what}"})
 
 
-def _accelerator(count: int) -> None:
+def _accelerator() -> None:
     acc = torch.accelerator
-    cuda = torch.device("cuda")
     for name, fn in {
-        "is_available": is_available, "device_count": device_count, "current_accelerator": lambda check_available=False: cuda,
+        "is_available": is_available, "device_count": device_count, "current_accelerator": current_accelerator,
         "current_device_index": current_device, "current_device_idx": current_device, "set_device_index": set_device,
         "set_device_idx": set_device, "synchronize": synchronize, "empty_cache": _nothing, "current_stream": current_stream,
         "set_stream": _nothing, "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,
         "max_memory_reserved": _zero, "memory_stats": _stats, "reset_peak_memory_stats": _nothing,
         "reset_accumulated_memory_stats": _nothing, "get_memory_info": mem_get_info,
-        "get_device_capability": lambda device=None: {"supported_dtypes": [torch.float32, torch.float16, torch.bfloat16]},
+        "get_device_capability": accelerator_capability,
     }.items():
         if hasattr(acc, name):
-            setattr(acc, name, fn)
+            replace(acc, name, _like(getattr(acc, name), fn))
+
+
+def current_accelerator(check_available: bool = False) -> torch.device:
+    """torch.accelerator.current_accelerator(): the stand-in CUDA device."""
+    return torch.device("cuda")
+
+
+def accelerator_capability(device: Any = None, /) -> dict[str, Any]:
+    """torch.accelerator.get_device_capability(): the dtypes a script may ask about."""
+    return {"supported_dtypes": [torch.float32, torch.float16, torch.bfloat16]}
 
 
 def install(count: int) -> None:
@@ -330,19 +364,18 @@ def install(count: int) -> None:
     _State.count = max(1, count)
     cuda = torch.cuda
     for name, fn in _REPLACEMENTS.items():
-        setattr(cuda, name, fn)
+        replace(cuda, name, fn if isinstance(fn, type) else _like(getattr(cuda, name), fn))
     for name, what in _REFUSED.items():
         if hasattr(cuda, name):
-            setattr(cuda, name, _refusing(name, what, getattr(cuda, name)))
+            replace(cuda, name, _refusing(name, what, getattr(cuda, name)))
     for kind in _LEGACY_TYPES:  # torch.cuda.FloatTensor(3), x.type(torch.cuda.HalfTensor), isinstance(x, ...)
-        setattr(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"))
-    cuda.graphs.CUDAGraph = cuda.CUDAGraph
-    cuda.graphs.graph = cuda.graph
-    cuda.graphs.make_graphed_callables = cuda.make_graphed_callables
+        replace(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"))
+    for name in ("CUDAGraph", "graph", "make_graphed_callables"):
+        replace(cuda.graphs, name, _refusing(name, "CUDA graphs", getattr(cuda.graphs, name)))
     for name in ("range_push", "range_pop", "range", "mark", "range_start", "range_end"):
         if hasattr(cuda.nvtx, name):
-            setattr(cuda.nvtx, name, _nvtx(name))
-    _accelerator(_State.count)
+            replace(cuda.nvtx, name, _like(getattr(cuda.nvtx, name), _nvtx(name)))
+    _accelerator()
 
 
 def _nvtx(name: str) -> Callable[..., Any]:

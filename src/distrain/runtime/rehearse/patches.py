@@ -5,25 +5,26 @@ accepted; DataParallel: the single-device path; ``torch.nn.SyncBatchNorm`` compu
 distrain's cross-process batch norm on CPU tensors; CUDA autocast → CPU autocast (same dtype,
 float16 by default as on CUDA); ``GradScaler("cuda")`` → ``GradScaler("cpu")``; ``torch.load``:
 CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off; ``with torch.device("cuda")`` →
-the CPU.
+the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2, replicate) → a CPU mesh;
+``torch.compile``: inductor probes no Triton device.  Every patch goes through
+:mod:`distrain.runtime.patching`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
+from ..patching import replace, wrap
 from .devices import CPU, MAPPED, cpu_if_cuda, is_cuda
+from .refuse import say_once
 
-
-def _replace(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-    setattr(owner, name, functools.wraps(getattr(owner, name))(make(getattr(owner, name))))
+_replace = wrap
 
 
 def _gloo(backend: Any) -> str:
@@ -91,7 +92,7 @@ def _parallel() -> None:
         """DDP refuses SyncBatchNorm on CPU modules; ours runs there (see _sync_batchnorm)."""
 
     _replace(DistributedDataParallel, "__init__", ddp)
-    DistributedDataParallel._passing_sync_batchnorm_handle = sync_bn_ok  # type: ignore[method-assign]
+    replace(DistributedDataParallel, "_passing_sync_batchnorm_handle", sync_bn_ok)
     _replace(DataParallel, "__init__", dp)
 
 
@@ -118,40 +119,78 @@ def _amp() -> None:
             if device_type == "cuda":
                 MAPPED["autocast(cuda) → autocast(cpu)"] += 1
                 device_type, dtype = "cpu", dtype or torch.float16
+                if dtype == torch.float16 and enabled:
+                    say_once("amp-fp16", fp16_cost_line(cpu_flags()))
             original(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
         return __init__
 
     def scaler(original: Any) -> Any:
-        def __init__(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        def __init__(
+            self: Any, device: str = "cuda", init_scale: float = 2.0**16, growth_factor: float = 2.0,
+            backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
+        ) -> None:
             if device == "cuda":
                 MAPPED["GradScaler(cuda) → GradScaler(cpu)"] += 1
                 device = "cpu"
-            original(self, device, *args, **kwargs)
+            original(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
 
         return __init__
 
-    def custom(original: Any) -> Any:
-        # custom_fwd(device_type="cuda", cast_inputs=...) asks whether *CUDA* autocast is on; the
-        # rehearsal's autocast is the CPU's, so the decorator must look there
-        def decorator(fwd: Any = None, *, device_type: str, **kwargs: Any) -> Any:
-            if device_type == "cuda":
-                MAPPED["custom_fwd/custom_bwd(cuda) → cpu"] += 1
-                device_type = "cpu"
-            return original(fwd, device_type=device_type, **kwargs)
+    # custom_fwd(device_type="cuda", cast_inputs=...) asks whether *CUDA* autocast is on; the
+    # rehearsal's autocast is the CPU's, so the decorator must look there
+    def cpu_type(device_type: str) -> str:
+        if device_type == "cuda":
+            MAPPED["custom_fwd/custom_bwd(cuda) → cpu"] += 1
+        return "cpu" if device_type == "cuda" else device_type
 
-        return decorator
+    def fwd(original: Any) -> Any:
+        def custom_fwd(fwd: Any = None, *, device_type: str, cast_inputs: Any = None) -> Any:
+            return original(fwd, device_type=cpu_type(device_type), cast_inputs=cast_inputs)
 
-    for name in ("custom_fwd", "custom_bwd"):
-        _replace(autocast_mode, name, custom)
-        setattr(torch.amp, name, getattr(autocast_mode, name))
+        return custom_fwd
+
+    def bwd(original: Any) -> Any:
+        def custom_bwd(bwd: Any = None, *, device_type: str) -> Any:
+            return original(bwd, device_type=cpu_type(device_type))
+
+        return custom_bwd
+
+    for name, make in (("custom_fwd", fwd), ("custom_bwd", bwd)):
+        wrapped = getattr(autocast_mode, name)
+        _replace(autocast_mode, name, make)
+        replace(torch.amp, name, functools.wraps(wrapped)(make(wrapped)), forwards=True)
     _replace(autocast_mode.autocast, "__init__", autocast)
     _replace(grad_scaler.GradScaler, "__init__", scaler)
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def fp16_cost_line(flags: set[str]) -> str:
+    """What rehearsing CUDA fp16 autocast costs on this CPU (measured: benchmarks/rehearse/RESULTS.md).
+
+    fp16 stays fp16, so overflows and GradScaler's skipped steps are rehearsed as on a GPU; a
+    CPU without native fp16 arithmetic emulates it, and bf16 is no cure there (emulated too).
+    """
+    native = sorted(flags & {"avx512_fp16", "amx_fp16"})
+    how = f"natively ({', '.join(native)})" if native else "in emulation (no avx512_fp16/amx_fp16)"
+    cost = "" if native else ": expect ~10-20x the fp32 step time"
+    return f"autocast(cuda, float16) runs as CPU autocast float16, which this CPU computes {how}{cost}"
+
+
 def _load() -> None:
     def load(original: Any) -> Any:
-        def torch_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        def torch_load(
+            f: Any, map_location: Any = None, pickle_module: Any = None, *, weights_only: Any = None,
+            mmap: Any = None, **pickle_load_args: Any,
+        ) -> Any:
             if isinstance(map_location, dict):
                 map_location = {k: "cpu" if is_cuda(v) else v for k, v in map_location.items()}
             elif map_location is None or callable(map_location) or is_cuda(map_location):
@@ -159,7 +198,9 @@ def _load() -> None:
                 if map_location is not None:
                     MAPPED["torch.load(map_location=cuda)"] += 1
                 map_location = CPU
-            return original(f, map_location, *args, **kwargs)
+            return original(
+                f, map_location, pickle_module, weights_only=weights_only, mmap=mmap, **pickle_load_args
+            )
 
         return torch_load
 
@@ -189,8 +230,40 @@ def _loader_and_default_device() -> None:
     _replace(_device.DeviceContext, "__init__", context)
 
 
+def _compile() -> None:
+    # torch.compile asks Dynamo's CUDA interface, i.e. the stand-in torch.cuda.is_available(),
+    # whether Triton can run, then loads Triton's NVIDIA driver (no libcuda: the compile fails).
+    # The tensors are on the CPU, so inductor's C++ code is what runs: no device probing.
+    from torch._inductor import config
+
+    replace(config, "triton_disable_device_detection", True)
+
+
+def _device_mesh() -> None:
+    # init_device_mesh("cuda", ...) (FSDP2, replicate, torchtitan) builds DeviceMesh("cuda"):
+    # the mesh's device type becomes the CPU's, so its groups use the default gloo backend and
+    # fully_shard places the shards on CPU tensors
+    from torch.distributed.device_mesh import DeviceMesh
+
+    def mesh(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if args and args[0] == "cuda":
+                MAPPED["DeviceMesh(cuda) → cpu"] += 1
+                args = ("cpu", *args[1:])
+            elif kwargs.get("device_type") == "cuda":
+                MAPPED["DeviceMesh(cuda) → cpu"] += 1
+                kwargs["device_type"] = "cpu"
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    _replace(DeviceMesh, "__init__", mesh)
+
+
 def install() -> None:
     """Apply every patch of this module."""
+    _compile()
+    _device_mesh()
     _process_groups()
     _parallel()
     _sync_batchnorm()

@@ -7,6 +7,7 @@ distrain and the standard library; it is printed once per job (the first rank to
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -18,6 +19,7 @@ from typing import Any, NoReturn
 
 from ...contract import REHEARSE_DIR
 from ...log import get_logger
+from ..patching import replace, wrap
 
 _log = get_logger("rehearse")
 
@@ -53,12 +55,18 @@ def refuse(call: str) -> NoReturn:
     raise SystemExit(REFUSED_EXIT_CODE)
 
 
-def _first_to_say() -> bool:
+def say_once(key: str, line: str) -> None:
+    """Log `line` once per job (the first process to get here): what a mapping costs, say."""
+    if _first_to_say(key):
+        _log.warning(f"{PROG}: {line}")
+
+
+def _first_to_say(key: str = "refused") -> bool:
     folder = os.environ.get(REHEARSE_DIR, "")
     if not folder:
         return True
     try:
-        os.close(os.open(os.path.join(folder, "refused"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(os.path.join(folder, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
     except OSError:
@@ -127,12 +135,12 @@ def _cpp_extension(module: ModuleType) -> None:
         return call
 
     for name in ("load", "load_inline"):
-        setattr(module, name, guard(name, getattr(module, name)))
+        wrap(module, name, functools.partial(guard, name))
 
-    def cuda_extension(*args: Any, **kwargs: Any) -> NoReturn:
+    def cuda_extension(name: Any, sources: Any, *args: Any, **kwargs: Any) -> NoReturn:
         refuse("torch.utils.cpp_extension.CUDAExtension (a custom CUDA extension)")
 
-    module.CUDAExtension = cuda_extension  # type: ignore[attr-defined]
+    replace(module, "CUDAExtension", cuda_extension)
 
 
 def install() -> None:

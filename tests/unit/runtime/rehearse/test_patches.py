@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import torch
 
 from distrain.runtime import rehearse
 from distrain.runtime.rehearse import devices, patches
@@ -39,3 +40,29 @@ def test_requested_stand_ins(monkeypatch: pytest.MonkeyPatch, raw: str | None, c
 
 def test_install_does_nothing_unless_asked() -> None:
     assert rehearse.install() is False
+
+
+def autocast_init() -> object:
+    from distrain.runtime import patching
+
+    with patching.recording() as found:
+        patches._amp()
+    return next(p.replacement for p in found if p.name == "__init__" and p.owner is torch.autocast)
+
+
+def test_cuda_fp16_autocast_says_what_it_costs(monkeypatch: pytest.MonkeyPatch, counts: Counter[str]) -> None:
+    said: list[tuple[str, str]] = []
+    monkeypatch.setattr(patches, "say_once", lambda key, line: said.append((key, line)))
+    monkeypatch.setattr(patches, "cpu_flags", lambda: {"avx2"})
+    init = autocast_init()
+    for dtype in (torch.bfloat16, None):  # None: CUDA's default, float16
+        ctx = torch.autocast.__new__(torch.autocast)
+        init(ctx, "cuda", dtype=dtype)
+        assert (ctx.device, ctx.fast_dtype) == ("cpu", dtype or torch.float16)
+    assert said == [("amp-fp16", patches.fp16_cost_line({"avx2"}))]
+    assert counts["autocast(cuda) → autocast(cpu)"] == 2
+
+
+@pytest.mark.parametrize(("flags", "words"), [({"avx2"}, "in emulation (no avx512_fp16/amx_fp16): expect ~10-20x the fp32 step time"), ({"amx_fp16", "avx2"}, "natively (amx_fp16)")])
+def test_fp16_cost_line_names_the_cpu(flags: set[str], words: str) -> None:
+    assert patches.fp16_cost_line(flags).endswith(words)
