@@ -1,0 +1,54 @@
+"""`distrain run` is torchrun for the script's eyes (issue 31): the job launched is the job that runs.
+
+- flag_spawn.py (pytorch/examples imagenet's shape: ``mp.spawn`` only under
+  ``if args.multiprocessing_distributed``) run the torchrun way (``--dist-url env://``) is N
+  ranks, not one: a source-only guess that depends on arguments never reshapes the job;
+  ``--self-starting`` does, when the flag asks the script to start its workers.
+- shadowed/train.py sits beside its own ``yaml/`` while PyYAML is installed: every start method
+  imports the local one, as ``python train.py`` and torchrun do.
+- raise_after_init.py fails after ``init_process_group`` (torch's ``[rankN]`` hook installed):
+  the cause is on the last line.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+from helpers import SCRIPTS, python, run
+
+pytestmark = pytest.mark.timeout(300)
+FLAG_SPAWN = str(SCRIPTS / "flag_spawn.py")
+SHADOWED = str(SCRIPTS / "shadowed" / "train.py")
+RAISES = str(SCRIPTS / "raise_after_init.py")
+
+
+def _port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _distrain(*args: str, timeout: float = 200):
+    return run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout)
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["plain", "cpu"])
+def test_flag_gated_spawn_run_the_torchrun_way_is_n_ranks(cpu: bool) -> None:
+    flags = ["--cpu"] if cpu else []
+    res = _distrain(*flags, "-n", "2", FLAG_SPAWN, "--dist-url", "env://")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ranks = sorted(re.findall(r"rank (\d) of (\d)", res.stdout))
+    assert ranks == [("0", "2"), ("1", "2")], res.stdout + res.stderr[-2000:]
+    assert "only if args.multiprocessing_distributed" in res.stderr, res.stderr[-2000:]
+    assert "running it once" not in res.stderr and "it runs once" not in res.stderr, res.stderr[-2000:]
+
+
+def test_flag_gated_spawn_with_its_flag_and_self_starting_runs_once() -> None:
+    res = _distrain(
+        "--self-starting", "-n", "2", FLAG_SPAWN, "--multiprocessing-distributed", "--port", _port()
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(re.findall(r"rank (\d) of (\d)", res.stdout)) == [("0", "2"), ("1", "2")], res.stdout
+    assert "running it once (not 2 copies)" in res.stderr, res.stderr[-2000:]
