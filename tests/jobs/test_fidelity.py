@@ -52,3 +52,20 @@ def test_flag_gated_spawn_with_its_flag_and_self_starting_runs_once() -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert sorted(re.findall(r"rank (\d) of (\d)", res.stdout)) == [("0", "2"), ("1", "2")], res.stdout
     assert "running it once (not 2 copies)" in res.stderr, res.stderr[-2000:]
+
+
+def _yaml_files(out: str) -> set[str]:
+    return set(re.findall(r"rank \d yaml from (\S+) marker=", out))
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "fast", "spawn"])
+def test_a_local_package_beside_the_script_wins_over_the_installed_one(launcher: str) -> None:
+    if launcher == "torchrun":
+        cmd = [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", SHADOWED]
+        res = run(cmd, timeout=200)
+    else:
+        res = _distrain("--start-method", launcher, "-n", "2", SHADOWED)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    local = str(SCRIPTS / "shadowed" / "yaml" / "__init__.py")
+    assert _yaml_files(res.stdout) == {local}, res.stdout
+    assert res.stdout.count("marker=local yaml beside the script") == 2, res.stdout

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -114,13 +115,17 @@ def top_level_imports(script: str) -> list[str]:
     here = os.path.dirname(os.path.abspath(script))
     keep: list[str] = []
     for name in dict.fromkeys(names):
+        top = name.split(".")[0]
+        # a fresh `python script.py` has the script's folder first on sys.path: what is found
+        # there is the user's own code (it may read argv or start work), or a local package
+        # shadowing an installed one (a repo checkout's timm/), which the server must not import
+        if importlib.machinery.PathFinder.find_spec(top, [here]) is not None:
+            continue
         try:
-            spec = importlib.util.find_spec(name.split(".")[0])
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError):
             continue
-        origin = getattr(spec, "origin", None) or ""
-        # modules beside the script are the user's own: they may read argv or start work
-        if spec is not None and not os.path.abspath(origin).startswith(here + os.sep):
+        if spec is not None:
             keep.append(name)
     return keep
 
