@@ -69,3 +69,23 @@ def test_a_local_package_beside_the_script_wins_over_the_installed_one(launcher:
     local = str(SCRIPTS / "shadowed" / "yaml" / "__init__.py")
     assert _yaml_files(res.stdout) == {local}, res.stdout
     assert res.stdout.count("marker=local yaml beside the script") == 2, res.stdout
+
+
+def test_a_plain_script_failing_after_init_has_its_cause_on_the_last_line() -> None:
+    res = _distrain("-n", "2", RAISES)
+    assert res.returncode == 1, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"distrain run: job failed: rank 1 \(pid \d+\) exited with code 1: "
+        r"KeyError: 'the cause, raised after init'",
+        last,
+    ), res.stderr[-3000:]
+
+
+def test_a_self_started_childs_failure_is_the_scripts_run_once() -> None:
+    res = _distrain("-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port())
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert res.stdout.count("child rank 1 started") == 1, res.stdout + res.stderr[-3000:]
+    assert "fresh interpreters" not in res.stderr, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.endswith("exited with code 1: RuntimeError: child 1 failed on its own"), last

@@ -140,7 +140,17 @@ def fork_may_be_the_cause(exc: BaseException) -> bool:
     same way in a fresh interpreter: rerunning it only prints the error twice and loses the
     cause.  What a forked process can hit and a fresh one cannot shows up as a RuntimeError or
     OSError (a library refusing a forked process, state inherited from the server).
+
+    A failure the script's own children raised (``mp.spawn``'s ``ProcessRaisedException`` /
+    ``ProcessExitedException``, a ``Pool`` task's error carrying the child's traceback) is the
+    script's: its children failed, not this process's fork; it is reported once.
     """
+    import multiprocessing.pool
+
+    from torch.multiprocessing.spawn import ProcessException
+
+    if isinstance(exc, ProcessException) or isinstance(exc.__cause__, multiprocessing.pool.RemoteTraceback):
+        return False
     return not isinstance(exc, _SCRIPT_ERRORS)
 
 
