@@ -205,7 +205,8 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     if preload is None:  # forked from the launcher itself: the environment is already current
         return
     base: dict[str, str] = preload.BASE_ENV
-    agent = {k: v for k, v in os.environ.items() if base.get(k) != v}
+    own = getattr(preload, "SET_BY_PRELOAD", frozenset())
+    agent = {k: v for k, v in os.environ.items() if base.get(k) != v and k not in own}
     os.environ.clear()
     os.environ.update(launcher_env)
     os.environ.update(agent)
