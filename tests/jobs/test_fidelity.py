@@ -89,3 +89,20 @@ def test_a_self_started_childs_failure_is_the_scripts_run_once() -> None:
     assert "fresh interpreters" not in res.stderr, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
     assert last.endswith("exited with code 1: RuntimeError: child 1 failed on its own"), last
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["plain", "cpu"])
+def test_a_local_rank_tutorial_that_fails_gets_the_legacy_hint(tmp_path, cpu: bool) -> None:
+    flags = ["--cpu"] if cpu else []
+    res = _distrain(*flags, "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path))
+    assert res.returncode != 0, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert "the following arguments are required: --local_rank" in res.stderr, res.stderr[-3000:]
+    assert re.fullmatch(
+        r"distrain run: hint: old_style\.py parses --local_rank \(line \d+\), which "
+        r"torch\.distributed\.launch passed and torchrun does not; add --legacy-local-rank to pass it",
+        lines[-2],
+    ), lines[-3:]
+    assert lines[-1].startswith("distrain run: job failed: rank "), lines[-1]
+    ok = _distrain(*flags, "--legacy-local-rank", "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path))
+    assert ok.returncode == 0 and "hint" not in ok.stderr, ok.stderr[-3000:]
