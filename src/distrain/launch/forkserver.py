@@ -130,7 +130,7 @@ def top_level_imports(script: str) -> list[str]:
     return keep
 
 
-def start_server(script: str) -> None:
+def start_server(script: str, self_starting: bool | None = None) -> None:
     """Start the preloading fork server now: forked from this process once it imported torch.
 
     The server then imports only what torch does not bring (``torch._dynamo``, distrain, the
@@ -153,8 +153,9 @@ def start_server(script: str) -> None:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
         # a script that starts its own workers keeps the exec'd server: with the forked one, the
         # launcher twice outlived such a job by 90 s after its watch had ended it (2 test-suite
-        # runs of 5, cause not found; see docs/fast_start.md)
-        if selfstart.find(script) is None:
+        # runs of 5, cause not found; see docs/fast_start.md).  The plan's decision: a starter
+        # under a condition runs as torchrun would (launch/selfstart.decide)
+        if selfstart.decide(script, self_starting)[0] is None:
             with forked_server():
                 forkserver.ensure_running()
         else:
@@ -169,7 +170,9 @@ def early_start(argv: list[str]) -> bool:
     script = _script_from_argv(argv)
     if script is None or forkserver_unsafe():
         return False
-    start_server(script)
+    forced = {"--self-starting": True, "--no-self-starting": False}
+    launcher_argv = argv[: argv.index(script)]  # the script's own arguments are not ours
+    start_server(script, next((forced[t] for t in reversed(launcher_argv) if t in forced), None))
     return True
 
 
@@ -250,7 +253,7 @@ def run(args: argparse.Namespace) -> None:
     config, _, cmd_args = torchrun.config_from_args(args)
     config.start_method = "fork" if method == "fork" else "forkserver"
     if method != "fork":
-        start_server(cmd_args[0])  # no-op when early_start() already did it
+        start_server(cmd_args[0], args.self_starting)  # no-op when early_start() already did it
     env = dict(os.environ)
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
