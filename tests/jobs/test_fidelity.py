@@ -82,8 +82,9 @@ def test_a_plain_script_failing_after_init_has_its_cause_on_the_last_line() -> N
     ), res.stderr[-3000:]
 
 
-def test_a_self_started_childs_failure_is_the_scripts_run_once() -> None:
-    res = _distrain("-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port())
+@pytest.mark.parametrize("method", ["fast", "spawn"])
+def test_a_self_started_childs_failure_is_the_scripts_run_once(method: str) -> None:
+    res = _distrain("--start-method", method, "-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port())
     assert res.returncode == 1, res.stderr[-3000:]
     assert res.stdout.count("child rank 1 started") == 1, res.stdout + res.stderr[-3000:]
     assert "fresh interpreters" not in res.stderr, res.stderr[-3000:]
