@@ -26,7 +26,7 @@ import sys
 
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver, job_summary, rehearsal, rendezvous, watch_notice
+from . import forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -151,6 +151,9 @@ def _launch(
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
         _end_lines(breakdowns, notice)
+        tip = local_rank_hint.hint(launch.args, PROG)
+        if tip:  # before the last line: that one keeps the cause
+            print(tip, file=sys.stderr, flush=True)
         print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -114,18 +115,22 @@ def top_level_imports(script: str) -> list[str]:
     here = os.path.dirname(os.path.abspath(script))
     keep: list[str] = []
     for name in dict.fromkeys(names):
+        top = name.split(".")[0]
+        # a fresh `python script.py` has the script's folder first on sys.path: what is found
+        # there is the user's own code (it may read argv or start work), or a local package
+        # shadowing an installed one (a repo checkout's timm/), which the server must not import
+        if importlib.machinery.PathFinder.find_spec(top, [here]) is not None:
+            continue
         try:
-            spec = importlib.util.find_spec(name.split(".")[0])
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError):
             continue
-        origin = getattr(spec, "origin", None) or ""
-        # modules beside the script are the user's own: they may read argv or start work
-        if spec is not None and not os.path.abspath(origin).startswith(here + os.sep):
+        if spec is not None:
             keep.append(name)
     return keep
 
 
-def start_server(script: str) -> None:
+def start_server(script: str, self_starting: bool | None = None) -> None:
     """Start the preloading fork server now: forked from this process once it imported torch.
 
     The server then imports only what torch does not bring (``torch._dynamo``, distrain, the
@@ -148,8 +153,10 @@ def start_server(script: str) -> None:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])
         # a script that starts its own workers keeps the exec'd server: the hang once blamed on
         # the forked one was torch's Event.set() waiting for a worker the watch had ended (on
-        # either server; docs/fast_start.md), since fixed by the script's end waiting for it
-        if selfstart.find(script) is None:
+        # either server; docs/fast_start.md), since fixed by the script's end waiting for it.
+        # The plan's decision: a starter under a condition runs as torchrun would
+        # (launch/selfstart.decide)
+        if selfstart.decide(script, self_starting)[0] is None:
             with forked_server():
                 forkserver.ensure_running()
         else:
@@ -164,7 +171,9 @@ def early_start(argv: list[str]) -> bool:
     script = _script_from_argv(argv)
     if script is None or forkserver_unsafe():
         return False
-    start_server(script)
+    forced = {"--self-starting": True, "--no-self-starting": False}
+    launcher_argv = argv[: argv.index(script)]  # the script's own arguments are not ours
+    start_server(script, next((forced[t] for t in reversed(launcher_argv) if t in forced), None))
     return True
 
 
@@ -245,7 +254,7 @@ def run(args: argparse.Namespace) -> None:
     config, _, cmd_args = torchrun.config_from_args(args)
     config.start_method = "fork" if method == "fork" else "forkserver"
     if method != "fork":
-        start_server(cmd_args[0])  # no-op when early_start() already did it
+        start_server(cmd_args[0], args.self_starting)  # no-op when early_start() already did it
     env = dict(os.environ)
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
     fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None

@@ -37,6 +37,8 @@ _OWN_OPTIONS: dict[str, bool] = {
     "--launcher": True,
     "--watchdog": True,
     "--cpu": False,
+    "--self-starting": False,
+    "--no-self-starting": False,
     "--replicas": True,
 }
 
@@ -62,6 +64,14 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     )
 
     parser.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified")
+    parser.add_argument(
+        "--self-starting", dest="self_starting", action="store_const", const=True, default=None,
+        help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
+    )
+    parser.add_argument(
+        "--no-self-starting", dest="self_starting", action="store_const", const=False,
+        help="run N copies as torchrun would, even if the script seems to start its own workers",
+    )
     parser.add_argument(
         "--replicas", default=None, metavar="R", help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')"
     )
@@ -217,17 +227,22 @@ def plan(argv: list[str]) -> LaunchPlan:
     if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
         env[RUN_DIR] = os.path.abspath(args.run_dir or args.log_dir)
     line = once = ""
+    reads_script = not (args.module or args.no_python)
+    # a guess that depends on the script's arguments never wins silently (launch/selfstart.py)
+    found, note = selfstart.decide(script, args.self_starting) if reads_script else (None, "")
     if args.cpu:
         if args.gpus is not None:
             raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
-        agents, line = rehearsal.configure(script, nproc, env)
+        agents, line = rehearsal.configure(script, nproc, env, found)
         args.nproc_per_node = str(agents)
-    elif not (args.module or args.no_python) and args.launcher == "torchrun":
-        found = selfstart.find(script)
+        once = f"{PROG}: {note}" if note else ""
+    elif reads_script and args.launcher == "torchrun":
         if found is not None:  # run once: its own children are the job (launch/selfstart.py)
             selfstart.mark(env)
             once = found.start_line(PROG, os.path.basename(script), nproc)
             args.nproc_per_node = "1"
+        elif note:
+            once = f"{PROG}: {note}"
     return LaunchPlan(args, env, network, line, launcher_argv, rest, once, takes_value)
 
 

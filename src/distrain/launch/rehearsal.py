@@ -26,19 +26,24 @@ from . import selfstart
 PROG = "distrain run --cpu"
 
 
-def configure(script: str, nproc: int, env: dict[str, str]) -> tuple[int, str]:
-    """Set the workers' environment for `nproc` stand-in GPUs; (agent processes, start line)."""
+def configure(
+    script: str, nproc: int, env: dict[str, str], found: selfstart.SelfStart | None
+) -> tuple[int, str]:
+    """Set the workers' environment for `nproc` stand-in GPUs; (agent processes, start line).
+
+    `found`: what the script starts itself, decided by launch/selfstart.decide (None: N copies).
+    """
     env[CPU_REHEARSAL] = str(nproc)
     path = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = rehearse_boot_dir() + (os.pathsep + path if path else "")
     who = f"{nproc} CPU processes stand in for {nproc} GPUs" if nproc != 1 else "1 CPU process stands in for 1 GPU"
     line = f"{PROG}: {who}; cuda → cpu, nccl → gloo"
-    found = selfstart.find(script) if os.path.isfile(script) else None
     if found is None:
         return nproc, line
     selfstart.mark(env)
     name = os.path.basename(script)
-    return 1, f"{line} ({name} starts them itself: {found.kind} at line {found.line}; it runs once)"
+    where = f"{found.kind} at line {found.line}" if found.line else found.kind
+    return 1, f"{line} ({name} starts them itself: {where}; it runs once)"
 
 
 def start(env: dict[str, str]) -> str:

@@ -11,6 +11,13 @@ The check follows names however the script imports them (``import multiprocessin
 ``from torch import multiprocessing``, ``from multiprocessing import Process as P``,
 ``ctx = mp.get_context("spawn"); ctx.Process``).  A ``Process`` counts only inside a loop or
 a comprehension: one helper process is not a group of workers.
+
+A source-only guess never silently reshapes a job: a starter reached only through a condition
+(``if args.multiprocessing_distributed: mp.spawn(...)``, pytorch/examples imagenet, whose
+torchrun way is ``--dist-url env://`` with N copies) makes the job run as torchrun would, N
+copies, with a line saying what was seen; ``--self-starting`` / ``--no-self-starting`` decide.
+Only ``if __name__ == "__main__"`` counts as unconditional.  A starter inside a function that is
+itself called under a condition is not seen as conditional (the read does not follow calls).
 """
 
 from __future__ import annotations
@@ -41,9 +48,21 @@ class SelfStart:
 
     kind: str  # e.g. "multiprocessing.Process", "torch.multiprocessing.spawn"
     line: int
+    #: the condition the starter runs under (source text), "" when it always runs
+    condition: str = ""
+
+    @property
+    def sure(self) -> bool:
+        """Whether the script starts its workers whatever its arguments (no condition seen)."""
+        return not self.condition
 
     def start_line(self, prog: str, script_name: str, nproc: int) -> str:
         """The line `distrain run` prints when it runs such a script once instead of `nproc` times."""
+        if not self.line:
+            return (
+                f"{prog}: {script_name} starts its own workers (--self-starting); "
+                f"running it once (not {nproc} copies), its children are the job"
+            )
         return (
             f"{prog}: {script_name} starts its own workers ({self.kind} at line {self.line}); "
             f"running it once (not {nproc} copies), its children are the job"
@@ -100,8 +119,37 @@ def _in_loop(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round): the script run as a script, always true."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+    return "__name__" in sides and bool(sides & {"'__main__'", '"__main__"'})
+
+
+def _condition(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    """The first condition `node` runs under (source text), "" when none but the main guard."""
+    child = node
+    while child in parents:
+        parent = parents[child]
+        if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and child is not parent.test:
+            if not (isinstance(parent, ast.If) and _is_main_guard(parent.test) and child in parent.body):
+                return ast.unparse(parent.test)[:80]
+        elif isinstance(parent, ast.ExceptHandler):
+            return "an exception was raised"
+        elif isinstance(parent, ast.Match):
+            return f"match {ast.unparse(parent.subject)[:60]}"
+        elif isinstance(parent, ast.BoolOp):
+            return ast.unparse(parent)[:80]
+        child = parent
+    return ""
+
+
 def find(script: str) -> SelfStart | None:
-    """Where `script` starts its own workers, if it does (None: unreadable or it does not)."""
+    """Where `script` starts its own workers, if it does (None: unreadable or it does not).
+
+    A starter that always runs wins over one under a condition (``SelfStart.condition``).
+    """
     try:
         with open(script, "rb") as f:
             tree = ast.parse(f.read(), filename=script)
@@ -126,8 +174,29 @@ def find(script: str) -> SelfStart | None:
             continue
         if kind.endswith(".Process") and not _in_loop(node, parents):
             continue
-        found.append(SelfStart(kind, node.lineno))
-    return min(found, key=lambda s: s.line) if found else None
+        found.append(SelfStart(kind, node.lineno, _condition(node, parents)))
+    return min(found, key=lambda s: (not s.sure, s.line)) if found else None
+
+
+def decide(script: str, forced: bool | None) -> tuple[SelfStart | None, str]:
+    """Whether to run `script` once (its children are the job), and the note to print.
+
+    `forced` is ``--self-starting`` (True), ``--no-self-starting`` (False) or neither (None).
+    Returns (what to run once for, or None: N copies as torchrun would; a note, maybe "").
+    """
+    found = find(script) if os.path.isfile(script) else None
+    if forced is False:
+        return None, ""
+    if forced is True:
+        return found or SelfStart("--self-starting", 0), ""
+    if found is None or found.sure:
+        return found, ""
+    name = os.path.basename(script)
+    return None, (
+        f"{name} starts its own workers only if {found.condition} ({found.kind} at line "
+        f"{found.line}): running it as torchrun would; pass --self-starting if it starts them "
+        "in this run"
+    )
 
 
 def mark(env: dict[str, str]) -> None:

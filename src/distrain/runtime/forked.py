@@ -54,6 +54,13 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _announce(fresh, f"the fork server is unsafe ({unsafe})")
         _run_fresh(job.script, script_args)
         return
+    shadowed = shadowed_imports(job.script)
+    if shadowed and fresh is not None:
+        _announce(fresh, shadowed)
+        _run_fresh(job.script, script_args)
+        return
+    if shadowed:  # --start-method forkserver: no fallback, but not silently
+        _log.warning(f"{PROG}: {shadowed}; the forked worker keeps the server's")
     if os.environ.get(CPU_REHEARSAL):  # distrain run --cpu: CUDA stands in on the CPU
         from .rehearse import install
 
@@ -91,6 +98,36 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     _run_atexit()
 
 
+def shadowed_imports(script: str, modules: dict[str, Any] | None = None) -> str:
+    """Why the fork server's imports differ from a fresh interpreter's for `script` ("" if not).
+
+    A fresh ``python script.py`` has the script's folder first on sys.path, so a module or
+    package there (a repo checkout's ``timm/`` beside ``train.py``) wins over an installed one.
+    The server imported its modules (torch's dependencies, the script's imports) before the
+    worker knew the script: any of them that the script's folder would shadow is the wrong one.
+    Only the folder's regular modules and packages shadow: a folder without ``__init__.py`` is a
+    namespace portion, which an installed package of the same name wins over.
+    """
+    import importlib.machinery
+
+    here = os.path.dirname(os.path.abspath(script))
+    loaded = sys.modules if modules is None else modules
+    for name in sorted({m.split(".")[0] for m in loaded} - set(sys.builtin_module_names)):
+        where = getattr(loaded.get(name), "__file__", None)
+        if where is None or name.startswith("__"):  # a namespace package, __main__, __mp_main__
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(name, [here])
+        if spec is None or spec.origin in (None, "namespace"):
+            continue
+        if os.path.abspath(spec.origin) != os.path.abspath(where):
+            local = os.path.relpath(spec.origin, os.getcwd())
+            return (
+                f"{os.path.basename(script)} would import its own {name} ({local}), "
+                f"the fork server has {where}"
+            )
+    return ""
+
+
 #: what a fresh interpreter would raise just the same: the script's own mistakes, never the fork's
 _SCRIPT_ERRORS = (SyntaxError, ImportError, NameError, AttributeError, TypeError, ValueError, LookupError,
                   AssertionError, ArithmeticError, FileNotFoundError, PermissionError, NotImplementedError)
@@ -103,7 +140,17 @@ def fork_may_be_the_cause(exc: BaseException) -> bool:
     same way in a fresh interpreter: rerunning it only prints the error twice and loses the
     cause.  What a forked process can hit and a fresh one cannot shows up as a RuntimeError or
     OSError (a library refusing a forked process, state inherited from the server).
+
+    A failure the script's own children raised (``mp.spawn``'s ``ProcessRaisedException`` /
+    ``ProcessExitedException``, a ``Pool`` task's error carrying the child's traceback) is the
+    script's: its children failed, not this process's fork; it is reported once.
     """
+    import multiprocessing.pool
+
+    from torch.multiprocessing.spawn import ProcessException
+
+    if isinstance(exc, ProcessException) or isinstance(exc.__cause__, multiprocessing.pool.RemoteTraceback):
+        return False
     return not isinstance(exc, _SCRIPT_ERRORS)
 
 
@@ -158,7 +205,8 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     if preload is None:  # forked from the launcher itself: the environment is already current
         return
     base: dict[str, str] = preload.BASE_ENV
-    agent = {k: v for k, v in os.environ.items() if base.get(k) != v}
+    own = getattr(preload, "SET_BY_PRELOAD", frozenset())
+    agent = {k: v for k, v in os.environ.items() if base.get(k) != v and k not in own}
     os.environ.clear()
     os.environ.update(launcher_env)
     os.environ.update(agent)

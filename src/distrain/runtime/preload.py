@@ -59,6 +59,9 @@ def _preload(names: list[str]) -> None:
 
 
 _preload(list(_CORE) + [n for n in os.environ.get(PRELOAD, "").split(",") if n])
+#: variables the preloaded imports set themselves (torch._inductor's TORCHINDUCTOR_CACHE_DIR): a
+#: fresh interpreter has them only once it imports those modules, so workers do not inherit them
+SET_BY_PRELOAD: frozenset[str] = frozenset(k for k, v in os.environ.items() if BASE_ENV.get(k) != v)
 
 if threading.active_count() > 1:
     UNSAFE = "a preloaded module started a thread: " + ", ".join(t.name for t in threading.enumerate())

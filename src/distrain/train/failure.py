@@ -58,7 +58,24 @@ def is_peer_failure(err: BaseException) -> bool:
 
 def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
     """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
-    write_error_message(path, f"{type(err).__name__}: {err}", "".join(traceback.format_exception(type(err), err, tb)))
+    write_error_message(path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb)))
+
+
+def cause_line(err: BaseException) -> str:
+    """``Type: message``; for a self-started child's failure re-raised by ``mp.spawn``, the child's.
+
+    ``ProcessRaisedException`` carries the child's whole traceback as its message (its first
+    line is empty): the child's own exception line, its last, is the cause.
+    """
+    try:
+        from torch.multiprocessing.spawn import ProcessRaisedException
+    except ImportError:
+        ProcessRaisedException = ()  # type: ignore[assignment,misc]  # noqa: N806 - no torch: none
+    if isinstance(err, ProcessRaisedException):
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        if lines:
+            return lines[-1].strip()
+    return f"{type(err).__name__}: {err}"
 
 
 def write_error_message(path: str, message: str, callstack: str) -> None:
@@ -92,21 +109,25 @@ def print_traceback_block(rank: int | str, err: BaseException, header: str = "")
 def report_uncaught(err: BaseException) -> None:
     """What the interpreter does with an uncaught exception, for a worker that runs the script itself.
 
-    A hook the script or `distrain.init()` installed gets it; otherwise (a plain script) the
-    traceback is printed once as a block and the agent's error file names the cause.
+    The agent's error file names the cause (unless a peer's failure caused this one), whoever
+    installed the hook: torch's ``init_process_group`` installs its ``[rankN]`` hook in every
+    process that forms a group, and that hook writes no error file.  Then a hook the script,
+    torch or `distrain.init()` installed prints it; otherwise (a plain script before its group)
+    the traceback is printed once as a block.
     """
+    peer = is_peer_failure(err)
+    error_file = os.environ.get(ERROR_FILE)
+    if error_file and not peer:
+        with contextlib.suppress(OSError):
+            write_error_file(error_file, err, err.__traceback__)
     if sys.excepthook is not sys.__excepthook__:
         sys.excepthook(type(err), err, err.__traceback__)
         return
     rank = os.environ.get("RANK", "?")
-    if is_peer_failure(err):
+    if peer:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         _log.error(f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})")
         return
-    error_file = os.environ.get(ERROR_FILE)
-    if error_file:
-        with contextlib.suppress(OSError):
-            write_error_file(error_file, err, err.__traceback__)
     print_traceback_block(rank, err)
 
 

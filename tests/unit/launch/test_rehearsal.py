@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from distrain.launch.rehearsal import configure, summary
+from distrain.launch.selfstart import find
 
 
 def _script(tmp_path: Path, text: str) -> str:
@@ -20,7 +21,7 @@ def _script(tmp_path: Path, text: str) -> str:
 def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "/mine")
     env: dict[str, str] = {}
-    agents, line = configure(_script(tmp_path, "print(1)\n"), 1, env)
+    agents, line = configure(_script(tmp_path, "print(1)\n"), 1, env, None)
     assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "1"
     boot, rest = env["PYTHONPATH"].split(os.pathsep)
     assert boot.endswith("boot") and rest == "/mine"
@@ -29,7 +30,8 @@ def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeyp
 
 def test_configure_runs_a_self_spawning_script_once(tmp_path: Path) -> None:
     env: dict[str, str] = {}
-    agents, line = configure(_script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=4)\n"), 4, env)
+    script = _script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=4)\n")
+    agents, line = configure(script, 4, env, find(script))
     assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "4" and env["DISTRAIN_SELF_STARTING"] == "1"
     assert line.endswith("(train.py starts them itself: torch.multiprocessing.spawn at line 2; it runs once)")
 

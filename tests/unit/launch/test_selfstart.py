@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.launch.selfstart import SelfStart, find, mark
+from distrain.launch.selfstart import SelfStart, decide, find, mark
 
 
 def _script(tmp_path: Path, text: str) -> str:
@@ -61,3 +61,53 @@ def test_mark_puts_the_boot_folder_on_pythonpath_once(monkeypatch: pytest.Monkey
     mark(env)
     boot, rest = env["PYTHONPATH"].split(os.pathsep)
     assert env["DISTRAIN_SELF_STARTING"] == "1" and boot.endswith("boot") and rest == "/mine"
+
+
+_IMAGENET = (
+    "import torch.multiprocessing as mp\n"
+    "def main(args):\n"
+    "    if args.multiprocessing_distributed:\n"
+    "        mp.spawn(worker, nprocs=2)\n"
+    "    else:\n"
+    "        worker(0)\n"
+    "if __name__ == '__main__':\n"
+    "    main(parse())\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "condition"),
+    [(_IMAGENET, "args.multiprocessing_distributed"),
+     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    mp.spawn(f, nprocs=2)\n", ""),
+     ("import torch.multiprocessing as mp\nif '__main__' == __name__:\n    mp.spawn(f, nprocs=2)\n", ""),
+     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    pass\nelse:\n    mp.spawn(f, nprocs=2)\n",
+      "__name__ == '__main__'"),
+     ("import torch.multiprocessing as mp\ntry:\n    x()\nexcept E:\n    mp.spawn(f, nprocs=2)\n",
+      "an exception was raised"),
+     ("import torch.multiprocessing as mp\nn > 1 and mp.spawn(f, nprocs=n)\n", "n > 1 and mp.spawn(f, nprocs=n)")],
+)  # fmt: skip
+def test_a_starter_under_a_condition_is_not_sure(tmp_path: Path, source: str, condition: str) -> None:
+    found = find(_script(tmp_path, source))
+    assert found is not None and found.condition == condition and found.sure == (not condition)
+
+
+def test_an_unconditional_starter_wins_over_a_conditional_one(tmp_path: Path) -> None:
+    source = "import torch.multiprocessing as mp\nif a:\n    mp.spawn(f)\nmp.spawn(g)\n"
+    assert find(_script(tmp_path, source)) == SelfStart("torch.multiprocessing.spawn", 4)
+
+
+def test_decide_runs_a_flag_gated_script_as_torchrun_would_and_says_so(tmp_path: Path) -> None:
+    script = _script(tmp_path, _IMAGENET)
+    found, note = decide(script, None)
+    assert found is None
+    assert note == (
+        "train.py starts its own workers only if args.multiprocessing_distributed "
+        "(torch.multiprocessing.spawn at line 4): running it as torchrun would; "
+        "pass --self-starting if it starts them in this run"
+    )
+    assert decide(script, True) == (SelfStart("torch.multiprocessing.spawn", 4, "args.multiprocessing_distributed"), "")
+    sure = _script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f)\n")
+    assert decide(sure, None) == (SelfStart("torch.multiprocessing.spawn", 2), "")
+    assert decide(sure, False) == (None, "")
+    plain = _script(tmp_path, "print(1)\n")
+    assert decide(plain, True) == (SelfStart("--self-starting", 0), "")

@@ -105,3 +105,27 @@ def test_without_a_c10d_endpoint_there_is_nothing_to_stop(monkeypatch: pytest.Mo
 )
 def test_an_endpoint_is_split_as_torch_does(endpoint: str, expected: tuple[str, int]) -> None:
     assert split_endpoint(endpoint) == expected
+
+
+def test_cause_line_of_a_self_started_childs_failure_is_the_childs() -> None:
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    msg = "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n" \
+          '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
+    assert failure.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"
+    assert failure.cause_line(KeyError("lr")) == "KeyError: 'lr'"
+
+
+def test_report_uncaught_writes_the_error_file_under_torchs_hook(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's init_process_group installs its own [rankN] hook, which writes no error file
+    seen: list[BaseException] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, err, tb: seen.append(err))
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    err = KeyError("the cause")
+    failure.report_uncaught(err)
+    assert seen == [err] and "KeyError: 'the cause'" in (tmp_path / "error.json").read_text()
+    (tmp_path / "error.json").unlink()
+    failure.report_uncaught(RuntimeError("Connection reset by peer"))  # a peer's failure: no file
+    assert not (tmp_path / "error.json").exists()

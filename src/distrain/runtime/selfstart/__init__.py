@@ -14,14 +14,16 @@ sitecustomize) and in each fresh child (spawn start method):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import multiprocessing.process
 import os
 import shutil
 import sys
 import tempfile
+from types import TracebackType
 
-from ...contract import FORM_DIR, SELF_STARTING
+from ...contract import ERROR_FILE, FORM_DIR, SELF_STARTING
 from . import members
 from .watch import Watcher
 
@@ -62,3 +64,27 @@ def install() -> None:
             _watcher.add(self)
 
     multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
+    _record_uncaught()
+
+
+def _record_uncaught() -> None:
+    """The script's uncaught exception (``mp.spawn``'s re-raise of a child's) in the error file.
+
+    A fresh interpreter (``--start-method spawn``) runs no distrain code at its end: without
+    this the agent finds no error file and `distrain run`'s last line had no cause.  The
+    watcher's own verdict, written first, stands.  The traceback still goes to the hook that
+    was there (the interpreter's, or the script's).
+    """
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+        path = os.environ.get(ERROR_FILE)
+        if path and not os.path.exists(path):
+            from ...train.failure import is_peer_failure, write_error_file
+
+            if not is_peer_failure(err):
+                with contextlib.suppress(OSError):
+                    write_error_file(path, err, tb)
+        previous(kind, err, tb)
+
+    sys.excepthook = hook

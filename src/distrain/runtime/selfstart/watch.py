@@ -111,7 +111,11 @@ class Watcher:
     def _loop(self) -> None:
         while True:
             time.sleep(_POLL_S)
-            verdict = self.check(time.monotonic())
+            try:
+                verdict = self.check(time.monotonic())
+            except Exception as err:  # a watch is no reason to print a traceback in the job
+                _log.warning(f"distrain: stopped watching the script's children ({type(err).__name__}: {err})")
+                return
             if verdict:
                 self._end(verdict)
                 return
@@ -133,7 +137,9 @@ class Watcher:
                 return self._death_line(pid, status[pid], joins, errors, alive, formed)
         if joins and self._first_join is None:
             self._first_join = now
-        if self._first_join is None or now - self._first_join < self.timeout_s:
+        # the notes go with the folder at the script's end (atexit) while this thread still polls:
+        # a first join seen, then no notes at all, is a job ending, not a group failing to form
+        if self._first_join is None or now - self._first_join < self.timeout_s or not joins:
             return None
         sizes = {int(n.get("world_size", -1)) for n in joins.values()}
         size = max(sizes)

@@ -130,3 +130,32 @@ def test_the_script_ending_waits_for_its_running_children_with_the_watch_on(
     child.exitcode = 0
     done.join(5.0)
     assert not done.is_alive() and watcher._script_done
+
+
+def test_notes_gone_after_the_first_join_are_no_failure(watcher: Watcher) -> None:
+    # the script's end removes the notes' folder while the thread polls (issue 31: the thread
+    # printed "ValueError: max() arg is an empty sequence" after a successful run of over 60 s)
+    watcher.add(Child(10, None))
+    _note(watcher, "join", 10, rank=0, world_size=2, watched=True)
+    assert watcher.check(0.0) is None
+    (Path(watcher.folder) / "join-10").unlink()
+    assert watcher.check(61.0) is None
+
+
+def test_the_watch_thread_never_prints_a_traceback(
+    watcher: Watcher, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(watch, "_POLL_S", 0.01)
+
+    def broken(now: float) -> None:
+        raise ValueError("max() arg is an empty sequence")
+
+    monkeypatch.setattr(watcher, "check", broken)
+    uncaught: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)  # what would print the traceback
+    thread = threading.Thread(target=watcher._loop)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and not uncaught
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "stopped watching the script's children (ValueError" in err
