@@ -320,11 +320,8 @@ class Context(Reductions):
 
     # -- checkpoints ------------------------------------------------------------------------
     def checkpointer(self, directory: str | os.PathLike[str] | None, **kwargs: Any) -> Any:
-        """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory` (see docs/checkpointing.md).
-
-        ``None``: nothing is saved, but ``restore(...)`` still registers the state that a
-        replacement under ``--replicas`` copies from a live group (train/checkpoint/nodisk.py).
-        """
+        """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory`; ``None``:
+        nothing saved, the state registered for ``--replicas`` heals (docs/checkpointing.md)."""
         from ..train.checkpoint import Checkpointer
 
         if directory is None:

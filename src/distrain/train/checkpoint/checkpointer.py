@@ -44,7 +44,7 @@ from .files import (
     rank_file,
     read_manifest,
 )
-from .state import Registered, _to_cpu_copy, rng_state, set_rng_state, strategy_of
+from .state import Registered, _to_cpu_copy, register, rng_state, set_rng_state, strategy_of
 from .writer import Writer
 
 if TYPE_CHECKING:
@@ -165,14 +165,7 @@ class Checkpointer:
         return resumed
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
-        for name, obj in objects.items():
-            if obj is None:
-                continue
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise TypeError(f"{name} has no state_dict()/load_state_dict()")
-            self.objects[name] = obj
-        if "scaler" not in self.objects and self.ctx.scaler is not None:
-            self.objects["scaler"] = self.ctx.scaler
+        register(self.objects, objects, self.ctx.scaler)
         self._reg = Registered.split(self.objects)
         if self.ctx.distributed and self._group is None:
             self._group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)

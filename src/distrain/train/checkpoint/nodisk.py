@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .checkpointer import Resumed
+from .state import register
 
 if TYPE_CHECKING:
     from ...runtime.context import Context
@@ -27,14 +28,7 @@ class NoDisk:
 
     def restore(self, **objects: Any) -> Resumed:
         """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
-        for name, obj in objects.items():
-            if obj is None:
-                continue
-            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise TypeError(f"{name} has no state_dict()/load_state_dict()")
-            self.objects[name] = obj
-        if "scaler" not in self.objects and self.ctx.scaler is not None:
-            self.objects["scaler"] = self.ctx.scaler
+        register(self.objects, objects, self.ctx.scaler)
         if self.ctx.replicas is not None:
             return self.ctx.replicas.restore(self.objects, Resumed())
         return Resumed()

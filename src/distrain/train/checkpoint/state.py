@@ -211,3 +211,16 @@ def _owner(opt: torch.optim.Optimizer, modules: Mapping[str, nn.Module]) -> str 
         if any(p is first for p in m.parameters()):
             return name
     return None
+
+
+def register(into: dict[str, Any], objects: dict[str, Any], scaler: Any) -> None:
+    """Add the restorable `objects` (None skipped) and the context's GradScaler to `into`;
+    TypeError for an object without state_dict()/load_state_dict()."""
+    for name, obj in objects.items():
+        if obj is None:
+            continue
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise TypeError(f"{name} has no state_dict()/load_state_dict()")
+        into[name] = obj
+    if "scaler" not in into and scaler is not None:
+        into["scaler"] = scaler
