@@ -124,11 +124,35 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="distrain-watchdog", daemon=True)
         self._seen: dict[int, tuple[int, float]] = {}  # rank → (beat, monotonic time it last changed)
+        self._store_ok = time.monotonic()  # the last heartbeat round trip through the store
+        self._guard = threading.Thread(target=self._guard_store, name="distrain-watchdog-store", daemon=True)
 
     def start(self) -> Watchdog:
-        """Start the heartbeat thread; returns self."""
+        """Start the heartbeat thread (and the guard of its store); returns self."""
         self._thread.start()
+        self._guard.start()
         return self
+
+    def _guard_store(self) -> None:
+        """Give the verdict when the store itself stopped answering.
+
+        The job's store is served by rank 0's process (or its agent), and a store call never
+        times out: with rank 0 frozen (SIGSTOP) every rank's heartbeat waited inside the store
+        for good and nobody said anything (chaos campaign, seed 15 trials 7 and 22).
+        """
+        while not self._stop.wait(self.poll):
+            now = time.monotonic()
+            quiet, idle = now - self._store_ok, now - self._last_progress
+            if self.step > 0 and idle > self.seconds and quiet > self.seconds:
+                where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                self._abort(
+                    f"distrain watchdog: no training progress for {self.seconds:g} s; the job's "
+                    f"store ({where}, served by rank 0's process or its agent) has not answered "
+                    f"for {quiet:.0f} s: rank 0 is frozen or gone. This rank's Python stack "
+                    f"follows; exiting with code {WATCHDOG_EXIT_CODE}.",
+                    print_summary=True,
+                )
+                return
 
     def stop(self) -> None:
         """Stop the thread (at shutdown)."""
@@ -223,6 +247,7 @@ class Watchdog:
                     # rank 0 prints on the launching console unless its process is frozen
                     reporter = self.rank if 0 in frozen else 0
                     store.compare_set("verdict", "", f"{reporter}\n{text}")
+                self._store_ok = time.monotonic()
             except Exception:
                 if self._stop.is_set():
                     return
