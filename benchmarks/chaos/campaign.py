@@ -48,6 +48,9 @@ from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 
 PY = sys.executable
 STEP_DIR = re.compile(r"step_(\d+)$")
+#: the checkout's commit, recorded with every trial (a trial replays against the same code)
+COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                        text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
 #: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
 #: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
@@ -272,6 +275,18 @@ def table(trials: list[Trial]) -> str:
     return "\n".join(lines)
 
 
+def load_trials(paths: list[str]) -> list[Trial]:
+    """Trials recorded by --json, with their verdicts (a missed fault: 'missed: …' in `what`)."""
+    trials = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line)
+            t = Trial(row["index"], row["kind"], row["fault"], row["moment"], row["what"])
+            t.verdict, t.missed = Verdict(row["verdict"], row["detail"]), row["what"].startswith("missed")
+            trials.append(t)
+    return trials
+
+
 def main() -> int:
     """Draw and run the trials; print each, then the table; 1 when any broke the oracle."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -282,7 +297,12 @@ def main() -> int:
     p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
     p.add_argument("--json", default=None, help="append one JSON line per trial here")
     p.add_argument("--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
+                   help="print the table of trials recorded with --json (several runs add up)")  # fmt: skip
     args = p.parse_args()
+    if args.summarize:
+        print(table(load_trials(args.summarize)))
+        return 0
     kinds, faults = args.kinds.split(","), args.faults.split(",")
     for name in kinds + faults:
         if name not in KINDS and name not in FAULTS:
@@ -307,7 +327,7 @@ def main() -> int:
                   f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
             if args.json:
                 with open(args.json, "a") as f:
-                    f.write(json.dumps({"seed": seed, "index": t.index, "kind": t.kind, "fault": t.fault,
+                    f.write(json.dumps({"seed": seed, "index": t.index, "commit": COMMIT, "kind": t.kind, "fault": t.fault,
                                         "moment": t.moment, "what": t.what, "verdict": v.word,
                                         "detail": v.detail, "seconds": round(t.seconds, 1)}) + "\n")  # fmt: skip
     bad = [t for t in done if t.verdict and not t.verdict.ok]
