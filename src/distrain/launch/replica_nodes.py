@@ -15,6 +15,7 @@ import datetime as dt
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,17 +145,8 @@ class RollCall:
         """
         if len(self._started) == self.placement.groups:
             return
-        for g in range(self.placement.groups):
-            if g in self._started:
-                continue
-            mark = ft_start_file(folder, g)
-            if g in local:
-                if os.path.exists(mark):
-                    self.store.set(f"start{g}", "1")
-                    self._started.add(g)
-            elif self.store.check([f"start{g}"]):
-                mark_ft_start(folder, g)
-                self._started.add(g)
+        self._carry(self._started, "start", lambda g: ft_start_file(folder, g),
+                    lambda g: mark_ft_start(folder, g), local)  # fmt: skip
 
     def share_ends(self, folder: str, local: list[int]) -> None:
         """Carry the groups' end marks (contract.ft_end_file) between the nodes, like the start marks.
@@ -162,18 +154,23 @@ class RollCall:
         A group that ended waits for the others to meet it (train/replica_end.py) unless they
         ended too; a group on another node ends there.
         """
+        self._carry(self._ended, "end", lambda g: ft_end_file(folder, g),
+                    lambda g: open(ft_end_file(folder, g), "a").close(), local)  # fmt: skip
+
+    def _carry(self, done: set[int], key: str, mark: Callable[[int], str],
+               write_mark: Callable[[int], None], local: list[int]) -> None:  # fmt: skip
+        """This node's groups' marks (files) into the store as ``<key><group>``; the other nodes'
+        from the store into files here; `done` holds the groups carried already."""
         for g in range(self.placement.groups):
-            if g in self._ended:
+            if g in done:
                 continue
-            mark = ft_end_file(folder, g)
             if g in local:
-                if os.path.exists(mark):
-                    self.store.set(f"end{g}", "1")
-                    self._ended.add(g)
-            elif self.store.check([f"end{g}"]):
-                with open(mark, "a"):
-                    pass
-                self._ended.add(g)
+                if os.path.exists(mark(g)):
+                    self.store.set(f"{key}{g}", "1")
+                    done.add(g)
+            elif self.store.check([f"{key}{g}"]):
+                write_mark(g)
+                done.add(g)
 
     def finished(self) -> None:
         """Say this node's groups have all ended."""
