@@ -14,6 +14,8 @@ from pathlib import Path
 
 from kinds import Job, Kind, replica_verdict
 
+#: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
+CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
 #: verdicts that keep the promise
 GOOD = ("healed", "stopped")
 #: verdicts that break it, in the order they are reported when several apply
@@ -95,7 +97,7 @@ def judge(
                 word = "healed"
     elif last.rc is not None:
         line = last.last_line()
-        if line.startswith("distrain"):
+        if line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
             word, detail = "stopped", line
         else:
             problems.append("no cause")

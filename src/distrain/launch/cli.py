@@ -103,16 +103,22 @@ def main(argv: list[str]) -> int:
     notice = watch_notice.start(launch, breakdowns)  # --watchdog on a script without init()
     os.environ.update(launch.env)
     try:
-        return _launch(launch, breakdowns, notice)
+        return _launch(launch, breakdowns, notice, folder)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
-        if folder:
-            rehearsal.finish(folder)
-        _end_lines(breakdowns, notice)  # printed already when the job failed (see _launch)
+        _end_lines(breakdowns, notice, folder)  # printed already when the job failed (_launch)
 
 
-def _end_lines(breakdowns: str | None, notice: watch_notice.WatchNotice | None) -> None:
-    """The end-of-job lines (once): the watchdog notice, then the step breakdown."""
+def _end_lines(
+    breakdowns: str | None,
+    notice: watch_notice.WatchNotice | None,
+    rehearsal_folder: str | None = None,
+) -> None:
+    """The end-of-job lines (once), all before a failure's verdict: what ``--cpu`` mapped (seen
+    after the verdict, as the job's last line, in the chaos campaign), the watchdog notice,
+    then the step breakdown."""
+    if rehearsal_folder:
+        rehearsal.finish(rehearsal_folder)  # removes the folder: a second call says nothing
     if notice is not None:
         notice.finish()  # reads the marks in the folder job_summary.finish removes
     job_summary.finish(breakdowns)
@@ -122,6 +128,7 @@ def _launch(
     launch: LaunchPlan,
     breakdowns: str | None = None,
     notice: watch_notice.WatchNotice | None = None,
+    rehearsal_folder: str | None = None,
 ) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
@@ -150,7 +157,7 @@ def _launch(
         forkserver.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
-        _end_lines(breakdowns, notice)
+        _end_lines(breakdowns, notice, rehearsal_folder)
         tip = local_rank_hint.hint(launch.args, PROG)
         if tip:  # before the last line: that one keeps the cause
             print(tip, file=sys.stderr, flush=True)
@@ -158,7 +165,7 @@ def _launch(
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
-        _end_lines(breakdowns, notice)
+        _end_lines(breakdowns, notice, rehearsal_folder)
         print(f"{PROG}: stopped by {name} (the workers were given it and have exited)", file=sys.stderr, flush=True)
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:
@@ -168,7 +175,7 @@ def _launch(
         return err.exit_code
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
         if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
-            job_summary.finish(breakdowns)
+            _end_lines(breakdowns, notice, rehearsal_folder)
             reason = rendezvous.stop_reason(launch.args) or "see the ranks' logs"
             why = "not restarted (a restart would fail the same way)"
             print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
