@@ -276,12 +276,19 @@ def table(trials: list[Trial]) -> str:
 
 
 def load_trials(paths: list[str]) -> list[Trial]:
-    """Trials recorded by --json, with their verdicts (a missed fault: 'missed: …' in `what`)."""
+    """Trials recorded by --json (JSON lines) or kept as a table (benchmarks/chaos/trials/*.tsv,
+    the same fields), with their verdicts (a missed fault: 'missed: …' in `what`)."""
+    import csv
+
     trials = []
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            row = json.loads(line)
-            t = Trial(row["index"], row["kind"], row["fault"], row["moment"], row["what"])
+        text = Path(path).read_text()
+        if path.endswith(".tsv"):
+            rows: list[dict] = list(csv.DictReader(text.splitlines(), delimiter="\t"))
+        else:
+            rows = [json.loads(line) for line in text.splitlines()]
+        for row in rows:
+            t = Trial(int(row["index"]), row["kind"], row["fault"], float(row["moment"]), row["what"])
             t.verdict, t.missed = Verdict(row["verdict"], row["detail"]), row["what"].startswith("missed")
             trials.append(t)
     return trials
