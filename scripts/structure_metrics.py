@@ -1,0 +1,217 @@
+"""Count the structure figures that CONTRIBUTING.md's map promises, from the code as it stands.
+
+    python3 scripts/structure_metrics.py            # all figures, one per line
+    python3 scripts/structure_metrics.py --no-run   # skip the two that start processes
+
+Figures:
+- modules_to_first_step: distrain modules imported by every process of `distrain run -n 2` of a
+  one-step script (launcher, fork server, workers), from `-X importtime` (PYTHONPROFILEIMPORTTIME
+  is inherited by every child);
+- environ_reads: `os.environ`/`os.getenv` uses in src/distrain outside settings.py, contract.py,
+  cluster/ and launch/ (where the environment is the input by design);
+- import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
+  test leaves those out);
+- init_process_group_wrappers: assignments that replace `init_process_group`;
+- type_ignores: `# type: ignore` comments in src/;
+- mypy_errors: errors of `mypy src/distrain` (when mypy is installed);
+- format_changes: files `ruff format --check src` would change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PKG = SRC / "distrain"
+ENV_OWNERS = (
+    "distrain/settings.py",
+    "distrain/contract.py",
+    "distrain/cluster/",
+    "distrain/launch/",
+)
+
+ONE_STEP = """
+import torch, distrain
+ctx = distrain.init()
+model = ctx.prepare_model(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = ctx.prepare_loader(torch.utils.data.TensorDataset(torch.ones(8, 4)), batch_size=2)
+for (x,) in loader:
+    ctx.backward(model(x).sum())
+    ctx.step(opt)
+    break
+"""
+
+
+def module_name(path: Path) -> str:
+    """Dotted name of a file under src/."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every distrain import of every module, lazy and TYPE_CHECKING ones included."""
+    files = {module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            for target in targets:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                # a package importing its own submodule is how packages load, not a cycle
+                if target and target != name and not name.startswith(target + "."):
+                    deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def count_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def environ_reads() -> list[str]:
+    """`file:line` of each environment use outside the modules that own the environment."""
+    hits = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(ENV_OWNERS):
+            continue
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bos\.(environ|getenv)\b", line) and not line.lstrip().startswith("#"):
+                hits.append(f"{rel}:{lineno}")
+    return hits
+
+
+def grep_count(pattern: str) -> list[str]:
+    """`file:line` of each line in src/distrain matching a regular expression."""
+    rx = re.compile(pattern)
+    return [
+        f"{p.relative_to(SRC).as_posix()}:{n}"
+        for p in sorted(PKG.rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if rx.search(line)
+    ]
+
+
+def modules_to_first_step() -> int:
+    """Distinct distrain modules imported by all processes of a 2-rank one-step job."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp, "one_step.py")
+        script.write_text(ONE_STEP)
+        env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1", PYTHONPATH=str(SRC))
+        cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", str(script)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp)
+    if out.returncode:
+        raise SystemExit(f"the one-step job failed ({out.returncode}): {out.stderr[-2000:]}")
+    return len(set(re.findall(r"\|\s+(distrain(?:\.\w+)*)\s*$", out.stderr, re.M)))
+
+
+def tool_count(cmd: list[str], pattern: str) -> str:
+    """Count lines of a tool's output that match; 'n/a' when the tool is missing."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    except FileNotFoundError:
+        return "n/a"
+    if "No module named" in out.stderr:
+        return "n/a"
+    return str(len(re.findall(pattern, out.stdout + out.stderr, re.M)))
+
+
+def main() -> None:
+    """Print each figure as `name: value`."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-run", action="store_true", help="skip the figures that run tools")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list where each one is")
+    args = parser.parse_args()
+    cycles = count_cycles(import_graph())
+    env_hits = environ_reads()
+    wrappers = grep_count(r"\binit_process_group\s*=(?!=)|patch\w*\(.*init_process_group")
+    ignores = grep_count(r"#\s*type:\s*ignore")
+    figures: dict[str, object] = {
+        "import_cycles": len(cycles),
+        "environ_reads": len(env_hits),
+        "init_process_group_wrappers": len(wrappers),
+        "type_ignores": len(ignores),
+    }
+    if not args.no_run:
+        figures["modules_to_first_step"] = modules_to_first_step()
+        figures["mypy_errors"] = tool_count(
+            [sys.executable, "-m", "mypy", "src/distrain"], r"^src/.*: error:"
+        )
+        figures["format_changes"] = tool_count(
+            [
+                sys.executable,
+                "-m",
+                "ruff",
+                "format",
+                "--check",
+                "--output-format",
+                "concise",
+                "src",
+            ],
+            r"unformatted: File would be reformatted",
+        )
+    for name, value in figures.items():
+        print(f"{name}: {value}")
+    if args.verbose:
+        for cycle in cycles:
+            print("  cycle:", " ".join(cycle))
+        for where in env_hits + wrappers:
+            print("  at:", where)
+
+
+if __name__ == "__main__":
+    main()
