@@ -27,14 +27,14 @@ from typing import Any, TextIO
 ROOT = "distrain"
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderr(logging.StreamHandler):
     """A StreamHandler on whatever ``sys.stderr`` is when a record is written (a forked worker
     and pytest's capture replace it after import)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

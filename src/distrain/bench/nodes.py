@@ -116,7 +116,11 @@ def launch(argv: list[str]) -> int:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
 
-    signal.signal(signal.SIGTERM, lambda *a: (stop(), sys.exit(143)))
+    def on_term(*_: object) -> None:
+        stop()
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         while True:
             codes = [proc.poll() for proc in procs]

@@ -45,7 +45,7 @@ class Check:
 
 def summarise(checks: list[Check]) -> dict[str, int]:
     """How many checks have each status."""
-    counts = dict.fromkeys(STATUSES, 0)
+    counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
     for check in checks:
         counts[check.status] += 1
     return counts

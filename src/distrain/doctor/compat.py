@@ -85,8 +85,8 @@ def check_arch(capability: tuple[int, int], arch_list: list[str]) -> tuple[Verdi
     """
     major, minor = capability
     name = f"sm_{major}{minor}"
-    sms = []
-    ptx = []
+    sms: list[tuple[int, int]] = []
+    ptx: list[tuple[int, int]] = []
     for arch in arch_list:
         kind, _, digits = arch.partition("_")
         if not digits.isdigit() and not digits.rstrip("af").isdigit():

@@ -8,7 +8,7 @@ import os
 from typing import Any, Literal
 
 from .bounded import ProbeTimeout, call_bounded
-from .check import Check
+from .check import Check, Status
 from .compat import check_arch, check_driver
 
 GROUP = "gpu"
@@ -143,6 +143,7 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
         devices = sorted(glob.glob("/dev/nvidia[0-9]*"))
         if devices and snap["state"] == "no_driver":  # device nodes passed in, driver libraries not
             expected, why = "fail", f"{', '.join(devices)} exist"
+        status: Status
         if expected:
             status = expected
             fix = (

@@ -6,7 +6,7 @@ import platform
 import sys
 from typing import Any
 
-from .check import Check
+from .check import Check, Status
 
 GROUP = "torch"
 
@@ -85,6 +85,7 @@ def probe() -> list[Check]:
         None, info,
     ))
     backends = info["backends"]
+    status: Status
     if "gloo" in backends:
         status, fix = "ok", None
     elif backends:

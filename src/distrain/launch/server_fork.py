@@ -30,13 +30,13 @@ def forked_server() -> Iterator[None]:
 
     original = mp_util.spawnv_passfds
 
-    def spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
+    def spawnv_passfds(path: Any, args: list[str], passfds: Any) -> int:
         command = _server_command(args)
         if command is None or threading.active_count() > 1:  # a thread would not survive the fork
             return original(path, args, passfds)
         return _fork_and_run(command, set(passfds))
 
-    mp_util.spawnv_passfds = spawnv_passfds
+    mp_util.spawnv_passfds = spawnv_passfds  # type: ignore[assignment]  # typeshed: path is bytes
     try:
         yield
     finally:

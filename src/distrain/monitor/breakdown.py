@@ -127,7 +127,7 @@ class StepBreakdown:
         self._batch_seen = False  # the prepared loader handed out a batch in this step
         self._forward_from_data = False  # slimmed: compute starts when the batch is handed out
         self._watched: list[
-            tuple[Any, dict[int, tuple[torch.Tensor, Any]]]
+            tuple[Any, dict[int, tuple[torch.nn.Parameter, Any]]]
         ] = []  # (forward hook, gradient hooks)
         self._opt: Any = None  # mark of the optimizer step's start
         self._end: Any = None  # mark of the previous step's end

@@ -191,7 +191,7 @@ class Monitor:
         for key, raw in pending.items():
             converted = [(at, number) for at, number in ((at, _number(v)) for at, v in raw) if number is not None]
             if converted:
-                points[key] = converted  # type: ignore[assignment]
+                points[key] = converted
                 self._values[key] = converted[-1][1]
         record: dict[str, Any] = {
             "t": round(now, 3),

@@ -94,7 +94,7 @@ def render(snapshot: dict[str, Any]) -> Any:
     for name in columns:
         table.add_column(name, justify="left" if name in ("host", "state", "flags") else "right")
     for r in snapshot["ranks"]:
-        cells = [str(r["group"])] if grouped else []
+        cells: list[str | Text] = [str(r["group"])] if grouped else []
         cells += [
             str(r["rank"]),
             r["host"],

@@ -149,7 +149,8 @@ def fork_may_be_the_cause(exc: BaseException) -> bool:
 
     from torch.multiprocessing.spawn import ProcessException
 
-    if isinstance(exc, ProcessException) or isinstance(exc.__cause__, multiprocessing.pool.RemoteTraceback):
+    remote = multiprocessing.pool.RemoteTraceback  # type: ignore[attr-defined]  # not in typeshed
+    if isinstance(exc, ProcessException) or isinstance(exc.__cause__, remote):
         return False
     return not isinstance(exc, _SCRIPT_ERRORS)
 
@@ -205,7 +206,7 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     if preload is None:  # forked from the launcher itself: the environment is already current
         return
     base: dict[str, str] = preload.BASE_ENV
-    own = getattr(preload, "SET_BY_PRELOAD", frozenset())
+    own: frozenset[str] = getattr(preload, "SET_BY_PRELOAD", frozenset())
     agent = {k: v for k, v in os.environ.items() if base.get(k) != v and k not in own}
     os.environ.clear()
     os.environ.update(launcher_env)

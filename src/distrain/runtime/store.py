@@ -63,7 +63,7 @@ def restart_safe_store(
         is_master=is_master,
         timeout=timeout,
         wait_for_workers=False,
-        **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),
+        **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),  # type: ignore[arg-type]  # a keyword the stubs lack
     )
 
     def connect() -> dist.Store:

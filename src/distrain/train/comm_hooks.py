@@ -89,7 +89,7 @@ def _use_fast_low_rank_products() -> None:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     if getattr(powerSGD_hook, "torch", None) is torch:  # a torch whose hook no longer reads `torch.bmm` is left alone
-        powerSGD_hook.torch = _FastLowRankProducts()  # type: ignore[attr-defined]
+        powerSGD_hook.torch = _FastLowRankProducts()  # type: ignore[assignment]  # a module attribute we swap
 
 
 def register_comm_hook(model: nn.parallel.DistributedDataParallel, spec: str) -> Any:

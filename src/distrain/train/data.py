@@ -153,7 +153,7 @@ class DistributedLoader(DataLoader):
     #: (the step breakdown's data time: distrain.monitor.breakdown); None: not timed
     on_data: Callable[[float], None] | None = None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not torch's iterator object
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)

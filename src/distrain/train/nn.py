@@ -24,7 +24,7 @@ class _CrossProcessBatchNorm(torch.autograd.Function):
     """Batch norm whose statistics are reduced over every rank of `group`."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         x: torch.Tensor,
         weight: torch.Tensor | None,
@@ -65,7 +65,7 @@ class _CrossProcessBatchNorm(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         xhat, weight, invstd, total = ctx.saved_tensors
         dims = [0] + list(range(2, grad_out.dim()))
         local_dy = grad_out.sum(dims)

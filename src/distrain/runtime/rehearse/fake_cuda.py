@@ -336,7 +336,7 @@ def _refusing(name: str, what: str, original: Any) -> Any:
 
 def _accelerator() -> None:
     acc = torch.accelerator
-    for name, fn in {
+    stand_ins: dict[str, Callable[..., Any]] = {
         "is_available": is_available, "device_count": device_count, "current_accelerator": current_accelerator,
         "current_device_index": current_device, "current_device_idx": current_device, "set_device_index": set_device,
         "set_device_idx": set_device, "synchronize": synchronize, "empty_cache": _nothing, "current_stream": current_stream,
@@ -344,7 +344,8 @@ def _accelerator() -> None:
         "max_memory_reserved": _zero, "memory_stats": _stats, "reset_peak_memory_stats": _nothing,
         "reset_accumulated_memory_stats": _nothing, "get_memory_info": mem_get_info,
         "get_device_capability": accelerator_capability,
-    }.items():
+    }
+    for name, fn in stand_ins.items():
         if hasattr(acc, name):
             replace(acc, name, _like(getattr(acc, name), fn))
 

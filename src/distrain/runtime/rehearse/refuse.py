@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -110,8 +111,8 @@ def _triton(module: ModuleType) -> None:
     def launch(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
         refuse(f"Triton kernel {getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}")
 
-    jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)  # type: ignore[method-assign]
-    jit.JITFunction.run = launch  # type: ignore[method-assign]
+    jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)
+    jit.JITFunction.run = launch
 
 
 def _pynvml(module: ModuleType) -> None:
@@ -145,7 +146,7 @@ def _cpp_extension(module: ModuleType) -> None:
 
 def install() -> None:
     """Patch triton, pynvml and torch.utils.cpp_extension now or when they are imported."""
-    patches = {"triton": _triton, "pynvml": _pynvml, "torch.utils.cpp_extension": _cpp_extension}
+    patches: dict[str, Callable[[ModuleType], None]] = {"triton": _triton, "pynvml": _pynvml, "torch.utils.cpp_extension": _cpp_extension}
     for name in list(patches):
         if name in sys.modules:
             patches.pop(name)(sys.modules[name])

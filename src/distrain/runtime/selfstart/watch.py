@@ -128,13 +128,13 @@ class Watcher:
         alive = [pid for pid, code in status.items() if code is None]
         joins, formed, errors = self._notes("join"), self._notes("formed"), self._notes("error")
         ranks = {pid: int(n.get("rank", -1)) for pid, n in joins.items()}
-        failed = [pid for pid, code in status.items() if code not in (None, 0)]
+        failed = {pid: code for pid, code in status.items() if code is not None and code != 0}
         for pid in failed:
             self._dead_since.setdefault(pid, now)
         if failed and alive:
             pid = min(failed, key=lambda p: (p not in errors, self._dead_since[p]))
             if pid in errors or now - self._dead_since[pid] >= _NO_NOTE_GRACE_S:
-                return self._death_line(pid, status[pid], joins, errors, alive, formed)
+                return self._death_line(pid, failed[pid], joins, errors, alive, formed)
         if joins and self._first_join is None:
             self._first_join = now
         # the notes go with the folder at the script's end (atexit) while this thread still polls:

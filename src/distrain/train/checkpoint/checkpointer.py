@@ -168,7 +168,9 @@ class Checkpointer:
         register(self.objects, objects, self.ctx.scaler)
         self._reg = Registered.split(self.objects)
         if self.ctx.distributed and self._group is None:
-            self._group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+            group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+            assert isinstance(group, dist.ProcessGroup)  # every rank is a member
+            self._group = group
         self.topology = nodes.detect(self.ctx, self.directory)
         nodes.refuse_sharded(self.directory, self._reg.sharded, self.topology)
         found: tuple[int, str] | None = None

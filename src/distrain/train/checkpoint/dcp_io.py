@@ -80,9 +80,9 @@ class SafeReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The checkpoint's DCP index, unpickled with only DCP metadata types allowed."""
         metadata = self._metadata
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
         return metadata
 
 

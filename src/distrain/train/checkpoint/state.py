@@ -24,7 +24,7 @@ def rng_state() -> dict[str, Any]:
     """This process's RNG states in weights_only-loadable form."""
     import numpy as np
 
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()  # the legacy tuple form (legacy=True)
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {
@@ -141,9 +141,10 @@ class Registered:
             state[name] = msd
         for name, (opt, owner) in self.optimizers.items():
             osd = get_optimizer_state_dict(self.modules[owner], opt)
-            if owner in owners:
+            if share is not None and owner in owners:
                 mine = owners[owner]
-                osd = {**osd, "state": {k: v for k, v in osd["state"].items() if mine.get(k, 0) == share[0]}}  # type: ignore[index]
+                opt_state: dict[Any, Any] = osd["state"]  # type: ignore[assignment]  # stubs: a union with lists
+                osd = {**osd, "state": {k: v for k, v in opt_state.items() if mine.get(k, 0) == share[0]}}
             state[name] = osd
         return state
 

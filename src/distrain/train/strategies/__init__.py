@@ -89,7 +89,7 @@ def prepare(
         _same_generator_everywhere()
     if isinstance(spec, FSDP) and distributed:
         hybrid = isinstance(spec, HSDP)
-        mesh = build_mesh(device.type, dist.get_world_size(), hybrid, spec.replicate if hybrid else None, num_nodes)
+        mesh = build_mesh(device.type, dist.get_world_size(), hybrid, spec.replicate if isinstance(spec, HSDP) else None, num_nodes)
         return shard_model(model, blocks, mesh, device, precision, cpu_offload=spec.cpu_offload, on_meta=on_meta, **spec.callee_options())
     if on_meta:
         _materialise(model)
@@ -131,7 +131,7 @@ def clip_grad_norm(model: nn.Module, max_norm: float, norm_type: float = 2.0) ->
     from torch.distributed.tensor import DTensor
 
     params = [p for p in model.parameters() if p.grad is not None]
-    total = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type)
+    total = torch.nn.utils.get_total_norm([g for g in (p.grad for p in params) if g is not None], norm_type)
     if isinstance(total, DTensor):
         total = total.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)

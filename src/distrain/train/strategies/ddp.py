@@ -33,7 +33,7 @@ def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: s
     if comm_hook is not None:
         from ..comm_hooks import register_comm_hook
 
-        wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)  # type: ignore[assignment]
+        wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)
     return wrapped
 
 

@@ -9,7 +9,7 @@ replicas across nodes (gradients all-reduced), shards inside a node (reduce-scat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -200,7 +200,8 @@ def release_fsdp(model: nn.Module) -> None:
     device mesh keeps them too (torch >= 2.10: ``_pg_registry``), and the script's optimizer keeps
     the mesh (each sharded parameter names it), so the mesh lets go of them as well.
     """
-    meshes = {id(p.device_mesh): p.device_mesh for p in model.parameters() if is_sharded_tensor(p)}
+    sharded = [p for p in model.parameters() if is_sharded_tensor(p)]
+    meshes = {id(mesh): mesh for mesh in (cast(Any, p).device_mesh for p in sharded)}
     for mesh in meshes.values():
         for owner in (mesh, getattr(mesh, "_root_mesh", None)):
             registry = getattr(owner, "_pg_registry", None)

@@ -55,7 +55,7 @@ def _own_fields(cls: type[Strategy]) -> list[str]:
 def _named_options(cls: type[S]) -> type[S]:
     """Make an unknown keyword of `cls(...)` a one-line DistrainError, not Python's TypeError."""
     init = cls.__init__
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    known = {f.name for f in dataclasses.fields(cls)}
 
     @functools.wraps(init)
     def checked(self: Any, *args: Any, **kwargs: Any) -> None:
