@@ -49,7 +49,9 @@ def _is_distrain_source(directory: Path) -> bool:
         text = (directory / "pyproject.toml").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return (directory / "src" / "distrain").is_dir() and re.search(r'^name\s*=\s*"distrain"\s*$', text, re.M) is not None
+    return (directory / "src" / "distrain").is_dir() and re.search(
+        r'^name\s*=\s*"distrain"\s*$', text, re.M
+    ) is not None
 
 
 def distrain_source() -> Path | None:
@@ -74,15 +76,30 @@ def build_wheel(source: Path, dest: Path) -> Path:
                 shutil.copy(source / name, copy / name)
         out = Path(tmp) / "out"
         # no build isolation: the setuptools already here builds it, nothing is downloaded
-        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(copy)]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(copy),
+        ]
         try:
             res = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise UsageError(f"building distrain's wheel from {source} took over {BUILD_TIMEOUT_S} s") from None
+            raise UsageError(
+                f"building distrain's wheel from {source} took over {BUILD_TIMEOUT_S} s"
+            ) from None
         wheels = sorted(out.glob("distrain-*.whl"))
         if res.returncode != 0 or not wheels:
             last = (res.stderr.strip().splitlines() or ["no wheel written"])[-1]
-            raise UsageError(f"cannot build distrain's wheel from {source}: {last} (or pass --install FILE.whl)")
+            raise UsageError(
+                f"cannot build distrain's wheel from {source}: {last} (or pass --install FILE.whl)"
+            )
         dest.mkdir(parents=True, exist_ok=True)
         target = dest / wheels[0].name
         shutil.copy(wheels[0], target)
@@ -106,7 +123,9 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
         if not build:
             from .. import __version__
 
-            return Install("wheel", f"{WHEEL_DIR}/distrain-{__version__}-py3-none-any.whl", str(source))
+            return Install(
+                "wheel", f"{WHEEL_DIR}/distrain-{__version__}-py3-none-any.whl", str(source)
+            )
         wheel = build_wheel(source, project / WHEEL_DIR)
         return Install("wheel", wheel.relative_to(project).as_posix(), str(source))
     if install.startswith("."):
@@ -114,7 +133,9 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
     if install.endswith(".whl") and "://" not in install:
         path = Path(install)
         if path.is_absolute() or ".." in path.parts:
-            raise UsageError(f"--install {install}: give the wheel relative to the project directory (it is copied into the image)")
+            raise UsageError(
+                f"--install {install}: give the wheel relative to the project directory (it is copied into the image)"
+            )
         if not (project / path).is_file():
             raise UsageError(f"--install {install}: no such wheel in {project}")
         return Install("wheel", path.as_posix())
@@ -126,4 +147,6 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
             "someone else's code. Use --install auto (a wheel of this distrain), a .whl file in the project, "
             "'.[extras]' in distrain's source tree, or a git+https:// URL"
         )
-    raise UsageError(f"--install {install!r}: expected auto, a .whl file, a path starting with '.', or a URL")
+    raise UsageError(
+        f"--install {install!r}: expected auto, a .whl file, a path starting with '.', or a URL"
+    )

@@ -105,7 +105,7 @@ def render(spec: JobSpec, pvc: str | None = None, pvc_size: str = DEFAULT_PVC_SI
     docs = [document(spec, pvc)]
     if pvc is None:
         header += (
-            f"# The claim below needs a ReadWriteMany storage class (NFS, CephFS, EFS, Filestore...): add\n"
+            "# The claim below needs a ReadWriteMany storage class (NFS, CephFS, EFS, Filestore...): add\n"
             "# spec.storageClassName if the default class is not one (kubectl get storageclass); else it stays Pending.\n"
         )
         docs.insert(0, volume_claim(spec, pvc_size))

@@ -11,7 +11,9 @@ from distrain.errors import UsageError
 from distrain.export.install import distrain_source, resolve
 
 
-@pytest.mark.parametrize("spec", ["distrain", "distrain==0.1.0", "distrain[ft]>=0.1", "torch-distrain"])
+@pytest.mark.parametrize(
+    "spec", ["distrain", "distrain==0.1.0", "distrain[ft]>=0.1", "torch-distrain"]
+)
 def test_index_names_are_refused(tmp_path: Path, spec: str) -> None:
     with pytest.raises(UsageError, match="names a package on an index"):
         resolve(spec, tmp_path)
@@ -20,7 +22,10 @@ def test_index_names_are_refused(tmp_path: Path, spec: str) -> None:
 def test_auto_outside_distrains_tree_names_a_wheel_of_this_distrain(tmp_path: Path) -> None:
     assert distrain_source() is not None  # the tests run from a checkout
     install = resolve("auto", tmp_path, build=False)
-    assert (install.kind, install.spec) == ("wheel", f"wheels/distrain-{__version__}-py3-none-any.whl")
+    assert (install.kind, install.spec) == (
+        "wheel",
+        f"wheels/distrain-{__version__}-py3-none-any.whl",
+    )
 
 
 def test_auto_in_distrains_own_tree_installs_the_context() -> None:
