@@ -89,6 +89,12 @@ def probe_hostname(master_addr: str | None = None) -> Check:
     return Check("network.hostname", GROUP, "hostname", "ok", f"{host} resolves to {', '.join(resolved)}", None, data)
 
 
+def _ifname_fix(var: str, present: set[str]) -> str:
+    chosen = outward()
+    lead = f"{chosen[0]} (the interface of {chosen[2]}), or " if chosen else ""
+    return f"Set {var} to {lead}one of: {', '.join(sorted(present))}."
+
+
 def probe_ifname_env() -> list[Check]:
     """GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name interfaces that exist."""
     out = []
@@ -102,7 +108,7 @@ def probe_ifname_env() -> list[Check]:
         missing = [n for n in names if not any(p == n or (var.startswith("NCCL") and p.startswith(n)) for p in present)]
         out.append(Check(f"network.{var.lower()}", GROUP, var, "fail" if missing else "ok",
                          f"{var}={raw}" + (f": no interface {', '.join(missing)}" if missing else ""),
-                         f"Set {var} to one of: {', '.join(sorted(present))}." if missing else None,
+                         _ifname_fix(var, present) if missing else None,
                          {"value": raw, "missing": missing}))
     return out
 

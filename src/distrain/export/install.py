@@ -16,6 +16,7 @@ A bare requirement (``distrain``, ``distrain==0.1``) is refused.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -75,14 +76,15 @@ def build_wheel(source: Path, dest: Path) -> Path:
             if (source / name).is_file():
                 shutil.copy(source / name, copy / name)
         out = Path(tmp) / "out"
-        # no build isolation: the setuptools already here builds it, nothing is downloaded
+        # no build isolation when setuptools is here: nothing is downloaded; else pip fetches it
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         argv = [
             sys.executable,
             "-m",
             "pip",
             "wheel",
             "--no-deps",
-            "--no-build-isolation",
+            *isolation,
             "-q",
             "-w",
             str(out),
