@@ -71,11 +71,59 @@ def route_to(target: str, port: int = 9) -> tuple[str, str | None]:
     return local, None
 
 
+#: the kernel's IPv4 routing table (what `ip route` prints)
+PROC_ROUTE = "/proc/net/route"
+_RTF_UP = 0x1
+
+
+def default_route(table: str = PROC_ROUTE) -> str | None:
+    """The interface of the IPv4 default route with the lowest metric (`ip route show default`), or None.
+
+    The interface other hosts reach this one through; alphabetical order would pick a Docker
+    bridge (``docker0``) or a VPN before ``eth0``.
+    """
+    best: tuple[int, str] | None = None
+    try:
+        with open(table, encoding="ascii") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:
+        return None
+    for row in rows:
+        if len(row) < 8 or row[1] != "00000000" or row[7] != "00000000":
+            continue
+        try:
+            up, metric = int(row[3], 16) & _RTF_UP, int(row[6])
+        except ValueError:
+            continue
+        if up and (best is None or metric < best[0]):
+            best = (metric, row[0])
+    return best[1] if best else None
+
+
+def outward_interface(target: str | None = None) -> tuple[str, str] | None:
+    """(interface, address) this host uses toward `target`, else toward its default route.
+
+    `ip route get TARGET` semantics for a target; without one, the default route's interface and
+    its first IPv4 address. None when neither exists (an isolated host or namespace).
+    """
+    table = interface_addresses()
+    if target:
+        with contextlib.suppress(OSError):
+            local, iface = route_to(target)
+            if iface is not None:
+                return iface, local
+    iface = default_route()
+    if iface and table.get(iface):
+        return iface, table[iface][0]
+    return None
+
+
 def host_address() -> str:
     """An address of this host that other hosts can reach: the hostname's, unless it is loopback.
 
-    Falls back to the first non-loopback interface address (hostnames mapped to 127.0.1.1 are
-    a classic multi-node trap).
+    Falls back to the address of the default route's interface (hostnames mapped to 127.0.1.1
+    are a classic multi-node trap), then to the first non-loopback address by interface name (no
+    default route: an isolated host or namespace, where any choice is a guess).
     """
     try:
         resolved = socket.gethostbyname(socket.gethostname())
@@ -83,8 +131,8 @@ def host_address() -> str:
         resolved = "127.0.0.1"
     if not is_loopback(resolved):
         return resolved
-    for name, addrs in sorted(interface_addresses().items()):
-        for addr in addrs:
-            if not is_loopback(addr) and name != "lo":
-                return addr
-    return resolved
+    routed = outward_interface()
+    if routed is not None:
+        return routed[1]
+    others = [a for name, addrs in sorted(interface_addresses().items()) if name != "lo" for a in addrs if not is_loopback(a)]
+    return others[0] if others else resolved

@@ -10,6 +10,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from helpers import kill_group, python, run
@@ -78,3 +79,55 @@ def test_master_reachability_across_namespaces(two_nodes: tuple[str, str]) -> No
     finally:
         kill_group(server)
         server.wait()
+
+
+def _doctor_as_loopback_host(ns: str, hosts: str, *args: str, host_address: bool = False) -> dict:
+    """`distrain doctor --json` in `ns` on a host whose name resolves to 127.0.1.1 (Debian's default).
+
+    Own UTS and mount namespaces: the hostname and /etc/hosts are this test's, nobody else's.
+    """
+    code = f'hostname dtest-node && mount --bind {hosts} /etc/hosts && exec "$@"'
+    argv = ["ip", "netns", "exec", ns, "unshare", "-u", "-m", "sh", "-c", code, "sh"]
+    res = run([*argv, python(), "-m", "distrain.cli", "doctor", "--json", *args], timeout=150)
+    try:
+        doc = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    checks = {c["id"]: c for c in doc["checks"]}
+    if host_address:  # what cluster/base.py advertises as the master when the hostname is loopback
+        host = run([*argv, python(), "-c", "from distrain.net import host_address; print(host_address())"], timeout=60)
+        checks["host_address"] = {"data": host.stdout.strip()}
+    return checks
+
+
+def test_suggested_interface_follows_the_route_not_the_alphabet(two_nodes: tuple[str, str], tmp_path: Path) -> None:
+    """A bridge named first (like docker0 on a Docker host) is never the suggestion.
+
+    n1 has `aaa…` (a bridge with an address, alphabetically first), its veth `dv1…` with the
+    default route, and a second veth `dw1…` that holds the only route to 10.233.0.0/24.
+    """
+    n0, n1 = two_nodes
+    tag = n1[3:]
+    bridge, second, veth = f"aaa{tag}", f"dw1{tag}", f"dv1{tag}"
+    for step in [("-n", n1, "link", "add", bridge, "type", "bridge"), ("-n", n1, "addr", "add", "10.232.0.1/24", "dev", bridge),
+                 ("-n", n1, "link", "set", bridge, "up"),
+                 ("-n", n1, "link", "add", second, "type", "veth", "peer", "name", f"dw0{tag}", "netns", n0),
+                 ("-n", n1, "addr", "add", "10.233.0.2/24", "dev", second), ("-n", n1, "link", "set", second, "up"),
+                 ("-n", n0, "link", "set", f"dw0{tag}", "up"),
+                 ("-n", n1, "route", "add", "default", "via", "10.231.0.1", "dev", veth)]:  # fmt: skip
+        res = _ip(*step)
+        if res.returncode != 0:
+            pytest.skip(f"ip {' '.join(step)}: {res.stderr.strip()}")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.1.1 dtest-node\n")
+    checks = _doctor_as_loopback_host(n1, str(hosts), host_address=True)
+    assert checks["network.interfaces"]["data"]["outward"] == {"interface": veth, "address": "10.231.0.2", "via": "the default route"}
+    hostname = checks["network.hostname"]
+    assert hostname["status"] == "warn" and f"NCCL_SOCKET_IFNAME={veth} " in hostname["fix"] and "10.231.0.2" in hostname["fix"], hostname
+    assert bridge not in hostname["fix"]
+    assert checks["host_address"]["data"] == "10.231.0.2"  # cluster/base.py's master address when the hostname is loopback
+    # with --master-addr, the route to it decides (here through the second veth, not the default route)
+    checks = _doctor_as_loopback_host(n1, str(hosts), "--master-addr", "10.233.0.9")
+    assert checks["network.interfaces"]["data"]["outward"] == {"interface": second, "address": "10.233.0.2", "via": "the route to 10.233.0.9"}
+    assert f"NCCL_SOCKET_IFNAME={second} " in checks["network.hostname"]["fix"]
+    assert checks["network.master"]["data"]["interface"] == second

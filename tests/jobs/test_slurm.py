@@ -52,13 +52,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _export_digits(work: Path, out: Path, ckpt: Path, nodes: int = 1, epochs: int = EPOCHS) -> Path:
-    """The exported batch script for the digits example, in `work` (its working directory)."""
+def _export_digits(work: Path, out: Path, ckpt: Path, nodes: int = 1, epochs: int = EPOCHS, port: bool = True) -> Path:
+    """The exported batch script for the digits example, in `work` (its working directory).
+
+    `port`: a free port fixed with --port (one-host clusters of parallel test workers share this
+    machine's ports and number their jobs alike); False: the script's own, from the job id.
+    The script is named by its absolute path: SLURM has no image, and the nodes share the file.
+    """
     work.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "train_digits.py", work / "train_digits.py")
     script = work / "digits.sbatch"
-    run([python(), "-m", "distrain.cli", "export", "slurm", "train_digits.py", "--nnodes", str(nodes), "--nproc-per-node",
-         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", "--port", str(_free_port()), "--name", "digits",
+    fixed = ["--port", str(_free_port())] if port else []
+    run([python(), "-m", "distrain.cli", "export", "slurm", str(work / "train_digits.py"), "--nnodes", str(nodes), "--nproc-per-node",
+         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", *fixed, "--name", "digits",
          "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir", str(ckpt)],
         timeout=120, cwd=work, check=True)  # fmt: skip
     return script
@@ -143,12 +149,15 @@ def test_two_slurmd_nodes_in_namespaces_train_digits(tmp_path: Path) -> None:
             pytest.skip(f"no two-node SLURM cluster: {err}")
         try:
             work, out = tmp_path / "job", tmp_path / "out"
-            script = _export_digits(work, out, tmp_path / "ckpt", nodes=2, epochs=2)
+            # the namespaces' ports are theirs alone: the script takes its port from the job id
+            script = _export_digits(work, out, tmp_path / "ckpt", nodes=2, epochs=2, port=False)
             job_id = cluster.sbatch(script, cwd=work)
             info = cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400)
             text = _output(work, job_id)
             assert info["JobState"] == "COMPLETED", f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
             assert info["NumNodes"] == "2", info
+            # cluster/slurm.py's rule, so two jobs sharing a node do not collide
+            assert f"master {nodes[0].name}:{15000 + int(job_id) % 20000};" in text, text[-3000:]
             assert "2 processes on 2 nodes" in text, text[-3000:]
             assert "on 2 process(es)" in text and (out / "model.pt").is_file(), text[-3000:]
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -36,3 +37,18 @@ def test_host_address_avoids_a_loopback_hostname(interfaces: None, monkeypatch: 
     assert net.host_address() == "10.0.0.2"
     monkeypatch.setattr(net.socket, "gethostbyname", lambda name: "192.0.2.5")
     assert net.host_address() == "192.0.2.5"
+
+
+def test_default_route_is_the_lowest_metric_default_not_the_first_name(tmp_path: Path) -> None:
+    table = tmp_path / "route"
+    table.write_text(
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        "docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"  # a subnet route, not a default
+        "wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n"
+        "eth1\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+        "aaa0\t00000000\t0100000A\t0002\t0\t0\t0\t00000000\t0\t0\t0\n"  # not up
+    )
+    assert net.default_route(str(table)) == "eth1"
+    table.write_text("Iface\tDestination\n")
+    assert net.default_route(str(table)) is None
+    assert net.default_route(str(tmp_path / "absent")) is None

@@ -9,7 +9,7 @@ from typing import Any
 
 import psutil
 
-from ..net import interface_addresses, is_loopback, port_in_use, route_to
+from ..net import interface_addresses, is_loopback, outward_interface, port_in_use, route_to
 from .bounded import ProbeTimeout, call_bounded
 from .check import Check
 
@@ -26,8 +26,27 @@ def _non_loopback() -> list[tuple[str, str]]:
             if name != "lo" and not is_loopback(addr)]
 
 
-def probe_interfaces() -> Check:
-    """Interfaces with their IPv4 addresses and link state."""
+def outward(master_addr: str | None = None) -> tuple[str, str, str] | None:
+    """(interface, address, why) the other nodes reach this one through: the route to the master
+    when one is named (`ip route get`), else the default route. Never the alphabetically first
+    interface: on a Docker host that is the ``docker0`` bridge, which no other machine reaches."""
+    if master_addr:
+        with contextlib.suppress(OSError, ProbeTimeout):
+            ip = call_bounded(lambda: socket.gethostbyname(master_addr), CONNECT_TIMEOUT_S)
+            chosen = outward_interface(ip)
+            if chosen and chosen[0] != "lo":
+                return chosen[0], chosen[1], f"the route to {master_addr}"
+    chosen = outward_interface()
+    if chosen:
+        return chosen[0], chosen[1], "the default route"
+    others = _non_loopback()
+    if len({name for name, _ in others}) == 1:
+        return others[0][0], others[0][1], "the only interface with an address"
+    return None  # several and no route: any pick would be a guess
+
+
+def probe_interfaces(master_addr: str | None = None) -> Check:
+    """Interfaces with their IPv4 addresses and link state, and the one other nodes reach."""
     stats = psutil.net_if_stats()
     addrs = interface_addresses()
     parts = []
@@ -38,11 +57,19 @@ def probe_interfaces() -> Check:
         parts.append(f"{name} {'up' if up else 'down'} {','.join(addrs.get(name, [])) or '-'}")
     if not _non_loopback():
         return Check("network.interfaces", GROUP, "interfaces", "warn", "; ".join(parts),
-                     "Only loopback has an address: single-node jobs work, other hosts cannot reach this one.", data)
+                     "Only loopback has an address: single-node jobs work, other hosts cannot reach this one.",
+                     {"interfaces": data, "outward": None})
+    chosen = outward(master_addr)
+    data = {"interfaces": data, "outward": None}
+    if chosen is None:
+        parts.append("no default route: set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share")
+    else:
+        data["outward"] = {"interface": chosen[0], "address": chosen[1], "via": chosen[2]}
+        parts.append(f"other nodes reach this one via {chosen[0]} ({chosen[1]}, {chosen[2]})")
     return Check("network.interfaces", GROUP, "interfaces", "info", "; ".join(parts), None, data)
 
 
-def probe_hostname() -> Check:
+def probe_hostname(master_addr: str | None = None) -> Check:
     """The hostname and its addresses; loopback is fine on one node and a trap on many."""
     host = socket.gethostname()
     try:
@@ -54,12 +81,18 @@ def probe_hostname() -> Check:
     resolved = sorted({str(info[4][0]) for info in infos})
     data = {"hostname": host, "addresses": resolved}
     if all(is_loopback(a) for a in resolved):
-        other = _non_loopback()
-        iface, addr = other[0] if other else ("<iface>", "<address>")
+        chosen = outward(master_addr)
+        iface, addr = chosen[:2] if chosen else ("<iface>", "<address>")
         return Check("network.hostname", GROUP, "hostname", "warn",
                      f"{host} resolves to {', '.join(resolved)} (loopback): peers on other nodes would be told to connect to themselves",
                      IFNAME_FIX.format(iface=iface, addr=addr), data)
     return Check("network.hostname", GROUP, "hostname", "ok", f"{host} resolves to {', '.join(resolved)}", None, data)
+
+
+def _ifname_fix(var: str, present: set[str]) -> str:
+    chosen = outward()
+    lead = f"{chosen[0]} (the interface of {chosen[2]}), or " if chosen else ""
+    return f"Set {var} to {lead}one of: {', '.join(sorted(present))}."
 
 
 def probe_ifname_env() -> list[Check]:
@@ -75,7 +108,7 @@ def probe_ifname_env() -> list[Check]:
         missing = [n for n in names if not any(p == n or (var.startswith("NCCL") and p.startswith(n)) for p in present)]
         out.append(Check(f"network.{var.lower()}", GROUP, var, "fail" if missing else "ok",
                          f"{var}={raw}" + (f": no interface {', '.join(missing)}" if missing else ""),
-                         f"Set {var} to one of: {', '.join(sorted(present))}." if missing else None,
+                         _ifname_fix(var, present) if missing else None,
                          {"value": raw, "missing": missing}))
     return out
 
@@ -149,7 +182,7 @@ def probe_master(master_addr: str, master_port: int | None) -> Check:
 
 def probe(master_addr: str | None, master_port: int | None, ports: tuple[int, ...]) -> list[Check]:
     """All network checks."""
-    checks = [probe_interfaces(), probe_hostname(), *probe_ifname_env()]
+    checks = [probe_interfaces(master_addr), probe_hostname(master_addr), *probe_ifname_env()]
     if master_addr:
         checks.append(probe_master(master_addr, master_port))
     checks.extend(probe_ports(ports))

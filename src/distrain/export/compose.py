@@ -1,4 +1,15 @@
-"""A Docker Compose file with one service per node of a multi-node job."""
+"""A Docker Compose file with one service per node of a multi-node job.
+
+Two networks:
+
+- ``host`` (default): every service uses its machine's network stack, so node1 on another machine
+  reaches node0 at ``$MASTER_ADDR`` (node0's machine's address, required at ``docker compose up``)
+  with nothing published or bridged. Each machine runs its own service (``docker compose up
+  node1``). No interface is written in: ``distrain run`` pins gloo/NCCL to the interface that
+  routes to the master (launch/network.py), the rule ``distrain doctor`` reports.
+- ``bridge``: all nodes on one machine, on compose's network; node0's container name is the
+  master and each node gets its own GPUs. A rehearsal on one box, never two machines.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +17,71 @@ from typing import Any
 
 import yaml
 
-from .spec import WORKDIR, JobSpec
+from .spec import DEFAULT_PORT, WORKDIR, JobSpec
+
+NETWORKS = ("host", "bridge")
+#: compose fails `up` with this message when MASTER_ADDR is unset (host network)
+MASTER = "${MASTER_ADDR:?set MASTER_ADDR to node0's machine address (127.0.0.1 when all nodes run on this machine)}"
 
 
-def services(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile") -> dict[str, Any]:
+def _launcher(spec: JobSpec, node: int, master: str) -> list[str]:
+    port = str(spec.port or DEFAULT_PORT)
+    if spec.elastic:  # c10d rendezvous hosted by node0; nodes may come and go
+        return ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master}:{port}", "--rdzv-id", spec.name,
+                "--max-restarts", str(spec.max_restarts)]  # fmt: skip
+    # static: node ranks fixed, node0's address is the master
+    return ["--nnodes", spec.nnodes, "--node-rank", str(node), "--master-addr", master, "--master-port", port]
+
+
+def _gpus(spec: JobSpec, node: int, network: str) -> dict[str, Any]:
+    if network == "host":  # one node per machine: its first G GPUs
+        device: dict[str, Any] = {"driver": "nvidia", "count": spec.gpus_per_node, "capabilities": ["gpu"]}
+    else:  # one machine: give each node its own GPUs
+        first = node * spec.gpus_per_node
+        device = {"driver": "nvidia", "device_ids": [str(i) for i in range(first, first + spec.gpus_per_node)], "capabilities": ["gpu"]}
+    return {"resources": {"reservations": {"devices": [device]}}}
+
+
+def services(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host") -> dict[str, Any]:
     """The compose document as data: services node0..node{N-1}, sharing one image and run dir."""
-    n = spec.max_nodes
     out: dict[str, Any] = {}
-    for node in range(n):
-        if spec.elastic:  # c10d rendezvous hosted by node0; nodes may come and go
-            launcher = ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{spec.port}", "--rdzv-id", spec.name]
-            launcher += ["--max-restarts", str(spec.max_restarts)]
-        else:  # static: node ranks fixed, node0's address is the master
-            launcher = ["--nnodes", spec.nnodes, "--node-rank", str(node), "--master-addr", "node0", "--master-port", str(spec.port)]
-        service: dict[str, Any] = {
-            "image": spec.image,
-            "hostname": f"node{node}",
-            "command": spec.run_command(*launcher),
-            "ipc": "host",  # /dev/shm for DataLoader workers and NCCL
-            "environment": {
-                # the container's own interface, never loopback (the hostname may map to it)
-                "GLOO_SOCKET_IFNAME": "eth0",
-                "NCCL_SOCKET_IFNAME": "eth0",
-            },
-            "volumes": [f"./runs:{WORKDIR}/runs"],  # `distrain top runs/<name>` on the host
-        }
-        if node == 0:
+    for node in range(spec.max_nodes):
+        service: dict[str, Any] = {"image": spec.image}
+        # host: each machine builds the image itself (or pulls it, when pushed); bridge: node0 builds it once
+        if network == "host" or node == 0:
             service["build"] = {"context": context, "dockerfile": dockerfile}
+        if network == "host":
+            service["network_mode"] = "host"
+            master = MASTER
         else:
+            service["hostname"] = f"node{node}"
+            master = "node0"
+        service["command"] = spec.run_command(*_launcher(spec, node, master))
+        service["ipc"] = "host"  # /dev/shm for DataLoader workers and NCCL
+        service["volumes"] = [f"./runs:{WORKDIR}/runs"]  # `distrain top runs/<name>` on the host
+        if network == "bridge" and node > 0:
             service["depends_on"] = ["node0"]
         if spec.gpus_per_node > 0:
-            first = node * spec.gpus_per_node  # one host: give each node its own GPUs
-            ids = [str(i) for i in range(first, first + spec.gpus_per_node)]
-            service["deploy"] = {
-                "resources": {"reservations": {"devices": [{"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]}}
-            }
+            service["deploy"] = _gpus(spec, node, network)
         out[f"node{node}"] = service
     return {"name": spec.name, "services": out}
 
 
-def render(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile") -> str:
+def render(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host") -> str:
     """The compose.yaml text."""
+    nodes = " ".join(f"node{i}" for i in range(spec.max_nodes))
+    if network == "host":
+        how = (
+            f"# Host network: run each service on its own machine, all with node0's machine address:\n"
+            f"#   MASTER_ADDR=<node0's address> docker compose up --build node<i>      ({nodes})\n"
+            f"# Open TCP port {spec.port or DEFAULT_PORT} and the workers' ports between the machines. On one machine for a try:\n"
+            "#   MASTER_ADDR=127.0.0.1 docker compose up --build  (each node asks for the machine's first GPUs: use --network bridge)\n"
+        )
+    else:
+        how = "# Bridge network, one machine: docker compose up --build   (each node gets its own GPUs)\n"
     header = (
         f"# Generated by `distrain export compose {spec.script}`: a {spec.nnodes}-node job, one service per node.\n"
-        "# Start: docker compose up --build      Watch: distrain top " + spec.run_dir + "\n"
-        "# On one host each node gets its own GPUs (device_ids); on real machines run one service per\n"
-        "# machine (docker compose up node1) with node0 resolvable from the others.\n"
+        + how
+        + f"# Watch: distrain top {spec.run_dir}\n"
     )
-    return header + yaml.safe_dump(services(spec, context, dockerfile), sort_keys=False, width=120)
+    return header + yaml.safe_dump(services(spec, context, dockerfile, network), sort_keys=False, width=200)

@@ -1,4 +1,9 @@
-"""A Kubeflow PyTorchJob (kubeflow.org/v1): Master + Workers, or an elastic Worker group."""
+"""A Kubeflow PyTorchJob (kubeflow.org/v1): Master + Workers, or an elastic Worker group, and its volume.
+
+Every pod mounts one ReadWriteMany PersistentVolumeClaim on ``/workspace/runs``: the run
+directory (metrics for `distrain top`) and the place for checkpoints, which every node must see
+(a sharded checkpoint is written by all nodes, and a restarted pod lands on any node).
+"""
 
 from __future__ import annotations
 
@@ -8,33 +13,59 @@ import yaml
 
 from .spec import WORKDIR, JobSpec
 
+#: where the shared volume is mounted: the run directory's parent
+SHARED_MOUNT = f"{WORKDIR}/runs"
+DEFAULT_PVC_SIZE = "100Gi"
 
-def _pod(spec: JobSpec) -> dict[str, Any]:
+
+def claim_name(spec: JobSpec, pvc: str | None) -> str:
+    """The PersistentVolumeClaim the pods mount: `pvc`, else ``<job>-runs`` (written with the job)."""
+    return pvc or f"{spec.name}-runs"
+
+
+def pull_policy(image: str) -> str:
+    """Always for a mutable tag (``:latest`` or none), else IfNotPresent."""
+    last = image.rsplit("/", 1)[-1]
+    return "Always" if "@" not in last and (":" not in last or last.endswith(":latest")) else "IfNotPresent"
+
+
+def _pod(spec: JobSpec, claim: str) -> dict[str, Any]:
     # The training operator sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT (or the
     # PET_RDZV_* settings when elastic); distrain run reads them through torchrun's parser.
     container: dict[str, Any] = {
         "name": "pytorch",  # the operator looks for this container name
         "image": spec.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(spec.image),
         "workingDir": WORKDIR,
         "command": spec.run_command(),
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "runs", "mountPath": SHARED_MOUNT}],
     }
     if spec.gpus_per_node > 0:
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.gpus_per_node}}
     return {
         "spec": {
             "containers": [container],
-            # a memory-backed /dev/shm: the pod equivalent of docker's --ipc=host
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+            "volumes": [
+                # a memory-backed /dev/shm: the pod equivalent of docker's --ipc=host
+                {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
+            ],
         }
     }
 
 
-def document(spec: JobSpec) -> dict[str, Any]:
+def _replica(replicas: int, spec: JobSpec, claim: str) -> dict[str, Any]:
+    # OnFailure: a failed container restarts in its pod (the job's agents then re-rendezvous)
+    return {"replicas": replicas, "restartPolicy": "OnFailure", "template": _pod(spec, claim)}
+
+
+def document(spec: JobSpec, pvc: str | None = None) -> dict[str, Any]:
     """The PyTorchJob as data."""
+    claim = claim_name(spec, pvc)
     job_spec: dict[str, Any] = {"nprocPerNode": str(spec.nproc_per_node)}
+    # pod restarts the operator allows before it marks the job Failed
+    job_spec["runPolicy"] = {"backoffLimit": spec.max_restarts}
     if spec.elastic:
         job_spec["elasticPolicy"] = {
             "rdzvBackend": "c10d",
@@ -43,21 +74,39 @@ def document(spec: JobSpec) -> dict[str, Any]:
             "maxRestarts": spec.max_restarts,
         }
         # elastic jobs are a group of equal workers; rendezvous decides the ranks
-        job_spec["pytorchReplicaSpecs"] = {
-            "Worker": {"replicas": spec.max_nodes, "restartPolicy": "OnFailure", "template": _pod(spec)},
-        }
+        job_spec["pytorchReplicaSpecs"] = {"Worker": _replica(spec.max_nodes, spec, claim)}
     else:
-        replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(spec)}}
+        replicas: dict[str, Any] = {"Master": _replica(1, spec, claim)}
         if spec.min_nodes > 1:
-            replicas["Worker"] = {"replicas": spec.min_nodes - 1, "restartPolicy": "OnFailure", "template": _pod(spec)}
+            replicas["Worker"] = _replica(spec.min_nodes - 1, spec, claim)
         job_spec["pytorchReplicaSpecs"] = replicas
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": spec.name}, "spec": job_spec}
 
 
-def render(spec: JobSpec) -> str:
-    """The PyTorchJob YAML text."""
+def volume_claim(spec: JobSpec, size: str = DEFAULT_PVC_SIZE) -> dict[str, Any]:
+    """The ReadWriteMany claim for the run directory and checkpoints (default storage class)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim_name(spec, None)},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}},
+    }
+
+
+def render(spec: JobSpec, pvc: str | None = None, pvc_size: str = DEFAULT_PVC_SIZE) -> str:
+    """The YAML text: the claim (unless `pvc` names an existing one), then the PyTorchJob."""
+    claim = claim_name(spec, pvc)
     header = (
         f"# Generated by `distrain export k8s {spec.script}`: {spec.nnodes} node(s) × {spec.nproc_per_node} process(es).\n"
         "# Needs the Kubeflow training operator. Apply: kubectl apply -f <this file>\n"
+        f"# Image: {spec.image} must be pushed where the cluster pulls from (docker push {spec.image}).\n"
+        f"# Every pod mounts the claim {claim} on {SHARED_MOUNT}: put checkpoints there (-- --checkpoint-dir runs/ckpt).\n"
     )
-    return header + yaml.safe_dump(document(spec), sort_keys=False, width=120)
+    docs = [document(spec, pvc)]
+    if pvc is None:
+        header += (
+            "# The claim below needs a ReadWriteMany storage class (NFS, CephFS, EFS, Filestore...): add\n"
+            "# spec.storageClassName if the default class is not one (kubectl get storageclass); else it stays Pending.\n"
+        )
+        docs.insert(0, volume_claim(spec, pvc_size))
+    return header + yaml.safe_dump_all(docs, sort_keys=False, width=120)

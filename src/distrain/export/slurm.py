@@ -4,6 +4,10 @@ The job is requeue-able and asks for SIGUSR1 `time_warning` seconds before its t
 SLURM sends it to every process of the job step; each node's `distrain run` passes it to its
 workers, which checkpoint together and exit, and rank 0 requeues the job (train/requeue.py).
 The requeued job (same id, same run and checkpoint directories) resumes from that checkpoint.
+
+The rendezvous port comes from the job id unless ``--port`` fixes one: two jobs that share a
+node (a shared partition, OverSubscribe) would otherwise both listen on one port. The rule is the
+one distrain's SLURM and LSF detection use for MASTER_PORT (cluster/slurm.py, cluster/lsf.py).
 """
 
 from __future__ import annotations
@@ -11,6 +15,15 @@ from __future__ import annotations
 import shlex
 
 from .spec import JobSpec
+
+#: MASTER_PORT = BASE + job id % SPAN when --port is not given (cluster/slurm.py's rule)
+PORT_BASE, PORT_SPAN = 15000, 20000
+
+
+def port_line(port: int | None) -> str:
+    """The shell line that sets MASTER_PORT: kept when exported, else fixed or from the job id."""
+    value = str(port) if port else f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
+    return "MASTER_PORT=${MASTER_PORT:-" + value + "}"
 
 
 def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> str:
@@ -52,7 +65,8 @@ def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> st
         "# one distrain run (torchrun agent) per node; it starts the node's worker processes",
         # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into exit 141
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
-        "MASTER_PORT=${MASTER_PORT:-" + str(spec.port) + "}",
+        "# a port per job: two jobs sharing a node do not collide",
+        port_line(spec.port),
         "export MASTER_ADDR MASTER_PORT",
         "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05): pass it on",
         "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",

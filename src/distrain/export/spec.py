@@ -27,9 +27,9 @@ class JobSpec:
     gpus_per_node: int = 1
     image: str = "distrain-job:latest"
     base_image: str = DEFAULT_BASE_IMAGE
-    install: str = "distrain"
+    install: str = "auto"
     name: str = ""
-    port: int = DEFAULT_PORT
+    port: int | None = DEFAULT_PORT  # None: the target picks (SLURM: from the job id)
     max_restarts: int = 3
 
     def __post_init__(self) -> None:

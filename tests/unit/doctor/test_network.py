@@ -27,9 +27,12 @@ def test_existing_interfaces_are_ok(interfaces: None, monkeypatch: pytest.Monkey
 
 def test_a_missing_interface_fails_with_the_choices(interfaces: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth")  # gloo wants an exact name, not a prefix
+    monkeypatch.setattr(network, "outward", lambda master_addr=None: ("ib0", "10.1.0.2", "the default route"))
     (check,) = network.probe_ifname_env()
     assert check.status == "fail" and check.seen == "GLOO_SOCKET_IFNAME=eth: no interface eth"
-    assert check.fix == "Set GLOO_SOCKET_IFNAME to one of: eth0, ib0, lo."
+    assert check.fix == "Set GLOO_SOCKET_IFNAME to ib0 (the interface of the default route), or one of: eth0, ib0, lo."
+    monkeypatch.setattr(network, "outward", lambda master_addr=None: None)  # no route: the choices alone
+    assert network.probe_ifname_env()[0].fix == "Set GLOO_SOCKET_IFNAME to one of: eth0, ib0, lo."
 
 
 def test_ports_in_use_name_the_holder(monkeypatch: pytest.MonkeyPatch) -> None:

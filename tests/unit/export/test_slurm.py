@@ -41,3 +41,8 @@ def test_elastic_job_asks_for_a_node_range_and_restarts() -> None:
     assert not any(line.startswith("#SBATCH --gpus-per-node") for line in text.splitlines())
     tokens = _srun(text)
     assert tokens[tokens.index("--nnodes") + 1] == "2:4" and tokens[tokens.index("--max-restarts") + 1] == "7"
+
+
+def test_port_comes_from_the_job_id_unless_fixed() -> None:
+    assert "MASTER_PORT=${MASTER_PORT:-$((15000 + SLURM_JOB_ID % 20000))}" in slurm.render(JobSpec("t.py", port=None)).splitlines()
+    assert "MASTER_PORT=${MASTER_PORT:-29600}" in slurm.render(JobSpec("t.py", port=29600)).splitlines()
