@@ -3,7 +3,7 @@
 Two things make "every group ends with the same state at the same step" hold:
 
 - :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every
-  other group has been in one quorum with it (a group that was lost and is coming back copies
+  other group has been in two quorums in a row with it (a group that was lost and is coming back copies
   the final state there), or ended for good, or ``LINGER_S`` passed.  Without it a survivor
   that finished while a replacement was still starting left the replacement without a live
   group: it resumed from its own older checkpoint and trained the last steps alone, ending
@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..contract import ft_end_file, ft_final_file
+from ..errors import DistrainError
 from ..log import get_logger
 
 if TYPE_CHECKING:
@@ -100,8 +101,11 @@ def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
         return
     deadline = time.monotonic() + LINGER_S
     while True:
-        if replicas.met_all_at == replicas.manager.current_step():
-            return  # the last quorum held every group, none behind: nobody needs this state
+        if replicas.met_all_at == replicas.manager.current_step() and replicas.met_all_times >= 2:
+            # the last two quorums held every group at this step: nobody needs this state.  One
+            # is not enough: a group that healed in it may still find its ranks split and
+            # restart (agree_in_group), and would then come back to nobody
+            return
         missing = _not_ended(replicas)
         timed_out = time.monotonic() > deadline
         stop = torch.tensor([int(not missing or timed_out)], device=device)
@@ -116,6 +120,39 @@ def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
             return
         replicas.quorum()
         time.sleep(_PAUSE_S)
+
+
+class GroupSplit(DistrainError):
+    """The ranks of one replica group came out of a quorum at different steps or heals."""
+
+
+def agree_in_group(replicas: Replicas, device: torch.device) -> None:
+    """Raise GroupSplit unless every rank of this group is at the same step after a quorum.
+
+    TorchFT heals rank r of a group from rank r of a live group, each over its own cross-group
+    process group.  When configuring that group fails on one rank (``got exception in pg
+    configure: Failed to recv``) TorchFT skips that rank's heal and only marks its step as not
+    to commit, while the other ranks of the group did heal: the group's ranks are then at
+    different steps for good (TorchFT's commit vote keeps them apart, it never re-aligns them),
+    their training loops run different numbers of steps and meet in different collectives
+    (chaos campaign, seed 15 trial 3: a DCP save's all_gather against the end's all_reduce, a
+    hang).  Checked after every quorum, inside the group, so every rank raises together: the
+    group's agent restarts the whole group, which heals from a live one.  (The heals themselves
+    may differ by rank: at a job's first quorum TorchFT picks a source per rank.)
+    """
+    step = replicas.manager.current_step()
+    agreed = torch.tensor([step, -step], dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    high, low = int(agreed[0]), -int(agreed[1])
+    if high == low:
+        return
+    err = replicas.manager.errored()
+    cause = f" (its quorum failed here: {str(err.original_exception).splitlines()[0][:200]})" if err else ""
+    raise GroupSplit(
+        f"replica group {replicas.group}: its ranks are at different steps after a quorum ({low} to "
+        f"{high}; rank {replicas.rank} at {step}{cause}): a heal failed on some of its ranks only; "
+        f"the group restarts as a whole and heals from a live group"
+    )
 
 
 def _not_ended(replicas: Replicas) -> list[int]:

@@ -34,6 +34,7 @@ from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_fi
 from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
+from .replica_sync import agree_in_group
 from .replica_sync import plain as _plain
 from .replica_sync import real_accelerator as _real_accelerator
 from .strategies.fsdp import is_sharded_tensor
@@ -71,7 +72,8 @@ class Replicas:
         self.source: int | None = None  # the group this process healed from
         self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
         self.in_step = False  # between a step's first forward and its commit vote
-        self.met_all_at: int | None = None  # step of the last quorum that held every group
+        self.met_all_at: int | None = None  # step of the last quorums that held every group
+        self.met_all_times = 0  # how many quorums in a row held every group at that step
         # each loader's position at the last step end: what a peer copies while a batch is in flight
         self._positions: dict[str, Any] = {}
         self._device = ctx.device
@@ -153,8 +155,11 @@ class Replicas:
         """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
         with self._waiting():
             self.manager.start_quorum()
-        if self.manager.num_participants() >= self.groups:
-            self.met_all_at = self.manager.current_step()
+        if self.size > 1:  # a heal that failed on some ranks only splits the group: restart it
+            agree_in_group(self, self._device)
+        step, everyone = self.manager.current_step(), self.manager.num_participants() >= self.groups
+        self.met_all_times = (self.met_all_times + 1 if step == self.met_all_at else 1) if everyone else 0
+        self.met_all_at = step if everyone else None
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
@@ -362,11 +367,13 @@ class Replicas:
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        from .failure import failing
         from .replica_sync import serve_stragglers, write_final
 
         try:
-            serve_stragglers(self, self._device)
-            write_final(self)
+            if not failing():  # a failing process's state is no one's to copy (nor to check)
+                serve_stragglers(self, self._device)
+                write_final(self)
         except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
             _log.warning(
                 f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"
