@@ -306,7 +306,8 @@ class Watchdog:
         parts = []
         for r in frozen:
             b = beats.get(r, {})
-            parts.append(f"rank {r} (host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step {b.get('step', '?')} in {b.get('where', '?')}")
+            heard = f", last heard at step {b['step']} in {b.get('where', '?')}" if b else ", never heard from"
+            parts.append(f"rank {r} (host {b.get('host', '?')}, pid {b.get('pid', '?')}{heard})")
         text = (
             f"distrain watchdog: {'; '.join(parts)} stopped answering for over {self.seconds:g} s "
             f"after rank {self.rank}'s script ended, before its own end: frozen or gone. "
