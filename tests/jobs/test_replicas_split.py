@@ -37,7 +37,9 @@ def test_a_heal_that_fails_on_one_rank_restarts_the_group(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr[-4000:]
     assert "DTEST_FAULT_FT_CONFIGURE: injected" in res.stderr, res.stderr[-4000:]  # the fault fired
     # the split was seen by both ranks of the group, named, and the group restarted as a whole
-    assert "replica group 1: its ranks are at different steps after a quorum" in res.stderr, res.stderr[-4000:]
+    assert "replica group 1: its ranks are at different steps after a quorum" in res.stderr, (
+        res.stderr[-4000:]
+    )
     starts = [line.split() for line in (out / "starts").read_text().splitlines()]
     assert len([s for s in starts if s[1] == "1"]) == 6, starts  # group 1 started three times
     assert len([s for s in starts if s[1] == "0"]) == 2, starts  # group 0 trained through
