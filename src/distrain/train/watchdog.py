@@ -260,7 +260,8 @@ class Watchdog:
             return
         beat = 0
         while True:
-            self._wake.wait(self.poll)
+            # after this rank's end, look often: the last rank's end mark ends every rank's wait
+            self._wake.wait(min(self.poll, 0.25) if self._ended else self.poll)
             self._wake.clear()
             if self._stop.is_set():
                 return
