@@ -75,6 +75,16 @@ FT_HOST = "DISTRAIN_FT_HOST"
 LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 #: distrain run --replicas: seconds the launcher waits for its lighthouse to listen (default 60)
 LIGHTHOUSE_START_TIMEOUT = "DISTRAIN_LIGHTHOUSE_START_TIMEOUT"
+#: --replicas --nnodes: seconds another node waits for node 0's lighthouse and roll call (default 120)
+NODE0_WAIT = "DISTRAIN_NODE0_WAIT"
+#: --replicas: seconds a cross-group collective or a heal's transfer may take (default 10)
+FT_TIMEOUT = "DISTRAIN_FT_TIMEOUT"
+#: --replicas: seconds one quorum may wait for the lighthouse and the group's ranks (default 60)
+FT_QUORUM_TIMEOUT = "DISTRAIN_FT_QUORUM_TIMEOUT"
+#: --replicas: seconds a group's first quorum waits for every group to reach its own (default 120)
+FT_START_WAIT = "DISTRAIN_FT_START_WAIT"
+#: --replicas: seconds a group that ended keeps serving groups that did not meet it (default 120)
+FT_LINGER = "DISTRAIN_FT_LINGER"
 
 
 def rehearse_boot_dir() -> str:

@@ -26,6 +26,14 @@ DEFAULT_FORM_TIMEOUT_S = 60.0
 DEFAULT_METRICS_INTERVAL_S = 1.0
 #: the shortest metrics interval accepted (shorter values are raised to it)
 MIN_METRICS_INTERVAL_S = 0.05
+#: --replicas: a cross-group collective or a heal's transfer (``DISTRAIN_FT_TIMEOUT``)
+DEFAULT_FT_TIMEOUT_S = 10.0
+#: --replicas: one quorum (``DISTRAIN_FT_QUORUM_TIMEOUT``)
+DEFAULT_FT_QUORUM_TIMEOUT_S = 60.0
+#: --replicas: a group's first quorum waiting for every group's (``DISTRAIN_FT_START_WAIT``)
+DEFAULT_FT_START_WAIT_S = 120.0
+#: --replicas: a group that ended serving the groups still to come (``DISTRAIN_FT_LINGER``)
+DEFAULT_FT_LINGER_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,10 @@ class Settings:
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
+    ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S  # DISTRAIN_FT_TIMEOUT
+    ft_quorum_timeout_s: float = DEFAULT_FT_QUORUM_TIMEOUT_S  # DISTRAIN_FT_QUORUM_TIMEOUT
+    ft_start_wait_s: float = DEFAULT_FT_START_WAIT_S  # DISTRAIN_FT_START_WAIT
+    ft_linger_s: float = DEFAULT_FT_LINGER_S  # DISTRAIN_FT_LINGER
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -78,6 +90,11 @@ class Settings:
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
+            "ft_timeout_s": _seconds(contract.FT_TIMEOUT, text(contract.FT_TIMEOUT)) or DEFAULT_FT_TIMEOUT_S,
+            "ft_quorum_timeout_s": _seconds(contract.FT_QUORUM_TIMEOUT, text(contract.FT_QUORUM_TIMEOUT))
+            or DEFAULT_FT_QUORUM_TIMEOUT_S,
+            "ft_start_wait_s": _seconds(contract.FT_START_WAIT, text(contract.FT_START_WAIT)) or DEFAULT_FT_START_WAIT_S,
+            "ft_linger_s": _seconds(contract.FT_LINGER, text(contract.FT_LINGER)) or DEFAULT_FT_LINGER_S,
         }
         unknown = set(arguments) - set(values)
         if unknown:

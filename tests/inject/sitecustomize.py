@@ -14,7 +14,10 @@ and has to detect the fault on its own.
   longer (a stall, not more computation: on an oversubscribed machine extra computation overlaps
   the other ranks' and need not come out slower);
 - ``DTEST_FAULT_BENCH_CORRUPT=RANK``: in ``distrain bench comm``, one element of that rank's
-  result is wrong after every collective.
+  result is wrong after every collective;
+- ``DTEST_FAULT_FT_CONFIGURE=GROUP:RANK:ATTEMPT``: under ``distrain run --replicas``, the first
+  reconfiguration of TorchFT's cross-group gloo group fails on that rank of that replica group
+  in that attempt (``TORCHELASTIC_RESTART_COUNT``), as a lost connection does ("Failed to recv").
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 VERSION, STALL, SLOW, CORRUPT = ("DTEST_FAULT_DOCTOR_VERSION", "DTEST_FAULT_DOCTOR_STALL",
                                  "DTEST_FAULT_DOCTOR_SLOW", "DTEST_FAULT_BENCH_CORRUPT")
+CONFIGURE = "DTEST_FAULT_FT_CONFIGURE"
 #: how long a stalled rank hangs before it gives up (the job normally kills it first)
 HANG_S = 120.0
 
@@ -97,7 +101,25 @@ def _patch_bench_comm(comm: Any) -> None:
     comm.collective = corrupting
 
 
-PATCHES: dict[str, Callable[[Any], None]] = {"distrain.doctor.ranks": _patch_doctor, "distrain.bench.comm": _patch_bench_comm}
+def _patch_ft_configure(process_group: Any) -> None:
+    where = (os.environ.get("DISTRAIN_REPLICA_GROUP"), os.environ.get("RANK"),
+             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # fmt: skip
+    if tuple(os.environ.get(CONFIGURE, "").split(":")) != where:
+        return
+    cls = process_group.ProcessGroupGloo
+    configure, failed = cls.configure, []
+
+    def failing_configure(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError(f"{CONFIGURE}: injected: Failed to recv (group {where[0]}, rank {where[1]})")
+        return configure(self, *args, **kwargs)
+
+    cls.configure = failing_configure
+
+
+PATCHES: dict[str, Callable[[Any], None]] = {"distrain.doctor.ranks": _patch_doctor, "distrain.bench.comm": _patch_bench_comm,
+                                             "torchft.process_group": _patch_ft_configure}
 
 
 class _Patcher(importlib.abc.MetaPathFinder):
@@ -119,5 +141,5 @@ class _Patcher(importlib.abc.MetaPathFinder):
         return spec
 
 
-if any(os.environ.get(v) for v in (VERSION, STALL, SLOW, CORRUPT)):
+if any(os.environ.get(v) for v in (VERSION, STALL, SLOW, CORRUPT, CONFIGURE)):
     sys.meta_path.insert(0, _Patcher())

@@ -6,6 +6,7 @@ Faults are injected deterministically, never by racing a timer:
   --kill-after-save K  SIGKILL right after the checkpoint of step K was written
   --kill-in-save K     SIGKILL in the middle of writing the checkpoint of step K
   --raise-at K         raise ValueError at step K
+  --freeze-after-loop  SIGSTOP this process after the training loop (and the final state's gather)
   --fault-rank R       the rank that does it (default 1)
   --linger S           the other ranks sleep S seconds at that step (they outlive the fault, so
                        their node's agent sees a membership change, not a failure of its own)
@@ -47,6 +48,7 @@ p.add_argument("--kill-after-save", type=int, default=-1)
 p.add_argument("--kill-in-save", type=int, default=-1)
 p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--fault-rank", type=int, default=1)
+p.add_argument("--freeze-after-loop", action="store_true")
 p.add_argument("--linger", type=float, default=0.0)
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
@@ -163,4 +165,7 @@ final = full_state(step)
 if ctx.is_main:
     torch.save(final, args.out)
     print(f"finished at step {step}", flush=True)
+if faulty and args.freeze_after_loop:
+    timeline("fault")
+    os.kill(os.getpid(), signal.SIGSTOP)  # frozen for good, before its shutdown
 ctx.shutdown()

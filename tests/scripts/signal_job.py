@@ -35,7 +35,15 @@ with open(os.path.join(args.out, f"pid{rank}.tmp"), "w") as f:
 os.replace(os.path.join(args.out, f"pid{rank}.tmp"), os.path.join(args.out, f"pid{rank}"))  # whole
 deadline = time.monotonic() + 120  # the test signals within seconds; never train forever
 step = 0
-while step < args.steps or not os.path.exists(os.path.join(args.out, "signalled")):
+def signalled() -> bool:
+    """Whether the test signalled, agreed by every rank (each looking alone, one rank could leave
+    the loop a step before the other and leave it alone in the next all-reduce)."""
+    seen = torch.tensor([float(os.path.exists(os.path.join(args.out, "signalled")))])
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    return bool(seen.item())
+
+
+while step < args.steps or not signalled():
     loss = model(torch.randn(2, 4)).sum()
     opt.zero_grad()
     loss.backward()

@@ -62,3 +62,28 @@ def test_form_timeout_default_environment_and_bad_value() -> None:
     assert Settings.read({"DISTRAIN_FORM_TIMEOUT": "5"}).form_timeout_s == 5.0
     with pytest.raises(DistrainError, match=r"DISTRAIN_FORM_TIMEOUT='soon': expected a positive number of seconds"):
         Settings.read({"DISTRAIN_FORM_TIMEOUT": "soon"})
+
+
+@pytest.mark.parametrize(("name", "field", "default"), [
+    ("DISTRAIN_FT_TIMEOUT", "ft_timeout_s", 10.0), ("DISTRAIN_FT_QUORUM_TIMEOUT", "ft_quorum_timeout_s", 60.0),
+    ("DISTRAIN_FT_START_WAIT", "ft_start_wait_s", 120.0), ("DISTRAIN_FT_LINGER", "ft_linger_s", 120.0),
+])
+def test_replica_group_bounds_default_environment_and_bad_value(name: str, field: str, default: float) -> None:
+    assert getattr(Settings.read({}), field) == default
+    assert getattr(Settings.read({name: "2.5"}), field) == 2.5
+    for bad in ("soon", "0", "-1", "inf"):
+        with pytest.raises(DistrainError, match=rf"^{name}='{bad}': expected a positive number of seconds$"):
+            Settings.read({name: bad})
+
+
+def test_node0_wait_default_environment_and_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from distrain.errors import UsageError
+    from distrain.launch.lighthouse import NODE0_WAIT_S, node0_wait_s
+
+    monkeypatch.delenv("DISTRAIN_NODE0_WAIT", raising=False)
+    assert node0_wait_s() == NODE0_WAIT_S == 120.0
+    monkeypatch.setenv("DISTRAIN_NODE0_WAIT", "7")
+    assert node0_wait_s() == 7.0
+    monkeypatch.setenv("DISTRAIN_NODE0_WAIT", "later")
+    with pytest.raises(UsageError, match="DISTRAIN_NODE0_WAIT"):
+        node0_wait_s()

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from ..contract import LIGHTHOUSE_START_TIMEOUT, die_with_parent, parse_seconds
+from ..contract import LIGHTHOUSE_START_TIMEOUT, NODE0_WAIT, die_with_parent, parse_seconds
 from ..errors import UsageError
 from ..net import free_port
 
@@ -62,6 +62,16 @@ def lighthouse_program() -> list[str]:
         raise UsageError(f"--replicas needs TorchFT, which is not installed ({EXTRA_HINT})")
     # not TorchFT's own torchft_lighthouse command: it imports torch first (seconds under load)
     return [sys.executable, RUNNER]
+
+
+#: how long another node waits for node 0's lighthouse and roll call, unless DISTRAIN_NODE0_WAIT says
+NODE0_WAIT_S = 120.0
+
+
+def node0_wait_s() -> float:
+    """DISTRAIN_NODE0_WAIT in seconds, else NODE0_WAIT_S; UsageError if malformed."""
+    text = os.environ.get(NODE0_WAIT, "").strip()
+    return parse_seconds(text, NODE0_WAIT) if text else NODE0_WAIT_S
 
 
 def start_timeout_s() -> float:
@@ -167,15 +177,17 @@ class RemoteLighthouse:
     #: unreachable this long (while this node's groups run) counts as ended
     GONE_AFTER_S = 3.0
 
-    def __init__(self, host: str, port: int, wait_s: float = 120.0) -> None:
+    def __init__(self, host: str, port: int, wait_s: float | None = None) -> None:
         self.host, self.port = host, port
+        wait_s = node0_wait_s() if wait_s is None else wait_s
         self._checked = 0.0
         self._unreachable_since: float | None = None
         deadline = time.monotonic() + wait_s
         while not self._reachable():
             if time.monotonic() > deadline:
                 raise UsageError(
-                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:.0f} s"
+                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:g} s "
+                    f"(set {NODE0_WAIT} to wait longer)"
                 )
             time.sleep(0.2)
 

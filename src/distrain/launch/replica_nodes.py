@@ -19,14 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import ft_end_file, ft_start_file, mark_ft_start
+from ..contract import NODE0_WAIT, ft_end_file, ft_start_file, mark_ft_start
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, listen_socket, route_to
+from .lighthouse import node0_wait_s
 
 #: torchrun's default --master-port, where node 0's lighthouse listens when none is given
 DEFAULT_PORT = 29500
-#: how long another node waits for node 0 (its lighthouse and roll call) to come up
-NODE0_WAIT_S = 120.0
 #: a node whose beat stopped changing this long is taken as gone (node 0 stops waiting for it)
 SILENT_S = 30.0
 BEAT_S = 1.0
@@ -114,19 +113,20 @@ class RollCall:
         self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
         self._ended: set[int] = set()  # groups whose end mark is shared (share_ends)
         first = placement.node == 0
+        wait_s = node0_wait_s()
         try:
             # node 0's store on the master address only (TCPStore alone listens on every interface)
             fd = listen_socket(placement.master_addr, placement.port + 1).detach() if first else None
             self.store: Any = dist.TCPStore(
                 placement.master_addr, placement.port + 1, world_size=None, is_master=first,
-                timeout=dt.timedelta(seconds=NODE0_WAIT_S), wait_for_workers=False, master_listen_fd=fd,
+                timeout=dt.timedelta(seconds=wait_s), wait_for_workers=False, master_listen_fd=fd,
             )  # fmt: skip
         except Exception as err:  # noqa: BLE001 - torch raises several kinds; one line either way
             where = f"{placement.master_addr}:{placement.port + 1}"
             if first:
                 raise UsageError(f"--replicas: node 0 cannot listen on {where}: {err}") from None
             raise UsageError(
-                f"--replicas: node 0 is not reachable at {where} after {NODE0_WAIT_S:.0f} s"
+                f"--replicas: node 0 is not reachable at {where} after {wait_s:g} s (set {NODE0_WAIT} to wait longer)"
             ) from None
 
     def beat(self) -> None:

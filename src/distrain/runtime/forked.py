@@ -77,6 +77,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         runpy.run_path(job.script, run_name="__main__")
     except SystemExit as exc:
         code = _exit_status(exc.code)
+        if code:
+            from ..train.failure import mark_failing
+
+            mark_failing()  # its watchdog must not wait at shutdown for peers that may wait for it
         _run_atexit()
         if code:
             raise SystemExit(code) from None

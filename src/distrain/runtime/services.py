@@ -40,8 +40,9 @@ class Services:
         self.closers.append(weakref.WeakMethod(method))
 
     def close(self) -> None:
-        """Stop them: registered closers run, the monitor writes its last record, the watchdog
-        thread ends, the breakdown removes its hooks and leaves its summary for the launcher."""
+        """Stop them: registered closers run, the monitor writes its last record, the breakdown
+        removes its hooks and leaves its summary for the launcher, the watchdog waits for the
+        other ranks' ends (train/watchdog.py, ``Watchdog.finish``) and stops."""
         for ref in self.closers:
             method = ref()
             if method is not None:
@@ -50,7 +51,11 @@ class Services:
         self.closers.clear()
         if self.monitor is not None:
             self.monitor.close()
-        if self.watchdog is not None:
-            self.watchdog.stop()
         if self.breakdown is not None:  # after the monitor's last record, which reads it
             self.breakdown.finish()
+        if self.watchdog is not None:
+            from ..train.failure import failing
+
+            # a normal end waits, watching, until every rank ended (a peer frozen after its
+            # training is named, not waited for forever); a failing rank leaves at once
+            self.watchdog.finish(linger=not failing())

@@ -42,6 +42,19 @@ _PEER_GONE = (
 )
 
 
+_failing: list[bool] = []  # set once this process is going down with an error
+
+
+def mark_failing() -> None:
+    """Note that this process is ending with an error (its watchdog then does not wait for peers)."""
+    _failing.append(True)
+
+
+def failing() -> bool:
+    """Whether this process is ending with an error (an uncaught exception, a non-zero exit)."""
+    return bool(_failing)
+
+
 def is_peer_failure(err: BaseException) -> bool:
     """True for collective/store errors caused by another process disappearing."""
     try:
@@ -115,6 +128,7 @@ def report_uncaught(err: BaseException) -> None:
     torch or `distrain.init()` installed prints it; otherwise (a plain script before its group)
     the traceback is printed once as a block.
     """
+    mark_failing()
     peer = is_peer_failure(err)
     error_file = os.environ.get(ERROR_FILE)
     if error_file and not peer:
@@ -137,6 +151,7 @@ def install(rank: int) -> None:
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+        mark_failing()
         # the process is going down: the agent's SIGTERM must end it, not ask for a checkpoint
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError, OSError):

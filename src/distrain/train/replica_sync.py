@@ -3,8 +3,8 @@
 Two things make "every group ends with the same state at the same step" hold:
 
 - :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every
-  other group has been in one quorum with it (a group that was lost and is coming back copies
-  the final state there), or ended for good, or ``LINGER_S`` passed.  Without it a survivor
+  other group has been in two quorums in a row with it (a group that was lost and is coming back copies
+  the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a survivor
   that finished while a replacement was still starting left the replacement without a live
   group: it resumed from its own older checkpoint and trained the last steps alone, ending
   with another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
@@ -26,7 +26,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..contract import ft_end_file, ft_final_file
+from ..contract import (
+    FT_QUORUM_TIMEOUT,
+    LIGHTHOUSE,
+    ft_end_file,
+    ft_final_file,
+    ft_start_file,
+    mark_ft_start,
+)
+from ..errors import DistrainError
 from ..log import get_logger
 
 if TYPE_CHECKING:
@@ -34,8 +42,6 @@ if TYPE_CHECKING:
 
 _log = get_logger("train")
 
-#: how long (seconds) a group that ended waits for the groups that did not meet it yet
-LINGER_S = 120.0
 #: pause between two quorums while waiting (the lighthouse answers a lone group at once)
 _PAUSE_S = 0.1
 
@@ -91,17 +97,20 @@ def write_final(replicas: Replicas) -> None:
 
 
 def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
-    """Answer quorums until every group met this one at its final step (or ended, or LINGER_S).
+    """Answer quorums until every group met this one at its final step (or ended, or the linger bound).
 
     Every rank of the group takes the same quorums (its ranks' requests form one member of
     the lighthouse's quorum), so the ranks agree on each decision through the group.
     """
     if replicas.groups < 2 or not replicas.started:
         return
-    deadline = time.monotonic() + LINGER_S
+    deadline = time.monotonic() + replicas.linger_s
     while True:
-        if replicas.met_all_at == replicas.manager.current_step():
-            return  # the last quorum held every group, none behind: nobody needs this state
+        if replicas.met_all_at == replicas.manager.current_step() and replicas.met_all_times >= 2:
+            # the last two quorums held every group at this step: nobody needs this state.  One
+            # is not enough: a group that healed in it may still find its ranks split and
+            # restart (agree_in_group), and would then come back to nobody
+            return
         missing = _not_ended(replicas)
         timed_out = time.monotonic() > deadline
         stop = torch.tensor([int(not missing or timed_out)], device=device)
@@ -111,11 +120,84 @@ def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
             if missing and timed_out and replicas.rank == 0:
                 _log.warning(
                     f"distrain: replica group {replicas.group} ended without meeting group(s) "
-                    f"{', '.join(map(str, missing))} after {LINGER_S:.0f} s; they may end with another state"
+                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s (DISTRAIN_FT_LINGER); they may end "
+                    f"with another state"
                 )
             return
         replicas.quorum()
         time.sleep(_PAUSE_S)
+
+
+def start_together(replicas: Replicas, folder: str) -> None:
+    """Wait (rank 0, a group's first quorum) until every group reached its own first quorum.
+
+    TorchFT's first quorum forms with whichever groups asked for it (min_replicas 1): the group
+    ready first would train alone, on its share of each batch only, until the others finished
+    loading and healed from it.  Every group's first quorum waits here until every group reached
+    its own (the launcher marks a group that ended, and carries the marks between nodes), so a
+    job's steps are taken by all its groups from the first one.  A replacement finds every mark
+    already there and does not wait.  Bounded by ``DISTRAIN_FT_START_WAIT``; past it the group
+    starts without the groups it names.
+    """
+    mark_ft_start(folder, replicas.group)
+    deadline = time.monotonic() + replicas.start_wait_s
+
+    def not_started() -> list[int]:
+        return [g for g in range(replicas.groups) if not os.path.exists(ft_start_file(folder, g))]
+
+    missing = not_started()
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.02)
+        missing = not_started()
+    if missing:
+        _log.warning(
+            f"distrain: replica group {replicas.group} starts without group(s) {', '.join(map(str, missing))}, "
+            f"not at their first step after {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
+        )
+
+
+def quorum_failed(replicas: Replicas, err: BaseException) -> DistrainError:
+    """The one-line error for a quorum TorchFT gave up on: who was waited for, and the bound."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+    return DistrainError(
+        f"replica group {replicas.group} rank {replicas.rank}: no quorum at step "
+        f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, {FT_QUORUM_TIMEOUT}): "
+        f"waited for the TorchFT lighthouse ({os.environ.get(LIGHTHOUSE, '?')}) and the other ranks "
+        f"of group {replicas.group}; {type(err).__name__}: {first}"
+    )
+
+
+class GroupSplit(DistrainError):
+    """The ranks of one replica group came out of a quorum at different steps or heals."""
+
+
+def agree_in_group(replicas: Replicas, device: torch.device) -> None:
+    """Raise GroupSplit unless every rank of this group is at the same step after a quorum.
+
+    TorchFT heals rank r of a group from rank r of a live group, each over its own cross-group
+    process group.  When configuring that group fails on one rank (``got exception in pg
+    configure: Failed to recv``) TorchFT skips that rank's heal and only marks its step as not
+    to commit, while the other ranks of the group did heal: the group's ranks are then at
+    different steps for good (TorchFT's commit vote keeps them apart, it never re-aligns them),
+    their training loops run different numbers of steps and meet in different collectives
+    (chaos campaign, seed 15 trial 3: a DCP save's all_gather against the end's all_reduce, a
+    hang).  Checked after every quorum, inside the group, so every rank raises together: the
+    group's agent restarts the whole group, which heals from a live one.  (The heals themselves
+    may differ by rank: at a job's first quorum TorchFT picks a source per rank.)
+    """
+    step = replicas.manager.current_step()
+    agreed = torch.tensor([step, -step], dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    high, low = int(agreed[0]), -int(agreed[1])
+    if high == low:
+        return
+    err = replicas.manager.errored()
+    cause = f" (its quorum failed here: {str(err.original_exception).splitlines()[0][:200]})" if err else ""
+    raise GroupSplit(
+        f"replica group {replicas.group}: its ranks are at different steps after a quorum ({low} to "
+        f"{high}; rank {replicas.rank} at {step}{cause}): a heal failed on some of its ranks only; "
+        f"the group restarts as a whole and heals from a live group"
+    )
 
 
 def _not_ended(replicas: Replicas) -> list[int]:

@@ -30,10 +30,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..contract import RESTART_COUNT, append_ft_event, ft_start_file, ft_step_file, mark_ft_start
+from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
 from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
+from .replica_sync import agree_in_group, quorum_failed, start_together
 from .replica_sync import plain as _plain
 from .replica_sync import real_accelerator as _real_accelerator
 from .strategies.fsdp import is_sharded_tensor
@@ -45,14 +46,8 @@ if TYPE_CHECKING:
 
 _log = get_logger("train")
 
-#: collectives across groups and checkpoint transfers: short, so a dead group costs little
-FT_TIMEOUT = dt.timedelta(seconds=10)
-#: gloo's own timeout across groups: how long the survivors wait on a dead peer at most
-GLOO_TIMEOUT = dt.timedelta(seconds=5)
 #: a quorum or commit wait this long (seconds) after a stop signal waits for a dead peer
 STUCK_S = 1.0
-#: how long a group's first quorum waits for every other group to reach its own (seconds)
-START_WAIT_S = 120.0
 
 
 class Replicas:
@@ -71,16 +66,21 @@ class Replicas:
         self.source: int | None = None  # the group this process healed from
         self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
         self.in_step = False  # between a step's first forward and its commit vote
-        self.met_all_at: int | None = None  # step of the last quorum that held every group
+        self.met_all_at: int | None = None  # step of the last quorums that held every group
+        self.met_all_times = 0  # how many quorums in a row held every group at that step
         # each loader's position at the last step end: what a peer copies while a batch is in flight
         self._positions: dict[str, Any] = {}
         self._device = ctx.device
         cuda = ctx.device.type == "cuda" and ctx.backend == "nccl"
-        pg = (
-            ProcessGroupNCCL(timeout=FT_TIMEOUT) if cuda else ProcessGroupGloo(timeout=GLOO_TIMEOUT)
-        )
+        settings = ctx.settings
+        # cross-group collectives and heal transfers (DISTRAIN_FT_TIMEOUT): short, so a dead
+        # group costs little; gloo's own timeout (how long survivors wait on a dead peer) half
+        ft_timeout = dt.timedelta(seconds=settings.ft_timeout_s)
+        self.quorum_timeout_s, self.start_wait_s = settings.ft_quorum_timeout_s, settings.ft_start_wait_s
+        self.linger_s = settings.ft_linger_s
+        pg = ProcessGroupNCCL(timeout=ft_timeout) if cuda else ProcessGroupGloo(timeout=ft_timeout / 2)
         self._pg = pg
-        transport = PGTransport(pg, timeout=FT_TIMEOUT, device=ctx.device)
+        transport = PGTransport(pg, timeout=ft_timeout, device=ctx.device)
         host = ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1"
         # its server on the job's address only (TorchFT binds every interface: ft_bind.py)
         with _real_accelerator(ctx.settings.cpu_rehearsal is not None), manager_server_on(host):
@@ -90,8 +90,8 @@ class Replicas:
                 state_dict=self._state,
                 min_replica_size=1,
                 use_async_quorum=False,
-                timeout=FT_TIMEOUT,
-                quorum_timeout=dt.timedelta(seconds=60),
+                timeout=ft_timeout,
+                quorum_timeout=dt.timedelta(seconds=self.quorum_timeout_s),
                 connect_timeout=dt.timedelta(seconds=10),
                 rank=ctx.rank,
                 world_size=ctx.world_size,
@@ -152,9 +152,15 @@ class Replicas:
     def quorum(self) -> None:
         """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
         with self._waiting():
-            self.manager.start_quorum()
-        if self.manager.num_participants() >= self.groups:
-            self.met_all_at = self.manager.current_step()
+            try:
+                self.manager.start_quorum()
+            except Exception as err:  # TorchFT's own timeout: name what was waited for
+                raise quorum_failed(self, err) from None
+        if self.size > 1:  # a heal that failed on some ranks only splits the group: restart it
+            agree_in_group(self, self._device)
+        step, everyone = self.manager.current_step(), self.manager.num_participants() >= self.groups
+        self.met_all_times = (self.met_all_times + 1 if step == self.met_all_at else 1) if everyone else 0
+        self.met_all_at = step if everyone else None
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
@@ -253,7 +259,7 @@ class Replicas:
         self.in_step = in_step
         t0 = time.perf_counter()
         if self.rank == 0 and self.events and self.groups > 1:
-            self._start_together(self.events)
+            start_together(self, self.events)
         if not in_step:
             self._mark_positions()
         self.quorum()
@@ -272,28 +278,6 @@ class Replicas:
             )
         self._write_step(step)
         return step
-
-    def _start_together(self, folder: str) -> None:
-        # TorchFT's first quorum forms with whichever groups asked for it (min_replicas 1): the
-        # group ready first would train alone, on its share of each batch only, until the others
-        # finished loading and healed from it.  Every group's first quorum waits here until every
-        # group reached its own (the launcher marks a group that ended, and carries the marks
-        # between nodes), so a job's steps are taken by all its groups from the first one.
-        # A replacement finds every mark already there and does not wait.
-        mark_ft_start(folder, self.group)
-        deadline = time.monotonic() + START_WAIT_S
-        missing = self._not_started(folder)
-        while missing and time.monotonic() < deadline:
-            time.sleep(0.02)
-            missing = self._not_started(folder)
-        if missing:
-            _log.warning(
-                f"distrain: replica group {self.group} starts without group(s) {', '.join(map(str, missing))}, "
-                f"not at their first step after {START_WAIT_S:.0f} s"
-            )
-
-    def _not_started(self, folder: str) -> list[int]:
-        return [g for g in range(self.groups) if not os.path.exists(ft_start_file(folder, g))]
 
     def _match_group(self) -> None:
         # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at the
@@ -362,11 +346,13 @@ class Replicas:
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        from .failure import failing
         from .replica_sync import serve_stragglers, write_final
 
         try:
-            serve_stragglers(self, self._device)
-            write_final(self)
+            if not failing():  # a failing process's state is no one's to copy (nor to check)
+                serve_stragglers(self, self._device)
+                write_final(self)
         except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
             _log.warning(
                 f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"

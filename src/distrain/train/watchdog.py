@@ -15,6 +15,12 @@ in the store.  Every rank then dumps all its threads' Python stacks with ``fault
 own stderr, rank 0 prints the one-line summary on the launching console, and every rank exits
 with code 124, so the launcher tears the job down within about SECONDS + a few polls.
 ``kill -USR1 <pid>`` dumps a rank's stacks at any time, watchdog or not (runtime/stacks.py).
+
+A rank whose script ended keeps watching (:meth:`Watchdog.finish`, from ``ctx.shutdown()``): it
+marks its end in the store and waits until every rank marked its own.  A peer whose heartbeat
+then stops for SECONDS without its end mark is frozen: the verdict names it and the ended ranks
+exit 124.  Before, the watchdogs ended with the scripts, and a rank frozen after its training
+loop hung the job for good (chaos campaign, seed 16 trial 8).
 """
 
 from __future__ import annotations
@@ -122,6 +128,10 @@ class Watchdog:
         self.step = 0
         self._last_progress = time.monotonic()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the heartbeat thread's pause early (finish)
+        self._ended = False  # this rank's script ended: no more steps, its peers still watched
+        self._ended_at = 0.0  # when (monotonic)
+        self._all_ended = threading.Event()  # every rank marked its end (or the store is gone)
         self._thread = threading.Thread(target=self._run, name="distrain-watchdog", daemon=True)
         self._seen: dict[int, tuple[int, float]] = {}  # rank → (beat, monotonic time it last changed)
         self._store_ok = time.monotonic()  # the last heartbeat round trip through the store
@@ -155,8 +165,23 @@ class Watchdog:
                 return
 
     def stop(self) -> None:
-        """Stop the thread (at shutdown)."""
+        """Stop the threads (at shutdown)."""
         self._stop.set()
+        self._wake.set()
+
+    def finish(self, linger: bool = True) -> None:
+        """This rank's script ended: mark it, and watch the peers until every rank marked its end.
+
+        Returns when every rank ended (or the store's host went away: a process that is gone is
+        its agent's to see); a peer whose heartbeat stops for the watchdog's time before its
+        end mark gets the verdict (and this process exits 124 from the watchdog's thread).
+        `linger` False (the script is failing) only stops: its peers may be waiting for it.
+        """
+        self._ended, self._ended_at = True, time.monotonic()
+        if linger and self._thread.is_alive():
+            self._wake.set()
+            self._all_ended.wait()
+        self.stop()
 
     def progress(self, step: int) -> None:
         """This rank finished `step` (called by Context.step)."""
@@ -231,18 +256,28 @@ class Watchdog:
         try:
             store = self._store_factory()
         except Exception:
+            self._all_ended.set()
             return
         beat = 0
-        while not self._stop.wait(self.poll):
+        while True:
+            # after this rank's end, look often: the last rank's end mark ends every rank's wait
+            self._wake.wait(min(self.poll, 0.25) if self._ended else self.poll)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             beat += 1
             try:
+                ended = self._ended
                 self._beat(store, beat)
+                if ended:
+                    store.set(f"end/{self.rank}", str(self.step))
                 beats, silent = self._collect(store)  # every poll: a beat that stops changing means frozen
                 if store.check(["verdict"]):
                     reporter, _, verdict = bytes(store.get("verdict")).decode().partition("\n")
                     self._abort(verdict, print_summary=str(self.rank) == reporter)
-                idle = time.monotonic() - self._last_progress
-                if self.step > 0 and idle > self.seconds:
+                if ended:
+                    self._watch_after_end(store, beats)
+                elif self.step > 0 and time.monotonic() - self._last_progress > self.seconds:
                     text, frozen = self._summary(beats, silent)
                     # rank 0 prints on the launching console unless its process is frozen
                     reporter = self.rank if 0 in frozen else 0
@@ -251,7 +286,35 @@ class Watchdog:
             except Exception:
                 if self._stop.is_set():
                     return
+                if self._ended:  # the store's host (rank 0) exited after its end: nothing to watch
+                    self._all_ended.set()
+                    return
                 time.sleep(self.poll)
+
+    def _watch_after_end(self, store: dist.Store, beats: dict[int, dict[str, Any]]) -> None:
+        """After this rank's end: done when every rank ended; a verdict for a peer frozen before its end."""
+        ended = {r for r in range(self.world_size) if store.check([f"end/{r}"])}
+        if len(ended) == self.world_size:
+            self._all_ended.set()
+            return
+        now = time.monotonic()
+        # a peer's last sign of life: its heartbeat's last change, or this rank's end for a peer
+        # that never sent one (frozen before its watchdog's first beat)
+        since = {r: self._seen[r][1] if r in self._seen else self._ended_at for r in range(self.world_size)}
+        frozen = sorted(r for r, t in since.items() if r not in ended and now - t > self.seconds)
+        if not frozen:
+            return
+        parts = []
+        for r in frozen:
+            b = beats.get(r, {})
+            heard = f", last heard at step {b['step']} in {b.get('where', '?')}" if b else ", never heard from"
+            parts.append(f"rank {r} (host {b.get('host', '?')}, pid {b.get('pid', '?')}{heard})")
+        text = (
+            f"distrain watchdog: {'; '.join(parts)} stopped answering for over {self.seconds:g} s "
+            f"after rank {self.rank}'s script ended, before its own end: frozen or gone. "
+            f"Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
+        )
+        store.compare_set("verdict", "", f"{self.rank}\n{text}")
 
 
 def _exit_as_watchdog(*_exc: Any) -> None:

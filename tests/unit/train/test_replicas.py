@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
 
 from distrain.contract import ft_start_file
 from distrain.errors import DistrainError
-from distrain.train import replicas
+from distrain.train import replica_sync
+from distrain.train.replica_sync import start_together
 from distrain.train.replicas import Replicas
 from distrain.train.strategies import DDP, HSDP, resolve
 
@@ -39,7 +42,7 @@ def test_an_option_the_replica_path_would_not_apply_is_refused(strategy: object,
 
 def _group(group: int, groups: int) -> Replicas:
     r = _unstarted()
-    r.group, r.groups = group, groups
+    r.group, r.groups, r.start_wait_s = group, groups, 120.0
     return r
 
 
@@ -52,19 +55,19 @@ def test_first_quorum_waits_until_every_group_reached_its_own(tmp_path, monkeypa
         if len(waited) == 3:
             open(ft_start_file(folder, 1), "a").close()
 
-    monkeypatch.setattr(replicas.time, "sleep", sleep)
-    _group(0, 2)._start_together(folder)
+    monkeypatch.setattr(replica_sync.time, "sleep", sleep)
+    start_together(_group(0, 2), folder)
     assert len(waited) == 3  # returned at the first look after group 1's mark appeared
-    assert _group(1, 2)._not_started(folder) == []  # group 0 left its own mark
+    assert os.path.exists(ft_start_file(folder, 0))  # group 0 left its own mark
 
 
 def test_first_quorum_goes_on_without_a_group_that_never_arrives(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     clock = iter(range(0, 10**6, 30))  # each look at the clock: 30 s later
-    monkeypatch.setattr(replicas.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(replicas.time, "sleep", lambda _s: None)
-    _group(1, 3)._start_together(str(tmp_path))
+    monkeypatch.setattr(replica_sync.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(replica_sync.time, "sleep", lambda _s: None)
+    start_together(_group(1, 3), str(tmp_path))
     said = capsys.readouterr().err
-    assert "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s" in said
+    assert "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s (DISTRAIN_FT_START_WAIT)" in said
 
 
 def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -84,3 +87,19 @@ def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> No
     r.in_step = True
     assert loader.state_dict()["step_in_epoch"] == 2
     assert r._state()["objects"]["loader"]["step_in_epoch"] == 1  # the peer trains on batch 1 next
+
+
+def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from distrain.train.replica_sync import quorum_failed
+
+    monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "http://127.0.0.1:29510")
+    r = _group(1, 2)
+    r.rank, r.quorum_timeout_s = 1, 60.0
+    r.manager = SimpleNamespace(current_step=lambda: 32)
+    err = quorum_failed(r, RuntimeError("Timeout expired\nmore detail"))
+    assert str(err) == (
+        "replica group 1 rank 1: no quorum at step 32 (bound 60 s, DISTRAIN_FT_QUORUM_TIMEOUT): waited for the "
+        "TorchFT lighthouse (http://127.0.0.1:29510) and the other ranks of group 1; RuntimeError: Timeout expired"
+    )

@@ -137,7 +137,8 @@ class Writer:
                 _warn(f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
                 raise SystemExit(preemption.request.exit_code)
             if time.monotonic() > deadline:
-                raise CheckpointError(f"the other ranks did not report their files for step {self.step} within {STORE_WAIT_S:g} s")
+                late = ", ".join(k.rsplit("/", 1)[-1] for k in keys if not store.check([k]))
+                raise CheckpointError(f"rank(s) {late} did not report their files for step {self.step} within {STORE_WAIT_S:g} s")
 
     def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:
         """A rank among the `missing` reports whose process is gone (only ranks of this machine
