@@ -1,7 +1,8 @@
 """Namespace "machines" that each run a real sshd with key login: hosts for `distrain run --hosts`.
 
 ``with ssh_cluster(2, tmp_path) as c`` makes 3 namespaces on one bridge (helpers.netns_hosts):
-hosts ``h0``, ``h1`` (each with its own sshd on port 2222, root login by key only) and a third
+hosts ``h0``, ``h1`` (each with its own sshd on port 2222: root logs in by key; passwords are asked, so
+that a login without the key meets a password prompt, which BatchMode refuses) and a third
 one, the launching machine, that runs the command under test (``c.launch(argv)``).  The ssh
 aliases are in ``c.config`` (an ssh_config: HostName, Port, the key, no host-key prompts), passed
 as ``--ssh-opts "-F CONFIG"``, so the same file that a user's ~/.ssh/config would be is what
@@ -111,7 +112,7 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
             for i in range(n):
                 log = folder / f"sshd{i}.log"
                 argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E", str(log),
-                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=no",
+                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=yes",
                         "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o", f"PidFile={folder / f'sshd{i}.pid'}",
                         "-o", "UsePAM=no", "-o", "MaxStartups=100"]  # fmt: skip
                 cluster._sshd.append(hosts.start(i, argv, folder / f"sshd{i}.out"))

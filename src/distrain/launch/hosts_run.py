@@ -114,12 +114,14 @@ class Session:
         return f"exited with code {code}" + (f": {last}" if last else "")
 
 
-def _check(sessions: list[Session], opts: host_options.HostsOptions) -> tuple[str, int] | None:
+def _check(sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event) -> tuple[str, int]:
     """(master address, port) from the first host's answer; UsageError naming a host that failed."""
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     mine = fingerprint()
     for s in sessions:
-        s.probed.wait(max(0.1, deadline - time.monotonic()))
+        while not s.probed.wait(0.1) and time.monotonic() < deadline:
+            if stop.is_set():
+                raise UsageError(f"stopped by {getattr(stop, 'signame', 'a signal')} while the hosts were checked", 130)
     for s in sessions:
         if s.probe is None:
             if s.proc.poll() is None:
@@ -192,7 +194,10 @@ def _supervise(
                 reader.join(timeout=2)
             if code == 0:
                 continue
-            if opts.min_nodes is not None and live and len(live) >= opts.min_nodes and i != 0:
+            # a session that ended without its node's own verdict (a dropped connection, a killed
+            # ssh) is a node loss, which an elastic job survives; a node that failed is a failure
+            dropped = code < 0 or code == 255
+            if dropped and opts.min_nodes is not None and live and len(live) >= opts.min_nodes and i != 0:
                 lost.append(s.name)
                 _say(
                     f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
@@ -233,7 +238,7 @@ def main(argv: list[str]) -> int:
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
     try:
-        master, port = _check(sessions, opts)
+        master, port = _check(sessions, opts, stop)
     except UsageError as err:
         for s in sessions:
             s.send("abort\n")

@@ -1,0 +1,106 @@
+"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) against the two-command form.
+
+    python3 benchmarks/launch/hosts_fanout.py --rounds 5
+
+Two network-namespace hosts, each with a real sshd (tests/helpers/ssh_cluster.py), and a third
+namespace as the launching machine.  Each round, in alternating order:
+
+- **two commands**: `distrain run --nnodes 2 --node-rank i --master-addr A --master-port P -n 1`
+  started in both hosts at the same instant (what a person types on each machine, minus typing);
+- **one command**: `distrain run --hosts h0:1,h1:1 -n 1` in the launching namespace.
+
+Time 0 is just before the command(s) start; the end is the last rank's first training step
+(examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py).
+Prints each form's median and the median per-round difference (the fan-out's overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(HERE))
+from first_step import first_steps  # noqa: E402
+from helpers.ssh_cluster import ssh_cluster  # noqa: E402
+
+RUN = [sys.executable, "-m", "distrain.cli", "run"]
+SCRIPT = [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"]
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "DISTRAIN_DEVICE": "cpu"}
+
+
+def _wait_first_step(run_dir: Path, procs: list[subprocess.Popen[str]], t0: float, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stamps = first_steps(run_dir / "none", run_dir)
+        if len(stamps) >= 2:
+            return max(stamps) - t0
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise RuntimeError("a job failed: " + " ".join(str(p.args) for p in procs))
+        time.sleep(0.05)
+    raise RuntimeError("no first step in time")
+
+
+def two_commands(c, work: Path, port: int) -> float:  # type: ignore[no-untyped-def]
+    """Seconds from start to the last rank's first step, one command per host."""
+    run_dir = work / f"two-{time.monotonic_ns()}"
+    flags = ["--nnodes", "2", "--master-addr", c.hosts.addrs[0], "--master-port", str(port), "-n", "1", "--run-dir", str(run_dir)]
+    env = _env()
+    t0 = time.time()
+    procs = [subprocess.Popen(c.hosts.cmd(i, RUN + flags + ["--node-rank", str(i), *SCRIPT, str(run_dir / "out")]), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True) for i in range(2)]  # fmt: skip
+    took = _wait_first_step(run_dir, procs, t0, 300)
+    for p in procs:
+        p.wait(timeout=300)
+    return took
+
+
+def one_command(c, work: Path) -> float:  # type: ignore[no-untyped-def]
+    """Seconds from start to the last rank's first step, `--hosts` from the launching namespace."""
+    run_dir = work / f"one-{time.monotonic_ns()}"
+    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
+                  *SCRIPT, str(run_dir / "out")]  # fmt: skip
+    t0 = time.time()
+    proc = subprocess.Popen(c.launch_cmd(argv), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    took = _wait_first_step(run_dir, [proc], t0, 300)
+    proc.wait(timeout=300)
+    return took
+
+
+def main() -> None:
+    """Run the rounds and print the medians."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, ssh_cluster(2, Path(tmp)) as c:
+        work = Path(tmp)
+        one, two = [], []
+        for r in range(args.rounds):
+            if r % 2:
+                one.append(one_command(c, work))
+                two.append(two_commands(c, work, 29600 + r))
+            else:
+                two.append(two_commands(c, work, 29600 + r))
+                one.append(one_command(c, work))
+            print(f"round {r}: one command {one[-1]:.2f} s, two commands {two[-1]:.2f} s", flush=True)
+    diffs = [a - b for a, b in zip(one, two, strict=True)]
+    print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
+    print(f"launch -> first step: one command (--hosts) {statistics.median(one):.2f} s, two commands {statistics.median(two):.2f} s")
+    print(f"fan-out overhead: median {statistics.median(diffs):+.2f} s (per round: {', '.join(f'{d:+.2f}' for d in diffs)})")
+
+
+if __name__ == "__main__":
+    main()
