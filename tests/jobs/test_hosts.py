@@ -9,6 +9,7 @@ and Ctrl-C leaves no process on any host.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -120,6 +121,26 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(cluster2: SshClust
         assert time.monotonic() - start < 60
         if hosts.startswith("h0:1,hpw"):
             assert "Permission denied (publickey,password" in res.stderr and "BatchMode=yes" in res.stderr, res.stderr
+    # another torch on the hosts (a stand-in package first on their PYTHONPATH), and a master port in use
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('a stand-in: never imported by the check')\n")
+    (fake / "version.py").write_text("__version__ = '1.0.0'\ncuda = None\n")
+    path = f"{fake.parent}:{os.environ['PYTHONPATH']}"
+    listener = c.hosts.start(0, [python(), "-c", "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29533)); s.listen(); time.sleep(600)"],
+                             tmp_path / "listener.log")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "29533" not in subprocess.run(["ip", "netns", "exec", c.hosts.names[0], "ss", "-ltn"], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline and listener.poll() is None
+        time.sleep(0.1)
+    for flags, message in [
+        (["-x", f"PYTHONPATH={path}"], "distrain run: error: host h0: torch 1.0.0 there, "),
+        (["--master-port", "29533"], "distrain run: error: host h0: master port 29533 is already in use there"),
+    ]:
+        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", "h0:1,h1:1", *c.ssh_opts, *flags, CKPT, "--out", "x"]),
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith(message), res.stderr
+    kill_group(listener)
     _assert_clean(c)
 
 

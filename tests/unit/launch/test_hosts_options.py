@@ -147,3 +147,23 @@ def test_dry_run_and_container_lines() -> None:
     docker = ["docker", "run", "-i", "--rm", "--name"]
     assert remote[4:9] == docker and remote[10:18] == ["--gpus", "all", "--ipc=host", "--net=host", "-v", f"{cwd}:{cwd}", "-w", cwd]
     assert "img:1" in remote and remote[remote.index("img:1") + 1 : remote.index("img:1") + 4] == ["python", "-m", "distrain.launch.host_node"]
+
+
+def test_the_hosts_check_reads_versions_script_and_port_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from distrain.launch import host_node
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    seen = host_node.probe({"script": "train.py", "first": True, "port": 0, "iface": None, "route_to": "127.0.0.1"})
+    assert seen["script_ok"] and seen["torch"] == torch_version() and seen["address"] == "127.0.0.1"
+    assert isinstance(seen["port"], int) and not seen["port_error"]
+    assert not host_node.probe({"script": "missing.py"})["script_ok"]
+    code = "import sys; from distrain.launch import host_node; host_node.fingerprint(); print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout.strip() == "False"
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
