@@ -190,3 +190,14 @@ def test_ctrl_c_stops_every_host(cluster2: SshCluster, tmp_path: Path) -> None:
     assert log.read_text().rstrip().splitlines()[-1].startswith("distrain run: stopped by SIGINT: every host's processes were stopped")
     _assert_clean(c)
     assert time.monotonic() - stopped < CLEAN_BOUND_S + 5
+
+
+def test_doctor_checks_every_host(cluster2: SshCluster) -> None:
+    c = cluster2
+    argv = [python(), "-m", "distrain.cli", "doctor", "--hosts", "h0,h1", "--ssh-opts", f"-F {c.config}", "--bandwidth-bytes", "1M"]
+    res = subprocess.run(c.launch_cmd(argv), capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0 and "distrain run: 2 hosts (h0, h1), static" in res.stderr, res.stderr[-3000:]
+    assert "[h1]" not in res.stdout + res.stderr  # only rank 0's host speaks
+    # the all-ranks checks ran across both hosts, over the hosts' link
+    assert "2/2 ranks" in res.stdout and f"node 0 (vm, {c.hosts.addrs[0]}) <-> node 1" in res.stdout, res.stdout[-3000:]
+    _assert_clean(c)
