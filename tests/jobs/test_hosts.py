@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -199,5 +200,5 @@ def test_doctor_checks_every_host(cluster2: SshCluster) -> None:
     assert res.returncode == 0 and "distrain run: 2 hosts (h0, h1), static" in res.stderr, res.stderr[-3000:]
     assert "[h1]" not in res.stdout + res.stderr  # only rank 0's host speaks
     # the all-ranks checks ran across both hosts, over the hosts' link
-    assert "2/2 ranks" in res.stdout and f"node 0 (vm, {c.hosts.addrs[0]}) <-> node 1" in res.stdout, res.stdout[-3000:]
+    assert "2/2 ranks" in res.stdout and f"node 0 ({socket.gethostname()}, {c.hosts.addrs[0]}) <-> node 1" in res.stdout, res.stdout[-3000:]
     _assert_clean(c)

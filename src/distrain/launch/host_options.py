@@ -58,6 +58,26 @@ _FORBIDDEN = {
 _NPROC = ("-n", "--nproc", "--nproc-per-node", "--nproc_per_node")
 
 
+#: `distrain run --hosts … --help`
+HELP = """usage: distrain run (--hosts H1[:N],H2[:N] | --hostfile FILE) [options] script.py [script args]
+
+Start the job on every host over ssh, from this machine (docs/multinode.md).
+
+  --hosts, -H H1:N,H2:N   hosts and their slots (processes); no :N = the host's GPUs, else its cores
+  --hostfile FILE         lines of `host slots=N` (mpirun, DeepSpeed); # comments
+  --include / --exclude   DeepSpeed's syntax: h1@h2:0,2 keeps (drops) host h1 and slots 0, 2 of h2
+  --nnodes N | MIN:N      N = the number of hosts; MIN:N: elastic, a lost host is a node loss
+  -n N                    processes on every host instead of the slots
+  --ssh-opts "OPTS"       options for ssh (~/.ssh/config applies as always), e.g. "-F cfg -i key"
+  -x NAME[=VALUE]         forward a variable (by default: NCCL_*, GLOO_*, CUDA_VISIBLE_DEVICES,
+                          PYTHONPATH, DISTRAIN_* when set)
+  --iface NAME | H=NAME,… the network interface of every host, or per host
+  --quiet-hosts           show only the first host's output
+  --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
+  --dry-run               print each host's exact ssh command; start nothing
+Every other `distrain run` option is passed to each host's own `distrain run`."""
+
+
 def table() -> dict[str, bool]:
     """Every option `distrain run --hosts` knows → whether it takes a value."""
     out = {name: False for name in RUN_FLAGS}
@@ -66,19 +86,27 @@ def table() -> dict[str, bool]:
     return out
 
 
-def wants_hosts(argv: list[str]) -> bool:
-    """True when the launcher options (before the script) name --hosts, -H or --hostfile."""
-    known = table()
-    i = 0
+def _option_names(argv: list[str]) -> list[str]:
+    """The option names before the script (values and the script's own options left out)."""
+    known, names, i = table(), [], 0
     while i < len(argv):
         tok = argv[i]
         if tok == "--" or not tok.startswith("-") or tok == "-":
-            return False
+            break
         name = tok.split("=", 1)[0]
-        if name in ("--hosts", "-H", "--hostfile"):
-            return True
+        names.append(name)
         i += 2 if known.get(name) and "=" not in tok else 1
-    return False
+    return names
+
+
+def wants_hosts(argv: list[str]) -> bool:
+    """True when the launcher options (before the script) name --hosts, -H or --hostfile."""
+    return any(name in ("--hosts", "-H", "--hostfile") for name in _option_names(argv))
+
+
+def wants_help(argv: list[str]) -> bool:
+    """True when the launcher options ask for -h/--help."""
+    return any(name in ("-h", "--help") for name in _option_names(argv))
 
 
 @dataclass

@@ -215,6 +215,9 @@ def _supervise(
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain run --hosts/--hostfile`; returns the job's exit code."""
+    if host_options.wants_help(argv):
+        print(host_options.HELP)
+        return 0
     try:
         opts = host_options.parse(argv)
         addrs = ssh_hosts.resolve(opts)
