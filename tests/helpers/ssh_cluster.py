@@ -49,7 +49,9 @@ class SshCluster:
 
     def pids(self, i: int) -> list[int]:
         """Processes in host i's namespace other than its sshd listener."""
-        out = subprocess.run(["ip", "netns", "pids", self.hosts.names[i]], capture_output=True, text=True, timeout=30).stdout.split()
+        out = subprocess.run(
+            ["ip", "netns", "pids", self.hosts.names[i]], capture_output=True, text=True, timeout=30
+        ).stdout.split()
         listener = self._sshd_pid(i)
         return [int(p) for p in out if int(p) != listener]
 
@@ -61,7 +63,12 @@ class SshCluster:
         pids = self.pids(i)
         if not pids:
             return "(none)"
-        res = subprocess.run(["ps", "-o", "pid,ppid,args", "-p", ",".join(map(str, pids))], capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["ps", "-o", "pid,ppid,args", "-p", ",".join(map(str, pids))],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return res.stdout
 
     def wait_clean(self, timeout: float) -> dict[int, str]:
@@ -95,12 +102,17 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
     folder.mkdir()
     key, host_key = folder / "id", folder / "host_key"
     for path in (key, host_key):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=60)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=60
+        )
     (folder / "authorized_keys").write_text((folder / "id.pub").read_text())
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
     with make_hosts(n + 1) as hosts:
         names = [f"h{i}" for i in range(n)]
-        lines = [f"Host {name}\n  HostName {addr}\n" for name, addr in zip(names, hosts.addrs, strict=False)]
+        lines = [
+            f"Host {name}\n  HostName {addr}\n"
+            for name, addr in zip(names, hosts.addrs, strict=False)
+        ]
         lines.append(
             f"Host *\n  Port {PORT}\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
             "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
@@ -121,7 +133,9 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
                 log = folder / f"sshd{i}.log"
                 while "Server listening" not in (log.read_text() if log.exists() else ""):
                     if time.monotonic() > deadline or cluster._sshd[i].poll() is not None:
-                        pytest.skip(f"sshd did not start in a namespace here: {(log.read_text() if log.exists() else '')[-500:]}")
+                        pytest.skip(
+                            f"sshd did not start in a namespace here: {(log.read_text() if log.exists() else '')[-500:]}"
+                        )
                     time.sleep(0.1)
             yield cluster
         finally:

@@ -114,14 +114,19 @@ class Session:
         return f"exited with code {code}" + (f": {last}" if last else "")
 
 
-def _check(sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event) -> tuple[str, int]:
+def _check(
+    sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event
+) -> tuple[str, int]:
     """(master address, port) from the first host's answer; UsageError naming a host that failed."""
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     mine = fingerprint()
     for s in sessions:
         while not s.probed.wait(0.1) and time.monotonic() < deadline:
             if stop.is_set():
-                raise UsageError(f"stopped by {getattr(stop, 'signame', 'a signal')} while the hosts were checked", 130)
+                raise UsageError(
+                    f"stopped by {getattr(stop, 'signame', 'a signal')} while the hosts were checked",
+                    130,
+                )
     for s in sessions:
         if s.probe is None:
             if s.proc.poll() is None:
@@ -197,7 +202,13 @@ def _supervise(
             # a session that ended without its node's own verdict (a dropped connection, a killed
             # ssh) is a node loss, which an elastic job survives; a node that failed is a failure
             dropped = code < 0 or code == 255
-            if dropped and opts.min_nodes is not None and live and len(live) >= opts.min_nodes and i != 0:
+            if (
+                dropped
+                and opts.min_nodes is not None
+                and live
+                and len(live) >= opts.min_nodes
+                and i != 0
+            ):
                 lost.append(s.name)
                 _say(
                     f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
