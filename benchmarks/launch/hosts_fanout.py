@@ -125,13 +125,56 @@ def one_command(c, work: Path) -> tuple[float, float]:  # type: ignore[no-untype
     return took
 
 
+def _median_s(cmd: list[str], rounds: int = 5) -> float:
+    took = []
+    for _ in range(rounds):
+        t0 = time.time()
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL, timeout=120
+        )
+        took.append(time.time() - t0)
+        if res.returncode not in (0, 3):  # 3: host_node told nothing (stdin closed) after its check
+            raise RuntimeError(f"{cmd}: {res.stderr[-500:]}")
+    return statistics.median(took)
+
+
+def parts(c) -> None:  # type: ignore[no-untyped-def]
+    """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
+    ssh = ["ssh", "-F", str(c.config), "h0"]
+    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -m distrain.launch.host_node '{{}}' -- x"
+    pieces = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],
+        "ssh session running true": [*ssh, "true"],
+        "ssh session running the host check": [*ssh, check],
+    }  # fmt: skip
+    for name, cmd in pieces.items():
+        print(f"{name}: {_median_s(c.launch_cmd(cmd)):.2f} s", flush=True)
+    took = []
+    for _ in range(3):
+        t0 = time.time()
+        subprocess.run(["bash", "-c", "source ~/.bashrc >/dev/null 2>&1"], timeout=120)
+        took.append(time.time() - t0)
+    print(
+        f"this user's ~/.bashrc alone (bash sources it for commands run by sshd): {', '.join(f'{t:.2f}' for t in took)} s"
+    )
+
+
 def main() -> None:
     """Run the rounds and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--parts", action="store_true", help="time the fan-out's pieces one by one instead"
+    )
     args = parser.parse_args()
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, ssh_cluster(2, Path(tmp)) as c:
+        if args.parts:
+            print(f"# load {load0:.1f} before")
+            parts(c)
+            print(f"# load {os.getloadavg()[0]:.1f} after")
+            return
         work = Path(tmp)
         one: list[tuple[float, float]] = []
         two: list[tuple[float, float]] = []
