@@ -84,6 +84,7 @@ def _assert_clean(c: SshCluster) -> None:
     assert not left, f"processes left on the hosts after {CLEAN_BOUND_S} s: {left}"
 
 
+@pytest.mark.slow
 def test_one_command_equals_two_commands(cluster2: SshCluster, tmp_path: Path) -> None:
     c, args = cluster2, ["--epochs", "2", "--global-batch", "12", "--samples", "96"]
     one, log = tmp_path / "one.pt", tmp_path / "one.log"
@@ -223,6 +224,7 @@ def test_sigkill_of_a_static_hosts_session_stops_the_job_naming_it(
     _assert_clean(c)
 
 
+@pytest.mark.slow
 def test_elastic_job_goes_on_when_a_hosts_session_dies(tmp_path: Path) -> None:
     with ssh_cluster(3, tmp_path) as c:
         log, ckpt = tmp_path / "job.log", tmp_path / "ckpt"
