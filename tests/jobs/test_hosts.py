@@ -148,7 +148,7 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
     }
     for hosts, message in cases.items():
         start = time.monotonic()
-        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", hosts, *c.ssh_opts, CKPT, "--out", "x"]),
+        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", hosts, *c.ssh_opts, CKPT, "--out", str(tmp_path / "never.pt")]),
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), (
@@ -187,12 +187,13 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
             "distrain run: error: host h0: master port 29533 is already in use there",
         ),
     ]:
-        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", "h0:1,h1:1", *c.ssh_opts, *flags, CKPT, "--out", "x"]),
+        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", "h0:1,h1:1", *c.ssh_opts, *flags, CKPT, "--out", str(tmp_path / "never.pt")]),
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert (
             res.returncode == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith(message)
         ), res.stderr
     kill_group(listener)
+    assert not (tmp_path / "never.pt").exists()  # no case started the job
     _assert_clean(c)
 
 
