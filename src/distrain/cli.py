@@ -44,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"distrain: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    target = COMMANDS[name][0]
+    if name == "run":
+        from .launch.host_options import wants_hosts
+
+        if wants_hosts(args[1:]):  # many machines: the ssh fan-out needs none of the one-node launcher
+            target = "distrain.launch.hosts_run"
+    module = importlib.import_module(target)
     code = module.main(args[1:])
     return int(code or 0)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from distrain.launch.host_options import HOST_OPTIONS
 from distrain.launch.plan import _option_table, _torchrun_parser, split_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def test_the_pages_show_commands() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_documented_launcher_option_exists(page: Path) -> None:
-    options = _option_table(_torchrun_parser())
+    options = {**_option_table(_torchrun_parser()), **HOST_OPTIONS}  # --hosts & co.: launch/host_options.py
     bad = []
     for number, argv in documented_commands(page):
         try:

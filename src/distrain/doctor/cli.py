@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"all-ranks: seconds of computation per training step (default {DEFAULT_STEP_S}); a link whose gradient "
                    "all-reduce takes longer is named")
     p.add_argument("--local", action="store_true", help="only check this process's machine, even under a launcher")
+    p.add_argument("--hosts", default=None, help="run the all-ranks check on these hosts over ssh (h1,h2; see distrain run --hosts)")
+    p.add_argument("--hostfile", default=None, help="like --hosts, from a file of `host slots=N` lines")
+    p.add_argument("--ssh-opts", default=None, help="with --hosts/--hostfile: options for ssh, e.g. '-F cfg'")
 
     raise_usage_errors(p)
     return p
@@ -95,6 +98,11 @@ def main(argv: list[str]) -> int:
             return run_all_ranks(opts, args.timeout, args.bandwidth_bytes, args.json, start, args.model_params, args.step_time)
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
+    if (args.hosts or args.hostfile) and not args.local:
+        from ..launch.relaunch import relaunch_on_hosts
+
+        named = [("--hosts", args.hosts), ("--hostfile", args.hostfile), ("--ssh-opts", args.ssh_opts)]
+        return relaunch_on_hosts("distrain.doctor", argv, [t for k, v in named if v for t in (k, v)], args.nproc or 1)
     if args.nproc is not None and not args.local:
         from ..launch.relaunch import relaunch
 

@@ -27,6 +27,7 @@ import sys
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
 from . import forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
+from .host_options import wants_hosts
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -66,6 +67,10 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
+    if wants_hosts(argv):  # many machines from this one: ssh fan-out, no torch here
+        from . import hosts_run
+
+        return hosts_run.main(argv)
     replicas = any(tok.split("=", 1)[0] == "--replicas" for tok in argv)  # each group's own launcher forks
     started = not replicas and forkserver.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
     try:

@@ -50,6 +50,7 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     parser.prog = PROG
     parser.allow_abbrev = False
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
+    parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
     parser.add_argument("-n", "--nproc", default=None, help="processes per node: an integer or 'auto' (GPUs, else CPU cores)")
     parser.add_argument("--gpus", default=None, help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)")
     parser.add_argument(

@@ -1,0 +1,201 @@
+"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) against the two-command form.
+
+    python3 benchmarks/launch/hosts_fanout.py --rounds 5
+
+Two network-namespace hosts, each with a real sshd (tests/helpers/ssh_cluster.py), and a third
+namespace as the launching machine.  Each round, in alternating order:
+
+- **two commands**: `distrain run --nnodes 2 --node-rank i --master-addr A --master-port P -n 1`
+  started in both hosts at the same instant (what a person types on each machine, minus typing), each in a session of its own as a login
+  is: with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled`` = 1
+  here) every session is a scheduling group, and nodes started under sshd (one session each)
+  got about twice the CPU of two nodes sharing the benchmark's session on a loaded machine;
+- **one command**: `distrain run --hosts h0:1,h1:1 -n 1` in the launching namespace.
+
+Time 0 is just before the command(s) start.  Two ends are timed: the moment both hosts'
+``distrain run --node-rank`` processes exist (what the fan-out adds: ssh, the hosts' checks, the
+go; from there on both forms run the same thing), and the last rank's first training step
+(examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py),
+which on a loaded 2-core machine varies by far more than the fan-out costs.  Prints each form's
+median and the median per-round difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(HERE))
+from first_step import first_steps  # noqa: E402
+from helpers.ssh_cluster import ssh_cluster  # noqa: E402
+
+RUN = [sys.executable, "-m", "distrain.cli", "run"]
+SCRIPT = [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"]
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "DISTRAIN_DEVICE": "cpu"}
+
+
+def _node_launchers(run_dir: Path) -> int:
+    """How many `distrain run --node-rank` processes of this run exist now (on any host)."""
+    mark = str(run_dir)
+    found = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if (
+            "--node-rank" in cmd
+            and mark in cmd
+            and "distrain.cli" in cmd
+            and "host_node" not in " ".join(cmd[:3])
+        ):
+            found += 1
+    return found
+
+
+def _wait_first_step(
+    run_dir: Path, procs: list[subprocess.Popen[str]], t0: float, timeout: float
+) -> tuple[float, float]:
+    """(seconds until both hosts' `distrain run` processes exist, seconds until the last rank's first step)."""
+    deadline, started = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        if started is None and _node_launchers(run_dir) >= 2:
+            started = time.time() - t0
+        stamps = first_steps(run_dir / "none", run_dir)
+        if len(stamps) >= 2:
+            return (started if started is not None else float("nan")), max(stamps) - t0
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise RuntimeError("a job failed: " + " ".join(str(p.args) for p in procs))
+        time.sleep(0.02)
+    raise RuntimeError("no first step in time")
+
+
+def two_commands(c, work: Path, port: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(start → both nodes' launchers running, start → the last rank's first step), one command per host."""
+    run_dir = work / f"two-{time.monotonic_ns()}"
+    flags = [
+        "--nnodes",
+        "2",
+        "--master-addr",
+        c.hosts.addrs[0],
+        "--master-port",
+        str(port),
+        "-n",
+        "1",
+        "--run-dir",
+        str(run_dir),
+    ]
+    env = _env()
+    t0 = time.time()
+    procs = [subprocess.Popen(c.hosts.cmd(i, RUN + flags + ["--node-rank", str(i), *SCRIPT, str(run_dir / "out")]), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, start_new_session=True) for i in range(2)]  # fmt: skip
+    took = _wait_first_step(run_dir, procs, t0, 300)
+    for p in procs:
+        p.wait(timeout=300)
+    return took
+
+
+def one_command(c, work: Path) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """The same two times for `--hosts` from the launching namespace."""
+    run_dir = work / f"one-{time.monotonic_ns()}"
+    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
+                  *SCRIPT, str(run_dir / "out")]  # fmt: skip
+    t0 = time.time()
+    proc = subprocess.Popen(
+        c.launch_cmd(argv),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    took = _wait_first_step(run_dir, [proc], t0, 300)
+    proc.wait(timeout=300)
+    return took
+
+
+def _median_s(cmd: list[str], rounds: int = 5) -> float:
+    took = []
+    for _ in range(rounds):
+        t0 = time.time()
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL, timeout=120
+        )
+        took.append(time.time() - t0)
+        if res.returncode not in (0, 3):  # 3: host_node told nothing (stdin closed) after its check
+            raise RuntimeError(f"{cmd}: {res.stderr[-500:]}")
+    return statistics.median(took)
+
+
+def parts(c) -> None:  # type: ignore[no-untyped-def]
+    """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
+    ssh = ["ssh", "-F", str(c.config), "h0"]
+    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -m distrain.launch.host_node '{{}}' -- x"
+    pieces = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],
+        "ssh session running true": [*ssh, "true"],
+        "ssh session running the host check": [*ssh, check],
+    }  # fmt: skip
+    for name, cmd in pieces.items():
+        print(f"{name}: {_median_s(c.launch_cmd(cmd)):.2f} s", flush=True)
+    took = []
+    for _ in range(3):
+        t0 = time.time()
+        subprocess.run(["bash", "-c", "source ~/.bashrc >/dev/null 2>&1"], timeout=120)
+        took.append(time.time() - t0)
+    print(
+        f"this user's ~/.bashrc alone (bash sources it for commands run by sshd): {', '.join(f'{t:.2f}' for t in took)} s"
+    )
+
+
+def main() -> None:
+    """Run the rounds and print the medians."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--parts", action="store_true", help="time the fan-out's pieces one by one instead"
+    )
+    args = parser.parse_args()
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, ssh_cluster(2, Path(tmp)) as c:
+        if args.parts:
+            print(f"# load {load0:.1f} before")
+            parts(c)
+            print(f"# load {os.getloadavg()[0]:.1f} after")
+            return
+        work = Path(tmp)
+        one: list[tuple[float, float]] = []
+        two: list[tuple[float, float]] = []
+        for r in range(args.rounds):
+            if r % 2:
+                one.append(one_command(c, work))
+                two.append(two_commands(c, work, 29600 + r))
+            else:
+                two.append(two_commands(c, work, 29600 + r))
+                one.append(one_command(c, work))
+            print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
+                  f"first step after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s", flush=True)  # fmt: skip
+    print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
+    for k, what in enumerate(
+        ("start -> every host's distrain run running", "start -> last rank's first step")
+    ):
+        a, b = [x[k] for x in one], [x[k] for x in two]
+        diffs = [x - y for x, y in zip(a, b, strict=True)]
+        print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands {statistics.median(b):.2f} s, "
+              f"difference median {statistics.median(diffs):+.2f} s (per round: {', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

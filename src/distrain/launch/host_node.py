@@ -1,0 +1,230 @@
+"""The remote end of `distrain run --hosts`: check this host, then run its node and watch the session.
+
+The launching machine starts ``python -m distrain.launch.host_node …`` on every host over ssh.
+It does three things, in this order:
+
+1. **Probe** (no torch import, ~0.1 s): prints one ``DISTRAIN-HOST {json}`` line with the
+   versions of distrain, torch and CUDA here, the GPUs, whether the script exists in this
+   working directory and, on the first host, the address the others reach it by and a free
+   (or the named) master port.
+2. **Go**: waits for one line on stdin from the launcher — the master address and port to put
+   in place of ``@MASTER_ADDR@``/``@MASTER_PORT@`` — or ``abort`` when another host failed its
+   check.  Then starts ``distrain run`` with those arguments, its stdin closed.
+3. **Watch**: the ssh session's stdin stays open and silent for the whole job.  When it reaches
+   EOF (the launcher closed it for Ctrl-C, or the ssh connection dropped and sshd closed the
+   channel) — or this process gets SIGTERM/SIGINT/SIGHUP — the node gets SIGTERM (its agent
+   passes it to the workers), and whatever of its process tree is left after
+   ``STOP_GRACE_S`` is SIGKILLed.  The tree is tracked while it runs, so workers whose agent
+   died first are found too (torchrun puts each worker in a session of its own, so killing a
+   process group would miss them).
+
+Why stdin EOF and not ``ssh -tt``: with a terminal, sshd's SIGHUP on disconnect reaches only the
+session's foreground process group (the agent, not workers in their own sessions), output
+gets CRLF line ends and stderr is merged into stdout.  A stdin pipe keeps both streams apart,
+and its EOF is reliable: sshd closes it whenever the session ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+#: how long a stopped node may take to exit before its remaining processes are SIGKILLed
+STOP_GRACE_S = 10.0
+#: the marker of the probe line on stdout
+PROBE_MARK = "DISTRAIN-HOST "
+ADDR_TOKEN, PORT_TOKEN = "@MASTER_ADDR@", "@MASTER_PORT@"
+
+
+def _torch_versions() -> tuple[str | None, str | None]:
+    """torch's version and the CUDA it was built for, read from torch/version.py (not imported)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None, None
+    try:
+        with open(
+            os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8"
+        ) as handle:
+            text = handle.read()
+    except OSError:
+        return None, None
+    version = re.search(r"^__version__\s*=\s*'([^']*)'", text, re.M)
+    cuda = re.search(r"^cuda(?::[^=]*)?=\s*'([^']*)'", text, re.M)
+    return (version.group(1) if version else None), (cuda.group(1) if cuda else None)
+
+
+def _gpus() -> int:
+    """GPUs this host would give a job: /dev/nvidiaN, narrowed by CUDA_VISIBLE_DEVICES."""
+    if os.environ.get("DISTRAIN_DEVICE") == "cpu":
+        return 0
+    try:
+        count = sum(1 for name in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", name))
+    except OSError:
+        count = 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and count:
+        return len([v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")])
+    return count
+
+
+def fingerprint() -> dict[str, str | None]:
+    """What must be the same on every host of a job."""
+    from distrain import __version__
+
+    torch, cuda = _torch_versions()
+    return {"distrain": __version__, "torch": torch, "cuda": cuda, "python": sys.version.split()[0]}
+
+
+def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str | None]:
+    """This (first) host's address as the others reach it, or an error."""
+    from ..net import host_address, interface_addresses
+    from ..net import route_to as route
+
+    if iface:
+        table = interface_addresses()
+        if iface not in table:
+            return (
+                None,
+                f"--iface {iface}: no such interface with an IPv4 address (have: {', '.join(sorted(table))})",
+            )
+        return table[iface][0], None
+    if route_to:
+        try:
+            return route(route_to)[0], None
+        except OSError as err:
+            return None, f"no route to {route_to}: {err}"
+    server = os.environ.get("SSH_CONNECTION", "").split()
+    return (server[2] if len(server) == 4 else host_address()), None
+
+
+def _port(wanted: int) -> tuple[int | None, str | None]:
+    from ..net import free_port, port_in_use
+
+    if wanted == 0:
+        return free_port("0.0.0.0"), None
+    if port_in_use(wanted):
+        return None, f"master port {wanted} is already in use there"
+    return wanted, None
+
+
+def probe(args: dict[str, object]) -> dict[str, object]:
+    """This host's answers to the launcher's checks (see the module docstring)."""
+    out: dict[str, object] = {**fingerprint(), "gpus": _gpus(), "cwd": os.getcwd()}
+    script = args.get("script")
+    out["script_ok"] = script is None or os.path.isfile(str(script))
+    if args.get("first"):
+        out["address"], out["address_error"] = _address(args.get("iface"), args.get("route_to"))  # type: ignore[arg-type]
+        out["port"], out["port_error"] = _port(int(args.get("port") or 0))  # type: ignore[call-overload]
+    return out
+
+
+class _Tree:
+    """A node's process and every descendant seen so far (pid and start time, so a reused pid is safe)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        import psutil
+
+        self.proc = proc
+        self.seen: dict[int, float] = {}
+        with contextlib.suppress(psutil.Error):
+            self.seen[proc.pid] = psutil.Process(proc.pid).create_time()
+
+    def track(self) -> None:
+        """Remember the descendants alive now."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    self.seen.setdefault(child.pid, child.create_time())
+
+    def kill(self) -> None:
+        """SIGKILL every tracked process still alive (and their own children)."""
+        import psutil
+
+        self.track()
+        for pid, started in list(self.seen.items()):
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - started) < 0.01:
+                    for child in proc.children(recursive=True):
+                        with contextlib.suppress(psutil.Error):
+                            child.kill()
+                    proc.kill()
+
+
+def _watch(tree: _Tree, stop: threading.Event) -> int:
+    """Wait for the node; on `stop`, SIGTERM it and SIGKILL what is left after STOP_GRACE_S."""
+    deadline = None
+    while True:
+        code = tree.proc.poll()
+        if code is not None:
+            tree.kill()  # orphans of a node that ended (a worker its agent left behind)
+            return code if code >= 0 else 128 - code
+        if stop.is_set() and deadline is None:
+            deadline = time.monotonic() + STOP_GRACE_S
+            with contextlib.suppress(ProcessLookupError):
+                tree.proc.send_signal(signal.SIGTERM)
+        if deadline is not None and time.monotonic() > deadline:
+            tree.kill()
+        tree.track()
+        if stop.is_set():
+            time.sleep(0.2)
+        else:
+            stop.wait(0.5)
+
+
+def _read_line() -> str:
+    """One line from stdin's fd, byte by byte: nothing after it is buffered away from the EOF watch."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+def main(argv: list[str]) -> int:
+    """``host_node PROBE_JSON -- distrain run ARGV``: probe, wait for go, run and watch."""
+    spec = json.loads(argv[0])
+    node_argv = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
+    print(PROBE_MARK + json.dumps(probe(spec)), flush=True)
+    line = _read_line()
+    if not line.strip() or line.strip() == "abort":
+        return 3
+    go = json.loads(line)
+    node_argv = [
+        t.replace(ADDR_TOKEN, str(go["master_addr"])).replace(PORT_TOKEN, str(go["master_port"]))
+        for t in node_argv
+    ]
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distrain.cli", "run", *node_argv], stdin=subprocess.DEVNULL
+    )
+    tree = _Tree(proc)
+
+    def eof() -> None:
+        # the raw fd, not sys.stdin: a thread blocked in the buffered reader's lock aborts the
+        # interpreter at exit ("could not acquire lock for <stdin> at interpreter shutdown")
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):  # the launcher never writes again: only EOF matters
+                pass
+        stop.set()
+
+    threading.Thread(target=eof, daemon=True, name="distrain-ssh-eof").start()
+    return _watch(tree, stop)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

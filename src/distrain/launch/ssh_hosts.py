@@ -1,0 +1,184 @@
+"""`distrain run --hosts`: the command each host runs, and the ssh command that starts it there.
+
+Everything goes through the system OpenSSH client, so ``~/.ssh/config`` (aliases, ports, keys,
+jump hosts) applies as it does for the user's own ``ssh``.  ``BatchMode=yes`` makes a host that
+would ask for a password fail at once instead of waiting for a prompt nobody sees.  Each host
+runs the launcher's own interpreter (``sys.executable``) in the launcher's working directory,
+with the forwarded variables set by ``env`` on the remote command line (ssh starts a fresh
+environment there), as mpirun's ``-x`` does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import secrets
+import shlex
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import UsageError
+from .host_node import ADDR_TOKEN, PORT_TOKEN
+from .host_options import HostsOptions
+from .hostfile import HostSpec
+
+#: variables forwarded to every host unless -x says otherwise (mpirun forwards none by default)
+DEFAULT_FORWARD = ("NCCL_*", "GLOO_*", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "DISTRAIN_*")
+#: ours come after the user's --ssh-opts: ssh keeps the first value of each option it is given
+SSH_DEFAULTS = [
+    "-o",
+    "ConnectTimeout=10",
+    "-o",
+    "ServerAliveInterval=5",
+    "-o",
+    "ServerAliveCountMax=3",
+]
+#: how long resolving the host names may take, all together
+RESOLVE_TIMEOUT_S = 15.0
+#: restarts an elastic job gets when none are given: a lost host fails the survivors' workers once
+ELASTIC_RESTARTS = "3"
+
+
+def forwarded_env(opts: HostsOptions, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables every host gets: DEFAULT_FORWARD's that are set here, then -x NAME[=VALUE]."""
+    environ = dict(os.environ if environ is None else environ)
+    out = {
+        k: v
+        for k, v in sorted(environ.items())
+        if any(fnmatch.fnmatchcase(k, p) for p in DEFAULT_FORWARD)
+    }
+    for name, value in opts.env.items():
+        if value is not None:
+            out[name] = value
+        elif name in environ:
+            out[name] = environ[name]
+    return out
+
+
+def ssh_argv(opts: HostsOptions, host: str, remote: str) -> list[str]:
+    """The ssh command that runs `remote` (a shell command line) on `host`."""
+    return ["ssh", "-o", "BatchMode=yes", *opts.ssh_opts, *SSH_DEFAULTS, host, remote]
+
+
+def resolve(opts: HostsOptions) -> list[str]:
+    """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in parallel;
+    UsageError naming an unknown host."""
+
+    def one(host: HostSpec) -> str:
+        res = subprocess.run(
+            ["ssh", "-G", *opts.ssh_opts, host.name],
+            capture_output=True,
+            text=True,
+            timeout=RESOLVE_TIMEOUT_S,
+        )
+        if res.returncode != 0:
+            raise UsageError(
+                f"host {host.name}: ssh cannot use it: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
+        name = next(
+            (
+                line.split(None, 1)[1]
+                for line in res.stdout.splitlines()
+                if line.startswith("hostname ")
+            ),
+            host.name,
+        )
+        try:
+            return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        except OSError:
+            raise UsageError(
+                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
+            ) from None
+
+    with ThreadPoolExecutor(max_workers=min(32, len(opts.hosts))) as pool:
+        futures = [pool.submit(one, h) for h in opts.hosts]
+        return [f.result(timeout=RESOLVE_TIMEOUT_S + 5) for f in futures]
+
+
+def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
+    """Host `rank`'s own `distrain run` arguments (master address/port still as tokens).
+
+    A host without slots gets ``-n auto``: its GPUs, else its CPU cores (as mpirun counts slots).
+    """
+    host, count = opts.hosts[rank], len(opts.hosts)
+    nproc = opts.nproc or host.nproc() or "auto"
+    if opts.min_nodes is None:
+        out = [
+            "--nnodes",
+            str(count),
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            ADDR_TOKEN,
+            "--master-port",
+            PORT_TOKEN,
+        ]
+    else:
+        out = ["--nnodes", f"{opts.min_nodes}:{count}", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
+        if not any(t in ("--max-restarts", "--max_restarts") for t in opts.node_argv):
+            out += ["--max-restarts", ELASTIC_RESTARTS]
+    out += ["-n", str(nproc)]
+    if host.slot_ids is not None:
+        out += ["--gpus", ",".join(map(str, host.slot_ids))]
+    iface = opts.iface.get(host.name) or opts.iface.get("*")
+    if iface:
+        out += ["--iface", iface]
+    script = opts.script_argv
+    return out + opts.node_argv + (["--"] if script[0].startswith("-") else []) + script
+
+
+def probe_spec(opts: HostsOptions, rank: int, addrs: list[str]) -> dict[str, object]:
+    """What host `rank` is asked to check (host_node.probe)."""
+    spec: dict[str, object] = {"script": opts.script_argv[0] if opts.script_is_file else None}
+    if rank == 0:
+        iface = opts.iface.get(opts.hosts[0].name) or opts.iface.get("*")
+        others = [a for a in addrs[1:] if not a.startswith("127.")]
+        spec.update(
+            first=True,
+            port=opts.master_port or 0,
+            iface=iface,
+            route_to=others[0] if others else None,
+        )
+    return spec
+
+
+def remote_command(
+    opts: HostsOptions, rank: int, addrs: list[str], env: dict[str, str], rdzv_id: str
+) -> str:
+    """The shell command line host `rank` runs: host_node in this working directory."""
+    cwd = os.getcwd()
+    spec = json.dumps(probe_spec(opts, rank, addrs), separators=(",", ":"))
+    tail = ["-m", "distrain.launch.host_node", spec, "--", *node_argv(opts, rank, rdzv_id)]
+    if opts.container:
+        name = f"distrain-{rdzv_id}-{rank}"
+        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host", "--net=host",
+                  "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+        for key, value in env.items():
+            docker += ["-e", f"{key}={value}"]
+        return f"cd {shlex.quote(cwd)} && exec " + shlex.join(
+            [*docker, opts.container, "python", *tail]
+        )
+    assigns = [f"{k}={v}" for k, v in env.items()]
+    return f"cd {shlex.quote(cwd)} && exec " + shlex.join(["env", *assigns, sys.executable, *tail])
+
+
+def new_job_id() -> str:
+    """A rendezvous id (and container name part) no other job shares."""
+    return secrets.token_hex(4)
+
+
+def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
+    """`--dry-run`: each host's exact ssh command, nothing started."""
+    env, job = forwarded_env(opts), new_job_id()
+    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
+             f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    for rank, host in enumerate(opts.hosts):
+        lines.append(
+            f"[{host.name}] "
+            + shlex.join(ssh_argv(opts, host.name, remote_command(opts, rank, addrs, env, job)))
+        )
+    return lines

@@ -1,0 +1,271 @@
+"""`distrain run --hosts/--hostfile`: host lists, hostfiles, --include/--exclude, the option
+scanner, and the command each host is sent (launch/hostfile.py, host_options.py, ssh_hosts.py).
+
+No ssh is started here; tests/jobs/test_hosts.py runs the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distrain.errors import UsageError
+from distrain.launch import host_options, ssh_hosts
+from distrain.launch.hostfile import HostSpec, parse_hostfile_text, parse_hosts, select
+from distrain.launch.plan import option_table
+
+
+def test_host_lists_and_hostfiles() -> None:
+    assert parse_hosts("h1:8,h2:4,h3") == [HostSpec("h1", 8), HostSpec("h2", 4), HostSpec("h3")]
+    text = "# the cluster\nworker-0 slots=4\n\nworker-1 slots=2 max_slots=8  # mpirun's extra key\n"
+    assert parse_hostfile_text(text) == [HostSpec("worker-0", 4), HostSpec("worker-1", 2)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "worker-0 slots=4\nworker-1\n",
+            "hostfile:2: 'worker-1' has no slots=N (write 'worker-1 slots=N')",
+        ),
+        ("worker-0 slots=4\nworker-0 slots=2\n", "hostfile: host worker-0 is listed twice"),
+        ("worker-0 slots=zero\n", "hostfile:1: slots must be a positive integer (got 'zero')"),
+        ("# nothing\n", "hostfile: no hosts given"),
+    ],
+)
+def test_bad_hostfiles(text: str, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        parse_hostfile_text(text)
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("h1:2,h1:2", "listed twice"), ("h1:0", "positive integer"), ("h1,,h2", "not a host name")],
+)
+def test_bad_host_lists(text: str, message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        parse_hosts(text)
+    assert message in str(err.value)
+
+
+def test_include_and_exclude_as_deepspeed() -> None:
+    hosts = [HostSpec("w0", 4), HostSpec("w1", 4), HostSpec("w2", 4)]
+    assert select(hosts, "w0@w2:0,2", None) == [HostSpec("w0", 4), HostSpec("w2", 4, (0, 2))]
+    assert select(hosts, None, "w1@w2:3") == [HostSpec("w0", 4), HostSpec("w2", 4, (0, 1, 2))]
+    assert select(hosts, None, "w2:3")[2].nproc() == 3
+    for include, exclude, message in [
+        ("w9", None, "--include: unknown host w9"),
+        ("w0", "w1", "cannot be used together"),
+        ("w0:7", None, "host w0 has 4 slot(s); slot 7 does not exist"),
+        (None, "w0@w1@w2", "leaves no host"),
+    ]:
+        with pytest.raises(UsageError) as err:
+            select(hosts, include, exclude)
+        assert message in str(err.value)
+
+
+def test_the_option_table_is_distrain_runs() -> None:
+    """The fan-out splits argv without torch's parser: its table must be the real one."""
+    real = option_table()
+    mine = {
+        name: takes
+        for name, takes in host_options.table().items()
+        if name not in host_options.HOST_OPTIONS
+    }
+    assert mine == real
+    assert not set(host_options.HOST_OPTIONS) & set(real)  # no option means two things
+
+
+def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=2\nb slots=2\n")
+    opts = host_options.parse(["--hostfile", str(hostfile), "--ssh-opts", "-F cfg -p 2222", "-x", "FOO", "-x", "BAR=1",
+                               "--max-restarts", "2", "--nnodes", "1:2", "--quiet-hosts", "--iface", "b=ib0", "train.py", "--n", "5"])  # fmt: skip
+    assert [h.name for h in opts.hosts] == ["a", "b"]
+    assert opts.ssh_opts == ["-F", "cfg", "-p", "2222"] and opts.env == {"FOO": None, "BAR": "1"}
+    assert opts.node_argv == ["--max-restarts", "2"] and opts.script_argv == [
+        "train.py",
+        "--n",
+        "5",
+    ]
+    assert opts.min_nodes == 1 and opts.quiet_hosts and opts.iface == {"b": "ib0"}
+    assert host_options.wants_hosts(["-n", "2", "--hosts=a,b", "x.py"])
+    assert not host_options.wants_hosts(["-n", "2", "x.py", "--hosts", "a"])  # a script option
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--hosts", "a,b", "--node-rank", "1", "t.py"],
+            "--node-rank cannot be given with --hosts/--hostfile",
+        ),
+        (
+            ["--hosts", "a,b", "--master-addr", "x", "t.py"],
+            "--master-addr cannot be given with --hosts/--hostfile",
+        ),
+        (
+            ["--hosts", "a,b", "--nnodes", "3", "t.py"],
+            "--nnodes 3 does not fit 2 host(s): give 2, or MIN:2",
+        ),
+        (["--hosts", "a,b", "--nnodes", "1:3", "t.py"], "--nnodes 1:3 does not fit 2 host(s)"),
+        (["--hosts", "a,b", "--nnodes", "3:2", "t.py"], "--nnodes 3:2 does not fit"),
+        (["--hosts", "a,a", "t.py"], "--hosts a,a: host a is listed twice"),
+        (["--hosts", "a,b", "--hostfile", "f", "t.py"], "give the hosts once"),
+        (["--hosts", "a,b", "--iface", "c=eth0", "t.py"], "--iface: unknown host c"),
+        (["--hosts", "a,b", "--bogus", "t.py"], "unknown option --bogus"),
+        (["--hosts", "a,b"], "no training script given"),
+        (
+            ["--hostfile", "/nonexistent/hosts", "t.py"],
+            "--hostfile /nonexistent/hosts: No such file or directory",
+        ),
+    ],
+)
+def test_bad_input_is_one_message(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        host_options.parse(argv)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_bad_input_through_the_command_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([sys.executable, "-m", "distrain.cli", "run", "--hosts", "a:1,b:1", "--node-rank", "0", "t.py"],
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("distrain run: error: --node-rank cannot be given with --hosts")
+
+
+def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opts = host_options.parse(
+        [
+            "--hosts",
+            "a:2,b",
+            "--include",
+            "a:0,1@b",
+            "-x",
+            "OMP_NUM_THREADS",
+            "--iface",
+            "eth1",
+            "t.py",
+            "-v",
+        ]
+    )
+    env = ssh_hosts.forwarded_env(
+        opts,
+        {"NCCL_DEBUG": "INFO", "HOME": "/root", "OMP_NUM_THREADS": "3", "DISTRAIN_DEVICE": "cpu"},
+    )
+    assert env == {"DISTRAIN_DEVICE": "cpu", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3"}
+    a, b = ssh_hosts.node_argv(opts, 0, "id1"), ssh_hosts.node_argv(opts, 1, "id1")
+    assert a[:8] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "@MASTER_ADDR@",
+        "--master-port",
+        "@MASTER_PORT@",
+    ]
+    assert a[8:] == ["-n", "2", "--gpus", "0,1", "--iface", "eth1", "t.py", "-v"]
+    assert b[8:] == [
+        "-n",
+        "auto",
+        "--iface",
+        "eth1",
+        "t.py",
+        "-v",
+    ]  # no slots: its GPUs, else its cores
+    elastic = ssh_hosts.node_argv(
+        host_options.parse(["--hosts", "a,b", "--nnodes", "1:2", "-n", "1", "t.py"]), 1, "id1"
+    )
+    assert elastic == ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "@MASTER_ADDR@:@MASTER_PORT@",
+                       "--rdzv-id", "id1", "--max-restarts", "3", "-n", "1", "t.py"]  # fmt: skip
+    remote = ssh_hosts.remote_command(opts, 1, ["10.0.0.1", "10.0.0.2"], env, "id1")
+    words = shlex.split(remote)
+    assert (
+        words[:4] == ["cd", os.getcwd(), "&&", "exec"]
+        and words[4] == "env"
+        and "NCCL_DEBUG=INFO" in words
+    )
+    assert sys.executable in words and words[
+        words.index(sys.executable) + 1 : words.index(sys.executable) + 3
+    ] == ["-m", "distrain.launch.host_node"]
+    words = shlex.split(ssh_hosts.remote_command(opts, 0, ["10.0.0.1", "10.0.0.2"], env, "id1"))
+    first = json.loads(words[words.index("distrain.launch.host_node") + 1])
+    assert first == {
+        "script": "t.py",
+        "first": True,
+        "port": 0,
+        "iface": "eth1",
+        "route_to": "10.0.0.2",
+    }
+
+
+def test_dry_run_and_container_lines() -> None:
+    opts = host_options.parse(
+        ["--hosts", "a:1,b:1", "--container", "img:1", "--ssh-opts", "-p 2222", "--dry-run", "t.py"]
+    )
+    assert opts.dry_run and "--dry-run" not in opts.node_argv
+    lines = ssh_hosts.dry_run_lines(opts, ["10.0.0.1", "10.0.0.2"])
+    assert lines[0].startswith(
+        "# @MASTER_ADDR@ and @MASTER_PORT@ are filled in when the job starts"
+    )
+    assert lines[1].startswith("[a] ssh -o BatchMode=yes -p 2222 -o ConnectTimeout=10") and lines[
+        2
+    ].startswith("[b] ssh ")
+    remote = shlex.split(shlex.split(lines[2][4:])[-1])
+    cwd = os.getcwd()
+    docker = ["docker", "run", "-i", "--rm", "--name"]
+    assert remote[4:9] == docker and remote[10:18] == [
+        "--gpus",
+        "all",
+        "--ipc=host",
+        "--net=host",
+        "-v",
+        f"{cwd}:{cwd}",
+        "-w",
+        cwd,
+    ]
+    assert "img:1" in remote and remote[remote.index("img:1") + 1 : remote.index("img:1") + 4] == [
+        "python",
+        "-m",
+        "distrain.launch.host_node",
+    ]
+
+
+def test_the_hosts_check_reads_versions_script_and_port_without_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distrain.launch import host_node
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    seen = host_node.probe(
+        {"script": "train.py", "first": True, "port": 0, "iface": None, "route_to": "127.0.0.1"}
+    )
+    assert seen["script_ok"] and seen["torch"] == torch_version() and seen["address"] == "127.0.0.1"
+    assert isinstance(seen["port"], int) and not seen["port_error"]
+    assert not host_node.probe({"script": "missing.py"})["script_ok"]
+    code = "import sys; from distrain.launch import host_node; host_node.fingerprint(); print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+        ).stdout.strip()
+        == "False"
+    )
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
