@@ -217,9 +217,8 @@ def _build(own: dict[str, list[str]], node_argv: list[str], rest: list[str]) -> 
         raise UsageError("give the hosts once: --hosts h1:N,h2:N or --hostfile FILE")
     key = lists[0]
     hosts = parse_hostfile(own[key][0]) if key == "--hostfile" else parse_hosts(own[key][0])
-    hosts = select(
-        hosts, (own.get("--include") or [None])[-1], (own.get("--exclude") or [None])[-1]
-    )
+    include, exclude = own.get("--include"), own.get("--exclude")
+    hosts = select(hosts, include[-1] if include else None, exclude[-1] if exclude else None)
     opts = HostsOptions(hosts, node_argv, rest, quiet_hosts="--quiet-hosts" in own)
     for text in own.get("--ssh-opts", []):
         opts.ssh_opts += shlex.split(text)
@@ -228,7 +227,8 @@ def _build(own: dict[str, list[str]], node_argv: list[str], rest: list[str]) -> 
         if not name.isidentifier():
             raise UsageError(f"-x {item}: expected NAME or NAME=VALUE")
         opts.env[name] = value if sep else None
-    opts.container = (own.get("--container") or [None])[-1]
+    container = own.get("--container")
+    opts.container = container[-1] if container else None
     opts.dry_run = "--dry-run" in node_argv or "--dry_run" in node_argv
     opts.node_argv = [t for t in node_argv if t not in ("--dry-run", "--dry_run")]
     if "--nnodes" in own:

@@ -60,9 +60,9 @@ class AgentLossReporter(logging.Filter):
                     self.folder,
                     event="lost",
                     group=self.group,
-                    rank=int(local_rank),
-                    pid=int(pid),
-                    exitcode=int(code),
+                    rank=int(str(local_rank)),
+                    pid=int(str(pid)),
+                    exitcode=int(str(code)),
                 )
             except (OSError, ValueError, TypeError):
                 pass  # a report, never a reason to disturb the agent
@@ -144,17 +144,17 @@ class ReplicaJob:
                 "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"], how=how,
             )  # fmt: skip
         elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
-            src, step = ev.get("source"), int(str(ev.get("step", 0)))
-            if src is not None and (step > 0 or group in self.lost):
+            src, at = ev.get("source"), int(str(ev.get("step", 0)))
+            if src is not None and (at > 0 or group in self.lost):
                 seconds = float(str(ev["seconds"]))
                 self.say(
-                    f"replica group {group} healed from group {src} at step {step} in {seconds:.1f} s",
-                    "healed", group=group, source=src, step=step, seconds=seconds,
+                    f"replica group {group} healed from group {src} at step {at} in {seconds:.1f} s",
+                    "healed", group=group, source=src, step=at, seconds=seconds,
                 )  # fmt: skip
             elif group in self.lost:
                 self.say(
-                    f"replica group {group} rejoined at step {step} from its own state (no live group was ahead)",
-                    "rejoined", group=group, step=step,
+                    f"replica group {group} rejoined at step {at} from its own state (no live group was ahead)",
+                    "rejoined", group=group, step=at,
                 )  # fmt: skip
             self.lost.discard(group)
 

@@ -87,7 +87,7 @@ def resolve(opts: HostsOptions) -> list[str]:
             host.name,
         )
         try:
-            return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+            return str(socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
                 f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"

@@ -147,7 +147,7 @@ class Replicas:
     def _mark_positions(self) -> None:
         for name, obj in self.objects.items():
             if isinstance(obj, DataLoader):
-                self._positions[name] = obj.state_dict()
+                self._positions[name] = obj.state_dict()  # type: ignore[attr-defined]  # our loaders
 
     def quorum(self) -> None:
         """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
@@ -188,7 +188,7 @@ class Replicas:
         wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True, **kwargs)
         manager, size = self.manager, self.size
 
-        def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses a string annotation here
+        def hook(state, bucket):  # DDP refuses a string annotation here
             if size > 1:  # inside the group first, then across groups (same rank in every group)
                 dist.all_reduce(bucket.buffer())
                 bucket.buffer().div_(size)

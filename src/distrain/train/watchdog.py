@@ -280,8 +280,8 @@ class Watchdog:
                 elif self.step > 0 and time.monotonic() - self._last_progress > self.seconds:
                     text, frozen = self._summary(beats, silent)
                     # rank 0 prints on the launching console unless its process is frozen
-                    reporter = self.rank if 0 in frozen else 0
-                    store.compare_set("verdict", "", f"{reporter}\n{text}")
+                    by = self.rank if 0 in frozen else 0
+                    store.compare_set("verdict", "", f"{by}\n{text}")
                 self._store_ok = time.monotonic()
             except Exception:
                 if self._stop.is_set():
