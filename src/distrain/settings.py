@@ -48,6 +48,7 @@ class Settings:
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
+    progress: bool | None = None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -75,9 +76,10 @@ class Settings:
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
             "ft_host": text(contract.FT_HOST),
-            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
+            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True) is not False,
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
+            "progress": _switch(contract.PROGRESS, text(contract.PROGRESS), None),
         }
         unknown = set(arguments) - set(values)
         if unknown:
@@ -130,7 +132,7 @@ _ON = {"1", "on", "true", "yes"}
 _OFF = {"0", "off", "false", "no"}
 
 
-def _switch(name: str, raw: str | None, default: bool) -> bool:
+def _switch(name: str, raw: str | None, default: bool | None) -> bool | None:
     """On/off from 1/0, on/off, true/false, yes/no (any case); `default` when unset."""
     if raw is None:
         return default
