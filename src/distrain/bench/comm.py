@@ -315,7 +315,7 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
             if args.plot:
                 from .plots import comm_bandwidth
 
-                comm_bandwidth(doc, Path(args.plot))
+                comm_bandwidth(doc, Path(args.plot), human)
                 print(f"{PROG}: wrote {args.plot}", file=sys.stderr, flush=True)
         return 0 if doc["summary"]["all_correct"] or not ctx.is_main else 1
     finally:

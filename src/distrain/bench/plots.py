@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -193,8 +194,9 @@ def write_all(runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path
     return written + ([out / BREAKDOWN_CHART] if drawn else [])
 
 
-def comm_bandwidth(doc: dict[str, Any], path: Path) -> None:
-    """`distrain bench comm`'s results: bus bandwidth against message size, one line per op.
+def comm_bandwidth(doc: dict[str, Any], path: Path, size_label: Callable[[int], str] = str) -> None:
+    """`distrain bench comm`'s results: bus bandwidth against message size, one line per op
+    (sizes written by `size_label`, e.g. ``4 KiB``).
 
     busbw, not algbw: nccl-tests' normalisation makes the ops comparable with each other and
     with the link's speed whatever the number of ranks.  A size that failed its check is a red x.
@@ -210,10 +212,8 @@ def comm_bandwidth(doc: dict[str, Any], path: Path) -> None:
             ax.plot([r["bytes"] for r in bad], [r["busbw_gbps"] for r in bad], "x", color="red", markersize=8)
     from matplotlib.ticker import FuncFormatter
 
-    from .comm import human
-
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: human(int(x)) if x >= 1 else ""))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: size_label(int(x)) if x >= 1 else ""))
     ax.set_xlabel("message size")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_ylim(bottom=0)
