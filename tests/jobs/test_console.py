@@ -95,6 +95,7 @@ def test_restart_and_failure_say_what_happened(tmp_path: Path) -> None:
                         r"to resume from step (\d+) \(ckpt/step_(\d+)\)", lines[-1])  # fmt: skip
     assert last and int(last[1]) >= 22 and int(last[2]) == int(last[1]), lines[-1]
     assert not [ln for ln in lines if any(n in ln for n in NOISE)], text
+    assert text.count("distrain: 2 processes on 1 node") == 1, text  # not again after each restart
     assert "━" not in text  # rank 0's bar only on a terminal
 
 

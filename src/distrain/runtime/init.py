@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .. import noise
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import mark_watchdog_started
+from ..contract import LAUNCHER, RESTART_COUNT, mark_watchdog_started
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
@@ -165,7 +165,10 @@ def init(
         ctx.replicas = attach(ctx)
         _remember(ctx)
         atexit.register(ctx.shutdown)
-        if verbose:
+        # after a restart `distrain run` has said what happened and that every rank restarts
+        # (launch/console.py): the same start line again would say nothing new
+        restarted = os.environ.get(RESTART_COUNT, "0") not in ("", "0")  # this node's agent's count
+        if verbose and not (restarted and os.environ.get(LAUNCHER) == "distrain-run"):
             ctx.print(ctx.describe())
         return ctx
     except (ClusterError, UsageError):  # DistrainErrors too, but not init's set-up errors: raised as they are
