@@ -131,6 +131,22 @@ def watchdog_started(folder: str) -> bool:
         return False
 
 
+def debug_logging() -> bool:
+    """Whether ``DISTRAIN_LOG_LEVEL=debug`` asks for every line, unfiltered (distrain/noise.py)."""
+    return os.environ.get(LOG_LEVEL, "").strip().lower() == "debug"
+
+
+def restarted_by_distrain_run() -> bool:
+    """A worker of a restarted attempt under `distrain run`, whose console said so already."""
+    restarts = os.environ.get(RESTART_COUNT, "0") not in ("", "0")  # this node's agent's count
+    return restarts and os.environ.get(LAUNCHER) == "distrain-run"
+
+
+def replica_group_env() -> str | None:
+    """This process's replica group under `distrain run --replicas` (None otherwise)."""
+    return os.environ.get(REPLICA_GROUP)
+
+
 #: left in DISTRAIN_SUMMARY_DIR by each node's checkpoint leader: the last checkpoint (a JSON
 #: object: ``step``, None before the first save, and ``path``), for the launcher's restart lines
 CHECKPOINT_MARK = "checkpoint.json"

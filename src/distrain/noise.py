@@ -9,17 +9,17 @@ own process groups.  distrain says what happened in its own lines instead (a res
 console.py; a lost and healed replica group: launch/replica_events.py).
 
 Everything here is matched exactly (logger name and message start, warning text and category),
-so an unknown line is never hidden.  ``DISTRAIN_LOG_LEVEL=debug`` turns every filter off and
-shows torch's and TorchFT's INFO lines as well: nothing is lost at debug.
+so an unknown line is never hidden.  ``DISTRAIN_LOG_LEVEL=debug`` turns every filter off (and
+lowers these loggers to INFO, so torch's agent's own INFO lines show too): nothing is lost at
+debug.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 
-from .contract import LOG_LEVEL
+from .contract import debug_logging
 
 #: Python warnings distrain's own use of torch and TorchFT causes: (message start, category, why)
 KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
@@ -46,10 +46,17 @@ KNOWN_RECORDS: dict[str, tuple[str, ...]] = {
         "Closing process",
         "Sending process",
     ),
-    # TorchFT's manager, when a peer group died mid-step: the gloo error is the loss that
-    # `distrain run: replica group G lost at step N` reports, and the step is not committed
-    "torchft.manager": (),
+    # TorchFT's manager (after its ``[replica/rank - step N]`` prefix), when a peer group died
+    # mid-step: the gloo error is the loss `distrain run: replica group G lost at step N`
+    # reports, and the step is not committed
+    "torchft.manager": (
+        "got exception waiting for work",
+        "got exception in all reduce",
+        "got exception in future",
+    ),
 }
+#: loggers whose messages start with a ``[…] `` prefix before the text matched above
+_PREFIXED = ("torchft.manager",)
 
 #: lines torch's C++ side writes straight to stderr (no Python logger or warning to filter):
 #: matched in a window around the one place each is known to come from (train/ft_noise.py)
@@ -61,25 +68,16 @@ KNOWN_CPP: tuple[str, ...] = (
     "setSequenceNumberForGroup() is deprecated",
 )
 
-#: TorchFT's manager messages (after its ``[replica/rank - step N]`` prefix) that are a heal's
-#: expected errors: a peer died, so this step's collective failed and will not commit
-_TORCHFT_EXPECTED = (
-    "got exception waiting for work",
-    "got exception in all reduce",
-    "got exception in future",
-)
-
 
 def verbose() -> bool:
     """Whether ``DISTRAIN_LOG_LEVEL=debug`` asks for every line, unfiltered."""
-    return os.environ.get(LOG_LEVEL, "").strip().lower() == "debug"
+    return debug_logging()
 
 
 def known(name: str, message: str) -> bool:
     """Whether a record of logger `name` with text `message` is known noise."""
-    if name == "torchft.manager":
-        body = message.split("] ", 1)[1] if message.startswith("[") and "] " in message else message
-        return body.startswith(_TORCHFT_EXPECTED)
+    if name in _PREFIXED and message.startswith("[") and "] " in message:
+        message = message.split("] ", 1)[1]
     return message.startswith(KNOWN_RECORDS.get(name, ()))
 
 

@@ -24,6 +24,8 @@ DEFAULT_TRAIN_TIMEOUT_S = 300.0
 DEFAULT_FORM_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
+#: variables that CI services set (GitHub Actions, GitLab, Jenkins, Buildkite; most others set CI)
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "BUILDKITE")
 #: the shortest metrics interval accepted (shorter values are raised to it)
 MIN_METRICS_INTERVAL_S = 0.05
 
@@ -48,7 +50,7 @@ class Settings:
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
-    progress: bool | None = None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal)
+    progress: bool | None = None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal; False in CI)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -79,7 +81,8 @@ class Settings:
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True) is not False,
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
-            "progress": _switch(contract.PROGRESS, text(contract.PROGRESS), None),
+            # unset: none in CI (its log is no terminal worth redrawing), else rank 0's terminal decides
+            "progress": _switch(contract.PROGRESS, text(contract.PROGRESS), False if any(text(v) for v in CI_VARIABLES) else None),
         }
         unknown = set(arguments) - set(values)
         if unknown:

@@ -9,23 +9,17 @@ above it.  Only prepared training loaders (``ctx.prepare_loader``) get one.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
-#: variables that CI services set (GitHub Actions, GitLab, Jenkins, Buildkite, most others: CI)
-CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "BUILDKITE")
-
 
 def wanted(setting: bool | None, is_main: bool) -> bool:
-    """Whether this process shows a bar: rank 0 only; `setting` (DISTRAIN_PROGRESS) if chosen,
-    else when stdout is a terminal outside CI."""
+    """Whether this process shows a bar: rank 0 only; `setting` (``Settings.progress``:
+    DISTRAIN_PROGRESS, or off in CI) if decided, else when stdout is a terminal."""
     if not is_main:
         return False
     if setting is not None:
         return setting
-    if any(os.environ.get(name) for name in CI_VARIABLES):
-        return False
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):  # replaced or closed stdout

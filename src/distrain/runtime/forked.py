@@ -25,10 +25,10 @@ from typing import Any
 from ..contract import (
     CPU_REHEARSAL,
     PRELOAD_MODULE,
-    REPLICA_GROUP,
     SELF_STARTING,
     ForkJob,
     die_with_parent,
+    replica_group_env,
 )
 from ..log import get_logger
 from .fresh_child import run_fresh_child
@@ -78,7 +78,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         watch_own_workers()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
     set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv,
-                     os.environ.get(REPLICA_GROUP))
+                     replica_group_env())
     if fresh is not None:
         _watch_process_group()
     try:

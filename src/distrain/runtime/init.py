@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from .. import noise
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import LAUNCHER, RESTART_COUNT, mark_watchdog_started
+from ..contract import mark_watchdog_started, restarted_by_distrain_run
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
@@ -167,8 +167,7 @@ def init(
         atexit.register(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/console.py): the same start line again would say nothing new
-        restarted = os.environ.get(RESTART_COUNT, "0") not in ("", "0")  # this node's agent's count
-        if verbose and not (restarted and os.environ.get(LAUNCHER) == "distrain-run"):
+        if verbose and not restarted_by_distrain_run():
             ctx.print(ctx.describe())
         return ctx
     except (ClusterError, UsageError):  # DistrainErrors too, but not init's set-up errors: raised as they are
