@@ -79,7 +79,6 @@ class RestartReporter(logging.Filter):
         self.folder = folder
         self.multinode = multinode
         self.last: _Failure | None = None
-        self.lines: list[str] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
@@ -110,7 +109,6 @@ class RestartReporter(logging.Filter):
         step = resume_from(self.folder)
         if step:
             line += f", {step}"
-        self.lines.append(line)
         print(line, file=sys.stderr, flush=True)
 
 
@@ -120,6 +118,9 @@ def install(folder: str | None, multinode: bool) -> RestartReporter | None:
     noise.install()
     if os.environ.get(REPLICA_GROUP) is not None:
         return None
+    # imported now: its import sets its logger's level, which must not undo the one set below
+    import torch.distributed.elastic.agent.server.api  # noqa: F401
+
     reporter = RestartReporter(folder, multinode)
     agent = logging.getLogger(AGENT_LOGGER)
     # below INFO the agent's restart record is never made; the filter lets only WARNING and
