@@ -46,7 +46,7 @@ CHECKPOINT_ADVICE = 0.20
 #: no advice from fewer steps than this (rank 0's count): a job that crashed after a handful of
 #: steps, or a smoke test, measured mostly its first steps' one-off costs (allocations, DDP's
 #: bucket rebuild, a lazy import), not the shares of a step it would keep in a long run
-ADVICE_MIN_STEPS = 50
+ADVICE_MIN_STEPS = 20
 
 
 def start(env: dict[str, str]) -> str:
