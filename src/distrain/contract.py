@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import json
 import os
 import signal
 import sys
@@ -85,6 +86,10 @@ FT_QUORUM_TIMEOUT = "DISTRAIN_FT_QUORUM_TIMEOUT"
 FT_START_WAIT = "DISTRAIN_FT_START_WAIT"
 #: --replicas: seconds a group that ended keeps serving groups that did not meet it (default 120)
 FT_LINGER = "DISTRAIN_FT_LINGER"
+#: ``debug``: every line torch and TorchFT print, unfiltered (distrain's noise filters off)
+LOG_LEVEL = "DISTRAIN_LOG_LEVEL"
+#: ``1``/``0``: rank 0's progress bar over prepared loaders on or off (default: on when stdout is a terminal)
+PROGRESS = "DISTRAIN_PROGRESS"
 
 
 def rehearse_boot_dir() -> str:
@@ -134,6 +139,50 @@ def watchdog_started(folder: str) -> bool:
         return any(name.startswith(prefix) for name in os.listdir(folder))
     except OSError:
         return False
+
+
+def debug_logging() -> bool:
+    """Whether ``DISTRAIN_LOG_LEVEL=debug`` asks for every line, unfiltered (distrain/noise.py)."""
+    return os.environ.get(LOG_LEVEL, "").strip().lower() == "debug"
+
+
+def restarted_by_distrain_run() -> bool:
+    """A worker of a restarted attempt under `distrain run`, whose console said so already."""
+    restarts = os.environ.get(RESTART_COUNT, "0") not in ("", "0")  # this node's agent's count
+    return restarts and os.environ.get(LAUNCHER) == "distrain-run"
+
+
+def replica_group_env() -> str | None:
+    """This process's replica group under `distrain run --replicas` (None otherwise)."""
+    return os.environ.get(REPLICA_GROUP)
+
+
+#: left in DISTRAIN_SUMMARY_DIR by each node's checkpoint leader: the last checkpoint (a JSON
+#: object: ``step``, None before the first save, and ``path``), for the launcher's restart lines
+CHECKPOINT_MARK = "checkpoint.json"
+
+
+def mark_checkpoint(folder: str | None, step: int | None, path: str) -> None:
+    """Leave :data:`CHECKPOINT_MARK` in `folder`: the checkpoint a restart resumes from (atomically)."""
+    if not folder:
+        return
+    target = os.path.join(folder, CHECKPOINT_MARK)
+    try:
+        with open(target + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"step": step, "path": path}, f)
+        os.replace(target + ".tmp", target)
+    except OSError:  # the launcher's folder is gone (it is exiting): nothing left to tell
+        pass
+
+
+def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
+    """What :func:`mark_checkpoint` left in `folder` (None: no checkpointer with a folder said anything)."""
+    try:
+        with open(os.path.join(folder or "", CHECKPOINT_MARK), encoding="utf-8") as f:
+            mark = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
 
 
 # -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------

@@ -16,6 +16,8 @@ To silence or redirect it from a script that embeds distrain::
     log.handlers.clear(); log.propagate = True
 
 A handler the script adds to ``distrain`` before the first message replaces the default one.
+``DISTRAIN_LOG_LEVEL=debug`` shows distrain's DEBUG lines too (and turns off the filters of
+torch's and TorchFT's known noise: distrain/noise.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 import logging
 import sys
 from typing import Any, TextIO
+
+from . import noise
 
 ROOT = "distrain"
 
@@ -50,7 +54,7 @@ def get_logger(name: str) -> logging.Logger:
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
-        root.setLevel(logging.INFO)
+        root.setLevel(logging.DEBUG if noise.verbose() else logging.INFO)
         root.propagate = False
         root._distrain_default = True  # type: ignore[attr-defined]
     return logging.getLogger(f"{ROOT}.{name}")

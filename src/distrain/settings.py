@@ -24,6 +24,8 @@ DEFAULT_TRAIN_TIMEOUT_S = 300.0
 DEFAULT_FORM_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
+#: variables that CI services set (GitHub Actions, GitLab, Jenkins, Buildkite; most others set CI)
+CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "BUILDKITE")
 #: the shortest metrics interval accepted (shorter values are raised to it)
 MIN_METRICS_INTERVAL_S = 0.05
 #: --replicas: a cross-group collective or a heal's transfer (``DISTRAIN_FT_TIMEOUT``)
@@ -60,6 +62,7 @@ class Settings:
     ft_quorum_timeout_s: float = DEFAULT_FT_QUORUM_TIMEOUT_S  # DISTRAIN_FT_QUORUM_TIMEOUT
     ft_start_wait_s: float = DEFAULT_FT_START_WAIT_S  # DISTRAIN_FT_START_WAIT
     ft_linger_s: float = DEFAULT_FT_LINGER_S  # DISTRAIN_FT_LINGER
+    progress: bool | None = None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal; False in CI)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -87,7 +90,7 @@ class Settings:
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
             "ft_host": text(contract.FT_HOST),
-            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True),
+            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True) is not False,
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
             "ft_timeout_s": _seconds(contract.FT_TIMEOUT, text(contract.FT_TIMEOUT)) or DEFAULT_FT_TIMEOUT_S,
@@ -95,6 +98,8 @@ class Settings:
             or DEFAULT_FT_QUORUM_TIMEOUT_S,
             "ft_start_wait_s": _seconds(contract.FT_START_WAIT, text(contract.FT_START_WAIT)) or DEFAULT_FT_START_WAIT_S,
             "ft_linger_s": _seconds(contract.FT_LINGER, text(contract.FT_LINGER)) or DEFAULT_FT_LINGER_S,
+            # unset: none in CI (its log is no terminal worth redrawing), else rank 0's terminal decides
+            "progress": _switch(contract.PROGRESS, text(contract.PROGRESS), False if any(text(v) for v in CI_VARIABLES) else None),
         }
         unknown = set(arguments) - set(values)
         if unknown:
@@ -147,7 +152,7 @@ _ON = {"1", "on", "true", "yes"}
 _OFF = {"0", "off", "false", "no"}
 
 
-def _switch(name: str, raw: str | None, default: bool) -> bool:
+def _switch(name: str, raw: str | None, default: bool | None) -> bool | None:
     """On/off from 1/0, on/off, true/false, yes/no (any case); `default` when unset."""
     if raw is None:
         return default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import python, run
@@ -19,9 +20,14 @@ def test_sizes_and_factors() -> None:
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("all_gather", 4) == 0.75 and bus_factor("broadcast", 4) == 1
 
 
-def test_all_ops_positive_and_correct() -> None:
-    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-b", "8", "-e", "64K", "-f", "64", "--iters", "3", "--warmup", "1"], timeout=240)
+def test_all_ops_positive_and_correct(tmp_path: Path) -> None:
+    plot = tmp_path / "comm.png"
+    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-b", "8", "-e", "64K", "-f", "64", "--iters", "3", "--warmup", "1",
+                       "--plot", str(plot)], timeout=240)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
+    # the plot (busbw per size and op), and nothing about how the tool's own ranks start
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {plot}" in res.stderr, res.stderr[-2000:]
+    assert "runs a module" not in res.stderr, res.stderr[-2000:]
     doc = json.loads(res.stdout)
     assert doc["schema_version"] == 1 and doc["world_size"] == 2 and doc["backend"] == "gloo"
     assert {r["op"] for r in doc["results"]} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail, raise_usage_errors
@@ -227,6 +228,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda:<local rank> with GPUs, else cpu")
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of tables")
+    p.add_argument("--plot", default=None, metavar="PNG", help="also draw busbw against size per op into this PNG file")
 
     raise_usage_errors(p)
     return p
@@ -244,6 +246,9 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[int]]:
         raise UsageError("--step-factor must be at least 2")
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    plot = getattr(args, "plot", None)
+    if plot and (not plot.lower().endswith(".png") or not os.path.isdir(os.path.dirname(os.path.abspath(plot)))):
+        raise UsageError(f"--plot {plot}: expected a .png file in an existing folder")
     return ops, sizes(lo, hi, args.step_factor)
 
 
@@ -307,6 +312,11 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
                 print(json.dumps(doc, indent=2), flush=True)
             else:
                 _print_tables(doc)
+            if args.plot:
+                from .plots import comm_bandwidth
+
+                comm_bandwidth(doc, Path(args.plot), human)
+                print(f"{PROG}: wrote {args.plot}", file=sys.stderr, flush=True)
         return 0 if doc["summary"]["all_correct"] or not ctx.is_main else 1
     finally:
         ctx.shutdown()

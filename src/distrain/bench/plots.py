@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from .report import has_syncbn  # noqa: E402
 
 #: file names, in the order the report shows them
 CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accuracy_syncbn.png")
@@ -26,6 +29,14 @@ def _unit(n: int, device: str) -> str:
     return f"{n} {word if n == 1 else plural}"
 
 
+def _label(run: dict[str, Any], device: str, sep: str = "\n") -> str:
+    """A configuration's name on a chart: the all-cores baseline is `1 process × T threads`, so
+    it is never a second "1 process"."""
+    if run.get("all_cores"):
+        return f"1 process{sep}× {run['threads']} threads"
+    return _unit(run["nproc"], device)
+
+
 def _no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.4")
     ax.set_xticks([])
@@ -34,7 +45,7 @@ def _no_data(ax: Any, text: str) -> None:
 
 def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # a legend outside the axes stays in the image
     plt.close(fig)
 
 
@@ -45,7 +56,7 @@ def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") 
     if not plain:
         _no_data(ax, "no runs")
     else:
-        labels = [f"1 process\n× {r['threads']} threads" if r.get("all_cores") else _unit(r["nproc"], device) for r in plain]
+        labels = [_label(r, device) for r in plain]
         heights = [r.get("time_per_epoch_mean") or 0.0 for r in plain]
         errs = [r.get("time_per_epoch_std") or 0.0 for r in plain]
         colors = ["tab:blue" if r["status"] == "ok" else "tab:gray" for r in plain]
@@ -85,7 +96,9 @@ def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Pa
         ax2.set_ylim(0, 110)
         lines = ax.get_legend_handles_labels()
         lines2 = ax2.get_legend_handles_labels()
-        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower right")
+        # below the axes: inside, it covered a measured point whatever corner it took
+        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper center",
+                  bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=9)
     ax.set_title("Throughput and scaling efficiency")
     _save(fig, path)
 
@@ -101,7 +114,7 @@ def _curves(ax: Any, series: list[tuple[str, dict[str, Any], str]]) -> bool:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.set_xlabel("epoch")
         ax.set_ylabel("test accuracy")
-        ax.legend()
+        ax.legend(loc="best")  # matplotlib's choice: the corner with the fewest points
         ax.grid(alpha=0.3)
     return drawn
 
@@ -110,7 +123,7 @@ def accuracy_scaling(runs: list[dict[str, Any]], path: Path, device: str = "cpu"
     """Test accuracy per epoch: 1 process against N (without SyncBN)."""
     plain = sorted((r for r in runs if not r["sync_bn"] and r["status"] == "ok"), key=lambda r: r["nproc"])
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    if not _curves(ax, [(_unit(r["nproc"], device), r, "-") for r in plain]):
+    if not _curves(ax, [(_label(r, device, " "), r, ":" if r.get("all_cores") else "-") for r in plain]):
         _no_data(ax, "no accuracy records")
     ax.set_title("Test accuracy: single vs multi-process")
     _save(fig, path)
@@ -141,7 +154,7 @@ def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bo
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = []
     for r in rows:
-        name = f"1 process\n× {r['threads']} threads" if r.get("all_cores") else _unit(r["nproc"], device)
+        name = _label(r, device)
         labels.append(name + ("\nSyncBN" if r["sync_bn"] else ""))
     bottoms = [0.0] * len(rows)
     phases = ordered({p: 0.0 for r in rows for p in r["breakdown_ms"]})
@@ -162,10 +175,49 @@ def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bo
 
 
 def write_all(runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path, device: str = "cpu") -> list[Path]:
-    """Write every chart into `out`; returns their paths in CHARTS order."""
+    """Write every chart that has data into `out`; returns their paths in CHARTS order.
+
+    The SyncBN chart only when a SyncBN run finished (an empty chart says nothing), the
+    breakdown only when the runs carry one.
+    """
     time_per_epoch(runs, out / CHARTS[0], device)
     throughput(runs, base, out / CHARTS[1])
     accuracy_scaling(runs, out / CHARTS[2], device)
-    accuracy_syncbn(runs, out / CHARTS[3], device)
+    written = [out / c for c in CHARTS[:3]]
+    stale = out / CHARTS[3]
+    if has_syncbn(runs):
+        accuracy_syncbn(runs, stale, device)
+        written.append(stale)
+    elif stale.exists():  # from an earlier run into the same folder (--resume)
+        stale.unlink()
     drawn = breakdown(runs, out / BREAKDOWN_CHART, device)
-    return [out / c for c in CHARTS] + ([out / BREAKDOWN_CHART] if drawn else [])
+    return written + ([out / BREAKDOWN_CHART] if drawn else [])
+
+
+def comm_bandwidth(doc: dict[str, Any], path: Path, size_label: Callable[[int], str] = str) -> None:
+    """`distrain bench comm`'s results: bus bandwidth against message size, one line per op
+    (sizes written by `size_label`, e.g. ``4 KiB``).
+
+    busbw, not algbw: nccl-tests' normalisation makes the ops comparable with each other and
+    with the link's speed whatever the number of ranks.  A size that failed its check is a red x.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for op in doc["ops"]:
+        rows = sorted((r for r in doc["results"] if r["op"] == op), key=lambda r: r["bytes"])
+        if not rows:
+            continue
+        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-", markersize=3, label=op)
+        bad = [r for r in rows if r.get("correct") is False]
+        if bad:
+            ax.plot([r["bytes"] for r in bad], [r["busbw_gbps"] for r in bad], "x", color="red", markersize=8)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: size_label(int(x)) if x >= 1 else ""))
+    ax.set_xlabel("message size")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=9)  # below: no point covered
+    ax.set_title(f"bench comm: {doc['world_size']} ranks, {doc['backend']}, {doc['device']}, {doc['dtype']}")
+    _save(fig, path)

@@ -36,6 +36,11 @@ _CHART_TEXT = [
 ]
 
 
+def has_syncbn(runs: list[dict[str, Any]]) -> bool:
+    """Whether any finished run used SyncBN (otherwise there is no SyncBN chart)."""
+    return any(r["sync_bn"] and r["status"] == "ok" for r in runs)
+
+
 def cell(run: dict[str, Any], key: str, fmt: str) -> str:
     """One table cell, formatted the same way every time (the tests rely on it)."""
     value = run.get(key)
@@ -133,6 +138,9 @@ def render(results: dict[str, Any]) -> str:
         parts += [f"- **{r['name']}**: {r['error']} (logs: {', '.join(f'`{x}`' for x in r['logs'])})" for r in failed]
         parts.append("")
     for key, png, title in _CHART_TEXT:
+        if key == "accuracy_syncbn" and not has_syncbn(runs):  # no chart drawn: its note says why
+            parts += [f"## {title}", "", notes.get(key, ""), ""]
+            continue
         parts += [f"## {title}", "", f"![{title}]({png})", "", notes.get(key, ""), ""]
     parts += breakdown_section(runs)
     return "\n".join(parts)

@@ -26,7 +26,7 @@ import sys
 
 from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
 from ..errors import UsageError, fail
-from . import forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
+from . import console, forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
 from .host_options import wants_hosts
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
@@ -156,22 +156,26 @@ def _launch(
         os.environ.setdefault(BIND_ADDR, agent_store.address)
     from .replica_events import report_losses_from_agent
 
+    # torch's known noise off the console, one line of ours per restart (launch/console.py)
+    console.install(breakdowns, max_nodes(launch.args.nnodes) > 1)
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
     rendezvous.pass_endpoint(launch.args)
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err)
+        resume = console.resume_hint(breakdowns)  # read before _end_lines removes the folder
         _end_lines(breakdowns, notice, rehearsal_folder)
         tip = local_rank_hint.hint(launch.args, PROG)
         if tip:  # before the last line: that one keeps the cause
             print(tip, file=sys.stderr, flush=True)
-        print(f"{PROG}: job failed: {summary}", file=sys.stderr, flush=True)
+        print(f"{PROG}: job failed: {summary}{resume}", file=sys.stderr, flush=True)
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
+        resume = console.resume_hint(breakdowns)
         _end_lines(breakdowns, notice, rehearsal_folder)
-        print(f"{PROG}: stopped by {name} (the workers were given it and have exited)", file=sys.stderr, flush=True)
+        print(f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}", file=sys.stderr, flush=True)
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:
         return 130

@@ -37,6 +37,7 @@ import signal
 import sys
 import tempfile
 
+from .. import noise
 from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
 from ..errors import UsageError
 
@@ -222,11 +223,14 @@ def run(args: argparse.Namespace) -> None:
     if method == "fast":
         reason = forkserver_unsafe() or fresh_reason(args)
         if reason:
-            print(
-                f"{PROG}: {reason}; starting workers in fresh interpreters",
-                file=sys.stderr,
-                flush=True,
-            )
+            # distrain's own tools (doctor, bench comm) run as `-m distrain.…`: how their
+            # workers start is not the user's concern
+            if not (args.module and str(args.training_script).startswith("distrain.")):
+                print(
+                    f"{PROG}: {reason}; starting workers in fresh interpreters",
+                    file=sys.stderr,
+                    flush=True,
+                )
             method = "spawn"
     if method == "spawn":
         args.start_method = "spawn"
@@ -283,7 +287,11 @@ class _QuietWorkerExit(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
-        # on its own last line
+        # on its own last line (and a restart in its own line: launch/console.py); at
+        # DISTRAIN_LOG_LEVEL=debug torch's record stays, without the traceback of internals
+        if str(record.msg).startswith("failed (exitcode") and noise.verbose():
+            record.exc_info, record.exc_text = None, None
+            return True
         if str(record.msg).startswith("failed (exitcode"):
             # a worker killed by a signal printed nothing itself: keep torch's line (not its
             # traceback of torch.multiprocessing internals) for that one

@@ -10,7 +10,10 @@ the files are the contract).  After the job the launcher prints, on stderr:
   :data:`STRAGGLER_SLOWER` or more;
 - ``distrain: advice: ...`` when data loading, the wait for communication or checkpoint saves
   take a large share of the step (:data:`DATA_ADVICE`, :data:`COMM_ADVICE`,
-  :data:`CHECKPOINT_ADVICE`), naming what to change.
+  :data:`CHECKPOINT_ADVICE`), naming what to change, once the job ran
+  :data:`ADVICE_MIN_STEPS` steps or more.
+
+Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 import tempfile
 from typing import Any
 
-from ..contract import PHASES, SUMMARY_DIR, breakdown_fractions
+from ..contract import PHASES, REPLICA_GROUP, SUMMARY_DIR, breakdown_fractions
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
 #: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,
@@ -40,6 +43,10 @@ DATA_ADVICE = 0.25
 COMM_ADVICE = 0.30
 #: advise on checkpoints when saves hold the loop for at least this share of the step
 CHECKPOINT_ADVICE = 0.20
+#: no advice from fewer steps than this (rank 0's count): a job that crashed after a handful of
+#: steps, or a smoke test, measured mostly its first steps' one-off costs (allocations, DDP's
+#: bucket rebuild, a lazy import), not the shares of a step it would keep in a long run
+ADVICE_MIN_STEPS = 20
 
 
 def start(env: dict[str, str]) -> str:
@@ -117,7 +124,7 @@ def advice(records: list[dict[str, Any]], has_straggler: bool = False) -> str | 
     Shares are averaged over the ranks.  With a straggler, the others' comm is mostly waiting
     for it, so no comm advice is given then.
     """
-    if not records:
+    if not records or int(records[0].get("steps") or 0) < ADVICE_MIN_STEPS:
         return None
     mean = {
         p: statistics.fmean(breakdown_fractions(r.get("seconds") or {})[p] for r in records)
@@ -158,8 +165,9 @@ def advice(records: list[dict[str, Any]], has_straggler: bool = False) -> str | 
     )
 
 
-def lines(records: list[dict[str, Any]]) -> list[str]:
-    """The end-of-job lines for these ranks' summaries (none when no rank counted a step)."""
+def lines(records: list[dict[str, Any]], group: str | None = None) -> list[str]:
+    """The end-of-job lines for these ranks' summaries (none when no rank counted a step);
+    `group` names the replica group under ``--replicas`` (each group prints its own)."""
     records = [r for r in records if r.get("steps")]
     if not records:
         return []
@@ -167,8 +175,9 @@ def lines(records: list[dict[str, Any]]) -> list[str]:
     first = records[0]
     # a rank that died or ran on another node left no file
     scope = "" if len(records) >= world else f"; {len(records)} of {world} ranks reported"
+    where = f"group {group}, rank" if group is not None else "rank"
     text = (
-        f"distrain: step time (rank {first['rank']}, {first['steps']} steps, "
+        f"distrain: step time ({where} {first['rank']}, {first['steps']} steps, "
         f"{_ms(first.get('step_median_s'))}/step median{scope}): {_parts(first)}"
     )
     timed = [r for r in records if compute_s(r)]
@@ -193,6 +202,6 @@ def finish(folder: str | None) -> None:
     """Print the end-of-job lines on stderr and remove the folder (a second call prints nothing)."""
     if not folder:
         return
-    for line in lines(read(folder)):
+    for line in lines(read(folder), os.environ.get(REPLICA_GROUP)):
         print(line, file=sys.stderr, flush=True)
     shutil.rmtree(folder, ignore_errors=True)

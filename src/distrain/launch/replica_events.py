@@ -73,8 +73,9 @@ def report_losses_from_agent() -> None:
     """Under --replicas (the environment says so), report each dead worker of this group's agent."""
     folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
     if folder and group is not None and group.isdigit():
-        logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
-            AgentLossReporter(folder, int(group))
+        # first: distrain's known-noise filter after it drops the record (distrain/noise.py)
+        logging.getLogger("torch.distributed.elastic.multiprocessing.api").filters.insert(
+            0, AgentLossReporter(folder, int(group))
         )
 
 

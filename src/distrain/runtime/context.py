@@ -240,9 +240,7 @@ class Context(Reductions):
             drop_last=drop_last,
         )
         loader = DistributedLoader(dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs))
-        if self.services.breakdown is not None:
-            self.services.breakdown.watch_loader(loader)
-        return loader
+        return self.services.watch_loader(loader)  # the step breakdown's data time, rank 0's bar
 
     def prepare_eval_loader(self, dataset: Dataset[Any], batch_size: int, **kwargs: Any) -> DataLoader:
         """An evaluation DataLoader over this rank's unpadded shard: every sample counted once.

@@ -22,7 +22,14 @@ import time
 from types import TracebackType
 from typing import Any
 
-from ..contract import CPU_REHEARSAL, PRELOAD_MODULE, SELF_STARTING, ForkJob, die_with_parent
+from ..contract import (
+    CPU_REHEARSAL,
+    PRELOAD_MODULE,
+    SELF_STARTING,
+    ForkJob,
+    die_with_parent,
+    replica_group_env,
+)
 from ..log import get_logger
 from .fresh_child import run_fresh_child
 from .stacks import dump_stacks_on_signal
@@ -70,7 +77,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
 
         watch_own_workers()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
-    set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv)
+    set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv,
+                     replica_group_env())
     if fresh is not None:
         _watch_process_group()
     try:

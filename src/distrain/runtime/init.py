@@ -16,12 +16,14 @@ import sys
 import torch
 import torch.distributed as dist
 
+from .. import noise
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import mark_watchdog_started
+from ..contract import mark_watchdog_started, restarted_by_distrain_run
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor import open_monitor
 from ..monitor.breakdown import open_breakdown
+from ..monitor.progress import wanted as progress_wanted
 from ..settings import Settings
 from ..train import failure, watchdog
 from .context import Context, _remember, current
@@ -104,6 +106,7 @@ def init(
         if active is not None:
             return active
         dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
+        noise.install()  # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
         try:
@@ -145,9 +148,10 @@ def init(
             chosen_backend = dist.get_backend()  # what really formed: under `run --cpu`, gloo for nccl
         ctx = Context(env, dev, chosen_backend, precision, n_threads, settings)
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
-            set_worker_title(ctx.rank, ctx.world_size, sys.argv)
+            set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
         failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
         real_gpu = dev.type == "cuda" and settings.cpu_rehearsal is None  # under `run --cpu` NVML has nothing to say
+        ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
         ctx.services.breakdown = open_breakdown(settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.summary_dir)
         ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
                                             interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
@@ -161,7 +165,9 @@ def init(
         ctx.replicas = attach(ctx)
         _remember(ctx)
         atexit.register(ctx.shutdown)
-        if verbose:
+        # after a restart `distrain run` has said what happened and that every rank restarts
+        # (launch/console.py): the same start line again would say nothing new
+        if verbose and not restarted_by_distrain_run():
             ctx.print(ctx.describe())
         return ctx
     except (ClusterError, UsageError):  # DistrainErrors too, but not init's set-up errors: raised as they are

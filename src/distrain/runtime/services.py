@@ -1,4 +1,5 @@
-"""What runs beside one worker's training loop: the metrics recorder, the watchdog, the step breakdown.
+"""What runs beside one worker's training loop: the metrics recorder, the watchdog, the step
+breakdown, rank 0's progress bar.
 
 init() starts them and hands them to its Context as ``ctx.services``; the Context feeds them
 (``ctx.log``, every optimizer step) and stops them in ``ctx.shutdown()``.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..monitor import Monitor
     from ..monitor.breakdown import StepBreakdown
+    from ..train.data import DistributedLoader
     from ..train.watchdog import Watchdog
 
 
@@ -28,9 +30,21 @@ class Services:
     watchdog: Watchdog | None = None
     #: where each step's time goes, fed by the Context's hook points (on unless DISTRAIN_BREAKDOWN=0)
     breakdown: StepBreakdown | None = None
+    #: rank 0's progress bar over prepared loaders (monitor/progress.py: DISTRAIN_PROGRESS, a terminal)
+    progress: bool = False
     #: bound methods (held weakly) run first in close(): a checkpointer finishes its background
     #: save and lets go of its process group before the groups are destroyed
     closers: list[weakref.WeakMethod[Callable[[], None]]] = field(default_factory=list)
+
+    def watch_loader(self, loader: DistributedLoader) -> DistributedLoader:
+        """A prepared training loader: the breakdown times its batches, rank 0 shows its bar."""
+        if self.breakdown is not None:
+            self.breakdown.watch_loader(loader)
+        if self.progress:
+            from ..monitor.progress import EpochBar
+
+            loader.bar = EpochBar()
+        return loader
 
     def on_close(self, method: Callable[[], None]) -> None:
         """Run the bound `method` in close(), before the process groups are destroyed.

@@ -1,4 +1,5 @@
-"""A worker's process title: `distrain rank 1/2 · train.py --epochs 30` in ps, top and nvidia-smi.
+"""A worker's process title: `distrain rank 1/2 · train.py --epochs 30` in ps, top and nvidia-smi
+(`distrain rank 0/2 · group 1 · …` under ``--replicas``).
 
 Workers forked from `distrain run`'s fork server would otherwise all show the server's command
 line (``python -B -c from multiprocessing.forkserver import main…``), and those of
@@ -25,17 +26,25 @@ except ImportError:  # a dependency, but a title is never worth failing a job fo
 MAX_TITLE = 200
 
 
-def worker_title(rank: int | str, world_size: int | str, argv: list[str]) -> str:
-    """``distrain rank R/W · script.py args`` for the script command line `argv`."""
+def worker_title(
+    rank: int | str, world_size: int | str, argv: list[str], group: int | str | None = None
+) -> str:
+    """``distrain rank R/W · script.py args`` for the script command line `argv`.
+
+    Under ``--replicas`` every group has a rank 0: ``distrain rank R/W · group G · …`` then.
+    """
     script = os.path.basename(argv[0]) if argv else "python"
     command = shlex.join([script, *argv[1:]])
-    title = f"distrain rank {rank}/{world_size} · {command}"
+    group_part = f"group {group} · " if group not in (None, "") else ""
+    title = f"distrain rank {rank}/{world_size} · {group_part}{command}"
     return title if len(title) <= MAX_TITLE else title[: MAX_TITLE - 1] + "…"
 
 
-def set_worker_title(rank: int | str, world_size: int | str, argv: list[str]) -> None:
+def set_worker_title(
+    rank: int | str, world_size: int | str, argv: list[str], group: int | str | None = None
+) -> None:
     """Set this process's title (a no-op where neither setproctitle nor /proc can)."""
-    title = worker_title(rank, world_size, argv)
+    title = worker_title(rank, world_size, argv, group)
     if _setproctitle is not None:
         _setproctitle(title)
     if _cmdline().startswith(title):

@@ -152,22 +152,32 @@ class DistributedLoader(DataLoader):
     #: called with the perf_counter() time a batch was asked for, once it is handed out
     #: (the step breakdown's data time: distrain.monitor.breakdown); None: not timed
     on_data: Callable[[float], None] | None = None
+    #: rank 0's progress bar (distrain.monitor.progress.EpochBar); None: no bar
+    bar: Any = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not torch's iterator object
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
-        batches, on_data = super().__iter__(), self.on_data
-        while True:
-            asked = perf_counter() if on_data is not None else 0.0
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
-            if on_data is not None:
-                on_data(asked)
-            self.step_in_epoch += 1
-            yield batch
+        batches, on_data, bar = super().__iter__(), self.on_data, self.bar
+        if bar is not None:
+            bar.start(self.epoch, self.step_in_epoch, self.global_sampler.steps_per_epoch())
+        try:
+            while True:
+                asked = perf_counter() if on_data is not None else 0.0
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                if on_data is not None:
+                    on_data(asked)
+                self.step_in_epoch += 1
+                if bar is not None:
+                    bar.advance()
+                yield batch
+        finally:  # also when the loop is left early: the bar never outlives its epoch
+            if bar is not None:
+                bar.stop()
         self.epoch += 1
         self.step_in_epoch = 0
 

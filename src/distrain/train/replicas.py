@@ -34,6 +34,7 @@ from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
 from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
+from .ft_noise import first_forward_filtered, quiet_sequence_numbers
 from .replica_sync import agree_in_group, quorum_failed, start_together
 from .replica_sync import plain as _plain
 from .replica_sync import real_accelerator as _real_accelerator
@@ -206,6 +207,7 @@ class Replicas:
         wrapped.register_comm_hook(None, hook)
         self.register(f"__model{len(self.objects)}", wrapped)
         wrapped.register_forward_pre_hook(self._first_forward)
+        first_forward_filtered(wrapped)  # after the quorum's hook: DDP's own warning only
         return wrapped
 
     def _prepare_sharded(self, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
@@ -272,8 +274,8 @@ class Replicas:
             attempt = int(os.environ.get(RESTART_COUNT, "0") or 0)
             append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
                             source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=attempt)  # fmt: skip
-        if self.source is not None and step > 0:
-            _log.info(
+        if self.source is not None and step > 0:  # `distrain run` says it from the event above
+            (_log.debug if self.events else _log.info)(
                 f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
             )
         self._write_step(step)
@@ -372,4 +374,5 @@ def attach(ctx: Context) -> Replicas | None:
     s = ctx.settings
     if s.replica_group is None or not ctx.distributed:
         return None
+    quiet_sequence_numbers()  # TorchFT's process groups: a deprecation at every reconfiguration
     return Replicas(ctx, s.replica_group, s.replica_groups or 1, s.ft_events)

@@ -129,3 +129,20 @@ def test_checkpoint_advice_names_every_steps_and_async_save() -> None:
     tip = advice([rank(0, checkpoint=4.0), rank(1, checkpoint=3.0)])
     assert tip is not None and "checkpoint saves hold the loop for" in tip
     assert "every_steps" in tip and "async_save=True" in tip
+
+
+def test_no_advice_from_a_job_too_short_to_judge() -> None:
+    """A job that crashed after 5 steps measured its warm-up: no comm_hook advice (issue 34)."""
+    heavy_comm = [rank(r, comm=8.0) for r in range(2)]
+    assert advice(heavy_comm) is not None and "comm_hook" in advice(heavy_comm)
+    short = [{**r, "steps": 5} for r in heavy_comm]
+    assert advice(short) is None
+    assert not any("advice" in line for line in lines(short))
+    assert advice([{**r, "steps": job_summary.ADVICE_MIN_STEPS} for r in heavy_comm]) is not None
+
+
+def test_replica_group_label_on_the_step_time_line() -> None:
+    """Under --replicas every group prints a step-time line: each says which group it is."""
+    text = lines([rank(0), rank(1)], group="1")[0]
+    assert text.startswith("distrain: step time (group 1, rank 0, 100 steps,"), text
+    assert lines([rank(0)])[0].startswith("distrain: step time (rank 0, "), lines([rank(0)])

@@ -18,3 +18,10 @@ def test_long_titles_are_cut_with_an_ellipsis() -> None:
     title = worker_title(3, 8, ["t.py", "x" * 500])
     assert len(title) == MAX_TITLE and title.endswith("…")
     assert title.startswith("distrain rank 3/8 · t.py xxx")
+
+
+def test_replica_groups_title_names_the_group() -> None:
+    """Under --replicas each group has a rank 0: the title tells them apart (and keeps the prefix)."""
+    title = worker_title(0, 1, ["t.py"], group=1)
+    assert title == "distrain rank 0/1 · group 1 · t.py"
+    assert worker_title(0, 1, ["t.py"], group=None) == "distrain rank 0/1 · t.py"

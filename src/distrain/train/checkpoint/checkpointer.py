@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from ...contract import mark_checkpoint
 from ...errors import recurring
 from ..data import DistributedLoader
 from ..signals import Preemption
@@ -160,6 +161,7 @@ class Checkpointer:
             if "recurs" not in vars(err):  # unless the raise site said otherwise
                 recurring(err)
             raise
+        self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
         if self.ctx.replicas is not None:
             return self.ctx.replicas.restore(self.objects, resumed)
         return resumed
@@ -185,6 +187,11 @@ class Checkpointer:
                 return Resumed()
             return self._load(found[1], self._group)
         return self._restore_per_node(found)
+
+    def mark(self, step: int | None, path: str) -> None:
+        """Tell `distrain run` which step a restart resumes from (the node's leader; not under --replicas)."""
+        if self.ctx.replicas is None and self.ctx.rank == self.topology.leader:
+            mark_checkpoint(self.ctx.settings.summary_dir, step, path)
 
     def _say_fresh(self) -> None:
         if self.ctx.is_main:

@@ -14,7 +14,6 @@ import io
 import os
 import pickle
 import re
-import warnings
 from typing import Any
 
 import torch
@@ -25,12 +24,14 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, Def
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
+from ...noise import quiet_warnings
 from .files import CheckpointError
 
 METADATA_FILE = ".metadata"
 
-# one process, or one node writing its full replica alone, is what no_dist=True is for
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+# one process, or one node writing its full replica alone, is what no_dist=True is for: its
+# warning is in distrain's one list of known noise
+quiet_warnings()
 
 #: the globals a DCP ``.metadata`` pickle may name (what torch 2.x writes); nothing else loads
 _METADATA_CLASSES = {

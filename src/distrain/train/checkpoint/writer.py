@@ -171,3 +171,4 @@ class Writer:
         atomic_write(os.path.join(directory, LATEST), lambda f: f.write(f"{self.name}\n".encode()))
         for _, old in step_dirs(directory)[self.ckpt.keep :]:
             shutil.rmtree(old, ignore_errors=True)
+        self.ckpt.mark(self.step, final)  # what a restart resumes from, for `distrain run`
