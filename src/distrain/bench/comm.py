@@ -99,14 +99,14 @@ def make_buffers(op: str, nbytes: int, world: int, device: Any, dtype: Any) -> B
     return Buffers(op, buf, buf, count)
 
 
-def collective(op: str, group: Any = None) -> Callable[[Buffers], None]:
+def collective(op: str, group: Any = None) -> Callable[[Buffers], object]:
     """The torch.distributed call for `op` on Buffers (torch's own collectives, nothing else)."""
     import torch.distributed as dist
 
     # torch >= 2.14 renamed *_tensor to *_single; older releases only have the former
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    calls: dict[str, Callable[[Buffers], None]] = {
+    calls: dict[str, Callable[[Buffers], object]] = {
         "all_reduce": lambda b: dist.all_reduce(b.inp, group=group),
         "all_gather": lambda b: gather(b.out, b.inp, group=group),
         "reduce_scatter": lambda b: scatter(b.out, b.inp, group=group),

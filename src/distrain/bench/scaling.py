@@ -12,6 +12,7 @@ and ``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.bench.runner`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -38,6 +39,10 @@ WORKLOADS: dict[str, tuple[str, list[str], str]] = {
     "imagefolder": (str(EXAMPLES / "train_imagefolder.py"), [], "your image folder on a torchvision ResNet"),
 }
 
+
+
+def _advance(progress: Any, task: Any, epochs_done: int) -> None:
+    progress.update(task, completed=epochs_done)
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Run the same training at several process counts and write a report with charts.",
@@ -200,7 +205,7 @@ def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: f
                 progress.advance(overall)
                 continue
             task = progress.add_task(f"{spec.name} round {spec.round}: epochs", total=epochs)
-            res = runner.execute(spec, run_dir, timeout, on_epoch=lambda n, t=task: progress.update(t, completed=n))
+            res = runner.execute(spec, run_dir, timeout, on_epoch=functools.partial(_advance, progress, task))
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")

@@ -85,11 +85,11 @@ class RestartReporter(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         if message.startswith("failed (exitcode") and len(args) >= 3:
             try:
-                self.last = _Failure(int(args[0]), int(args[1]), int(args[2]))
+                self.last = _Failure(*(int(str(a)) for a in args[:3]))
             except (TypeError, ValueError):
                 self.last = None
         elif "attempts left" in message and "will restart" in message and len(args) >= 4:
-            self._restarting(int(args[2]), int(args[3]))
+            self._restarting(int(str(args[2])), int(str(args[3])))
         # the agent's INFO lines are shown only at DISTRAIN_LOG_LEVEL=debug (its level was
         # lowered to INFO for the record above); the rest of its lines pass as before
         return noise.verbose() or record.levelno >= logging.WARNING
