@@ -68,6 +68,10 @@ WATCHDOG_S = 8
 SLOWDOWN, START_S = 3.0, 90.0
 
 
+#: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
+CURRENT: list[str] = []
+
+
 @dataclass
 class Reference:
     """A kind's uninterrupted run: its result, how long it trains after its first checkpoint,
@@ -238,6 +242,7 @@ def reference(kind: Kind, work: Path) -> Reference:
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
         job = kind.job(work, f"ref-{kind.name}", addrs=made.addrs if made else None)
         trial, logs = f"ref-{kind.name}-{os.getpid()}", work / f"ref-{kind.name}"
+        CURRENT[:] = [trial]
         t0 = time.monotonic()
         procs = start(job, trial, logs, made)
         wait_ready(procs, job, t0 + 600)
@@ -270,10 +275,6 @@ def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
     kind = rng.choice(kinds)
     applicable = [f for f in faults if FAULTS[f][1](KINDS[kind])] or ["kill_rank"]
     return Trial(index, kind, rng.choice(applicable), rng.uniform(0.05, 0.9))
-
-
-#: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
-CURRENT: list[str] = []
 
 
 def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
