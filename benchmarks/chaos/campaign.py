@@ -4,6 +4,8 @@
     python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
     python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
     python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + benchmarks/chaos/RESULTS.md
+    python3 benchmarks/chaos/campaign.py --trials 30 --seed 17 --tsv benchmarks/chaos/trials/seed17.tsv \
+        --work /var/tmp/chaos17    # keep every trial's logs (and a hung trial's stacks) there
 
 Each trial draws, from its own seed (`SEED:INDEX`, so any trial replays alone), a job kind
 (kinds.py), a fault that applies to it (faults.py) and a moment: a fraction of the uninterrupted
@@ -12,7 +14,10 @@ user answers by running the command again (a killed or preempted launcher, a cor
 a full disk once freed, a dead lighthouse), the trial runs it again. The oracle (oracle.py)
 judges the trial: healed or stopped with its cause; never hung, diverged, leaking a process,
 losing a good checkpoint, or silent. The table counts kind × fault; the exit code is 1 when any
-trial broke the oracle.
+trial broke the oracle. A trial that passes its bound gets a py-spy dump of every live process
+(`tN-R.stacks` beside its logs) before it is killed. Two-node kinds run in network namespaces
+made for the trial (nodes.py); they and every process of the trial are gone when the campaign
+ends, also by a crash, SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,12 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nodes  # noqa: E402
 from faults import (
     FAULTS,
     TRIAL_VAR,
@@ -46,6 +54,9 @@ from faults import (
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 
+if typing.TYPE_CHECKING:
+    from helpers.netns_hosts import Hosts
+
 PY = sys.executable
 STEP_DIR = re.compile(r"step_(\d+)$")
 #: the checkout's commit, recorded with every trial (a trial replays against the same code)
@@ -55,6 +66,10 @@ WATCHDOG_S = 8
 #: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
 #: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
 SLOWDOWN, START_S = 3.0, 90.0
+
+
+#: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
+CURRENT: list[str] = []
 
 
 @dataclass
@@ -69,48 +84,105 @@ class Reference:
     last_step: int
 
 
-def _env(trial: str) -> dict[str, str]:
+def _env(trial: str, job: Job) -> dict[str, str]:
     path = [str(REPO / "src"), str(REPO / "tests" / "scripts")]
     path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **job.env}
 
 
-def start(job: Job, trial: str, logs: Path) -> subprocess.Popen[bytes]:
-    """Start the job's command in its own session, output to files (no pipe to fill)."""
+def _node_logs(logs: Path, i: int) -> Path:
+    return logs.with_name(f"{logs.name}-n{i}")
+
+
+def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[subprocess.Popen]:
+    """Start the job's command in its own session, output to files (no pipe to fill); on a
+    two-node kind one launcher per node, inside its namespace (logs `…-nI.out/.err`)."""
     job.out.mkdir(parents=True, exist_ok=True)
-    out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - closed by finish()
-    err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
-    proc = subprocess.Popen([PY, *job.argv], env=_env(trial), stdout=out, stderr=err, start_new_session=True)
-    follow(trial, proc.pid)
-    return proc
+    if made is not None:
+        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
+                            err_log=_node_logs(logs, i).with_suffix(".err"))
+                 for i, argv in enumerate(job.nodes)]  # fmt: skip
+    else:
+        out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
+        err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
+        procs = [subprocess.Popen([PY, *job.argv], env=_env(trial, job), stdout=out, stderr=err, start_new_session=True)]
+        out.close()
+        err.close()
+    for proc in procs:
+        follow(trial, proc.pid)
+    return procs
 
 
-def finish(proc: subprocess.Popen[bytes], trial: str, logs: Path, bound: float, t0: float) -> RunRecord:
-    """Wait for the run until `bound` seconds after t0; past it, kill the trial (hung)."""
+def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, t0: float,
+           made: Hosts | None = None, lost: set[int] | None = None, elastic: bool = False) -> RunRecord:  # fmt: skip
+    """Wait for the run until `bound` seconds after t0; past it, dump the stacks of and kill
+    every process of the trial (hung). Two nodes: exit 0 when every node not taken away by the
+    fault (`lost`) exited 0, an elastic job when one node finished and the others ended;
+    otherwise the exit and output of the first node that failed."""
+    rcs: list[int | None] = []
+    for proc in procs:
+        try:
+            rcs.append(proc.wait(timeout=max(1.0, t0 + bound - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            rcs.append(None)
+    if None in rcs:
+        dump_stacks(trial, logs.with_suffix(".stacks"), made)
+        kill_all(trial, made)
+        for proc in procs:
+            proc.wait()
+    read = lambda path: path.read_text(errors="replace") if path.exists() else ""  # noqa: E731
+    if made is None:
+        return RunRecord(rcs[0], time.monotonic() - t0, read(logs.with_suffix(".out")), read(logs.with_suffix(".err")))
+    texts = [(read(_node_logs(logs, i).with_suffix(".out")), read(_node_logs(logs, i).with_suffix(".err")))
+             for i in range(len(procs))]  # fmt: skip
+    kept = [i for i in range(len(procs)) if i not in (lost or set())] or list(range(len(procs)))
+    if None in rcs:
+        rc, pick = None, rcs.index(None)
+    elif elastic and 0 in rcs:
+        rc, pick = 0, rcs.index(0)
+    elif all(rcs[i] == 0 for i in kept):
+        rc, pick = 0, kept[0]
+    else:
+        pick = next(i for i in kept if rcs[i] != 0)
+        rc = rcs[pick]
+    return RunRecord(rc, time.monotonic() - t0, "\n".join(t[0] + t[1] for t in texts), texts[pick][1], rcs=rcs)
+
+
+def _live(trial: str, made: Hosts | None) -> list[psutil.Process]:
+    """The trial's live processes, and any process inside its namespaces."""
+    found = {p.pid: p for p in trial_processes(trial)}
+    for pid in nodes.pids_inside(made) if made is not None else []:
+        try:
+            found.setdefault(pid, psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
     try:
-        rc: int | None = proc.wait(timeout=max(1.0, t0 + bound - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        rc = None
-        dump_stacks(trial, logs.with_suffix(".stacks"))
-        kill_all(trial)
-        proc.wait()
-    read = lambda suffix: logs.with_suffix(suffix).read_text(errors="replace")  # noqa: E731
-    return RunRecord(rc, time.monotonic() - t0, read(".out"), read(".err"))
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def dump_stacks(trial: str, path: Path) -> None:
+def dump_stacks(trial: str, path: Path, made: Hosts | None = None) -> None:
     """py-spy dumps of every process of a hung trial, for its root cause."""
     with open(path, "w") as f:
-        for proc in trial_processes(trial):
+        for proc in _live(trial, made):
+            try:
+                cmd = " ".join(proc.cmdline())[:200]
+            except psutil.Error:
+                cmd = "?"
             res = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
                                  text=True, timeout=30, check=False)  # fmt: skip
-            f.write(f"== pid {proc.pid} {' '.join(proc.cmdline())[:200]}\n{res.stdout}{res.stderr}\n")
+            f.write(f"== pid {proc.pid} {cmd}\n{res.stdout}{res.stderr}\n")
 
 
-def kill_all(trial: str) -> list[str]:
-    """SIGCONT then SIGKILL every process of the trial; a line for each one found."""
+def kill_all(trial: str, made: Hosts | None = None) -> list[str]:
+    """SIGCONT then SIGKILL every process of the trial (and in its namespaces); a line for each."""
     found = []
-    for proc in trial_processes(trial):
+    for proc in _live(trial, made):
         try:
             found.append(f"pid {proc.pid} {' '.join(proc.cmdline())[:80]}")
             proc.send_signal(signal.SIGCONT)
@@ -120,12 +192,12 @@ def kill_all(trial: str) -> list[str]:
     return found
 
 
-def leftovers(trial: str, grace: float = 10.0) -> list[str]:
-    """Processes of the trial still alive `grace` seconds after its launcher ended (then killed)."""
+def leftovers(trial: str, grace: float = 10.0, made: Hosts | None = None) -> list[str]:
+    """Processes of the trial (or in its namespaces) alive `grace` s after its launchers ended (then killed)."""
     deadline = time.monotonic() + grace
-    while trial_processes(trial) and time.monotonic() < deadline:
+    while _live(trial, made) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return kill_all(trial)
+    return kill_all(trial, made)
 
 
 def _checkpoint_steps(ckpt: Path) -> list[int]:
@@ -142,7 +214,7 @@ def _checkpoint_steps(ckpt: Path) -> list[int]:
 def ready(job: Job) -> bool:
     """Whether the run has written its first checkpoint (or snapshot): faults start from there."""
     if job.ckpt is None:
-        return (job.out / "snapshot.pt").exists()
+        return job.marker is not None and job.marker.exists()
     return job.ckpt.exists() and bool(_checkpoint_steps(job.ckpt))
 
 
@@ -153,13 +225,13 @@ def progress(job: Job) -> int:
     return max(_checkpoint_steps(job.ckpt), default=0)
 
 
-def wait_ready(proc: subprocess.Popen[bytes], job: Job, deadline: float, step: int = 0) -> bool:
-    """Wait for ready() and a checkpoint of `step` or later; False if the run ended or the
+def wait_ready(procs: list[subprocess.Popen], job: Job, deadline: float, step: int = 0) -> bool:
+    """Wait for ready() and a checkpoint of `step` or later; False if a launcher ended or the
     deadline passed first."""
     while time.monotonic() < deadline:
         if ready(job) and progress(job) >= step:
             return True
-        if proc.poll() is not None:
+        if any(proc.poll() is not None for proc in procs):
             return False
         time.sleep(0.05)
     return False
@@ -167,14 +239,16 @@ def wait_ready(proc: subprocess.Popen[bytes], job: Job, deadline: float, step: i
 
 def reference(kind: Kind, work: Path) -> Reference:
     """Run the kind once without a fault: its result (restart kinds) and its timing."""
-    job = kind.job(work, f"ref-{kind.name}")
-    trial, logs = f"ref-{kind.name}-{os.getpid()}", work / f"ref-{kind.name}"
-    t0 = time.monotonic()
-    proc = start(job, trial, logs)
-    wait_ready(proc, job, t0 + 600)
-    t_ready = time.monotonic()
-    run = finish(proc, trial, logs, 600, t0)
-    leftovers(trial)
+    with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
+        job = kind.job(work, f"ref-{kind.name}", addrs=made.addrs if made else None)
+        trial, logs = f"ref-{kind.name}-{os.getpid()}", work / f"ref-{kind.name}"
+        CURRENT[:] = [trial]
+        t0 = time.monotonic()
+        procs = start(job, trial, logs, made)
+        wait_ready(procs, job, t0 + 600)
+        t_ready = time.monotonic()
+        run = finish(procs, trial, logs, 600, t0, made)
+        leftovers(trial, made=made)
     if run.rc != 0:
         raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}")
     result = None if kind.replicas else kind.result(job)
@@ -204,26 +278,38 @@ def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
 
 
 def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
-    """Run one drawn trial to its verdict."""
+    """Run one drawn trial to its verdict (a two-node kind inside namespaces made for it)."""
+    kind = KINDS[t.kind]
+    with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
+        return _run_trial(t, seed, work, ref, made)
+
+
+def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | None) -> Trial:
     kind, rng = KINDS[t.kind], random.Random(f"{seed}:{t.index}:fault")
     watchdog = WATCHDOG_S if t.fault in WATCHED else 0
-    job, trial = kind.job(work, f"t{t.index}", watchdog), f"{seed}-{t.index}-{os.getpid()}"
+    trial = f"{seed}-{t.index}-{os.getpid()}"
+    job = kind.job(work, f"t{t.index}", watchdog, addrs=made.addrs if made else None)
+    CURRENT[:] = [trial]
     mounted = t.fault == "disk_full" and _mount_tmpfs(job)
     bound = ref.total * SLOWDOWN + START_S
     t0 = time.monotonic()
     logs = work / f"t{t.index}-1"
-    proc = start(job, trial, logs)
-    shot, good = Shot("(none)"), None
+    procs = start(job, trial, logs, made)
+    shot, good, lost = Shot("(none)"), None, set()
     try:
         at_step = round(t.moment * ref.last_step)
-        if wait_ready(proc, job, t0 + bound, at_step):
+        if wait_ready(procs, job, t0 + bound, at_step):
             # by progress where the job has checkpoints; the rest of the way in time
             time.sleep(rng.uniform(0.0, 0.5) if ref.last_step else t.moment * ref.span)
             good = newest_valid_step(job.ckpt)
-            if proc.poll() is None:
-                ctx = FaultContext(trial, psutil.Process(proc.pid), job, rng, watchdog,
-                                   lambda: leftovers(trial, grace=30))  # fmt: skip
+            if all(proc.poll() is None for proc in procs):
+                launchers = [psutil.Process(proc.pid) for proc in procs]
+                ctx = FaultContext(trial, launchers[0], job, rng, watchdog,
+                                   lambda: leftovers(trial, grace=30, made=made),
+                                   launchers=launchers, hosts=made, lost=lost, logs=logs)  # fmt: skip
+                at = progress(job)
                 shot = FAULTS[t.fault][0](ctx)
+                shot.what += f" (newest checkpoint: step {at})" if job.ckpt else ""
                 if t.fault == "corrupt_newest":
                     good = newest_valid_step(job.ckpt)
             else:
@@ -232,15 +318,17 @@ def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
             raise Missed("the run ended before its first checkpoint")
     except Missed as why:
         t.missed, shot = True, Shot(f"missed: {why}")
+    except (subprocess.SubprocessError, OSError, psutil.Error) as err:  # the fault's own tool failed
+        t.missed, shot = True, Shot(f"missed: the fault failed: {type(err).__name__}: {err}")
     t.what = shot.what
-    runs = [finish(proc, trial, logs, bound + shot.bound_extra, t0)]
-    left = leftovers(trial)
+    runs = [finish(procs, trial, logs, bound + shot.bound_extra, t0, made, lost, kind.elastic)]
+    left = leftovers(trial, made=made)
     if shot.rerun and runs[0].rc not in (0, None):
         if shot.after:
             shot.after()
         logs, t1 = work / f"t{t.index}-2", time.monotonic()
-        runs.append(finish(start(job, trial, logs), trial, logs, bound, t1))
-        left += leftovers(trial)
+        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t1, made, elastic=kind.elastic))
+        left += leftovers(trial, made=made)
     t.verdict = judge(kind, job, ref.result, runs, left, good)
     t.seconds = time.monotonic() - t0
     if mounted:
@@ -294,6 +382,27 @@ def load_trials(paths: list[str]) -> list[Trial]:
     return trials
 
 
+def _report(t: Trial, seed: int, args: argparse.Namespace) -> None:
+    """Print the trial's line; append it to --json's lines and --tsv's table."""
+    v = t.verdict
+    assert v is not None
+    print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
+          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
+    row = {"seed": seed, "index": t.index, "commit": COMMIT, "kind": t.kind, "fault": t.fault,
+           "moment": round(t.moment, 4), "what": t.what, "verdict": v.word, "seconds": round(t.seconds, 1),
+           "detail": v.detail}  # fmt: skip
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    if args.tsv:
+        path = Path(args.tsv)
+        clean = lambda value: str(value).replace("\t", " ").replace("\n", " ")  # noqa: E731
+        with open(path, "a") as f:
+            if not path.exists() or path.stat().st_size == 0:
+                f.write("\t".join(row) + "\n")
+            f.write("\t".join(clean(row[k]) for k in row) + "\n")
+
+
 def main() -> int:
     """Draw and run the trials; print each, then the table; 1 when any broke the oracle."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -303,6 +412,8 @@ def main() -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
     p.add_argument("--json", default=None, help="append one JSON line per trial here")
+    p.add_argument("--tsv", default=None, help="append one row per trial to this table (trials/seedN.tsv)")
+    p.add_argument("--work", default=None, help="keep the trials' folders (logs, a hung trial's stacks) here")
     p.add_argument("--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md")
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
                    help="print the table of trials recorded with --json (several runs add up)")  # fmt: skip
@@ -317,26 +428,32 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     indexes = [args.only] if args.only is not None else list(range(args.trials))
     drawn = [draw(seed, i, kinds, faults) for i in indexes]
+    # imported now, not at the first fault: under load the import took seconds, and a fault
+    # placed at a step fell that much later (at the end of a short job)
+    import distrain.train.checkpoint.files  # noqa: F401
+
     load0 = os.getloadavg()
     done: list[Trial] = []
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
-        work = Path(tmp)
+    # SIGTERM ends the campaign as Ctrl-C does: through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    keep = Path(args.work) if args.work else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="chaos-", dir=keep) as tmp:
+        work = Path(tmp) if keep is None else Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=keep))
         refs: dict[str, Reference] = {}
-        for t in drawn:
-            if t.kind not in refs:
-                KINDS[t.kind].prepare(work)
-                refs[t.kind] = reference(KINDS[t.kind], work)
-                print(f"reference {t.kind}: {refs[t.kind].total:.1f} s", flush=True)
-            done.append(run_trial(t, seed, work, refs[t.kind]))
-            v = t.verdict
-            assert v is not None
-            print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
-                  f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
-            if args.json:
-                with open(args.json, "a") as f:
-                    f.write(json.dumps({"seed": seed, "index": t.index, "commit": COMMIT, "kind": t.kind, "fault": t.fault,
-                                        "moment": t.moment, "what": t.what, "verdict": v.word,
-                                        "detail": v.detail, "seconds": round(t.seconds, 1)}) + "\n")  # fmt: skip
+        try:
+            for t in drawn:
+                if t.kind not in refs:
+                    KINDS[t.kind].prepare(work)
+                    refs[t.kind] = reference(KINDS[t.kind], work)
+                    print(f"reference {t.kind}: {refs[t.kind].total:.1f} s", flush=True)
+                done.append(run_trial(t, seed, work, refs[t.kind]))
+                _report(t, seed, args)
+        finally:
+            for trial in CURRENT:
+                kill_all(trial)
+            nodes.delete_all()
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)
     print(f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}")

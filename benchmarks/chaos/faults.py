@@ -2,8 +2,10 @@
 
 A trial's processes are found by their environment: every one inherits ``CHAOS_TRIAL=<id>``
 from the launcher. Among them a *rank* carries distrain's title (``distrain rank R/W``) and a
-parent without it (a DataLoader worker is a rank's child and inherits the title); the
-lighthouse runs ``torchft_lighthouse``.
+parent without it (a DataLoader worker is a rank's child and inherits the title); a script
+that starts its own workers (mp.spawn) carries the title and its children, the job's ranks, run
+``multiprocessing.spawn``; the lighthouse runs ``torchft_lighthouse``. A two-node kind has one
+launcher per node (each inside its network namespace); a fault on "the launcher" picks one.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 from kinds import Job, Kind
+
+if TYPE_CHECKING:
+    from helpers.netns_hosts import Hosts
 
 TRIAL_VAR = "CHAOS_TRIAL"
 
@@ -78,23 +84,26 @@ TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
 
 
 def ranks(trial: str) -> list[psutil.Process]:
-    """The trial's rank processes (not their DataLoader workers, which inherit the title)."""
-    out = []
+    """The trial's rank processes (not their DataLoader workers, which inherit the title); a
+    self-starting script's spawned children where it has them."""
+    out, spawned = [], []
     for proc in trial_processes(trial):
-        if not TITLE.search(" ".join(_cmdline(proc))):
-            continue
+        own = " ".join(_cmdline(proc))
         try:
             parent = proc.parent()
         except psutil.Error:
             continue
-        if parent is None or not TITLE.search(" ".join(_cmdline(parent))):
+        above = " ".join(_cmdline(parent)) if parent is not None else ""
+        if "multiprocessing.spawn" in own and TITLE.search(above):
+            spawned.append(proc)
+        elif TITLE.search(own) and not TITLE.search(above):
             out.append(proc)
-    return sorted(out, key=lambda p: p.pid)
+    return sorted(spawned or out, key=lambda p: p.pid)
 
 
 def _rank_name(proc: psutil.Process) -> str:
     m = TITLE.search(" ".join(_cmdline(proc)))
-    return f"rank {m.group(1)} (pid {proc.pid})" if m else f"pid {proc.pid}"
+    return f"rank {m.group(1)} (pid {proc.pid})" if m else f"child pid {proc.pid}"
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:
@@ -171,9 +180,49 @@ def kill_launcher(ctx: FaultContext) -> Shot:
     return Shot(_signal(ctx.launcher, signal.SIGKILL, "SIGKILL the launcher"), rerun=True)
 
 
+def _pick_node(ctx: FaultContext) -> int:
+    return ctx.rng.randrange(len(ctx.launchers))
+
+
 def sigterm_launcher(ctx: FaultContext) -> Shot:
-    """SIGTERM to `distrain run` (a preemption); the scheduler runs it again."""
-    return Shot(_signal(ctx.launcher, signal.SIGTERM, "SIGTERM the launcher"), rerun=True)
+    """SIGTERM to `distrain run` (a preemption; one node's on a two-node kind); run again."""
+    if len(ctx.launchers) == 1:
+        return Shot(_signal(ctx.launcher, signal.SIGTERM, "SIGTERM the launcher"), rerun=True)
+    node = _pick_node(ctx)
+    ctx.lost.add(node)
+    return Shot(_signal(ctx.launchers[node], signal.SIGTERM, f"SIGTERM node {node}'s launcher"), rerun=True)
+
+
+def kill_node_launcher(ctx: FaultContext) -> Shot:
+    """SIGKILL of one node's `distrain run` (two-node kinds); an elastic job goes on without it,
+    a static one is run again."""
+    node = _pick_node(ctx)
+    ctx.lost.add(node)
+    return Shot(_signal(ctx.launchers[node], signal.SIGKILL, f"SIGKILL node {node}'s launcher"), rerun=True)
+
+
+def link_down(ctx: FaultContext) -> Shot:
+    """One node's link down for 2–8 s, then up again (both ends of its veth)."""
+    import nodes
+
+    assert ctx.hosts is not None
+    node, seconds = _pick_node(ctx), ctx.rng.uniform(2.0, 8.0)
+    nodes.link(ctx.hosts, node, up=False)
+    time.sleep(seconds)
+    nodes.link(ctx.hosts, node, up=True)
+    return Shot(f"node {node}'s link down for {seconds:.1f} s", rerun=True, bound_extra=seconds)
+
+
+def link_tbf(ctx: FaultContext) -> Shot:
+    """One node's link throttled (tc tbf 1 Mbit/s, 32 kbit burst, 400 ms latency) for 5–20 s."""
+    import nodes
+
+    assert ctx.hosts is not None
+    node, seconds = _pick_node(ctx), ctx.rng.uniform(5.0, 20.0)
+    nodes.throttle(ctx.hosts, node, on=True)
+    made = ctx.hosts
+    threading_timer(seconds, lambda: _quiet(nodes.throttle, made, node, False))
+    return Shot(f"node {node}'s link throttled to 1mbit (tbf) for {seconds:.1f} s", rerun=True, bound_extra=seconds)
 
 
 def stop_rank(ctx: FaultContext, resume_after: float | None = None) -> Shot:
@@ -199,9 +248,39 @@ def kill_lighthouse(ctx: FaultContext) -> Shot:
     return Shot(_signal(proc, signal.SIGKILL, "SIGKILL the lighthouse"), rerun=True)
 
 
+def kill_lighthouse_in_heal(ctx: FaultContext) -> Shot:
+    """SIGKILL of a rank, then of the lighthouse while the replacement heals: when its group logs
+    a heal, or 0.2–1.5 s after the replacement's script started, whichever comes first."""
+    light = lighthouse(ctx.trial)
+    if light is None:
+        raise Missed("no lighthouse was running")
+    starts = ctx.job.out / "starts"
+    before = len(starts.read_text().splitlines()) if starts.exists() else 0
+    err = ctx.logs.with_suffix(".err") if ctx.logs else None
+    heals = lambda: err.read_text(errors="replace").count("healed from") if err and err.exists() else 0  # noqa: E731
+    heals_before = heals()
+    first = kill_rank(ctx)
+    deadline, started, healed = time.monotonic() + 120, None, False
+    while time.monotonic() < deadline:
+        healed = heals() > heals_before
+        if healed:
+            break
+        if started is None and starts.exists() and len(starts.read_text().splitlines()) > before:
+            started = time.monotonic() + ctx.rng.uniform(0.2, 1.5)
+        if started is not None and time.monotonic() >= started:
+            break
+        if not light.is_running():
+            raise Missed(f"{first.what}; the lighthouse had ended before the heal")
+        time.sleep(0.05)
+    when = "at its heal line" if healed else "after the replacement started" if started else "(no replacement seen)"
+    _signal(light, signal.SIGKILL, "the lighthouse")
+    return Shot(f"{first.what}; then SIGKILL the lighthouse {when}", rerun=True)
+
+
 def corrupt_newest(ctx: FaultContext) -> Shot:
-    """SIGKILL of the launcher, then one byte of the newest checkpoint's largest file flipped."""
-    _signal(ctx.launcher, signal.SIGKILL, "the launcher")
+    """SIGKILL of the launcher(s), then one byte of the newest checkpoint's largest file flipped."""
+    for launcher in ctx.launchers:
+        _quiet(launcher.send_signal, signal.SIGKILL)
     ctx.wait_gone()
     from distrain.train.checkpoint.files import step_dirs
 
@@ -263,21 +342,33 @@ class FaultContext:
     rng: random.Random
     watchdog: float
     wait_gone: Callable[[], None]
+    #: every node's launcher (one on single-node kinds) and the namespaces of a two-node kind
+    launchers: list[psutil.Process] = field(default_factory=list)
+    hosts: Hosts | None = None
+    #: the nodes the fault took away (an elastic job may finish without them)
+    lost: set[int] = field(default_factory=set)
+    logs: Path | None = None  # the first run's log files (without suffix)
 
 
 #: fault name -> (function, which kinds it applies to)
+#: kinds with distrain's checkpoints on disk
+CHECKPOINTED = ("digits", "imagefolder", "fsdp", "ddp_small", "nodes_static", "nodes_elastic")
 FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]] = {
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
-    "kill_launcher": (kill_launcher, lambda k: True),
+    "kill_launcher": (kill_launcher, lambda k: k.nodes == 1),
+    "kill_node_launcher": (kill_node_launcher, lambda k: k.nodes > 1),
     "kill_any_process": (kill_any_process, lambda k: True),
     "sigterm_launcher": (sigterm_launcher, lambda k: True),
     "stop_rank": (stop_rank, lambda k: not k.replicas),
     "stop_rank_resumed": (stop_rank_resumed, lambda k: not k.replicas),
     "kill_lighthouse": (kill_lighthouse, lambda k: k.replicas),
-    "corrupt_newest": (corrupt_newest, lambda k: k.name in ("digits", "imagefolder", "fsdp", "ddp_small")),
-    "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp", "ddp_small")),
+    "kill_lighthouse_in_heal": (kill_lighthouse_in_heal, lambda k: k.replicas),
+    "corrupt_newest": (corrupt_newest, lambda k: k.name in CHECKPOINTED),
+    "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp", "ddp_small", "nodes_static")),
     "double_kill": (double_kill, lambda k: True),
+    "link_down": (link_down, lambda k: k.nodes > 1),
+    "link_tbf": (link_tbf, lambda k: k.nodes > 1),
 }
 
 #: the faults under which the job runs with `--watchdog`

@@ -3,14 +3,19 @@ results are compared.
 
 A kind is *restart-based* (its uninterrupted run is the reference: a trial that finishes must
 end bit for bit equal to it) or a *replica* kind (`--replicas`: every group must end at the same
-last step with equal parameters; no reference run is needed).
+last step with equal parameters; no reference run is needed). The two-node kinds run one
+`distrain run` per node, each inside a network namespace of its own (nodes.py): static
+(`--nnodes 2 --node-rank i`, judged bit for bit) and elastic (`--nnodes 1:2`, c10d: bit for bit
+while both nodes stay; after a node is lost, the survivor must finish at the last step, resumed
+from a checkpoint).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,6 +34,11 @@ class Job:
     ckpt: Path | None
     out: Path
     run_dir: Path
+    #: two-node kinds: node i's command (after the interpreter), run inside namespace i
+    nodes: list[list[str]] = field(default_factory=list)
+    #: a file the job writes once it trained (kinds without distrain's checkpoints)
+    marker: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -39,9 +49,13 @@ class Kind:
     replicas: bool = False
     loader_workers: bool = False  # its ranks have DataLoader worker processes to kill
     nodes: int = 1
+    elastic: bool = False  # `--nnodes 1:2`: a node may leave and the job go on
+    self_starting: bool = False  # the script starts its own workers (mp.spawn)
 
-    def job(self, work: Path, name: str, watchdog: int = 0) -> Job:
-        """The command of one run named `name` under `work`."""
+    def job(self, work: Path, name: str, watchdog: int = 0, addrs: list[str] | None = None) -> Job:
+        """The command of one run named `name` under `work` (`addrs`: the nodes' addresses)."""
+        if self.nodes > 1:
+            return self._nodes_job(work, name, watchdog, addrs or [])
         out, ckpt, run_dir = work / f"{name}-out", work / f"{name}-ckpt", work / f"{name}-run"
         launcher = [*RUN, "--run-dir", str(run_dir)]
         if watchdog:
@@ -65,16 +79,39 @@ class Kind:
             argv = [*launcher, "--cpu", "-n", "2", *restarts,
                     str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out),
                     "--total-epochs", "40"]  # fmt: skip
-            ckpt = None
+            return Job(argv, None, out, run_dir, marker=out / "snapshot.pt")
         elif self.name in ("replicas", "replicas_fsdp"):
             fsdp = self.name == "replicas_fsdp"
             argv = [*launcher, "--replicas", "2", "-n", "2" if fsdp else "1",
                     str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(ckpt),
                     "--steps", "80", "--every", "10", "--step-sleep", "0.05",
                     *(["--strategy", "fsdp"] if fsdp else [])]  # fmt: skip
+        elif self.name == "selfstart":  # mp.spawn inside the script: run once, its children are the job
+            argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "spawn_train.py"), str(out), "2",
+                    "--steps", "80", "--step-sleep", "0.1"]  # fmt: skip
+            return Job(argv, None, out, run_dir, marker=out / "started", env={"DTEST_MASTER_PORT": str(_port())})
         else:
             raise ValueError(f"unknown kind {self.name}")
         return Job(argv, ckpt, out, run_dir)
+
+    def _nodes_job(self, work: Path, name: str, watchdog: int, addrs: list[str]) -> Job:
+        """One launcher per node (`-n 1` each), static or elastic; ckpt_worker.py, DDP, 2 ranks."""
+        out, ckpt, run_dir = work / f"{name}-out", work / f"{name}-ckpt", work / f"{name}-run"
+        if self.elastic:
+            rdzv = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400",
+                    "--rdzv-id", name]  # fmt: skip
+        else:
+            rdzv = ["--nnodes", "2", "--master-addr", addrs[0], "--master-port", "29500"]
+        script = [str(SCRIPTS / "ckpt_worker.py"), "--epochs", "6", "--step-sleep", "0.15", "--dir", str(ckpt),
+                  "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+        nodes = []
+        for i in range(len(addrs)):
+            launcher = [*RUN, "--run-dir", f"{run_dir}-{i}", *rdzv, "-n", "1", "--max-restarts", "3"]
+            if watchdog:
+                launcher += ["--watchdog", str(watchdog)]
+            nodes.append([*launcher, *([] if self.elastic else ["--node-rank", str(i)]), *script])
+        # one thread per rank: the result does not depend on how many cores a namespace's rank sees
+        return Job(nodes[0], ckpt, out, run_dir, nodes=nodes, env={"DISTRAIN_NUM_THREADS": "1"})
 
     def prepare(self, work: Path) -> None:
         """Data the kind needs once per campaign (the image folder)."""
@@ -92,9 +129,21 @@ class Kind:
             finals = sorted(job.out.glob("final.*.json"))
             return {f.name: f.read_text() for f in finals}
         path = job.out / ("model.pt" if self.name in ("digits", "imagefolder") else "final.pt")
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        state = state.get("model", state) if isinstance(state, dict) else state
-        return {k: _digest(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+        if self.nodes > 1:  # the last step too: an elastic job that lost a node is judged by it
+            return {"step": str(torch.load(path, weights_only=True)["step"]), **_tensors(path)}
+        return _tensors(path)
+
+
+def _tensors(path: Path) -> dict[str, str]:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = state.get("model", state) if isinstance(state, dict) else state
+    return {k: _digest(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _digest(t: torch.Tensor) -> str:
@@ -124,5 +173,8 @@ KINDS = {
         Kind("rehearsal"),
         Kind("replicas", replicas=True),
         Kind("replicas_fsdp", replicas=True),
+        Kind("selfstart", self_starting=True),
+        Kind("nodes_static", nodes=2),
+        Kind("nodes_elastic", nodes=2, elastic=True),
     )
 }

@@ -28,8 +28,9 @@ class RunRecord:
 
     rc: int | None  # None: killed at its bound (hung)
     seconds: float
-    stdout: str
-    stderr: str
+    stdout: str  # two nodes: every node's output
+    stderr: str  # two nodes: the stderr of the node whose exit is the run's
+    rcs: list[int | None] = field(default_factory=list)  # two nodes: each node's exit
 
     def last_line(self) -> str:
         """The last non-empty line the launcher printed (stderr first: that is where it speaks)."""
@@ -90,6 +91,8 @@ def judge(
             detail = f"{type(err).__name__}: {err}"
         else:
             why = replica_verdict(result) if kind.replicas else _restart_verdict(reference, result)
+            if why and kind.elastic and (went_on := _went_on(reference, result, runs)):
+                why, detail = None, went_on
             if why:
                 problems.append("diverged")
                 detail = why
@@ -102,6 +105,9 @@ def judge(
         else:
             problems.append("no cause")
             detail = line or "(nothing printed)"
+    if any(r.rcs for r in runs):  # two nodes: each run's exit per node
+        exits = " then ".join(str(r.rcs) for r in runs)
+        detail = (detail + "; " if detail else "") + f"node exits {exits}"
     if leftovers:
         detail = (detail + "; " if detail else "") + "left: " + ", ".join(leftovers)
     if problems:
@@ -115,3 +121,14 @@ def _restart_verdict(reference: dict[str, str] | None, result: dict[str, str]) -
         return "no reference run"
     differ = sorted(k for k in reference if result.get(k) != reference[k])
     return f"differs from the uninterrupted run in {', '.join(differ[:4])}" if differ else None
+
+
+def _went_on(reference: dict[str, str] | None, result: dict[str, str], runs: list[RunRecord]) -> str | None:
+    """An elastic job that lost a node: fine when it finished at the reference's last step,
+    resumed from a checkpoint, and a node did leave (the sum over fewer ranks rounds otherwise,
+    so bit for bit is not the promise); the line that says so, else None."""
+    left = [i for r in runs for i, rc in enumerate(r.rcs) if rc != 0]
+    resumed = [line for r in runs for line in r.stdout.splitlines() if "distrain: resumed from" in line]
+    if reference is None or result.get("step") != reference.get("step") or not left or not resumed:
+        return None
+    return f"went on without node {left[0]} to step {result['step']}; {resumed[-1].strip()[:120]}"
