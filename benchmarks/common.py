@@ -59,10 +59,19 @@ def kill_tree(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_bounded(cmd: list[str], job_env: dict[str, str], timeout: float) -> tuple[str | None, int | None]:
+def run_bounded(
+    cmd: list[str], job_env: dict[str, str], timeout: float
+) -> tuple[str | None, int | None]:
     """Run `cmd` in a session of its own: (stdout and stderr, exit code), or (None, None) when it
     was still running after `timeout` seconds (then it is killed with every process below it)."""
-    proc = subprocess.Popen(cmd, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=job_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -95,7 +104,9 @@ def veth_pair(tag: str, subnet: str) -> tuple[list[str], list[str]]:
 
 def kill_namespace(name: str) -> None:
     """SIGKILL every process in network namespace `name` at once (the machine dies)."""
-    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30).stdout.split()
+    pids = subprocess.run(
+        ["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30
+    ).stdout.split()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
@@ -105,4 +116,6 @@ def delete_pair(tag: str) -> None:
     """Remove what veth_pair(tag, ...) made, also after a set-up that stopped half-way."""
     for name in (f"{tag}n0", f"{tag}n1"):
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
-    subprocess.run(["ip", "link", "del", f"{tag}a"], capture_output=True, timeout=30)  # only if still in the root namespace
+    subprocess.run(
+        ["ip", "link", "del", f"{tag}a"], capture_output=True, timeout=30
+    )  # only if still in the root namespace

@@ -29,11 +29,19 @@ p.add_argument("--accum", type=int, default=1, help="micro-steps per optimizer s
 p.add_argument("--steps", type=int, default=300)
 p.add_argument("--lr", type=float, default=2e-3)
 p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
-p.add_argument("--bf16", action="store_true", help="bf16 compute (fp32 gradient reduction under fsdp)")
-p.add_argument("--activation-checkpointing", action="store_true", help="recompute each block's activations in backward")
+p.add_argument(
+    "--bf16", action="store_true", help="bf16 compute (fp32 gradient reduction under fsdp)"
+)
+p.add_argument(
+    "--activation-checkpointing",
+    action="store_true",
+    help="recompute each block's activations in backward",
+)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--log-every", type=int, default=10)
-p.add_argument("--checkpoint-dir", default=None, help="save here and resume from here automatically")
+p.add_argument(
+    "--checkpoint-dir", default=None, help="save here and resume from here automatically"
+)
 p.add_argument("--checkpoint-every", type=int, default=100)
 p.add_argument("--out", default="out/gpt", help="rank 0 writes the final model.pt here")
 args = p.parse_args()
@@ -65,7 +73,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
         self.qkv, self.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
-        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd))
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -79,7 +89,9 @@ class GPT(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(256, n_embd), nn.Embedding(args.block_size, n_embd)
-        self.blocks = nn.ModuleList([Block() for _ in range(n_layer)])  # the repeated unit FSDP shards
+        self.blocks = nn.ModuleList(
+            [Block() for _ in range(n_layer)]
+        )  # the repeated unit FSDP shards
         self.ln_f, self.head = nn.LayerNorm(n_embd), nn.Linear(n_embd, 256, bias=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -93,14 +105,24 @@ ctx = distrain.init(precision="bf16" if args.bf16 else "fp32")  # 1
 torch.manual_seed(args.seed)
 with ctx.init_model():  # 2: shapes only, no memory: a 100 M model costs nothing here
     model = GPT()
-model = ctx.prepare_model(model, strategy=args.strategy, activation_checkpointing=args.activation_checkpointing)  # initialised, sharded (fsdp) or replicated (ddp)
+model = ctx.prepare_model(
+    model, strategy=args.strategy, activation_checkpointing=args.activation_checkpointing
+)  # initialised, sharded (fsdp) or replicated (ddp)
 n_params = sum(p.numel() for p in model.parameters())  # DTensors count their full size
-train_loader = ctx.prepare_loader(Windows(data[:split], args.block_size), batch_size=args.batch_size, seed=args.seed)  # 3
+train_loader = ctx.prepare_loader(
+    Windows(data[:split], args.block_size), batch_size=args.batch_size, seed=args.seed
+)  # 3
 val_set = Windows(data[split:], args.block_size)
 opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
-ckpt = ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every) if args.checkpoint_dir else None
+ckpt = (
+    ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every)
+    if args.checkpoint_dir
+    else None
+)
 step = ckpt.restore(model=model, optimizer=opt, loader=train_loader).step if ckpt else 0  # resume
-ctx.print(f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, strategy {args.strategy}")
+ctx.print(
+    f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, strategy {args.strategy}"
+)
 
 
 def evaluate(batches: int = 8) -> float:
@@ -111,7 +133,11 @@ def evaluate(batches: int = 8) -> float:
         for b in range(batches):
             idx = [(ctx.rank * batches + b) * args.batch_size + i for i in range(args.batch_size)]
             x, y = default_collate([val_set[i % len(val_set)] for i in idx])
-            losses.append(F.cross_entropy(model(x.to(ctx.device)).flatten(0, 1).float(), y.to(ctx.device).flatten()))
+            losses.append(
+                F.cross_entropy(
+                    model(x.to(ctx.device)).flatten(0, 1).float(), y.to(ctx.device).flatten()
+                )
+            )
     model.train()
     return ctx.all_reduce(torch.stack(losses).mean(), op="mean").item()  # 4
 
@@ -125,7 +151,10 @@ batches, t0, tokens = forever(train_loader), time.perf_counter(), 0
 while step < args.steps:
     for micro in range(args.accum):
         x, y = (t.to(ctx.device) for t in next(batches))
-        with ctx.accumulate(model, micro, args.accum), ctx.autocast():  # gradient sync on the last micro-step only
+        with (
+            ctx.accumulate(model, micro, args.accum),
+            ctx.autocast(),
+        ):  # gradient sync on the last micro-step only
             loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten()) / args.accum
             ctx.backward(loss)
         tokens += x.numel() * ctx.world_size
@@ -133,10 +162,14 @@ while step < args.steps:
     ctx.step(opt)
     opt.zero_grad(set_to_none=True)
     step += 1
-    ctx.log(loss=loss * args.accum, grad_norm=norm, samples=len(x) * args.accum)  # distrain top, TensorBoard
+    ctx.log(
+        loss=loss * args.accum, grad_norm=norm, samples=len(x) * args.accum
+    )  # distrain top, TensorBoard
     if step % args.log_every == 0 or step == args.steps:
         rate = tokens / (time.perf_counter() - t0)
-        ctx.print(f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm {norm.item():.2f}  {rate:,.0f} tokens/s")
+        ctx.print(
+            f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm {norm.item():.2f}  {rate:,.0f} tokens/s"
+        )
     if ckpt:
         ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit
 val_loss = evaluate()

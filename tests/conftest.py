@@ -18,7 +18,9 @@ if str(TESTS) not in sys.path:  # `import helpers` from tests/jobs/ whatever pyt
 from helpers.paths import REPO, SRC  # noqa: E402
 
 # Subprocesses (launchers and their workers) must import this checkout's distrain.
-os.environ["PYTHONPATH"] = os.pathsep.join([str(SRC), str(TESTS)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(SRC), str(TESTS)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+)
 # The suite tests the CPU/gloo paths (CI has no GPU); on a GPU machine they must stay on CPU.
 # tests/jobs/test_gpu.py clears this to exercise CUDA + NCCL.
 os.environ.setdefault("DISTRAIN_DEVICE", "cpu")
@@ -29,8 +31,18 @@ if str(SRC) not in sys.path:
 
 
 #: variables a launcher sets; a test's jobs must not inherit them from another test or the shell
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                 "MASTER_ADDR", "MASTER_PORT", "DISTRAIN_SPAWN", "DISTRAIN_LAUNCHER")
+LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "DISTRAIN_SPAWN",
+    "DISTRAIN_LAUNCHER",
+)
 LAUNCHER_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "SLURM_", "HOROVOD_")
 
 

@@ -105,7 +105,15 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
         err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
-        procs = [subprocess.Popen([PY, *job.argv], env=_env(trial, job), stdout=out, stderr=err, start_new_session=True)]
+        procs = [
+            subprocess.Popen(
+                [PY, *job.argv],
+                env=_env(trial, job),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        ]
         out.close()
         err.close()
     for proc in procs:
@@ -132,7 +140,12 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
             proc.wait()
     read = lambda path: path.read_text(errors="replace") if path.exists() else ""  # noqa: E731
     if made is None:
-        return RunRecord(rcs[0], time.monotonic() - t0, read(logs.with_suffix(".out")), read(logs.with_suffix(".err")))
+        return RunRecord(
+            rcs[0],
+            time.monotonic() - t0,
+            read(logs.with_suffix(".out")),
+            read(logs.with_suffix(".err")),
+        )
     texts = [(read(_node_logs(logs, i).with_suffix(".out")), read(_node_logs(logs, i).with_suffix(".err")))
              for i in range(len(procs))]  # fmt: skip
     kept = [i for i in range(len(procs)) if i not in (lost or set())] or list(range(len(procs)))
@@ -145,7 +158,9 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
     else:
         pick = next(i for i in kept if rcs[i] != 0)
         rc = rcs[pick]
-    return RunRecord(rc, time.monotonic() - t0, "\n".join(t[0] + t[1] for t in texts), texts[pick][1], rcs=rcs)
+    return RunRecord(
+        rc, time.monotonic() - t0, "\n".join(t[0] + t[1] for t in texts), texts[pick][1], rcs=rcs
+    )
 
 
 def _live(trial: str, made: Hosts | None) -> list[psutil.Process]:
@@ -250,7 +265,9 @@ def reference(kind: Kind, work: Path) -> Reference:
         run = finish(procs, trial, logs, 600, t0, made)
         leftovers(trial, made=made)
     if run.rc != 0:
-        raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}")
+        raise SystemExit(
+            f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}"
+        )
     result = None if kind.replicas else kind.result(job)
     return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
 
@@ -318,7 +335,11 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
             raise Missed("the run ended before its first checkpoint")
     except Missed as why:
         t.missed, shot = True, Shot(f"missed: {why}")
-    except (subprocess.SubprocessError, OSError, psutil.Error) as err:  # the fault's own tool failed
+    except (
+        subprocess.SubprocessError,
+        OSError,
+        psutil.Error,
+    ) as err:  # the fault's own tool failed
         t.missed, shot = True, Shot(f"missed: the fault failed: {type(err).__name__}: {err}")
     t.what = shot.what
     runs = [finish(procs, trial, logs, bound + shot.bound_extra, t0, made, lost, kind.elastic)]
@@ -327,7 +348,11 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
         if shot.after:
             shot.after()
         logs, t1 = work / f"t{t.index}-2", time.monotonic()
-        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t1, made, elastic=kind.elastic))
+        runs.append(
+            finish(
+                start(job, trial, logs, made), trial, logs, bound, t1, made, elastic=kind.elastic
+            )
+        )
         left += leftovers(trial, made=made)
     t.verdict = judge(kind, job, ref.result, runs, left, good)
     t.seconds = time.monotonic() - t0
@@ -376,8 +401,13 @@ def load_trials(paths: list[str]) -> list[Trial]:
         else:
             rows = [json.loads(line) for line in text.splitlines()]
         for row in rows:
-            t = Trial(int(row["index"]), row["kind"], row["fault"], float(row["moment"]), row["what"])
-            t.verdict, t.missed = Verdict(row["verdict"], row["detail"]), row["what"].startswith("missed")
+            t = Trial(
+                int(row["index"]), row["kind"], row["fault"], float(row["moment"]), row["what"]
+            )
+            t.verdict, t.missed = (
+                Verdict(row["verdict"], row["detail"]),
+                row["what"].startswith("missed"),
+            )
             trials.append(t)
     return trials
 
@@ -412,9 +442,15 @@ def main() -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
     p.add_argument("--json", default=None, help="append one JSON line per trial here")
-    p.add_argument("--tsv", default=None, help="append one row per trial to this table (trials/seedN.tsv)")
-    p.add_argument("--work", default=None, help="keep the trials' folders (logs, a hung trial's stacks) here")
-    p.add_argument("--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md")
+    p.add_argument(
+        "--tsv", default=None, help="append one row per trial to this table (trials/seedN.tsv)"
+    )
+    p.add_argument(
+        "--work", default=None, help="keep the trials' folders (logs, a hung trial's stacks) here"
+    )
+    p.add_argument(
+        "--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md"
+    )
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
                    help="print the table of trials recorded with --json (several runs add up)")  # fmt: skip
     args = p.parse_args()
@@ -440,7 +476,9 @@ def main() -> int:
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=keep) as tmp:
-        work = Path(tmp) if keep is None else Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=keep))
+        work = (
+            Path(tmp) if keep is None else Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=keep))
+        )
         refs: dict[str, Reference] = {}
         try:
             for t in drawn:
@@ -456,7 +494,9 @@ def main() -> int:
             nodes.delete_all()
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)
-    print(f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}")
+    print(
+        f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}"
+    )
     for t in bad:
         print(f"BROKE THE ORACLE: trial {t.index} ({t.kind}, {t.fault}): replay with "
               f"`python3 benchmarks/chaos/campaign.py --seed {seed} --only {t.index}`")  # fmt: skip

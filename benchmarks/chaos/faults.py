@@ -115,7 +115,9 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 
 def lighthouse(trial: str) -> psutil.Process | None:
     """The trial's TorchFT lighthouse, if it runs one."""
-    return next((p for p in trial_processes(trial) if "torchft_lighthouse" in " ".join(_cmdline(p))), None)
+    return next(
+        (p for p in trial_processes(trial) if "torchft_lighthouse" in " ".join(_cmdline(p))), None
+    )
 
 
 @dataclass
@@ -161,7 +163,9 @@ def kill_loader_worker(ctx: FaultContext) -> Shot:
     children = [c for c in proc.children() if c.status() != psutil.STATUS_ZOMBIE]
     if not children:
         raise Missed(f"{who} had no DataLoader worker")
-    return Shot(_signal(ctx.rng.choice(children), signal.SIGKILL, f"SIGKILL a DataLoader worker of {who}"))
+    return Shot(
+        _signal(ctx.rng.choice(children), signal.SIGKILL, f"SIGKILL a DataLoader worker of {who}")
+    )
 
 
 def kill_any_process(ctx: FaultContext) -> Shot:
@@ -190,7 +194,9 @@ def sigterm_launcher(ctx: FaultContext) -> Shot:
         return Shot(_signal(ctx.launcher, signal.SIGTERM, "SIGTERM the launcher"), rerun=True)
     node = _pick_node(ctx)
     ctx.lost.add(node)
-    return Shot(_signal(ctx.launchers[node], signal.SIGTERM, f"SIGTERM node {node}'s launcher"), rerun=True)
+    return Shot(
+        _signal(ctx.launchers[node], signal.SIGTERM, f"SIGTERM node {node}'s launcher"), rerun=True
+    )
 
 
 def kill_node_launcher(ctx: FaultContext) -> Shot:
@@ -198,7 +204,9 @@ def kill_node_launcher(ctx: FaultContext) -> Shot:
     a static one is run again."""
     node = _pick_node(ctx)
     ctx.lost.add(node)
-    return Shot(_signal(ctx.launchers[node], signal.SIGKILL, f"SIGKILL node {node}'s launcher"), rerun=True)
+    return Shot(
+        _signal(ctx.launchers[node], signal.SIGKILL, f"SIGKILL node {node}'s launcher"), rerun=True
+    )
 
 
 def link_down(ctx: FaultContext) -> Shot:
@@ -222,7 +230,11 @@ def link_tbf(ctx: FaultContext) -> Shot:
     nodes.throttle(ctx.hosts, node, on=True)
     made = ctx.hosts
     threading_timer(seconds, lambda: _quiet(nodes.throttle, made, node, False))
-    return Shot(f"node {node}'s link throttled to 1mbit (tbf) for {seconds:.1f} s", rerun=True, bound_extra=seconds)
+    return Shot(
+        f"node {node}'s link throttled to 1mbit (tbf) for {seconds:.1f} s",
+        rerun=True,
+        bound_extra=seconds,
+    )
 
 
 def stop_rank(ctx: FaultContext, resume_after: float | None = None) -> Shot:
@@ -257,7 +269,10 @@ def kill_lighthouse_in_heal(ctx: FaultContext) -> Shot:
     starts = ctx.job.out / "starts"
     before = len(starts.read_text().splitlines()) if starts.exists() else 0
     err = ctx.logs.with_suffix(".err") if ctx.logs else None
-    heals = lambda: err.read_text(errors="replace").count("healed from") if err and err.exists() else 0  # noqa: E731
+
+    def heals() -> int:
+        return err.read_text(errors="replace").count("healed from") if err and err.exists() else 0
+
     heals_before = heals()
     first = kill_rank(ctx)
     deadline, started, healed = time.monotonic() + 120, None, False
@@ -272,7 +287,13 @@ def kill_lighthouse_in_heal(ctx: FaultContext) -> Shot:
         if not light.is_running():
             raise Missed(f"{first.what}; the lighthouse had ended before the heal")
         time.sleep(0.05)
-    when = "at its heal line" if healed else "after the replacement started" if started else "(no replacement seen)"
+    when = (
+        "at its heal line"
+        if healed
+        else "after the replacement started"
+        if started
+        else "(no replacement seen)"
+    )
     _signal(light, signal.SIGKILL, "the lighthouse")
     return Shot(f"{first.what}; then SIGKILL the lighthouse {when}", rerun=True)
 
@@ -302,7 +323,9 @@ def disk_full(ctx: FaultContext) -> Shot:
         raise Missed("the checkpoint folder is not on its own filesystem")
     filler = ctx.job.ckpt / ".filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-    return Shot("fill the checkpoint filesystem", rerun=True, after=lambda: filler.unlink(missing_ok=True))
+    return Shot(
+        "fill the checkpoint filesystem", rerun=True, after=lambda: filler.unlink(missing_ok=True)
+    )
 
 
 def double_kill(ctx: FaultContext) -> Shot:

@@ -86,10 +86,19 @@ class Kind:
                     str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(ckpt),
                     "--steps", "80", "--every", "10", "--step-sleep", "0.05",
                     *(["--strategy", "fsdp"] if fsdp else [])]  # fmt: skip
-        elif self.name == "selfstart":  # mp.spawn inside the script: run once, its children are the job
+        elif (
+            self.name == "selfstart"
+        ):  # mp.spawn inside the script: run once, its children are the job
             argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "spawn_train.py"), str(out), "2",
                     "--steps", "80", "--step-sleep", "0.1"]  # fmt: skip
-            return Job(argv, None, out, run_dir, marker=out / "started", env={"DTEST_MASTER_PORT": str(_port())})
+            return Job(
+                argv,
+                None,
+                out,
+                run_dir,
+                marker=out / "started",
+                env={"DTEST_MASTER_PORT": str(_port())},
+            )
         else:
             raise ValueError(f"unknown kind {self.name}")
         return Job(argv, ckpt, out, run_dir)
@@ -106,7 +115,16 @@ class Kind:
                   "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
         nodes = []
         for i in range(len(addrs)):
-            launcher = [*RUN, "--run-dir", f"{run_dir}-{i}", *rdzv, "-n", "1", "--max-restarts", "3"]
+            launcher = [
+                *RUN,
+                "--run-dir",
+                f"{run_dir}-{i}",
+                *rdzv,
+                "-n",
+                "1",
+                "--max-restarts",
+                "3",
+            ]
             if watchdog:
                 launcher += ["--watchdog", str(watchdog)]
             nodes.append([*launcher, *([] if self.elastic else ["--node-rank", str(i)]), *script])

@@ -123,12 +123,16 @@ def _restart_verdict(reference: dict[str, str] | None, result: dict[str, str]) -
     return f"differs from the uninterrupted run in {', '.join(differ[:4])}" if differ else None
 
 
-def _went_on(reference: dict[str, str] | None, result: dict[str, str], runs: list[RunRecord]) -> str | None:
+def _went_on(
+    reference: dict[str, str] | None, result: dict[str, str], runs: list[RunRecord]
+) -> str | None:
     """An elastic job that lost a node: fine when it finished at the reference's last step,
     resumed from a checkpoint, and a node did leave (the sum over fewer ranks rounds otherwise,
     so bit for bit is not the promise); the line that says so, else None."""
     left = [i for r in runs for i, rc in enumerate(r.rcs) if rc != 0]
-    resumed = [line for r in runs for line in r.stdout.splitlines() if "distrain: resumed from" in line]
+    resumed = [
+        line for r in runs for line in r.stdout.splitlines() if "distrain: resumed from" in line
+    ]
     if reference is None or result.get("step") != reference.get("step") or not left or not resumed:
         return None
     return f"went on without node {left[0]} to step {result['step']}; {resumed[-1].strip()[:120]}"

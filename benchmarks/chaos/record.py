@@ -39,6 +39,8 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
         lines += [f"- trial {t.index} ({t.kind}, {t.fault}, {t.what}): {t.verdict.word}: {t.verdict.detail[:300]}"
                   for t in bad]  # fmt: skip
     if not RESULTS.exists():
-        RESULTS.write_text("# Chaos campaign results\n\nEach section is one run of benchmarks/chaos/campaign.py.\n")
+        RESULTS.write_text(
+            "# Chaos campaign results\n\nEach section is one run of benchmarks/chaos/campaign.py.\n"
+        )
     with open(RESULTS, "a") as f:
         f.write("\n".join(lines) + "\n")

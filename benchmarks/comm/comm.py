@@ -67,24 +67,51 @@ def main() -> None:
     ctx = distrain.init(verbose=False)
     ours, plain = [], []
     for r in range(args.rounds):
+
         def a() -> None:
-            ours.append(measure("all_reduce", args.bytes, args.warmup, args.iters, ctx.device, torch.float32, check=False).busbw_gbps)
+            ours.append(
+                measure(
+                    "all_reduce",
+                    args.bytes,
+                    args.warmup,
+                    args.iters,
+                    ctx.device,
+                    torch.float32,
+                    check=False,
+                ).busbw_gbps
+            )
 
         def b() -> None:
             plain.append(hand_loop(args.bytes, args.warmup, args.iters))
 
-        for step in ((a, b) if r % 2 == 0 else (b, a)):
+        for step in (a, b) if r % 2 == 0 else (b, a):
             step()
     ctx.shutdown()
     if ctx.rank != 0:
         return
     ratios = [o / h for o, h in zip(ours, plain, strict=True)]
     copy = copy_bandwidth()
-    print(f"world {ctx.world_size} · {ctx.backend} · {args.bytes // 2**20} MiB float32 all-reduce · {args.rounds} interleaved rounds x {args.iters} iters")
-    print("distrain bench comm busbw GB/s: " + " ".join(f"{x:.3f}" for x in ours) + f"  median {statistics.median(ours):.3f}")
-    print("hand-written loop busbw GB/s:   " + " ".join(f"{x:.3f}" for x in plain) + f"  median {statistics.median(plain):.3f}")
-    print("per-round ratio distrain/hand:  " + " ".join(f"{x:.3f}" for x in ratios) + f"  median {statistics.median(ratios):.3f}")
-    print(f"memory copy (256 MiB, best of 5): numpy {copy['numpy_copy_gbps']:.2f} GB/s, torch {copy['torch_copy_gbps']:.2f} GB/s")
+    print(
+        f"world {ctx.world_size} · {ctx.backend} · {args.bytes // 2**20} MiB float32 all-reduce · {args.rounds} interleaved rounds x {args.iters} iters"
+    )
+    print(
+        "distrain bench comm busbw GB/s: "
+        + " ".join(f"{x:.3f}" for x in ours)
+        + f"  median {statistics.median(ours):.3f}"
+    )
+    print(
+        "hand-written loop busbw GB/s:   "
+        + " ".join(f"{x:.3f}" for x in plain)
+        + f"  median {statistics.median(plain):.3f}"
+    )
+    print(
+        "per-round ratio distrain/hand:  "
+        + " ".join(f"{x:.3f}" for x in ratios)
+        + f"  median {statistics.median(ratios):.3f}"
+    )
+    print(
+        f"memory copy (256 MiB, best of 5): numpy {copy['numpy_copy_gbps']:.2f} GB/s, torch {copy['torch_copy_gbps']:.2f} GB/s"
+    )
 
 
 if __name__ == "__main__":

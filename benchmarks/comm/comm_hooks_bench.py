@@ -53,7 +53,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for model in a.models.split(","):
-                for config in names[r % len(names):] + names[: r % len(names)]:
+                for config in names[r % len(names) :] + names[: r % len(names)]:
                     v = one(model, config, Path(tmp) / "r.json")
                     res.setdefault((model, config), []).append(v)
                     print(f"round {r + 1} {model} {config:20s} {v:8.0f} samples/s", flush=True)
@@ -63,7 +63,9 @@ def main() -> None:
         plain = statistics.median(res[(model, "2 ranks, no hook")])
         for config in names:
             med = statistics.median(res[(model, config)])
-            print(f"  {model} {config:20s} {med:8.0f}  vs 1 process {med / one_proc:5.2f}  vs no hook {med / plain:5.2f}")
+            print(
+                f"  {model} {config:20s} {med:8.0f}  vs 1 process {med / one_proc:5.2f}  vs no hook {med / plain:5.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -35,17 +35,47 @@ def main() -> int:
         for k, rate in enumerate(args.rates.split(",")):
             net.shape(None if rate == "none" else rate)
             outs = [Path(tmp) / f"{rate}{i}.json" for i in range(2)]
-            procs = [net.start(i, [PY, "-m", "distrain.cli", "run", "--nnodes", "2", "--node-rank", str(i), "--master-addr",
-                                   net.addrs[0], "--master-port", str(29700 + k), "-n", "1", "-m", "distrain.doctor", "--json",
-                                   "--bandwidth-bytes", "1M", *args.doctor_args], outs[i], env={"PYTHONPATH": str(SRC)},
-                               err_log=outs[i].with_suffix(".err")) for i in range(2)]
+            procs = [
+                net.start(
+                    i,
+                    [
+                        PY,
+                        "-m",
+                        "distrain.cli",
+                        "run",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        str(i),
+                        "--master-addr",
+                        net.addrs[0],
+                        "--master-port",
+                        str(29700 + k),
+                        "-n",
+                        "1",
+                        "-m",
+                        "distrain.doctor",
+                        "--json",
+                        "--bandwidth-bytes",
+                        "1M",
+                        *args.doctor_args,
+                    ],
+                    outs[i],
+                    env={"PYTHONPATH": str(SRC)},
+                    err_log=outs[i].with_suffix(".err"),
+                )
+                for i in range(2)
+            ]
             for proc in procs:
                 proc.wait(timeout=600)
             text = outs[0].read_text()
-            doc = json.loads(text[text.index("{"):])
+            doc = json.loads(text[text.index("{") :])
             links = next(c for c in doc["checks"] if c["id"] == "ranks.links")
             (link,) = links["data"]["links"]
-            print(f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} us  {links['status']}: {links['seen']}", flush=True)
+            print(
+                f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} us  {links['status']}: {links['seen']}",
+                flush=True,
+            )
             if links["fix"]:
                 print(f"{'':8s} fix: {links['fix']}", flush=True)
     print(f"load after: {loadavg()}")

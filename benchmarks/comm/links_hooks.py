@@ -39,9 +39,33 @@ def one(net: Hosts, hook: str, args: argparse.Namespace, tmp: Path, port: int) -
     procs, logs = [], []
     for i in range(2):
         logs.append(tmp / f"node{i}.log")
-        argv = [PY, "-m", "distrain.cli", "run", "--nnodes", "2", "--node-rank", str(i), "--master-addr", net.addrs[0],
-                "--master-port", str(port), "-n", "1", WORKER, "--model", args.model, "--hook", hook, "--epochs", str(args.epochs),
-                "--batch-size", str(args.batch_size), "--out", str(out)]
+        argv = [
+            PY,
+            "-m",
+            "distrain.cli",
+            "run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            net.addrs[0],
+            "--master-port",
+            str(port),
+            "-n",
+            "1",
+            WORKER,
+            "--model",
+            args.model,
+            "--hook",
+            hook,
+            "--epochs",
+            str(args.epochs),
+            "--batch-size",
+            str(args.batch_size),
+            "--out",
+            str(out),
+        ]
         procs.append(net.start(i, argv, logs[i], env=env))
     for proc, log in zip(procs, logs, strict=True):
         if proc.wait(timeout=900) != 0:
@@ -61,22 +85,29 @@ def main() -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     args = ap.parse_args()
     configs = args.configs.split(",")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the namespaces are deleted on the way out
+    signal.signal(
+        signal.SIGTERM, lambda *_: sys.exit(143)
+    )  # unwind: the namespaces are deleted on the way out
     print(f"load before: {loadavg()}", flush=True)
     res: dict[str, list[dict]] = {c: [] for c in configs}
     port = 29600
     with hosts(2, rate=args.rate) as net, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for hook in configs[r % len(configs):] + configs[: r % len(configs)]:
+            for hook in configs[r % len(configs) :] + configs[: r % len(configs)]:
                 port += 1
                 v = one(net, hook, args, Path(tmp), port)
                 res[hook].append(v)
-                print(f"round {r + 1} {hook:16s} {v['samples_per_s']:7.1f} samples/s {v['step_ms']:7.1f} ms/step "
-                      f"acc {v['test_acc']:.4f} ({v['params'] / 1e6:.1f} M params)", flush=True)
+                print(
+                    f"round {r + 1} {hook:16s} {v['samples_per_s']:7.1f} samples/s {v['step_ms']:7.1f} ms/step "
+                    f"acc {v['test_acc']:.4f} ({v['params'] / 1e6:.1f} M params)",
+                    flush=True,
+                )
     print(f"load after: {loadavg()}")
     base = statistics.median(v["samples_per_s"] for v in res["none"]) if "none" in res else None
     base_acc = statistics.median(v["test_acc"] for v in res["none"]) if "none" in res else None
-    print(f"\n{args.model} over {args.rate}, 2 nodes x 1 process: median samples/s, ratio to no hook, median test accuracy")
+    print(
+        f"\n{args.model} over {args.rate}, 2 nodes x 1 process: median samples/s, ratio to no hook, median test accuracy"
+    )
     for hook in configs:
         sps = statistics.median(v["samples_per_s"] for v in res[hook])
         acc = statistics.median(v["test_acc"] for v in res[hook])

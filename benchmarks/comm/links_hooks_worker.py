@@ -37,17 +37,32 @@ args = p.parse_args()
 ctx = distrain.init(threads=1, verbose=False)
 torch.manual_seed(0)
 digits = load_digits()
-images = F.interpolate(torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0, size=args.image_size, mode="bilinear", align_corners=False)
+images = F.interpolate(
+    torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0,
+    size=args.image_size,
+    mode="bilinear",
+    align_corners=False,
+)
 labels = torch.tensor(digits.target)
 order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
 train, test = order[:1437], order[1437:]
 if args.model == "mlp":
-    net: nn.Module = nn.Sequential(nn.Flatten(), nn.Linear(args.image_size**2, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
-                                   nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    net: nn.Module = nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(args.image_size**2, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, 2048),
+        nn.ReLU(),
+        nn.Linear(2048, 10),
+    )
 else:
     images = images.repeat(1, 3, 1, 1)
     net = torchvision.models.resnet18(num_classes=10)
-model = ctx.prepare_model(net, comm_hook=None if args.hook == "none" else args.hook, bucket_cap_mb=args.bucket_cap_mb)
+model = ctx.prepare_model(
+    net, comm_hook=None if args.hook == "none" else args.hook, bucket_cap_mb=args.bucket_cap_mb
+)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
 step, timed_steps, timed_s = 0, 0, 0.0
@@ -70,6 +85,14 @@ if ctx.is_main:
     with torch.no_grad():
         acc = (net(images[test]).argmax(1) == labels[test]).float().mean().item()
     with open(args.out, "w") as f:
-        json.dump({"samples_per_s": timed_steps * args.batch_size * ctx.world_size / timed_s, "step_ms": 1e3 * timed_s / timed_steps,
-                   "test_acc": acc, "steps": step, "params": sum(p.numel() for p in net.parameters())}, f)
+        json.dump(
+            {
+                "samples_per_s": timed_steps * args.batch_size * ctx.world_size / timed_s,
+                "step_ms": 1e3 * timed_s / timed_steps,
+                "test_acc": acc,
+                "steps": step,
+                "params": sum(p.numel() for p in net.parameters()),
+            },
+            f,
+        )
 ctx.shutdown()

@@ -24,19 +24,30 @@ from common import PY, TESTS, env, loadavg  # noqa: E402
 sys.path.insert(0, str(TESTS))
 from helpers.netns_hosts import hosts  # noqa: E402  (the tests' namespace fixture, reused)
 
-LABELS = {"100mbit": "100 Mbit/s", "1gbit": "1 Gbit/s", "10gbit": "10 Gbit/s", "none": "unlimited veth"}
+LABELS = {
+    "100mbit": "100 Mbit/s",
+    "1gbit": "1 Gbit/s",
+    "10gbit": "10 Gbit/s",
+    "none": "unlimited veth",
+}
 
 
 def main() -> int:
     """One scaling study per link rate, then the combined table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="100mbit,1gbit,10gbit", help="tc rates, 'none' for an unlimited link")
+    ap.add_argument(
+        "--rates", default="100mbit,1gbit,10gbit", help="tc rates, 'none' for an unlimited link"
+    )
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--out", default="bench-out/links")
-    ap.add_argument("bench_args", nargs="*", help="more `distrain bench scaling` options (after --)")
+    ap.add_argument(
+        "bench_args", nargs="*", help="more `distrain bench scaling` options (after --)"
+    )
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the namespaces are deleted on the way out
+    signal.signal(
+        signal.SIGTERM, lambda *_: sys.exit(143)
+    )  # unwind: the namespaces are deleted on the way out
     print(f"load before: {loadavg()}", flush=True)
     dirs = []
     with hosts(2) as net:
@@ -44,14 +55,43 @@ def main() -> int:
         for rate in args.rates.split(","):
             net.shape(None if rate == "none" else rate)
             out = Path(args.out) / rate
-            cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1", "--nodes", "1,2",
-                   "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", net.addrs[0], "--link-label", LABELS.get(rate, rate),
-                   "--epochs", str(args.epochs), "--repeat", str(args.repeat), "--out", str(out), *args.bench_args]
+            cmd = [
+                PY,
+                "-m",
+                "distrain.cli",
+                "bench",
+                "scaling",
+                "--nproc",
+                "1",
+                "--nodes",
+                "1,2",
+                "--node-exec",
+                f"ip netns exec {prefix}{{node}}",
+                "--master-addr",
+                net.addrs[0],
+                "--link-label",
+                LABELS.get(rate, rate),
+                "--epochs",
+                str(args.epochs),
+                "--repeat",
+                str(args.repeat),
+                "--out",
+                str(out),
+                *args.bench_args,
+            ]
             print("$ " + " ".join(cmd), flush=True)
             subprocess.run(cmd, env=env(), check=True, timeout=3600)
             dirs.append(str(out))
     print(f"load after: {loadavg()}")
-    print(subprocess.run([PY, "-m", "distrain.bench.nodes", "combine", *dirs], env=env(), check=True, capture_output=True, text=True).stdout)
+    print(
+        subprocess.run(
+            [PY, "-m", "distrain.bench.nodes", "combine", *dirs],
+            env=env(),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     return 0
 
 

@@ -22,7 +22,11 @@ def first_steps(marker: Path, run_dir: Path) -> list[float]:
     """Every rank's first-step wall time found so far (from the marker file or the run directory)."""
     stamps: list[float] = []
     if marker.exists():
-        stamps += [float(line.split()[2]) for line in marker.read_text().splitlines() if len(line.split()) >= 3]
+        stamps += [
+            float(line.split()[2])
+            for line in marker.read_text().splitlines()
+            if len(line.split()) >= 3
+        ]
     for path in sorted((run_dir / "metrics").glob("rank-*.jsonl")):
         for line in path.read_text().splitlines():
             try:

@@ -30,7 +30,15 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = {
     "digits": [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"],  # + out dir
     "plain": [str(HERE / "plain_ddp.py"), "--steps", "5"],
-    "overhead": [str(HERE / "overhead_worker.py"), "--impl", "distrain", "--steps", "3", "--warmup", "1"],
+    "overhead": [
+        str(HERE / "overhead_worker.py"),
+        "--impl",
+        "distrain",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+    ],
 }
 LAUNCHERS = {
     "distrain-fast": RUN + ["-n", "2"],
@@ -55,7 +63,9 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
     if script == "digits":
         cmd = cmd + [str(work / "out")]
     run_dir = work / f"run-{marker.stem}"
-    job_env = env(**env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    job_env = env(
+        **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"
+    )
     cpu0, t0 = _children_cpu(), time.time()
     proc = subprocess.run(cmd, env=job_env, capture_output=True, text=True, timeout=timeout)
     cpu = _children_cpu() - cpu0
@@ -65,20 +75,24 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
     return max(stamps) - t0, cpu
 
 
-def measure(scripts: list[str], launchers: list[str], rounds: int, timeout: float
-            ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
+def measure(
+    scripts: list[str], launchers: list[str], rounds: int, timeout: float
+) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
     """Interleaved rounds: ({(script, launcher): seconds per round}, {(script, launcher): job CPU s per round})."""
     results: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            order = launchers[r % len(launchers):] + launchers[: r % len(launchers)]
+            order = launchers[r % len(launchers) :] + launchers[: r % len(launchers)]
             for script in scripts:
                 for launcher in order:
                     t, cpu = one(launcher, script, Path(tmp), timeout)
                     results.setdefault((script, launcher), []).append(t)
                     cpus.setdefault((script, launcher), []).append(cpu)
-                    print(f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job CPU {cpu:6.2f} s)", flush=True)
+                    print(
+                        f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job CPU {cpu:6.2f} s)",
+                        flush=True,
+                    )
     return results, cpus
 
 
@@ -87,13 +101,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--scripts", default="digits,plain", help="comma-separated: " + ", ".join(SCRIPTS))
-    ap.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma-separated: " + ", ".join(LAUNCHERS))
+    ap.add_argument(
+        "--scripts", default="digits,plain", help="comma-separated: " + ", ".join(SCRIPTS)
+    )
+    ap.add_argument(
+        "--launchers", default=",".join(LAUNCHERS), help="comma-separated: " + ", ".join(LAUNCHERS)
+    )
     a = ap.parse_args()
     scripts, names = a.scripts.split(","), a.launchers.split(",")
     results, cpus = measure(scripts, names, a.rounds, a.timeout)
     base_name = "torchrun" if "torchrun" in names else names[0]
-    print(f"\nlaunch → first step, median over rounds (seconds); ratio vs {base_name}; CPU s of the whole job")
+    print(
+        f"\nlaunch → first step, median over rounds (seconds); ratio vs {base_name}; CPU s of the whole job"
+    )
     for script in scripts:
         base = statistics.median(results[(script, base_name)])
         cpu_base = statistics.median(cpus[(script, base_name)])
@@ -101,8 +121,10 @@ def main() -> None:
             vals = results[(script, launcher)]
             med = statistics.median(vals)
             cpu = statistics.median(cpus[(script, launcher)])
-            print(f"  {script:6s} {launcher:15s} median {med:6.2f}  min {min(vals):6.2f}  ratio {med / base:5.2f}"
-                  f"  CPU {cpu:6.2f} (ratio {cpu / cpu_base:4.2f})  all {' '.join(f'{v:.2f}' for v in vals)}")
+            print(
+                f"  {script:6s} {launcher:15s} median {med:6.2f}  min {min(vals):6.2f}  ratio {med / base:5.2f}"
+                f"  CPU {cpu:6.2f} (ratio {cpu / cpu_base:4.2f})  all {' '.join(f'{v:.2f}' for v in vals)}"
+            )
 
 
 if __name__ == "__main__":

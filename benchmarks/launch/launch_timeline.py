@@ -43,9 +43,13 @@ def _cpu(p: psutil.Process) -> float:
 def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
     """(critical-path CPU seconds, wall seconds) to the last rank's first step."""
     marker = work / f"{launcher}-{script}-{time.monotonic_ns()}.txt"
-    cmd = LAUNCHERS[launcher] + SCRIPTS[script] + ([str(work / "out")] if script == "digits" else [])
+    cmd = (
+        LAUNCHERS[launcher] + SCRIPTS[script] + ([str(work / "out")] if script == "digits" else [])
+    )
     run_dir = work / f"run-{marker.stem}"
-    job_env = env(**env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    job_env = env(
+        **env_for(marker, run_dir), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"
+    )
     t0 = time.time()
     proc = subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
@@ -62,7 +66,9 @@ def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
                 cpu[c.pid] = _cpu(c)
                 if "forkserver import main" in line and c.ppid() == root.pid:
                     server = c.pid
-                is_worker = (server is not None and c.ppid() == server) or "-u " + SCRIPTS[script][0] in line
+                is_worker = (server is not None and c.ppid() == server) or "-u " + SCRIPTS[script][
+                    0
+                ] in line
                 if is_worker and c.pid not in workers:
                     workers.append(c.pid)
         except psutil.Error:
@@ -78,7 +84,9 @@ def one(launcher: str, script: str, work: Path) -> tuple[float, float]:
             assert launcher_cpu_at_workers is not None
             return max(launcher_cpu_at_workers, server_cpu_at_workers) + worker_cpu, wall
         time.sleep(0.02)
-    raise RuntimeError(f"{launcher} {script} ended (exit {proc.returncode}) without two first-step lines")
+    raise RuntimeError(
+        f"{launcher} {script} ended (exit {proc.returncode}) without two first-step lines"
+    )
 
 
 def main() -> None:
@@ -91,16 +99,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for script in SCRIPTS:
-                for launcher in names[r % 2:] + names[: r % 2]:
+                for launcher in names[r % 2 :] + names[: r % 2]:
                     cp, wall = one(launcher, script, Path(tmp))
                     res.setdefault((script, launcher), []).append((cp, wall))
-                    print(f"round {r + 1} {script:6s} {launcher:14s} critical-path CPU {cp:6.2f} s   wall {wall:6.2f} s", flush=True)
+                    print(
+                        f"round {r + 1} {script:6s} {launcher:14s} critical-path CPU {cp:6.2f} s   wall {wall:6.2f} s",
+                        flush=True,
+                    )
     print("\nmedians: critical-path CPU seconds (ratio fast/torchrun), wall seconds (ratio)")
     for script in SCRIPTS:
         cps = {n: statistics.median(c for c, _ in res[(script, n)]) for n in names}
         walls = {n: statistics.median(w for _, w in res[(script, n)]) for n in names}
-        print(f"  {script:6s} fast {cps['distrain-fast']:6.2f}  torchrun {cps['torchrun']:6.2f}  ratio {cps['distrain-fast'] / cps['torchrun']:4.2f}"
-              f"   | wall fast {walls['distrain-fast']:6.2f} torchrun {walls['torchrun']:6.2f} ratio {walls['distrain-fast'] / walls['torchrun']:4.2f}")
+        print(
+            f"  {script:6s} fast {cps['distrain-fast']:6.2f}  torchrun {cps['torchrun']:6.2f}  ratio {cps['distrain-fast'] / cps['torchrun']:4.2f}"
+            f"   | wall fast {walls['distrain-fast']:6.2f} torchrun {walls['torchrun']:6.2f} ratio {walls['distrain-fast'] / walls['torchrun']:4.2f}"
+        )
 
 
 if __name__ == "__main__":

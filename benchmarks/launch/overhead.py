@@ -30,8 +30,22 @@ WORKER = str(Path(__file__).resolve().parent / "overhead_worker.py")
 
 
 def step_time(impl: str, model: str, steps: int) -> float:
-    cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", WORKER, "--impl", impl, "--model", model, "--steps", str(steps)]
-    out = subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600, check=True).stdout
+    cmd = [
+        *TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        WORKER,
+        "--impl",
+        impl,
+        "--model",
+        model,
+        "--steps",
+        str(steps),
+    ]
+    out = subprocess.run(
+        cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600, check=True
+    ).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("{"))
     return float(json.loads(line)["step_s"])
 
@@ -42,7 +56,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--no-launch", action="store_true", help="step time only (part 1)")
     args = parser.parse_args()
-    print(f"# machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; rounds {args.rounds}, steps {args.steps}")
+    print(
+        f"# machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; rounds {args.rounds}, steps {args.steps}"
+    )
     for model in ("digits", "large"):
         ratios, d_times, h_times = [], [], []
         for _ in range(args.rounds):
@@ -51,16 +67,20 @@ def main() -> None:
             h_times.append(h)
             d_times.append(d)
             ratios.append(d / h)
-        print(f"step time [{model}]: distrain {statistics.median(d_times) * 1e3:.2f} ms, hand-written DDP "
-              f"{statistics.median(h_times) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
-              f"(per round: {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(
+            f"step time [{model}]: distrain {statistics.median(d_times) * 1e3:.2f} ms, hand-written DDP "
+            f"{statistics.median(h_times) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
+            f"(per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
     if args.no_launch:
         return
     res, _cpu = measure(["overhead"], ["torchrun", "distrain-fast"], args.rounds, timeout=600)
     dr, tr = res[("overhead", "distrain-fast")], res[("overhead", "torchrun")]
     ratios = [d / t for d, t in zip(dr, tr, strict=True)]
-    print(f"launch → first step: distrain run {statistics.median(dr):.2f} s, torchrun {statistics.median(tr):.2f} s, "
-          f"ratio median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(
+        f"launch → first step: distrain run {statistics.median(dr):.2f} s, torchrun {statistics.median(tr):.2f} s, "
+        f"ratio median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+    )
 
 
 if __name__ == "__main__":

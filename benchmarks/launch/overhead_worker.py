@@ -27,14 +27,24 @@ args = p.parse_args()
 def make_model() -> nn.Module:
     width = 32 if args.model == "digits" else 96
     return nn.Sequential(
-        nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(2 * width * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10),
+        nn.Conv2d(1, width, 3, padding=1),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.BatchNorm2d(2 * width),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * width * 4 * 4, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
     )
 
 
 g = torch.Generator().manual_seed(0)
-data = TensorDataset(torch.rand(4096, 1, 8, 8, generator=g), torch.randint(0, 10, (4096,), generator=g))
+data = TensorDataset(
+    torch.rand(4096, 1, 8, 8, generator=g), torch.randint(0, 10, (4096,), generator=g)
+)
 torch.manual_seed(0)
 
 if args.impl == "distrain":
@@ -75,14 +85,19 @@ while step < args.steps:
         step += 1
         if step == 1 and os.environ.get("BENCH_FIRST_STEP_FILE"):
             with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
-                f.write(f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()}\n")
+                f.write(
+                    f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()}\n"
+                )
         if step == args.steps:
             break
     epoch += 1
 
 if rank == 0:
-    steady = times[args.warmup:]
-    print(json.dumps({"impl": args.impl, "model": args.model, "step_s": sum(steady) / len(steady)}), flush=True)
+    steady = times[args.warmup :]
+    print(
+        json.dumps({"impl": args.impl, "model": args.model, "step_s": sum(steady) / len(steady)}),
+        flush=True,
+    )
 if args.impl == "distrain":
     ctx.shutdown()
 else:

@@ -20,14 +20,18 @@ from torch import nn
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
-p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (stretch the run for kill tests)")
+p.add_argument(
+    "--sleep", type=float, default=0.0, help="seconds per step (stretch the run for kill tests)"
+)
 p.add_argument("--ckpt", default="", help="checkpoint file: save every step, resume at start")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
-model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)))
+model = nn.parallel.DistributedDataParallel(
+    nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 start_step, load_s = 0, 0.0
 if args.ckpt and os.path.exists(args.ckpt):
@@ -46,10 +50,14 @@ for step in range(start_step, args.steps):
     opt.step()
     if step == start_step and os.environ.get("BENCH_FIRST_STEP_FILE"):
         with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
-            f.write(f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} {load_s} {os.getpid()}\n")
+            f.write(
+                f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} {load_s} {os.getpid()}\n"
+            )
     if args.ckpt and rank == 0:
         tmp = args.ckpt + ".tmp"
-        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp)
+        torch.save(
+            {"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp
+        )
         os.replace(tmp, args.ckpt)
     time.sleep(args.sleep)
 

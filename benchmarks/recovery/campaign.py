@@ -46,24 +46,74 @@ def image_folder(root: Path) -> Path:
 
 
 def command(kind: str, work: Path, name: str) -> list[str]:
-    launcher = [PY, "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "3", "--run-dir", str(work / f"{name}-run")]
+    launcher = [
+        PY,
+        "-m",
+        "distrain.cli",
+        "run",
+        "-n",
+        "2",
+        "--max-restarts",
+        "3",
+        "--run-dir",
+        str(work / f"{name}-run"),
+    ]
     if kind == "digits":
-        return launcher + [str(REPO / "examples" / "train_digits.py"), "--epochs", "8", "--out", str(work / name),
-                           "--checkpoint-dir", str(work / f"{name}-ckpt"), "--checkpoint-every", "5"]
-    return launcher + [str(REPO / "examples" / "train_imagefolder.py"), "--data", str(work / "images"), "--arch", "resnet18",
-                       "--image-size", "32", "--epochs", "3", "--batch-size", "4", "--workers", "2", "--out", str(work / name),
-                       "--checkpoint-dir", str(work / f"{name}-ckpt"), "--checkpoint-every", "2"]
+        return launcher + [
+            str(REPO / "examples" / "train_digits.py"),
+            "--epochs",
+            "8",
+            "--out",
+            str(work / name),
+            "--checkpoint-dir",
+            str(work / f"{name}-ckpt"),
+            "--checkpoint-every",
+            "5",
+        ]
+    return launcher + [
+        str(REPO / "examples" / "train_imagefolder.py"),
+        "--data",
+        str(work / "images"),
+        "--arch",
+        "resnet18",
+        "--image-size",
+        "32",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "4",
+        "--workers",
+        "2",
+        "--out",
+        str(work / name),
+        "--checkpoint-dir",
+        str(work / f"{name}-ckpt"),
+        "--checkpoint-every",
+        "2",
+    ]
 
 
 def start(cmd: list[str]) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_for_checkpoint(proc: subprocess.Popen[str], ckpt: Path) -> float:
     while not (ckpt / "latest").exists():
         if proc.poll() is not None:
-            raise RuntimeError(f"the job ended (exit {proc.returncode}) before its first checkpoint:\n{proc.stderr.read()[-2000:]}")
+            raise RuntimeError(
+                f"the job ended (exit {proc.returncode}) before its first checkpoint:\n{proc.stderr.read()[-2000:]}"
+            )
         time.sleep(0.01)
     return time.monotonic()
 
@@ -77,7 +127,9 @@ def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
 
 def victim(run_dir: Path, rank: int, worker: bool) -> tuple[psutil.Process, str] | None:
     """The rank's process (or one of its DataLoader workers); None once the rank has finished."""
-    pid = int(json.loads((run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()[-1])["pid"])
+    pid = int(
+        json.loads((run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()[-1])["pid"]
+    )
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -85,11 +137,16 @@ def victim(run_dir: Path, rank: int, worker: bool) -> tuple[psutil.Process, str]
         children = proc.children() if worker else []
     except psutil.NoSuchProcess:
         return None
-    return (children[0], f"a DataLoader worker of rank {rank}") if children else (proc, f"rank {rank}")
+    return (
+        (children[0], f"a DataLoader worker of rank {rank}") if children else (proc, f"rank {rank}")
+    )
 
 
 def model_differences(a: Path, b: Path) -> list[str]:
-    sa, sb = torch.load(a / "model.pt", weights_only=True), torch.load(b / "model.pt", weights_only=True)
+    sa, sb = (
+        torch.load(a / "model.pt", weights_only=True),
+        torch.load(b / "model.pt", weights_only=True),
+    )
     return [k for k in sa if not torch.equal(sa[k], sb[k])]
 
 
@@ -109,7 +166,10 @@ def main() -> None:
         first = wait_for_checkpoint(ref, work / "ref-ckpt")
         finish(ref)
         span = time.monotonic() - first  # how long training goes on after the first checkpoint
-        print(f"{args.kind}: uninterrupted run trains {span:.1f} s after its first checkpoint; campaign seed {seed}", flush=True)
+        print(
+            f"{args.kind}: uninterrupted run trains {span:.1f} s after its first checkpoint; campaign seed {seed}",
+            flush=True,
+        )
         equal = trial = missed = 0
         while trial < args.kills:
             name = f"k{trial + 1}-{missed}"
@@ -121,9 +181,14 @@ def main() -> None:
                 wait_for_checkpoint(proc, work / f"{name}-ckpt")
                 time.sleep(delay)
                 target = victim(work / f"{name}-run", rank, worker)
-                if target is None or proc.poll() is not None:  # the span includes the end: a late draw can miss
+                if (
+                    target is None or proc.poll() is not None
+                ):  # the span includes the end: a late draw can miss
                     missed += 1
-                    print(f"  (a kill {delay:.2f} s after the first checkpoint came after rank {rank} finished: drawn again)", flush=True)
+                    print(
+                        f"  (a kill {delay:.2f} s after the first checkpoint came after rank {rank} finished: drawn again)",
+                        flush=True,
+                    )
                     finish(proc)
                     continue
                 target[0].send_signal(signal.SIGKILL)
@@ -132,17 +197,31 @@ def main() -> None:
                 resumed = "resumed from" in out
                 diff = model_differences(work / "ref", work / name)
             except (RuntimeError, OSError, psutil.Error, subprocess.TimeoutExpired) as err:
-                resumed, diff = False, [f"error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"]
+                resumed, diff = (
+                    False,
+                    [
+                        f"error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+                    ],
+                )
             finally:
                 if proc.poll() is None:
                     proc.kill()
             trial += 1
             ok = resumed and not diff
             equal += ok
-            verdict = "bitwise equal" if ok else ("DIFFERS in " + ", ".join(diff[:4]) if diff else "did not resume")
-            print(f"  kill {trial:2d}: {what} SIGKILLed {delay:.2f} s after the first checkpoint -> {verdict}", flush=True)
-    print(f"{args.kind}: {equal}/{args.kills} finished bitwise equal ({missed} draws fell after the rank finished and were "
-          f"drawn again; campaign seed {seed})")
+            verdict = (
+                "bitwise equal"
+                if ok
+                else ("DIFFERS in " + ", ".join(diff[:4]) if diff else "did not resume")
+            )
+            print(
+                f"  kill {trial:2d}: {what} SIGKILLed {delay:.2f} s after the first checkpoint -> {verdict}",
+                flush=True,
+            )
+    print(
+        f"{args.kind}: {equal}/{args.kills} finished bitwise equal ({missed} draws fell after the rank finished and were "
+        f"drawn again; campaign seed {seed})"
+    )
 
 
 if __name__ == "__main__":

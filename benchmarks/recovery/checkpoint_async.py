@@ -28,7 +28,10 @@ def dd_bandwidth(directory: str, mbytes: int) -> float:
     """MB/s of `dd` writing `mbytes` MiB with a final fsync (the disk's sequential write)."""
     target = os.path.join(directory, "dd.bin")
     out = subprocess.run(
-        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mbytes}", "conv=fsync"], capture_output=True, text=True, check=True
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mbytes}", "conv=fsync"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stderr
     os.remove(target)
     m = re.search(r"copied, ([\d.]+) s", out)
@@ -52,7 +55,9 @@ def main() -> None:
     n_params = sum(t.numel() for t in model.parameters())
     ctx = distrain.init(verbose=False)
     sync = ctx.checkpointer(os.path.join(args.dir, "sync"), keep=1, handle_signals=False)
-    asyn = ctx.checkpointer(os.path.join(args.dir, "async"), keep=1, async_save=True, handle_signals=False)
+    asyn = ctx.checkpointer(
+        os.path.join(args.dir, "async"), keep=1, async_save=True, handle_signals=False
+    )
     sync.restore(model=model, optimizer=opt)
     asyn.restore(model=model, optimizer=opt)
     stalls: dict[str, list[float]] = {"sync": [], "async": []}
@@ -67,15 +72,27 @@ def main() -> None:
         asyn.wait()
         write_s.append(time.perf_counter() - t0)
         dd.append(dd_bandwidth(args.dir, 256))
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(args.dir, "sync")) for f in fs)
+    size = sum(
+        os.path.getsize(os.path.join(r, f))
+        for r, _, fs in os.walk(os.path.join(args.dir, "sync"))
+        for f in fs
+    )
     med = {k: statistics.median(v) for k, v in stalls.items()}
     mb = size / 1e6
-    print(f"checkpoint: {n_params / 1e6:.1f} M params + momentum = {mb:.0f} MB, {args.rounds} interleaved rounds (medians)")
-    print(f"  sync  stall per save : {med['sync'] * 1000:8.1f} ms   ({mb / med['sync']:.0f} MB/s incl. sha256 + fsync)")
+    print(
+        f"checkpoint: {n_params / 1e6:.1f} M params + momentum = {mb:.0f} MB, {args.rounds} interleaved rounds (medians)"
+    )
+    print(
+        f"  sync  stall per save : {med['sync'] * 1000:8.1f} ms   ({mb / med['sync']:.0f} MB/s incl. sha256 + fsync)"
+    )
     print(f"  async stall per save : {med['async'] * 1000:8.1f} ms   (snapshot to CPU memory)")
     print(f"  async / sync stall   : {med['async'] / med['sync']:.3f}")
-    print(f"  async background write: {statistics.median(write_s) * 1000:.1f} ms ({mb / statistics.median(write_s):.0f} MB/s)")
-    print(f"  dd bs=1M conv=fsync  : {statistics.median(dd):.0f} MB/s  -> sync save reaches {mb / med['sync'] / statistics.median(dd):.2f} of dd")
+    print(
+        f"  async background write: {statistics.median(write_s) * 1000:.1f} ms ({mb / statistics.median(write_s):.0f} MB/s)"
+    )
+    print(
+        f"  dd bs=1M conv=fsync  : {statistics.median(dd):.0f} MB/s  -> sync save reaches {mb / med['sync'] / statistics.median(dd):.2f} of dd"
+    )
     sync.close()
     asyn.close()
     shutil.rmtree(args.dir, ignore_errors=True)

@@ -61,7 +61,11 @@ def main() -> None:
     width = int((args.params / 4) ** 0.5)
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)])
-    model = ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear) if args.strategy == "fsdp" else ctx.prepare_model(net)
+    model = (
+        ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear)
+        if args.strategy == "fsdp"
+        else ctx.prepare_model(net)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model(torch.randn(2, width)).sum().backward()
     opt.step()  # momentum buffers exist: the checkpoint holds weights and optimizer state
@@ -71,9 +75,15 @@ def main() -> None:
 
     def save_v01() -> None:
         if ctx.is_main:
-            state = {"format": 1, "objects": {"model": ctx.unwrap(model).state_dict(), "optimizer": opt.state_dict()}}
+            state = {
+                "format": 1,
+                "objects": {"model": ctx.unwrap(model).state_dict(), "optimizer": opt.state_dict()},
+            }
             atomic_write(old_file, lambda f: torch.save(state, f))
-        atomic_write(os.path.join(root, "v01", f"rank_{ctx.rank:05d}.pt"), lambda f: torch.save({"rng": rng_state()}, f))
+        atomic_write(
+            os.path.join(root, "v01", f"rank_{ctx.rank:05d}.pt"),
+            lambda f: torch.save({"rng": rng_state()}, f),
+        )
         ctx.barrier()
 
     def load_v01() -> None:
@@ -82,9 +92,13 @@ def main() -> None:
         ctx.unwrap(model).load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
 
-    rows: dict[str, list[float]] = {k: [] for k in ("0.1 save", "0.1 load", "DCP save", "DCP load", "sync stall", "async stall")}
+    rows: dict[str, list[float]] = {
+        k: [] for k in ("0.1 save", "0.1 load", "DCP save", "DCP load", "sync stall", "async stall")
+    }
     sync = ctx.checkpointer(os.path.join(root, "dcp"), keep=1, handle_signals=False)
-    asyn = ctx.checkpointer(os.path.join(root, "async"), keep=1, async_save=True, handle_signals=False)
+    asyn = ctx.checkpointer(
+        os.path.join(root, "async"), keep=1, async_save=True, handle_signals=False
+    )
     sync.restore(model=model, optimizer=opt)
     asyn.restore(model=model, optimizer=opt)
     for step in range(1, args.rounds + 1):
@@ -95,7 +109,9 @@ def main() -> None:
         rows["sync stall"].append(slowest(ctx, sync.last_stall_s))
 
         def load_dcp() -> None:
-            ctx.checkpointer(os.path.join(root, "dcp"), keep=1, handle_signals=False).restore(model=model, optimizer=opt)
+            ctx.checkpointer(os.path.join(root, "dcp"), keep=1, handle_signals=False).restore(
+                model=model, optimizer=opt
+            )
 
         rows["DCP load"].append(timed(ctx, load_dcp))
         asyn.save(step)
@@ -104,11 +120,17 @@ def main() -> None:
         ctx.barrier()
     asyn.close()
     sync.close()
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(root, "dcp")) for f in fs)
+    size = sum(
+        os.path.getsize(os.path.join(r, f))
+        for r, _, fs in os.walk(os.path.join(root, "dcp"))
+        for f in fs
+    )
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     if ctx.is_main:
-        print(f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + momentum, DCP checkpoint {size / 1e6:.0f} MB, "
-              f"{args.rounds} interleaved rounds, medians of the slowest rank")
+        print(
+            f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + momentum, DCP checkpoint {size / 1e6:.0f} MB, "
+            f"{args.rounds} interleaved rounds, medians of the slowest rank"
+        )
         for key, value in med.items():
             print(f"  {key:12s} {value * 1000:9.1f} ms")
         if "0.1 save" in med:

@@ -51,7 +51,9 @@ def main() -> None:
             tally[mode][outcome] = tally[mode].get(outcome, 0) + 1
             print(f"  run {i + 1} {mode}: {outcome}", flush=True)
     for mode, counts in tally.items():
-        print(f"{mode}: {counts.get('clean', 0)}/{a.runs} clean, {counts.get('abort', 0)} aborted, {counts.get('hung', 0)} hung")
+        print(
+            f"{mode}: {counts.get('clean', 0)}/{a.runs} clean, {counts.get('abort', 0)} aborted, {counts.get('hung', 0)} hung"
+        )
     print(f"load after: {loadavg()}; {time.monotonic() - start:.0f} s")
 
 

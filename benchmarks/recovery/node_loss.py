@@ -30,7 +30,10 @@ from common import RUN, TESTS, delete_pair, env, kill_namespace, loadavg, veth_p
 WORKER = str(TESTS / "scripts" / "node_loss_worker.py")
 VARIANTS = {
     "distrain": [],
-    "torch-defaults": ["--rdzv-conf", "keep_alive_interval=5,keep_alive_max_attempt=3,last_call_timeout=30"],
+    "torch-defaults": [
+        "--rdzv-conf",
+        "keep_alive_interval=5,keep_alive_max_attempt=3,last_call_timeout=30",
+    ],
 }
 
 
@@ -58,23 +61,38 @@ def one(variant: str, round_no: int, timeout: float) -> float:
             for i, name in enumerate(names):
                 job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))
                 log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
-                procs.append(subprocess.Popen(["ip", "netns", "exec", name, *RUN, *flags, WORKER, "--dir", f"{tmp}/ckpt"],
-                                              env=job_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        ["ip", "netns", "exec", name, *RUN, *flags, WORKER, "--dir", f"{tmp}/ckpt"],
+                        env=job_env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
                 log.close()
             deadline = time.time() + timeout
             while not {h for h, _, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"}:
                 if time.time() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError(f"{variant}: both nodes never trained together\n" + (Path(tmp) / "node0.log").read_text()[-2000:])
+                    raise RuntimeError(
+                        f"{variant}: both nodes never trained together\n"
+                        + (Path(tmp) / "node0.log").read_text()[-2000:]
+                    )
                 time.sleep(0.05)
             time.sleep(1.0)
             killed_at = time.time()
             kill_namespace(names[1])
             while True:
-                after = [at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at]
+                after = [
+                    at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at
+                ]
                 if after:
                     return min(after) - killed_at
                 if time.time() > deadline or procs[0].poll() is not None:
-                    raise RuntimeError(f"{variant}: the survivor did not resume\n" + (Path(tmp) / "node0.log").read_text()[-3000:])
+                    raise RuntimeError(
+                        f"{variant}: the survivor did not resume\n"
+                        + (Path(tmp) / "node0.log").read_text()[-3000:]
+                    )
                 time.sleep(0.05)
     finally:
         for name in names:
@@ -91,7 +109,9 @@ def main() -> None:
         sys.exit("node_loss.py needs root (network namespaces)")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS)
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="per round")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -107,8 +127,10 @@ def main() -> None:
     base = statistics.median(results[variants[-1]])
     for v, xs in results.items():
         med = statistics.median(xs)
-        print(f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio {med / base:4.2f}  all "
-              + " ".join(f"{x:.2f}" for x in xs))
+        print(
+            f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio {med / base:4.2f}  all "
+            + " ".join(f"{x:.2f}" for x in xs)
+        )
 
 
 if __name__ == "__main__":

@@ -54,9 +54,19 @@ def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
     common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2",
               "--fault-rank", str(nproc - 1)]  # fmt: skip
     n = str(nproc)
-    torchrun = TORCHRUN + ["--nproc-per-node", n, "--max-restarts", "1", "--monitor-interval", "0.1", CKPT_WORKER, "--"]
+    torchrun = TORCHRUN + [
+        "--nproc-per-node",
+        n,
+        "--max-restarts",
+        "1",
+        "--monitor-interval",
+        "0.1",
+        CKPT_WORKER,
+        "--",
+    ]
     return {
-        "distrain run + resume": RUN + ["-n", n, "--max-restarts", "1", CKPT_WORKER, "--dir", f"{d}/ckpt", *common],
+        "distrain run + resume": RUN
+        + ["-n", n, "--max-restarts", "1", CKPT_WORKER, "--dir", f"{d}/ckpt", *common],
         "torchrun + resume": torchrun + ["--dir", f"{d}/ckpt", *common],
         "torchrun, from scratch": torchrun + common,
     }
@@ -64,9 +74,13 @@ def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
 
 def one(cmd: list[str], d: str, timeout: float) -> float:
     """--job distrain: run one job; seconds from the kill to the first step after the restart."""
-    res = subprocess.run(cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(
+        cmd, env=env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout
+    )
     if res.returncode != 0:
-        raise SystemExit(f"job failed (exit {res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
+        raise SystemExit(
+            f"job failed (exit {res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
+        )
     events = dict(line.split() for line in Path(d, "timeline").read_text().splitlines())
     return float(events["resumed_step"]) - float(events["fault"])
 
@@ -75,13 +89,17 @@ def _lines(marker: Path) -> list[list[str]]:
     return [line.split() for line in marker.read_text().splitlines()] if marker.exists() else []
 
 
-def _wait(marker: Path, attempt: str, proc: subprocess.Popen[str], deadline: float) -> list[list[str]]:
+def _wait(
+    marker: Path, attempt: str, proc: subprocess.Popen[str], deadline: float
+) -> list[list[str]]:
     while time.time() < deadline:
         rows = [r for r in _lines(marker) if r[1] == attempt]
         if len(rows) == 2:
             return rows
         if proc.poll() is not None:
-            raise RuntimeError(f"job ended (exit {proc.returncode}) before attempt {attempt} trained")
+            raise RuntimeError(
+                f"job ended (exit {proc.returncode}) before attempt {attempt} trained"
+            )
         time.sleep(0.02)
     raise TimeoutError(f"attempt {attempt} did not train in time")
 
@@ -90,9 +108,28 @@ def one_plain(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
     """--job plain: (kill → last rank's first resumed step, checkpoint load seconds)."""
     tag = f"{launcher}-{time.monotonic_ns()}"
     marker, ckpt = work / f"{tag}.txt", work / f"{tag}.pt"
-    cmd = PLAIN_LAUNCHERS[launcher] + [PLAIN_WORKER, "--steps", "400", "--sleep", "0.05", "--ckpt", str(ckpt)]
-    job_env = env(BENCH_FIRST_STEP_FILE=str(marker), OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    proc = subprocess.Popen(cmd, env=job_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = PLAIN_LAUNCHERS[launcher] + [
+        PLAIN_WORKER,
+        "--steps",
+        "400",
+        "--sleep",
+        "0.05",
+        "--ckpt",
+        str(ckpt),
+    ]
+    job_env = env(
+        BENCH_FIRST_STEP_FILE=str(marker),
+        OMP_NUM_THREADS="1",
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
+    proc = subprocess.Popen(
+        cmd,
+        env=job_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + timeout
         first = _wait(marker, "0", proc, deadline)
@@ -120,10 +157,14 @@ def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
     import torch  # the device the job ran on: one GPU per rank where there are GPUs
 
     where = f"nccl, {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "gloo, CPU"
-    print(f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} ranks, {where}):")
+    print(
+        f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} ranks, {where}):"
+    )
     for name, ts in results.items():
         med = statistics.median(ts)
-        print(f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)")
+        print(
+            f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)"
+        )
 
 
 def plain_job(rounds: int, timeout: float) -> None:
@@ -132,32 +173,49 @@ def plain_job(rounds: int, timeout: float) -> None:
     res: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            for launcher in names[r % len(names):] + names[: r % len(names)]:
+            for launcher in names[r % len(names) :] + names[: r % len(names)]:
                 try:
                     t, load = one_plain(launcher, Path(tmp), timeout)
                 except (RuntimeError, TimeoutError) as err:
                     print(f"round {r + 1} {launcher:15s} FAILED: {err}", flush=True)
                     continue
                 res[launcher].append((t, load))
-                print(f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint load {load:.3f} s)", flush=True)
+                print(
+                    f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint load {load:.3f} s)",
+                    flush=True,
+                )
     base = statistics.median(t for t, _ in res["torchrun"]) if res["torchrun"] else float("nan")
     print("\nSIGKILL → first resumed step, median (seconds); ratio vs torchrun")
     for n in names:
         if res[n]:
             ts = [t for t, _ in res[n]]
-            print(f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio {statistics.median(ts) / base:5.2f}"
-                  f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all {' '.join(f'{t:.2f}' for t in ts)}")
+            print(
+                f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio {statistics.median(ts) / base:5.2f}"
+                f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all {' '.join(f'{t:.2f}' for t in ts)}"
+            )
 
 
 def main() -> None:
     """Optionally the control tally, then --rounds interleaved rounds of the chosen job."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--job", choices=["distrain", "plain"], default="distrain", help="see above (default distrain)")
+    p.add_argument(
+        "--job",
+        choices=["distrain", "plain"],
+        default="distrain",
+        help="see above (default distrain)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600, help="seconds per job")
-    p.add_argument("--control", type=int, default=0, help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)")
+    p.add_argument(
+        "--control",
+        type=int,
+        default=0,
+        help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)",
+    )
     p.add_argument("--control-timeout", type=float, default=90)
-    p.add_argument("--nproc", type=int, default=2, help="--job distrain: ranks (1 on a one-GPU machine)")
+    p.add_argument(
+        "--nproc", type=int, default=2, help="--job distrain: ranks (1 on a one-GPU machine)"
+    )
     args = p.parse_args()
     if args.control:
         tally(args.control, args.control_timeout)

@@ -37,7 +37,9 @@ def one(share: bool, timeout: float) -> tuple[str, float]:
     out, code = run_bounded(cmd, job_env, timeout)
     if out is None:
         return "hung", time.monotonic() - start
-    return ("good" if code == 0 and out.count("finished") >= 2 else "failed"), time.monotonic() - start
+    return (
+        "good" if code == 0 and out.count("finished") >= 2 else "failed"
+    ), time.monotonic() - start
 
 
 def tally(runs: int, timeout: float) -> None:
@@ -49,7 +51,9 @@ def tally(runs: int, timeout: float) -> None:
             counts[name][outcome] = counts[name].get(outcome, 0) + 1
             print(f"  run {i + 1} {name}: {outcome} in {seconds:.0f} s", flush=True)
     for name, c in counts.items():
-        print(f"{name}: {c.get('good', 0)}/{runs} good, {c.get('failed', 0)} failed, {c.get('hung', 0)} hung (> {timeout:.0f} s)")
+        print(
+            f"{name}: {c.get('good', 0)}/{runs} good, {c.get('failed', 0)} failed, {c.get('hung', 0)} hung (> {timeout:.0f} s)"
+        )
 
 
 def main() -> None:

@@ -26,9 +26,20 @@ ENV = env(OMP_NUM_THREADS="1")
 
 
 def step_time(script: str, cpu: bool, nproc: int, model: str, steps: int) -> float:
-    cmd = [*RUN, *(["--cpu"] if cpu else []), "-n", str(nproc),
-           str(HERE / script), "--model", model, "--steps", str(steps)]
-    out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900, check=True).stdout
+    cmd = [
+        *RUN,
+        *(["--cpu"] if cpu else []),
+        "-n",
+        str(nproc),
+        str(HERE / script),
+        "--model",
+        model,
+        "--steps",
+        str(steps),
+    ]
+    out = subprocess.run(
+        cmd, env=ENV, capture_output=True, text=True, timeout=900, check=True
+    ).stdout
     return float(json.loads(next(ln for ln in out.splitlines() if ln.startswith("{")))["step_s"])
 
 
@@ -41,19 +52,28 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    print(f"# torch {torch.__version__}; {os.cpu_count()} cores; load {loadavg().split()[:3]}; "
-          f"rounds {args.rounds}, nproc {args.nproc}, steps {args.steps}", flush=True)
+    print(
+        f"# torch {torch.__version__}; {os.cpu_count()} cores; load {loadavg().split()[:3]}; "
+        f"rounds {args.rounds}, nproc {args.nproc}, steps {args.steps}",
+        flush=True,
+    )
     for model in args.models.split(","):
         ratios, rehearsed, converted = [], [], []
         for r in range(args.rounds):
             pair = [("rehearse_train_gpu.py", True), ("rehearse_train_cpu.py", False)]
-            times = {cpu: step_time(script, cpu, args.nproc, model, args.steps) for script, cpu in (pair if r % 2 == 0 else pair[::-1])}
+            times = {
+                cpu: step_time(script, cpu, args.nproc, model, args.steps)
+                for script, cpu in (pair if r % 2 == 0 else pair[::-1])
+            }
             rehearsed.append(times[True])
             converted.append(times[False])
             ratios.append(times[True] / times[False])
-        print(f"step time [{model}]: --cpu {statistics.median(rehearsed) * 1e3:.2f} ms, hand-converted "
-              f"{statistics.median(converted) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
-              f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})", flush=True)
+        print(
+            f"step time [{model}]: --cpu {statistics.median(rehearsed) * 1e3:.2f} ms, hand-converted "
+            f"{statistics.median(converted) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
+            f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})",
+            flush=True,
+        )
     print(f"# load after {loadavg().split()[:3]}")
 
 

@@ -24,9 +24,16 @@ def net() -> nn.Module:
     """The benchmark's conv net (fixed seed)."""
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(64, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
 
 
@@ -60,8 +67,11 @@ def main() -> None:
     modes = {"fp32": None, "bf16 autocast": torch.bfloat16, "fp16 autocast": torch.float16}
     results: dict[str, list[float]] = {m: [] for m in modes}
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"# torch {torch.__version__}; {platform.processor() or platform.machine()}; load {load}; "
-          f"rounds {args.rounds}, steps {args.steps}, 1 thread", flush=True)
+    print(
+        f"# torch {torch.__version__}; {platform.processor() or platform.machine()}; load {load}; "
+        f"rounds {args.rounds}, steps {args.steps}, 1 thread",
+        flush=True,
+    )
     for r in range(args.rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
         for mode in order:

@@ -37,7 +37,9 @@ def main() -> None:
 
     x, y = torch.randn(8), torch.randn(8)
     zeros = _with_cpu_device(torch.zeros, "bench")
-    res: dict[str, list[float]] = {k: [] for k in ("add", "add+mode", "zeros", "zeros+mode", "zeros+wrapper")}
+    res: dict[str, list[float]] = {
+        k: [] for k in ("add", "add+mode", "zeros", "zeros+mode", "zeros+wrapper")
+    }
     mode = Passthrough()
     for _ in range(10):
         res["add"].append(per_call(lambda: x.add(y)))
@@ -49,8 +51,10 @@ def main() -> None:
     best = {k: min(v) for k, v in res.items()}
     print(f"# torch {torch.__version__}; load {open('/proc/loadavg').read().split()[:3]}")
     print("  ".join(f"{k} {v:.2f} µs" for k, v in best.items()))
-    print(f"a TorchFunctionMode: add ×{best['add+mode'] / best['add']:.2f}, zeros ×{best['zeros+mode'] / best['zeros']:.2f}; "
-          f"the rehearsal's wrapper: zeros ×{best['zeros+wrapper'] / best['zeros']:.2f}, add ×1 (not wrapped)")
+    print(
+        f"a TorchFunctionMode: add ×{best['add+mode'] / best['add']:.2f}, zeros ×{best['zeros+mode'] / best['zeros']:.2f}; "
+        f"the rehearsal's wrapper: zeros ×{best['zeros+wrapper'] / best['zeros']:.2f}, add ×1 (not wrapped)"
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,15 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, self.heads, C // self.heads).transpose(1, 3).unbind(2)
-        x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C))
+        q, k, v = (
+            self.qkv(self.ln1(x))
+            .view(B, T, 3, self.heads, C // self.heads)
+            .transpose(1, 3)
+            .unbind(2)
+        )
+        x = x + self.proj(
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        )
         return x + self.mlp(self.ln2(x))
 
 
@@ -105,7 +112,10 @@ def worker(args: argparse.Namespace) -> None:
     if strategy == GLIBC_DEFAULT:  # the comparison: FSDP with glibc's own heap behaviour
         from distrain.train.strategies import heap
 
-        heap._applied, strategy = True, "fsdp"  # as if already set: prepare_model leaves mallopt alone
+        heap._applied, strategy = (
+            True,
+            "fsdp",
+        )  # as if already set: prepare_model leaves mallopt alone
     with ctx.init_model():
         model = GPT(args.layers, args.width, args.heads, args.block)
     model = ctx.prepare_model(model, strategy=strategy)
@@ -122,7 +132,12 @@ def worker(args: argparse.Namespace) -> None:
     after_step, after_step_live = rss(), rss(trim=True)
     counted = sum(local_bytes(p) for p in model.parameters())
     counted += sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
-    counted += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    counted += sum(
+        local_bytes(v)
+        for s in opt.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    )
     times = []
     for _ in range(args.steps):
         opt.zero_grad(set_to_none=False)
@@ -152,12 +167,37 @@ def worker(args: argparse.Namespace) -> None:
     ctx.shutdown()
 
 
-def job(args: argparse.Namespace, world: int, strategy: str, steps: int, trim: bool = True) -> list[dict]:
+def job(
+    args: argparse.Namespace, world: int, strategy: str, steps: int, trim: bool = True
+) -> list[dict]:
     """Run one configuration as a real `distrain run` job; every rank's measurements."""
     out = tempfile.mkdtemp(prefix="fsdp-mem-")
-    cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", str(world), __file__, "--worker", "--out", out,
-           "--strategy", strategy, "--steps", str(steps), "--layers", str(args.layers), "--width", str(args.width),
-           "--heads", str(args.heads), "--block", str(args.block), "--batch-size", str(args.batch_size)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "distrain.cli",
+        "run",
+        "-n",
+        str(world),
+        __file__,
+        "--worker",
+        "--out",
+        out,
+        "--strategy",
+        strategy,
+        "--steps",
+        str(steps),
+        "--layers",
+        str(args.layers),
+        "--width",
+        str(args.width),
+        "--heads",
+        str(args.heads),
+        "--block",
+        str(args.block),
+        "--batch-size",
+        str(args.batch_size),
+    ]
     cmd += [] if trim else ["--no-trim"]
     subprocess.run(cmd, check=True, timeout=3600)
     ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(world)]
@@ -173,24 +213,47 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="")
     p.add_argument("--no-trim", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--user-peak", action="store_true",
-                   help="also run every configuration without any malloc_trim and report whole-process peak RSS per rank")
+    p.add_argument(
+        "--user-peak",
+        action="store_true",
+        help="also run every configuration without any malloc_trim and report whole-process peak RSS per rank",
+    )
     p.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
-    p.add_argument("--heap-timing", type=int, default=0,
-                   help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for its step-time cost")
-    p.add_argument("--worlds", type=int, nargs="*", default=[1, 2, 3], help="world sizes of the memory table (none: skip it)")
-    p.add_argument("--timing-rounds", type=int, default=3, help="extra DDP/FSDP pairs at 2 ranks for step time")
+    p.add_argument(
+        "--heap-timing",
+        type=int,
+        default=0,
+        help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for its step-time cost",
+    )
+    p.add_argument(
+        "--worlds",
+        type=int,
+        nargs="*",
+        default=[1, 2, 3],
+        help="world sizes of the memory table (none: skip it)",
+    )
+    p.add_argument(
+        "--timing-rounds", type=int, default=3, help="extra DDP/FSDP pairs at 2 ranks for step time"
+    )
     p.add_argument("--steps", type=int, default=3, help="timed steps per job")
     p.add_argument("--layers", type=int, default=16)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--block", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=2, help="sequences per rank (small: activations are not model state)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=2,
+        help="sequences per rank (small: activations are not model state)",
+    )
     args = p.parse_args()
     if args.worker:
         worker(args)
         return
-    print(f"# torch {torch.__version__}, {os.cpu_count()} cores, load before {open('/proc/loadavg').read().split()[:3]}", flush=True)
+    print(
+        f"# torch {torch.__version__}, {os.cpu_count()} cores, load before {open('/proc/loadavg').read().split()[:3]}",
+        flush=True,
+    )
     mem: dict[tuple[int, str], list[dict]] = {}
     step_times: dict[str, list[float]] = {"ddp": [], "fsdp": []}
     for world in args.worlds:
@@ -200,48 +263,82 @@ def main() -> None:
             if world == 2 and args.steps:
                 step_times[strategy].append(max(r["step_s"] for r in ranks))
             worst = max(ranks, key=lambda r: r["state_live_mib"])
-            print(f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks), RSS growth "
-                  f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} MiB, after first step "
-                  f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
-                  f"tensors counted {worst['counted_mib']:.0f} MiB"
-                  + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""), flush=True)
+            print(
+                f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks), RSS growth "
+                f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} MiB, after first step "
+                f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
+                f"tensors counted {worst['counted_mib']:.0f} MiB"
+                + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""),
+                flush=True,
+            )
     if args.user_peak:
-        print("\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any malloc_trim | live after the "
-              "first step (trimmed job above)")
+        print(
+            "\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any malloc_trim | live after the "
+            "first step (trimmed job above)"
+        )
         for world in args.worlds:
             peaks = {}
             for strategy in ("ddp", "fsdp", GLIBC_DEFAULT):
                 ranks = job(args, world, strategy, args.steps, trim=False)
                 peaks[strategy] = max(r["peak_abs_mib"] for r in ranks)
-                live = max(r["step_live_abs_mib"] for r in mem[(world, strategy)]) if (world, strategy) in mem else float("nan")
+                live = (
+                    max(r["step_live_abs_mib"] for r in mem[(world, strategy)])
+                    if (world, strategy) in mem
+                    else float("nan")
+                )
                 start = max(r["start_abs_mib"] for r in ranks)
                 step = f", step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""
-                print(f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} (process at start {start:.0f}{step})",
-                      flush=True)
-            live_ratio = max(r["step_live_abs_mib"] for r in mem[(world, "fsdp")]) / max(r["step_live_abs_mib"] for r in mem[(world, "ddp")])
-            print(f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's default heap behaviour "
-                  f"{peaks[GLIBC_DEFAULT] / peaks['ddp']:.3f}), live {live_ratio:.3f}", flush=True)
+                print(
+                    f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} (process at start {start:.0f}{step})",
+                    flush=True,
+                )
+            live_ratio = max(r["step_live_abs_mib"] for r in mem[(world, "fsdp")]) / max(
+                r["step_live_abs_mib"] for r in mem[(world, "ddp")]
+            )
+            print(
+                f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's default heap behaviour "
+                f"{peaks[GLIBC_DEFAULT] / peaks['ddp']:.3f}), live {live_ratio:.3f}",
+                flush=True,
+            )
     if 2 in args.worlds and args.steps:
         for _ in range(args.timing_rounds):
             for strategy in ("ddp", "fsdp"):
-                step_times[strategy].append(max(r["step_s"] for r in job(args, 2, strategy, args.steps)))
+                step_times[strategy].append(
+                    max(r["step_s"] for r in job(args, 2, strategy, args.steps))
+                )
     if args.heap_timing:
         ratios = []
         for _ in range(args.heap_timing):
-            t = {s: max(r["step_s"] for r in job(args, 2, s, max(args.steps, 3))) for s in ("fsdp", GLIBC_DEFAULT)}
+            t = {
+                s: max(r["step_s"] for r in job(args, 2, s, max(args.steps, 3)))
+                for s in ("fsdp", GLIBC_DEFAULT)
+            }
             ratios.append(t["fsdp"] / t[GLIBC_DEFAULT])
-            print(f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, {t[GLIBC_DEFAULT]:.3f} s without", flush=True)
-        print(f"step time with/without the heap setting: median {statistics.median(ratios):.3f} "
-              f"(per pair: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
-    print("\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors")
+            print(
+                f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, {t[GLIBC_DEFAULT]:.3f} s without",
+                flush=True,
+            )
+        print(
+            f"step time with/without the heap setting: median {statistics.median(ratios):.3f} "
+            f"(per pair: {', '.join(f'{r:.3f}' for r in ratios)})",
+            flush=True,
+        )
+    print(
+        "\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors"
+    )
     for world in args.worlds:
         d, f = mem[(world, "ddp")], mem[(world, "fsdp")]
-        ratios = [max(r[key] for r in f) / max(r[key] for r in d) for key in ("state_live_mib", "state_mib", "peak_mib", "counted_mib")]
+        ratios = [
+            max(r[key] for r in f) / max(r[key] for r in d)
+            for key in ("state_live_mib", "state_mib", "peak_mib", "counted_mib")
+        ]
         print(f"{'':17s}  {world:5d}  " + "  ".join(f"{v:15.3f}" for v in ratios))
     if step_times["ddp"]:
         ratios = [f / d for d, f in zip(step_times["ddp"], step_times["fsdp"], strict=True)]
-        print(f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP {statistics.median(step_times['fsdp']):.2f} s, "
-              f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(
+            f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP {statistics.median(step_times['fsdp']):.2f} s, "
+            f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
     print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
 
 

@@ -39,7 +39,9 @@ def make_model() -> nn.Module:
     )  # fmt: skip
 
 
-def block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, monitor: Monitor | None) -> tuple[float, float]:
+def block(
+    model: nn.Module, opt: torch.optim.Optimizer, steps: int, monitor: Monitor | None
+) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) per step over `steps` steps."""
     x, y = torch.rand(32, 1, 8, 8), torch.randint(0, 10, (32,))
     start, cpu = time.perf_counter(), time.process_time()
@@ -109,7 +111,9 @@ def main() -> None:
         print(f"{name:4s} per step: off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms; ratio of medians {on / off:.4f}; "
               f"median of per-round ratios {statistics.median(pairs):.4f}  ({args.rounds} rounds × {args.steps} steps)")  # fmt: skip
     off = statistics.median(cpu["off"])
-    print(f"one Monitor.log(loss=tensor, lr, samples, epoch) call: {ns:.0f} ns ({ns / (off * 1e9) * 100:.3f} % of a step's CPU)")
+    print(
+        f"one Monitor.log(loss=tensor, lr, samples, epoch) call: {ns:.0f} ns ({ns / (off * 1e9) * 100:.3f} % of a step's CPU)"
+    )
     print(f"one record (heartbeat, every {args.interval:g} s): {us_record:.0f} us CPU = {us_record / (args.interval * 1e6) * 100:.3f} % of one core; "
           f"{lines} records written in the run")  # fmt: skip
 

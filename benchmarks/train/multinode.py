@@ -28,7 +28,13 @@ ENV = env()
 
 def loopback(out: Path, steps: int) -> dict:
     """1 node × 2 processes."""
-    subprocess.run(RUN + ["-n", "2", WORKER, "--steps", str(steps), "--out", str(out)], env=ENV, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        RUN + ["-n", "2", WORKER, "--steps", str(steps), "--out", str(out)],
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return json.loads(out.read_text())
 
 
@@ -36,9 +42,37 @@ def two_nodes(names: list[str], addrs: list[str], out: Path, steps: int) -> dict
     """2 namespaces × 1 process."""
     procs = []
     for rank, name in enumerate(names):
-        argv = ["ip", "netns", "exec", name, *RUN, "--nnodes", "2", "--node-rank", str(rank), "--master-addr", addrs[0],
-                "--master-port", "29500", "-n", "1", WORKER, "--steps", str(steps), "--out", str(out)]
-        procs.append(subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            name,
+            *RUN,
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--master-addr",
+            addrs[0],
+            "--master-port",
+            "29500",
+            "-n",
+            "1",
+            WORKER,
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                env=ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
     for proc in procs:
         if proc.wait(timeout=600) != 0:
             raise SystemExit(f"two-node run failed ({proc.args})")
@@ -61,12 +95,17 @@ def main() -> int:
             for r in range(args.rounds):
                 loop.append(loopback(Path(tmp) / f"l{r}.json", args.steps))
                 net.append(two_nodes(names, addrs, Path(tmp) / f"n{r}.json", args.steps))
-                print(f"round {r + 1}: loopback {loop[-1]['samples_per_s']:.0f} samples/s ({loop[-1]['step_ms']:.1f} ms/step) · "
-                      f"veth {net[-1]['samples_per_s']:.0f} samples/s ({net[-1]['step_ms']:.1f} ms/step)", flush=True)
+                print(
+                    f"round {r + 1}: loopback {loop[-1]['samples_per_s']:.0f} samples/s ({loop[-1]['step_ms']:.1f} ms/step) · "
+                    f"veth {net[-1]['samples_per_s']:.0f} samples/s ({net[-1]['step_ms']:.1f} ms/step)",
+                    flush=True,
+                )
         ml = statistics.median(x["samples_per_s"] for x in loop)
         mn = statistics.median(x["samples_per_s"] for x in net)
-        print(f"median: 1 node × 2 procs (loopback) {ml:.0f} samples/s · 2 nodes × 1 proc (veth) {mn:.0f} samples/s · "
-              f"ratio veth/loopback {mn / ml:.2f} ({loop[0]['params'] / 1e6:.1f} M params)")
+        print(
+            f"median: 1 node × 2 procs (loopback) {ml:.0f} samples/s · 2 nodes × 1 proc (veth) {mn:.0f} samples/s · "
+            f"ratio veth/loopback {mn / ml:.2f} ({loop[0]['params'] / 1e6:.1f} M params)"
+        )
     finally:
         delete_pair(tag)
     return 0

@@ -19,7 +19,11 @@ args = p.parse_args()
 
 ctx = distrain.init(verbose=False, threads=1)  # one thread per process: one "device" each
 torch.manual_seed(0)
-model = ctx.prepare_model(nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)))
+model = ctx.prepare_model(
+    nn.Sequential(
+        nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+    )
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(args.batch, 784).to(ctx.device)
 y = torch.randint(0, 10, (args.batch,)).to(ctx.device)
@@ -36,6 +40,14 @@ elapsed = time.perf_counter() - start
 if ctx.is_main:
     params = sum(p.numel() for p in model.parameters())
     with open(args.out, "w") as f:
-        json.dump({"samples_per_s": args.steps * args.batch * ctx.world_size / elapsed, "step_ms": 1000 * elapsed / args.steps,
-                   "world": ctx.world_size, "nodes": ctx.num_nodes, "params": params}, f)
+        json.dump(
+            {
+                "samples_per_s": args.steps * args.batch * ctx.world_size / elapsed,
+                "step_ms": 1000 * elapsed / args.steps,
+                "world": ctx.world_size,
+                "nodes": ctx.num_nodes,
+                "params": params,
+            },
+            f,
+        )
 ctx.shutdown()

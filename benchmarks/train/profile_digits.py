@@ -45,9 +45,17 @@ def worker(steps: int, batch: int) -> None:
     ctx = distrain.init(verbose=False)
     torch.manual_seed(0)
     net = nn.Sequential(  # the model of examples/train_digits.py
-        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10),
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
     )
     model = ctx.prepare_model(net)
     loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=batch, seed=0)
@@ -88,8 +96,12 @@ def worker(steps: int, batch: int) -> None:
         allreduce_ms = (time.perf_counter() - t0) / 50 * 1000
     if ctx.is_main:
         result = {k + "_ms": v / steps * 1000 for k, v in times.items()}
-        result.update(step_ms=elapsed / steps * 1000, allreduce_ms=allreduce_ms, world_size=ctx.world_size,
-                      params=sum(p.numel() for p in model.parameters()))
+        result.update(
+            step_ms=elapsed / steps * 1000,
+            allreduce_ms=allreduce_ms,
+            world_size=ctx.world_size,
+            params=sum(p.numel() for p in model.parameters()),
+        )
         print("RESULT " + json.dumps(result), flush=True)
     ctx.shutdown()
 
@@ -103,7 +115,10 @@ def _results(outputs: list[str]) -> list[dict]:
 
 def _launch(cmds: list[list[str]]) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1", DISTRAIN_NUM_THREADS="1")
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for c in cmds]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for c in cmds
+    ]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     res = _results(outs)
     if len(res) != len(cmds):
@@ -123,8 +138,29 @@ def main() -> None:
     if args.worker:
         worker(args.steps, args.batch_size)
         return
-    me = [sys.executable, str(HERE), "--worker", "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
-    ddp = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", str(HERE), "--worker", "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+    me = [
+        sys.executable,
+        str(HERE),
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+    ]
+    ddp = [
+        sys.executable,
+        "-m",
+        "distrain.cli",
+        "run",
+        "-n",
+        "2",
+        str(HERE),
+        "--worker",
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+    ]
     load_start = os.getloadavg()
     rows: dict[str, list[dict]] = {"solo": [], "pair": [], "ddp": []}
     for r in range(args.rounds):
@@ -138,12 +174,25 @@ def main() -> None:
         vals = [x[key] for x in rows[mode] if x.get(key) is not None]
         return statistics.median(vals) if vals else float("nan")
 
-    sps = {"solo": b / med("solo", "step_ms") * 1000, "pair": 2 * b / med("pair", "step_ms") * 1000,
-           "ddp": 2 * b / med("ddp", "step_ms") * 1000}
+    sps = {
+        "solo": b / med("solo", "step_ms") * 1000,
+        "pair": 2 * b / med("pair", "step_ms") * 1000,
+        "ddp": 2 * b / med("ddp", "step_ms") * 1000,
+    }
     summary = {
-        "command": " ".join(sys.argv), "rounds": args.rounds, "steps": args.steps, "batch_size": b,
-        "load_average_start": [round(x, 2) for x in load_start], "load_average_end": [round(x, 2) for x in os.getloadavg()],
-        "per_step_ms": {m: {k: round(med(m, k), 3) for k in ("step_ms", "data_ms", "fwd_bwd_ms", "opt_ms", "allreduce_ms")} for m in rows},
+        "command": " ".join(sys.argv),
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "batch_size": b,
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "per_step_ms": {
+            m: {
+                k: round(med(m, k), 3)
+                for k in ("step_ms", "data_ms", "fwd_bwd_ms", "opt_ms", "allreduce_ms")
+            }
+            for m in rows
+        },
         "samples_per_s": {m: round(v, 1) for m, v in sps.items()},
         "speedup_pair_vs_solo": round(sps["pair"] / sps["solo"], 3),
         "speedup_ddp_vs_solo": round(sps["ddp"] / sps["solo"], 3),
@@ -152,14 +201,22 @@ def main() -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2))
-    print(f"{'mode':<6} {'step ms':>8} {'data':>7} {'fwd+bwd':>8} {'opt':>6} {'allreduce':>9} {'samples/s':>10}")
+    print(
+        f"{'mode':<6} {'step ms':>8} {'data':>7} {'fwd+bwd':>8} {'opt':>6} {'allreduce':>9} {'samples/s':>10}"
+    )
     for m in rows:
         s = summary["per_step_ms"][m]
         ar = "" if s["allreduce_ms"] != s["allreduce_ms"] else f"{s['allreduce_ms']:.2f}"
-        print(f"{m:<6} {s['step_ms']:>8.2f} {s['data_ms']:>7.2f} {s['fwd_bwd_ms']:>8.2f} {s['opt_ms']:>6.2f} {ar:>9} {sps[m]:>10.0f}")
-    print(f"2 independent processes vs 1: {summary['speedup_pair_vs_solo']:.2f}x; 2-process DDP vs 1: "
-          f"{summary['speedup_ddp_vs_solo']:.2f}x; DDP vs independent pair: {summary['ddp_vs_pair']:.2f}")
-    print(f"load average {summary['load_average_start']} -> {summary['load_average_end']}; wrote {args.out}")
+        print(
+            f"{m:<6} {s['step_ms']:>8.2f} {s['data_ms']:>7.2f} {s['fwd_bwd_ms']:>8.2f} {s['opt_ms']:>6.2f} {ar:>9} {sps[m]:>10.0f}"
+        )
+    print(
+        f"2 independent processes vs 1: {summary['speedup_pair_vs_solo']:.2f}x; 2-process DDP vs 1: "
+        f"{summary['speedup_ddp_vs_solo']:.2f}x; DDP vs independent pair: {summary['ddp_vs_pair']:.2f}"
+    )
+    print(
+        f"load average {summary['load_average_start']} -> {summary['load_average_end']}; wrote {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ class Augmented(Dataset):
 
 def per_sample_us(seeded: bool, workers: int, batches: int) -> float:
     ds = Augmented(batches * BATCH)
-    loader = DistributedLoader(ds, GlobalBatchSampler(len(ds), BATCH, seed=1), seed_samples=seeded, num_workers=workers)
+    loader = DistributedLoader(
+        ds, GlobalBatchSampler(len(ds), BATCH, seed=1), seed_samples=seeded, num_workers=workers
+    )
     it = iter(loader)
     next(it)  # workers started, first batch out of the way
     t0 = time.perf_counter()
@@ -62,9 +64,12 @@ def main() -> None:
         for _ in range(args.rounds):
             off.append(per_sample_us(False, workers, args.batches))
             on.append(per_sample_us(True, workers, args.batches))
-        print(f"num_workers={workers}: seeded {statistics.median(on):.1f} µs/sample, unseeded {statistics.median(off):.1f} µs/sample, "
-              f"ratio {statistics.median(a / b for a, b in zip(on, off, strict=True)):.3f} (rounds: "
-              + ", ".join(f"{a / b:.3f}" for a, b in zip(on, off, strict=True)) + ")")
+        print(
+            f"num_workers={workers}: seeded {statistics.median(on):.1f} µs/sample, unseeded {statistics.median(off):.1f} µs/sample, "
+            f"ratio {statistics.median(a / b for a, b in zip(on, off, strict=True)):.3f} (rounds: "
+            + ", ".join(f"{a / b:.3f}" for a, b in zip(on, off, strict=True))
+            + ")"
+        )
     print(f"load after {loadavg()}")
 
 

@@ -14,10 +14,19 @@ from . import __version__
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch.cli", "launch a training script on N processes / GPUs / nodes"),
-    "doctor": ("distrain.doctor.cli", "check this machine (and every rank) and explain what is wrong"),
-    "bench": ("distrain.bench.cli", "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)"),
+    "doctor": (
+        "distrain.doctor.cli",
+        "check this machine (and every rank) and explain what is wrong",
+    ),
+    "bench": (
+        "distrain.bench.cli",
+        "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)",
+    ),
     "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
-    "export": ("distrain.export.cli", "generate a Dockerfile, compose file, SLURM script or Kubernetes job"),
+    "export": (
+        "distrain.export.cli",
+        "generate a Dockerfile, compose file, SLURM script or Kubernetes job",
+    ),
 }
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."
@@ -25,7 +34,9 @@ USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."
 
 def _print_help() -> None:
     print(USAGE)
-    print("\nTake a PyTorch training script from one device to many processes, GPUs and machines.\n")
+    print(
+        "\nTake a PyTorch training script from one device to many processes, GPUs and machines.\n"
+    )
     for name, (_, text) in COMMANDS.items():
         print(f"  {name:<8} {text}")
     print("\nRun 'distrain <command> --help' for a command's options.")
@@ -42,13 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = args[0]
     if name not in COMMANDS:
-        print(f"distrain: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
+        print(
+            f"distrain: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})",
+            file=sys.stderr,
+        )
         return 2
     target = COMMANDS[name][0]
     if name == "run":
         from .launch.host_options import wants_hosts
 
-        if wants_hosts(args[1:]):  # many machines: the ssh fan-out needs none of the one-node launcher
+        if wants_hosts(
+            args[1:]
+        ):  # many machines: the ssh fan-out needs none of the one-node launcher
             target = "distrain.launch.hosts_run"
     module = importlib.import_module(target)
     code = module.main(args[1:])

@@ -134,5 +134,11 @@ def host_address() -> str:
     routed = outward_interface()
     if routed is not None:
         return routed[1]
-    others = [a for name, addrs in sorted(interface_addresses().items()) if name != "lo" for a in addrs if not is_loopback(a)]
+    others = [
+        a
+        for name, addrs in sorted(interface_addresses().items())
+        if name != "lo"
+        for a in addrs
+        if not is_loopback(a)
+    ]
     return others[0] if others else resolved

@@ -62,7 +62,9 @@ class Settings:
     ft_quorum_timeout_s: float = DEFAULT_FT_QUORUM_TIMEOUT_S  # DISTRAIN_FT_QUORUM_TIMEOUT
     ft_start_wait_s: float = DEFAULT_FT_START_WAIT_S  # DISTRAIN_FT_START_WAIT
     ft_linger_s: float = DEFAULT_FT_LINGER_S  # DISTRAIN_FT_LINGER
-    progress: bool | None = None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal; False in CI)
+    progress: bool | None = (
+        None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal; False in CI)
+    )
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -81,25 +83,40 @@ class Settings:
             "run_dir": text(contract.RUN_DIR),
             "log_dir": text(contract.LOG_DIR),
             "watchdog_s": _seconds(contract.WATCHDOG, text(contract.WATCHDOG), zero_is_off=True),
-            "train_timeout_s": _seconds(contract.TRAIN_TIMEOUT, text(contract.TRAIN_TIMEOUT)) or DEFAULT_TRAIN_TIMEOUT_S,
-            "metrics_interval_s": max(MIN_METRICS_INTERVAL_S, _seconds(contract.METRICS_INTERVAL, text(contract.METRICS_INTERVAL))
-                                      or DEFAULT_METRICS_INTERVAL_S),
+            "train_timeout_s": _seconds(contract.TRAIN_TIMEOUT, text(contract.TRAIN_TIMEOUT))
+            or DEFAULT_TRAIN_TIMEOUT_S,
+            "metrics_interval_s": max(
+                MIN_METRICS_INTERVAL_S,
+                _seconds(contract.METRICS_INTERVAL, text(contract.METRICS_INTERVAL))
+                or DEFAULT_METRICS_INTERVAL_S,
+            ),
             "bind_addr": text(contract.BIND_ADDR),
             "cpu_rehearsal": _count(contract.CPU_REHEARSAL, text(contract.CPU_REHEARSAL)),
             "replica_group": _index(contract.REPLICA_GROUP, text(contract.REPLICA_GROUP)),
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
             "ft_host": text(contract.FT_HOST),
-            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True) is not False,
+            "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True)
+            is not False,
             "summary_dir": text(contract.SUMMARY_DIR),
-            "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT)) or DEFAULT_FORM_TIMEOUT_S,
-            "ft_timeout_s": _seconds(contract.FT_TIMEOUT, text(contract.FT_TIMEOUT)) or DEFAULT_FT_TIMEOUT_S,
-            "ft_quorum_timeout_s": _seconds(contract.FT_QUORUM_TIMEOUT, text(contract.FT_QUORUM_TIMEOUT))
+            "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT))
+            or DEFAULT_FORM_TIMEOUT_S,
+            "ft_timeout_s": _seconds(contract.FT_TIMEOUT, text(contract.FT_TIMEOUT))
+            or DEFAULT_FT_TIMEOUT_S,
+            "ft_quorum_timeout_s": _seconds(
+                contract.FT_QUORUM_TIMEOUT, text(contract.FT_QUORUM_TIMEOUT)
+            )
             or DEFAULT_FT_QUORUM_TIMEOUT_S,
-            "ft_start_wait_s": _seconds(contract.FT_START_WAIT, text(contract.FT_START_WAIT)) or DEFAULT_FT_START_WAIT_S,
-            "ft_linger_s": _seconds(contract.FT_LINGER, text(contract.FT_LINGER)) or DEFAULT_FT_LINGER_S,
+            "ft_start_wait_s": _seconds(contract.FT_START_WAIT, text(contract.FT_START_WAIT))
+            or DEFAULT_FT_START_WAIT_S,
+            "ft_linger_s": _seconds(contract.FT_LINGER, text(contract.FT_LINGER))
+            or DEFAULT_FT_LINGER_S,
             # unset: none in CI (its log is no terminal worth redrawing), else rank 0's terminal decides
-            "progress": _switch(contract.PROGRESS, text(contract.PROGRESS), False if any(text(v) for v in CI_VARIABLES) else None),
+            "progress": _switch(
+                contract.PROGRESS,
+                text(contract.PROGRESS),
+                False if any(text(v) for v in CI_VARIABLES) else None,
+            ),
         }
         unknown = set(arguments) - set(values)
         if unknown:

@@ -42,6 +42,10 @@ for step in range(args.steps):
 if dist.get_rank() == 0:
     state = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # compiled, not run eagerly
-    torch.save({"model": state, "losses": losses, "graphs": graphs}, os.path.join(args.out, "final.pt"))
-    print(f"first step (compile) {first:.1f} s, all {time.perf_counter() - start:.1f} s", flush=True)
+    torch.save(
+        {"model": state, "losses": losses, "graphs": graphs}, os.path.join(args.out, "final.pt")
+    )
+    print(
+        f"first step (compile) {first:.1f} s, all {time.perf_counter() - start:.1f} s", flush=True
+    )
 dist.destroy_process_group()

@@ -1,7 +1,7 @@
 """GPU-only DDP training in the style of PyTorch's torchrun tutorial (LOCAL_RANK from the env).
 
-    torchrun --nproc-per-node 2 ddp_torchrun.py --out DIR      (needs 2 GPUs and NCCL)
-    distrain run --cpu -n 2 ddp_torchrun.py --out DIR           (rehearsal on 2 CPU processes)
+torchrun --nproc-per-node 2 ddp_torchrun.py --out DIR      (needs 2 GPUs and NCCL)
+distrain run --cpu -n 2 ddp_torchrun.py --out DIR           (rehearsal on 2 CPU processes)
 """
 
 import argparse
@@ -50,7 +50,9 @@ def main() -> None:
         dist.all_reduce(total, op=dist.ReduceOp.AVG)
         torch.cuda.synchronize()
         if rank == 0:
-            print(f"epoch {epoch}: loss {total.item() / len(loader):.4f}, peak memory {torch.cuda.max_memory_allocated() >> 20} MiB")
+            print(
+                f"epoch {epoch}: loss {total.item() / len(loader):.4f}, peak memory {torch.cuda.max_memory_allocated() >> 20} MiB"
+            )
     if rank == 0:
         torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))
         torch.save(total, os.path.join(args.out, "metric.pt"))

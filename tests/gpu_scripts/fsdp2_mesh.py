@@ -46,5 +46,8 @@ full = {k: v.full_tensor() for k, v in model.state_dict().items()}
 ranks = [None] * dist.get_world_size()
 dist.all_gather_object(ranks, full)
 if dist.get_rank() == 0:
-    torch.save({"model": full, "ranks": ranks, "mesh": mesh.device_type}, os.path.join(args.out, "final.pt"))
+    torch.save(
+        {"model": full, "ranks": ranks, "mesh": mesh.device_type},
+        os.path.join(args.out, "final.pt"),
+    )
 dist.destroy_process_group()

@@ -1,7 +1,7 @@
 """GPU-only image classifier: SyncBatchNorm, mixed precision with GradScaler, pinned DataLoader workers.
 
-    torchrun --nproc-per-node 2 image_classifier.py --out DIR
-    distrain run --cpu -n 2 image_classifier.py --out DIR
+torchrun --nproc-per-node 2 image_classifier.py --out DIR
+distrain run --cpu -n 2 image_classifier.py --out DIR
 """
 
 import argparse
@@ -31,9 +31,16 @@ class Shapes(Dataset):
 
 def make_model():
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(16, 4),
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 4),
     )
 
 
@@ -82,11 +89,16 @@ def main():
                 correct[1] += labels.numel()
         dist.all_reduce(correct)
         if dist.get_rank() == 0:
-            print(f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale {scaler.get_scale()}")
+            print(
+                f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale {scaler.get_scale()}"
+            )
 
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))
-        torch.save({"scaler": scaler.state_dict(), "correct": correct.cpu()}, os.path.join(args.out, "extra.pt"))
+        torch.save(
+            {"scaler": scaler.state_dict(), "correct": correct.cpu()},
+            os.path.join(args.out, "extra.pt"),
+        )
     dist.destroy_process_group()
 
 

@@ -1,7 +1,7 @@
 """GPU-only DDP in the `python -m torch.distributed.launch` style: --local_rank on the command line.
 
-    python -m torch.distributed.launch --nproc_per_node 2 legacy_launch.py --out DIR
-    distrain run --cpu -n 2 --legacy-local-rank legacy_launch.py --out DIR
+python -m torch.distributed.launch --nproc_per_node 2 legacy_launch.py --out DIR
+distrain run --cpu -n 2 --legacy-local-rank legacy_launch.py --out DIR
 """
 
 import argparse
@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+    parser.add_argument(
+        "--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0))
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
@@ -27,7 +29,9 @@ def main() -> None:
 
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)).cuda()
-    model = nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank], output_device=args.local_rank)
+    model = nn.parallel.DistributedDataParallel(
+        model, device_ids=[args.local_rank], output_device=args.local_rank
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 
     g = torch.Generator().manual_seed(2)

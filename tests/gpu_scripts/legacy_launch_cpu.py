@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+    parser.add_argument(
+        "--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0))
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()

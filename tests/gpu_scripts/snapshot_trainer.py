@@ -58,7 +58,13 @@ class Trainer:
         self.train_data.sampler.set_epoch(epoch)
         for step, (source, targets) in enumerate(self.train_data):
             crash = os.environ.get("CRASH_ONCE")
-            if crash and epoch == 2 and step == 1 and self.gpu_id == 1 and not os.path.exists(crash):
+            if (
+                crash
+                and epoch == 2
+                and step == 1
+                and self.gpu_id == 1
+                and not os.path.exists(crash)
+            ):
                 open(crash, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
             source = source.to(self.gpu_id)
@@ -87,7 +93,13 @@ def main(total_epochs, save_every, snapshot_path, out):
     dataset = TensorDataset(torch.randn(64, 12), torch.randint(0, 3, (64,)))
     model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(), torch.nn.Linear(24, 3))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    train_data = DataLoader(dataset, batch_size=8, pin_memory=True, shuffle=False, sampler=DistributedSampler(dataset, seed=0))
+    train_data = DataLoader(
+        dataset,
+        batch_size=8,
+        pin_memory=True,
+        shuffle=False,
+        sampler=DistributedSampler(dataset, seed=0),
+    )
     trainer = Trainer(model, train_data, optimizer, save_every, snapshot_path)
     trainer.train(total_epochs)
     if int(os.environ["RANK"]) == 0:

@@ -13,4 +13,14 @@ from helpers.outputs import digits_accuracy
 from helpers.paths import EXAMPLES, REPO, SCRIPTS, SRC, TESTS
 from helpers.processes import kill_group, python, run
 
-__all__ = ["EXAMPLES", "REPO", "SCRIPTS", "SRC", "TESTS", "digits_accuracy", "kill_group", "python", "run"]
+__all__ = [
+    "EXAMPLES",
+    "REPO",
+    "SCRIPTS",
+    "SRC",
+    "TESTS",
+    "digits_accuracy",
+    "kill_group",
+    "python",
+    "run",
+]

@@ -20,8 +20,15 @@ TORCHRUN = [python(), "-m", "torch.distributed.run"]
 JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
 
 
-def distrain_run(nproc: int, *worker_args: str, restarts: int = 0, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    cmd = DISTRAIN + ["-n", str(nproc)] + (["--max-restarts", str(restarts)] if restarts else []) + [WORKER, *worker_args]
+def distrain_run(
+    nproc: int, *worker_args: str, restarts: int = 0, timeout: float = JOB_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    cmd = (
+        DISTRAIN
+        + ["-n", str(nproc)]
+        + (["--max-restarts", str(restarts)] if restarts else [])
+        + [WORKER, *worker_args]
+    )
     return run(cmd, timeout=timeout)
 
 
@@ -39,11 +46,15 @@ def assert_bitwise(a: str | Path, b: str | Path) -> None:
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert result.returncode == 0, f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    )
     return result
 
 
-def shared_baseline(tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2) -> Path:
+def shared_baseline(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2
+) -> Path:
     """An uninterrupted run, computed once per test session even across xdist workers."""
     root = tmp_path_factory.getbasetemp().parent
     # keyed by the worker's code too: sessions of other checkouts share this directory

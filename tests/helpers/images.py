@@ -16,5 +16,7 @@ def class_folders(root: Path, per_class: int, seed: int) -> np.random.Generator:
     for c, name in enumerate(CLASSES):
         (root / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
-            Image.fromarray((rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")).save(root / name / f"{i}.jpg")
+            Image.fromarray((rng.random((36, 44, 3)) * 80 + c * 80).astype("uint8")).save(
+                root / name / f"{i}.jpg"
+            )
     return rng

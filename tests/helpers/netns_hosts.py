@@ -77,34 +77,62 @@ class Hosts:
 
     def shape(self, rate: str | None) -> None:
         """Limit every host's link to `rate` (tc units: 100mbit, 1gbit, 10gbit), both ways; None lifts the limit."""
-        ends = [(name, self.iface) for name in self.names] + [(self.hub, port) for port in self.ports]
+        ends = [(name, self.iface) for name in self.names] + [
+            (self.hub, port) for port in self.ports
+        ]
         for ns, dev in ends:
             if rate is None:
-                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True, timeout=30)
+                subprocess.run(
+                    ["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
+                    capture_output=True,
+                    timeout=30,
+                )
                 continue
-            res = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, *tbf_args(rate)],
-                                 capture_output=True, text=True, timeout=30)
+            res = subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, *tbf_args(rate)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if res.returncode != 0:
-                raise Unavailable(f"tc tbf on {dev} failed here: {res.stderr.strip() or res.returncode}")
+                raise Unavailable(
+                    f"tc tbf on {dev} failed here: {res.stderr.strip() or res.returncode}"
+                )
         self.rate = rate
 
     def cmd(self, i: int, argv: list[str]) -> list[str]:
         """`argv` run inside host i."""
         return ["ip", "netns", "exec", self.names[i], *argv]
 
-    def start(self, i: int, argv: list[str], log: Path, env: dict[str, str] | None = None, err_log: Path | None = None) -> subprocess.Popen[str]:
+    def start(
+        self,
+        i: int,
+        argv: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        err_log: Path | None = None,
+    ) -> subprocess.Popen[str]:
         """Start `argv` in host i in a new session, stdout+stderr to `log` (stderr to `err_log` if given); killed at teardown."""
         full = {**os.environ, "DTEST_NODE": self.names[i], **(env or {})}
         handle = open(log, "w")  # noqa: SIM115 - closed right after the child has inherited it
         err = open(err_log, "w") if err_log else None  # noqa: SIM115 - likewise
-        proc = subprocess.Popen(self.cmd(i, argv), stdout=handle, stderr=err or subprocess.STDOUT, text=True, env=full, start_new_session=True)
+        proc = subprocess.Popen(
+            self.cmd(i, argv),
+            stdout=handle,
+            stderr=err or subprocess.STDOUT,
+            text=True,
+            env=full,
+            start_new_session=True,
+        )
         handle.close()
         if err:
             err.close()
         self.procs.append(proc)
         return proc
 
-    def wait(self, procs: list[subprocess.Popen[str]], timeout: float, logs: list[Path]) -> list[int]:
+    def wait(
+        self, procs: list[subprocess.Popen[str]], timeout: float, logs: list[Path]
+    ) -> list[int]:
         """Exit codes of `procs`; on timeout kill them all and fail with their logs."""
         deadline = time.monotonic() + timeout
         codes = []
@@ -120,7 +148,9 @@ class Hosts:
 
     def kill_node(self, i: int) -> int:
         """SIGKILL every process in node `i`'s namespace at once (the machine dies); how many."""
-        pids = subprocess.run(["ip", "netns", "pids", self.names[i]], capture_output=True, text=True, check=True).stdout.split()
+        pids = subprocess.run(
+            ["ip", "netns", "pids", self.names[i]], capture_output=True, text=True, check=True
+        ).stdout.split()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
@@ -185,7 +215,9 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
                 _ip("-n", hub, "link", "set", outer, "up")
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
             detail = getattr(err, "stderr", "") or str(err)
-            raise Unavailable(f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): {str(detail).strip()}") from None
+            raise Unavailable(
+                f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): {str(detail).strip()}"
+            ) from None
         made_hosts = Hosts(names, addrs, hub, ports=[f"{tag}b{i}" for i in range(n)])
         try:
             if rate is not None:
@@ -198,4 +230,3 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
         for i in range(n):  # a veth pair left in this namespace by a failed set-up step
             subprocess.run(["ip", "link", "del", f"{tag}a{i}"], capture_output=True, timeout=30)
-

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 
-def run(cmd: list[str] | str, timeout: float = 120, env: dict[str, str] | None = None, cwd: str | Path | None = None, check: bool = False) -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str] | str,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run `cmd` in its own process group; on timeout kill the whole group and fail the test."""
     full_env = dict(os.environ)
     if env:
@@ -31,12 +37,16 @@ def run(cmd: list[str] | str, timeout: float = 120, env: dict[str, str] | None =
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+        pytest.fail(
+            f"timed out after {timeout}s: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}"
+        )
     finally:
         kill_group(proc)
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if check and proc.returncode != 0:
-        pytest.fail(f"exit {proc.returncode}: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+        pytest.fail(
+            f"exit {proc.returncode}: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}"
+        )
     return result
 
 

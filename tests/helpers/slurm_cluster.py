@@ -48,7 +48,17 @@ class SlurmNode:
         if not self.netns:
             return argv
         mount = 'mount --bind "$0" /etc/hosts && exec "$@"'
-        return ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "-m", "sh", "-c", mount, self.hosts_file, *argv]
+        return [
+            "nsenter",
+            f"--net=/run/netns/{self.netns}",
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            mount,
+            self.hosts_file,
+            *argv,
+        ]
 
 
 class SlurmUnavailable(Exception):
@@ -70,11 +80,21 @@ class SlurmCluster:
     nodes: list[SlurmNode] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def cmd(self, *argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def cmd(
+        self, *argv: str, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """Run a SLURM client command against this cluster (in the first node's namespace)."""
-        out = subprocess.run(self.nodes[0].wrap(list(argv)), env=self.env, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            self.nodes[0].wrap(list(argv)),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and out.returncode != 0:
-            raise AssertionError(f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}")
+            raise AssertionError(
+                f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}"
+            )
         return out
 
     def sbatch(self, script: Path, *flags: str, cwd: Path) -> str:
@@ -105,12 +125,18 @@ class SlurmCluster:
             if info.get("JobState") in states:
                 return info
             time.sleep(0.5)
-        raise AssertionError(f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} {info.get('Reason')}\n{self.logs()}")
+        raise AssertionError(
+            f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} {info.get('Reason')}\n{self.logs()}"
+        )
 
     def logs(self, tail: int = 2500) -> str:
         """The tail of the daemons' logs (for failure messages)."""
         parts = []
-        for name in ("slurmctld.log", *(f"slurmd-{n.name}.log" for n in self.nodes), "munge/munged.log"):
+        for name in (
+            "slurmctld.log",
+            *(f"slurmd-{n.name}.log" for n in self.nodes),
+            "munge/munged.log",
+        ):
             path = self.directory / name
             if path.exists():
                 parts.append(f"--- {name}\n{path.read_text(errors='replace')[-tail:]}")
@@ -137,32 +163,42 @@ def _wait_idle(cluster: SlurmCluster, timeout: float) -> None:
     while time.monotonic() < deadline:
         for name, proc in cluster.procs.items():
             if proc.poll() is not None:
-                raise SlurmUnavailable(f"{name} exited with {proc.returncode} at start\n{cluster.logs()}")
+                raise SlurmUnavailable(
+                    f"{name} exited with {proc.returncode} at start\n{cluster.logs()}"
+                )
         out = cluster.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=20)
         last = (out.stdout + out.stderr).strip()
         if out.returncode == 0 and all(f"{n.name} idle" in out.stdout for n in cluster.nodes):
             return
         time.sleep(0.5)
-    raise SlurmUnavailable(f"nodes not idle within {timeout:g}s (sinfo: {last!r})\n{cluster.logs()}")
+    raise SlurmUnavailable(
+        f"nodes not idle within {timeout:g}s (sinfo: {last!r})\n{cluster.logs()}"
+    )
 
 
 def _hosts_file(directory: Path, nodes: list[SlurmNode]) -> str:
     """/etc/hosts plus every node's name, for the namespaces' private /etc/hosts."""
-    base = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else "127.0.0.1 localhost\n"
+    base = (
+        Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else "127.0.0.1 localhost\n"
+    )
     path = directory / "hosts"
     path.write_text(base.rstrip("\n") + "\n" + "".join(f"{n.addr} {n.name}\n" for n in nodes))
     path.chmod(0o644)
     return str(path)
 
 
-def start_cluster(nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: float = 60) -> SlurmCluster:
+def start_cluster(
+    nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: float = 60
+) -> SlurmCluster:
     """Start munged, slurmctld and the nodes' slurmds; SlurmUnavailable (with the reason) if impossible."""
     nodes = nodes or [SlurmNode(NODE)]
     if os.geteuid() != 0:
         raise SlurmUnavailable("SLURM tests need root (the daemons run as root here)")
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
     if missing:
-        raise SlurmUnavailable(f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)")
+        raise SlurmUnavailable(
+            f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)"
+        )
     try:
         import pwd
 
@@ -186,7 +222,10 @@ def start_cluster(nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: 
         (directory / f"spool-{node.name}").mkdir()
     conf = directory / "slurm.conf"
     text = TEMPLATE.read_text()
-    node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory=1000 State=UNKNOWN" for n in nodes)
+    node_lines = "\n".join(
+        f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
+        for n in nodes
+    )
     for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(), "@CTLD_ADDR@": nodes[0].addr,
                          "@NODES@": node_lines, "@GRACE@": "40",
                          "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
@@ -210,7 +249,9 @@ def start_cluster(nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: 
             if cluster.procs["munged"].poll() is not None or time.monotonic() > deadline:
                 raise SlurmUnavailable(f"munged did not start\n{cluster.logs()}")
             time.sleep(0.1)
-        cluster.procs["slurmctld"] = subprocess.Popen(nodes[0].wrap(["slurmctld", "-D", "-i", "-f", str(conf)]), env=env, **quiet)
+        cluster.procs["slurmctld"] = subprocess.Popen(
+            nodes[0].wrap(["slurmctld", "-D", "-i", "-f", str(conf)]), env=env, **quiet
+        )
         for node in nodes:
             argv = node.wrap(["slurmd", "-D", "-N", node.name, "-f", str(conf)])
             cluster.procs[f"slurmd:{node.name}"] = subprocess.Popen(argv, env=env, **quiet)

@@ -30,8 +30,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-VERSION, STALL, SLOW, CORRUPT = ("DTEST_FAULT_DOCTOR_VERSION", "DTEST_FAULT_DOCTOR_STALL",
-                                 "DTEST_FAULT_DOCTOR_SLOW", "DTEST_FAULT_BENCH_CORRUPT")
+VERSION, STALL, SLOW, CORRUPT = (
+    "DTEST_FAULT_DOCTOR_VERSION",
+    "DTEST_FAULT_DOCTOR_STALL",
+    "DTEST_FAULT_DOCTOR_SLOW",
+    "DTEST_FAULT_BENCH_CORRUPT",
+)
 CONFIGURE = "DTEST_FAULT_FT_CONFIGURE"
 #: how long a stalled rank hangs before it gives up (the job normally kills it first)
 HANG_S = 120.0
@@ -112,14 +116,19 @@ def _patch_ft_configure(process_group: Any) -> None:
     def failing_configure(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not failed:
             failed.append(True)
-            raise RuntimeError(f"{CONFIGURE}: injected: Failed to recv (group {where[0]}, rank {where[1]})")
+            raise RuntimeError(
+                f"{CONFIGURE}: injected: Failed to recv (group {where[0]}, rank {where[1]})"
+            )
         return configure(self, *args, **kwargs)
 
     cls.configure = failing_configure
 
 
-PATCHES: dict[str, Callable[[Any], None]] = {"distrain.doctor.ranks": _patch_doctor, "distrain.bench.comm": _patch_bench_comm,
-                                             "torchft.process_group": _patch_ft_configure}
+PATCHES: dict[str, Callable[[Any], None]] = {
+    "distrain.doctor.ranks": _patch_doctor,
+    "distrain.bench.comm": _patch_bench_comm,
+    "torchft.process_group": _patch_ft_configure,
+}
 
 
 class _Patcher(importlib.abc.MetaPathFinder):

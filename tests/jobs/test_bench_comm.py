@@ -16,8 +16,16 @@ BENCH = [python(), "-m", "distrain.cli", "bench", "comm"]
 
 
 def test_sizes_and_factors() -> None:
-    assert sizes(8, 64) == [8, 16, 32, 64] and parse_bytes("64M") == 64 * 2**20 and parse_bytes("4K") == 4096
-    assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("all_gather", 4) == 0.75 and bus_factor("broadcast", 4) == 1
+    assert (
+        sizes(8, 64) == [8, 16, 32, 64]
+        and parse_bytes("64M") == 64 * 2**20
+        and parse_bytes("4K") == 4096
+    )
+    assert (
+        bus_factor("all_reduce", 4) == 1.5
+        and bus_factor("all_gather", 4) == 0.75
+        and bus_factor("broadcast", 4) == 1
+    )
 
 
 def test_all_ops_positive_and_correct(tmp_path: Path) -> None:
@@ -26,11 +34,18 @@ def test_all_ops_positive_and_correct(tmp_path: Path) -> None:
                        "--plot", str(plot)], timeout=240)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     # the plot (busbw per size and op), and nothing about how the tool's own ranks start
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {plot}" in res.stderr, res.stderr[-2000:]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {plot}" in res.stderr, (
+        res.stderr[-2000:]
+    )
     assert "runs a module" not in res.stderr, res.stderr[-2000:]
     doc = json.loads(res.stdout)
     assert doc["schema_version"] == 1 and doc["world_size"] == 2 and doc["backend"] == "gloo"
-    assert {r["op"] for r in doc["results"]} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
+    assert {r["op"] for r in doc["results"]} == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+    }
     assert sorted({r["bytes"] for r in doc["results"]}) == [8, 512, 32768]
     for r in doc["results"]:
         assert r["time_us"] > 0 and r["algbw_gbps"] > 0 and r["correct"] is True, r
@@ -39,17 +54,41 @@ def test_all_ops_positive_and_correct(tmp_path: Path) -> None:
 
 
 def test_corrupted_rank_fails_the_check() -> None:
-    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-e", "16", "--ops", "all_reduce,reduce_scatter", "--iters", "2", "--warmup", "0"],
-              timeout=240, env=fault_env(DTEST_FAULT_BENCH_CORRUPT="1"))
+    res = run(
+        BENCH
+        + [
+            "-n",
+            "2",
+            "--device",
+            "cpu",
+            "--json",
+            "-e",
+            "16",
+            "--ops",
+            "all_reduce,reduce_scatter",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+        ],
+        timeout=240,
+        env=fault_env(DTEST_FAULT_BENCH_CORRUPT="1"),
+    )
     doc = json.loads(res.stdout)
     assert res.returncode != 0
     assert doc["summary"]["all_correct"] is False
-    assert all(r["correct"] is False and r["wrong_ranks"] == [1] for r in doc["results"]), doc["results"]
+    assert all(r["correct"] is False and r["wrong_ranks"] == [1] for r in doc["results"]), doc[
+        "results"
+    ]
 
 
 def test_bad_input_is_one_line() -> None:
     res = run(BENCH + ["--ops", "all_to_all"], timeout=120)
-    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert (
+        res.returncode == 2
+        and len(res.stderr.strip().splitlines()) == 1
+        and "Traceback" not in res.stderr
+    ), res.stderr
 
 
 def test_one_process_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

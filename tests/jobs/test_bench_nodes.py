@@ -19,8 +19,24 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     out = tmp_path / "report"
     with make_hosts(2, rate="100mbit") as hosts:
         prefix = hosts.names[0][:-1]  # names are <tag>n0, <tag>n1
-        args = ["--nproc", "1", "--no-all-cores", "--nodes", "1,2", "--node-exec", f"ip netns exec {prefix}{{node}}", "--master-addr", hosts.addrs[0],
-                "--link-label", "100 Mbit/s", "--epochs", "1", "--out", str(out), str(SCRIPTS / "bench_steps.py")]
+        args = [
+            "--nproc",
+            "1",
+            "--no-all-cores",
+            "--nodes",
+            "1,2",
+            "--node-exec",
+            f"ip netns exec {prefix}{{node}}",
+            "--master-addr",
+            hosts.addrs[0],
+            "--link-label",
+            "100 Mbit/s",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            str(SCRIPTS / "bench_steps.py"),
+        ]
         res = run(BENCH + args, timeout=480)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
@@ -30,16 +46,30 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     assert two["status"] == "ok" and two["nproc"] == 2 and two["samples_per_s"] > 0, two
     # a static --nnodes 2 job only finishes when both namespaces' launchers joined it
     command = next(r["command"] for r in results["rounds"] if r["name"] == "2nodes-n1-bn")
-    assert command[2:6] == ["distrain.bench.nodes", "launch", "--nnodes", "2"] and f"{prefix}{{node}}" in " ".join(command), command
-    assert results["links"] == "100 Mbit/s" and "linked by 100 Mbit/s" in (out / "report.md").read_text()
+    assert command[2:6] == [
+        "distrain.bench.nodes",
+        "launch",
+        "--nnodes",
+        "2",
+    ] and f"{prefix}{{node}}" in " ".join(command), command
+    assert (
+        results["links"] == "100 Mbit/s"
+        and "linked by 100 Mbit/s" in (out / "report.md").read_text()
+    )
     # one table from several studies: 1 node against 2 nodes
-    table = run([python(), "-m", "distrain.bench.nodes", "combine", str(out)], timeout=60, check=True).stdout
+    table = run(
+        [python(), "-m", "distrain.bench.nodes", "combine", str(out)], timeout=60, check=True
+    ).stdout
     row = next(ln for ln in table.splitlines() if "2nodes-n1-bn" in ln)
     assert row.startswith("| 100 Mbit/s | 2nodes-n1-bn | 2 | 2 |") and "x |" in row, table
 
 
 def test_multi_node_options_are_checked() -> None:
     res = run(BENCH + ["--nodes", "1,2", "--master-addr", "10.0.0.1"], timeout=60)
-    assert res.returncode == 2 and "--node-exec" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert (
+        res.returncode == 2
+        and "--node-exec" in res.stderr
+        and len(res.stderr.strip().splitlines()) == 1
+    ), res.stderr
     res = run(BENCH + ["--nodes", "0"], timeout=60)
     assert res.returncode == 2 and "--nodes" in res.stderr, res.stderr

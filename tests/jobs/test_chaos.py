@@ -37,4 +37,6 @@ def test_a_two_node_trial_keeps_the_promise() -> None:
                "--kinds", "nodes_static", "--faults", "kill_node_launcher,link_down"], timeout=540)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "SIGKILL node " in res.stdout and "then [0, 0]" in res.stdout, res.stdout[-3000:]
-    assert "| nodes_static | kill_node_launcher | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in res.stdout, res.stdout[-3000:]
+    assert "| nodes_static | kill_node_launcher | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in res.stdout, (
+        res.stdout[-3000:]
+    )

@@ -49,12 +49,18 @@ FAULTS = {
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_sigkill_resume_is_bitwise_equal(fault: str, baseline: Path, tmp_path: Path) -> None:
     out = tmp_path / "final.pt"
-    result = ok(distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(out), *FAULTS[fault], restarts=2))
+    result = ok(
+        distrain_run(
+            2, "--dir", str(tmp_path / "ckpt"), "--out", str(out), *FAULTS[fault], restarts=2
+        )
+    )
     assert (tmp_path / "ckpt" / "FAULT_DONE").exists(), "the fault was not injected"
     assert "killed by SIGKILL" in result.stderr or "exitcode: -9" in result.stderr
     if fault != "kill-before-first-save":
         assert "distrain: resumed from" in result.stdout
-    if fault == "kill-rank1-during-save":  # rank 0 waited for its report: it must see the writer died, not wait 5 s
+    if (
+        fault == "kill-rank1-during-save"
+    ):  # rank 0 waited for its report: it must see the writer died, not wait 5 s
         assert "save of step 12 abandoned: rank 1 died while writing it" in result.stderr
     assert_bitwise(baseline, out)
 
@@ -64,15 +70,24 @@ FSDP_FAULTS = ["kill-during-async-write"]
 
 
 @pytest.mark.parametrize("fault", FSDP_FAULTS)
-def test_sigkill_under_fsdp_resumes_bitwise(fault: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+def test_sigkill_under_fsdp_resumes_bitwise(
+    fault: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     """FSDP2-sharded model and optimizer: each rank's shard in its own DCP file, resumed bit for bit."""
     reference = shared_baseline(tmp_path_factory, "f32-fsdp", "--strategy", "fsdp")
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"
-    result = ok(distrain_run(2, "--strategy", "fsdp", "--dir", str(d), "--out", str(out), *FAULTS[fault], restarts=2))
+    result = ok(
+        distrain_run(
+            2, "--strategy", "fsdp", "--dir", str(d), "--out", str(out), *FAULTS[fault], restarts=2
+        )
+    )
     assert (d / "FAULT_DONE").exists(), "the fault was not injected"
     assert "distrain: resumed from" in result.stdout
     newest = sorted(d.glob("step_*"))[-1]
-    assert {p.name for p in newest.glob("__*_0.distcp")} == {"__0_0.distcp", "__1_0.distcp"}  # one shard per rank
+    assert {p.name for p in newest.glob("__*_0.distcp")} == {
+        "__0_0.distcp",
+        "__1_0.distcp",
+    }  # one shard per rank
     assert_bitwise(reference, out)
 
 
@@ -85,11 +100,31 @@ def test_sigkill_under_plain_torchrun_3_times(baseline: Path, tmp_path: Path) ->
     regression survives the three restarts of this job (a SIGKILL in each attempt, at another
     step each time) with probability (1/3)^3 < 4 %."""
     d = tmp_path / "r"
-    cmd = TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", "3", "--monitor-interval", "0.1", WORKER, "--",
-                      "--dir", str(d), "--out", str(d / "final.pt"), "--kill-at", "5", "--kill-again", "7", "--kill-again", "9"]
+    cmd = TORCHRUN + [
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "3",
+        "--monitor-interval",
+        "0.1",
+        WORKER,
+        "--",
+        "--dir",
+        str(d),
+        "--out",
+        str(d / "final.pt"),
+        "--kill-at",
+        "5",
+        "--kill-again",
+        "7",
+        "--kill-again",
+        "9",
+    ]
     result = ok(run(cmd, timeout=JOB_TIMEOUT))
     assert (d / "FAULT_DONE").exists()
-    assert result.stdout.count("distrain: resumed from") == 3, result.stdout[-3000:]  # every restart resumed
+    assert result.stdout.count("distrain: resumed from") == 3, result.stdout[
+        -3000:
+    ]  # every restart resumed
     assert_bitwise(baseline, d / "final.pt")
 
 
@@ -100,19 +135,50 @@ def test_survivor_of_a_sigkill_does_not_wait_for_its_dead_peer(tmp_path: Path) -
     and slept 5 s before exiting.  Bound: the restarted attempt's process group is up within 3 s
     of the kill (it takes ~0.3 s on a quiet machine; the stall alone was 5 s)."""
     timeline = tmp_path / "timeline"
-    ok(distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "final.pt"), "--kill-at", "6",
-                    "--step-sleep", "0.05", "--timeline", str(timeline), restarts=1))
+    ok(
+        distrain_run(
+            2,
+            "--dir",
+            str(tmp_path / "ckpt"),
+            "--out",
+            str(tmp_path / "final.pt"),
+            "--kill-at",
+            "6",
+            "--step-sleep",
+            "0.05",
+            "--timeline",
+            str(timeline),
+            restarts=1,
+        )
+    )
     events = dict(line.split() for line in timeline.read_text().splitlines())
     gap = float(events["restarted"]) - float(events["fault"])
-    assert gap < 3.0, f"the group restarted {gap:.1f} s after the kill: the survivor waited for its dead peer"
+    assert gap < 3.0, (
+        f"the group restarted {gap:.1f} s after the kill: the survivor waited for its dead peer"
+    )
 
 
 # -- SIGTERM to the launcher, then a fresh start ----------------------------------------------
 def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) -> None:
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"
-    cmd = DISTRAIN + ["-n", "2", WORKER, "--dir", str(d), "--out", str(out), "--every", "100",
-                      "--step-sleep", "0.3", "--ready-at", "5"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = DISTRAIN + [
+        "-n",
+        "2",
+        WORKER,
+        "--dir",
+        str(d),
+        "--out",
+        str(out),
+        "--every",
+        "100",
+        "--step-sleep",
+        "0.3",
+        "--ready-at",
+        "5",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + JOB_TIMEOUT
         while not Path(str(out) + ".ready").exists():
@@ -126,7 +192,9 @@ def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) ->
     assert proc.returncode != 0
     assert "received SIGTERM" in err
     saved = sorted(p.name for p in d.glob("step_*"))
-    assert len(saved) == 1 and 5 <= int(saved[0][5:]) < 16, saved  # saved where it stopped, mid-epoch
+    assert len(saved) == 1 and 5 <= int(saved[0][5:]) < 16, (
+        saved
+    )  # saved where it stopped, mid-epoch
     assert not out.exists()
     result = ok(distrain_run(2, "--dir", str(d), "--out", str(out), "--every", "100"))
     assert f"resumed from {d / saved[0]}" in result.stdout
@@ -136,30 +204,51 @@ def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) ->
 # -- another world size ------------------------------------------------------------------------
 @pytest.mark.parametrize("new_world", [1, 3])
 @pytest.mark.slow
-def test_resume_on_another_world_size(new_world: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+def test_resume_on_another_world_size(
+    new_world: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     common = ["--float64", "--dropout", "0", "--epochs", "2"]
     reference = shared_baseline(tmp_path_factory, "f64", *common)
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"
-    ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "part.pt"), "--stop-at", "6", *common))
+    ok(
+        distrain_run(
+            2, "--dir", str(d), "--out", str(tmp_path / "part.pt"), "--stop-at", "6", *common
+        )
+    )
     if new_world == 1:
-        result = ok(run([python(), WORKER, "--dir", str(d), "--out", str(out), *common], timeout=JOB_TIMEOUT))
+        result = ok(
+            run(
+                [python(), WORKER, "--dir", str(d), "--out", str(out), *common], timeout=JOB_TIMEOUT
+            )
+        )
     else:
         result = ok(distrain_run(new_world, "--dir", str(d), "--out", str(out), *common))
     assert "resumed from" in result.stdout and "step 6, saved on 2 rank(s)" in result.stdout
     ref, got = params(reference), params(out)
     for key in ref:
         torch.testing.assert_close(got[key], ref[key], rtol=1e-6, atol=1e-9)
-    assert any(not torch.equal(got[k], params(tmp_path / "part.pt")[k]) for k in ref), "it did not train after resuming"
+    assert any(not torch.equal(got[k], params(tmp_path / "part.pt")[k]) for k in ref), (
+        "it did not train after resuming"
+    )
 
 
 def assert_close_state(saved: Path, restored: Path, rtol: float = 1e-6) -> None:
     """Model and optimizer state (full, unsharded) of two dumps agree to `rtol`."""
     a, b = torch.load(saved, weights_only=True), torch.load(restored, weights_only=True)
-    assert a["step"] == b["step"] and set(a["model"]) == set(b["model"]) and set(a["opt"]["state"]) == set(b["opt"]["state"])
+    assert (
+        a["step"] == b["step"]
+        and set(a["model"]) == set(b["model"])
+        and set(a["opt"]["state"]) == set(b["opt"]["state"])
+    )
     for key in a["model"]:
         torch.testing.assert_close(b["model"][key], a["model"][key], rtol=rtol, atol=1e-9)
     for key, state in a["opt"]["state"].items():
-        torch.testing.assert_close(b["opt"]["state"][key]["momentum_buffer"], state["momentum_buffer"], rtol=rtol, atol=1e-9)
+        torch.testing.assert_close(
+            b["opt"]["state"][key]["momentum_buffer"],
+            state["momentum_buffer"],
+            rtol=rtol,
+            atol=1e-9,
+        )
     assert b["opt"]["param_groups"][0]["lr"] == a["opt"]["param_groups"][0]["lr"]
 
 
@@ -167,15 +256,42 @@ F64 = ["--float64", "--dropout", "0", "--epochs", "2"]
 
 
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
-def test_fsdp_reshard(before: int, after: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+def test_fsdp_reshard(
+    before: int, after: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     """FSDP on 2 ranks resumes on 3 and back: the restored full state equals the saved one; the
     run then ends where an uninterrupted one does (same global batch, same sample order)."""
     reference = shared_baseline(tmp_path_factory, "f64", *F64)
     d = tmp_path / "ckpt"
-    ok(distrain_run(before, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "saved.pt"), "--stop-at", "6", *F64))
+    ok(
+        distrain_run(
+            before,
+            "--strategy",
+            "fsdp",
+            "--dir",
+            str(d),
+            "--out",
+            str(tmp_path / "saved.pt"),
+            "--stop-at",
+            "6",
+            *F64,
+        )
+    )
     assert len(list((d / "step_00000006").glob("__*_0.distcp"))) == before
-    result = ok(distrain_run(after, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "final.pt"),
-                             "--dump-restored", str(tmp_path / "restored.pt"), *F64))
+    result = ok(
+        distrain_run(
+            after,
+            "--strategy",
+            "fsdp",
+            "--dir",
+            str(d),
+            "--out",
+            str(tmp_path / "final.pt"),
+            "--dump-restored",
+            str(tmp_path / "restored.pt"),
+            *F64,
+        )
+    )
     assert f"step 6, saved on {before} rank(s)" in result.stdout
     assert_close_state(tmp_path / "saved.pt", tmp_path / "restored.pt")
     assert_close_state(reference, tmp_path / "final.pt")
@@ -186,9 +302,34 @@ def test_ddp_fsdp_ddp_round_trip(tmp_path_factory: pytest.TempPathFactory, tmp_p
     reference = shared_baseline(tmp_path_factory, "f64", *F64)
     d = tmp_path / "ckpt"
     ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "ddp.pt"), "--stop-at", "4", *F64))
-    ok(distrain_run(3, "--strategy", "fsdp", "--dir", str(d), "--out", str(tmp_path / "fsdp.pt"), "--stop-at", "9",
-                    "--dump-restored", str(tmp_path / "restored1.pt"), *F64))
-    result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "final.pt"), "--dump-restored", str(tmp_path / "restored2.pt"), *F64))
+    ok(
+        distrain_run(
+            3,
+            "--strategy",
+            "fsdp",
+            "--dir",
+            str(d),
+            "--out",
+            str(tmp_path / "fsdp.pt"),
+            "--stop-at",
+            "9",
+            "--dump-restored",
+            str(tmp_path / "restored1.pt"),
+            *F64,
+        )
+    )
+    result = ok(
+        distrain_run(
+            2,
+            "--dir",
+            str(d),
+            "--out",
+            str(tmp_path / "final.pt"),
+            "--dump-restored",
+            str(tmp_path / "restored2.pt"),
+            *F64,
+        )
+    )
     assert "step 9, saved on 3 rank(s)" in result.stdout
     assert_close_state(tmp_path / "ddp.pt", tmp_path / "restored1.pt")
     assert_close_state(tmp_path / "fsdp.pt", tmp_path / "restored2.pt")
@@ -211,7 +352,11 @@ def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path: Path) -> Non
     extra = ["--strategy", "fsdp"] if strategy == "fsdp" else []
     d, restored, final = tmp_path / "ckpt", tmp_path / "restored.pt", tmp_path / "final.pt"
     shutil.copytree(V01, d)
-    result = ok(distrain_run(2, "--dir", str(d), "--out", str(final), "--dump-restored", str(restored), *extra))
+    result = ok(
+        distrain_run(
+            2, "--dir", str(d), "--out", str(final), "--dump-restored", str(restored), *extra
+        )
+    )
     assert f"resumed from {d / 'step_00000006'} (step 6" in result.stdout
     fixture = torch.load(V01 / "step_00000006" / "shared.pt", weights_only=True)["objects"]
     got = torch.load(restored, weights_only=True)
@@ -220,11 +365,17 @@ def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path: Path) -> Non
         assert torch.equal(got["model"][key], value), f"{key} was not restored exactly"
     order = list(fixture["model"])  # the MLP's parameters, in torch's numbering of them
     for index, state in fixture["optimizer"]["state"].items():
-        assert torch.equal(got["opt"]["state"][order[index]]["momentum_buffer"], state["momentum_buffer"])
+        assert torch.equal(
+            got["opt"]["state"][order[index]]["momentum_buffer"], state["momentum_buffer"]
+        )
 
     d2 = tmp_path / "ckpt2"
     shutil.copytree(V01, d2)
-    ok(distrain_run(2, "--dir", str(d2), "--out", str(tmp_path / "part.pt"), "--stop-at", "10", *extra))
+    ok(
+        distrain_run(
+            2, "--dir", str(d2), "--out", str(tmp_path / "part.pt"), "--stop-at", "10", *extra
+        )
+    )
     result = ok(distrain_run(2, "--dir", str(d2), "--out", str(tmp_path / "final2.pt"), *extra))
     assert f"resumed from {d2 / 'step_00000010'} (step 10" in result.stdout
     assert_bitwise(final, tmp_path / "final2.pt")
@@ -232,18 +383,40 @@ def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path: Path) -> Non
 
 def test_resume_with_another_global_batch_is_a_clear_error(tmp_path: Path) -> None:
     d = tmp_path / "ckpt"
-    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"], timeout=JOB_TIMEOUT))
-    result = run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--global-batch", "8"], timeout=JOB_TIMEOUT)
+    ok(
+        run(
+            [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"],
+            timeout=JOB_TIMEOUT,
+        )
+    )
+    result = run(
+        [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--global-batch", "8"],
+        timeout=JOB_TIMEOUT,
+    )
     assert result.returncode != 0
-    assert "distrain: error: cannot resume loader" in result.stderr and "global batch 12 != current 8" in result.stderr
+    assert (
+        "distrain: error: cannot resume loader" in result.stderr
+        and "global batch 12 != current 8" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
 # -- one rank fails ------------------------------------------------------------------------------
 def test_one_rank_raises_job_ends_with_root_cause_once(tmp_path: Path) -> None:
     timeline = tmp_path / "timeline.txt"
-    result = distrain_run(2, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x.pt"), "--raise-at", "3",
-                          "--step-sleep", "0.1", "--timeline", str(timeline))
+    result = distrain_run(
+        2,
+        "--dir",
+        str(tmp_path / "ckpt"),
+        "--out",
+        str(tmp_path / "x.pt"),
+        "--raise-at",
+        "3",
+        "--step-sleep",
+        "0.1",
+        "--timeline",
+        str(timeline),
+    )
     ended = time.time()
     assert result.returncode == 1
     assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
@@ -251,5 +424,7 @@ def test_one_rank_raises_job_ends_with_root_cause_once(tmp_path: Path) -> None:
     assert "distrain run: job failed: rank 1 " in result.stderr
     assert "ValueError: injected failure on rank 1" in result.stderr.splitlines()[-1]
     # a liveness bound, not a speed claim: from the exception to the launcher's exit
-    raised = float(next(ln.split()[1] for ln in timeline.read_text().splitlines() if ln.startswith("fault")))
+    raised = float(
+        next(ln.split()[1] for ln in timeline.read_text().splitlines() if ln.startswith("fault"))
+    )
     assert ended - raised <= 10, f"the job ended {ended - raised:.1f} s after rank 1 raised"

@@ -28,7 +28,11 @@ def three_checkpoints_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("three")
     d = tmp / "ckpt"
     ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp / "a.pt")], timeout=JOB_TIMEOUT))
-    assert sorted(p.name for p in d.glob("step_*")) == ["step_00000008", "step_00000012", "step_00000016"]
+    assert sorted(p.name for p in d.glob("step_*")) == [
+        "step_00000008",
+        "step_00000012",
+        "step_00000016",
+    ]
     assert (d / "latest").read_text().strip() == "step_00000016"
     return d
 
@@ -46,15 +50,30 @@ def _flip_byte(path: Path) -> None:
 
 
 CORRUPTIONS = {
-    "truncate-shard": (lambda d: os.truncate(d / "__0_0.distcp", (d / "__0_0.distcp").stat().st_size // 2), "__0_0.distcp has"),
-    "flip-a-byte-in-shard": (lambda d: _flip_byte(d / "__0_0.distcp"), "__0_0.distcp fails its sha256"),
-    "flip-a-byte-in-dcp-metadata": (lambda d: _flip_byte(d / ".metadata"), ".metadata fails its sha256"),
-    "flip-a-byte-in-rank-file": (lambda d: _flip_byte(d / "rank_00000.pt"), "rank_00000.pt fails its sha256"),
+    "truncate-shard": (
+        lambda d: os.truncate(d / "__0_0.distcp", (d / "__0_0.distcp").stat().st_size // 2),
+        "__0_0.distcp has",
+    ),
+    "flip-a-byte-in-shard": (
+        lambda d: _flip_byte(d / "__0_0.distcp"),
+        "__0_0.distcp fails its sha256",
+    ),
+    "flip-a-byte-in-dcp-metadata": (
+        lambda d: _flip_byte(d / ".metadata"),
+        ".metadata fails its sha256",
+    ),
+    "flip-a-byte-in-rank-file": (
+        lambda d: _flip_byte(d / "rank_00000.pt"),
+        "rank_00000.pt fails its sha256",
+    ),
     "truncate-shared": (lambda d: os.truncate(d / "shared.pt", 100), "shared.pt has 100 bytes"),
     "delete-shard": (lambda d: (d / "__0_0.distcp").unlink(), "__0_0.distcp is missing"),
     "delete-manifest": (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
     # a file the manifest does not list would be loaded unchecked (a rank file of a 2nd rank)
-    "unlisted-rank-file": (lambda d: shutil.copy(d / "rank_00000.pt", d / "rank_00001.pt"), "rank_00001.pt is not listed in manifest.json"),
+    "unlisted-rank-file": (
+        lambda d: shutil.copy(d / "rank_00000.pt", d / "rank_00001.pt"),
+        "rank_00001.pt is not listed in manifest.json",
+    ),
 }
 
 
@@ -70,16 +89,27 @@ MALFORMED = {
     "a-list": (lambda m: [m], "not a JSON object"),
     "no-files": (lambda m: {k: v for k, v in m.items() if k != "files"}, "no 'files' table"),
     "files-a-list": (lambda m: {**m, "files": list(m["files"])}, "no 'files' table"),
-    "entry-without-sha": (lambda m: {**m, "files": {k: {"bytes": v["bytes"]} for k, v in m["files"].items()}}, "lacks sha256/bytes"),
-    "entry-a-string": (lambda m: {**m, "files": {k: "x" for k in m["files"]}}, "lacks sha256/bytes"),
+    "entry-without-sha": (
+        lambda m: {**m, "files": {k: {"bytes": v["bytes"]} for k, v in m["files"].items()}},
+        "lacks sha256/bytes",
+    ),
+    "entry-a-string": (
+        lambda m: {**m, "files": {k: "x" for k in m["files"]}},
+        "lacks sha256/bytes",
+    ),
     "step-a-string": (lambda m: {**m, "step": "16"}, "not integers"),
-    "path-escape": (lambda m: {**m, "files": {**m["files"], "../x.pt": m["files"]["shared.pt"]}}, "bad file name '../x.pt'"),
+    "path-escape": (
+        lambda m: {**m, "files": {**m["files"], "../x.pt": m["files"]["shared.pt"]}},
+        "bad file name '../x.pt'",
+    ),
     "unknown-format": (lambda m: {**m, "format": 99}, "unknown format 99"),
 }
 
 
 @pytest.mark.parametrize("kind", list(CORRUPTIONS) + [f"manifest-{k}" for k in MALFORMED])
-def test_corrupt_newest_falls_back_to_previous(kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_newest_falls_back_to_previous(
+    kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from distrain.train.checkpoint import find_latest_valid
 
     newest = three_checkpoints / "step_00000016"
@@ -99,7 +129,9 @@ def test_unlisted_rank_file_is_never_loaded(three_checkpoints: Path, tmp_path: P
     d = three_checkpoints
     shutil.copy(d / "step_00000016" / "rank_00000.pt", d / "step_00000016" / "rank_00001.pt")
     result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "u.pt"), "--epochs", "3"))
-    assert f"{d / 'step_00000016' / 'rank_00001.pt'} is not listed in manifest.json" in result.stderr
+    assert (
+        f"{d / 'step_00000016' / 'rank_00001.pt'} is not listed in manifest.json" in result.stderr
+    )
     assert f"resumed from {d / 'step_00000012'} (step 12" in result.stdout
 
 
@@ -109,19 +141,31 @@ def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_p
     stray = d / ".tmp-step_00000020"
     stray.mkdir()
     (stray / "rank_00000.pt.part").write_bytes(b"half a file")
-    result = ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--epochs", "3"], timeout=JOB_TIMEOUT))
+    result = ok(
+        run(
+            [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--epochs", "3"],
+            timeout=JOB_TIMEOUT,
+        )
+    )
     assert f"removing stray temporary {stray}" in result.stderr
-    assert f"skipping invalid checkpoint: {d / 'step_00000016' / '__0_0.distcp'} has 100 bytes" in result.stderr
+    assert (
+        f"skipping invalid checkpoint: {d / 'step_00000016' / '__0_0.distcp'} has 100 bytes"
+        in result.stderr
+    )
     assert f"resumed from {d / 'step_00000012'} (step 12" in result.stdout
     assert not stray.exists()
     assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 24
-    assert (d / "latest").read_text().strip() == "step_00000024"  # the bad step 16 was replaced by a good one
+    assert (
+        d / "latest"
+    ).read_text().strip() == "step_00000024"  # the bad step 16 was replaced by a good one
     from distrain.train.checkpoint import verify
 
     assert verify(str(d / "step_00000016")) is None
 
 
-def test_no_valid_checkpoint_starts_fresh_said_once(three_checkpoints: Path, tmp_path: Path) -> None:
+def test_no_valid_checkpoint_starts_fresh_said_once(
+    three_checkpoints: Path, tmp_path: Path
+) -> None:
     for step_dir in three_checkpoints.glob("step_*"):
         _flip_byte(step_dir / "__0_0.distcp")
     result = ok(distrain_run(2, "--dir", str(three_checkpoints), "--out", str(tmp_path / "c.pt")))
@@ -140,11 +184,19 @@ def test_pickled_object_is_refused(three_checkpoints: Path, tmp_path: Path) -> N
     state["extra"] = {"payload": subprocess.Popen}  # any importable callable: code on load
     torch.save(state, d / "shared.pt")
     manifest = json.loads((d / "manifest.json").read_text())
-    manifest["files"]["shared.pt"] = {"sha256": file_sha256(str(d / "shared.pt")), "bytes": (d / "shared.pt").stat().st_size}
+    manifest["files"]["shared.pt"] = {
+        "sha256": file_sha256(str(d / "shared.pt")),
+        "bytes": (d / "shared.pt").stat().st_size,
+    }
     (d / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="refusing to load .*shared.pt: it contains a pickled Python object"):
+    with pytest.raises(
+        CheckpointError, match="refusing to load .*shared.pt: it contains a pickled Python object"
+    ):
         load_file(str(d / "shared.pt"))
-    result = run([python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "d.pt")], timeout=JOB_TIMEOUT)
+    result = run(
+        [python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "d.pt")],
+        timeout=JOB_TIMEOUT,
+    )
     assert result.returncode != 0 and "it contains a pickled Python object" in result.stderr
     assert "Traceback" not in result.stderr  # one clear line
     assert not (tmp_path / "d.pt").exists()
@@ -162,10 +214,28 @@ def test_pickled_object_in_dcp_metadata_is_refused(three_checkpoints: Path, tmp_
     metadata = load_metadata(str(d / ".metadata"))  # the genuine one loads
     metadata.planner_data = {"payload": subprocess.Popen}  # any importable callable: code on load
     (d / ".metadata").write_bytes(pickle.dumps(metadata))
-    _rewrite_manifest(d, lambda m: {**m, "files": {**m["files"], ".metadata": {"sha256": file_sha256(str(d / ".metadata")), "bytes": (d / ".metadata").stat().st_size}}})
-    result = run([python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "m.pt")], timeout=JOB_TIMEOUT)
+    _rewrite_manifest(
+        d,
+        lambda m: {
+            **m,
+            "files": {
+                **m["files"],
+                ".metadata": {
+                    "sha256": file_sha256(str(d / ".metadata")),
+                    "bytes": (d / ".metadata").stat().st_size,
+                },
+            },
+        },
+    )
+    result = run(
+        [python(), WORKER, "--dir", str(three_checkpoints), "--out", str(tmp_path / "m.pt")],
+        timeout=JOB_TIMEOUT,
+    )
     assert result.returncode != 0
-    assert f"refusing to load {d / '.metadata'}: not plain DCP metadata (global 'subprocess.Popen'" in result.stderr, result.stderr
+    assert (
+        f"refusing to load {d / '.metadata'}: not plain DCP metadata (global 'subprocess.Popen'"
+        in result.stderr
+    ), result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "m.pt").exists()
 
@@ -178,19 +248,45 @@ def test_pickled_object_in_dcp_values_is_refused(tmp_path: Path) -> None:
     from distrain.train.checkpoint import CheckpointError
     from distrain.train.checkpoint.dcp_io import load
 
-    dcp.save({"w": torch.ones(2), "note": {"lr": 0.1}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True)
+    dcp.save(
+        {"w": torch.ones(2), "note": {"lr": 0.1}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True
+    )
     state = {"w": torch.zeros(2), "note": {"lr": 0.0}}
     load(state, str(tmp_path / "ok"), None)
     assert torch.equal(state["w"], torch.ones(2)) and state["note"]["lr"] == 0.1
-    dcp.save({"w": torch.ones(2), "note": subprocess.Popen}, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
+    dcp.save(
+        {"w": torch.ones(2), "note": subprocess.Popen},
+        checkpoint_id=str(tmp_path / "bad"),
+        no_dist=True,
+    )
     with pytest.raises(CheckpointError, match="refusing to load note: a pickled Python object"):
         load({"w": torch.zeros(2), "note": None}, str(tmp_path / "bad"), None)
 
 
 def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:
     d = tmp_path / "ckpt"
-    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--every", "2", "--epochs", "1"], timeout=JOB_TIMEOUT))
-    assert sorted(p.name for p in d.glob("step_*")) == ["step_00000004", "step_00000006", "step_00000008"]
+    ok(
+        run(
+            [
+                python(),
+                WORKER,
+                "--dir",
+                str(d),
+                "--out",
+                str(tmp_path / "a.pt"),
+                "--every",
+                "2",
+                "--epochs",
+                "1",
+            ],
+            timeout=JOB_TIMEOUT,
+        )
+    )
+    assert sorted(p.name for p in d.glob("step_*")) == [
+        "step_00000004",
+        "step_00000006",
+        "step_00000008",
+    ]
     assert (d / "latest").read_text().strip() == "step_00000008"
     assert not list(d.glob(".tmp-*")) and not list(d.rglob("*.part"))
     shutil.rmtree(d)
@@ -200,8 +296,21 @@ def test_keep_last_k_and_latest_pointer(tmp_path: Path) -> None:
 def test_digits_example_resumes(tmp_path: Path) -> None:
     """The example: SIGINT (as Ctrl-C) mid-run saves and exits; a rerun resumes and finishes."""
     d = tmp_path / "ckpt"
-    args = [python(), str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--checkpoint-dir", str(d), "--checkpoint-every", "10", "--out", str(tmp_path / "out")]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    args = [
+        python(),
+        str(REPO / "examples" / "train_digits.py"),
+        "--epochs",
+        "1",
+        "--checkpoint-dir",
+        str(d),
+        "--checkpoint-every",
+        "10",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + JOB_TIMEOUT
         while not list(d.glob("step_*")):
@@ -238,10 +347,18 @@ def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
         assert ck.maybe_save(step) == (step == 2)
     ck.close()
     model2, opt2 = make()
-    resumed = ctx.checkpointer(tmp_path / "ckpt", handle_signals=False).restore(model=model2, optimizer=opt2)
+    resumed = ctx.checkpointer(tmp_path / "ckpt", handle_signals=False).restore(
+        model=model2, optimizer=opt2
+    )
     assert resumed.step == 2 and resumed.extra == {"best": [0.5, 2]}
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True))
-    assert torch.equal(opt.state_dict()["state"][0]["momentum_buffer"], opt2.state_dict()["state"][0]["momentum_buffer"])
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True)
+    )
+    assert torch.equal(
+        opt.state_dict()["state"][0]["momentum_buffer"],
+        opt2.state_dict()["state"][0]["momentum_buffer"],
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -269,6 +386,13 @@ def test_cuda_rng_and_model_round_trip(tmp_path: Path) -> None:
     ck.close()
     model2 = torch.nn.Linear(4, 3).cuda()
     opt2 = torch.optim.Adam(model2.parameters())
-    assert ctx.checkpointer(tmp_path / "ckpt", handle_signals=False).restore(model=model2, optimizer=opt2).step == 1
+    assert (
+        ctx.checkpointer(tmp_path / "ckpt", handle_signals=False)
+        .restore(model=model2, optimizer=opt2)
+        .step
+        == 1
+    )
     assert torch.equal(model.weight, model2.weight) and model2.weight.is_cuda
-    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], opt2.state_dict()["state"][0]["exp_avg"].cuda())
+    assert torch.equal(
+        opt.state_dict()["state"][0]["exp_avg"], opt2.state_dict()["state"][0]["exp_avg"].cuda()
+    )

@@ -46,7 +46,9 @@ def test_port_in_use() -> None:
         held.bind(("0.0.0.0", 0))
         held.listen()
         port = held.getsockname()[1]
-        code, _, err = distrain_run("-n", "2", "--master-port", str(port), JOB, "--out", "/nonexistent")
+        code, _, err = distrain_run(
+            "-n", "2", "--master-port", str(port), JOB, "--out", "/nonexistent"
+        )
     assert_one_line_error(code, err, f"port {port} is already in use")
 
 
@@ -66,5 +68,9 @@ def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
 def test_dry_run_prints_torchrun_command() -> None:
     code, out, _ = distrain_run("--dry-run", "-n", "2", JOB, "--n", "5")
     assert code == 0
-    assert "torchrun" in out and "--nproc-per-node 2" in out and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out
+    assert (
+        "torchrun" in out
+        and "--nproc-per-node 2" in out
+        and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out
+    )
     assert out.strip().endswith("-- --n 5")

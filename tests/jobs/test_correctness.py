@@ -21,7 +21,18 @@ def launch(out: Path, world: int, *args: str) -> list[dict]:
     if world == 1:
         cmd = [python(), JOB, "--out", str(out), *args]
     else:
-        cmd = [python(), "-m", "distrain.cli", "run", "-n", str(world), JOB, "--out", str(out), *args]
+        cmd = [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            str(world),
+            JOB,
+            "--out",
+            str(out),
+            *args,
+        ]
     run(cmd, timeout=180, check=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
@@ -85,15 +96,32 @@ def test_uneven_dataset_trains_alike_on_any_world_size(tmp_path: Path) -> None:
     twice within an epoch and every world size sees the same samples in the same steps.
     """
     steps, per_epoch = 27, 119 // 12
-    runs = {w: launch(tmp_path / str(w), w, "--samples", "119", "--batch-size", str(12 // w), "--steps", str(steps))
-            for w in (1, 2, 3)}
+    runs = {
+        w: launch(
+            tmp_path / str(w),
+            w,
+            "--samples",
+            "119",
+            "--batch-size",
+            str(12 // w),
+            "--steps",
+            str(steps),
+        )
+        for w in (1, 2, 3)
+    }
     for world, results in runs.items():
         for a, b in zip(results[0]["final"], runs[1][0]["final"], strict=True):
-            torch.testing.assert_close(f64(a), f64(b), rtol=1e-10, atol=1e-12, msg=lambda m, w=world: f"{w} ranks: {m}")
+            torch.testing.assert_close(
+                f64(a), f64(b), rtol=1e-10, atol=1e-12, msg=lambda m, w=world: f"{w} ranks: {m}"
+            )
         per_rank = 12 // world
         assert all(len(r["seen"]) == steps * per_rank for r in results)
         for epoch in range(steps // per_epoch):
             window = slice(epoch * per_epoch * per_rank, (epoch + 1) * per_epoch * per_rank)
             batch = [v for r in results for v in r["seen"][window]]
-            assert len(set(batch)) == len(batch) == per_epoch * 12, f"duplicates in epoch {epoch} on {world} ranks"
-            assert sorted(batch) == sorted(runs[1][0]["seen"][epoch * per_epoch * 12 : (epoch + 1) * per_epoch * 12])
+            assert len(set(batch)) == len(batch) == per_epoch * 12, (
+                f"duplicates in epoch {epoch} on {world} ranks"
+            )
+            assert sorted(batch) == sorted(
+                runs[1][0]["seen"][epoch * per_epoch * 12 : (epoch + 1) * per_epoch * 12]
+            )

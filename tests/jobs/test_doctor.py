@@ -17,7 +17,18 @@ from helpers.faults import fault_env
 from distrain.doctor.compat import check_arch, check_driver
 
 DOCTOR = [python(), "-m", "distrain.cli", "doctor"]
-SCHEMA_KEYS = {"schema_version", "tool", "distrain_version", "hostname", "mode", "elapsed_s", "status", "summary", "checks", "ranks"}
+SCHEMA_KEYS = {
+    "schema_version",
+    "tool",
+    "distrain_version",
+    "hostname",
+    "mode",
+    "elapsed_s",
+    "status",
+    "summary",
+    "checks",
+    "ranks",
+}
 CHECK_KEYS = {"id", "group", "title", "status", "seen", "fix", "data"}
 
 
@@ -25,7 +36,9 @@ def _doc(res: subprocess.CompletedProcess[str]) -> dict:
     try:
         return json.loads(res.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"not JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n--- stderr\n{res.stderr[-3000:]}")
+        pytest.fail(
+            f"not JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n--- stderr\n{res.stderr[-3000:]}"
+        )
 
 
 def _by_id(doc: dict) -> dict[str, dict]:
@@ -64,12 +77,31 @@ def _loopback_hostname() -> bool:
 def test_local_json_schema_and_real_findings() -> None:
     """A port held by this test, a reachable master, loopback hostname, oversubscribed threads."""
     with _listening() as held:
-        res = run(DOCTOR + ["--json", "--ports", str(held), "--master-addr", "127.0.0.1", "--master-port", str(held)],
-                  timeout=120, env={"OMP_NUM_THREADS": "64"})
+        res = run(
+            DOCTOR
+            + [
+                "--json",
+                "--ports",
+                str(held),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(held),
+            ],
+            timeout=120,
+            env={"OMP_NUM_THREADS": "64"},
+        )
     doc = _doc(res)
-    assert SCHEMA_KEYS <= doc.keys() and doc["schema_version"] == 1 and doc["mode"] == "local" and doc["ranks"] is None
+    assert (
+        SCHEMA_KEYS <= doc.keys()
+        and doc["schema_version"] == 1
+        and doc["mode"] == "local"
+        and doc["ranks"] is None
+    )
     for check in doc["checks"]:
-        assert CHECK_KEYS <= check.keys() and check["status"] in ("ok", "info", "warn", "fail"), check
+        assert CHECK_KEYS <= check.keys() and check["status"] in ("ok", "info", "warn", "fail"), (
+            check
+        )
         if check["status"] in ("warn", "fail"):
             assert check["fix"], f"{check['id']} has no fix"
     assert sum(doc["summary"].values()) == len(doc["checks"])
@@ -78,39 +110,76 @@ def test_local_json_schema_and_real_findings() -> None:
     port = checks[f"network.port.{held}"]
     assert port["status"] == "warn" and f"pid {os.getpid()}" in port["seen"], port
     master = checks["network.master"]
-    assert master["status"] == "ok" and master["data"]["connect"] == "open" and master["data"]["interface"] == "lo", master
-    assert checks["limits.threads"]["status"] == "warn" and "oversubscribed" in checks["limits.threads"]["seen"]
+    assert (
+        master["status"] == "ok"
+        and master["data"]["connect"] == "open"
+        and master["data"]["interface"] == "lo"
+    ), master
+    assert (
+        checks["limits.threads"]["status"] == "warn"
+        and "oversubscribed" in checks["limits.threads"]["seen"]
+    )
     hostname = checks["network.hostname"]
     assert hostname["status"] == ("warn" if _loopback_hostname() else "ok"), hostname
-    for needed in ("python.version", "torch.build", "torch.backends", "gpu.nvml", "container.runtime", "container.shm",
-                   "network.interfaces", "limits.nofile", "limits.memlock", "tools.mpirun", "tools.etcd"):
+    for needed in (
+        "python.version",
+        "torch.build",
+        "torch.backends",
+        "gpu.nvml",
+        "container.runtime",
+        "container.shm",
+        "network.interfaces",
+        "limits.nofile",
+        "limits.memlock",
+        "tools.mpirun",
+        "tools.etcd",
+    ):
         assert needed in checks, needed
     if not _nvml_loads():  # this machine: no driver → a clean result, not a crash
         nvml = checks["gpu.nvml"]
-        assert nvml["status"] == "ok" and "no GPU driver" in nvml["seen"] and nvml["data"]["state"] == "no_driver"
+        assert (
+            nvml["status"] == "ok"
+            and "no GPU driver" in nvml["seen"]
+            and nvml["data"]["state"] == "no_driver"
+        )
 
 
 def test_closed_master_port_and_bad_input() -> None:
     with _listening() as port:
         pass  # now closed: the host answers, nothing listens
-    res = run(DOCTOR + ["--json", "--master-addr", "localhost", "--master-port", str(port), "--expect-gpu"], timeout=120,
-              env={"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    res = run(
+        DOCTOR
+        + ["--json", "--master-addr", "localhost", "--master-port", str(port), "--expect-gpu"],
+        timeout=120,
+        env={"KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+    )
     checks = _by_id(_doc(res))
     master = checks["network.master"]
     assert master["status"] == "warn" and master["data"]["connect"] == "refused", master
     assert checks["container.runtime"]["data"]["runtime"] == "kubernetes"
     if not _nvml_loads():  # a GPU is expected but there is none: the container fix is given
         nvml = checks["gpu.nvml"]
-        assert nvml["status"] == "fail" and "--gpus all" in nvml["fix"] and "nvidia.com/gpu" in nvml["fix"], nvml
+        assert (
+            nvml["status"] == "fail"
+            and "--gpus all" in nvml["fix"]
+            and "nvidia.com/gpu" in nvml["fix"]
+        ), nvml
         assert res.returncode == 1
     res = run(DOCTOR + ["--ports", "http"], timeout=60)
-    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--ports" in res.stderr, res.stderr
+    assert (
+        res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "--ports" in res.stderr
+    ), res.stderr
 
 
 @pytest.fixture
 def small_tmpfs() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="distrain-shm-")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", path], capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", path], capture_output=True
+        ).returncode
+        == 0
+    )
     try:
         if not mounted:
             pytest.skip("cannot mount a tmpfs here (needs root)")
@@ -148,19 +217,41 @@ def test_all_ranks_two_processes_via_nproc() -> None:
     checks = _by_id(doc)
     for cid in ("ranks.checkin", "ranks.barrier", "ranks.versions", "ranks.allreduce"):
         assert checks[cid]["status"] == "ok", checks[cid]
-    assert checks["ranks.bandwidth"]["data"]["busbw_gbps"] > 0 and checks["ranks.latency"]["data"]["latency_us"] > 0
+    assert (
+        checks["ranks.bandwidth"]["data"]["busbw_gbps"] > 0
+        and checks["ranks.latency"]["data"]["latency_us"] > 0
+    )
     assert res.returncode == (1 if doc["summary"]["fail"] else 0)
     # how the doctor's own ranks start is not the user's concern (issue 34: "-m runs a module")
-    assert "runs a module" not in res.stderr and "fresh interpreters" not in res.stderr, res.stderr[-2000:]
+    assert "runs a module" not in res.stderr and "fresh interpreters" not in res.stderr, res.stderr[
+        -2000:
+    ]
 
 
 def test_all_ranks_three_processes_mismatch_and_straggler() -> None:
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "3", "-m", "distrain.doctor", "--json", "--timeout", "60"], timeout=240,
-              env=fault_env(DTEST_FAULT_DOCTOR_VERSION="1:1.13.0", DTEST_FAULT_DOCTOR_SLOW="2"))
+    res = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "3",
+            "-m",
+            "distrain.doctor",
+            "--json",
+            "--timeout",
+            "60",
+        ],
+        timeout=240,
+        env=fault_env(DTEST_FAULT_DOCTOR_VERSION="1:1.13.0", DTEST_FAULT_DOCTOR_SLOW="2"),
+    )
     doc = _doc(res)
     checks = _by_id(doc)
     versions = checks["ranks.versions"]
-    assert versions["status"] == "fail" and versions["data"]["mismatches"] == {"torch": [1]}, versions
+    assert versions["status"] == "fail" and versions["data"]["mismatches"] == {"torch": [1]}, (
+        versions
+    )
     assert "rank 1 on " in versions["seen"] and "1.13.0" in versions["seen"]
     assert checks["ranks.allreduce"]["status"] == "ok"
     assert 2 in checks["ranks.straggler"]["data"]["stragglers"], checks["ranks.straggler"]
@@ -169,10 +260,13 @@ def test_all_ranks_three_processes_mismatch_and_straggler() -> None:
 
 @pytest.mark.parametrize("stage", ["checkin", "barrier"])
 def test_missing_rank_is_named_in_bounded_time(stage: str) -> None:
-    res = run(DOCTOR + ["--nproc", "2", "--json", "--timeout", "5"], timeout=150, env=fault_env(DTEST_FAULT_DOCTOR_STALL=f"1:{stage}"))
+    res = run(
+        DOCTOR + ["--nproc", "2", "--json", "--timeout", "5"],
+        timeout=150,
+        env=fault_env(DTEST_FAULT_DOCTOR_STALL=f"1:{stage}"),
+    )
     checks = _by_id(_doc(res))
     check = checks[f"ranks.{stage}"]
     assert check["status"] == "fail" and check["data"]["missing"] == [1], check
     assert "rank(s) 1 " in check["seen"]
     assert res.returncode != 0
-

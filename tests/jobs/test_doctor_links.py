@@ -20,18 +20,46 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(400)]
 
 def _doctor(hosts: Hosts, tmp_path: Path, tag: str) -> dict:
     """Run the all-ranks doctor as a 2-node job; rank 0's JSON document."""
-    common = ["--nnodes", "2", "--master-addr", hosts.addrs[0], "--master-port", "29500", "-n", "1", "-m", "distrain.doctor",
-              "--json", "--timeout", "60", "--bandwidth-bytes", "1M", "--model-params", "11M", "--step-time", "1"]
+    common = [
+        "--nnodes",
+        "2",
+        "--master-addr",
+        hosts.addrs[0],
+        "--master-port",
+        "29500",
+        "-n",
+        "1",
+        "-m",
+        "distrain.doctor",
+        "--json",
+        "--timeout",
+        "60",
+        "--bandwidth-bytes",
+        "1M",
+        "--model-params",
+        "11M",
+        "--step-time",
+        "1",
+    ]
     outs = [tmp_path / f"{tag}{i}.out" for i in range(2)]
     errs = [tmp_path / f"{tag}{i}.err" for i in range(2)]
-    procs = [hosts.start(i, [python(), "-m", "distrain.cli", "run", "--node-rank", str(i), *common], outs[i], err_log=errs[i])
-             for i in range(2)]
+    procs = [
+        hosts.start(
+            i,
+            [python(), "-m", "distrain.cli", "run", "--node-rank", str(i), *common],
+            outs[i],
+            err_log=errs[i],
+        )
+        for i in range(2)
+    ]
     codes = hosts.wait(procs, 240, errs + outs)
     text = outs[0].read_text()
     try:
-        doc = json.loads(text[text.index("{"):])
+        doc = json.loads(text[text.index("{") :])
     except ValueError:
-        pytest.fail(f"exit codes {codes}; node 0 printed no JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}")
+        pytest.fail(
+            f"exit codes {codes}; node 0 printed no JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}"
+        )
     return {c["id"]: c for c in doc["checks"]}
 
 
@@ -41,9 +69,15 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
         links = _doctor(hosts, tmp_path, "slow")["ranks.links"]
         assert links["status"] == "warn", links
         (link,) = links["data"]["links"]
-        assert link["nodes"] == [0, 1] and link["bytes_per_s"] < 13e6, link  # 100 Mbit/s = 12.5 MB/s
+        assert link["nodes"] == [0, 1] and link["bytes_per_s"] < 13e6, (
+            link
+        )  # 100 Mbit/s = 12.5 MB/s
         # the warning names the link by both nodes' addresses and suggests a comm hook
-        assert "node 0 (" in links["seen"] and f"{hosts.addrs[0]})" in links["seen"] and f"{hosts.addrs[1]})" in links["seen"]
+        assert (
+            "node 0 (" in links["seen"]
+            and f"{hosts.addrs[0]})" in links["seen"]
+            and f"{hosts.addrs[1]})" in links["seen"]
+        )
         assert "starves training" in links["seen"] and "comm_hook=" in links["fix"], links
 
         hosts.shape(None)
@@ -56,15 +90,35 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
 def test_verdict_threshold_and_suggested_hook() -> None:
     from distrain.doctor.links import verdict
 
-    nodes = {i: {"rank": i, "hostname": "h", "node": {"node_rank": i, "local_rank": 0, "address": f"10.0.0.{i + 1}"}} for i in range(2)}
+    nodes = {
+        i: {
+            "rank": i,
+            "hostname": "h",
+            "node": {"node_rank": i, "local_rank": 0, "address": f"10.0.0.{i + 1}"},
+        }
+        for i in range(2)
+    }
 
     def link(gbit: float) -> list[dict]:
-        return [{"nodes": [0, 1], "ranks": [0, 1], "rtt_us": 100.0, "bytes": 1, "seconds": 1.0, "bytes_per_s": gbit * 1e9 / 8}]
+        return [
+            {
+                "nodes": [0, 1],
+                "ranks": [0, 1],
+                "rtt_us": 100.0,
+                "bytes": 1,
+                "seconds": 1.0,
+                "bytes_per_s": gbit * 1e9 / 8,
+            }
+        ]
 
     # 25 M parameters = 100 MB of fp32 gradients; a 0.25 s step needs 3.2 Gbit/s between 2 nodes
     assert verdict(link(4.0), nodes, 25_000_000, 0.25).status == "ok"
     slow = verdict(link(2.0), nodes, 25_000_000, 0.25)  # 0.4 s: half the bytes fit → bf16
-    assert slow.status == "warn" and "node 0 (h, 10.0.0.1) <-> node 1 (h, 10.0.0.2)" in slow.seen and "comm_hook='bf16'" in slow.fix
+    assert (
+        slow.status == "warn"
+        and "node 0 (h, 10.0.0.1) <-> node 1 (h, 10.0.0.2)" in slow.seen
+        and "comm_hook='bf16'" in slow.fix
+    )
     very_slow = verdict(link(0.1), nodes, 25_000_000, 0.25)  # 8 s: only PowerSGD helps
     assert very_slow.status == "warn" and "powersgd" in very_slow.fix
     assert verdict([], {0: nodes[0]}, 25_000_000, 0.25).status == "ok"  # one node: nothing to judge

@@ -42,7 +42,9 @@ def test_flag_gated_spawn_run_the_torchrun_way_is_n_ranks(cpu: bool) -> None:
     ranks = sorted(re.findall(r"rank (\d) of (\d)", res.stdout))
     assert ranks == [("0", "2"), ("1", "2")], res.stdout + res.stderr[-2000:]
     assert "only if args.multiprocessing_distributed" in res.stderr, res.stderr[-2000:]
-    assert "running it once" not in res.stderr and "it runs once" not in res.stderr, res.stderr[-2000:]
+    assert "running it once" not in res.stderr and "it runs once" not in res.stderr, res.stderr[
+        -2000:
+    ]
 
 
 def test_flag_gated_spawn_with_its_flag_and_self_starting_runs_once() -> None:
@@ -50,7 +52,9 @@ def test_flag_gated_spawn_with_its_flag_and_self_starting_runs_once() -> None:
         "--self-starting", "-n", "2", FLAG_SPAWN, "--multiprocessing-distributed", "--port", _port()
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    assert sorted(re.findall(r"rank (\d) of (\d)", res.stdout)) == [("0", "2"), ("1", "2")], res.stdout
+    assert sorted(re.findall(r"rank (\d) of (\d)", res.stdout)) == [("0", "2"), ("1", "2")], (
+        res.stdout
+    )
     assert "running it once (not 2 copies)" in res.stderr, res.stderr[-2000:]
 
 
@@ -84,7 +88,9 @@ def test_a_plain_script_failing_after_init_has_its_cause_on_the_last_line() -> N
 
 @pytest.mark.parametrize("method", ["fast", "spawn"])
 def test_a_self_started_childs_failure_is_the_scripts_run_once(method: str) -> None:
-    res = _distrain("--start-method", method, "-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port())
+    res = _distrain(
+        "--start-method", method, "-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port()
+    )
     assert res.returncode == 1, res.stderr[-3000:]
     assert res.stdout.count("child rank 1 started") == 1, res.stdout + res.stderr[-3000:]
     assert "fresh interpreters" not in res.stderr, res.stderr[-3000:]
@@ -105,5 +111,7 @@ def test_a_local_rank_tutorial_that_fails_gets_the_legacy_hint(tmp_path, cpu: bo
         lines[-2],
     ), lines[-3:]
     assert lines[-1].startswith("distrain run: job failed: rank "), lines[-1]
-    ok = _distrain(*flags, "--legacy-local-rank", "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path))
+    ok = _distrain(
+        *flags, "--legacy-local-rank", "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path)
+    )
     assert ok.returncode == 0 and "hint" not in ok.stderr, ok.stderr[-3000:]

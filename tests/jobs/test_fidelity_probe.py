@@ -68,9 +68,13 @@ def differences(native: dict, ours: dict, fast: bool) -> list[str]:
 
 @pytest.mark.parametrize("method", ["fast", "spawn"])
 def test_the_script_sees_what_it_sees_under_torchrun(tmp_path: Path, method: str) -> None:
-    native = _probe(tmp_path, "torchrun", [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2"])
+    native = _probe(
+        tmp_path, "torchrun", [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    )
     ours = _probe(
-        tmp_path, method, [python(), "-m", "distrain.cli", "run", "--start-method", method, "-n", "2"]
+        tmp_path,
+        method,
+        [python(), "-m", "distrain.cli", "run", "--start-method", method, "-n", "2"],
     )
     assert sorted(native) == sorted(ours) == [0, 1]
     assert native[1]["yaml_marker"] == "local yaml beside the script"
@@ -80,6 +84,8 @@ def test_the_script_sees_what_it_sees_under_torchrun(tmp_path: Path, method: str
 
 def test_the_documented_list_is_the_tests() -> None:
     doc = (REPO / "docs" / "environment.md").read_text()
-    section = doc[doc.index("## What a worker sees under `distrain run`"):]
+    section = doc[doc.index("## What a worker sees under `distrain run`") :]
     for name in sorted(ADDED | CHANGED | (PER_RUN - {"DTEST_PROBE_DIR"}) | FAST_ONLY_MODULES):
-        assert f"`{name}" in section, f"{name} is allowed to differ but docs/environment.md does not say so"
+        assert f"`{name}" in section, (
+            f"{name} is allowed to differ but docs/environment.md does not say so"
+        )

@@ -120,4 +120,6 @@ def test_a_step_that_exits_124_itself_is_not_a_timeout(tmp_path: Path) -> None:
     )
     run(["bash", "-c", script], timeout=60, check=True)
     rows = [line.split("\t")[:3] for line in (tmp_path / "steps.tsv").read_text().splitlines()]
-    assert rows == [["verdict", "ok", "124"], ["stuck", "timeout", "124"], ["fine", "ok", "0"]], rows
+    assert rows == [["verdict", "ok", "124"], ["stuck", "timeout", "124"], ["fine", "ok", "0"]], (
+        rows
+    )

@@ -19,19 +19,28 @@ WORLD = 2
 
 def _listeners(pids: set[int]) -> list[tuple[int, str, int]]:
     """(pid, ip, port) of every TCP socket listening in `pids` (seen by the kernel, like ss -ltnp)."""
-    return [(c.pid, c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    return [
+        (c.pid, c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    ]
 
 
-def _hold(cmd: list[str], out: Path) -> tuple[subprocess.Popen[str], list[psutil.Process], list[tuple[int, str, int]]]:
+def _hold(
+    cmd: list[str], out: Path
+) -> tuple[subprocess.Popen[str], list[psutil.Process], list[tuple[int, str, int]]]:
     """Start the held job; when every rank is ready return its process tree and listeners."""
     out.mkdir()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 150
     while sum((out / f"ready{r}").exists() for r in range(WORLD)) < WORLD:
         if proc.poll() is not None or time.monotonic() > deadline:
             kill_group(proc)
-            pytest.fail(f"job did not come up (exit {proc.returncode}):\n{proc.communicate()[0][-3000:]}")
+            pytest.fail(
+                f"job did not come up (exit {proc.returncode}):\n{proc.communicate()[0][-3000:]}"
+            )
         time.sleep(0.3)
     time.sleep(0.5)  # rank 0's store and the agent's are up before any rank is ready
     tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
@@ -94,8 +103,23 @@ def test_store_address_that_cannot_be_bound_is_an_error(tmp_path: Path) -> None:
     """--master-addr that is not this machine's: one line, no fall-back to every interface."""
     from distrain.net import free_port
 
-    result = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--master-addr", "192.0.2.7",
-                  "--master-port", str(free_port()), HELD, str(tmp_path)], timeout=120)
+    result = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "2",
+            "--master-addr",
+            "192.0.2.7",
+            "--master-port",
+            str(free_port()),
+            HELD,
+            str(tmp_path),
+        ],
+        timeout=120,
+    )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert lines and "cannot listen on 192.0.2.7" in lines[-1], result.stderr[-2000:]
@@ -106,10 +130,14 @@ def test_store_address_that_cannot_be_bound_is_an_error(tmp_path: Path) -> None:
 def test_workers_have_process_titles(tmp_path: Path) -> None:
     """Fast-start workers show `distrain rank R/W · held_job.py DIR`, not the fork server's line."""
     out = tmp_path / "job"
-    proc, ranks, _ = _hold([python(), "-m", "distrain.cli", "run", "-n", str(WORLD), HELD, str(out)], out)
+    proc, ranks, _ = _hold(
+        [python(), "-m", "distrain.cli", "run", "-n", str(WORLD), HELD, str(out)], out
+    )
     try:
         for r, p in enumerate(ranks):
-            ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(p.pid)], capture_output=True, text=True).stdout.strip()
+            ps = subprocess.run(
+                ["ps", "-ww", "-o", "args=", "-p", str(p.pid)], capture_output=True, text=True
+            ).stdout.strip()
             assert ps == f"distrain rank {r}/{WORLD} · held_job.py {out}", ps
             assert "forkserver" not in " ".join(p.cmdline())
     finally:

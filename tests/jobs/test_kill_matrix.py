@@ -31,10 +31,22 @@ EVERY = 3  # checkpoint every 3 steps
 #: row -> (flags, optimizer steps of the run, what is killed)
 ROWS = {
     "ddp-bn-2workers-augment": (["--workers", "2", "--augment"], 30, "rank"),
-    "ddp-syncbn-persistent-bf16-accum": (["--sync-bn", "--workers", "2", "--persistent", "--augment", "--bf16", "--accum", "2"], 15, "worker"),
-    "ddp-mlp-dropout-bf16-2workers": (["--model", "mlp-dropout", "--bf16", "--workers", "2", "--augment"], 30, "worker"),
+    "ddp-syncbn-persistent-bf16-accum": (
+        ["--sync-bn", "--workers", "2", "--persistent", "--augment", "--bf16", "--accum", "2"],
+        15,
+        "worker",
+    ),
+    "ddp-mlp-dropout-bf16-2workers": (
+        ["--model", "mlp-dropout", "--bf16", "--workers", "2", "--augment"],
+        30,
+        "worker",
+    ),
     "fsdp-bn-0workers-augment": (["--strategy", "fsdp", "--augment"], 30, "save"),
-    "fsdp-bn-persistent-accum": (["--strategy", "fsdp", "--workers", "2", "--persistent", "--augment", "--accum", "2"], 15, "rank"),
+    "fsdp-bn-persistent-accum": (
+        ["--strategy", "fsdp", "--workers", "2", "--persistent", "--augment", "--accum", "2"],
+        15,
+        "rank",
+    ),
 }
 
 pytestmark = pytest.mark.slow
@@ -53,15 +65,39 @@ def worker_kill_steps(flags: list[str], steps: int) -> list[int]:
     and the test, which demands a resume, failed although nothing went wrong).
     """
     accum = int(flags[flags.index("--accum") + 1]) if "--accum" in flags else 1
-    return [s for s in range(EVERY + 1, steps) if 1 <= (s * accum) % BATCHES_PER_EPOCH < BATCHES_PER_EPOCH - PREFETCHED]
+    return [
+        s
+        for s in range(EVERY + 1, steps)
+        if 1 <= (s * accum) % BATCHES_PER_EPOCH < BATCHES_PER_EPOCH - PREFETCHED
+    ]
 
 
 def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) -> tuple[Path, str]:
     out = tmp / f"{name}.pt"
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", *(["--max-restarts", str(restarts)] if restarts else []), JOB,
-           "--dir", str(tmp / f"{name}-ckpt"), "--out", str(out), "--epochs", "3", "--every", str(EVERY), *flags, *extra]
+    cmd = [
+        python(),
+        "-m",
+        "distrain.cli",
+        "run",
+        "-n",
+        "2",
+        *(["--max-restarts", str(restarts)] if restarts else []),
+        JOB,
+        "--dir",
+        str(tmp / f"{name}-ckpt"),
+        "--out",
+        str(out),
+        "--epochs",
+        "3",
+        "--every",
+        str(EVERY),
+        *flags,
+        *extra,
+    ]
     result = run(cmd, timeout=JOB_TIMEOUT)
-    assert result.returncode == 0, f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, (
+        f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+    )
     return out, result.stdout
 
 
@@ -71,10 +107,18 @@ def differences(a: Path, b: Path) -> list[str]:
     diff = [] if sa["step"] == sb["step"] else [f"step {sa['step']} != {sb['step']}"]
     diff += [f"model.{k}" for k in sa["model"] if not torch.equal(sa["model"][k], sb["model"][k])]
     for key, state in sa["opt"]["state"].items():
-        diff += [f"optimizer.{key}.{n}" for n, v in state.items() if not torch.equal(torch.as_tensor(v), torch.as_tensor(sb["opt"]["state"][key][n]))]
+        diff += [
+            f"optimizer.{key}.{n}"
+            for n, v in state.items()
+            if not torch.equal(torch.as_tensor(v), torch.as_tensor(sb["opt"]["state"][key][n]))
+        ]
     diff += [] if sa["lr"] == sb["lr"] else ["lr"]
     for rank, (ra, rb) in enumerate(zip(sa["ranks"], sb["ranks"], strict=True)):
-        diff += [f"rank {rank} buffer {k}" for k in ra["buffers"] if not torch.equal(ra["buffers"][k], rb["buffers"][k])]
+        diff += [
+            f"rank {rank} buffer {k}"
+            for k in ra["buffers"]
+            if not torch.equal(ra["buffers"][k], rb["buffers"][k])
+        ]
         diff += [] if torch.equal(ra["rng"], rb["rng"]) else [f"rank {rank} RNG"]
     return diff
 
@@ -94,8 +138,21 @@ def test_random_sigkill_resumes_bitwise(row: str, tmp_path: Path) -> None:
     what = f"{row}: SIGKILL of {kill} on rank {fault_rank} at step {at} (DTEST_SEED={seed})"
     print(what, flush=True)
     reference, _ = job(tmp_path, "uninterrupted", flags)
-    resumed, stdout = job(tmp_path, "killed", flags, "--kill", kill, "--kill-at", str(at), "--fault-rank", str(fault_rank), restarts=2)
+    resumed, stdout = job(
+        tmp_path,
+        "killed",
+        flags,
+        "--kill",
+        kill,
+        "--kill-at",
+        str(at),
+        "--fault-rank",
+        str(fault_rank),
+        restarts=2,
+    )
     assert "matrix_job: SIGKILL of pid" in stdout, f"{what}: the fault did not fire"
     assert "distrain: resumed from" in stdout, f"{what}: no resume"
     diff = differences(reference, resumed)
-    assert not diff, f"{what}: the resumed run differs in {len(diff)} place(s): {', '.join(diff[:8])}"
+    assert not diff, (
+        f"{what}: the resumed run differs in {len(diff)} place(s): {', '.join(diff[:8])}"
+    )

@@ -42,7 +42,15 @@ def _ranks(procs: list[psutil.Process]) -> int:
 
 JOBS = {
     "ranks": ["-n", "2", str(SCRIPTS / "ckpt_worker.py"), "--epochs", "50", "--step-sleep", "0.05"],
-    "replica groups": ["--replicas", "2", "-n", "1", str(SCRIPTS / "replica_job.py"), "--steps", "100000"],
+    "replica groups": [
+        "--replicas",
+        "2",
+        "-n",
+        "1",
+        str(SCRIPTS / "replica_job.py"),
+        "--steps",
+        "100000",
+    ],
 }
 
 
@@ -50,7 +58,9 @@ JOBS = {
 @pytest.mark.parametrize("job", list(JOBS))
 def test_sigkill_of_the_launcher_leaves_nothing_running(job: str, tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
-    extra = ["--out", str(tmp_path / "out")] + (["--dir", str(tmp_path / "ckpt")] if job != "ranks" else [])
+    extra = ["--out", str(tmp_path / "out")] + (
+        ["--dir", str(tmp_path / "ckpt")] if job != "ranks" else []
+    )
     (tmp_path / "out").mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", *JOBS[job], *extra]
     launcher = subprocess.Popen(cmd, env={**os.environ, MARK: mark}, stdout=subprocess.DEVNULL,
@@ -58,7 +68,9 @@ def test_sigkill_of_the_launcher_leaves_nothing_running(job: str, tmp_path: Path
     try:
         deadline = time.monotonic() + 200
         while _ranks(_job_processes(mark)) < 2:
-            assert launcher.poll() is None, f"the job ended (exit {launcher.returncode}) before training"
+            assert launcher.poll() is None, (
+                f"the job ended (exit {launcher.returncode}) before training"
+            )
             assert time.monotonic() < deadline, "the ranks did not start"
             time.sleep(0.2)
         time.sleep(1.0)

@@ -41,7 +41,11 @@ def assert_close(a: list, b: list) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One plain process, global batch 12: the result every launcher must reproduce."""
     out = tmp_path_factory.mktemp("ref")
-    res = run([python(), JOB, "--out", str(out), "--batch-size", str(GLOBAL_BATCH)], timeout=120, check=True)
+    res = run(
+        [python(), JOB, "--out", str(out), "--batch-size", str(GLOBAL_BATCH)],
+        timeout=120,
+        check=True,
+    )
     (result,) = read_ranks(out, 1)
     assert result["launcher"] == "single" and result["backend"] is None, res.stdout
     return result
@@ -85,10 +89,31 @@ def free_slurm_job_id() -> int:
 def test_distrain_run(tmp_path: Path, world: int, reference: dict) -> None:
     """Also: `--n` and `--log` (prefixes of torchrun flags) reach the script untouched, and each
     rank's differently seeded model leaves prepare_model with rank 0's weights everywhere."""
-    run([python(), "-m", "distrain.cli", "run", "-n", str(world), JOB, "--out", str(tmp_path), "--n", "5", "--log", "x",
-         "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
+    run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            str(world),
+            JOB,
+            "--out",
+            str(tmp_path),
+            "--n",
+            "5",
+            "--log",
+            "x",
+            "--batch-size",
+            str(GLOBAL_BATCH // world),
+        ],
+        timeout=180,
+        check=True,
+    )
     results = check_job(tmp_path, world, "torchelastic", reference)
-    assert all(res["initial"] == results[0]["initial"] for res in results), "prepare_model did not broadcast"
+    assert all(res["initial"] == results[0]["initial"] for res in results), (
+        "prepare_model did not broadcast"
+    )
     for res in results:
         assert res["n"] == 5 and res["log"] == "x"
         assert "--" not in res["argv"], "a separator leaked into the script's argv"
@@ -96,36 +121,96 @@ def test_distrain_run(tmp_path: Path, world: int, reference: dict) -> None:
 
 @pytest.mark.parametrize("world", [3])
 def test_torchrun(tmp_path: Path, world: int, reference: dict) -> None:
-    run([python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world), JOB,
-         "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
+    run(
+        [
+            python(),
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(world),
+            JOB,
+            "--out",
+            str(tmp_path),
+            "--batch-size",
+            str(GLOBAL_BATCH // world),
+        ],
+        timeout=180,
+        check=True,
+    )
     check_job(tmp_path, world, "torchelastic", reference)
 
 
 @pytest.mark.parametrize(("world", "use_env"), [(2, False), (3, True)])
-def test_legacy_torch_distributed_launch(tmp_path: Path, world: int, use_env: bool, reference: dict) -> None:
-    cmd = [python(), "-m", "torch.distributed.launch", "--nproc-per-node", str(world), "--master-port",
-           str(free_slurm_job_id() + 15000)]
+def test_legacy_torch_distributed_launch(
+    tmp_path: Path, world: int, use_env: bool, reference: dict
+) -> None:
+    cmd = [
+        python(),
+        "-m",
+        "torch.distributed.launch",
+        "--nproc-per-node",
+        str(world),
+        "--master-port",
+        str(free_slurm_job_id() + 15000),
+    ]
     cmd += ["--use-env"] if use_env else []
-    run(cmd + [JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
-    results = check_job(tmp_path, world, "torch.distributed.launch" if not use_env else "torchelastic", reference)
+    run(
+        cmd + [JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)],
+        timeout=180,
+        check=True,
+    )
+    results = check_job(
+        tmp_path, world, "torch.distributed.launch" if not use_env else "torchelastic", reference
+    )
     for r, res in enumerate(results):
         assert res["local_rank"] == r
-        assert not any(a.startswith("--local") for a in res["argv"]), "launcher's --local-rank leaked to argparse"
+        assert not any(a.startswith("--local") for a in res["argv"]), (
+            "launcher's --local-rank leaked to argparse"
+        )
 
 
 @pytest.mark.parametrize("world", [2])
 def test_distrain_spawn(tmp_path: Path, world: int, reference: dict) -> None:
-    run([python(), str(REPO / "tests" / "scripts" / "spawn_job.py"), str(world), "--out", str(tmp_path),
-         "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
+    run(
+        [
+            python(),
+            str(REPO / "tests" / "scripts" / "spawn_job.py"),
+            str(world),
+            "--out",
+            str(tmp_path),
+            "--batch-size",
+            str(GLOBAL_BATCH // world),
+        ],
+        timeout=180,
+        check=True,
+    )
     check_job(tmp_path, world, "spawn", reference)
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI not installed (apt-get install openmpi-bin)")
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="Open MPI not installed (apt-get install openmpi-bin)"
+)
 @pytest.mark.parametrize("world", [3])
 def test_mpirun(tmp_path: Path, world: int, reference: dict) -> None:
     pytest.importorskip("mpi4py")
-    run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world), python(), JOB, "--out",
-         str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)], timeout=180, check=True)
+    run(
+        [
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            str(world),
+            python(),
+            JOB,
+            "--out",
+            str(tmp_path),
+            "--batch-size",
+            str(GLOBAL_BATCH // world),
+        ],
+        timeout=180,
+        check=True,
+    )
     check_job(tmp_path, world, "openmpi", reference)
 
 
@@ -144,15 +229,40 @@ def test_single_process(reference: dict) -> None:
 
 
 def test_plain_torchrun_script_under_distrain_run(tmp_path: Path) -> None:
-    run([python(), "-m", "distrain.cli", "run", "-n", "2", str(REPO / "tests" / "scripts" / "plain_torchrun.py"),
-         str(tmp_path)], timeout=180, check=True)
+    run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "2",
+            str(REPO / "tests" / "scripts" / "plain_torchrun.py"),
+            str(tmp_path),
+        ],
+        timeout=180,
+        check=True,
+    )
     assert sorted(p.read_text() for p in tmp_path.glob("plain*.txt")) == ["2 3.0 0", "2 3.0 1"]
 
 
 def test_legacy_local_rank_flag(tmp_path: Path) -> None:
     """`--legacy-local-rank` gives old scripts the `--local_rank=N` they parse."""
-    run([python(), "-m", "distrain.cli", "run", "-n", "2", "--legacy-local-rank",
-         str(REPO / "tests" / "scripts" / "old_style.py"), str(tmp_path)], timeout=180, check=True)
+    run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "2",
+            "--legacy-local-rank",
+            str(REPO / "tests" / "scripts" / "old_style.py"),
+            str(tmp_path),
+        ],
+        timeout=180,
+        check=True,
+    )
     assert sorted(p.read_text() for p in tmp_path.glob("old*.txt")) == ["0 0", "1 1"]
 
 
@@ -163,9 +273,16 @@ def _start_ranks(tmp_path: Path, world: int, env_of: object) -> list[str]:
     procs = []
     for rank in range(world):
         env = dict(os.environ, **env_of(rank))  # type: ignore[operator]
-        procs.append(subprocess.Popen([python(), JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [python(), JOB, "--out", str(tmp_path), "--batch-size", str(GLOBAL_BATCH // world)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     try:
         outputs = [p.communicate(timeout=180)[0] for p in procs]
     finally:
@@ -179,8 +296,18 @@ def _start_ranks(tmp_path: Path, world: int, env_of: object) -> list[str]:
 def test_mpich_env_contract(tmp_path: Path, reference: dict) -> None:
     """MPICH / Intel MPI (Hydra) variables, with MASTER_ADDR/PORT given as users do with -genv."""
     port = free_slurm_job_id() + 15000
-    _start_ranks(tmp_path, 2, lambda r: {"PMI_RANK": str(r), "PMI_SIZE": "2", "MPI_LOCALRANKID": str(r),
-                                         "MPI_LOCALNRANKS": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    _start_ranks(
+        tmp_path,
+        2,
+        lambda r: {
+            "PMI_RANK": str(r),
+            "PMI_SIZE": "2",
+            "MPI_LOCALRANKID": str(r),
+            "MPI_LOCALNRANKS": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        },
+    )
     check_job(tmp_path, 2, "mpich", reference)
 
 
@@ -189,8 +316,13 @@ def test_mpi_without_master_or_mpi4py_is_one_line(tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "mpi4py"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('mpi4py hidden by the test')\n")
-    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{os.environ['PYTHONPATH']}",
+    }
     res = run([python(), JOB, "--out", str(tmp_path)], timeout=120, env=env)
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
@@ -203,9 +335,18 @@ def test_lsf_env_contract(tmp_path: Path, reference: dict) -> None:
     job_id = free_slurm_job_id()  # the same port rule as SLURM: 15000 + job id % 20000
     hostfile = tmp_path / "djob_hosts"
     hostfile.write_text("launch-node\n127.0.0.1\n127.0.0.2\n")
-    _start_ranks(tmp_path, 2, lambda r: {"JSM_NAMESPACE_RANK": str(r), "JSM_NAMESPACE_SIZE": "2",
-                                         "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_LOCAL_SIZE": "1",
-                                         "LSB_JOBID": str(job_id), "LSB_DJOB_HOSTFILE": str(hostfile)})
+    _start_ranks(
+        tmp_path,
+        2,
+        lambda r: {
+            "JSM_NAMESPACE_RANK": str(r),
+            "JSM_NAMESPACE_SIZE": "2",
+            "JSM_NAMESPACE_LOCAL_RANK": "0",
+            "JSM_NAMESPACE_LOCAL_SIZE": "1",
+            "LSB_JOBID": str(job_id),
+            "LSB_DJOB_HOSTFILE": str(hostfile),
+        },
+    )
     check_job(tmp_path, 2, "lsf", reference)
 
 
@@ -213,8 +354,17 @@ def test_kubeflow_env_contract(tmp_path: Path, reference: dict) -> None:
     """Two PyTorchJob pods running `python train.py` (no torchrun): the operator's four variables,
     no LOCAL_RANK, and the kubelet's KUBERNETES_SERVICE_HOST."""
     port = free_slurm_job_id() + 15000
-    _start_ranks(tmp_path, 2, lambda r: {"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                                         "MASTER_PORT": str(port), "KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    _start_ranks(
+        tmp_path,
+        2,
+        lambda r: {
+            "RANK": str(r),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        },
+    )
     check_job(tmp_path, 2, "kubeflow", reference)
 
 

@@ -45,7 +45,9 @@ def _imports(path: Path, module: str, modules: set[str]) -> dict[str, bool]:
         for child in ast.iter_child_nodes(node):
             if _is_type_checking(child):
                 continue
-            inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            inner = top and not isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     if alias.name.startswith("distrain"):
@@ -115,11 +117,17 @@ def test_cycle_detector_sees_a_cycle() -> None:
 @pytest.mark.parametrize(
     ("side", "forbidden"),
     [
-        ("distrain.launch", ("distrain.runtime", "distrain.train", "distrain.cluster", "distrain.monitor")),
+        (
+            "distrain.launch",
+            ("distrain.runtime", "distrain.train", "distrain.cluster", "distrain.monitor"),
+        ),
         ("distrain.runtime", ("distrain.launch",)),
         ("distrain.train", ("distrain.launch",)),
         ("distrain.cluster", ("distrain.launch", "distrain.runtime", "distrain.train")),
-        ("distrain.contract", ("distrain.launch", "distrain.train", "distrain.cluster", "distrain.monitor")),
+        (
+            "distrain.contract",
+            ("distrain.launch", "distrain.train", "distrain.cluster", "distrain.monitor"),
+        ),
     ],
 )
 def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, ...]) -> None:
@@ -130,7 +138,6 @@ def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, .
         for dep in deps
         if any(dep == f or dep.startswith(f + ".") for f in forbidden)
     ]
-
 
     assert not crossings, "\n".join(crossings)
 
@@ -146,8 +153,12 @@ def test_contract_and_launcher_import_no_torch() -> None:
 def test_no_python_file_over_400_lines() -> None:
     """The package, its tests, benchmarks, examples and scripts alike."""
     folders = [PKG] + [REPO / name for name in ("tests", "benchmarks", "examples", "scripts")]
-    long = {str(p.relative_to(REPO)): n for folder in folders for p in folder.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 400}
+    long = {
+        str(p.relative_to(REPO)): n
+        for folder in folders
+        for p in folder.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
     assert not long, long
 
 

@@ -46,9 +46,13 @@ def test_digits_job_metrics_top_and_tensorboard(tmp_path: Path) -> None:
     # one summary per finished epoch (what distrain bench reads), with the accuracy logged after it
     for recs in all_records.values():
         epochs = [r for r in recs if r.get("event") == "epoch"]
-        assert [e["epoch"] for e in epochs] == [1, 2] and all(e["epoch_steps"] > 1 and e["epoch_seconds"] > 0 for e in epochs)
+        assert [e["epoch"] for e in epochs] == [1, 2] and all(
+            e["epoch_steps"] > 1 and e["epoch_seconds"] > 0 for e in epochs
+        )
         assert all(0.0 < e["values"]["accuracy"] <= 1.0 for e in epochs), epochs
-    per_rank = {r: [x for x in recs if x.get("event") != "epoch"] for r, recs in all_records.items()}
+    per_rank = {
+        r: [x for x in recs if x.get("event") != "epoch"] for r, recs in all_records.items()
+    }
     steps_per_epoch = None
     for rank, recs in per_rank.items():
         assert recs[0]["event"] == "start" and recs[-1]["event"] == "end", rank
@@ -72,7 +76,14 @@ def test_digits_job_metrics_top_and_tensorboard(tmp_path: Path) -> None:
     acc = EventAccumulator(str(run_dir / "tensorboard"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"loss", "lr", "accuracy", "test_loss", "throughput/samples_per_s", "throughput/steps_per_s"} <= tags
+    assert {
+        "loss",
+        "lr",
+        "accuracy",
+        "test_loss",
+        "throughput/samples_per_s",
+        "throughput/steps_per_s",
+    } <= tags
     loss_steps = [e.step for e in acc.Scalars("loss")]
     assert loss_steps == list(range(1, per_rank[0][-1]["step"] + 1))  # every step, none lost
     accuracy = acc.Scalars("accuracy")
@@ -101,6 +112,7 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
     )  # fmt: skip
     stopped: int | None = None
     try:
+
         def ready() -> bool:
             files = [rank_file(run_dir, r) for r in range(3)]
             return all(f.exists() and len(records(f)) >= 12 for f in files)
@@ -122,7 +134,9 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
         assert by_rank[0]["state"] == "waiting", by_rank[0]  # alive, blocked in all_reduce
         assert by_rank[2]["state"] == "running"
         assert snap["status"] == "stalled" and snap["totals"]["stalled"] == [1]
-        table = run([*CLI, "top", str(run_dir), "--once", "--stall-after", "4"], timeout=60, check=True).stdout
+        table = run(
+            [*CLI, "top", str(run_dir), "--once", "--stall-after", "4"], timeout=60, check=True
+        ).stdout
         assert "stalled" in table and "waiting" in table
     finally:
         _stop_job(job, run_dir, stopped)
@@ -134,7 +148,9 @@ def _stop_job(job: subprocess.Popen, run_dir: Path, stopped: int | None) -> None
 
     torchrun starts workers in sessions of their own, so killing the launcher's process group
     alone would leave them running."""
-    workers = [records(f)[-1]["pid"] for f in run_dir.glob("metrics/rank-*.jsonl") if f.stat().st_size]
+    workers = [
+        records(f)[-1]["pid"] for f in run_dir.glob("metrics/rank-*.jsonl") if f.stat().st_size
+    ]
     if stopped is not None:
         os.kill(stopped, signal.SIGCONT)
     job.terminate()
@@ -197,7 +213,9 @@ def test_gpu_probe_silent_without_driver() -> None:
     assert GPUProbe(None).read() == {}
 
 
-def test_top_without_a_job_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_top_without_a_job_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     res = run([*CLI, "top", str(tmp_path / "missing"), "--once"], timeout=60)
     assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.strip().splitlines()
@@ -207,7 +225,11 @@ def test_top_without_a_job_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
     junk = tmp_path / "junk"
     (junk / "metrics").mkdir(parents=True)
     (junk / "metrics" / "rank-0.jsonl").write_text("not json\n")
-    for target, code in [([str(empty), "--once"], 1), ([str(junk), "--json"], 1), ([str(empty), "--refresh", "0"], 2)]:
+    for target, code in [
+        ([str(empty), "--once"], 1),
+        ([str(junk), "--json"], 1),
+        ([str(empty), "--refresh", "0"], 2),
+    ]:
         with pytest.raises(SystemExit) as exc:
             top_main(target)
         assert exc.value.code == code
@@ -217,7 +239,9 @@ def test_top_without_a_job_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
 
 def test_run_dir_reaches_workers_env() -> None:
     script = str(EXAMPLES / "train_digits.py")
-    assert plan(["-n", "2", "--run-dir", "some/dir", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("some/dir")
+    assert plan(["-n", "2", "--run-dir", "some/dir", script]).env[
+        "DISTRAIN_RUN_DIR"
+    ] == os.path.abspath("some/dir")
     assert plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
     assert "DISTRAIN_RUN_DIR" not in plan([script]).env
     assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()

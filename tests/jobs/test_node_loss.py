@@ -19,7 +19,9 @@ from helpers.netns_hosts import Hosts, make_hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(400)]
 
-SCRIPT = str(REPO / "tests" / "scripts" / "node_loss_worker.py")  # benchmarks/recovery/node_loss.py runs it too
+SCRIPT = str(
+    REPO / "tests" / "scripts" / "node_loss_worker.py"
+)  # benchmarks/recovery/node_loss.py runs it too
 BOUND_S = 30.0
 
 
@@ -33,7 +35,10 @@ def hosts2() -> Iterator[Hosts]:
 def _rows(marker: Path) -> list[tuple[str, int, float]]:
     if not marker.exists():
         return []
-    return [(h, int(w), float(t)) for h, _r, w, t, _s in (line.split() for line in marker.read_text().splitlines())]
+    return [
+        (h, int(w), float(t))
+        for h, _r, w, t, _s in (line.split() for line in marker.read_text().splitlines())
+    ]
 
 
 @pytest.mark.slow
@@ -41,14 +46,32 @@ def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_pat
     marker, ckpt = tmp_path / "first_steps", tmp_path / "ckpt"
     flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts2.addrs[0]}:29400",
              "--rdzv-id", "nodeloss", "--max-restarts", "3", "-n", "1"]  # fmt: skip
-    argv = [python(), "-m", "distrain.cli", "run", *flags, SCRIPT, "--dir", str(ckpt), "--steps", "60", "--sleep", "0.2"]
+    argv = [
+        python(),
+        "-m",
+        "distrain.cli",
+        "run",
+        *flags,
+        SCRIPT,
+        "--dir",
+        str(ckpt),
+        "--steps",
+        "60",
+        "--sleep",
+        "0.2",
+    ]
     logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
     procs = [hosts2.start(i, argv, logs[i], env={"BENCH_NODE": f"n{i}", "BENCH_FIRST_STEP_FILE": str(marker)})
              for i in range(2)]  # fmt: skip
     deadline = time.monotonic() + 240
-    while not ({h for h, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"} and list(ckpt.glob("step_*"))):
+    while not (
+        {h for h, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"} and list(ckpt.glob("step_*"))
+    ):
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            pytest.fail("the two nodes never trained together\n" + "\n".join(log.read_text()[-3000:] for log in logs))
+            pytest.fail(
+                "the two nodes never trained together\n"
+                + "\n".join(log.read_text()[-3000:] for log in logs)
+            )
         time.sleep(0.1)
     killed_at = time.time()
     assert hosts2.kill_node(1)
@@ -58,4 +81,6 @@ def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_pat
     assert "finished at step 60 on 1 rank(s)" in text, text[-4000:]
     resumed = [t for h, w, t in _rows(marker) if h == "n0" and w == 1 and t > killed_at]
     assert resumed, text[-4000:]
-    assert resumed[0] - killed_at < BOUND_S, f"survivor resumed {resumed[0] - killed_at:.1f} s after the node died\n{text[-4000:]}"
+    assert resumed[0] - killed_at < BOUND_S, (
+        f"survivor resumed {resumed[0] - killed_at:.1f} s after the node died\n{text[-4000:]}"
+    )

@@ -31,7 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def distrain_run(*args: str, env: dict[str, str] | None = None, timeout: float = 420) -> tuple[str, str]:
+def distrain_run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 420
+) -> tuple[str, str]:
     res = run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout, env=env, check=True)
     return res.stdout, res.stderr
 
@@ -42,12 +44,19 @@ def assert_same_parameters(rehearsed: Path, twin: Path) -> None:
     assert list(a) == list(b)
     for name in a:
         assert a[name].device.type == "cpu"
-        assert torch.equal(a[name], b[name]), f"{name} differs by {(a[name].double() - b[name].double()).abs().max()}"
+        assert torch.equal(a[name], b[name]), (
+            f"{name} differs by {(a[name].double() - b[name].double()).abs().max()}"
+        )
 
 
 def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
-    assert f"distrain run --cpu: {n} CPU processes stand in for {n} GPUs; cuda → cpu, nccl → gloo" in stderr, stderr[-3000:]
-    summary = [line for line in stderr.splitlines() if line.startswith("distrain run --cpu: mapped in")]
+    assert (
+        f"distrain run --cpu: {n} CPU processes stand in for {n} GPUs; cuda → cpu, nccl → gloo"
+        in stderr
+    ), stderr[-3000:]
+    summary = [
+        line for line in stderr.splitlines() if line.startswith("distrain run --cpu: mapped in")
+    ]
     assert len(summary) == 1, stderr[-3000:]
     for call in ("nccl → gloo",) + mapped:
         assert call in summary[0], summary[0]
@@ -57,11 +66,15 @@ def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
 def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
     """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), a reduced metric."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run("--cpu", "-n", str(n), str(SCRIPTS / "ddp_torchrun.py"), "--out", str(tmp_path / "gpu"))
+    _, err = distrain_run(
+        "--cpu", "-n", str(n), str(SCRIPTS / "ddp_torchrun.py"), "--out", str(tmp_path / "gpu")
+    )
     distrain_run("-n", str(n), str(SCRIPTS / "ddp_torchrun_cpu.py"), "--out", str(tmp_path / "cpu"))
     check_lines(err, n, ("DDP(device_ids=...)", ".cuda()", ".to(cuda)", "synchronize"))
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
-    assert torch.equal(torch.load(tmp_path / "gpu" / "metric.pt"), torch.load(tmp_path / "cpu" / "metric.pt"))
+    assert torch.equal(
+        torch.load(tmp_path / "gpu" / "metric.pt"), torch.load(tmp_path / "cpu" / "metric.pt")
+    )
 
 
 @pytest.mark.parametrize("n", [2])
@@ -71,24 +84,49 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
     interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on PYTHONPATH."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     flags = ("--legacy-local-rank", "--start-method", "spawn")
-    _, err = distrain_run("--cpu", "-n", str(n), *flags, str(SCRIPTS / "legacy_launch.py"), "--out", str(tmp_path / "gpu"))
-    distrain_run("-n", str(n), *flags, str(SCRIPTS / "legacy_launch_cpu.py"), "--out", str(tmp_path / "cpu"))
+    _, err = distrain_run(
+        "--cpu",
+        "-n",
+        str(n),
+        *flags,
+        str(SCRIPTS / "legacy_launch.py"),
+        "--out",
+        str(tmp_path / "gpu"),
+    )
+    distrain_run(
+        "-n", str(n), *flags, str(SCRIPTS / "legacy_launch_cpu.py"), "--out", str(tmp_path / "cpu")
+    )
     check_lines(err, n, ("DDP(output_device=...)", "set_device"))
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 
 
-@pytest.mark.parametrize("n", [2])  # 2 here, 3 in the torchrun tutorial and the classifier: both sizes stay covered
+@pytest.mark.parametrize(
+    "n", [2]
+)  # 2 here, 3 in the torchrun tutorial and the classifier: both sizes stay covered
 @pytest.mark.slow
 def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     """mp.spawn(nprocs=torch.cuda.device_count()) with a master port set in the script: the
     script runs once and its N spawned children (fresh interpreters) are the job."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run("--cpu", "-n", str(n), str(SCRIPTS / "spawn_tutorial.py"), str(tmp_path / "gpu"),
-                          env={"TUTORIAL_PORT": str(free_port())})
-    run([python(), str(SCRIPTS / "spawn_tutorial_cpu.py"), str(tmp_path / "cpu"), str(n)], timeout=420, check=True,
-        env={"TUTORIAL_PORT": str(free_port())})
+    _, err = distrain_run(
+        "--cpu",
+        "-n",
+        str(n),
+        str(SCRIPTS / "spawn_tutorial.py"),
+        str(tmp_path / "gpu"),
+        env={"TUTORIAL_PORT": str(free_port())},
+    )
+    run(
+        [python(), str(SCRIPTS / "spawn_tutorial_cpu.py"), str(tmp_path / "cpu"), str(n)],
+        timeout=420,
+        check=True,
+        env={"TUTORIAL_PORT": str(free_port())},
+    )
     check_lines(err, n, ("DDP(device_ids=...)",))
-    assert re.search(r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line \d+; it runs once", err), err[-2000:]
+    assert re.search(
+        r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line \d+; it runs once",
+        err,
+    ), err[-2000:]
     assert f"mapped in {n} processes" in err
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 
@@ -99,13 +137,29 @@ def test_image_classifier_syncbn_amp(tmp_path: Path, n: int) -> None:
     pin_memory + DataLoader workers, against CPU autocast(float16), GradScaler("cpu") and
     distrain's CPU SyncBatchNorm."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run("--cpu", "-n", str(n), str(SCRIPTS / "image_classifier.py"), "--out", str(tmp_path / "gpu"))
-    distrain_run("-n", str(n), str(SCRIPTS / "image_classifier_cpu.py"), "--out", str(tmp_path / "cpu"))
-    check_lines(err, n, ("SyncBatchNorm → CPUSyncBatchNorm", "autocast(cuda) → autocast(cpu)",
-                         "GradScaler(cuda) → GradScaler(cpu)", "DataLoader(pin_memory=True) → off"))
+    _, err = distrain_run(
+        "--cpu", "-n", str(n), str(SCRIPTS / "image_classifier.py"), "--out", str(tmp_path / "gpu")
+    )
+    distrain_run(
+        "-n", str(n), str(SCRIPTS / "image_classifier_cpu.py"), "--out", str(tmp_path / "cpu")
+    )
+    check_lines(
+        err,
+        n,
+        (
+            "SyncBatchNorm → CPUSyncBatchNorm",
+            "autocast(cuda) → autocast(cpu)",
+            "GradScaler(cuda) → GradScaler(cpu)",
+            "DataLoader(pin_memory=True) → off",
+        ),
+    )
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
-    extra_gpu, extra_cpu = (torch.load(tmp_path / d / "extra.pt", weights_only=True) for d in ("gpu", "cpu"))
-    assert extra_gpu["scaler"] == extra_cpu["scaler"] and torch.equal(extra_gpu["correct"], extra_cpu["correct"])
+    extra_gpu, extra_cpu = (
+        torch.load(tmp_path / d / "extra.pt", weights_only=True) for d in ("gpu", "cpu")
+    )
+    assert extra_gpu["scaler"] == extra_cpu["scaler"] and torch.equal(
+        extra_gpu["correct"], extra_cpu["correct"]
+    )
 
 
 @pytest.mark.parametrize("n", [2])
@@ -116,11 +170,23 @@ def test_snapshot_resume_after_a_killed_worker(tmp_path: Path, n: int) -> None:
     ranks (DDP's first step after the restart uses its initial bucket layout, so gloo's ring sums
     some gradients in another order: 1 ulp), with or without the rehearsal."""
     results = {}
-    for name, script, flags in (("gpu", "snapshot_trainer.py", ["--cpu"]), ("cpu", "snapshot_trainer_cpu.py", [])):
+    for name, script, flags in (
+        ("gpu", "snapshot_trainer.py", ["--cpu"]),
+        ("cpu", "snapshot_trainer_cpu.py", []),
+    ):
         (tmp_path / name).mkdir()
         crash = tmp_path / f"crashed-{name}"
-        out, err = distrain_run(*flags, "-n", str(n), "--max-restarts", "1", str(SCRIPTS / script), "--out", str(tmp_path / name),
-                                env={"CRASH_ONCE": str(crash)})
+        out, err = distrain_run(
+            *flags,
+            "-n",
+            str(n),
+            "--max-restarts",
+            "1",
+            str(SCRIPTS / script),
+            "--out",
+            str(tmp_path / name),
+            env={"CRASH_ONCE": str(crash)},
+        )
         assert crash.exists() and "Resuming training from snapshot at Epoch 2" in out, out[-2000:]
         results[name] = err
     check_lines(results["gpu"], n, ("set_device", "torch.load(map_location=cuda)"))
@@ -131,7 +197,10 @@ def test_snapshot_resume_after_a_killed_worker(tmp_path: Path, n: int) -> None:
 def rehearsed_python(code: str, tmp_path: Path, count: int = 2) -> tuple[int, str, str]:
     script = tmp_path / "user_script.py"
     script.write_text(textwrap.dedent(code))
-    env = {"DISTRAIN_CPU_REHEARSAL": str(count), "PYTHONPATH": os.pathsep.join([str(BOOT), os.environ["PYTHONPATH"]])}
+    env = {
+        "DISTRAIN_CPU_REHEARSAL": str(count),
+        "PYTHONPATH": os.pathsep.join([str(BOOT), os.environ["PYTHONPATH"]]),
+    }
     res = run([python(), str(script)], timeout=300, env=env, cwd=tmp_path)
     return res.returncode, res.stdout, res.stderr
 
@@ -141,10 +210,14 @@ def rehearsed_python(code: str, tmp_path: Path, count: int = 2) -> tuple[int, st
     [
         ("import torch\ng = torch.cuda.CUDAGraph()\n", "torch.cuda.CUDAGraph() (CUDA graphs)"),
         ("import torch\nimport pynvml\npynvml.nvmlInit()\n", "pynvml.nvmlInit() (NVML)"),
-        ("import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n",
-         "torch.utils.cpp_extension.load_inline() of a CUDA extension"),
-        ("import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
-         "Triton kernel k"),
+        (
+            "import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n",
+            "torch.utils.cpp_extension.load_inline() of a CUDA extension",
+        ),
+        (
+            "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
+            "Triton kernel k",
+        ),
     ],
     ids=["cuda-graph", "nvml", "cuda-extension", "triton"],
 )
@@ -156,7 +229,9 @@ def test_what_needs_a_gpu_stops_with_one_line(tmp_path: Path, code: str, call: s
     line = code.rstrip("\n").count("\n") + 1
     rc, _, err = rehearsed_python(code, tmp_path)
     assert rc == 3, err[-2000:]
-    assert err.strip().splitlines() == [f"distrain run --cpu: cannot rehearse {call} at user_script.py:{line}: it needs a real GPU"], err
+    assert err.strip().splitlines() == [
+        f"distrain run --cpu: cannot rehearse {call} at user_script.py:{line}: it needs a real GPU"
+    ], err
 
 
 def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
@@ -197,7 +272,8 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
         assert torch.accelerator.current_accelerator().type == "cuda" and torch.accelerator.device_count() == 3
         print("ok")
         """,
-        tmp_path, count=3,
+        tmp_path,
+        count=3,
     )
     assert rc == 0 and out.strip() == "ok", err[-3000:]
 
@@ -233,25 +309,66 @@ def test_legacy_types_generators_and_custom_autograd_functions(tmp_path: Path) -
         assert torch.equal(a.grad, torch.full((2, 2), 2.0))
         print("ok")
         """,
-        tmp_path, count=2,
+        tmp_path,
+        count=2,
     )
     assert rc == 0 and out.strip() == "ok", err[-3000:]
 
 
 def test_dry_run_and_bad_combinations() -> None:
-    res = run([python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", "--dry-run", str(SCRIPTS / "ddp_torchrun.py"), "--out", "x"],
-              timeout=120, check=True)
+    res = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "--cpu",
+            "-n",
+            "2",
+            "--dry-run",
+            str(SCRIPTS / "ddp_torchrun.py"),
+            "--out",
+            "x",
+        ],
+        timeout=120,
+        check=True,
+    )
     assert "DISTRAIN_CPU_REHEARSAL=2" in res.stdout and str(BOOT) in res.stdout
-    res = run([python(), "-m", "distrain.cli", "run", "--cpu", "--gpus", "0", str(SCRIPTS / "ddp_torchrun.py")], timeout=120)
-    assert res.returncode == 2 and "cannot be combined with --gpus" in res.stderr and "Traceback" not in res.stderr
+    res = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "--cpu",
+            "--gpus",
+            "0",
+            str(SCRIPTS / "ddp_torchrun.py"),
+        ],
+        timeout=120,
+    )
+    assert (
+        res.returncode == 2
+        and "cannot be combined with --gpus" in res.stderr
+        and "Traceback" not in res.stderr
+    )
 
 
 def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n")
-    code = "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules)"
-    env = {"DISTRAIN_CPU_REHEARSAL": "2", "PYTHONPATH": os.pathsep.join([str(BOOT), str(tmp_path), os.environ["PYTHONPATH"]])}
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\nos.environ['OTHER_SITECUSTOMIZE_RAN'] = '1'\n"
+    )
+    code = (
+        "import os, sys; print(os.environ.get('OTHER_SITECUSTOMIZE_RAN'), 'torch' in sys.modules)"
+    )
+    env = {
+        "DISTRAIN_CPU_REHEARSAL": "2",
+        "PYTHONPATH": os.pathsep.join([str(BOOT), str(tmp_path), os.environ["PYTHONPATH"]]),
+    }
     res = run([python(), "-c", code], timeout=120, env=env, check=True)
-    assert res.stdout.split() == ["1", "False"], res.stdout + res.stderr  # and torch is not imported until the script does
+    assert res.stdout.split() == ["1", "False"], (
+        res.stdout + res.stderr
+    )  # and torch is not imported until the script does
 
 
 def test_a_failing_rehearsal_ends_with_its_cause(tmp_path: Path) -> None:

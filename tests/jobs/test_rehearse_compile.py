@@ -22,10 +22,24 @@ SCRIPTS = REPO / "tests" / "gpu_scripts"
 
 def rehearse(tmp_path: Path, script: str, timeout: float, *flags: str) -> str:
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", str(SCRIPTS / script), "--out", str(tmp_path), *flags]
+    cmd = [
+        python(),
+        "-m",
+        "distrain.cli",
+        "run",
+        "--cpu",
+        "-n",
+        "2",
+        str(SCRIPTS / script),
+        "--out",
+        str(tmp_path),
+        *flags,
+    ]
     res = run(cmd, timeout=timeout, env=env)
     assert res.returncode == 0, res.stderr[-4000:]
-    assert "distrain run --cpu: 2 CPU processes stand in for 2 GPUs" in res.stderr, res.stderr[-3000:]
+    assert "distrain run --cpu: 2 CPU processes stand in for 2 GPUs" in res.stderr, res.stderr[
+        -3000:
+    ]
     return res.stderr
 
 
@@ -36,7 +50,9 @@ def test_torch_compile_rehearses(tmp_path: Path) -> None:
     err = rehearse(tmp_path, "compile_torchrun.py", timeout=540)
     saved = torch.load(tmp_path / "final.pt", weights_only=True)
     assert saved["graphs"] >= 1, "the model ran eagerly: nothing was compiled"
-    assert len(saved["losses"]) == 3 and all(math.isfinite(x) for x in saved["losses"]), saved["losses"]
+    assert len(saved["losses"]) == 3 and all(math.isfinite(x) for x in saved["losses"]), saved[
+        "losses"
+    ]
     assert "DDP(device_ids=...)" in err
 
 

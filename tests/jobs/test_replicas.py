@@ -81,13 +81,19 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     assert top.returncode == 0, top.stderr[-2000:]
     snap = json.loads(top.stdout)
     assert snap["totals"]["groups"] == 2 and snap["status"] == "finished", snap["status"]
-    assert sorted((r["group"], r["rank"], r["step"]) for r in snap["ranks"]) == [(0, 0, steps), (1, 0, steps)]
+    assert sorted((r["group"], r["rank"], r["step"]) for r in snap["ranks"]) == [
+        (0, 0, steps),
+        (1, 0, steps),
+    ]
     events = [(e["event"], e["group"], e.get("source")) for e in snap["events"]]
     lost = events.index(("lost", 1, None))
     assert ("healed", 1, 0) in events[lost:], events
     assert snap["totals"]["heals"] == sum(e[0] == "healed" for e in events) >= 1
     once = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--once"], timeout=60)
-    assert re.search(rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals [12] \(last: group 1 from group 0", once.stdout), once.stdout
+    assert re.search(
+        rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals [12] \(last: group 1 from group 0",
+        once.stdout,
+    ), once.stdout
 
 
 @pytest.mark.timeout(300)
@@ -148,7 +154,9 @@ def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -
     assert len(by_group[0]) == 4 and len(by_group[1]) == 6, resumed
     assert all(s < 20 for _, s in by_group[0][:2] + by_group[1][:2]), resumed  # a late start heals
     replacement = by_group[1][2:4]  # after the first fault: caught up with group 0, which went on
-    assert sorted(r for r, _ in replacement) == [0, 1] and all(20 <= s < 100 for _, s in replacement)
+    assert sorted(r for r, _ in replacement) == [0, 1] and all(
+        20 <= s < 100 for _, s in replacement
+    )
     # after the second: both groups from disk (step 40 or later); a group restarted later than
     # the other may find it ahead and copy its state instead
     again = by_group[0][2:] + by_group[1][4:]
@@ -183,7 +191,9 @@ def test_fsdp_inside_groups_survivor_trains_through_a_sigkill(tmp_path: Path) ->
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     starts = _starts(out)
-    assert len([pid for pid, group in starts if group == 0]) == 2, starts  # each rank of group 0 once
+    assert len([pid for pid, group in starts if group == 0]) == 2, (
+        starts
+    )  # each rank of group 0 once
     assert len([pid for pid, group in starts if group == 1]) == 4, starts  # group 1 restarted once
     finals = _finals_2(out)
     assert {f["step"] for f in finals.values()} == {60}, finals
@@ -222,18 +232,29 @@ def test_groups_on_two_nodes_survivor_trains_through_a_sigkill(tmp_path: Path) -
         codes = hosts.wait(procs, 240, logs)
     texts = [log.read_text() for log in logs]
     assert codes == [0, 0], texts[0][-2000:] + texts[1][-2000:]
-    assert "(groups 0–0 on node 0/2); TorchFT lighthouse on " + hosts.addrs[0] + ":29500" in texts[0]
+    assert (
+        "(groups 0–0 on node 0/2); TorchFT lighthouse on " + hosts.addrs[0] + ":29500" in texts[0]
+    )
     # the start marks crossed the nodes: neither group waited out its start for the other
     assert not any("starts without" in text for text in texts), texts
     assert [(out / f"first.{g}.0").read_text() for g in (0, 1)] == ["0 2\n", "0 2\n"]
     starts = _starts(out)
-    assert len([pid for pid, group in starts if group == 0]) == 1, starts  # the survivor never restarted
-    assert len([pid for pid, group in starts if group == 1]) == 2, starts  # killed once, replaced once
+    assert len([pid for pid, group in starts if group == 0]) == 1, (
+        starts
+    )  # the survivor never restarted
+    assert len([pid for pid, group in starts if group == 1]) == 2, (
+        starts
+    )  # killed once, replaced once
     finals = _finals(out)
     assert finals[0]["step"] == finals[1]["step"] == 60
-    assert finals[0]["params"] == finals[1]["params"]  # healed across the nodes, then the same steps
+    assert (
+        finals[0]["params"] == finals[1]["params"]
+    )  # healed across the nodes, then the same steps
     # each node's launcher reports its own groups: the loss and the heal are node 1's lines
-    assert "distrain run: replica group 1 lost at step 25" in texts[1] and "1/2 groups continue" in texts[1]
+    assert (
+        "distrain run: replica group 1 lost at step 25" in texts[1]
+        and "1/2 groups continue" in texts[1]
+    )
     assert "distrain run: replica group 1 healed from group 0 at step" in texts[1]
     assert "replica group 1" not in texts[0].replace("replica groups", "")
     for group in (0, 1):
@@ -257,7 +278,9 @@ def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_
     assert {f["step"] for f in finals.values()} == {40}, finals
     for rank in (0, 1):
         assert finals[(0, rank)]["params"] == finals[(1, rank)]["params"], finals
-    assert "distrain run: replica group 1 healed from group 0 at step 40" in res.stderr, res.stderr[-3000:]
+    assert "distrain run: replica group 1 healed from group 0 at step 40" in res.stderr, res.stderr[
+        -3000:
+    ]
     assert "distrain run: replica groups 0, 1 ended at step 40 with equal states" in res.stderr
 
 
@@ -287,7 +310,9 @@ def test_docs_first_command_without_a_checkpoint_dir_ends_groups_equal(tmp_path:
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", str(EXAMPLES / "train_digits.py"),
            "--epochs", "6", "--out", str(tmp_path / "model")]  # fmt: skip
     with open(log, "w") as stdout:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 300
         while "epoch 1/6" not in log.read_text():
@@ -298,10 +323,14 @@ def test_docs_first_command_without_a_checkpoint_dir_ends_groups_equal(tmp_path:
     finally:
         kill_group(proc)
     assert proc.returncode == 0, err[-3000:]
-    assert "distrain run: replica group 1 lost at step" in err and "healed from group 0 at step" in err, err[-3000:]
+    assert (
+        "distrain run: replica group 1 lost at step" in err and "healed from group 0 at step" in err
+    ), err[-3000:]
     # 6 epochs × 22 batches; the step during which group 1 died is not committed (its batch is
     # skipped by both groups), so the last step is 131 or so: the same in both, states equal
-    last = re.search(r"distrain run: replica groups 0, 1 ended at step (\d+) with equal states", err)
+    last = re.search(
+        r"distrain run: replica groups 0, 1 ended at step (\d+) with equal states", err
+    )
     assert last and 128 <= int(last[1]) <= 132, err[-3000:]
 
 

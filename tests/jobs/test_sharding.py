@@ -42,7 +42,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def assert_states_close(got: dict, want: dict, atol: float) -> None:
     assert list(got) == list(want)
     for key in want:
-        torch.testing.assert_close(torch.tensor(got[key]), torch.tensor(want[key]), rtol=0, atol=atol, msg=key)
+        torch.testing.assert_close(
+            torch.tensor(got[key]), torch.tensor(want[key]), rtol=0, atol=atol, msg=key
+        )
 
 
 def test_fsdp_two_ranks_equals_one_process(jobs: Path) -> None:
@@ -50,7 +52,9 @@ def test_fsdp_two_ranks_equals_one_process(jobs: Path) -> None:
     ref = results(jobs, "plain")[0]
     rank0, rank1 = results(jobs, "fsdp-meta")
     total = sum(torch.tensor(v).numel() for v in ref["final"].values())
-    assert rank0["local_numel"] < 0.6 * total and rank1["local_numel"] < 0.6 * total  # really sharded
+    assert (
+        rank0["local_numel"] < 0.6 * total and rank1["local_numel"] < 0.6 * total
+    )  # really sharded
     assert_states_close(rank0["final"], ref["final"], atol=1e-9)
     assert rank0["unwrap_is_net"]
 
@@ -60,7 +64,9 @@ def test_clip_grad_norm_is_the_global_norm(jobs: Path) -> None:
     ref = results(jobs, "plain")[0]
     assert min(ref["norms"]) > 0.3  # clipping was active at every step
     for res in results(jobs, "fsdp-meta"):
-        torch.testing.assert_close(torch.tensor(res["norms"]), torch.tensor(ref["norms"]), rtol=1e-9, atol=0)
+        torch.testing.assert_close(
+            torch.tensor(res["norms"]), torch.tensor(ref["norms"]), rtol=1e-9, atol=0
+        )
 
 
 def test_accumulation_under_fsdp_skips_reduction(jobs: Path) -> None:
@@ -116,7 +122,9 @@ def test_full_state_dict_on_rank0_only(jobs: Path) -> None:
     ref = results(jobs, "plain")[0]
     for name in ("fsdp-meta", "ddp-meta"):
         rank0, rank1 = results(jobs, name)
-        assert {k: torch.tensor(v).shape for k, v in rank0["final"].items()} == {k: torch.tensor(v).shape for k, v in ref["final"].items()}
+        assert {k: torch.tensor(v).shape for k, v in rank0["final"].items()} == {
+            k: torch.tensor(v).shape for k, v in ref["final"].items()
+        }
         assert rank1["final"] == {} and rank1["initial"] == {}
 
 
@@ -129,7 +137,9 @@ def test_hsdp_two_replicas_of_two_shards(jobs: Path, tmp_path: Path) -> None:
     total = sum(torch.tensor(v).numel() for v in ref["final"].values())
     assert all(r["local_numel"] < 0.6 * total for r in ranks)
     assert_states_close(ranks[0]["final"], ref["final"], atol=1e-9)
-    torch.testing.assert_close(torch.tensor(ranks[3]["norms"]), torch.tensor(ref["norms"]), rtol=1e-9, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(ranks[3]["norms"]), torch.tensor(ref["norms"]), rtol=1e-9, atol=0
+    )
 
 
 def test_hsdp_defaults_to_one_replica_per_node(jobs: Path) -> None:
@@ -155,23 +165,54 @@ def test_sync_bn_refused_under_fsdp(tmp_path: Path) -> None:
     res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(script)], timeout=300)
     assert res.returncode != 0
     assert "not refused" not in res.stdout
-    lines = [ln for ln in res.stderr.splitlines() if "sync_bn=True cannot be used with strategy='fsdp'" in ln]
+    lines = [
+        ln
+        for ln in res.stderr.splitlines()
+        if "sync_bn=True cannot be used with strategy='fsdp'" in ln
+    ]
     assert lines, res.stderr[-2000:]
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
-
-
 
 
 def test_train_gpt_example_under_fsdp(tmp_path: Path) -> None:
     """examples/train_gpt.py trains a few steps sharded on 2 ranks, with the monitor and the
     watchdog on, and saves the full model."""
     run_dir = tmp_path / "run"
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--run-dir", str(run_dir), str(REPO / "examples" / "train_gpt.py"),
-           "--strategy", "fsdp", "--steps", "8", "--log-every", "4", "--batch-size", "2", "--block-size", "32",
-           "--out", str(tmp_path)]
-    res = run(cmd, timeout=400, check=True, env={"DISTRAIN_METRICS_INTERVAL": "0.2", "DISTRAIN_WATCHDOG": "300"})
+    cmd = [
+        python(),
+        "-m",
+        "distrain.cli",
+        "run",
+        "-n",
+        "2",
+        "--run-dir",
+        str(run_dir),
+        str(REPO / "examples" / "train_gpt.py"),
+        "--strategy",
+        "fsdp",
+        "--steps",
+        "8",
+        "--log-every",
+        "4",
+        "--batch-size",
+        "2",
+        "--block-size",
+        "32",
+        "--out",
+        str(tmp_path),
+    ]
+    res = run(
+        cmd,
+        timeout=400,
+        check=True,
+        env={"DISTRAIN_METRICS_INTERVAL": "0.2", "DISTRAIN_WATCHDOG": "300"},
+    )
     assert "strategy fsdp" in res.stdout
-    losses = [float(line.split("loss ")[1].split()[0]) for line in res.stdout.splitlines() if line.startswith("step ")]
+    losses = [
+        float(line.split("loss ")[1].split()[0])
+        for line in res.stdout.splitlines()
+        if line.startswith("step ")
+    ]
     assert len(losses) == 2 and losses[1] < losses[0] < 6.0, res.stdout
     assert "validation loss" in res.stdout
     state = torch.load(tmp_path / "model.pt", weights_only=True)
@@ -179,6 +220,10 @@ def test_train_gpt_example_under_fsdp(tmp_path: Path) -> None:
     assert type(state["head.weight"]) is torch.Tensor
     assert len(state) == 5 + 4 * 12  # tok, pos, ln_f (2), head; 12 tensors per block
     for rank in (0, 1):  # the monitor saw every step, with the example's values
-        records = [json.loads(line) for line in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines() if line.strip()]
+        records = [
+            json.loads(line)
+            for line in (run_dir / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
         assert records[-1]["event"] == "end" and records[-1]["step"] == 8, records[-1]
         assert {"loss", "grad_norm"} <= set(records[-1]["values"])

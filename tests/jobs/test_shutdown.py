@@ -34,14 +34,31 @@ def test_job_exits_with_its_group_gone(strategy: str, bound_s: int, tmp_path: Pa
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([python(), SCRIPT, strategy, str(tmp_path / "ckpt")], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [python(), SCRIPT, strategy, str(tmp_path / "ckpt")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     try:
         outs = [p.communicate(timeout=bound_s)[0] for p in procs]
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"the {strategy} job did not exit within {bound_s} s (exit deadlock)") from None
+        raise AssertionError(
+            f"the {strategy} job did not exit within {bound_s} s (exit deadlock)"
+        ) from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -51,4 +68,6 @@ def test_job_exits_with_its_group_gone(strategy: str, bound_s: int, tmp_path: Pa
         assert f"trained {rank}" in out
         assert "terminate called" not in out
         # rank 0 hosts the store here (no launcher agent): its thread must be gone too
-        assert "group threads at exit: []" in out, f"{strategy} rank {rank}: the group outlived shutdown\n{out}"
+        assert "group threads at exit: []" in out, (
+            f"{strategy} rank {rank}: the group outlived shutdown\n{out}"
+        )

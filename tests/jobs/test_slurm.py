@@ -52,7 +52,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _export_digits(work: Path, out: Path, ckpt: Path, nodes: int = 1, epochs: int = EPOCHS, port: bool = True) -> Path:
+def _export_digits(
+    work: Path, out: Path, ckpt: Path, nodes: int = 1, epochs: int = EPOCHS, port: bool = True
+) -> Path:
     """The exported batch script for the digits example, in `work` (its working directory).
 
     `port`: a free port fixed with --port (one-host clusters of parallel test workers share this
@@ -75,7 +77,9 @@ def _output(work: Path, job_id: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _wait_output(slurm: SlurmCluster, work: Path, job_id: str, pattern: str, after: int, timeout: float) -> int:
+def _wait_output(
+    slurm: SlurmCluster, work: Path, job_id: str, pattern: str, after: int, timeout: float
+) -> int:
     """Wait for `pattern` in the job's output past offset `after`; the offset just past the match."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,7 +89,9 @@ def _wait_output(slurm: SlurmCluster, work: Path, job_id: str, pattern: str, aft
         if slurm.job(job_id).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             break
         time.sleep(0.2)
-    raise AssertionError(f"no {pattern!r} in the output of job {job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}")
+    raise AssertionError(
+        f"no {pattern!r} in the output of job {job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}"
+    )
 
 
 def _wait_requeued(slurm: SlurmCluster, job_id: str, restarts: int, timeout: float = 180) -> None:
@@ -101,7 +107,9 @@ def _wait_requeued(slurm: SlurmCluster, job_id: str, restarts: int, timeout: flo
             slurm.cmd("scontrol", "update", f"JobId={job_id}", "StartTime=now")
             return
         time.sleep(0.3)
-    raise AssertionError(f"job {job_id} was not requeued ({restarts}): {info.get('JobState')} {info.get('Reason')}")
+    raise AssertionError(
+        f"job {job_id} was not requeued ({restarts}): {info.get('JobState')} {info.get('Reason')}"
+    )
 
 
 def _params(out: Path) -> dict[str, torch.Tensor]:
@@ -109,18 +117,24 @@ def _params(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+def uninterrupted(
+    slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str, str]:
     """The exported digits job run to completion under sbatch: (out dir, job id, its output)."""
     work = tmp_path_factory.mktemp("slurm-digits")
     script = _export_digits(work, work / "out", work / "ckpt")
     job_id = slurm.sbatch(script, cwd=work)
     info = slurm.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400)
     text = _output(work, job_id)
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (
+        f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+    )
     return work / "out", job_id, text
 
 
-def test_srun_tasks_detect_slurm_from_slurmd_environment(slurm: SlurmCluster, tmp_path: Path) -> None:
+def test_srun_tasks_detect_slurm_from_slurmd_environment(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
     out = tmp_path / "ranks"
     res = slurm.cmd("srun", "-n", "2", "--cpus-per-task=1", python(), str(REPO / "tests" / "scripts" / "core_job.py"),
                     "--out", str(out), "--mode", "train", timeout=300, check=False)  # fmt: skip
@@ -142,7 +156,9 @@ def test_sbatch_exported_script_trains_digits(uninterrupted: tuple[Path, str, st
 @pytest.mark.netns
 def test_two_slurmd_nodes_in_namespaces_train_digits(tmp_path: Path) -> None:
     with make_hosts(2) as hosts:
-        nodes = [SlurmNode(f"{hosts.names[i]}-slurm", hosts.addrs[i], hosts.names[i]) for i in range(2)]
+        nodes = [
+            SlurmNode(f"{hosts.names[i]}-slurm", hosts.addrs[i], hosts.names[i]) for i in range(2)
+        ]
         try:
             cluster = start_cluster(nodes)
         except SlurmUnavailable as err:
@@ -152,9 +168,13 @@ def test_two_slurmd_nodes_in_namespaces_train_digits(tmp_path: Path) -> None:
             # the namespaces' ports are theirs alone: the script takes its port from the job id
             script = _export_digits(work, out, tmp_path / "ckpt", nodes=2, epochs=2, port=False)
             job_id = cluster.sbatch(script, cwd=work)
-            info = cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400)
+            info = cluster.wait_state(
+                job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400
+            )
             text = _output(work, job_id)
-            assert info["JobState"] == "COMPLETED", f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+            assert info["JobState"] == "COMPLETED", (
+                f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+            )
             assert info["NumNodes"] == "2", info
             # cluster/slurm.py's rule, so two jobs sharing a node do not collide
             assert f"master {nodes[0].name}:{15000 + int(job_id) % 20000};" in text, text[-3000:]
@@ -170,19 +190,36 @@ def test_time_limit_warning_then_preemption_requeue_and_resume_exactly(
     work = tmp_path / "job"
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     script = _export_digits(work, out, ckpt)
-    assert "#SBATCH --signal=USR1@120" in script.read_text() and "#SBATCH --requeue" in script.read_text()
+    assert (
+        "#SBATCH --signal=USR1@120" in script.read_text()
+        and "#SBATCH --requeue" in script.read_text()
+    )
     job_id = slurm.sbatch(script, cwd=work)
     # 1. the time-limit warning: SIGUSR1 to every process of the job's steps, not the batch shell,
     #    exactly how `#SBATCH --signal=USR1@N` delivers it (without waiting for a real limit)
     seen = _wait_output(slurm, work, job_id, r"epoch 2/", 0, timeout=300)
     slurm.cmd("scancel", "--signal=USR1", job_id)
-    seen = _wait_output(slurm, work, job_id, r"requeued after its checkpoint \(time-limit warning \(SIGUSR1\)\)", seen, timeout=120)
+    seen = _wait_output(
+        slurm,
+        work,
+        job_id,
+        r"requeued after its checkpoint \(time-limit warning \(SIGUSR1\)\)",
+        seen,
+        timeout=120,
+    )
     _wait_requeued(slurm, job_id, restarts=1)
     # 2. a real preemption: a job in the higher-priority partition needs the CPUs; SLURM sends SIGTERM
     seen = _wait_output(slurm, work, job_id, r"resumed from .*step_\d+", seen, timeout=300)
     seen = _wait_output(slurm, work, job_id, r"epoch \d+/", seen, timeout=300)
     urgent = slurm.sbatch_wrap("true", "--partition=high", "--cpus-per-task=2", cwd=work)
-    seen = _wait_output(slurm, work, job_id, r"requeued after its checkpoint \(preemption \(SIGTERM\)\)", seen, timeout=120)
+    seen = _wait_output(
+        slurm,
+        work,
+        job_id,
+        r"requeued after its checkpoint \(preemption \(SIGTERM\)\)",
+        seen,
+        timeout=120,
+    )
     slurm.wait_state(urgent, {"COMPLETED"}, timeout=120)
     _wait_requeued(slurm, job_id, restarts=2)
     info = slurm.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=400)
@@ -204,6 +241,8 @@ def test_job_without_requeue_says_so(slurm: SlurmCluster, tmp_path: Path) -> Non
     slurm.cmd("scancel", "--signal=USR1", job_id)
     info = slurm.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
     text = _output(work, job_id)
-    assert f"SLURM job {job_id} is not requeue-able (sbatch --no-requeue or JobRequeue=0)" in text, text[-3000:]
+    assert (
+        f"SLURM job {job_id} is not requeue-able (sbatch --no-requeue or JobRequeue=0)" in text
+    ), text[-3000:]
     assert info.get("Restarts") == "0" and "checkpoint at step" in text
     assert list((tmp_path / "ckpt").glob("step_*")), "the checkpoint was written anyway"

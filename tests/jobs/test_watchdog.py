@@ -24,11 +24,40 @@ def hosts2() -> Iterator[Hosts]:
 @pytest.mark.timeout(400)
 def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> None:
     master = hosts2.addrs[0]
-    flags = ["--nnodes", "2", "--master-addr", master, "--master-port", "29500", "-n", "1", "--watchdog", "5"]
+    flags = [
+        "--nnodes",
+        "2",
+        "--master-addr",
+        master,
+        "--master-port",
+        "29500",
+        "-n",
+        "1",
+        "--watchdog",
+        "5",
+    ]
     logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
     procs = [
-        hosts2.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
-                         "--steps", "100000", "--hang-rank", "1", "--hang-step", "3"], logs[i])
+        hosts2.start(
+            i,
+            [
+                python(),
+                "-m",
+                "distrain.cli",
+                "run",
+                *flags,
+                "--node-rank",
+                str(i),
+                SCRIPT,
+                "--steps",
+                "100000",
+                "--hang-rank",
+                "1",
+                "--hang-step",
+                "3",
+            ],
+            logs[i],
+        )
         for i in range(2)
     ]
     start = time.monotonic()
@@ -37,13 +66,23 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
     console0, console1 = (log.read_text() for log in logs)
     assert codes[0] == 124 and codes[1] != 0, (codes, console0, console1)
     # the launching console (node 0, where rank 0 runs) names the rank on the other node and its step
-    summary = [line for line in console0.splitlines() if line.startswith("distrain watchdog: no training progress")]
+    summary = [
+        line
+        for line in console0.splitlines()
+        if line.startswith("distrain watchdog: no training progress")
+    ]
     assert len(summary) == 1, console0
-    assert "stuck: rank 1 (node 1," in summary[0] and "at step 3 in mn_train.py:" in summary[0], summary[0]
+    assert "stuck: rank 1 (node 1," in summary[0] and "at step 3 in mn_train.py:" in summary[0], (
+        summary[0]
+    )
     assert "ranks 0" in summary[0] or "rank 0 waits" in summary[0]
     assert "stopped by the watchdog" in console0
     # every rank's Python stack: rank 1 sleeps in the script, rank 0 waits inside torch's backward
-    assert "distrain watchdog: rank 1" in console1 and 'mn_train.py", line' in console1 and "in <module>" in console1
+    assert (
+        "distrain watchdog: rank 1" in console1
+        and 'mn_train.py", line' in console1
+        and "in <module>" in console1
+    )
     assert "distrain watchdog: rank 0" in console0 and "in backward" in console0
     print(f"hang detected and job down {elapsed:.1f}s after launch")
 
@@ -51,7 +90,11 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
 def test_diagnose_names_the_rank_outside_torch() -> None:
     from distrain.train.watchdog import diagnose
 
-    beats = {0: {"step": 3, "in_torch": True}, 1: {"step": 3, "in_torch": False}, 2: {"step": 3, "in_torch": True}}
+    beats = {
+        0: {"step": 3, "in_torch": True},
+        1: {"step": 3, "in_torch": False},
+        2: {"step": 3, "in_torch": True},
+    }
     assert diagnose(beats, set(), 3) == ([1], "is not in a collective while the others wait for it")
     # a frozen process (heartbeat stopped) or a missing one wins over everything else
     assert diagnose(beats, {2}, 4)[0] == [2, 3]
@@ -63,8 +106,14 @@ def test_diagnose_names_the_rank_outside_torch() -> None:
 def test_bad_watchdog_value_is_one_line(tmp_path: Path) -> None:
     from helpers import run
 
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "soon", SCRIPT], timeout=120)
-    assert res.returncode == 2 and res.stderr.strip() == "distrain run: error: --watchdog expects seconds (got 'soon')"
+    res = run(
+        [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "soon", SCRIPT],
+        timeout=120,
+    )
+    assert (
+        res.returncode == 2
+        and res.stderr.strip() == "distrain run: error: --watchdog expects seconds (got 'soon')"
+    )
 
 
 PLAIN = str(REPO / "tests" / "scripts" / "plain_step_hang.py")
@@ -75,22 +124,63 @@ def test_watchdog_arms_on_a_bare_optimizer_step() -> None:
     """The README's converted script steps with opt.step(), not ctx.step(): the watchdog must see it."""
     from helpers import run
 
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", PLAIN, "--hang-rank", "1", "--hang-step", "5"],
-              timeout=180)
+    res = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "2",
+            "--watchdog",
+            "5",
+            PLAIN,
+            "--hang-rank",
+            "1",
+            "--hang-step",
+            "5",
+        ],
+        timeout=180,
+    )
     assert res.returncode == 124, (res.returncode, res.stderr[-3000:])
     # ranks write to one stderr at once: the verdict is matched wherever it starts in a line
-    summary = [ln[ln.index("distrain watchdog: no training"):] for ln in res.stderr.splitlines() if "distrain watchdog: no training" in ln]
-    assert summary and "stuck: rank 1" in summary[0] and "at step 4 in plain_step_hang.py:" in summary[0], res.stderr[-3000:]
+    summary = [
+        ln[ln.index("distrain watchdog: no training") :]
+        for ln in res.stderr.splitlines()
+        if "distrain watchdog: no training" in ln
+    ]
+    assert (
+        summary
+        and "stuck: rank 1" in summary[0]
+        and "at step 4 in plain_step_hang.py:" in summary[0]
+    ), res.stderr[-3000:]
 
 
 @pytest.mark.timeout(200)
 def test_counted_steps_and_unarmed_warning() -> None:
     from helpers import run
 
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", PLAIN, "--steps", "30"], timeout=180)
+    res = run(
+        [python(), "-m", "distrain.cli", "run", "-n", "2", PLAIN, "--steps", "30"], timeout=180
+    )
     assert res.returncode == 0 and "done: 30 counted steps" in res.stdout, res.stderr[-3000:]
     # an optimizer over a model that was never prepared: not counted, and the watchdog says so once
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "30", PLAIN, "--steps", "30", "--unprepared"],
-              timeout=180)
+    res = run(
+        [
+            python(),
+            "-m",
+            "distrain.cli",
+            "run",
+            "-n",
+            "2",
+            "--watchdog",
+            "30",
+            PLAIN,
+            "--steps",
+            "30",
+            "--unprepared",
+        ],
+        timeout=180,
+    )
     assert res.returncode == 0 and "done: 0 counted steps" in res.stdout, res.stderr[-3000:]
     assert res.stderr.count("the watchdog is not armed") == 1, res.stderr[-3000:]

@@ -36,7 +36,9 @@ def test_a_frozen_rank_0_is_named_and_the_job_stops(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 150
         while (stopped := _rank(launcher, 0)) is None or _rank(launcher, 1) is None:
-            assert launcher.poll() is None and time.monotonic() < deadline, "the ranks did not start"
+            assert launcher.poll() is None and time.monotonic() < deadline, (
+                "the ranks did not start"
+            )
             time.sleep(0.2)
         time.sleep(3.0)  # training: the watchdog is armed after the first step
         stopped.send_signal(signal.SIGSTOP)
@@ -68,7 +70,9 @@ def test_a_rank_frozen_after_its_training_is_named_and_the_job_stops(tmp_path: P
         try:
             out, _ = launcher.communicate(timeout=150)
         except subprocess.TimeoutExpired:
-            raise AssertionError("the job did not stop: nothing watched the frozen rank 1") from None
+            raise AssertionError(
+                "the job did not stop: nothing watched the frozen rank 1"
+            ) from None
         assert "finished at step" in out, out[-3000:]  # rank 0 ended its script
         assert launcher.returncode != 0, out[-3000:]
         assert "distrain watchdog: rank 1 (host" in out, out[-3000:]

@@ -52,23 +52,39 @@ p.add_argument("--freeze-after-loop", action="store_true")
 p.add_argument("--linger", type=float, default=0.0)
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
-p.add_argument("--timeline", default=None, help="append kill / first-step-after-restart times (bench)")
-p.add_argument("--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)")
+p.add_argument(
+    "--timeline", default=None, help="append kill / first-step-after-restart times (bench)"
+)
+p.add_argument(
+    "--ready-at", type=int, default=-1, help="touch OUT.ready after this step (signal tests)"
+)
 p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
-p.add_argument("--dump-restored", default=None, help="write the full state right after restore() here")
+p.add_argument(
+    "--dump-restored", default=None, help="write the full state right after restore() here"
+)
 args = p.parse_args()
 
 dtype = torch.float64 if args.float64 else torch.float32
 ctx = distrain.init(verbose=False)
 if args.global_batch % ctx.world_size:
-    raise SystemExit(f"global batch {args.global_batch} is not divisible by {ctx.world_size} processes")
+    raise SystemExit(
+        f"global batch {args.global_batch} is not divisible by {ctx.world_size} processes"
+    )
 g = torch.Generator().manual_seed(7)
 x = torch.randn(args.samples, 16, generator=g, dtype=dtype)
 y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
 torch.manual_seed(0)
-net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, 3)).to(dtype)
-model = ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear) if args.strategy == "fsdp" and ctx.distributed else ctx.prepare_model(net)
-loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3)
+net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(args.dropout), nn.Linear(32, 3)).to(
+    dtype
+)
+model = (
+    ctx.prepare_model(net, strategy="fsdp", shard=nn.Linear)
+    if args.strategy == "fsdp" and ctx.distributed
+    else ctx.prepare_model(net)
+)
+loader = ctx.prepare_loader(
+    TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.7)
 
@@ -83,7 +99,9 @@ lingers = not restarted and ctx.rank != args.fault_rank and args.linger > 0
 if restarted and ctx.is_main and args.timeline:
     with open(args.timeline, "a") as f:
         f.write(f"restarted {time.time():.6f}\n")  # the new attempt's process group is up
-if 0 < attempt <= len(args.kill_again) and ctx.rank == args.fault_rank:  # a restarted attempt's own kill
+if (
+    0 < attempt <= len(args.kill_again) and ctx.rank == args.fault_rank
+):  # a restarted attempt's own kill
     faulty, args.kill_at = True, args.kill_again[attempt - 1]
 
 
@@ -103,11 +121,11 @@ def fault(kind: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-
-
 def full_state(step: int) -> dict:
     """Model and optimizer, unsharded, on CPU (a collective under FSDP)."""
-    msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    msd, osd = get_state_dict(
+        model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     return {"step": step, "model": msd, "opt": osd}
 
 
@@ -122,7 +140,13 @@ if faulty and args.kill_in_save >= 0:
 
     ckpt_writer.atomic_write = write_then_die
 
-ckpt = ctx.checkpointer(args.dir, every_steps=args.every, every_epochs=args.every_epochs, async_save=args.async_save) if args.dir else None
+ckpt = (
+    ctx.checkpointer(
+        args.dir, every_steps=args.every, every_epochs=args.every_epochs, async_save=args.async_save
+    )
+    if args.dir
+    else None
+)
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step if ckpt else 0
 if args.dump_restored:
     restored = full_state(step)

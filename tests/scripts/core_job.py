@@ -68,7 +68,9 @@ if args.mode in ("train", "init", "accum"):
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        def counting_allreduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        def counting_allreduce(
+            state: object, bucket: dist.GradBucket
+        ) -> torch.futures.Future[torch.Tensor]:
             syncs[0] += int(bucket.is_last())
             return default_hooks.allreduce_hook(None, bucket)
 

@@ -33,14 +33,25 @@ x = torch.randn(args.samples, 16, generator=g)
 y = (x[:, :4].sum(1) > 0).long()
 torch.manual_seed(0)
 model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)))
-loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3)
+loader = ctx.prepare_loader(
+    TensorDataset(x, y), batch_size=args.global_batch // ctx.world_size, seed=3
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 ckpt = ctx.checkpointer(args.dir, every_steps=2)
 step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 if ctx.is_main:
     with open(args.history, "a") as f:
-        f.write(json.dumps({"world": ctx.world_size, "resumed_step": step, "nodes": ctx.num_nodes,
-                            "master": os.environ.get("MASTER_ADDR")}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "world": ctx.world_size,
+                    "resumed_step": step,
+                    "nodes": ctx.num_nodes,
+                    "master": os.environ.get("MASTER_ADDR"),
+                }
+            )
+            + "\n"
+        )
 for _epoch in range(loader.epoch, args.epochs):
     for xb, yb in loader:
         xb, yb = xb.to(ctx.device), yb.to(ctx.device)

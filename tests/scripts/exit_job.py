@@ -15,12 +15,16 @@ from torch import nn
 
 import distrain
 
-report_at_exit(lambda line: print(line, end="", flush=True))  # before distrain.init: runs after its shutdown
+report_at_exit(
+    lambda line: print(line, end="", flush=True)
+)  # before distrain.init: runs after its shutdown
 
 
 ctx = distrain.init(verbose=False)
 strategy, directory = sys.argv[1], sys.argv[2]
-model = ctx.prepare_model(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)), strategy=strategy)
+model = ctx.prepare_model(
+    nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)), strategy=strategy
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 ckpt = ctx.checkpointer(directory, every_steps=2)
 step = ckpt.restore(model=model, optimizer=opt).step

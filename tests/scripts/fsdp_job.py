@@ -36,7 +36,13 @@ RUNS = {
     # an object's own option reaches fully_shard: no re-gathering in backward
     "fsdp-seeded": (distrain.FSDP(reshard_after_forward=False), False, 1, True, False),
     "fsdp-ac": ("fsdp", True, 1, False, True),
-    "hsdp": (distrain.HSDP(replicate=2), False, 1, True, False),  # 2 replicas of 2 shards on 4 ranks
+    "hsdp": (
+        distrain.HSDP(replicate=2),
+        False,
+        1,
+        True,
+        False,
+    ),  # 2 replicas of 2 shards on 4 ranks
     "hsdp-one-node": ("hsdp", True, 1, False, False),  # default replicate: one per node, so 1 x 2
 }
 STEPS, GLOBAL_BATCH, MAX_NORM = 4, 12, 0.3
@@ -60,7 +66,9 @@ class Net(nn.Module):
         self.inp = nn.Linear(6, 8)
         self.blocks = nn.ModuleList([Block(8) for _ in range(3)])
         # torch's own layers (nn.MultiheadAttention inside): they too must build on meta and shard
-        self.mix = nn.ModuleList([nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True) for _ in range(2)])
+        self.mix = nn.ModuleList(
+            [nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True) for _ in range(2)]
+        )
         self.norm = nn.LayerNorm(8)
         self.out = nn.Linear(8, 1)
 
@@ -111,9 +119,15 @@ def train(name: str) -> dict:
     else:
         net, built_on_meta = Net(), False
     model = ctx.prepare_model(net, strategy=strategy, activation_checkpointing=recompute)
-    result: dict = {"rank": ctx.rank, "built_on_meta": built_on_meta, "unwrap_is_net": ctx.unwrap(model) is net}
+    result: dict = {
+        "rank": ctx.rank,
+        "built_on_meta": built_on_meta,
+        "unwrap_is_net": ctx.unwrap(model) is net,
+    }
     result["checkpointed_blocks"] = sum(isinstance(m, CheckpointWrapper) for m in model.modules())
-    result["local_numel"] = sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in model.parameters())
+    result["local_numel"] = sum(
+        (t.to_local() if hasattr(t, "to_local") else t).numel() for t in model.parameters()
+    )
     result["initial"] = {k: v.tolist() for k, v in ctx.full_state_dict(model).items()}
     batch = GLOBAL_BATCH // ctx.world_size // accum
     loader = ctx.prepare_loader(data(), batch_size=batch, seed=3)
@@ -135,7 +149,9 @@ def train(name: str) -> dict:
                 if step == STEPS:
                     break
     result["final"] = {k: v.tolist() for k, v in ctx.full_state_dict(model).items()}
-    result.update(norms=norms, reduce_scatters=counts, all_gathers=calls["all_gather_single"] - gathers_before)
+    result.update(
+        norms=norms, reduce_scatters=counts, all_gathers=calls["all_gather_single"] - gathers_before
+    )
     return result
 
 

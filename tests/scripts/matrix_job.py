@@ -71,26 +71,41 @@ class Shapes(Dataset):
         img = img[:, top : top + 12, left : left + 12]
         if random.random() < 0.5:  # Python's RNG
             img = img.flip(2)
-        noise = torch.from_numpy(np.random.normal(0, 0.1, img.shape).astype("float32"))  # numpy's RNG
+        noise = torch.from_numpy(
+            np.random.normal(0, 0.1, img.shape).astype("float32")
+        )  # numpy's RNG
         return img + noise, self.y[i]
 
 
 def make_model() -> nn.Module:
     torch.manual_seed(0)
     if args.model == "mlp-dropout":
-        return nn.Sequential(nn.Flatten(), nn.Linear(432, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 3))
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(432, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 3)
+        )
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Dropout(0.1), nn.Linear(32, 3),
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.1),
+        nn.Linear(32, 3),
     )
 
 
 if args.strategy == "fsdp":
-    model = ctx.prepare_model(make_model(), strategy="fsdp", shard=(nn.Conv2d, nn.Linear), sync_bn=args.sync_bn)
+    model = ctx.prepare_model(
+        make_model(), strategy="fsdp", shard=(nn.Conv2d, nn.Linear), sync_bn=args.sync_bn
+    )
 else:
     model = ctx.prepare_model(make_model(), sync_bn=args.sync_bn)
-loader = ctx.prepare_loader(Shapes(), batch_size=BATCH, num_workers=args.workers, persistent_workers=args.persistent, seed=5)
+loader = ctx.prepare_loader(
+    Shapes(), batch_size=BATCH, num_workers=args.workers, persistent_workers=args.persistent, seed=5
+)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
 steps_total = args.epochs * (len(loader) // args.accum)
 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps_total)
@@ -140,10 +155,18 @@ for _epoch in range(loader.epoch, args.epochs):
 ckpt.save(step)
 ckpt.close()
 
-msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-own = {"buffers": {k: v.detach().clone() for k, v in ctx.unwrap(model).named_buffers()}, "rng": torch.rand(4)}
+msd, osd = get_state_dict(
+    model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+)
+own = {
+    "buffers": {k: v.detach().clone() for k, v in ctx.unwrap(model).named_buffers()},
+    "rng": torch.rand(4),
+}
 everyone = ctx.gather_object(own)
 if ctx.is_main:
-    torch.save({"step": step, "model": msd, "opt": osd, "ranks": everyone, "lr": sched.get_last_lr()}, args.out)
+    torch.save(
+        {"step": step, "model": msd, "opt": osd, "ranks": everyone, "lr": sched.get_last_lr()},
+        args.out,
+    )
     print(f"finished at step {step}", flush=True)
 ctx.shutdown()

@@ -42,17 +42,38 @@ for step in range(1, args.steps + 1):
             time.sleep(3600)  # the deliberate hang
 ranks = ctx.all_reduce(torch.tensor([float(ctx.rank)])).item()
 hosts = ctx.gather_object(
-    {"rank": ctx.rank, "host_ns": os.environ.get("DTEST_NODE", socket.gethostname()),
-     "master_addr": os.environ.get("MASTER_ADDR"), "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
-     "node_rank": ctx.node_rank, "threads": torch.get_num_threads(), "launcher": ctx.env.name}
+    {
+        "rank": ctx.rank,
+        "host_ns": os.environ.get("DTEST_NODE", socket.gethostname()),
+        "master_addr": os.environ.get("MASTER_ADDR"),
+        "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+        "node_rank": ctx.node_rank,
+        "threads": torch.get_num_threads(),
+        "launcher": ctx.env.name,
+    }
 )
 # where rank 0's store listens (the security claim: only on the chosen interface)
-listen = sorted({c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
-                 if c.status == psutil.CONN_LISTEN and c.laddr.port == int(os.environ.get("MASTER_PORT", "0"))})
+listen = sorted(
+    {
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+        and c.laddr.port == int(os.environ.get("MASTER_PORT", "0"))
+    }
+)
 checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
 if ctx.is_main and args.out:
     with open(args.out, "w") as f:
-        json.dump({"world_size": ctx.world_size, "rank_sum": ranks, "ranks": hosts, "checksum": checksum,
-                   "steps": ctx.steps, "store_listen": listen}, f)
+        json.dump(
+            {
+                "world_size": ctx.world_size,
+                "rank_sum": ranks,
+                "ranks": hosts,
+                "checksum": checksum,
+                "steps": ctx.steps,
+                "store_listen": listen,
+            },
+            f,
+        )
 ctx.print(f"done: world {ctx.world_size} rank_sum {ranks:g}")
 ctx.shutdown()

@@ -40,8 +40,10 @@ while step < args.steps:
         step += 1
         if step == start + 1:
             with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
-                f.write(f"{os.environ.get('BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
-                        f"{ctx.world_size} {time.time()} {step}\n")
+                f.write(
+                    f"{os.environ.get('BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
+                    f"{ctx.world_size} {time.time()} {step}\n"
+                )
         time.sleep(args.sleep)
         ckpt.maybe_save(step)
         if step >= args.steps:

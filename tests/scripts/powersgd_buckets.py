@@ -14,7 +14,9 @@ import distrain
 
 ctx = distrain.init(threads=1, verbose=False)
 torch.manual_seed(0)
-net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(160, 160), nn.ReLU())], nn.Linear(160, 4))
+net = nn.Sequential(
+    *[m for _ in range(4) for m in (nn.Linear(160, 160), nn.ReLU())], nn.Linear(160, 4)
+)
 model = ctx.prepare_model(net, comm_hook="powersgd:rank=1,start=2", bucket_cap_mb=0.05)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(ctx.rank)

@@ -35,13 +35,36 @@ p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-group", type=int, default=1)
 p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, repeatable")
-p.add_argument("--kill-in-backward", action="store_true", help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce")
+p.add_argument(
+    "--kill-in-backward",
+    action="store_true",
+    help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce",
+)
 p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group")
-p.add_argument("--late-group", type=int, default=-1, help="this group sleeps --late seconds before distrain.init (it loads slowly)")
+p.add_argument(
+    "--late-group",
+    type=int,
+    default=-1,
+    help="this group sleeps --late seconds before distrain.init (it loads slowly)",
+)
 p.add_argument("--late", type=float, default=0.0)
-p.add_argument("--late-restart", type=float, default=0.0, help="a replacement sleeps this long before distrain.init (it restarts slowly)")
-p.add_argument("--perturb-group", type=int, default=-1, help="this group changes a weight after training (the end check must see it)")
-p.add_argument("--trace", action="store_true", help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state")
+p.add_argument(
+    "--late-restart",
+    type=float,
+    default=0.0,
+    help="a replacement sleeps this long before distrain.init (it restarts slowly)",
+)
+p.add_argument(
+    "--perturb-group",
+    type=int,
+    default=-1,
+    help="this group changes a weight after training (the end check must see it)",
+)
+p.add_argument(
+    "--trace",
+    action="store_true",
+    help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state",
+)
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
 if args.kill_at >= 0:
@@ -50,12 +73,16 @@ if args.kill_at >= 0:
 group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))
 rank = os.environ.get("RANK", "0")
 # TorchFT's cross-group gloo group too must be gone when the process ends
-report_at_exit(lambda line: open(os.path.join(args.out, f"threads.{group}.{rank}"), "w").write(line))
+report_at_exit(
+    lambda line: open(os.path.join(args.out, f"threads.{group}.{rank}"), "w").write(line)
+)
 
 if group == args.late_group and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
     time.sleep(args.late)  # the first start only: a replacement comes back as fast as it can
 if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-    time.sleep(args.late_restart)  # a replacement on a loaded machine: the survivors may finish first
+    time.sleep(
+        args.late_restart
+    )  # a replacement on a loaded machine: the survivors may finish first
 ctx = distrain.init(verbose=False)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
@@ -66,7 +93,9 @@ y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
 torch.manual_seed(
     group
 )  # different initial weights per group: the first quorum must make them equal
-model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)), strategy=args.strategy)
+model = ctx.prepare_model(
+    nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)), strategy=args.strategy
+)
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
@@ -108,19 +137,30 @@ def _digest() -> str:
 def _trace(step: int, committed: bool) -> None:
     m = ctx.replicas.manager
     with open(os.path.join(args.out, f"trace.{group}.{ctx.rank}.{os.getpid()}"), "a") as f:
-        f.write(f"{step} {m.current_step()} {int(committed)} {m.num_participants()} {loader.state_dict()} {_digest()}\n")
+        f.write(
+            f"{step} {m.current_step()} {int(committed)} {m.num_participants()} {loader.state_dict()} {_digest()}\n"
+        )
 
 
 while step < args.steps:
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
-        if (args.kill_in_backward and group == args.kill_group and ctx.rank == 0 and 0 <= args.kill_at <= step
-                and not os.path.exists(os.path.join(args.out, f"killed.{group}.{ctx.rank}"))):
-            loss.register_hook(lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad)  # peers are in the all-reduce by then
+        if (
+            args.kill_in_backward
+            and group == args.kill_group
+            and ctx.rank == 0
+            and 0 <= args.kill_at <= step
+            and not os.path.exists(os.path.join(args.out, f"killed.{group}.{ctx.rank}"))
+        ):
+            loss.register_hook(
+                lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad
+            )  # peers are in the all-reduce by then
         loss.backward()
         if committed := ctx.step(opt):  # False when the quorum did not commit this step
-            if ctx.replicas is not None and not os.path.exists(first := os.path.join(args.out, f"first.{group}.{ctx.rank}")):
+            if ctx.replicas is not None and not os.path.exists(
+                first := os.path.join(args.out, f"first.{group}.{ctx.rank}")
+            ):
                 with open(first, "w") as f:  # how many groups took this process's first step
                     f.write(f"{step} {ctx.replicas.manager.num_participants()}\n")
             step += 1

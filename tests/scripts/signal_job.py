@@ -35,6 +35,8 @@ with open(os.path.join(args.out, f"pid{rank}.tmp"), "w") as f:
 os.replace(os.path.join(args.out, f"pid{rank}.tmp"), os.path.join(args.out, f"pid{rank}"))  # whole
 deadline = time.monotonic() + 120  # the test signals within seconds; never train forever
 step = 0
+
+
 def signalled() -> bool:
     """Whether the test signalled, agreed by every rank (each looking alone, one rank could leave
     the loop a step before the other and leave it alone in the next all-reduce)."""

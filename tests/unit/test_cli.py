@@ -25,12 +25,21 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unknown_command_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["train"]) == 2
-    assert capsys.readouterr().err == "distrain: error: unknown command 'train' (choose from run, doctor, bench, top, export)\n"
+    assert (
+        capsys.readouterr().err
+        == "distrain: error: unknown command 'train' (choose from run, doctor, bench, top, export)\n"
+    )
 
 
-def test_a_subcommand_gets_the_rest_of_argv_and_sets_the_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_subcommand_gets_the_rest_of_argv_and_sets_the_exit_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setitem(sys.modules, "distrain._unit_fake_command", SimpleNamespace(main=lambda argv: seen.append(argv) or 5))
+    monkeypatch.setitem(
+        sys.modules,
+        "distrain._unit_fake_command",
+        SimpleNamespace(main=lambda argv: seen.append(argv) or 5),
+    )
     monkeypatch.setitem(cli.COMMANDS, "fake", ("distrain._unit_fake_command", "a stand-in"))
     assert cli.main(["fake", "--run", "x.py", "--help"]) == 5
     assert seen == [["--run", "x.py", "--help"]]

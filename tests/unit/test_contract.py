@@ -24,7 +24,9 @@ from distrain.errors import DistrainError, UsageError, fail, raise_usage_errors
 from distrain.monitor.status import NoJobError
 
 
-@pytest.mark.parametrize(("text", "expected"), [("5", 5.0), ("0.25", 0.25), ("1e3", 1000.0), (" 7 ", 7.0)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("5", 5.0), ("0.25", 0.25), ("1e3", 1000.0), (" 7 ", 7.0)]
+)
 def test_parse_seconds_accepts_positive_numbers(text: str, expected: float) -> None:
     assert parse_seconds(text, "--watchdog") == expected
 
@@ -61,8 +63,12 @@ def test_usable_cores_falls_back_to_cpu_count(monkeypatch: pytest.MonkeyPatch) -
     assert usable_cores() == 6
 
 
-@pytest.mark.parametrize(("cores", "local", "expected"), [(16, 4, 4), (16, 3, 5), (2, 8, 1), (8, 0, 8)])
-def test_threads_per_process_splits_cores_evenly(monkeypatch: pytest.MonkeyPatch, cores: int, local: int, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("cores", "local", "expected"), [(16, 4, 4), (16, 3, 5), (2, 8, 1), (8, 0, 8)]
+)
+def test_threads_per_process_splits_cores_evenly(
+    monkeypatch: pytest.MonkeyPatch, cores: int, local: int, expected: int
+) -> None:
     monkeypatch.setattr(contract, "usable_cores", lambda: cores)
     assert threads_per_process(local) == expected
 
@@ -75,8 +81,19 @@ def test_rehearse_boot_dir_holds_the_sitecustomize_the_launcher_prepends() -> No
 
 def test_variable_names_are_the_documented_ones() -> None:
     # both sides of the contract spell these; a rename silently breaks launched jobs
-    assert (contract.LAUNCHER, contract.RUN_DIR, contract.WATCHDOG, contract.DEVICE, contract.SPAWN) == (
-        "DISTRAIN_LAUNCHER", "DISTRAIN_RUN_DIR", "DISTRAIN_WATCHDOG", "DISTRAIN_DEVICE", "DISTRAIN_SPAWN")
+    assert (
+        contract.LAUNCHER,
+        contract.RUN_DIR,
+        contract.WATCHDOG,
+        contract.DEVICE,
+        contract.SPAWN,
+    ) == (
+        "DISTRAIN_LAUNCHER",
+        "DISTRAIN_RUN_DIR",
+        "DISTRAIN_WATCHDOG",
+        "DISTRAIN_DEVICE",
+        "DISTRAIN_SPAWN",
+    )
     assert contract.CPU_REHEARSAL == "DISTRAIN_CPU_REHEARSAL"
     assert contract.RESTART_COUNT == "TORCHELASTIC_RESTART_COUNT"
 
@@ -110,7 +127,9 @@ def test_fail_prints_one_line_and_exits_with_the_code(capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize("cls", [UsageError, ClusterError, NoJobError])
 def test_distrain_errors_have_one_base(cls: type[Exception]) -> None:
-    assert issubclass(cls, DistrainError)  # `except DistrainError` catches every error distrain raises
+    assert issubclass(
+        cls, DistrainError
+    )  # `except DistrainError` catches every error distrain raises
     assert str(cls("what to fix")) == "what to fix"
 
 

@@ -49,7 +49,10 @@ def test_the_pages_show_commands() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_documented_launcher_option_exists(page: Path) -> None:
-    options = {**_option_table(_torchrun_parser()), **HOST_OPTIONS}  # --hosts & co.: launch/host_options.py
+    options = {
+        **_option_table(_torchrun_parser()),
+        **HOST_OPTIONS,
+    }  # --hosts & co.: launch/host_options.py
     bad = []
     for number, argv in documented_commands(page):
         try:

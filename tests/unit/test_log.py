@@ -21,7 +21,9 @@ def _restore_logger() -> object:
     root.handlers[:], root.level, root.propagate, root.disabled = saved
 
 
-def test_a_message_is_the_same_one_line_on_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_message_is_the_same_one_line_on_the_stderr_of_the_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     get_logger("checkpoint")
     swapped = io.StringIO()
     monkeypatch.setattr(sys, "stderr", swapped)  # a forked worker replaces sys.stderr after import
@@ -29,7 +31,9 @@ def test_a_message_is_the_same_one_line_on_the_stderr_of_the_moment(monkeypatch:
     assert swapped.getvalue() == "distrain: checkpoint: skipping invalid checkpoint: x\n"
 
 
-def test_silenced_by_level_and_redirected_to_the_scripts_handlers(capsys: pytest.CaptureFixture[str]) -> None:
+def test_silenced_by_level_and_redirected_to_the_scripts_handlers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     root = logging.getLogger("distrain")
     get_logger("checkpoint")
     root.setLevel(logging.ERROR)
@@ -40,7 +44,9 @@ def test_silenced_by_level_and_redirected_to_the_scripts_handlers(capsys: pytest
     root.handlers.clear()
     root.addHandler(logging.StreamHandler(mine))
     _warn("to my handler")
-    assert mine.getvalue() == "distrain: checkpoint: to my handler\n" and capsys.readouterr().err == ""
+    assert (
+        mine.getvalue() == "distrain: checkpoint: to my handler\n" and capsys.readouterr().err == ""
+    )
 
 
 def test_loggers_are_children_of_distrain() -> None:

@@ -32,7 +32,9 @@ def test_interface_addresses_lists_ipv4_only(interfaces: None) -> None:
     assert net.interface_addresses() == {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]}
 
 
-def test_host_address_avoids_a_loopback_hostname(interfaces: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_address_avoids_a_loopback_hostname(
+    interfaces: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(net.socket, "gethostbyname", lambda name: "127.0.1.1")
     assert net.host_address() == "10.0.0.2"
     monkeypatch.setattr(net.socket, "gethostbyname", lambda name: "192.0.2.5")

@@ -24,6 +24,9 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 2
     name = argv[0]
     if name not in BENCHMARKS:
-        print(f"distrain bench: error: unknown benchmark {name!r} (choose from {', '.join(BENCHMARKS)})", file=sys.stderr)
+        print(
+            f"distrain bench: error: unknown benchmark {name!r} (choose from {', '.join(BENCHMARKS)})",
+            file=sys.stderr,
+        )
         return 2
     return int(importlib.import_module(BENCHMARKS[name]).main(argv[1:]) or 0)

@@ -92,9 +92,19 @@ def make_buffers(op: str, nbytes: int, world: int, device: Any, dtype: Any) -> B
     if op in ("all_gather", "reduce_scatter"):
         count = max(world, count - count % world)
     if op == "all_gather":
-        return Buffers(op, torch.empty(count // world, dtype=dtype, device=device), torch.empty(count, dtype=dtype, device=device), count)
+        return Buffers(
+            op,
+            torch.empty(count // world, dtype=dtype, device=device),
+            torch.empty(count, dtype=dtype, device=device),
+            count,
+        )
     if op == "reduce_scatter":
-        return Buffers(op, torch.empty(count, dtype=dtype, device=device), torch.empty(count // world, dtype=dtype, device=device), count)
+        return Buffers(
+            op,
+            torch.empty(count, dtype=dtype, device=device),
+            torch.empty(count // world, dtype=dtype, device=device),
+            count,
+        )
     buf = torch.empty(count, dtype=dtype, device=device)
     return Buffers(op, buf, buf, count)
 
@@ -122,7 +132,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_op(op: str, nbytes: int, warmup: int, iters: int, device: Any, dtype: Any, group: Any = None) -> tuple[float, int]:
+def time_op(
+    op: str, nbytes: int, warmup: int, iters: int, device: Any, dtype: Any, group: Any = None
+) -> tuple[float, int]:
     """Seconds per `op` on the slowest rank (and the element count), after `warmup` untimed ops."""
     import torch
     import torch.distributed as dist
@@ -173,10 +185,14 @@ def check_op(op: str, nbytes: int, device: Any, dtype: Any, group: Any = None) -
         bufs.inp.copy_(_pattern(bufs.count, device, dtype) + (rank + 1))
         expected = _pattern(chunk, device, dtype, offset=rank * chunk) * world + total
     else:
-        bufs.inp.copy_(_pattern(bufs.count, device, dtype) + 1 if rank == 0 else torch.zeros_like(bufs.inp))
+        bufs.inp.copy_(
+            _pattern(bufs.count, device, dtype) + 1 if rank == 0 else torch.zeros_like(bufs.inp)
+        )
         expected = _pattern(bufs.count, device, dtype) + 1
     collective(op, group)(bufs)
-    wrong = torch.tensor([int((bufs.out != expected).sum().item())], dtype=torch.int64, device=device)
+    wrong = torch.tensor(
+        [int((bufs.out != expected).sum().item())], dtype=torch.int64, device=device
+    )
     per_rank = [torch.zeros_like(wrong) for _ in range(world)]
     dist.all_gather(per_rank, wrong, group=group)
     return [int(t.item()) for t in per_rank]
@@ -197,7 +213,16 @@ class Row:
     wrong_ranks: list[int]
 
 
-def measure(op: str, nbytes: int, warmup: int, iters: int, device: Any, dtype: Any, check: bool = True, group: Any = None) -> Row:
+def measure(
+    op: str,
+    nbytes: int,
+    warmup: int,
+    iters: int,
+    device: Any,
+    dtype: Any,
+    check: bool = True,
+    group: Any = None,
+) -> Row:
     """Time and check `op` at `nbytes`; GB/s are 10^9 bytes per second, as in nccl-tests."""
     import torch.distributed as dist
 
@@ -211,24 +236,62 @@ def measure(op: str, nbytes: int, warmup: int, iters: int, device: Any, dtype: A
         wrong = check_op(op, nbytes, device, dtype, group)
         wrong_ranks = [r for r, n in enumerate(wrong) if n]
         correct = not wrong_ranks
-    return Row(op, real_bytes, count, str(dtype).removeprefix("torch."), seconds * 1e6, algbw, algbw * bus_factor(op, world), correct, wrong_ranks)
+    return Row(
+        op,
+        real_bytes,
+        count,
+        str(dtype).removeprefix("torch."),
+        seconds * 1e6,
+        algbw,
+        algbw * bus_factor(op, world),
+        correct,
+        wrong_ranks,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0], allow_abbrev=False)
-    p.add_argument("-n", "--nproc", default="auto", help="processes to launch when not already under a launcher (default: auto)")
-    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
-    p.add_argument("-b", "--min-bytes", default="8", help="smallest size (default 8; K/M/G suffixes)")
+    p = argparse.ArgumentParser(
+        prog=PROG, description=(__doc__ or "").splitlines()[0], allow_abbrev=False
+    )
+    p.add_argument(
+        "-n",
+        "--nproc",
+        default="auto",
+        help="processes to launch when not already under a launcher (default: auto)",
+    )
+    p.add_argument(
+        "--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}"
+    )
+    p.add_argument(
+        "-b", "--min-bytes", default="8", help="smallest size (default 8; K/M/G suffixes)"
+    )
     p.add_argument("-e", "--max-bytes", default="64M", help="largest size (default 64M)")
-    p.add_argument("-f", "--step-factor", type=int, default=2, help="size multiplier between rows (default 2)")
+    p.add_argument(
+        "-f", "--step-factor", type=int, default=2, help="size multiplier between rows (default 2)"
+    )
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed ops per size (default 5)")
     p.add_argument("-i", "--iters", type=int, default=20, help="timed ops per size (default 20)")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--backend", default=None, choices=("gloo", "nccl"), help="default: nccl with GPUs, else gloo")
-    p.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda:<local rank> with GPUs, else cpu")
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=("gloo", "nccl"),
+        help="default: nccl with GPUs, else gloo",
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        choices=("cpu", "cuda"),
+        help="default: cuda:<local rank> with GPUs, else cpu",
+    )
     p.add_argument("--no-check", action="store_true", help="skip the per-size correctness check")
     p.add_argument("--json", action="store_true", help="print a JSON document instead of tables")
-    p.add_argument("--plot", default=None, metavar="PNG", help="also draw busbw against size per op into this PNG file")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="also draw busbw against size per op into this PNG file",
+    )
 
     raise_usage_errors(p)
     return p
@@ -238,16 +301,23 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[int]]:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
-        raise UsageError(f"unknown op {bad[0] if bad else args.ops!r} (choose from {', '.join(OPS)})")
+        raise UsageError(
+            f"unknown op {bad[0] if bad else args.ops!r} (choose from {', '.join(OPS)})"
+        )
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
     if lo > hi:
-        raise UsageError(f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}")
+        raise UsageError(
+            f"--min-bytes {args.min_bytes} is larger than --max-bytes {args.max_bytes}"
+        )
     if args.step_factor < 2:
         raise UsageError("--step-factor must be at least 2")
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
     plot = getattr(args, "plot", None)
-    if plot and (not plot.lower().endswith(".png") or not os.path.isdir(os.path.dirname(os.path.abspath(plot)))):
+    if plot and (
+        not plot.lower().endswith(".png")
+        or not os.path.isdir(os.path.dirname(os.path.abspath(plot)))
+    ):
         raise UsageError(f"--plot {plot}: expected a .png file in an existing folder")
     return ops, sizes(lo, hi, args.step_factor)
 
@@ -264,19 +334,44 @@ def _print_tables(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120, highlight=False)
-    console.print(f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} · {doc['dtype']}")
+    console = Console(
+        width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120, highlight=False
+    )
+    console.print(
+        f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} · {doc['dtype']}"
+    )
     for op in doc["ops"]:
         table = Table(title=op, title_justify="left")
         for col in ("size", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check"):
             table.add_column(col, justify="right" if col != "check" else "left")
         for r in (r for r in doc["results"] if r["op"] == op):
-            check = "-" if r["correct"] is None else ("[green]ok[/]" if r["correct"] else f"[bold red]FAIL ranks {r['wrong_ranks']}[/]")
-            table.add_row(human(r["bytes"]), str(r["count"]), f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}", check)
+            check = (
+                "-"
+                if r["correct"] is None
+                else (
+                    "[green]ok[/]"
+                    if r["correct"]
+                    else f"[bold red]FAIL ranks {r['wrong_ranks']}[/]"
+                )
+            )
+            table.add_row(
+                human(r["bytes"]),
+                str(r["count"]),
+                f"{r['time_us']:.1f}",
+                f"{r['algbw_gbps']:.3f}",
+                f"{r['busbw_gbps']:.3f}",
+                check,
+            )
         console.print(table)
     s = doc["summary"]
-    console.print(f"avg busbw {s['avg_busbw_gbps']:.3f} GB/s · peak busbw {s['peak_busbw_gbps']:.3f} GB/s · "
-                  + ("[green]all checks passed[/]" if s["all_correct"] else "[bold red]correctness check FAILED[/]"))
+    console.print(
+        f"avg busbw {s['avg_busbw_gbps']:.3f} GB/s · peak busbw {s['peak_busbw_gbps']:.3f} GB/s · "
+        + (
+            "[green]all checks passed[/]"
+            if s["all_correct"]
+            else "[bold red]correctness check FAILED[/]"
+        )
+    )
 
 
 def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> int:
@@ -287,7 +382,11 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
     ctx = init(backend=args.backend, device=args.device, verbose=False)
     try:
         dtype = getattr(torch, args.dtype)
-        rows = [measure(op, n, args.warmup, args.iters, ctx.device, dtype, check=not args.no_check) for op in ops for n in size_list]
+        rows = [
+            measure(op, n, args.warmup, args.iters, ctx.device, dtype, check=not args.no_check)
+            for op in ops
+            for n in size_list
+        ]
         results = [asdict(r) for r in rows]
         busbw = [r.busbw_gbps for r in rows]
         doc = {
@@ -328,7 +427,13 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         ops, size_list = _validate(args)
         world = _launched_world()
-        if world is not None and world < 2 or world is None and args.nproc.isdigit() and int(args.nproc) < 2:
+        if (
+            world is not None
+            and world < 2
+            or world is None
+            and args.nproc.isdigit()
+            and int(args.nproc) < 2
+        ):
             raise UsageError("collectives need at least 2 processes (use -n 2 or more)")
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)

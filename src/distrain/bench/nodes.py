@@ -40,11 +40,26 @@ FORWARD_NAMES = ("OMP_NUM_THREADS", "PYTHONPATH")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The scaling bench's multi-node options."""
-    p.add_argument("--nodes", default="1", help="comma-separated node counts (default 1); K > 1 needs --node-exec and --master-addr")
-    p.add_argument("--node-exec", help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip netns exec ns{node}')")
+    p.add_argument(
+        "--nodes",
+        default="1",
+        help="comma-separated node counts (default 1); K > 1 needs --node-exec and --master-addr",
+    )
+    p.add_argument(
+        "--node-exec",
+        help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip netns exec ns{node}')",
+    )
     p.add_argument("--master-addr", help="address of node 0 as the other nodes reach it")
-    p.add_argument("--master-port", type=int, default=29500, help="first master port; each multi-node run uses the next one (default 29500)")
-    p.add_argument("--link-label", help="what the links between nodes are (e.g. '1 Gbit/s'), shown in the report")
+    p.add_argument(
+        "--master-port",
+        type=int,
+        default=29500,
+        help="first master port; each multi-node run uses the next one (default 29500)",
+    )
+    p.add_argument(
+        "--link-label",
+        help="what the links between nodes are (e.g. '1 Gbit/s'), shown in the report",
+    )
 
 
 def node_counts(args: argparse.Namespace) -> list[int]:
@@ -52,12 +67,16 @@ def node_counts(args: argparse.Namespace) -> list[int]:
     counts = []
     for tok in str(args.nodes).split(","):
         if not tok.strip().isdigit() or int(tok) < 1:
-            raise UsageError(f"--nodes expects positive integers like 1,2 (got {tok.strip() or args.nodes!r})")
+            raise UsageError(
+                f"--nodes expects positive integers like 1,2 (got {tok.strip() or args.nodes!r})"
+            )
         counts.append(int(tok))
     counts = sorted(set(counts))
     if max(counts) > 1:
         if not args.node_exec or "{node}" not in args.node_exec:
-            raise UsageError("--nodes above 1 needs --node-exec with {node} in it, e.g. --node-exec 'ssh node{node}'")
+            raise UsageError(
+                "--nodes above 1 needs --node-exec with {node} in it, e.g. --node-exec 'ssh node{node}'"
+            )
         if not args.master_addr:
             raise UsageError("--nodes above 1 needs --master-addr (node 0's address)")
         if not 0 < args.master_port < 65000:
@@ -77,9 +96,32 @@ def expand(specs: list[RunSpec], args: argparse.Namespace) -> list[RunSpec]:
             if spec.all_cores:  # the one-process baseline has no multi-node twin
                 continue
             port = args.master_port + len(out)
-            command = [spec.command[0], "-m", "distrain.bench.nodes", "launch", "--nnodes", str(k), "--node-exec", args.node_exec,
-                       "--master-addr", args.master_addr, "--master-port", str(port), "--", *spec.command]
-            out.append(RunSpec(f"{k}nodes-{spec.name}", k * spec.nproc, spec.sync_bn, command, spec.threads, spec.round))
+            command = [
+                spec.command[0],
+                "-m",
+                "distrain.bench.nodes",
+                "launch",
+                "--nnodes",
+                str(k),
+                "--node-exec",
+                args.node_exec,
+                "--master-addr",
+                args.master_addr,
+                "--master-port",
+                str(port),
+                "--",
+                *spec.command,
+            ]
+            out.append(
+                RunSpec(
+                    f"{k}nodes-{spec.name}",
+                    k * spec.nproc,
+                    spec.sync_bn,
+                    command,
+                    spec.threads,
+                    spec.round,
+                )
+            )
     return out
 
 
@@ -92,11 +134,30 @@ def describe(label: str, args: argparse.Namespace) -> str:
 
 def _node_argv(args: argparse.Namespace, node: int, command: list[str]) -> list[str]:
     """`command` (``python -m distrain.cli run ...``) as node `node` runs it."""
-    env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES]
+    env = [
+        f"{k}={v}"
+        for k, v in sorted(os.environ.items())
+        if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES
+    ]
     if command[1:4] != ["-m", "distrain.cli", "run"]:
         raise UsageError("the launched command must be `python -m distrain.cli run ...`")
-    flags = ["--nnodes", str(args.nnodes), "--node-rank", str(node), "--master-addr", args.master_addr, "--master-port", str(args.master_port)]
-    return shlex.split(args.node_exec.replace("{node}", str(node))) + ["env", *env] + command[:4] + flags + command[4:]
+    flags = [
+        "--nnodes",
+        str(args.nnodes),
+        "--node-rank",
+        str(node),
+        "--master-addr",
+        args.master_addr,
+        "--master-port",
+        str(args.master_port),
+    ]
+    return (
+        shlex.split(args.node_exec.replace("{node}", str(node)))
+        + ["env", *env]
+        + command[:4]
+        + flags
+        + command[4:]
+    )
 
 
 def launch(argv: list[str]) -> int:
@@ -109,7 +170,10 @@ def launch(argv: list[str]) -> int:
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    procs = [subprocess.Popen(_node_argv(args, i, command), start_new_session=True) for i in range(args.nnodes)]
+    procs = [
+        subprocess.Popen(_node_argv(args, i, command), start_new_session=True)
+        for i in range(args.nnodes)
+    ]
 
     def stop(*_: Any) -> None:
         for proc in procs:
@@ -126,7 +190,10 @@ def launch(argv: list[str]) -> int:
             codes = [proc.poll() for proc in procs]
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
-                print(f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; stopping the others", file=sys.stderr)
+                print(
+                    f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; stopping the others",
+                    file=sys.stderr,
+                )
                 return failed[0]
             if all(c == 0 for c in codes):
                 return 0
@@ -137,21 +204,32 @@ def launch(argv: list[str]) -> int:
 
 def combine(dirs: list[str]) -> str:
     """One Markdown table from several scaling studies (e.g. one per link speed)."""
-    lines = ["| links | run | nodes | processes | samples/s | vs 1 node | efficiency | test acc |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| links | run | nodes | processes | samples/s | vs 1 node | efficiency | test acc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for d in dirs:
         results = json.loads((Path(d) / "results.json").read_text(encoding="utf-8"))
         link = results.get("links") or results["workload"]
         configs = results["configs"]
-        one_node = {c["nproc"]: c for c in configs if "nodes-" not in c["name"] and c.get("samples_per_s")}
+        one_node = {
+            c["nproc"]: c for c in configs if "nodes-" not in c["name"] and c.get("samples_per_s")
+        }
         for c in configs:
             k = int(c["name"].split("nodes-")[0]) if "nodes-" in c["name"] else 1
             per_node = c["nproc"] // k
             base = one_node.get(per_node)
-            vs = f"{c['samples_per_s'] / base['samples_per_s']:.2f}x" if base and c.get("samples_per_s") else "—"
+            vs = (
+                f"{c['samples_per_s'] / base['samples_per_s']:.2f}x"
+                if base and c.get("samples_per_s")
+                else "—"
+            )
             eff = f"{100 * c['efficiency']:.0f} %" if c.get("efficiency") is not None else "—"
             acc = f"{c['final_test_acc']:.3f}" if c.get("final_test_acc") is not None else "—"
             sps = f"{c['samples_per_s']:.0f}" if c.get("samples_per_s") else c["status"]
-            lines.append(f"| {link} | {c['name']} | {k} | {c['nproc']} | {sps} | {vs} | {eff} | {acc} |")
+            lines.append(
+                f"| {link} | {c['name']} | {k} | {c['nproc']} | {sps} | {vs} | {eff} | {acc} |"
+            )
     return "\n".join(lines)
 
 

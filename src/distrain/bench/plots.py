@@ -38,7 +38,9 @@ def _label(run: dict[str, Any], device: str, sep: str = "\n") -> str:
 
 
 def _no_data(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.4")
+    ax.text(
+        0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="0.4"
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -51,7 +53,9 @@ def _save(fig: Any, path: Path) -> None:
 
 def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
     """Bars of time per epoch per process count, labelled with the seconds (as in the classic chart)."""
-    plain = sorted((r for r in runs if not r["sync_bn"]), key=lambda r: (r["nproc"], bool(r.get("all_cores"))))
+    plain = sorted(
+        (r for r in runs if not r["sync_bn"]), key=lambda r: (r["nproc"], bool(r.get("all_cores")))
+    )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     if not plain:
         _no_data(ax, "no runs")
@@ -63,8 +67,15 @@ def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") 
         bars = ax.bar(labels, heights, yerr=errs, capsize=4, color=colors, width=0.6)
         for bar, r, h, e in zip(bars, plain, heights, errs, strict=True):
             text = f"{h:.2f}s" if r["status"] == "ok" and h else "failed"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, h + e), xytext=(0, 4),  # above the error bar
-                        textcoords="offset points", ha="center", va="bottom", fontsize=10)
+            ax.annotate(
+                text,
+                (bar.get_x() + bar.get_width() / 2, h + e),
+                xytext=(0, 4),  # above the error bar
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=10,
+            )
         ax.set_ylim(0, max([h + e for h, e in zip(heights, errs, strict=True)] + [1e-9]) * 1.2)
         ax.set_ylabel("training time per epoch (s)")
     ax.set_title("Training time per epoch")
@@ -74,7 +85,10 @@ def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") 
 def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Path) -> None:
     """Throughput vs N with the ideal line, and efficiency on a second axis."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ok = sorted((r for r in runs if r["status"] == "ok" and r.get("samples_per_s") and not r["sync_bn"]), key=lambda r: r["nproc"])
+    ok = sorted(
+        (r for r in runs if r["status"] == "ok" and r.get("samples_per_s") and not r["sync_bn"]),
+        key=lambda r: r["nproc"],
+    )
     all_cores = next((r for r in ok if r.get("all_cores")), None)
     ok = [r for r in ok if not r.get("all_cores")]
     if not ok or base is None:
@@ -82,23 +96,41 @@ def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Pa
     else:
         ns = [r["nproc"] for r in ok]
         ax.plot(ns, [r["samples_per_s"] for r in ok], "o-", color="tab:blue", label="measured")
-        ax.plot(ns, [base["samples_per_s"] * n / base["nproc"] for n in ns], "--", color="0.5", label="ideal (linear)")
+        ax.plot(
+            ns,
+            [base["samples_per_s"] * n / base["nproc"] for n in ns],
+            "--",
+            color="0.5",
+            label="ideal (linear)",
+        )
         if all_cores is not None:
-            ax.axhline(all_cores["samples_per_s"], linestyle=":", color="tab:green",
-                       label=f"1 process × {all_cores['threads']} threads")
+            ax.axhline(
+                all_cores["samples_per_s"],
+                linestyle=":",
+                color="tab:green",
+                label=f"1 process × {all_cores['threads']} threads",
+            )
         ax.set_xlabel("processes")
         ax.set_ylabel("samples/s (all processes)")
         ax.set_xticks(ns)
         ax.set_ylim(bottom=0)
         ax2 = ax.twinx()
-        ax2.plot(ns, [r["efficiency"] * 100 for r in ok], "s:", color="tab:orange", label="efficiency")
+        ax2.plot(
+            ns, [r["efficiency"] * 100 for r in ok], "s:", color="tab:orange", label="efficiency"
+        )
         ax2.set_ylabel("scaling efficiency (%)")
         ax2.set_ylim(0, 110)
         lines = ax.get_legend_handles_labels()
         lines2 = ax2.get_legend_handles_labels()
         # below the axes: inside, it covered a measured point whatever corner it took
-        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper center",
-                  bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=9)
+        ax.legend(
+            lines[0] + lines2[0],
+            lines[1] + lines2[1],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.14),
+            ncol=2,
+            fontsize=9,
+        )
     ax.set_title("Throughput and scaling efficiency")
     _save(fig, path)
 
@@ -106,9 +138,20 @@ def throughput(runs: list[dict[str, Any]], base: dict[str, Any] | None, path: Pa
 def _curves(ax: Any, series: list[tuple[str, dict[str, Any], str]]) -> bool:
     drawn = False
     for label, run, style in series:
-        pts = [(e["epoch"], e["test_acc"]) for e in run.get("epochs", []) if isinstance(e.get("test_acc"), (int, float))]
+        pts = [
+            (e["epoch"], e["test_acc"])
+            for e in run.get("epochs", [])
+            if isinstance(e.get("test_acc"), (int, float))
+        ]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, marker="o", markersize=3)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                style,
+                label=label,
+                marker="o",
+                markersize=3,
+            )
             drawn = True
     if drawn:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
@@ -121,9 +164,13 @@ def _curves(ax: Any, series: list[tuple[str, dict[str, Any], str]]) -> bool:
 
 def accuracy_scaling(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
     """Test accuracy per epoch: 1 process against N (without SyncBN)."""
-    plain = sorted((r for r in runs if not r["sync_bn"] and r["status"] == "ok"), key=lambda r: r["nproc"])
+    plain = sorted(
+        (r for r in runs if not r["sync_bn"] and r["status"] == "ok"), key=lambda r: r["nproc"]
+    )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    if not _curves(ax, [(_label(r, device, " "), r, ":" if r.get("all_cores") else "-") for r in plain]):
+    if not _curves(
+        ax, [(_label(r, device, " "), r, ":" if r.get("all_cores") else "-") for r in plain]
+    ):
         _no_data(ax, "no accuracy records")
     ax.set_title("Test accuracy: single vs multi-process")
     _save(fig, path)
@@ -136,7 +183,13 @@ def accuracy_syncbn(runs: list[dict[str, Any]], path: Path, device: str = "cpu")
     for n in sorted({r["nproc"] for r in ok if r["sync_bn"]}):
         for r in ok:
             if r["nproc"] == n:
-                series.append((f"{_unit(n, device)}, {'SyncBN' if r['sync_bn'] else 'BN'}", r, "-" if r["sync_bn"] else "--"))
+                series.append(
+                    (
+                        f"{_unit(n, device)}, {'SyncBN' if r['sync_bn'] else 'BN'}",
+                        r,
+                        "-" if r["sync_bn"] else "--",
+                    )
+                )
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     if not _curves(ax, series):
         _no_data(ax, "no SyncBN runs (use --sync-bn both)")
@@ -148,7 +201,10 @@ def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bo
     """Stacked bars of ms per step by phase for each configuration that has a breakdown; False when none has."""
     from .breakdown import ordered
 
-    rows = sorted((r for r in runs if r.get("breakdown_ms")), key=lambda r: (r["nproc"], r["sync_bn"], bool(r.get("all_cores"))))
+    rows = sorted(
+        (r for r in runs if r.get("breakdown_ms")),
+        key=lambda r: (r["nproc"], r["sync_bn"], bool(r.get("all_cores"))),
+    )
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -162,10 +218,20 @@ def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bo
         heights = [r["breakdown_ms"].get(phase, 0.0) for r in rows]
         if not any(heights):
             continue
-        ax.bar(labels, heights, bottom=bottoms, width=0.6, label=phase, color=PHASE_COLORS.get(phase))
+        ax.bar(
+            labels, heights, bottom=bottoms, width=0.6, label=phase, color=PHASE_COLORS.get(phase)
+        )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for i, total in enumerate(bottoms):
-        ax.annotate(f"{total:.0f} ms", (i, total), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=10)
+        ax.annotate(
+            f"{total:.0f} ms",
+            (i, total),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=10,
+        )
     ax.set_ylim(0, max(bottoms + [1e-9]) * 1.45)  # room for the legend above the bars
     ax.set_ylabel("ms per step (mean over ranks)")
     ax.legend(loc="upper center", ncol=3, fontsize=9)
@@ -174,7 +240,9 @@ def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bo
     return True
 
 
-def write_all(runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path, device: str = "cpu") -> list[Path]:
+def write_all(
+    runs: list[dict[str, Any]], base: dict[str, Any] | None, out: Path, device: str = "cpu"
+) -> list[Path]:
     """Write every chart that has data into `out`; returns their paths in CHARTS order.
 
     The SyncBN chart only when a SyncBN run finished (an empty chart says nothing), the
@@ -206,18 +274,36 @@ def comm_bandwidth(doc: dict[str, Any], path: Path, size_label: Callable[[int], 
         rows = sorted((r for r in doc["results"] if r["op"] == op), key=lambda r: r["bytes"])
         if not rows:
             continue
-        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-", markersize=3, label=op)
+        ax.plot(
+            [r["bytes"] for r in rows],
+            [r["busbw_gbps"] for r in rows],
+            "o-",
+            markersize=3,
+            label=op,
+        )
         bad = [r for r in rows if r.get("correct") is False]
         if bad:
-            ax.plot([r["bytes"] for r in bad], [r["busbw_gbps"] for r in bad], "x", color="red", markersize=8)
+            ax.plot(
+                [r["bytes"] for r in bad],
+                [r["busbw_gbps"] for r in bad],
+                "x",
+                color="red",
+                markersize=8,
+            )
     from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: size_label(int(x)) if x >= 1 else ""))
+    ax.xaxis.set_major_formatter(
+        FuncFormatter(lambda x, _pos: size_label(int(x)) if x >= 1 else "")
+    )
     ax.set_xlabel("message size")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=9)  # below: no point covered
-    ax.set_title(f"bench comm: {doc['world_size']} ranks, {doc['backend']}, {doc['device']}, {doc['dtype']}")
+    ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=9
+    )  # below: no point covered
+    ax.set_title(
+        f"bench comm: {doc['world_size']} ranks, {doc['backend']}, {doc['device']}, {doc['dtype']}"
+    )
     _save(fig, path)

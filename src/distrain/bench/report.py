@@ -59,7 +59,10 @@ def cell(run: dict[str, Any], key: str, fmt: str) -> str:
 
 def table(runs: list[dict[str, Any]]) -> str:
     """The results table in Markdown."""
-    lines = ["| " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines = [
+        "| " + " | ".join(h for h, _, _ in COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
     for r in runs:
         lines.append("| " + " | ".join(cell(r, k, f) for _, k, f in COLUMNS) + " |")
     return "\n".join(lines)
@@ -67,7 +70,9 @@ def table(runs: list[dict[str, Any]]) -> str:
 
 def _load_range(rounds: list[dict[str, Any]]) -> str:
     """The spread of the 1-minute load average over the runs' starts and ends (shared machines)."""
-    loads = [r[k][0] for r in rounds for k in ("load_average_start", "load_average_end") if r.get(k)]
+    loads = [
+        r[k][0] for r in rounds for k in ("load_average_start", "load_average_end") if r.get(k)
+    ]
     return f"; 1-min load {min(loads):.1f}–{max(loads):.1f} while the runs ran" if loads else ""
 
 
@@ -92,13 +97,22 @@ def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
 
     rows = [r for r in runs if r.get("breakdown_ms")]
     if not rows:
-        return ["## Where a step's time goes", "", "No run's metrics carry distrain's step breakdown, so there is no chart.", ""]
+        return [
+            "## Where a step's time goes",
+            "",
+            "No run's metrics carry distrain's step breakdown, so there is no chart.",
+            "",
+        ]
     lines = ["## Where a step's time goes", "", "![Where a step's time goes](breakdown.png)", "",
              "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown (warm-up step excluded; "
              "`other` includes evaluation between epochs):", ""]  # fmt: skip
     for r in rows:
         total = sum(r["breakdown_ms"].values()) or 1.0
-        split = " · ".join(f"{p} {v:.1f} ms ({v / total * 100:.0f} %)" for p, v in ordered(r["breakdown_ms"]) if v > 0)
+        split = " · ".join(
+            f"{p} {v:.1f} ms ({v / total * 100:.0f} %)"
+            for p, v in ordered(r["breakdown_ms"])
+            if v > 0
+        )
         lines.append(f"- {r['name']}: {split}")
     return lines + [""]
 
@@ -135,7 +149,10 @@ def render(results: dict[str, Any]) -> str:
     failed = [r for r in runs if r["status"] != "ok"]
     if failed:
         parts += ["## Failed runs", ""]
-        parts += [f"- **{r['name']}**: {r['error']} (logs: {', '.join(f'`{x}`' for x in r['logs'])})" for r in failed]
+        parts += [
+            f"- **{r['name']}**: {r['error']} (logs: {', '.join(f'`{x}`' for x in r['logs'])})"
+            for r in failed
+        ]
         parts.append("")
     for key, png, title in _CHART_TEXT:
         if key == "accuracy_syncbn" and not has_syncbn(runs):  # no chart drawn: its note says why

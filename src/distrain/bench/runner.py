@@ -50,7 +50,12 @@ class RunSpec:
 
     def key(self) -> dict[str, Any]:
         """What must match for --resume to reuse a finished run."""
-        return {"nproc": self.nproc, "sync_bn": self.sync_bn, "command": self.command, "threads": self.threads}
+        return {
+            "nproc": self.nproc,
+            "sync_bn": self.sync_bn,
+            "command": self.command,
+            "threads": self.threads,
+        }
 
 
 @dataclass
@@ -106,7 +111,9 @@ def read_epochs(run_dir: Path) -> list[dict[str, Any]]:
     """
     per_epoch: dict[Any, list[dict[str, Any]]] = {}
     order: list[Any] = []
-    files = sorted((run_dir / "metrics").glob("rank-*.jsonl")) if (run_dir / "metrics").is_dir() else []
+    files = (
+        sorted((run_dir / "metrics").glob("rank-*.jsonl")) if (run_dir / "metrics").is_dir() else []
+    )
     for path in files:
         for rec in _json_lines(path):
             if rec.get("event") != "epoch":
@@ -129,7 +136,11 @@ def read_epochs(run_dir: Path) -> list[dict[str, Any]]:
             "samples": sum(int(r.get("epoch_samples") or 0) for r in recs),
             "ranks": len(recs),
         }
-        for key, names in (("test_acc", ("accuracy", "test_acc")), ("test_loss", ("test_loss",)), ("train_loss", ("loss", "train_loss"))):
+        for key, names in (
+            ("test_acc", ("accuracy", "test_acc")),
+            ("test_loss", ("test_loss",)),
+            ("train_loss", ("loss", "train_loss")),
+        ):
             found = next((values[n] for n in names if n in values), None)
             if found is not None:
                 row[key] = found
@@ -187,7 +198,13 @@ def execute(
     env = dict(os.environ)
     # One thread per process: N processes × 1 thread against 1 × 1 is the fair comparison
     # (torch would otherwise use every core in the 1-process run).
-    env.update({"OMP_NUM_THREADS": str(spec.threads), NUM_THREADS: str(spec.threads), RUN_DIR: str(metrics_dir)})
+    env.update(
+        {
+            "OMP_NUM_THREADS": str(spec.threads),
+            NUM_THREADS: str(spec.threads),
+            RUN_DIR: str(metrics_dir),
+        }
+    )
     load_start = _load()
     start = time.perf_counter()
     peak_total = peak_one = 0.0
@@ -195,7 +212,9 @@ def execute(
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(spec.command) + "\n")
         log.flush()
-        proc = subprocess.Popen(spec.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            spec.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         root = psutil.Process(proc.pid)
         timed_out = False
         try:
@@ -225,13 +244,29 @@ def execute(
     elif code != 0:
         status, error = "failed", f"exit code {code}: {_last_error_line(output)}"
     elif not epochs:
-        status, error = "failed", "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; see docs/bench.md)"
+        status, error = (
+            "failed",
+            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; see docs/bench.md)",
+        )
     return RunResult(
-        name=spec.name, nproc=spec.nproc, sync_bn=spec.sync_bn, command=spec.command, threads=spec.threads,
-        round=spec.round, status=status, exit_code=code, error=error, wall_seconds=round(wall, 3),
-        peak_rss_mb_total=round(peak_total, 1), peak_rss_mb_per_process=round(peak_one, 1),
-        load_average_start=load_start, load_average_end=_load(),
-        epochs=epochs, steps=read_steps(metrics_dir), breakdown=read_breakdown(metrics_dir), log=str(log_path),
+        name=spec.name,
+        nproc=spec.nproc,
+        sync_bn=spec.sync_bn,
+        command=spec.command,
+        threads=spec.threads,
+        round=spec.round,
+        status=status,
+        exit_code=code,
+        error=error,
+        wall_seconds=round(wall, 3),
+        peak_rss_mb_total=round(peak_total, 1),
+        peak_rss_mb_per_process=round(peak_one, 1),
+        load_average_start=load_start,
+        load_average_end=_load(),
+        epochs=epochs,
+        steps=read_steps(metrics_dir),
+        breakdown=read_breakdown(metrics_dir),
+        log=str(log_path),
         all_cores=spec.all_cores,
     )
 

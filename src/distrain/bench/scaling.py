@@ -32,39 +32,104 @@ WORKLOAD = Path(__file__).resolve().with_name("workload.py")
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
     # compute-bound: the image size is chosen by a probe on this machine (bench/probe.py), so a
     # step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to it
-    "cnn": (str(WORKLOAD), [], "digits upsampled, 2-conv CNN, 32 samples per process and step, 0.15 M parameters"),
+    "cnn": (
+        str(WORKLOAD),
+        [],
+        "digits upsampled, 2-conv CNN, 32 samples per process and step, 0.15 M parameters",
+    ),
     # latency-bound: 0.23 s epochs, the all-reduce of every step dominates (shows the overhead)
-    "digits": (str(WORKLOAD), ["--image-size", "8"], "8×8 digits, 2-conv CNN: 7.9 MFLOP per sample (forward + backward), 0.25 GFLOP per step "
-               "of 32 samples per process, 0.15 M parameters"),
-    "imagefolder": (str(EXAMPLES / "train_imagefolder.py"), [], "your image folder on a torchvision ResNet"),
+    "digits": (
+        str(WORKLOAD),
+        ["--image-size", "8"],
+        "8×8 digits, 2-conv CNN: 7.9 MFLOP per sample (forward + backward), 0.25 GFLOP per step "
+        "of 32 samples per process, 0.15 M parameters",
+    ),
+    "imagefolder": (
+        str(EXAMPLES / "train_imagefolder.py"),
+        [],
+        "your image folder on a torchvision ResNet",
+    ),
 }
-
 
 
 def _advance(progress: Any, task: Any, epochs_done: int) -> None:
     progress.update(task, completed=epochs_done)
 
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Run the same training at several process counts and write a report with charts.",
-                                epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) every step (docs/bench.md).")
-    p.add_argument("script", nargs="?", help="your training script (default: the built-in --workload)")
-    p.add_argument("--workload", choices=sorted(WORKLOADS), default="cnn",
-                   help="built-in workload when no script is given: cnn (compute-bound, default), digits (all-reduce-bound), imagefolder")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run the same training at several process counts and write a report with charts.",
+        epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) every step (docs/bench.md).",
+    )
+    p.add_argument(
+        "script", nargs="?", help="your training script (default: the built-in --workload)"
+    )
+    p.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="cnn",
+        help="built-in workload when no script is given: cnn (compute-bound, default), digits (all-reduce-bound), imagefolder",
+    )
     p.add_argument("--data", help="image folder (class subfolders) for --workload imagefolder")
-    p.add_argument("--nproc", default="1,2,4", help="comma-separated process counts (default 1,2,4)")
-    p.add_argument("--sync-bn", choices=("off", "on", "both"), default="off", help="pass --sync-bn to the script for N > 1: never, always, or both ways")
-    p.add_argument("--epochs", type=int, help="passed to the script as --epochs N (built-in workloads: default 5)")
-    p.add_argument("--batch-size", type=int, help="per-process batch, passed to the script as --batch-size N")
-    p.add_argument("--step-target", type=float, default=probe.TARGET_STEP_S,
-                   help=f"--workload cnn: size the images so one step takes about this many seconds on this machine "
-                        f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads per process (default 1: one process per core is the fair comparison)")
-    p.add_argument("--no-all-cores", action="store_true", help="skip the '1 process, all cores' baseline row")
-    p.add_argument("--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)")
-    p.add_argument("--resume", action="store_true", help="reuse finished runs already in --out (same command and settings)")
-    p.add_argument("--repeat", type=int, default=1, help="rounds of every run, interleaved in time (medians are reported; default 1)")
-    p.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on CPU processes (each run is distrain run --cpu)")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take before it is killed and marked failed")
+    p.add_argument(
+        "--nproc", default="1,2,4", help="comma-separated process counts (default 1,2,4)"
+    )
+    p.add_argument(
+        "--sync-bn",
+        choices=("off", "on", "both"),
+        default="off",
+        help="pass --sync-bn to the script for N > 1: never, always, or both ways",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        help="passed to the script as --epochs N (built-in workloads: default 5)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, help="per-process batch, passed to the script as --batch-size N"
+    )
+    p.add_argument(
+        "--step-target",
+        type=float,
+        default=probe.TARGET_STEP_S,
+        help=f"--workload cnn: size the images so one step takes about this many seconds on this machine "
+        f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads per process (default 1: one process per core is the fair comparison)",
+    )
+    p.add_argument(
+        "--no-all-cores", action="store_true", help="skip the '1 process, all cores' baseline row"
+    )
+    p.add_argument(
+        "--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse finished runs already in --out (same command and settings)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every run, interleaved in time (medians are reported; default 1)",
+    )
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="rehearse a CUDA/NCCL script on CPU processes (each run is distrain run --cpu)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3600,
+        help="seconds one run may take before it is killed and marked failed",
+    )
     nodes.add_arguments(p)
 
     raise_usage_errors(p)
@@ -93,7 +158,9 @@ def check_out_dir(out: Path) -> None:
         raise UsageError(f"cannot write to --out {out}: {err.strerror or err}") from None
 
 
-def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) -> tuple[str, list[str], str]:
+def resolve_script(
+    args: argparse.Namespace, script_args: list[str], out: Path
+) -> tuple[str, list[str], str]:
     """(script path, its arguments, workload label) after checking they exist."""
     extra = list(script_args)
     if args.script:
@@ -106,7 +173,9 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
         extra = builtin_args + extra
         if args.workload == "imagefolder":
             if not args.data:
-                raise UsageError("--workload imagefolder needs --data DIR (a folder of class subfolders)")
+                raise UsageError(
+                    "--workload imagefolder needs --data DIR (a folder of class subfolders)"
+                )
             if not os.path.isdir(args.data):
                 raise UsageError(f"--data {args.data}: not a directory")
             extra = ["--data", args.data] + extra
@@ -125,7 +194,9 @@ def resolve_script(args: argparse.Namespace, script_args: list[str], out: Path) 
     return script, extra, label
 
 
-def size_workload(args: argparse.Namespace, extra: list[str], label: str) -> tuple[list[str], str, dict[str, Any] | None]:
+def size_workload(
+    args: argparse.Namespace, extra: list[str], label: str
+) -> tuple[list[str], str, dict[str, Any] | None]:
     """(script arguments, label, sizing): the cnn workload's image size picked by the probe on this machine.
 
     No probe for other workloads, with ``--step-target 0``, or when the script arguments
@@ -135,17 +206,30 @@ def size_workload(args: argparse.Namespace, extra: list[str], label: str) -> tup
         return extra, label, None
     if args.step_target < 0:
         raise UsageError(f"--step-target must be 0 or more seconds (got {args.step_target})")
-    if args.step_target == 0 or any(a == "--image-size" or a.startswith("--image-size=") for a in extra):
+    if args.step_target == 0 or any(
+        a == "--image-size" or a.startswith("--image-size=") for a in extra
+    ):
         return extra, label, None
     batch = args.batch_size or 32
     sizing = probe.size_cnn(args.step_target, batch, args.threads)
     size = sizing["image_size"]
-    label = label.replace("digits upsampled", f"digits upsampled to {size}×{size}", 1).replace("32 samples", f"{batch} samples", 1)
+    label = label.replace("digits upsampled", f"digits upsampled to {size}×{size}", 1).replace(
+        "32 samples", f"{batch} samples", 1
+    )
     return ["--image-size", str(size), *extra], label, sizing
 
 
-def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool,
-              repeat: int = 1, all_cores: int = 0) -> list[runner.RunSpec]:
+def plan_runs(
+    nprocs: list[int],
+    sync_bn: str,
+    script: str,
+    script_args: list[str],
+    threads: int,
+    out: Path,
+    builtin: bool,
+    repeat: int = 1,
+    all_cores: int = 0,
+) -> list[runner.RunSpec]:
     """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
 
     Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
@@ -156,12 +240,27 @@ def plan_runs(nprocs: list[int], sync_bn: str, script: str, script_args: list[st
     one_round = _plan_round(nprocs, sync_bn, script, script_args, threads, out, builtin)
     if all_cores > threads and 1 in nprocs:
         single = next(s for s in one_round if s.nproc == 1)
-        cmd = [tok.replace(f"{os.sep}n1-bn{os.sep}", f"{os.sep}n1-allcores{os.sep}") for tok in single.command]
+        cmd = [
+            tok.replace(f"{os.sep}n1-bn{os.sep}", f"{os.sep}n1-allcores{os.sep}")
+            for tok in single.command
+        ]
         one_round.insert(1, runner.RunSpec("n1-allcores", 1, False, cmd, all_cores, all_cores=True))
-    return [runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k, s.all_cores) for k in range(1, repeat + 1) for s in one_round]
+    return [
+        runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k, s.all_cores)
+        for k in range(1, repeat + 1)
+        for s in one_round
+    ]
 
 
-def _plan_round(nprocs: list[int], sync_bn: str, script: str, script_args: list[str], threads: int, out: Path, builtin: bool) -> list[runner.RunSpec]:
+def _plan_round(
+    nprocs: list[int],
+    sync_bn: str,
+    script: str,
+    script_args: list[str],
+    threads: int,
+    out: Path,
+    builtin: bool,
+) -> list[runner.RunSpec]:
     specs = []
     for n in nprocs:
         modes = {"off": [False], "on": [True], "both": [False, True]}[sync_bn]
@@ -173,7 +272,9 @@ def _plan_round(nprocs: list[int], sync_bn: str, script: str, script_args: list[
             if builtin:
                 args += ["--out", str(out / "runs" / name / "artifacts")]
             cmd = [runner.python(), "-m", "distrain.cli", "run", "--nproc", str(n), script, *args]
-            specs.append(runner.RunSpec(name=name, nproc=n, sync_bn=sbn, command=cmd, threads=threads))
+            specs.append(
+                runner.RunSpec(name=name, nproc=n, sync_bn=sbn, command=cmd, threads=threads)
+            )
     return specs
 
 
@@ -187,25 +288,37 @@ def _reusable(spec: runner.RunSpec, run_dir: Path) -> dict[str, Any] | None:
     return saved if same and saved.get("status") == "ok" else None
 
 
-def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: float, epochs: int | None) -> list[dict[str, Any]]:
+def execute_all(
+    specs: list[runner.RunSpec], out: Path, resume: bool, timeout: float, epochs: int | None
+) -> list[dict[str, Any]]:
     """Run (or reuse) every spec with a rich progress display; returns the run dicts."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
     results: list[dict[str, Any]] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         overall = progress.add_task("all runs", total=len(specs))
         for spec in specs:
             run_dir = out / "runs" / spec.name / f"round{spec.round}"
             saved = _reusable(spec, run_dir) if resume else None
             if saved is not None:
-                progress.console.print(f"{spec.name} round {spec.round}: reusing the finished run in {run_dir}")
+                progress.console.print(
+                    f"{spec.name} round {spec.round}: reusing the finished run in {run_dir}"
+                )
                 results.append(saved)
                 progress.advance(overall)
                 continue
             task = progress.add_task(f"{spec.name} round {spec.round}: epochs", total=epochs)
-            res = runner.execute(spec, run_dir, timeout, on_epoch=functools.partial(_advance, progress, task))
+            res = runner.execute(
+                spec, run_dir, timeout, on_epoch=functools.partial(_advance, progress, task)
+            )
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
@@ -216,7 +329,9 @@ def execute_all(specs: list[runner.RunSpec], out: Path, resume: bool, timeout: f
     return results
 
 
-def build_results(argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]) -> dict[str, Any]:
+def build_results(
+    argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]
+) -> dict[str, Any]:
     """Statistics, scaling and interpretation: the content of results.json.
 
     ``configs`` has one row per configuration (what the table and charts show); ``rounds`` has
@@ -248,17 +363,22 @@ def portable(results: dict[str, Any]) -> dict[str, Any]:
     def word(w: str) -> str:
         if w == sys.executable:
             return "python3"
-        return w[len(cwd):] if w.startswith(cwd) else w
+        return w[len(cwd) :] if w.startswith(cwd) else w
 
     out = dict(results)
     for key in ("configs", "rounds"):
-        out[key] = [{**r, "command": [word(w) for w in r["command"]]} if "command" in r else r for r in results.get(key, [])]
+        out[key] = [
+            {**r, "command": [word(w) for w in r["command"]]} if "command" in r else r
+            for r in results.get(key, [])
+        ]
     return out
 
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
-    own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    own, script_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     try:
         args = _parser().parse_args(own)
         nprocs = parse_nproc(args.nproc)
@@ -274,14 +394,26 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     if max(nprocs) * args.threads > usable_cores():
-        print(f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the {usable_cores()} usable cores; "
-              "those runs time-share cores and cannot scale", file=sys.stderr)
+        print(
+            f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the {usable_cores()} usable cores; "
+            "those runs time-share cores and cannot scale",
+            file=sys.stderr,
+        )
     try:
         load_start = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load_start = []
-    specs = plan_runs(nprocs, args.sync_bn, script, extra, args.threads, out, builtin=not args.script, repeat=args.repeat,
-                      all_cores=0 if args.no_all_cores or args.cpu else usable_cores())
+    specs = plan_runs(
+        nprocs,
+        args.sync_bn,
+        script,
+        extra,
+        args.threads,
+        out,
+        builtin=not args.script,
+        repeat=args.repeat,
+        all_cores=0 if args.no_all_cores or args.cpu else usable_cores(),
+    )
     if args.cpu:  # CUDA stands in on the CPU in every run (docs: README "Rehearse on CPU")
         for spec in specs:  # rounds share one command list: build a new one
             at = spec.command.index("run") + 1
@@ -297,7 +429,9 @@ def main(argv: list[str]) -> int:
     base = next((r for r in runs if r["name"] == results["baseline"]), None)
     from . import plots  # matplotlib: only once there is something to draw
 
-    plots.write_all(runs, base, out, device="cuda" if results["machine"]["cuda_available"] else "cpu")
+    plots.write_all(
+        runs, base, out, device="cuda" if results["machine"]["cuda_available"] else "cpu"
+    )
     path = report.write(results, out)
     print(report.table(runs))
     for text in results["interpretation"].values():
@@ -305,6 +439,9 @@ def main(argv: list[str]) -> int:
     print(f"report: {path}")
     failed = [r["name"] for r in runs if r["status"] != "ok"]
     if failed:
-        print(f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see {shlex.quote(str(path))}", file=sys.stderr)
+        print(
+            f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see {shlex.quote(str(path))}",
+            file=sys.stderr,
+        )
         return 1
     return 0

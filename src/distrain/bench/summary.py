@@ -76,17 +76,28 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["rounds"] = len(rounds)
         row["status"] = "ok" if len(ok) == len(rounds) else "failed"
         failed = [r for r in rounds if r not in ok]
-        row["error"] = "; ".join(f"round {r.get('round', 1)}: {r.get('error') or 'no throughput'}" for r in failed)
+        row["error"] = "; ".join(
+            f"round {r.get('round', 1)}: {r.get('error') or 'no throughput'}" for r in failed
+        )
         row["logs"] = [r.get("log", "") for r in rounds]
         if ok:
             row["samples_per_s"] = statistics.median(r["samples_per_s"] for r in ok)
             row["samples_per_s_rounds"] = [r["samples_per_s"] for r in ok]
-            row["time_per_epoch_mean"] = statistics.median(r["time_per_epoch_mean"] for r in ok if r.get("time_per_epoch_mean")) \
-                if any(r.get("time_per_epoch_mean") for r in ok) else None
+            row["time_per_epoch_mean"] = (
+                statistics.median(
+                    r["time_per_epoch_mean"] for r in ok if r.get("time_per_epoch_mean")
+                )
+                if any(r.get("time_per_epoch_mean") for r in ok)
+                else None
+            )
             stepped = [r["step_seconds_median"] for r in ok if r.get("step_seconds_median")]
             row["step_seconds_median"] = statistics.median(stepped) if stepped else None
             row["timed_steps"] = sum(int(r.get("timed_steps") or 0) for r in ok)
-            secs = [float(e["seconds"]) for r in ok for e in (r["epochs"][1:] if len(r["epochs"]) >= 2 else r["epochs"])]
+            secs = [
+                float(e["seconds"])
+                for r in ok
+                for e in (r["epochs"][1:] if len(r["epochs"]) >= 2 else r["epochs"])
+            ]
             row["time_per_epoch_std"] = statistics.stdev(secs) if len(secs) > 1 else 0.0
             row["peak_rss_mb_total"] = max(r["peak_rss_mb_total"] for r in ok)
             row["peak_rss_mb_per_process"] = max(r["peak_rss_mb_per_process"] for r in ok)
@@ -147,7 +158,10 @@ def _fmt_n(n: int) -> str:
 
 def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, str]:
     """One sentence per chart, computed from the numbers."""
-    ok = sorted((r for r in runs if r["status"] == "ok" and r.get("time_per_epoch_mean")), key=lambda r: r["nproc"])
+    ok = sorted(
+        (r for r in runs if r["status"] == "ok" and r.get("time_per_epoch_mean")),
+        key=lambda r: r["nproc"],
+    )
     all_cores = next((r for r in ok if r.get("all_cores")), None)
     ok = [r for r in ok if not r.get("all_cores")]
     plain = [r for r in ok if not r["sync_bn"]]
@@ -155,7 +169,9 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
     out: dict[str, str] = {}
     cores = int(machine.get("usable_cores") or 1)
     load = machine.get("load_average") or []
-    load_note = f" (load average {load[0]:.2f} on {cores} cores when the study ended)" if load else ""
+    load_note = (
+        f" (load average {load[0]:.2f} on {cores} cores when the study ended)" if load else ""
+    )
 
     if len(plain) >= 2:
         a, b = plain[0], plain[-1]
@@ -167,26 +183,42 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             f"{b['time_per_epoch_mean']:.2f} s on {_fmt_n(b['nproc'])}: {ratio:.2f}× faster where {ideal:.0f}× is ideal."
         )
     elif plain:
-        out["time_per_epoch"] = f"Only one process count finished ({_fmt_n(plain[0]['nproc'])}: {plain[0]['time_per_epoch_mean']:.2f} s per epoch); nothing to compare."
+        out["time_per_epoch"] = (
+            f"Only one process count finished ({_fmt_n(plain[0]['nproc'])}: {plain[0]['time_per_epoch_mean']:.2f} s per epoch); nothing to compare."
+        )
     else:
-        out["time_per_epoch"] = "No run without SyncBN finished, so there is no time-per-epoch comparison."
+        out["time_per_epoch"] = (
+            "No run without SyncBN finished, so there is no time-per-epoch comparison."
+        )
 
-    scaled = [r for r in plain if r.get("efficiency") is not None and r["nproc"] > plain[0]["nproc"]] if plain else []
+    scaled = (
+        [r for r in plain if r.get("efficiency") is not None and r["nproc"] > plain[0]["nproc"]]
+        if plain
+        else []
+    )
     if scaled:
         worst = min(scaled, key=lambda r: r["efficiency"])
         parts = ", ".join(f"{r['efficiency'] * 100:.0f} % at {r['nproc']}" for r in scaled)
-        busy = max((x for x in (load[:1] + list(machine.get("load_average_start") or [])[:1])), default=0.0)
+        busy = max(
+            (x for x in (load[:1] + list(machine.get("load_average_start") or [])[:1])), default=0.0
+        )
         if worst["nproc"] > cores:
             why = f"{worst['nproc']} processes exceed the {cores} usable cores, so they time-share them"
         elif busy > cores and worst["efficiency"] < 0.9:
-            why = (f"the machine was busy (1-min load average up to {busy:.1f} on {cores} cores), so the processes "
-                   "waited for a core, on top of the per-step gradient all-reduce")
+            why = (
+                f"the machine was busy (1-min load average up to {busy:.1f} on {cores} cores), so the processes "
+                "waited for a core, on top of the per-step gradient all-reduce"
+            )
         elif worst["efficiency"] >= 0.9:
             why = "close to ideal: per-step compute dominates the gradient all-reduce"
         else:
-            why = ("the gap is the per-step gradient all-reduce and waiting for the slowest process, plus any other "
-                   "load on the machine" + load_note)
-        out["throughput"] = f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at {worst['nproc']}: {why}."
+            why = (
+                "the gap is the per-step gradient all-reduce and waiting for the slowest process, plus any other "
+                "load on the machine" + load_note
+            )
+        out["throughput"] = (
+            f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at {worst['nproc']}: {why}."
+        )
         if all_cores is not None and all_cores.get("samples_per_s"):
             best = max(scaled, key=lambda r: r["samples_per_s"])
             out["throughput"] += (
@@ -195,12 +227,21 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
                 f"reach {best['samples_per_s']:.0f} ({best['samples_per_s'] / all_cores['samples_per_s']:.2f}× that)."
             )
     else:
-        out["throughput"] = "Efficiency needs a finished baseline run and a larger one; there is none to compare."
+        out["throughput"] = (
+            "Efficiency needs a finished baseline run and a larger one; there is none to compare."
+        )
 
     pairs = []
     for r in ok:
         if r["sync_bn"] and r.get("final_test_acc") is not None:
-            twin = next((p for p in plain if p["nproc"] == r["nproc"] and p.get("final_test_acc") is not None), None)
+            twin = next(
+                (
+                    p
+                    for p in plain
+                    if p["nproc"] == r["nproc"] and p.get("final_test_acc") is not None
+                ),
+                None,
+            )
             if twin:
                 pairs.append((r, twin))
     if pairs:
@@ -215,13 +256,16 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             cost = (1 - r["samples_per_s"] / t["samples_per_s"]) * 100
             extra = "each BatchNorm layer adds cross-process reductions to the forward and backward passes"
             out["accuracy_syncbn"] += (
-                f"; SyncBN costs {cost:.0f} % of the throughput ({extra})." if cost >= 0 else
-                f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN only adds work ({extra})."
+                f"; SyncBN costs {cost:.0f} % of the throughput ({extra})."
+                if cost >= 0
+                else f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN only adds work ({extra})."
             )
         else:
             out["accuracy_syncbn"] += "."
     else:
-        out["accuracy_syncbn"] = "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more than one process)."
+        out["accuracy_syncbn"] = (
+            "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more than one process)."
+        )
 
     acc = [r for r in plain if r.get("final_test_acc") is not None]
     if len(acc) >= 2:
@@ -233,7 +277,11 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             f"{b['nproc'] // max(1, a['nproc'])}× fewer optimizer steps per epoch on a {b['nproc'] // max(1, a['nproc'])}× larger global batch."
         )
     else:
-        out["accuracy_scaling"] = "Fewer than two finished runs report accuracy; nothing to compare."
+        out["accuracy_scaling"] = (
+            "Fewer than two finished runs report accuracy; nothing to compare."
+        )
     if failed:
-        out["failed"] = f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and each run's log.txt."
+        out["failed"] = (
+            f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and each run's log.txt."
+        )
     return out

@@ -59,8 +59,12 @@ def check_driver(torch_cuda: str, driver: str) -> tuple[Verdict, str, str | None
     full = MIN_DRIVER.get(major_minor)
     compat = MINOR_COMPAT_DRIVER.get(major)
     if full is None and compat is None:
-        return "warn", f"driver {driver}; CUDA {torch_cuda} is not in distrain's table", (
-            "Check NVIDIA's CUDA release notes (table 3) for the minimum driver of this CUDA version."
+        return (
+            "warn",
+            f"driver {driver}; CUDA {torch_cuda} is not in distrain's table",
+            (
+                "Check NVIDIA's CUDA release notes (table 3) for the minimum driver of this CUDA version."
+            ),
         )
     if full is None:  # a newer minor release than the table knows: minor compatibility applies
         full = compat
@@ -68,12 +72,20 @@ def check_driver(torch_cuda: str, driver: str) -> tuple[Verdict, str, str | None
     if have >= parse_version(full):
         return "ok", f"driver {driver} >= {full} required by CUDA {major_minor}", None
     if compat is not None and have >= parse_version(compat):
-        return "warn", f"driver {driver} < {full} (CUDA {major_minor} GA) but >= {compat} (minor version compatibility)", (
-            f"Runs with a limited feature set (no PTX JIT of newer code); upgrade the driver to >= {full}."
+        return (
+            "warn",
+            f"driver {driver} < {full} (CUDA {major_minor} GA) but >= {compat} (minor version compatibility)",
+            (
+                f"Runs with a limited feature set (no PTX JIT of newer code); upgrade the driver to >= {full}."
+            ),
         )
-    return "fail", f"driver {driver} is too old for torch's CUDA {major_minor} (needs >= {compat or full})", (
-        f"Upgrade the NVIDIA driver to >= {full}, or install a torch wheel built for an older CUDA "
-        "(pytorch.org 'previous versions')."
+    return (
+        "fail",
+        f"driver {driver} is too old for torch's CUDA {major_minor} (needs >= {compat or full})",
+        (
+            f"Upgrade the NVIDIA driver to >= {full}, or install a torch wheel built for an older CUDA "
+            "(pytorch.org 'previous versions')."
+        ),
     )
 
 
@@ -102,5 +114,8 @@ def check_arch(capability: tuple[int, int], arch_list: list[str]) -> tuple[Verdi
     usable_ptx = [p for p in ptx if p <= (major, minor)]
     if usable_ptx:
         best = max(usable_ptx)
-        return "warn", f"only PTX compute_{best[0]}{best[1]} can run on {name} (JIT at start, slower)"
+        return (
+            "warn",
+            f"only PTX compute_{best[0]}{best[1]} can run on {name} (JIT at start, slower)",
+        )
     return "fail", f"{name} is not among torch's architectures {', '.join(arch_list) or '(none)'}"

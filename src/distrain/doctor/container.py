@@ -15,8 +15,14 @@ SHM_ENV = "DISTRAIN_SHM_PATH"
 SHM_FAIL_BYTES = 256 * 2**20
 SHM_WARN_BYTES = 1 * 2**30
 
-_CGROUP_MARKERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"),
-                   ("containerd", "containerd"), ("lxc", "lxc"), ("crio", "cri-o"))
+_CGROUP_MARKERS = (
+    ("kubepods", "kubernetes"),
+    ("docker", "docker"),
+    ("libpod", "podman"),
+    ("containerd", "containerd"),
+    ("lxc", "lxc"),
+    ("crio", "cri-o"),
+)
 
 
 def _read(path: str) -> str:
@@ -74,17 +80,39 @@ def probe_shm(runtime: str | None) -> Check:
     try:
         st = os.statvfs(path)
     except OSError as err:
-        return Check("container.shm", GROUP, "shared memory", "warn", f"{path}: {err.strerror}", fix_small,
-                     {"path": path, "size_bytes": None})
+        return Check(
+            "container.shm",
+            GROUP,
+            "shared memory",
+            "warn",
+            f"{path}: {err.strerror}",
+            fix_small,
+            {"path": path, "size_bytes": None},
+        )
     size = st.f_blocks * st.f_frsize
     free = st.f_bavail * st.f_frsize
     data = {"path": path, "size_bytes": size, "free_bytes": free}
     seen = f"{path}: {_mib(size)} ({_mib(free)} free)"
     if size < SHM_FAIL_BYTES:
-        return Check("container.shm", GROUP, "shared memory", "fail",
-                     seen + ": DataLoader workers will die with 'Bus error'", fix_small, data)
+        return Check(
+            "container.shm",
+            GROUP,
+            "shared memory",
+            "fail",
+            seen + ": DataLoader workers will die with 'Bus error'",
+            fix_small,
+            data,
+        )
     if size < SHM_WARN_BYTES or free < SHM_FAIL_BYTES:
-        return Check("container.shm", GROUP, "shared memory", "warn", seen + ": small for multi-worker loading", fix_small, data)
+        return Check(
+            "container.shm",
+            GROUP,
+            "shared memory",
+            "warn",
+            seen + ": small for multi-worker loading",
+            fix_small,
+            data,
+        )
     return Check("container.shm", GROUP, "shared memory", "ok", seen, None, data)
 
 
@@ -92,6 +120,13 @@ def probe() -> tuple[list[Check], dict[str, Any]]:
     """Container detection and /dev/shm; also returns the detection for the GPU hint."""
     found = detect_container()
     runtime = found["runtime"]
-    seen = f"{runtime} ({'; '.join(found['evidence'])})" if runtime else "none detected (bare metal or VM)"
-    checks = [Check("container.runtime", GROUP, "container", "info", seen, None, found), probe_shm(runtime)]
+    seen = (
+        f"{runtime} ({'; '.join(found['evidence'])})"
+        if runtime
+        else "none detected (bare metal or VM)"
+    )
+    checks = [
+        Check("container.runtime", GROUP, "container", "info", seen, None, found),
+        probe_shm(runtime),
+    ]
     return checks, found

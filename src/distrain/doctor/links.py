@@ -118,14 +118,22 @@ def measure_links(rank: int, entries: list[dict[str, Any]]) -> list[dict[str, An
     nodes = sorted(heads)
     links: list[dict[str, Any]] = []
     for i, a in enumerate(nodes):
-        for b in nodes[i + 1:]:
+        for b in nodes[i + 1 :]:
             ra, rb = heads[a]["rank"], heads[b]["rank"]
             if rank in (ra, rb):
                 rtt = _ping(rb if rank == ra else ra, sender=rank == ra)
                 nbytes, seconds = _stream(rb if rank == ra else ra, sender=rank == ra)
                 if rank == ra:
-                    links.append({"nodes": [a, b], "ranks": [ra, rb], "rtt_us": rtt, "bytes": nbytes, "seconds": seconds,
-                                  "bytes_per_s": nbytes / seconds})
+                    links.append(
+                        {
+                            "nodes": [a, b],
+                            "ranks": [ra, rb],
+                            "rtt_us": rtt,
+                            "bytes": nbytes,
+                            "seconds": seconds,
+                            "bytes_per_s": nbytes / seconds,
+                        }
+                    )
             dist.barrier()
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, links)
@@ -133,42 +141,78 @@ def measure_links(rank: int, entries: list[dict[str, Any]]) -> list[dict[str, An
 
 
 def _gbit(bytes_per_s: float) -> str:
-    return f"{bytes_per_s * 8 / 1e9:.2f} Gbit/s" if bytes_per_s >= 1.25e8 else f"{bytes_per_s * 8 / 1e6:.0f} Mbit/s"
+    return (
+        f"{bytes_per_s * 8 / 1e9:.2f} Gbit/s"
+        if bytes_per_s >= 1.25e8
+        else f"{bytes_per_s * 8 / 1e6:.0f} Mbit/s"
+    )
 
 
 def suggest_hook(sync_s: float, step_s: float) -> str:
     """The DDP comm hook that would bring the gradient sync under the step time, as a fix line."""
     if sync_s / 2 <= step_s:
-        return (f"ctx.prepare_model(model, comm_hook='bf16') (or 'fp16') halves the bytes: ~{sync_s / 2:.2f} s per step "
-                f"instead of {sync_s:.2f} s; or a faster network (check the NIC speed with ethtool; InfiniBand/RoCE with NCCL).")
-    return (f"ctx.prepare_model(model, comm_hook='powersgd:rank=4') sends a low-rank approximation (a few percent of "
-            f"the {sync_s:.1f} s of fp32 traffic; bf16 alone would still take {sync_s / 2:.1f} s); also consider fewer, "
-            "larger steps (gradient accumulation with model.no_sync()) or a faster network.")
+        return (
+            f"ctx.prepare_model(model, comm_hook='bf16') (or 'fp16') halves the bytes: ~{sync_s / 2:.2f} s per step "
+            f"instead of {sync_s:.2f} s; or a faster network (check the NIC speed with ethtool; InfiniBand/RoCE with NCCL)."
+        )
+    return (
+        f"ctx.prepare_model(model, comm_hook='powersgd:rank=4') sends a low-rank approximation (a few percent of "
+        f"the {sync_s:.1f} s of fp32 traffic; bf16 alone would still take {sync_s / 2:.1f} s); also consider fewer, "
+        "larger steps (gradient accumulation with model.no_sync()) or a faster network."
+    )
 
 
-def verdict(links: list[dict[str, Any]], host_of: dict[int, dict[str, Any]], params: int, step_s: float) -> Check:
+def verdict(
+    links: list[dict[str, Any]], host_of: dict[int, dict[str, Any]], params: int, step_s: float
+) -> Check:
     """One check naming every link whose gradient all-reduce would take longer than a step."""
     n = len(host_of)
     if n < 2:
-        return Check("ranks.links", GROUP, "node links", "ok", "all ranks on one node: no link between nodes to measure", None,
-                     {"links": [], "nodes": n})
+        return Check(
+            "ranks.links",
+            GROUP,
+            "node links",
+            "ok",
+            "all ranks on one node: no link between nodes to measure",
+            None,
+            {"links": [], "nodes": n},
+        )
     factor = 2 * (n - 1) / n
     grad_bytes = 4 * params
     slow, lines = [], []
     for link in links:
         a, b = (node_name(host_of[x]) for x in link["nodes"])
         link["sync_s"] = factor * grad_bytes / link["bytes_per_s"]
-        text = (f"{a} <-> {b}: {_gbit(link['bytes_per_s'])}, round trip {link['rtt_us']:.0f} us; "
-                f"all-reducing {params / 1e6:.1f} M fp32 gradients ({grad_bytes / 1e6:.0f} MB) over it takes ~{link['sync_s']:.2f} s")
+        text = (
+            f"{a} <-> {b}: {_gbit(link['bytes_per_s'])}, round trip {link['rtt_us']:.0f} us; "
+            f"all-reducing {params / 1e6:.1f} M fp32 gradients ({grad_bytes / 1e6:.0f} MB) over it takes ~{link['sync_s']:.2f} s"
+        )
         if link["sync_s"] > step_s:
             slow.append(link)
             text += f", {link['sync_s'] / step_s:.1f}x the {step_s:g} s step: this link starves training"
         lines.append(text)
-    data = {"links": links, "nodes": n, "model_params": params, "step_s": step_s, "gradient_bytes": grad_bytes,
-            "slow": [link["nodes"] for link in slow]}
+    data = {
+        "links": links,
+        "nodes": n,
+        "model_params": params,
+        "step_s": step_s,
+        "gradient_bytes": grad_bytes,
+        "slow": [link["nodes"] for link in slow],
+    }
     if not slow:
-        return Check("ranks.links", GROUP, "node links", "ok", "; ".join(lines) + f" (under the {step_s:g} s step)", None, data)
+        return Check(
+            "ranks.links",
+            GROUP,
+            "node links",
+            "ok",
+            "; ".join(lines) + f" (under the {step_s:g} s step)",
+            None,
+            data,
+        )
     worst_link = max(slow, key=lambda link: link["sync_s"])
-    fix = suggest_hook(worst_link["sync_s"], step_s) + f" (Judged for {params / 1e6:.1f} M parameters and a {step_s:g} s step: " \
+    fix = (
+        suggest_hook(worst_link["sync_s"], step_s)
+        + f" (Judged for {params / 1e6:.1f} M parameters and a {step_s:g} s step: "
         "pass --model-params and --step-time for your job.)"
+    )
     return Check("ranks.links", GROUP, "node links", "warn", "; ".join(lines), fix, data)

@@ -52,8 +52,16 @@ def run_checks(opts: Options, timeout: float = PROBE_TIMEOUT_S) -> list[Check]:
         try:
             results[name] = fn()
         except Exception as err:  # a probe bug must not hide the other findings
-            results[name] = [Check(f"{name}.probe", name, name, "warn", f"probe failed: {type(err).__name__}: {err}",
-                                   "Please report this as a distrain bug.")]
+            results[name] = [
+                Check(
+                    f"{name}.probe",
+                    name,
+                    name,
+                    "warn",
+                    f"probe failed: {type(err).__name__}: {err}",
+                    "Please report this as a distrain bug.",
+                )
+            ]
 
     threads = []
     for name, fn in families:
@@ -65,8 +73,16 @@ def run_checks(opts: Options, timeout: float = PROBE_TIMEOUT_S) -> list[Check]:
     for name, t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
         if t.is_alive() or name not in results:
-            out.append(Check(f"{name}.probe", name, name, "warn", f"no answer within {timeout:g} s",
-                             "Something on this machine blocks (driver, DNS, filesystem); run the probe again to see which."))
+            out.append(
+                Check(
+                    f"{name}.probe",
+                    name,
+                    name,
+                    "warn",
+                    f"no answer within {timeout:g} s",
+                    "Something on this machine blocks (driver, DNS, filesystem); run the probe again to see which.",
+                )
+            )
         else:
             out.extend(results[name])
     return out

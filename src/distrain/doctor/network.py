@@ -22,8 +22,12 @@ IFNAME_FIX = "For multi-node jobs set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME={i
 
 
 def _non_loopback() -> list[tuple[str, str]]:
-    return [(name, addr) for name, addrs in sorted(interface_addresses().items()) for addr in addrs
-            if name != "lo" and not is_loopback(addr)]
+    return [
+        (name, addr)
+        for name, addrs in sorted(interface_addresses().items())
+        for addr in addrs
+        if name != "lo" and not is_loopback(addr)
+    ]
 
 
 def outward(master_addr: str | None = None) -> tuple[str, str, str] | None:
@@ -56,13 +60,21 @@ def probe_interfaces(master_addr: str | None = None) -> Check:
         data[name] = {"addresses": addrs.get(name, []), "up": up}
         parts.append(f"{name} {'up' if up else 'down'} {','.join(addrs.get(name, [])) or '-'}")
     if not _non_loopback():
-        return Check("network.interfaces", GROUP, "interfaces", "warn", "; ".join(parts),
-                     "Only loopback has an address: single-node jobs work, other hosts cannot reach this one.",
-                     {"interfaces": data, "outward": None})
+        return Check(
+            "network.interfaces",
+            GROUP,
+            "interfaces",
+            "warn",
+            "; ".join(parts),
+            "Only loopback has an address: single-node jobs work, other hosts cannot reach this one.",
+            {"interfaces": data, "outward": None},
+        )
     chosen = outward(master_addr)
     data = {"interfaces": data, "outward": None}
     if chosen is None:
-        parts.append("no default route: set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share")
+        parts.append(
+            "no default route: set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share"
+        )
     else:
         data["outward"] = {"interface": chosen[0], "address": chosen[1], "via": chosen[2]}
         parts.append(f"other nodes reach this one via {chosen[0]} ({chosen[1]}, {chosen[2]})")
@@ -73,20 +85,42 @@ def probe_hostname(master_addr: str | None = None) -> Check:
     """The hostname and its addresses; loopback is fine on one node and a trap on many."""
     host = socket.gethostname()
     try:
-        infos = call_bounded(lambda: socket.getaddrinfo(host, None, socket.AF_INET), CONNECT_TIMEOUT_S)
+        infos = call_bounded(
+            lambda: socket.getaddrinfo(host, None, socket.AF_INET), CONNECT_TIMEOUT_S
+        )
     except (OSError, ProbeTimeout) as err:
-        return Check("network.hostname", GROUP, "hostname", "warn", f"{host} does not resolve ({err})",
-                     f"Add '<this node's address> {host}' to /etc/hosts: gloo resolves the hostname to advertise itself.",
-                     {"hostname": host, "addresses": []})
+        return Check(
+            "network.hostname",
+            GROUP,
+            "hostname",
+            "warn",
+            f"{host} does not resolve ({err})",
+            f"Add '<this node's address> {host}' to /etc/hosts: gloo resolves the hostname to advertise itself.",
+            {"hostname": host, "addresses": []},
+        )
     resolved = sorted({str(info[4][0]) for info in infos})
     data = {"hostname": host, "addresses": resolved}
     if all(is_loopback(a) for a in resolved):
         chosen = outward(master_addr)
         iface, addr = chosen[:2] if chosen else ("<iface>", "<address>")
-        return Check("network.hostname", GROUP, "hostname", "warn",
-                     f"{host} resolves to {', '.join(resolved)} (loopback): peers on other nodes would be told to connect to themselves",
-                     IFNAME_FIX.format(iface=iface, addr=addr), data)
-    return Check("network.hostname", GROUP, "hostname", "ok", f"{host} resolves to {', '.join(resolved)}", None, data)
+        return Check(
+            "network.hostname",
+            GROUP,
+            "hostname",
+            "warn",
+            f"{host} resolves to {', '.join(resolved)} (loopback): peers on other nodes would be told to connect to themselves",
+            IFNAME_FIX.format(iface=iface, addr=addr),
+            data,
+        )
+    return Check(
+        "network.hostname",
+        GROUP,
+        "hostname",
+        "ok",
+        f"{host} resolves to {', '.join(resolved)}",
+        None,
+        data,
+    )
 
 
 def _ifname_fix(var: str, present: set[str]) -> str:
@@ -105,11 +139,22 @@ def probe_ifname_env() -> list[Check]:
             continue
         # NCCL accepts prefixes and ^exclusions; check plain names only
         names = [n for n in raw.split(",") if n and not n.startswith(("^", "="))]
-        missing = [n for n in names if not any(p == n or (var.startswith("NCCL") and p.startswith(n)) for p in present)]
-        out.append(Check(f"network.{var.lower()}", GROUP, var, "fail" if missing else "ok",
-                         f"{var}={raw}" + (f": no interface {', '.join(missing)}" if missing else ""),
-                         _ifname_fix(var, present) if missing else None,
-                         {"value": raw, "missing": missing}))
+        missing = [
+            n
+            for n in names
+            if not any(p == n or (var.startswith("NCCL") and p.startswith(n)) for p in present)
+        ]
+        out.append(
+            Check(
+                f"network.{var.lower()}",
+                GROUP,
+                var,
+                "fail" if missing else "ok",
+                f"{var}={raw}" + (f": no interface {', '.join(missing)}" if missing else ""),
+                _ifname_fix(var, present) if missing else None,
+                {"value": raw, "missing": missing},
+            )
+        )
     return out
 
 
@@ -131,12 +176,29 @@ def probe_ports(ports: tuple[int, ...] = DEFAULT_PORTS) -> list[Check]:
     for port in ports:
         if port_in_use(port):
             holder = _listener(port)
-            out.append(Check(f"network.port.{port}", GROUP, f"port {port}", "warn",
-                             f"in use{' by ' + holder if holder else ''}",
-                             "Pass another --master-port/--rdzv-endpoint port, or leave it out on one node (distrain run picks a free one).",
-                             {"port": port, "free": False, "holder": holder}))
+            out.append(
+                Check(
+                    f"network.port.{port}",
+                    GROUP,
+                    f"port {port}",
+                    "warn",
+                    f"in use{' by ' + holder if holder else ''}",
+                    "Pass another --master-port/--rdzv-endpoint port, or leave it out on one node (distrain run picks a free one).",
+                    {"port": port, "free": False, "holder": holder},
+                )
+            )
         else:
-            out.append(Check(f"network.port.{port}", GROUP, f"port {port}", "ok", "free", None, {"port": port, "free": True}))
+            out.append(
+                Check(
+                    f"network.port.{port}",
+                    GROUP,
+                    f"port {port}",
+                    "ok",
+                    "free",
+                    None,
+                    {"port": port, "free": True},
+                )
+            )
     return out
 
 
@@ -161,23 +223,60 @@ def probe_master(master_addr: str, master_port: int | None) -> Check:
         ip = call_bounded(lambda: socket.gethostbyname(master_addr), CONNECT_TIMEOUT_S)
         local, iface = route_to(ip)
     except (OSError, ProbeTimeout) as err:
-        return Check("network.master", GROUP, "master address", "fail", f"{master_addr}: cannot resolve or route ({err})",
-                     "Use the master node's IP address, or fix DNS / /etc/hosts on this node.", data)
+        return Check(
+            "network.master",
+            GROUP,
+            "master address",
+            "fail",
+            f"{master_addr}: cannot resolve or route ({err})",
+            "Use the master node's IP address, or fix DNS / /etc/hosts on this node.",
+            data,
+        )
     data.update(ip=ip, local_address=local, interface=iface)
     via = f"via {iface or '?'} ({local})"
     note = " (loopback: single-node only)" if is_loopback(ip) else ""
     if master_port is None:
-        return Check("network.master", GROUP, "master address", "ok", f"{master_addr} -> {ip} {via}{note}", None, data)
+        return Check(
+            "network.master",
+            GROUP,
+            "master address",
+            "ok",
+            f"{master_addr} -> {ip} {via}{note}",
+            None,
+            data,
+        )
     result = _connect(ip, master_port)
     data["connect"] = result
     seen = f"{master_addr}:{master_port} -> {ip} {via}: {result}{note}"
     if result == "open":
-        return Check("network.master", GROUP, "master address", "ok", seen + " (something is listening)", None, data)
+        return Check(
+            "network.master",
+            GROUP,
+            "master address",
+            "ok",
+            seen + " (something is listening)",
+            None,
+            data,
+        )
     if result == "refused":
-        return Check("network.master", GROUP, "master address", "warn", seen + " (host answers, nothing listens on the port)",
-                     "Fine before rank 0 starts; otherwise start rank 0 first or check the port number.", data)
-    return Check("network.master", GROUP, "master address", "fail", seen,
-                 f"No answer: open TCP port {master_port} (and the workers' ports) in the firewall, or check the address.", data)
+        return Check(
+            "network.master",
+            GROUP,
+            "master address",
+            "warn",
+            seen + " (host answers, nothing listens on the port)",
+            "Fine before rank 0 starts; otherwise start rank 0 first or check the port number.",
+            data,
+        )
+    return Check(
+        "network.master",
+        GROUP,
+        "master address",
+        "fail",
+        seen,
+        f"No answer: open TCP port {master_port} (and the workers' ports) in the firewall, or check the address.",
+        data,
+    )
 
 
 def probe(master_addr: str | None, master_port: int | None, ports: tuple[int, ...]) -> list[Check]:

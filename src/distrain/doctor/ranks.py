@@ -73,17 +73,35 @@ def compare_fingerprints(entries: list[dict[str, Any]]) -> Check:
         for e, v in zip(entries, values, strict=True):
             if v != ref:
                 odd.setdefault(fld, []).append(e["rank"])
-                problems.append(f"rank {e['rank']} on {e['hostname']} has {fld} {v} (others: {ref})")
+                problems.append(
+                    f"rank {e['rank']} on {e['hostname']} has {fld} {v} (others: {ref})"
+                )
     data = {"fields": list(FINGERPRINT_FIELDS), "mismatches": odd}
     if problems:
-        return Check("ranks.versions", GROUP, "same versions", "fail", "; ".join(problems),
-                     "Install the same torch/CUDA/Python stack on every node (one container image or one lock file).", data)
+        return Check(
+            "ranks.versions",
+            GROUP,
+            "same versions",
+            "fail",
+            "; ".join(problems),
+            "Install the same torch/CUDA/Python stack on every node (one container image or one lock file).",
+            data,
+        )
     fp = entries[0]["fingerprint"]
-    return Check("ranks.versions", GROUP, "same versions", "ok",
-                 f"all {len(entries)} ranks: torch {fp['torch']}, python {fp['python']}, CUDA {fp['cuda']}, NCCL {fp['nccl']}", None, data)
+    return Check(
+        "ranks.versions",
+        GROUP,
+        "same versions",
+        "ok",
+        f"all {len(entries)} ranks: torch {fp['torch']}, python {fp['python']}, CUDA {fp['cuda']}, NCCL {fp['nccl']}",
+        None,
+        data,
+    )
 
 
-def _wait_checkins(store: Any, world: int, timeout: float) -> tuple[list[dict[str, Any]], list[int]]:
+def _wait_checkins(
+    store: Any, world: int, timeout: float
+) -> tuple[list[dict[str, Any]], list[int]]:
     """Poll the store until every rank's check-in is there or `timeout` passes."""
     deadline = time.monotonic() + timeout
     missing = list(range(world))
@@ -91,7 +109,9 @@ def _wait_checkins(store: Any, world: int, timeout: float) -> tuple[list[dict[st
         missing = [r for r in missing if not store.check([f"doctor/checkin/{r}"])]
         if missing:
             time.sleep(0.1)
-    arrived = [json.loads(store.get(f"doctor/checkin/{r}")) for r in range(world) if r not in missing]
+    arrived = [
+        json.loads(store.get(f"doctor/checkin/{r}")) for r in range(world) if r not in missing
+    ]
     return arrived, missing
 
 
@@ -113,7 +133,11 @@ def _verify_allreduce(rank: int, world: int, device: Any, group: Any) -> bool:
     import torch.distributed as dist
 
     def data(r: int) -> Any:
-        return torch.randn(ALLREDUCE_ELEMENTS, generator=torch.Generator().manual_seed(1234 + r), dtype=torch.float32)
+        return torch.randn(
+            ALLREDUCE_ELEMENTS,
+            generator=torch.Generator().manual_seed(1234 + r),
+            dtype=torch.float32,
+        )
 
     tensor = data(rank).to(device)
     dist.all_reduce(tensor, group=group)
@@ -160,33 +184,80 @@ def _report(checks: list[Check], start: float, ranks_doc: dict[str, Any], as_jso
     return 1 if worst(checks) == "fail" else 0
 
 
-def _measurement_checks(per_rank: list[dict[str, Any]], arrived: list[dict[str, Any]], row: Any) -> list[Check]:
+def _measurement_checks(
+    per_rank: list[dict[str, Any]], arrived: list[dict[str, Any]], row: Any
+) -> list[Check]:
     """Rank 0's checks from every rank's measurements: all-reduce, latency, bandwidth, straggler."""
     world = len(per_rank)
     checks: list[Check] = []
     wrong = [p["rank"] for p in per_rank if not p["allreduce_ok"]]
-    checks.append(Check("ranks.allreduce", GROUP, "all-reduce", "fail" if wrong else "ok",
-                        f"{ALLREDUCE_ELEMENTS} random floats summed over {world} ranks: "
-                        + (f"WRONG on rank(s) {wrong}" if wrong else "correct on every rank"),
-                        "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find the faulty path." if wrong else None,
-                        {"wrong_ranks": wrong}))
+    checks.append(
+        Check(
+            "ranks.allreduce",
+            GROUP,
+            "all-reduce",
+            "fail" if wrong else "ok",
+            f"{ALLREDUCE_ELEMENTS} random floats summed over {world} ranks: "
+            + (f"WRONG on rank(s) {wrong}" if wrong else "correct on every rank"),
+            "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find the faulty path."
+            if wrong
+            else None,
+            {"wrong_ranks": wrong},
+        )
+    )
     lat = max(p["latency_us"] for p in per_rank)
-    checks.append(Check("ranks.latency", GROUP, "latency", "info", f"1-element all-reduce: {lat:.0f} us (slowest rank's median)", None,
-                        {"latency_us": lat}))
-    checks.append(Check("ranks.bandwidth", GROUP, "bandwidth", "info",
-                        f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw {row.algbw_gbps:.3f} GB/s, "
-                        f"busbw {row.busbw_gbps:.3f} GB/s", None, {"bytes": row.bytes, "time_us": row.time_us,
-                                                                   "algbw_gbps": row.algbw_gbps, "busbw_gbps": row.busbw_gbps}))
+    checks.append(
+        Check(
+            "ranks.latency",
+            GROUP,
+            "latency",
+            "info",
+            f"1-element all-reduce: {lat:.0f} us (slowest rank's median)",
+            None,
+            {"latency_us": lat},
+        )
+    )
+    checks.append(
+        Check(
+            "ranks.bandwidth",
+            GROUP,
+            "bandwidth",
+            "info",
+            f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw {row.algbw_gbps:.3f} GB/s, "
+            f"busbw {row.busbw_gbps:.3f} GB/s",
+            None,
+            {
+                "bytes": row.bytes,
+                "time_us": row.time_us,
+                "algbw_gbps": row.algbw_gbps,
+                "busbw_gbps": row.busbw_gbps,
+            },
+        )
+    )
     works = [p["work_s"] for p in per_rank]
     median = statistics.median(works)
     slow = [p for p in per_rank if p["work_s"] > STRAGGLER_RATIO * median]
     host_of = {e["rank"]: e["hostname"] for e in arrived}
-    checks.append(Check("ranks.straggler", GROUP, "straggler", "warn" if slow else "ok",
-                        ("; ".join(f"rank {p['rank']} on {host_of[p['rank']]} took {p['work_s'] * 1e3:.0f} ms "
-                                   f"({p['work_s'] / median:.1f}x the median {median * 1e3:.0f} ms)" for p in slow))
-                        or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks (median {median * 1e3:.0f} ms)",
-                        "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores (nproc, nvidia-smi -q)." if slow else None,
-                        {"work_s": works, "median_s": median, "stragglers": [p["rank"] for p in slow]}))
+    checks.append(
+        Check(
+            "ranks.straggler",
+            GROUP,
+            "straggler",
+            "warn" if slow else "ok",
+            (
+                "; ".join(
+                    f"rank {p['rank']} on {host_of[p['rank']]} took {p['work_s'] * 1e3:.0f} ms "
+                    f"({p['work_s'] / median:.1f}x the median {median * 1e3:.0f} ms)"
+                    for p in slow
+                )
+            )
+            or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks (median {median * 1e3:.0f} ms)",
+            "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores (nproc, nvidia-smi -q)."
+            if slow
+            else None,
+            {"work_s": works, "median_s": median, "stragglers": [p["rank"] for p in slow]},
+        )
+    )
     return checks
 
 
@@ -199,8 +270,15 @@ def node_identity(env: Any) -> dict[str, Any]:
     return {"node_rank": env.node_rank(), "local_rank": env.local_rank(), "address": address}
 
 
-def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: bool, start: float,
-                  model_params: int = DEFAULT_PARAMS, step_s: float = DEFAULT_STEP_S) -> int:
+def run_all_ranks(
+    opts: Options,
+    timeout: float,
+    bandwidth_bytes: int,
+    as_json: bool,
+    start: float,
+    model_params: int = DEFAULT_PARAMS,
+    step_s: float = DEFAULT_STEP_S,
+) -> int:
     """Run the all-ranks doctor on this rank; rank 0 prints the report and returns its exit code.
 
     `model_params` and `step_s` describe the user's training for the link verdict (:mod:`.links`).
@@ -219,14 +297,25 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     local = run_checks(opts)
     me = fingerprint(rank)
     me["node"] = node_identity(env)
-    me["local"] = {"status": worst(local), "problems": [f"{c.id}: {c.seen}" for c in local if c.status == "fail"]}
-    ranks_doc: dict[str, Any] = {"world_size": world, "timeout_s": timeout, "ranks": [], "measurements": {}}
+    me["local"] = {
+        "status": worst(local),
+        "problems": [f"{c.id}: {c.seen}" for c in local if c.status == "fail"],
+    }
+    ranks_doc: dict[str, Any] = {
+        "world_size": world,
+        "timeout_s": timeout,
+        "ranks": [],
+        "measurements": {},
+    }
     checks: list[Check] = []
     try:
         store, _ = restart_safe_store(env, bound, Settings.read().bind_addr)
     except Exception as err:
-        print(f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
-              f"within {timeout:g} s ({type(err).__name__})", file=sys.stderr)
+        print(
+            f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
+            f"within {timeout:g} s ({type(err).__name__})",
+            file=sys.stderr,
+        )
         _exit_now(1)
     store.set(f"doctor/checkin/{rank}", json.dumps(me))
     arrived, missing = _wait_checkins(store, world, timeout)
@@ -234,16 +323,36 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     hosts = sorted({e["hostname"] for e in arrived})
     if missing:
         if rank == 0:
-            checks = local + [Check("ranks.checkin", GROUP, "check-in", "fail",
-                                    f"rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s "
-                                    f"({len(arrived)}/{world} arrived from {', '.join(hosts)})",
-                                    "Look at that rank's log/node: crashed at start, wrong --master-addr, or a firewall.",
-                                    {"missing": missing})]
+            checks = local + [
+                Check(
+                    "ranks.checkin",
+                    GROUP,
+                    "check-in",
+                    "fail",
+                    f"rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s "
+                    f"({len(arrived)}/{world} arrived from {', '.join(hosts)})",
+                    "Look at that rank's log/node: crashed at start, wrong --master-addr, or a firewall.",
+                    {"missing": missing},
+                )
+            ]
             _exit_now(_report(checks, start, ranks_doc, as_json))
-        print(f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
         _exit_now(1)
-    checks.append(Check("ranks.checkin", GROUP, "check-in", "ok", f"{world}/{world} ranks on {', '.join(hosts)}", None, {"missing": []}))
+    checks.append(
+        Check(
+            "ranks.checkin",
+            GROUP,
+            "check-in",
+            "ok",
+            f"{world}/{world} ranks on {', '.join(hosts)}",
+            None,
+            {"missing": []},
+        )
+    )
 
     # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU then
     use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
@@ -251,7 +360,13 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     if use_cuda:
         torch.cuda.set_device(device)
     # gloo for the monitored barrier (only gloo has one); NCCL, when there are GPUs, for the data
-    dist.init_process_group("gloo", store=dist.PrefixStore("doctor/pg", store), rank=rank, world_size=world, timeout=bound)
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore("doctor/pg", store),
+        rank=rank,
+        world_size=world,
+        timeout=bound,
+    )
     data_group = dist.new_group(backend="nccl") if use_cuda else None
     ranks_doc["backend"] = "nccl" if use_cuda else "gloo"
     try:
@@ -259,29 +374,64 @@ def run_all_ranks(opts: Options, timeout: float, bandwidth_bytes: int, as_json: 
     except RuntimeError as err:
         if rank == 0:
             late = _missing_from(err)
-            checks.append(Check("ranks.barrier", GROUP, "barrier", "fail",
-                                f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier within {timeout:g} s",
-                                "That rank is stuck or dead: check its log, node and GPU (py-spy dump --pid shows where).",
-                                {"missing": late, "error": str(err).splitlines()[0]}))
+            checks.append(
+                Check(
+                    "ranks.barrier",
+                    GROUP,
+                    "barrier",
+                    "fail",
+                    f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier within {timeout:g} s",
+                    "That rank is stuck or dead: check its log, node and GPU (py-spy dump --pid shows where).",
+                    {"missing": late, "error": str(err).splitlines()[0]},
+                )
+            )
             _exit_now(_report(local + checks, start, ranks_doc, as_json))
-        print(f"distrain doctor: rank {rank}: monitored barrier failed ({str(err).splitlines()[0][:200]})", file=sys.stderr, flush=True)
+        print(
+            f"distrain doctor: rank {rank}: monitored barrier failed ({str(err).splitlines()[0][:200]})",
+            file=sys.stderr,
+            flush=True,
+        )
         _exit_now(1)
-    checks.append(Check("ranks.barrier", GROUP, "barrier", "ok", f"all {world} ranks passed a monitored barrier", None, {"missing": []}))
+    checks.append(
+        Check(
+            "ranks.barrier",
+            GROUP,
+            "barrier",
+            "ok",
+            f"all {world} ranks passed a monitored barrier",
+            None,
+            {"missing": []},
+        )
+    )
 
     checks.append(compare_fingerprints(arrived))
     bad_local = [e for e in arrived if e["local"]["status"] == "fail"]
-    checks.append(Check("ranks.local", GROUP, "local checks", "fail" if bad_local else "ok",
-                        "; ".join(f"rank {e['rank']} on {e['hostname']}: {', '.join(e['local']['problems'])}" for e in bad_local)
-                        or f"no local failures on any of {world} ranks",
-                        "Run distrain doctor on that node to see the fix." if bad_local else None,
-                        {"failed_ranks": [e["rank"] for e in bad_local]}))
+    checks.append(
+        Check(
+            "ranks.local",
+            GROUP,
+            "local checks",
+            "fail" if bad_local else "ok",
+            "; ".join(
+                f"rank {e['rank']} on {e['hostname']}: {', '.join(e['local']['problems'])}"
+                for e in bad_local
+            )
+            or f"no local failures on any of {world} ranks",
+            "Run distrain doctor on that node to see the fix." if bad_local else None,
+            {"failed_ranks": [e["rank"] for e in bad_local]},
+        )
+    )
 
     ok = _verify_allreduce(rank, world, device, data_group)
     latency = _latency_us(device, data_group)
-    row = measure("all_reduce", bandwidth_bytes, 2, 5, device, torch.float32, check=False, group=data_group)
+    row = measure(
+        "all_reduce", bandwidth_bytes, 2, 5, device, torch.float32, check=False, group=data_group
+    )
     work = _work_seconds()
     per_rank: list[Any] = [None] * world
-    dist.all_gather_object(per_rank, {"rank": rank, "allreduce_ok": ok, "latency_us": latency, "work_s": work})
+    dist.all_gather_object(
+        per_rank, {"rank": rank, "allreduce_ok": ok, "latency_us": latency, "work_s": work}
+    )
     links = measure_links(rank, arrived)
     dist.barrier()
     dist.destroy_process_group()

@@ -14,7 +14,9 @@ from .check import SCHEMA_VERSION, Check, summarise, worst
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
-def document(checks: list[Check], elapsed_s: float, mode: str = "local", ranks: dict[str, Any] | None = None) -> dict[str, Any]:
+def document(
+    checks: list[Check], elapsed_s: float, mode: str = "local", ranks: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``--json`` document (schema in docs/doctor.md)."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -42,8 +44,12 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140, highlight=False)
-    title = f"distrain doctor · {doc['hostname']}" + (f" · {doc['mode']}" if doc["mode"] != "local" else "")
+    console = Console(
+        width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140, highlight=False
+    )
+    title = f"distrain doctor · {doc['hostname']}" + (
+        f" · {doc['mode']}" if doc["mode"] != "local" else ""
+    )
     table = Table(title=title, show_lines=False, expand=False)
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)

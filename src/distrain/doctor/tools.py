@@ -35,10 +35,21 @@ def probe() -> list[Check]:
         has_module = bool(module and importlib.util.find_spec(module))
         version = _version(path) if path and name in ("mpirun", "etcd") else None
         if path or has_module:
-            parts = [p for p in (path, version, f"python module {module}" if has_module else None) if p]
+            parts = [
+                p for p in (path, version, f"python module {module}" if has_module else None) if p
+            ]
             seen = "; ".join(parts)
         else:
             seen = f"not installed (only needed for {purpose})"
-        checks.append(Check(f"tools.{name}", GROUP, name, "info", seen, None,
-                            {"path": path, "version": version, "module": module if has_module else None}))
+        checks.append(
+            Check(
+                f"tools.{name}",
+                GROUP,
+                name,
+                "info",
+                seen,
+                None,
+                {"path": path, "version": version, "module": module if has_module else None},
+            )
+        )
     return checks

@@ -37,11 +37,15 @@ def build_info() -> dict[str, Any]:
             nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
     except Exception:
         nccl = None
-    backends = [name for name, ok in (
-        ("gloo", dist.is_available() and dist.is_gloo_available()),
-        ("nccl", dist.is_available() and dist.is_nccl_available()),
-        ("mpi", dist.is_available() and dist.is_mpi_available()),
-    ) if ok]
+    backends = [
+        name
+        for name, ok in (
+            ("gloo", dist.is_available() and dist.is_gloo_available()),
+            ("nccl", dist.is_available() and dist.is_nccl_available()),
+            ("mpi", dist.is_available() and dist.is_mpi_available()),
+        )
+        if ok
+    ]
     try:
         cpu_capability = torch.backends.cpu.get_cpu_capability()
     except Exception:
@@ -67,33 +71,57 @@ def probe() -> list[Check]:
     info = build_info()
     checks: list[Check] = []
     py_ok = sys.version_info >= (3, 10)
-    checks.append(Check(
-        "python.version", GROUP, "Python", "ok" if py_ok else "fail",
-        f"{info['python_implementation']} {info['python']} on {info['platform']} ({sys.executable})",
-        None if py_ok else "distrain needs Python >= 3.10; use a newer interpreter or venv.",
-        {"version": info["python"], "executable": sys.executable},
-    ))
+    checks.append(
+        Check(
+            "python.version",
+            GROUP,
+            "Python",
+            "ok" if py_ok else "fail",
+            f"{info['python_implementation']} {info['python']} on {info['platform']} ({sys.executable})",
+            None if py_ok else "distrain needs Python >= 3.10; use a newer interpreter or venv.",
+            {"version": info["python"], "executable": sys.executable},
+        )
+    )
     if info["cuda"]:
         build = f"CUDA {info['cuda']} build, cuDNN {info['cudnn'] or 'not loadable'}, NCCL {info['nccl'] or 'absent'}"
     elif info["hip"]:
         build = f"ROCm/HIP {info['hip']} build"
     else:
         build = "CPU-only build"
-    checks.append(Check(
-        "torch.build", GROUP, "torch", "ok",
-        f"torch {info['torch']} ({build}); CPU capability {info['cpu_capability']}",
-        None, info,
-    ))
+    checks.append(
+        Check(
+            "torch.build",
+            GROUP,
+            "torch",
+            "ok",
+            f"torch {info['torch']} ({build}); CPU capability {info['cpu_capability']}",
+            None,
+            info,
+        )
+    )
     backends = info["backends"]
     status: Status
     if "gloo" in backends:
         status, fix = "ok", None
     elif backends:
-        status, fix = "warn", "gloo is missing: CPU training and the doctor's checks need it; reinstall torch from pytorch.org."
+        status, fix = (
+            "warn",
+            "gloo is missing: CPU training and the doctor's checks need it; reinstall torch from pytorch.org.",
+        )
     else:
-        status, fix = "fail", "torch.distributed is unavailable in this build; install an official torch wheel."
-    checks.append(Check(
-        "torch.backends", GROUP, "distributed backends", status,
-        ", ".join(backends) or "none", fix, {"backends": backends},
-    ))
+        status, fix = (
+            "fail",
+            "torch.distributed is unavailable in this build; install an official torch wheel.",
+        )
+    checks.append(
+        Check(
+            "torch.backends",
+            GROUP,
+            "distributed backends",
+            status,
+            ", ".join(backends) or "none",
+            fix,
+            {"backends": backends},
+        )
+    )
     return checks

@@ -25,30 +25,91 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("target", choices=TARGETS, help="what to generate")
-    parser.add_argument("script", help="the training script, relative to the project directory (the image's build context); SLURM takes an absolute path too")
-    parser.add_argument("--nnodes", default="2", help="nodes: N, or MIN:MAX for an elastic job (default 2)")
-    parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
-    parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default: --nproc-per-node; 0 for CPU-only)")
-    parser.add_argument("--image", default=None,
-                        help=f"the job's image; k8s: required, REGISTRY/NAME:TAG as pushed (docker/compose default {LOCAL_IMAGE})")
-    parser.add_argument("--base-image", default=DEFAULT_BASE_IMAGE, help=f"Dockerfile base image (default {DEFAULT_BASE_IMAGE})")
+    parser.add_argument(
+        "script",
+        help="the training script, relative to the project directory (the image's build context); SLURM takes an absolute path too",
+    )
+    parser.add_argument(
+        "--nnodes", default="2", help="nodes: N, or MIN:MAX for an elastic job (default 2)"
+    )
+    parser.add_argument(
+        "--nproc-per-node", type=int, default=1, help="processes per node (default 1)"
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="GPUs per node (default: --nproc-per-node; 0 for CPU-only)",
+    )
+    parser.add_argument(
+        "--image",
+        default=None,
+        help=f"the job's image; k8s: required, REGISTRY/NAME:TAG as pushed (docker/compose default {LOCAL_IMAGE})",
+    )
+    parser.add_argument(
+        "--base-image",
+        default=DEFAULT_BASE_IMAGE,
+        help=f"Dockerfile base image (default {DEFAULT_BASE_IMAGE})",
+    )
     parser.add_argument("--install", default="auto",
                         help="how the image gets distrain: auto (a wheel built from this distrain, or '.' in distrain's own tree), "
                              "a .whl file in the project, '.[extras]', or a git+https:// URL; never an index name (default auto)")  # fmt: skip
-    parser.add_argument("--requirements", default=None, help="docker: the script's pip requirements file (default: requirements.txt beside the script, if any)")
+    parser.add_argument(
+        "--requirements",
+        default=None,
+        help="docker: the script's pip requirements file (default: requirements.txt beside the script, if any)",
+    )
     parser.add_argument("--name", default="", help="job name (default: from the script's name)")
-    parser.add_argument("--port", type=int, default=None,
-                        help=f"rendezvous / master port (default {DEFAULT_PORT}; SLURM: 15000 + job id %% 20000, one per job)")
-    parser.add_argument("--max-restarts", type=int, default=3, help="restarts of an elastic job; k8s: also the pod backoff limit (default 3)")
-    parser.add_argument("--cpus-per-node", type=int, default=8, help="SLURM: CPUs given to each node's distrain run (default 8)")
-    parser.add_argument("--time-warning", type=int, default=120,
-                        help="SLURM: seconds before the time limit at which SIGUSR1 asks the job to checkpoint and requeue (default 120)")
-    parser.add_argument("--context", default=".", help="compose: build context, relative to the compose file (default .)")
-    parser.add_argument("--dockerfile", default="Dockerfile", help="compose: Dockerfile, relative to the context (default Dockerfile)")
-    parser.add_argument("--network", choices=compose.NETWORKS, default="host",
-                        help="compose: host (one node per machine, MASTER_ADDR given at `up`) or bridge (all nodes on one machine) (default host)")
-    parser.add_argument("--pvc", default=None, help="k8s: an existing ReadWriteMany PersistentVolumeClaim for runs/ and checkpoints (default: one is written)")
-    parser.add_argument("--pvc-size", default=k8s.DEFAULT_PVC_SIZE, help=f"k8s: size of the written claim (default {k8s.DEFAULT_PVC_SIZE})")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"rendezvous / master port (default {DEFAULT_PORT}; SLURM: 15000 + job id %% 20000, one per job)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help="restarts of an elastic job; k8s: also the pod backoff limit (default 3)",
+    )
+    parser.add_argument(
+        "--cpus-per-node",
+        type=int,
+        default=8,
+        help="SLURM: CPUs given to each node's distrain run (default 8)",
+    )
+    parser.add_argument(
+        "--time-warning",
+        type=int,
+        default=120,
+        help="SLURM: seconds before the time limit at which SIGUSR1 asks the job to checkpoint and requeue (default 120)",
+    )
+    parser.add_argument(
+        "--context",
+        default=".",
+        help="compose: build context, relative to the compose file (default .)",
+    )
+    parser.add_argument(
+        "--dockerfile",
+        default="Dockerfile",
+        help="compose: Dockerfile, relative to the context (default Dockerfile)",
+    )
+    parser.add_argument(
+        "--network",
+        choices=compose.NETWORKS,
+        default="host",
+        help="compose: host (one node per machine, MASTER_ADDR given at `up`) or bridge (all nodes on one machine) (default host)",
+    )
+    parser.add_argument(
+        "--pvc",
+        default=None,
+        help="k8s: an existing ReadWriteMany PersistentVolumeClaim for runs/ and checkpoints (default: one is written)",
+    )
+    parser.add_argument(
+        "--pvc-size",
+        default=k8s.DEFAULT_PVC_SIZE,
+        help=f"k8s: size of the written claim (default {k8s.DEFAULT_PVC_SIZE})",
+    )
     parser.add_argument("--out", default=None, help="write to FILE instead of stdout")
 
     raise_usage_errors(parser)
@@ -59,9 +120,13 @@ def _check_image(target: str, image: str | None) -> str:
     if target != "k8s":
         return image or LOCAL_IMAGE
     if not image:
-        raise UsageError("k8s needs --image REGISTRY/NAME:TAG: the image pushed where the cluster pulls from (build it from `distrain export docker`, then docker push)")
+        raise UsageError(
+            "k8s needs --image REGISTRY/NAME:TAG: the image pushed where the cluster pulls from (build it from `distrain export docker`, then docker push)"
+        )
     if "/" not in image:
-        raise UsageError(f"--image {image}: name the registry (REGISTRY/NAME:TAG); a bare name means docker.io/library/{image}, the official images")
+        raise UsageError(
+            f"--image {image}: name the registry (REGISTRY/NAME:TAG); a bare name means docker.io/library/{image}, the official images"
+        )
     return image
 
 
@@ -69,7 +134,9 @@ def _requirements(args: argparse.Namespace) -> str | None:
     if args.requirements is not None:
         path = Path(args.requirements)
         if path.is_absolute() or ".." in path.parts:
-            raise UsageError(f"--requirements {args.requirements}: give it relative to the project directory (it is copied into the image)")
+            raise UsageError(
+                f"--requirements {args.requirements}: give it relative to the project directory (it is copied into the image)"
+            )
         if not path.is_file():
             raise UsageError(f"--requirements: no such file: {args.requirements}")
         return path.as_posix()
@@ -80,7 +147,9 @@ def _requirements(args: argparse.Namespace) -> str | None:
 def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
     """Validate the parsed options into a JobSpec (UsageError on bad input)."""
     if os.path.isabs(args.script) and args.target != "slurm":
-        raise UsageError(f"give the script relative to the project directory, not {args.script} (it is copied into the image)")
+        raise UsageError(
+            f"give the script relative to the project directory, not {args.script} (it is copied into the image)"
+        )
     if not os.path.isfile(args.script):
         raise UsageError(f"script not found: {args.script}")
     min_nodes, max_nodes = parse_nnodes(args.nnodes)
@@ -132,7 +201,10 @@ def _docker(spec: JobSpec, args: argparse.Namespace, build: bool) -> Output:
         out.notes.append(f"kept the existing {ignore}")
     if install.built_from:
         out.notes.append(f"built {install.spec} from {install.built_from}")
-    out.notes += [f"build: docker build {'' if path == 'Dockerfile' else f'-f {path} '}-t {spec.image} .", f"run:   {docker.run_command(spec)}"]
+    out.notes += [
+        f"build: docker build {'' if path == 'Dockerfile' else f'-f {path} '}-t {spec.image} .",
+        f"run:   {docker.run_command(spec)}",
+    ]
     return out
 
 
@@ -141,15 +213,30 @@ def generate(target: str, spec: JobSpec, args: argparse.Namespace, build: bool =
     if target == "docker":
         return _docker(spec, args, build)
     if target == "compose":
-        notes = ["start: MASTER_ADDR=<node0's machine address> docker compose up --build node<i>, on each machine"] if args.network == "host" else []
-        return Output(compose.render(spec, context=args.context, dockerfile=args.dockerfile, network=args.network), notes=notes)
+        notes = (
+            [
+                "start: MASTER_ADDR=<node0's machine address> docker compose up --build node<i>, on each machine"
+            ]
+            if args.network == "host"
+            else []
+        )
+        return Output(
+            compose.render(
+                spec, context=args.context, dockerfile=args.dockerfile, network=args.network
+            ),
+            notes=notes,
+        )
     if target == "slurm":
-        return Output(slurm.render(spec, cpus_per_node=args.cpus_per_node, time_warning=args.time_warning))
+        return Output(
+            slurm.render(spec, cpus_per_node=args.cpus_per_node, time_warning=args.time_warning)
+        )
     claim = k8s.claim_name(spec, args.pvc)
     notes = [f"image {spec.image}: push it first (docker push {spec.image})",
              f"checkpoints: every pod mounts claim {claim} on {k8s.SHARED_MOUNT}; give the script a directory there (-- --checkpoint-dir runs/ckpt)"]  # fmt: skip
     if k8s.pull_policy(spec.image) == "Always":
-        notes.append(f"{spec.image} has a mutable tag: pods started later may run a newer build; prefer a version tag")
+        notes.append(
+            f"{spec.image} has a mutable tag: pods started later may run a newer build; prefer a version tag"
+        )
     return Output(k8s.render(spec, pvc=args.pvc, pvc_size=args.pvc_size), notes=notes)
 
 
@@ -165,7 +252,9 @@ def _write(path: Path, text: str, executable: bool = False) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain export`."""
-    own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    own, script_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
     try:
         args = _parser().parse_args(own)
         spec = build_spec(args, script_args)

@@ -30,19 +30,38 @@ def _launcher(spec: JobSpec, node: int, master: str) -> list[str]:
         return ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master}:{port}", "--rdzv-id", spec.name,
                 "--max-restarts", str(spec.max_restarts)]  # fmt: skip
     # static: node ranks fixed, node0's address is the master
-    return ["--nnodes", spec.nnodes, "--node-rank", str(node), "--master-addr", master, "--master-port", port]
+    return [
+        "--nnodes",
+        spec.nnodes,
+        "--node-rank",
+        str(node),
+        "--master-addr",
+        master,
+        "--master-port",
+        port,
+    ]
 
 
 def _gpus(spec: JobSpec, node: int, network: str) -> dict[str, Any]:
     if network == "host":  # one node per machine: its first G GPUs
-        device: dict[str, Any] = {"driver": "nvidia", "count": spec.gpus_per_node, "capabilities": ["gpu"]}
+        device: dict[str, Any] = {
+            "driver": "nvidia",
+            "count": spec.gpus_per_node,
+            "capabilities": ["gpu"],
+        }
     else:  # one machine: give each node its own GPUs
         first = node * spec.gpus_per_node
-        device = {"driver": "nvidia", "device_ids": [str(i) for i in range(first, first + spec.gpus_per_node)], "capabilities": ["gpu"]}
+        device = {
+            "driver": "nvidia",
+            "device_ids": [str(i) for i in range(first, first + spec.gpus_per_node)],
+            "capabilities": ["gpu"],
+        }
     return {"resources": {"reservations": {"devices": [device]}}}
 
 
-def services(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host") -> dict[str, Any]:
+def services(
+    spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host"
+) -> dict[str, Any]:
     """The compose document as data: services node0..node{N-1}, sharing one image and run dir."""
     out: dict[str, Any] = {}
     for node in range(spec.max_nodes):
@@ -67,7 +86,9 @@ def services(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", 
     return {"name": spec.name, "services": out}
 
 
-def render(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host") -> str:
+def render(
+    spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", network: str = "host"
+) -> str:
     """The compose.yaml text."""
     nodes = " ".join(f"node{i}" for i in range(spec.max_nodes))
     if network == "host":
@@ -84,4 +105,6 @@ def render(spec: JobSpec, context: str = ".", dockerfile: str = "Dockerfile", ne
         + how
         + f"# Watch: distrain top {spec.run_dir}\n"
     )
-    return header + yaml.safe_dump(services(spec, context, dockerfile, network), sort_keys=False, width=200)
+    return header + yaml.safe_dump(
+        services(spec, context, dockerfile, network), sort_keys=False, width=200
+    )

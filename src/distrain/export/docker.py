@@ -34,10 +34,12 @@ def dockerignore_path(path: str) -> str:
 def run_command(spec: JobSpec) -> str:
     """The `docker run` line for the image: the GPUs and a host-sized /dev/shm, as NCCL needs."""
     gpus = "--gpus all " if spec.gpus_per_node > 0 else ""
-    return f"docker run {gpus}--ipc=host --rm -v \"$PWD/runs:{WORKDIR}/runs\" {spec.image}"
+    return f'docker run {gpus}--ipc=host --rm -v "$PWD/runs:{WORKDIR}/runs" {spec.image}'
 
 
-def render(spec: JobSpec, install: Install, requirements: str | None = None, path: str = "Dockerfile") -> str:
+def render(
+    spec: JobSpec, install: Install, requirements: str | None = None, path: str = "Dockerfile"
+) -> str:
     """The Dockerfile text; `path` is where it will live, relative to the build context."""
     cmd = spec.run_command()[2:]  # after the ENTRYPOINT's "distrain run"
     cmd[cmd.index("--nproc-per-node") : cmd.index("--nproc-per-node") + 2] = ["--nproc", "auto"]
@@ -58,7 +60,10 @@ def render(spec: JobSpec, install: Install, requirements: str | None = None, pat
     elif install.kind == "url":
         lines.append(pip)
     if requirements:
-        lines += [f"COPY {requirements} /tmp/requirements.txt", "RUN python -m pip install -r /tmp/requirements.txt"]
+        lines += [
+            f"COPY {requirements} /tmp/requirements.txt",
+            "RUN python -m pip install -r /tmp/requirements.txt",
+        ]
     lines.append(f"COPY . {WORKDIR}")
     if install.kind == "context":
         lines.append(pip)

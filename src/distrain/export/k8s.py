@@ -26,7 +26,11 @@ def claim_name(spec: JobSpec, pvc: str | None) -> str:
 def pull_policy(image: str) -> str:
     """Always for a mutable tag (``:latest`` or none), else IfNotPresent."""
     last = image.rsplit("/", 1)[-1]
-    return "Always" if "@" not in last and (":" not in last or last.endswith(":latest")) else "IfNotPresent"
+    return (
+        "Always"
+        if "@" not in last and (":" not in last or last.endswith(":latest"))
+        else "IfNotPresent"
+    )
 
 
 def _pod(spec: JobSpec, claim: str) -> dict[str, Any]:
@@ -39,7 +43,10 @@ def _pod(spec: JobSpec, claim: str) -> dict[str, Any]:
         "workingDir": WORKDIR,
         "command": spec.run_command(),
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "runs", "mountPath": SHARED_MOUNT}],
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "runs", "mountPath": SHARED_MOUNT},
+        ],
     }
     if spec.gpus_per_node > 0:
         container["resources"] = {"limits": {"nvidia.com/gpu": spec.gpus_per_node}}
@@ -80,7 +87,12 @@ def document(spec: JobSpec, pvc: str | None = None) -> dict[str, Any]:
         if spec.min_nodes > 1:
             replicas["Worker"] = _replica(spec.min_nodes - 1, spec, claim)
         job_spec["pytorchReplicaSpecs"] = replicas
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": spec.name}, "spec": job_spec}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": spec.name},
+        "spec": job_spec,
+    }
 
 
 def volume_claim(spec: JobSpec, size: str = DEFAULT_PVC_SIZE) -> dict[str, Any]:

@@ -81,5 +81,7 @@ def parse_nnodes(value: str) -> tuple[int, int]:
 
 def dns_name(text: str) -> str:
     """A Kubernetes/compose-safe name: lowercase letters, digits and dashes."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower())[:50].strip("-")  # cut first: no dash left at either end
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower())[:50].strip(
+        "-"
+    )  # cut first: no dash left at either end
     return name or "train"

@@ -33,7 +33,9 @@ class AgentStore:
             self.socket = listen_socket(host, port)
         except OSError as err:
             where = f"{host}:{port}" if port else host
-            raise UsageError(f"cannot listen on {where} for the job's store: {err.strerror or err}") from None
+            raise UsageError(
+                f"cannot listen on {where} for the job's store: {err.strerror or err}"
+            ) from None
         self.host, self.port = host, int(self.socket.getsockname()[1])
         self.address = str(self.socket.getsockname()[0])
         self.store: Any = dist.TCPStore(
@@ -71,13 +73,22 @@ def host_agent_store(args: argparse.Namespace, max_nodes: int) -> AgentStore | N
     """
     if max_nodes > 1:
         return None
-    if args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is not None and not args.standalone:
+    if (
+        args.rdzv_backend == "static"
+        and not args.rdzv_endpoint
+        and args.master_port is not None
+        and not args.standalone
+    ):
         host = str(args.master_addr)
         return AgentStore(host, int(args.master_port))
     if args.standalone or (args.rdzv_backend == "static" and not args.rdzv_endpoint):
         store = AgentStore(LOOPBACK, 0)
         args.standalone = False
-        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", f"{LOOPBACK}:{store.port}", str(uuid.uuid4())
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
+            "c10d",
+            f"{LOOPBACK}:{store.port}",
+            str(uuid.uuid4()),
+        )
         args.local_addr = args.local_addr or LOOPBACK
         return store
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:

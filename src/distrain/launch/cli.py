@@ -39,7 +39,9 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
     # a rank that wrote an error file raised the root cause; the others only lost their peer,
     # and the launcher's own SIGTERM of the survivors is never the cause
     causes = {r: f for r, f in failures.items() if int(f.exitcode) != -signal.SIGTERM} or failures
-    rank, first = min(causes.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp))
+    rank, first = min(
+        causes.items(), key=lambda kv: (not os.path.isfile(kv[1].error_file), kv[1].timestamp)
+    )
     code = int(first.exitcode)
     if code < 0:
         try:
@@ -48,7 +50,10 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
             name = f"signal {-code}"
         return signal_exit_code(-code), f"rank {rank} (pid {first.pid}) was killed by {name}"
     if code == WATCHDOG_EXIT_CODE:
-        return code, f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)"
+        return (
+            code,
+            f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)",
+        )
     message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
     cause = f": {message}" if os.path.isfile(first.error_file) and message else ""
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
@@ -71,15 +76,23 @@ def main(argv: list[str]) -> int:
         from . import hosts_run
 
         return hosts_run.main(argv)
-    replicas = any(tok.split("=", 1)[0] == "--replicas" for tok in argv)  # each group's own launcher forks
-    started = not replicas and forkserver.early_start(argv)  # its `import torch` overlaps ours (plan imports torch)
+    replicas = any(
+        tok.split("=", 1)[0] == "--replicas" for tok in argv
+    )  # each group's own launcher forks
+    started = not replicas and forkserver.early_start(
+        argv
+    )  # its `import torch` overlaps ours (plan imports torch)
     try:
         launch = plan(argv)
         if launch.args.replicas is not None:
             from . import replicas as ft
 
             return ft.run(
-                launch.args, launch.launcher_argv, launch.script_argv, _visible_gpu_count(), launch.takes_value
+                launch.args,
+                launch.launcher_argv,
+                launch.script_argv,
+                _visible_gpu_count(),
+                launch.takes_value,
             )
     except UsageError as err:
         if started:
@@ -175,7 +188,11 @@ def _launch(
         name = signal.Signals(err.sigval).name
         resume = console.resume_hint(breakdowns)
         _end_lines(breakdowns, notice, rehearsal_folder)
-        print(f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}", file=sys.stderr, flush=True)
+        print(
+            f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}",
+            file=sys.stderr,
+            flush=True,
+        )
         return signal_exit_code(err.sigval)
     except KeyboardInterrupt:
         return 130

@@ -27,7 +27,15 @@ from ..errors import UsageError
 LAUNCHERS = ("torchrun", "mpirun", "horovodrun")
 
 #: variables passed on to MPI ranks explicitly (Open MPI forwards only what -x names to remote hosts)
-_FORWARD_PREFIXES = ("DISTRAIN_", "OMP_NUM_THREADS", "PYTHONPATH", "GLOO_", "NCCL_", "TORCH_", "CUDA_VISIBLE_DEVICES")
+_FORWARD_PREFIXES = (
+    "DISTRAIN_",
+    "OMP_NUM_THREADS",
+    "PYTHONPATH",
+    "GLOO_",
+    "NCCL_",
+    "TORCH_",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 
 def _program(args: argparse.Namespace) -> list[str]:
@@ -79,7 +87,9 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
     """The horovodrun command line for `args.nproc_per_node` ranks on this node."""
     horovodrun = shutil.which("horovodrun")
     if horovodrun is None:
-        raise UsageError("--launcher horovodrun: horovodrun not found (Horovod is optional: scripts/install-horovod.sh)")
+        raise UsageError(
+            "--launcher horovodrun: horovodrun not found (Horovod is optional: scripts/install-horovod.sh)"
+        )
     n = int(args.nproc_per_node)
     return [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}"] + _program(args)
 
@@ -89,7 +99,9 @@ def command_for(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
     from .network import max_nodes
 
     if max_nodes(args.nnodes) > 1:
-        raise UsageError(f"--launcher {args.launcher} runs on one node here; use the default launcher for --nnodes > 1")
+        raise UsageError(
+            f"--launcher {args.launcher} runs on one node here; use the default launcher for --nnodes > 1"
+        )
     if args.launcher == "mpirun":
         return mpirun_command(args, env)
     if args.launcher == "horovodrun":

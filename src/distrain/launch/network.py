@@ -44,7 +44,9 @@ class NetworkChoice:
     def summary(self, node: str) -> str:
         """The one line `distrain run` prints on every node."""
         port = f":{self.port}" if self.port else ""
-        target = self.target if self.target == self.target_ip else f"{self.target} ({self.target_ip})"
+        target = (
+            self.target if self.target == self.target_ip else f"{self.target} ({self.target_ip})"
+        )
         return f"distrain run: {node} · interface {self.iface} ({self.address}) routes to {target}{port} · {self.store}"
 
 
@@ -83,7 +85,9 @@ def _target(args: argparse.Namespace) -> tuple[str, int | None, str]:
         return str(args.master_addr), port, "--master-addr"
     endpoint = str(args.rdzv_endpoint or "")
     if not endpoint:
-        raise UsageError(f"--rdzv-backend {args.rdzv_backend} with several nodes needs --rdzv-endpoint HOST:PORT")
+        raise UsageError(
+            f"--rdzv-backend {args.rdzv_backend} with several nodes needs --rdzv-endpoint HOST:PORT"
+        )
     host, _, port_text = endpoint.rpartition(":")
     if not host:
         host, port_text = endpoint, ""
@@ -111,7 +115,9 @@ def _hostname_loopback() -> str | None:
     return resolved if is_loopback(resolved) else None
 
 
-def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | None) -> NetworkChoice | None:
+def plan_network(
+    args: argparse.Namespace, env: dict[str, str], iface: str | None
+) -> NetworkChoice | None:
     """Choose interface, address and store host for a multi-node job; update `args` and `env`.
 
     Returns None for a one-node job without ``--iface`` (loopback is right there).
@@ -130,11 +136,17 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
     if iface:
         if iface not in table:
             known = ", ".join(f"{n} ({','.join(a)})" for n, a in sorted(table.items())) or "none"
-            raise UsageError(f"--iface {iface}: no such interface with an IPv4 address on this node (have: {known})")
+            raise UsageError(
+                f"--iface {iface}: no such interface with an IPv4 address on this node (have: {known})"
+            )
         address = table[iface][0]
         own = _own_interface(target_ip, table)
         routed_local, routed_iface = route_to(target_ip)
-        reaches = own == iface or (own is None and routed_iface == iface) or (is_loopback(target_ip) and iface == "lo")
+        reaches = (
+            own == iface
+            or (own is None and routed_iface == iface)
+            or (is_loopback(target_ip) and iface == "lo")
+        )
         if not reaches:
             via = f"{routed_iface} ({routed_local})" if routed_iface else routed_local
             raise UsageError(
@@ -144,9 +156,13 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
     elif is_loopback(target_ip) and (is_loopback(host) or host == target_ip):
         # "localhost" / 127.x named on purpose: every node of this job runs on this machine
         iface, address = "lo", target_ip
-        warnings.append(f"{what} {host} is loopback: every node of this job must run on this machine")
+        warnings.append(
+            f"{what} {host} is loopback: every node of this job must run on this machine"
+        )
     elif is_loopback(target_ip):
-        outward = {n: a for n, a in table.items() if n != "lo" and not all(is_loopback(x) for x in a)}
+        outward = {
+            n: a for n, a in table.items() if n != "lo" and not all(is_loopback(x) for x in a)
+        }
         if static and node_rank == 0 and len(outward) == 1:
             iface, addrs = next(iter(outward.items()))
             address = addrs[0]
@@ -167,10 +183,17 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
         else:
             address, routed = route_to(target_ip)
             if routed is None:
-                raise UsageError(f"no interface of this node holds {address}, the address routing to {host}; use --iface")
+                raise UsageError(
+                    f"no interface of this node holds {address}, the address routing to {host}; use --iface"
+                )
             iface = routed
 
-    if static and node_rank == 0 and not is_loopback(target_ip) and _own_interface(target_ip, table) is None:
+    if (
+        static
+        and node_rank == 0
+        and not is_loopback(target_ip)
+        and _own_interface(target_ip, table) is None
+    ):
         warnings.append(
             f"{what} {host} ({target_ip}) is not an address of this node, yet node 0 hosts the store: "
             "the other nodes reach it only if that address forwards here (NAT); otherwise run node 0 on that host"
@@ -196,11 +219,17 @@ def plan_network(args: argparse.Namespace, env: dict[str, str], iface: str | Non
     if static:
         store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
     elif args.rdzv_backend == "c10d":
-        hosts = _own_interface(target_ip, table) is not None or (is_loopback(target_ip) and nodes <= 1)
+        hosts = _own_interface(target_ip, table) is not None or (
+            is_loopback(target_ip) and nodes <= 1
+        )
         # several agents on one machine (loopback): torch's own try-host-then-client logic is right
         if iface != "lo" and not _conf_has(args.rdzv_conf or "", "is_host"):
             args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, f"is_host={int(hosts)}"] if x)
-        store = "rendezvous store on this node" if hosts and iface != "lo" else f"rendezvous store on {host}"
+        store = (
+            "rendezvous store on this node"
+            if hosts and iface != "lo"
+            else f"rendezvous store on {host}"
+        )
     else:
         store = f"rendezvous via {args.rdzv_backend} at {host}"
     return NetworkChoice(iface, address, host, target_ip, port, store, warnings)

@@ -5,7 +5,6 @@ distrain's flags are added to it.  The result is a :class:`LaunchPlan`: torchrun
 plus the environment distrain adds for the workers (see :mod:`distrain.contract`).
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -51,30 +50,78 @@ def _torchrun_parser() -> argparse.ArgumentParser:
     parser.allow_abbrev = False
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
     parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
-    parser.add_argument("-n", "--nproc", default=None, help="processes per node: an integer or 'auto' (GPUs, else CPU cores)")
-    parser.add_argument("--gpus", default=None, help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)")
     parser.add_argument(
-        "--legacy-local-rank", "--legacy_local_rank", action="store_true", help="pass --local_rank=N to the script, for old scripts"
+        "-n",
+        "--nproc",
+        default=None,
+        help="processes per node: an integer or 'auto' (GPUs, else CPU cores)",
     )
-    parser.add_argument("--dry-run", "--dry_run", action="store_true", help="print the equivalent torchrun command; run nothing")
-    parser.add_argument("--run-dir", "--run_dir", default=None, help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir")
-    parser.add_argument("--iface", default=None, help="network interface to the other nodes (default: the one routing to the master)")
-    parser.add_argument("--launcher", default="torchrun", choices=LAUNCHERS, help="process launcher (mpirun/horovodrun: one node)")
     parser.add_argument(
-        "--watchdog", default=None, metavar="SECONDS", help="abort with every rank's stack when no rank makes progress this long"
+        "--gpus",
+        default=None,
+        help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)",
+    )
+    parser.add_argument(
+        "--legacy-local-rank",
+        "--legacy_local_rank",
+        action="store_true",
+        help="pass --local_rank=N to the script, for old scripts",
+    )
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        action="store_true",
+        help="print the equivalent torchrun command; run nothing",
+    )
+    parser.add_argument(
+        "--run-dir",
+        "--run_dir",
+        default=None,
+        help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir",
+    )
+    parser.add_argument(
+        "--iface",
+        default=None,
+        help="network interface to the other nodes (default: the one routing to the master)",
+    )
+    parser.add_argument(
+        "--launcher",
+        default="torchrun",
+        choices=LAUNCHERS,
+        help="process launcher (mpirun/horovodrun: one node)",
+    )
+    parser.add_argument(
+        "--watchdog",
+        default=None,
+        metavar="SECONDS",
+        help="abort with every rank's stack when no rank makes progress this long",
     )
 
-    parser.add_argument("--cpu", action="store_true", help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified")
     parser.add_argument(
-        "--self-starting", dest="self_starting", action="store_const", const=True, default=None,
+        "--cpu",
+        action="store_true",
+        help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified",
+    )
+    parser.add_argument(
+        "--self-starting",
+        dest="self_starting",
+        action="store_const",
+        const=True,
+        default=None,
         help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
     )
     parser.add_argument(
-        "--no-self-starting", dest="self_starting", action="store_const", const=False,
+        "--no-self-starting",
+        dest="self_starting",
+        action="store_const",
+        const=False,
         help="run N copies as torchrun would, even if the script seems to start its own workers",
     )
     parser.add_argument(
-        "--replicas", default=None, metavar="R", help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')"
+        "--replicas",
+        default=None,
+        metavar="R",
+        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')",
     )
 
     raise_usage_errors(parser)
@@ -118,7 +165,9 @@ def split_argv(argv: list[str], options: dict[str, bool]) -> tuple[list[str], li
             return argv[:i], argv[i:]
         name = tok.split("=", 1)[0]
         if name not in options:
-            raise UsageError(f"unknown option {name} (see distrain run --help; script options go after the script)")
+            raise UsageError(
+                f"unknown option {name} (see distrain run --help; script options go after the script)"
+            )
         if options[name] and "=" not in tok:
             i += 1
         i += 1
@@ -147,7 +196,14 @@ class LaunchPlan:
         a = self.args
         cmd = ["torchrun", "--nnodes", str(a.nnodes), "--nproc-per-node", str(a.nproc_per_node)]
         if a.rdzv_backend != "static" or a.rdzv_endpoint:
-            cmd += ["--rdzv-backend", a.rdzv_backend, "--rdzv-endpoint", a.rdzv_endpoint, "--rdzv-id", a.rdzv_id]
+            cmd += [
+                "--rdzv-backend",
+                a.rdzv_backend,
+                "--rdzv-endpoint",
+                a.rdzv_endpoint,
+                "--rdzv-id",
+                a.rdzv_id,
+            ]
             if a.rdzv_conf:
                 cmd += ["--rdzv-conf", a.rdzv_conf]
         else:
@@ -192,7 +248,9 @@ def plan(argv: list[str]) -> LaunchPlan:
     takes_value = _option_table(parser)
     launcher_argv, rest = split_argv(argv, takes_value)
     if not rest:
-        raise UsageError("no training script given (usage: distrain run [options] script.py [script args])")
+        raise UsageError(
+            "no training script given (usage: distrain run [options] script.py [script args])"
+        )
     script, script_args = rest[0], rest[1:]
     args = parser.parse_args(launcher_argv + [script])
     args.training_script_args = list(script_args)
@@ -265,7 +323,9 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
         count = _visible_gpu_count()
         missing = [g for g in ids if int(g) >= count]
         if missing:
-            raise UsageError(f"--gpus {args.gpus}: GPU {missing[0]} does not exist ({count} GPU(s) visible)")
+            raise UsageError(
+                f"--gpus {args.gpus}: GPU {missing[0]} does not exist ({count} GPU(s) visible)"
+            )
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
         nproc = len(ids)
     if args.nproc is not None:
@@ -288,9 +348,13 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
             try:
                 nproc = int(value)
             except ValueError:
-                raise UsageError(f"--nproc-per-node expects an integer or auto (got {value!r})") from None
+                raise UsageError(
+                    f"--nproc-per-node expects an integer or auto (got {value!r})"
+                ) from None
     elif explicit_per_node and str(args.nproc_per_node) not in ("1", str(nproc)):
-        raise UsageError(f"--nproc-per-node {args.nproc_per_node} disagrees with --nproc/--gpus ({nproc})")
+        raise UsageError(
+            f"--nproc-per-node {args.nproc_per_node} disagrees with --nproc/--gpus ({nproc})"
+        )
     if nproc < 1:
         raise UsageError(f"the number of processes must be at least 1 (got {nproc})")
     return nproc
@@ -311,5 +375,3 @@ def _check_master_port(args: argparse.Namespace) -> None:
             f"port {port} is already in use on this machine (another job?); "
             "choose another --master-port, or leave it out on one node to get a free one"
         )
-
-

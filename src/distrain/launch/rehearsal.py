@@ -36,7 +36,11 @@ def configure(
     env[CPU_REHEARSAL] = str(nproc)
     path = os.environ.get("PYTHONPATH", "")
     env["PYTHONPATH"] = rehearse_boot_dir() + (os.pathsep + path if path else "")
-    who = f"{nproc} CPU processes stand in for {nproc} GPUs" if nproc != 1 else "1 CPU process stands in for 1 GPU"
+    who = (
+        f"{nproc} CPU processes stand in for {nproc} GPUs"
+        if nproc != 1
+        else "1 CPU process stands in for 1 GPU"
+    )
     line = f"{PROG}: {who}; cuda → cpu, nccl → gloo"
     if found is None:
         return nproc, line
@@ -67,7 +71,9 @@ def summary(folder: str) -> str | None:
                 continue
     if not total:
         return None
-    calls = ", ".join(f"{call} ×{n}" for call, n in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+    calls = ", ".join(
+        f"{call} ×{n}" for call, n in sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
     return f"{PROG}: mapped in {processes} process{'es' if processes != 1 else ''}: {calls}"
 
 

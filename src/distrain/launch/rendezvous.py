@@ -27,7 +27,11 @@ import time
 from ..contract import RDZV_ENDPOINT, split_endpoint, stop_key
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
-NODE_LOSS_DEFAULTS = {"keep_alive_interval": "2", "keep_alive_max_attempt": "3", "last_call_timeout": "2"}
+NODE_LOSS_DEFAULTS = {
+    "keep_alive_interval": "2",
+    "keep_alive_max_attempt": "3",
+    "last_call_timeout": "2",
+}
 
 
 def _max_nodes(nnodes: str) -> int:
@@ -41,7 +45,9 @@ def apply_defaults(args: argparse.Namespace) -> None:
     """Add NODE_LOSS_DEFAULTS to a multi-node c10d job's ``--rdzv-conf`` (keys not given)."""
     if args.rdzv_backend != "c10d" or _max_nodes(args.nnodes) < 2:
         return
-    given = {item.split("=", 1)[0].strip() for item in (args.rdzv_conf or "").split(",") if item.strip()}
+    given = {
+        item.split("=", 1)[0].strip() for item in (args.rdzv_conf or "").split(",") if item.strip()
+    }
     extra = [f"{key}={value}" for key, value in NODE_LOSS_DEFAULTS.items() if key not in given]
     args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, *extra] if x)
 

@@ -116,7 +116,9 @@ class RollCall:
         wait_s = node0_wait_s()
         try:
             # node 0's store on the master address only (TCPStore alone listens on every interface)
-            fd = listen_socket(placement.master_addr, placement.port + 1).detach() if first else None
+            fd = (
+                listen_socket(placement.master_addr, placement.port + 1).detach() if first else None
+            )
             self.store: Any = dist.TCPStore(
                 placement.master_addr, placement.port + 1, world_size=None, is_master=first,
                 timeout=dt.timedelta(seconds=wait_s), wait_for_workers=False, master_listen_fd=fd,

@@ -121,7 +121,9 @@ def _in_loop(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
 
 def _is_main_guard(test: ast.expr) -> bool:
     """``__name__ == "__main__"`` (either way round): the script run as a script, always true."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+    ):
         return False
     sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
     return "__name__" in sides and bool(sides & {"'__main__'", '"__main__"'})
@@ -133,7 +135,9 @@ def _condition(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
     while child in parents:
         parent = parents[child]
         if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and child is not parent.test:
-            if not (isinstance(parent, ast.If) and _is_main_guard(parent.test) and child in parent.body):
+            if not (
+                isinstance(parent, ast.If) and _is_main_guard(parent.test) and child in parent.body
+            ):
                 return ast.unparse(parent.test)[:80]
         elif isinstance(parent, ast.ExceptHandler):
             return "an exception was raised"

@@ -10,7 +10,9 @@ from ..contract import SPAWN as SPAWN_MARKER
 from ..net import free_port
 
 
-def _worker(local_rank: int, fn: Callable[..., Any], nprocs: int, port: int, args: tuple[Any, ...]) -> None:
+def _worker(
+    local_rank: int, fn: Callable[..., Any], nprocs: int, port: int, args: tuple[Any, ...]
+) -> None:
     os.environ.update(
         {
             SPAWN_MARKER: "1",
@@ -25,7 +27,9 @@ def _worker(local_rank: int, fn: Callable[..., Any], nprocs: int, port: int, arg
     fn(local_rank, *args)
 
 
-def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), join: bool = True) -> Any:
+def spawn(
+    fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), join: bool = True
+) -> Any:
     """Run ``fn(rank, *args)`` in `nprocs` fresh processes on this machine.
 
     Unlike a bare ``torch.multiprocessing.spawn``, each process already knows its rank, the

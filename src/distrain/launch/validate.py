@@ -38,13 +38,19 @@ def check_launch_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-restarts must be 0 or more (got {args.max_restarts})")
     node_rank = _int(args.node_rank, "--node-rank")
     if not 0 <= node_rank < high:
-        raise UsageError(f"--node-rank {node_rank} is outside 0..{high - 1} (--nnodes {args.nnodes})")
+        raise UsageError(
+            f"--node-rank {node_rank} is outside 0..{high - 1} (--nnodes {args.nnodes})"
+        )
     try:
         interval = float(args.monitor_interval)
     except (TypeError, ValueError):
-        raise UsageError(f"--monitor-interval expects seconds (got {args.monitor_interval!r})") from None
+        raise UsageError(
+            f"--monitor-interval expects seconds (got {args.monitor_interval!r})"
+        ) from None
     if not interval > 0 or interval == float("inf"):
-        raise UsageError(f"--monitor-interval must be a positive number of seconds (got {args.monitor_interval})")
+        raise UsageError(
+            f"--monitor-interval must be a positive number of seconds (got {args.monitor_interval})"
+        )
 
 
 def check_script(script: str) -> None:

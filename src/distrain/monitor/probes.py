@@ -63,7 +63,11 @@ class GPUProbe:
             mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
         except Exception:
             return {}
-        return {"gpu_util": float(util.gpu), "gpu_mem": float(mem.used), "gpu_mem_total": float(mem.total)}
+        return {
+            "gpu_util": float(util.gpu),
+            "gpu_mem": float(mem.used),
+            "gpu_mem_total": float(mem.total),
+        }
 
     def close(self) -> None:
         """Shut NVML down (idempotent)."""
@@ -79,7 +83,9 @@ def _physical_index(index: int) -> int | str:
 
     Returns an NVML index, or a ``GPU-…`` UUID when CUDA_VISIBLE_DEVICES names devices that way.
     """
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    visible = [
+        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
+    ]
     if index < len(visible):
         if visible[index].isdigit():
             return int(visible[index])

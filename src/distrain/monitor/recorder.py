@@ -105,7 +105,12 @@ class Monitor:
 
     # -- training thread ------------------------------------------------------------------
     def log(
-        self, step: int | None = None, epoch: Any = None, samples: int | None = None, advance: bool = True, **scalars: Any
+        self,
+        step: int | None = None,
+        epoch: Any = None,
+        samples: int | None = None,
+        advance: bool = True,
+        **scalars: Any,
     ) -> None:
         """Note progress: ``step`` (default: one more than the last, or the same with
         ``advance=False`` for per-epoch values), ``epoch``, ``samples`` processed by this rank
@@ -113,7 +118,9 @@ class Monitor:
         when a record is written)."""
         for key, value in scalars.items():
             if not hasattr(value, "__float__"):
-                raise TypeError(f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}")
+                raise TypeError(
+                    f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}"
+                )
         with self._lock:
             before = self._step
             if step is not None:
@@ -151,7 +158,9 @@ class Monitor:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # closed in close()
         self._last = (0, 0, time.monotonic())
-        self._thread = threading.Thread(target=self._run, name=f"distrain-metrics-{self.rank}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"distrain-metrics-{self.rank}", daemon=True
+        )
         self._thread.start()
 
     # -- writer thread --------------------------------------------------------------------
@@ -189,7 +198,11 @@ class Monitor:
             self._progress_t = now
         points: dict[str, list[tuple[int, float]]] = {}
         for key, raw in pending.items():
-            converted = [(at, number) for at, number in ((at, _number(v)) for at, v in raw) if number is not None]
+            converted = [
+                (at, number)
+                for at, number in ((at, _number(v)) for at, v in raw)
+                if number is not None
+            ]
             if converted:
                 points[key] = converted
                 self._values[key] = converted[-1][1]
@@ -212,7 +225,11 @@ class Monitor:
         }
         assert self._file is not None
         for done in finished:
-            values = {k: n for k, n in ((k, _number(v)) for k, v in done.pop("values").items()) if n is not None}
+            values = {
+                k: n
+                for k, n in ((k, _number(v)) for k, v in done.pop("values").items())
+                if n is not None
+            }
             line = {"t": round(now, 3), "event": "epoch", **self._static, **done, "values": values}
             self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -226,7 +243,9 @@ class Monitor:
         if self._breakdown is None:
             return {}
         steps, totals = self._breakdown.snapshot()
-        fields: dict[str, Any] = {"breakdown_s": {"steps": steps, **{k: round(v, 6) for k, v in totals.items()}}}
+        fields: dict[str, Any] = {
+            "breakdown_s": {"steps": steps, **{k: round(v, 6) for k, v in totals.items()}}
+        }
         last_steps, last = self._breakdown_last or (0, dict.fromkeys(totals, 0.0))
         if steps > last_steps:
             delta = {phase: totals[phase] - last.get(phase, 0.0) for phase in totals}
@@ -234,8 +253,15 @@ class Monitor:
         self._breakdown_last = (steps, totals)
         return fields
 
-    def _tb_write(self, points: dict[str, list[tuple[int, float]]], step: int, dsteps: int, dsamples: int, dt: float,
-                  breakdown: dict[str, float] | None = None) -> None:
+    def _tb_write(
+        self,
+        points: dict[str, list[tuple[int, float]]],
+        step: int,
+        dsteps: int,
+        dsamples: int,
+        dt: float,
+        breakdown: dict[str, float] | None = None,
+    ) -> None:
         assert self._tb is not None
         for phase, fraction in (breakdown or {}).items():
             self._tb.scalar(f"breakdown/{phase}", fraction, step)
@@ -303,9 +329,17 @@ class _EpochTally:
         }
 
 
-def open_monitor(run_dir: str | Path | None, rank: int, world_size: int, gpu_index: int | None,
-                 interval: float | None = None, breakdown: Any = None) -> Monitor | None:
+def open_monitor(
+    run_dir: str | Path | None,
+    rank: int,
+    world_size: int,
+    gpu_index: int | None,
+    interval: float | None = None,
+    breakdown: Any = None,
+) -> Monitor | None:
     """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
     if run_dir is None:
         return None
-    return Monitor(run_dir, rank, world_size, gpu_index=gpu_index, interval=interval, breakdown=breakdown)
+    return Monitor(
+        run_dir, rank, world_size, gpu_index=gpu_index, interval=interval, breakdown=breakdown
+    )

@@ -90,7 +90,11 @@ def load_run(run_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
     root = Path(run_dir)
     if not root.is_dir():
         raise NoJobError(f"{run_dir} is not a directory")
-    files = sorted((root / METRICS_SUBDIR).glob("rank-*.jsonl")) if (root / METRICS_SUBDIR).is_dir() else []
+    files = (
+        sorted((root / METRICS_SUBDIR).glob("rank-*.jsonl"))
+        if (root / METRICS_SUBDIR).is_dir()
+        else []
+    )
     if not files:
         raise NoJobError(
             f"no distrain job in {run_dir} (no {METRICS_SUBDIR}/rank-*.jsonl); start one with "
@@ -115,7 +119,9 @@ def _last_attempt(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
-def _window_rate(records: list[dict[str, Any]], key: str, recorded: str, window: float) -> float | None:
+def _window_rate(
+    records: list[dict[str, Any]], key: str, recorded: str, window: float
+) -> float | None:
     """Increase of `key` per second over the last `window` seconds of records."""
     last = records[-1]
     first = last
@@ -192,7 +198,9 @@ def rank_status(records: list[dict[str, Any]], now: float, th: Thresholds) -> Ra
     )
 
 
-def job_status(run_dir: str | Path, now: float | None = None, th: Thresholds | None = None) -> dict[str, Any]:
+def job_status(
+    run_dir: str | Path, now: float | None = None, th: Thresholds | None = None
+) -> dict[str, Any]:
     """The whole job: rows per rank with flags, and totals; raises NoJobError."""
     th = th or Thresholds()
     now = time.time() if now is None else now
@@ -205,7 +213,11 @@ def job_status(run_dir: str | Path, now: float | None = None, th: Thresholds | N
     rows = [rank_status(records, now, th) for _, records in sorted(by_rank.items())]
     _flag(rows, th)
     finished = all(r.state in ("done", "failed") for r in rows) and len(rows) >= world_size
-    rates = [r.samples_per_s for r in rows if r.samples_per_s is not None and r.state in ("running", "waiting")]
+    rates = [
+        r.samples_per_s
+        for r in rows
+        if r.samples_per_s is not None and r.state in ("running", "waiting")
+    ]
     totals = {
         "ranks": len(rows),
         "world_size": world_size,
@@ -217,12 +229,19 @@ def job_status(run_dir: str | Path, now: float | None = None, th: Thresholds | N
         "rss": sum(r.rss for r in rows),
         "stalled": [r.rank for r in rows if "stalled" in r.flags],
         "stragglers": [r.rank for r in rows if "straggler" in r.flags],
-        "elapsed": max(rec[-1]["t"] for rec in by_rank.values()) - min(rec[0]["t"] for rec in by_rank.values()),
+        "elapsed": max(rec[-1]["t"] for rec in by_rank.values())
+        - min(rec[0]["t"] for rec in by_rank.values()),
     }
     status = "finished" if finished else ("stalled" if totals["stalled"] else "running")
     if finished and any(r.state == "failed" for r in rows):
         status = "failed"
-    return {"run_dir": str(run_dir), "time": now, "status": status, "totals": totals, "ranks": [asdict(r) for r in rows]}
+    return {
+        "run_dir": str(run_dir),
+        "time": now,
+        "status": status,
+        "totals": totals,
+        "ranks": [asdict(r) for r in rows],
+    }
 
 
 def _flag(rows: list[RankStatus], th: Thresholds) -> None:

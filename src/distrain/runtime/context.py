@@ -94,7 +94,9 @@ class Context(Reductions):
         # optimizer steps of prepared models, however the script steps (train/steps.py)
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
-        self.replicas: Any = None  # distrain.train.replicas.Replicas under `distrain run --replicas`
+        self.replicas: Any = (
+            None  # distrain.train.replicas.Replicas under `distrain run --replicas`
+        )
 
     @property
     def steps(self) -> int:
@@ -158,13 +160,27 @@ class Context(Reductions):
         """
         from ..train import strategies
 
-        spec = strategies.resolve(strategy, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard, replicate=replicate,
-                                  activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, **kwargs)
+        spec = strategies.resolve(
+            strategy,
+            sync_bn=sync_bn,
+            comm_hook=comm_hook,
+            shard=shard,
+            replicate=replicate,
+            activation_checkpointing=activation_checkpointing,
+            cpu_offload=cpu_offload,
+            **kwargs,
+        )
         if self.replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
             prepared = self.replicas.prepare_model(model, self.device, spec)
         else:
-            prepared = strategies.prepare(model, spec, device=self.device, precision=self.precision,
-                                          distributed=self.distributed, num_nodes=self.num_nodes)
+            prepared = strategies.prepare(
+                model,
+                spec,
+                device=self.device,
+                precision=self.precision,
+                distributed=self.distributed,
+                num_nodes=self.num_nodes,
+            )
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
         self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding
@@ -202,7 +218,11 @@ class Context(Reductions):
     def _loader_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         # CPU training: loader workers would steal cores from the compute threads. GPU: a few
         # workers per process keep the device fed.
-        default_workers = 0 if self.device.type != "cuda" else min(4, max(0, usable_cores() // self.local_world_size - 1))
+        default_workers = (
+            0
+            if self.device.type != "cuda"
+            else min(4, max(0, usable_cores() // self.local_world_size - 1))
+        )
         kwargs.setdefault("num_workers", default_workers)
         kwargs.setdefault("pin_memory", self.device.type == "cuda")
         if kwargs["num_workers"] > 0:
@@ -229,7 +249,9 @@ class Context(Reductions):
         (``seed_samples=False`` opts out).  Other keyword arguments (``num_workers``,
         ``collate_fn``, …) go to DataLoader.
         """
-        rank, world = self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
+        rank, world = (
+            self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
+        )
         sampler = GlobalBatchSampler(
             dataset_length(dataset),
             batch_size,
@@ -239,17 +261,23 @@ class Context(Reductions):
             seed=seed,
             drop_last=drop_last,
         )
-        loader = DistributedLoader(dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs))
+        loader = DistributedLoader(
+            dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs)
+        )
         return self.services.watch_loader(loader)  # the step breakdown's data time, rank 0's bar
 
-    def prepare_eval_loader(self, dataset: Dataset[Any], batch_size: int, **kwargs: Any) -> DataLoader:
+    def prepare_eval_loader(
+        self, dataset: Dataset[Any], batch_size: int, **kwargs: Any
+    ) -> DataLoader:
         """An evaluation DataLoader over this rank's unpadded shard: every sample counted once.
 
         Ranks may get different numbers of batches, so evaluate with ``ctx.unwrap(model)``
         (no DDP collectives in the forward) and combine with :meth:`all_reduce`.
         """
         sampler = ShardedEvalSampler(dataset_length(dataset), self.rank, self.world_size)
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **self._loader_defaults(kwargs))
+        return DataLoader(
+            dataset, batch_size=batch_size, sampler=sampler, **self._loader_defaults(kwargs)
+        )
 
     # -- mixed precision and accumulation -------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -291,7 +319,9 @@ class Context(Reductions):
         if self.steps == before:
             self._step_counter.advance()
 
-    def clip_grad_norm(self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer) -> torch.Tensor:
+    def clip_grad_norm(
+        self, model: nn.Module, max_norm: float, optimizer: torch.optim.Optimizer
+    ) -> torch.Tensor:
         """Clip gradients to a global norm (unscaling fp16 gradients first); returns that norm.
 
         For a sharded model the norm is over every rank's shards, the same on every rank.
@@ -302,13 +332,17 @@ class Context(Reductions):
             self.scaler.unscale_(optimizer)
         return clip_grad_norm(model, max_norm)
 
-    def no_sync(self, model: nn.Module, skip: bool = True) -> contextlib.AbstractContextManager[Any]:
+    def no_sync(
+        self, model: nn.Module, skip: bool = True
+    ) -> contextlib.AbstractContextManager[Any]:
         """Keep gradients local in this block when `skip` (DDP's no_sync, FSDP's sync switch)."""
         from ..train.strategies import gradient_sync_off
 
         return gradient_sync_off(model) if skip else contextlib.nullcontext()
 
-    def accumulate(self, model: nn.Module, micro_step: int, every: int) -> contextlib.AbstractContextManager[Any]:
+    def accumulate(
+        self, model: nn.Module, micro_step: int, every: int
+    ) -> contextlib.AbstractContextManager[Any]:
         """Gradient accumulation over `every` micro-batches: all-reduce only on the last one.
 
         ``micro_step`` counts from 0; the block of micro-step k skips the all-reduce unless
@@ -335,7 +369,9 @@ class Context(Reductions):
             kwargs.setdefault("flush", True)
             print(*args, **kwargs)
 
-    def progress(self, iterable: Iterable[T], total: int | None = None, description: str = "") -> Iterator[T]:
+    def progress(
+        self, iterable: Iterable[T], total: int | None = None, description: str = ""
+    ) -> Iterator[T]:
         """Iterate with a rich progress bar on rank 0 (plain iteration elsewhere and off a TTY)."""
         if not self.is_main or not sys.stderr.isatty():
             yield from iterable
@@ -357,7 +393,9 @@ class Context(Reductions):
         A no-op without a run directory; see :mod:`distrain.monitor`.
         """
         if step is None and self.replicas is not None and self.replicas.started:
-            step = self.replicas.manager.current_step()  # the job's committed step, also after a heal
+            step = (
+                self.replicas.manager.current_step()
+            )  # the job's committed step, also after a heal
         if self.steps:
             step = self.steps if step is None else step
         elif self.services.watchdog is not None:

@@ -77,8 +77,12 @@ def run_script(job: ForkJob, *script_args: str) -> None:
 
         watch_own_workers()
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
-    set_worker_title(os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE", "?"), sys.argv,
-                     replica_group_env())
+    set_worker_title(
+        os.environ.get("RANK", "?"),
+        os.environ.get("WORLD_SIZE", "?"),
+        sys.argv,
+        replica_group_env(),
+    )
     if fresh is not None:
         _watch_process_group()
     try:
@@ -96,7 +100,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     except Exception as exc:
         if fresh is not None and not _process_group_formed() and fork_may_be_the_cause(exc):
             _run_atexit()
-            _announce(fresh, f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}")
+            _announce(
+                fresh,
+                f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}",
+            )
             _run_fresh(job.script, script_args)
             return
         _let_the_agent_see_the_cause(exc)
@@ -141,8 +148,20 @@ def shadowed_imports(script: str, modules: dict[str, Any] | None = None) -> str:
 
 
 #: what a fresh interpreter would raise just the same: the script's own mistakes, never the fork's
-_SCRIPT_ERRORS = (SyntaxError, ImportError, NameError, AttributeError, TypeError, ValueError, LookupError,
-                  AssertionError, ArithmeticError, FileNotFoundError, PermissionError, NotImplementedError)
+_SCRIPT_ERRORS = (
+    SyntaxError,
+    ImportError,
+    NameError,
+    AttributeError,
+    TypeError,
+    ValueError,
+    LookupError,
+    AssertionError,
+    ArithmeticError,
+    FileNotFoundError,
+    PermissionError,
+    NotImplementedError,
+)
 
 
 def fork_may_be_the_cause(exc: BaseException) -> bool:
@@ -326,7 +345,9 @@ def _announce(marker: str, reason: str) -> None:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    _log.warning(f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)")
+    _log.warning(
+        f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)"
+    )
 
 
 def _die_with_parent() -> None:

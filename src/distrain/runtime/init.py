@@ -65,8 +65,11 @@ def _default_backend(device: torch.device) -> str:
 #: destroy_process_group, and interpreter teardown then meets live threads: "terminate called
 #: without an active exception" (SIGABRT) on a rank whose training succeeded.  Imported
 #: before, the default is None.  distrain imports them anyway (FSDP's options), so no cost.
-GROUP_DEFAULT_MODULES = ("torch.distributed.nn.functional", "torch.distributed.optim",
-                         "torch.distributed.fsdp.sharded_grad_scaler")
+GROUP_DEFAULT_MODULES = (
+    "torch.distributed.nn.functional",
+    "torch.distributed.optim",
+    "torch.distributed.fsdp.sharded_grad_scaler",
+)
 
 
 def _import_before_the_group() -> None:
@@ -114,7 +117,9 @@ def init(
             env.export_env()
         except ClusterError as err:
             raise DistrainError(str(err)) from None
-        settings = Settings.read(device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds)
+        settings = Settings.read(
+            device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds
+        )
         dev = _pick_device(env, settings.device)
         if precision == "fp16" and dev.type != "cuda":
             raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
@@ -145,21 +150,37 @@ def init(
                 timeout=timeout,
                 device_id=dev if dev.type == "cuda" else None,
             )
-            chosen_backend = dist.get_backend()  # what really formed: under `run --cpu`, gloo for nccl
+            chosen_backend = (
+                dist.get_backend()
+            )  # what really formed: under `run --cpu`, gloo for nccl
         ctx = Context(env, dev, chosen_backend, precision, n_threads, settings)
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
-        failure.install(ctx.rank)  # distrain errors in one line; a failed rank's root cause reported once
-        real_gpu = dev.type == "cuda" and settings.cpu_rehearsal is None  # under `run --cpu` NVML has nothing to say
+        failure.install(
+            ctx.rank
+        )  # distrain errors in one line; a failed rank's root cause reported once
+        real_gpu = (
+            dev.type == "cuda" and settings.cpu_rehearsal is None
+        )  # under `run --cpu` NVML has nothing to say
         ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
-        ctx.services.breakdown = open_breakdown(settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.summary_dir)
-        ctx.services.monitor = open_monitor(settings.run_dir, ctx.rank, ctx.world_size, dev.index if real_gpu else None,
-                                            interval=settings.metrics_interval_s, breakdown=ctx.services.breakdown)
+        ctx.services.breakdown = open_breakdown(
+            settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.summary_dir
+        )
+        ctx.services.monitor = open_monitor(
+            settings.run_dir,
+            ctx.rank,
+            ctx.world_size,
+            dev.index if real_gpu else None,
+            interval=settings.metrics_interval_s,
+            breakdown=ctx.services.breakdown,
+        )
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(
                 ctx.rank, ctx.world_size, settings.watchdog_s, attempt
             )
-            mark_watchdog_started(settings.summary_dir, ctx.rank)  # distrain run --watchdog: watched
+            mark_watchdog_started(
+                settings.summary_dir, ctx.rank
+            )  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
         ctx.replicas = attach(ctx)
@@ -170,7 +191,10 @@ def init(
         if verbose and not restarted_by_distrain_run():
             ctx.print(ctx.describe())
         return ctx
-    except (ClusterError, UsageError):  # DistrainErrors too, but not init's set-up errors: raised as they are
+    except (
+        ClusterError,
+        UsageError,
+    ):  # DistrainErrors too, but not init's set-up errors: raised as they are
         raise
     except DistrainError as err:
         if not exit_on_error:

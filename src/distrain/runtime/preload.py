@@ -64,7 +64,9 @@ _preload(list(_CORE) + [n for n in os.environ.get(PRELOAD, "").split(",") if n])
 SET_BY_PRELOAD: frozenset[str] = frozenset(k for k, v in os.environ.items() if BASE_ENV.get(k) != v)
 
 if threading.active_count() > 1:
-    UNSAFE = "a preloaded module started a thread: " + ", ".join(t.name for t in threading.enumerate())
+    UNSAFE = "a preloaded module started a thread: " + ", ".join(
+        t.name for t in threading.enumerate()
+    )
 else:
     try:
         import torch

@@ -13,7 +13,12 @@ import torch.distributed as dist
 T = TypeVar("T")
 
 #: the reductions all_reduce accepts ("mean" is a sum divided by the world size)
-_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
 
 
 class Reductions:

@@ -69,7 +69,10 @@ def _overwrite_argv_area(title: str) -> None:
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5), after "pid (comm)"
+        start, end = (
+            int(fields[45]),
+            int(fields[46]),
+        )  # fields 48 and 49 of proc(5), after "pid (comm)"
     except (OSError, IndexError, ValueError):
         return
     size = end - start

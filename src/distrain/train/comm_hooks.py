@@ -74,9 +74,13 @@ class _FastLowRankProducts:
         return getattr(torch, name)
 
     @staticmethod
-    def bmm(input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    def bmm(
+        input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``torch.bmm``, rerouted when `input` is a transposed contiguous CPU batch and `mat2` is narrow."""
-        transposed = input.dim() == 3 and input.transpose(1, 2).is_contiguous() and not input.is_contiguous()
+        transposed = (
+            input.dim() == 3 and input.transpose(1, 2).is_contiguous() and not input.is_contiguous()
+        )
         if not (transposed and input.device.type == "cpu" and mat2.size(2) < input.size(2)):
             return torch.bmm(input, mat2, out=out)
         product = torch.bmm(mat2.transpose(1, 2), input.transpose(1, 2)).transpose(1, 2)
@@ -88,7 +92,9 @@ class _FastLowRankProducts:
 def _use_fast_low_rank_products() -> None:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
-    if getattr(powerSGD_hook, "torch", None) is torch:  # a torch whose hook no longer reads `torch.bmm` is left alone
+    if (
+        getattr(powerSGD_hook, "torch", None) is torch
+    ):  # a torch whose hook no longer reads `torch.bmm` is left alone
         powerSGD_hook.torch = _FastLowRankProducts()  # type: ignore[assignment]  # a module attribute we swap
 
 
@@ -108,6 +114,8 @@ def register_comm_hook(model: nn.parallel.DistributedDataParallel, spec: str) ->
         )
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return state
-    hook: Callable[..., Any] = default_hooks.bf16_compress_hook if name == "bf16" else default_hooks.fp16_compress_hook
+    hook: Callable[..., Any] = (
+        default_hooks.bf16_compress_hook if name == "bf16" else default_hooks.fp16_compress_hook
+    )
     model.register_comm_hook(None, hook)  # state None: the default process group
     return None

@@ -132,7 +132,13 @@ class DistributedLoader(DataLoader):
     by default for a TensorDataset, which draws nothing.
     """
 
-    def __init__(self, dataset: Dataset[Any], batch_sampler: GlobalBatchSampler, seed_samples: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_sampler: GlobalBatchSampler,
+        seed_samples: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         # A private generator: DataLoader draws the workers' base seed from it when an iterator
         # starts, instead of from the global RNG, so a mid-epoch resume (which starts a new
         # iterator) leaves the training RNG stream exactly as in an uninterrupted run.
@@ -142,7 +148,11 @@ class DistributedLoader(DataLoader):
         #: whether every sample's random draws are seeded by (seed, epoch, index): train/sample_seeds.py
         self.seeds_samples = seed_samples
         if seed_samples:
-            super().__init__(SeededSamples(dataset, batch_sampler.seed), batch_sampler=EpochKeyedBatches(batch_sampler), **kwargs)
+            super().__init__(
+                SeededSamples(dataset, batch_sampler.seed),
+                batch_sampler=EpochKeyedBatches(batch_sampler),
+                **kwargs,
+            )
         else:
             super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
         self.global_sampler = batch_sampler
@@ -212,11 +222,17 @@ class DistributedLoader(DataLoader):
         self.step_in_epoch = int(state["step_in_epoch"])
         changed = []
         if "seed" in state and int(state["seed"]) != self.global_sampler.seed:
-            changed.append(f"seed {state['seed']} → {self.global_sampler.seed} (another sample order from here on)")
+            changed.append(
+                f"seed {state['seed']} → {self.global_sampler.seed} (another sample order from here on)"
+            )
         if bool(state.get("seed_samples", False)) != self.seeds_samples:
-            changed.append(f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
-                           "(other augmentation draws from here on)")
-        if changed and self.global_sampler.rank == 0:  # resumable, but not the run that was saved: say so once
+            changed.append(
+                f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
+                "(other augmentation draws from here on)"
+            )
+        if (
+            changed and self.global_sampler.rank == 0
+        ):  # resumable, but not the run that was saved: say so once
             _log.warning(f"distrain: loader: resumed with {'; '.join(changed)}")
 
 

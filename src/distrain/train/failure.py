@@ -66,12 +66,18 @@ def is_peer_failure(err: BaseException) -> bool:
         pass
     text = str(err)
     # UsageError and NoJobError are RuntimeErrors only as DistrainErrors: never a peer's failure
-    return isinstance(err, RuntimeError) and not isinstance(err, (UsageError, NoJobError)) and any(s in text for s in _PEER_GONE)
+    return (
+        isinstance(err, RuntimeError)
+        and not isinstance(err, (UsageError, NoJobError))
+        and any(s in text for s in _PEER_GONE)
+    )
 
 
 def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
     """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
-    write_error_message(path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb)))
+    write_error_message(
+        path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb))
+    )
 
 
 def cause_line(err: BaseException) -> str:
@@ -93,7 +99,12 @@ def cause_line(err: BaseException) -> str:
 
 def write_error_message(path: str, message: str, callstack: str) -> None:
     """Write the agent's error-file JSON from a message and the traceback's text."""
-    data = {"message": {"message": message, "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
+    data = {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))},
+        }
+    }
     with open(path, "w") as f:
         json.dump(data, f)
 
@@ -105,7 +116,9 @@ def print_traceback_block(rank: int | str, err: BaseException, header: str = "")
     their tracebacks line by line on the terminal.
     """
     text = header + "".join(traceback.format_exception(type(err), err, err.__traceback__))
-    block = "".join(f"[rank{rank}]: {line}\n" for line in text.rstrip("\n").split("\n")).encode(errors="replace")
+    block = "".join(f"[rank{rank}]: {line}\n" for line in text.rstrip("\n").split("\n")).encode(
+        errors="replace"
+    )
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -140,7 +153,9 @@ def report_uncaught(err: BaseException) -> None:
     rank = os.environ.get("RANK", "?")
     if peer:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        _log.error(f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})")
+        _log.error(
+            f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})"
+        )
         return
     print_traceback_block(rank, err)
 
@@ -164,7 +179,9 @@ def install(rank: int) -> None:
                     write_error_file(error_file, err, tb)
             stop_the_job(f"rank {rank}: {type(err).__name__}: {err}")
 
-        if isinstance(err, DistrainError) and not isinstance(err, _NOT_ONE_LINE):  # a set-up or checkpoint problem: one clear line
+        if isinstance(err, DistrainError) and not isinstance(
+            err, _NOT_ONE_LINE
+        ):  # a set-up or checkpoint problem: one clear line
             if error_file:
                 write_error_file(error_file, err, tb)
             _log.error(f"distrain: error: {err}")
@@ -178,7 +195,9 @@ def install(rank: int) -> None:
             return
         if is_peer_failure(err):
             first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
-            _log.error(f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})")
+            _log.error(
+                f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})"
+            )
             sys.stdout.flush()
             # nothing left to save or sync with; skip a teardown that can block on the dead peer
             os._exit(1)
@@ -187,7 +206,9 @@ def install(rank: int) -> None:
         except OSError:
             pass
         if plain:
-            print_traceback_block(rank, err.with_traceback(tb), header=f"distrain: rank {rank} failed (root cause):\n")
+            print_traceback_block(
+                rank, err.with_traceback(tb), header=f"distrain: rank {rank} failed (root cause):\n"
+            )
         else:
             _log.error(f"distrain: rank {rank} failed (root cause):")
             previous(kind, err, tb)

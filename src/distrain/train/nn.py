@@ -100,9 +100,15 @@ class CPUSyncBatchNorm(_BatchNorm):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """Normalise with global batch statistics in training, running statistics in eval."""
         self._check_input_dim(input)
-        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1
+        distributed = (
+            dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(self.process_group) > 1
+        )
         if not (self.training and distributed):
-            return _BatchNorm.forward(self, input)  # not super(): torch's SyncBatchNorm borrows this method under distrain run --cpu
+            return _BatchNorm.forward(
+                self, input
+            )  # not super(): torch's SyncBatchNorm borrows this method under distrain run --cpu
         if self.momentum is None:
             raise ValueError("CPUSyncBatchNorm needs a numeric momentum")
         if self.num_batches_tracked is not None:
@@ -121,7 +127,9 @@ class CPUSyncBatchNorm(_BatchNorm):
 
 def _convert(module: nn.Module, factory: Any) -> nn.Module:
     out = module
-    if isinstance(module, _BatchNorm) and not isinstance(module, (nn.SyncBatchNorm, CPUSyncBatchNorm)):
+    if isinstance(module, _BatchNorm) and not isinstance(
+        module, (nn.SyncBatchNorm, CPUSyncBatchNorm)
+    ):
         out = factory(module)
         if module.affine:
             with torch.no_grad():
@@ -138,7 +146,9 @@ def _convert(module: nn.Module, factory: Any) -> nn.Module:
     return out
 
 
-def convert_sync_batchnorm(module: nn.Module, device_type: str, process_group: Any = None) -> nn.Module:
+def convert_sync_batchnorm(
+    module: nn.Module, device_type: str, process_group: Any = None
+) -> nn.Module:
     """Replace every BatchNorm*d with a cross-process one suited to `device_type`.
 
     CUDA uses torch.nn.SyncBatchNorm (fast NCCL kernels); anything else uses CPUSyncBatchNorm.

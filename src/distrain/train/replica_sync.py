@@ -192,7 +192,11 @@ def agree_in_group(replicas: Replicas, device: torch.device) -> None:
     if high == low:
         return
     err = replicas.manager.errored()
-    cause = f" (its quorum failed here: {str(err.original_exception).splitlines()[0][:200]})" if err else ""
+    cause = (
+        f" (its quorum failed here: {str(err.original_exception).splitlines()[0][:200]})"
+        if err
+        else ""
+    )
     raise GroupSplit(
         f"replica group {replicas.group}: its ranks are at different steps after a quorum ({low} to "
         f"{high}; rank {replicas.rank} at {step}{cause}): a heal failed on some of its ranks only; "

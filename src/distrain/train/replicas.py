@@ -77,9 +77,16 @@ class Replicas:
         # cross-group collectives and heal transfers (DISTRAIN_FT_TIMEOUT): short, so a dead
         # group costs little; gloo's own timeout (how long survivors wait on a dead peer) half
         ft_timeout = dt.timedelta(seconds=settings.ft_timeout_s)
-        self.quorum_timeout_s, self.start_wait_s = settings.ft_quorum_timeout_s, settings.ft_start_wait_s
+        self.quorum_timeout_s, self.start_wait_s = (
+            settings.ft_quorum_timeout_s,
+            settings.ft_start_wait_s,
+        )
         self.linger_s = settings.ft_linger_s
-        pg = ProcessGroupNCCL(timeout=ft_timeout) if cuda else ProcessGroupGloo(timeout=ft_timeout / 2)
+        pg = (
+            ProcessGroupNCCL(timeout=ft_timeout)
+            if cuda
+            else ProcessGroupGloo(timeout=ft_timeout / 2)
+        )
         self._pg = pg
         transport = PGTransport(pg, timeout=ft_timeout, device=ctx.device)
         host = ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1"
@@ -160,7 +167,9 @@ class Replicas:
         if self.size > 1:  # a heal that failed on some ranks only splits the group: restart it
             agree_in_group(self, self._device)
         step, everyone = self.manager.current_step(), self.manager.num_participants() >= self.groups
-        self.met_all_times = (self.met_all_times + 1 if step == self.met_all_at else 1) if everyone else 0
+        self.met_all_times = (
+            (self.met_all_times + 1 if step == self.met_all_at else 1) if everyone else 0
+        )
         self.met_all_at = step if everyone else None
 
     # -- model and data --------------------------------------------------------------------

@@ -35,7 +35,12 @@ def slurm_job_id() -> str | None:
 def job_fields(job_id: str) -> dict[str, str]:
     """``scontrol -o show job`` as a dict; {} when scontrol is missing or fails."""
     try:
-        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=_TIMEOUT_S)
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job", job_id],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     fields: dict[str, str] = {}
@@ -53,7 +58,9 @@ def _why_stopped(signum: int, fields: dict[str, str]) -> str | None:
         return None
     if fields.get("PreemptTime", "None") not in ("None", "", "Unknown"):
         return "preemption (SIGTERM)"
-    if fields.get("JobState") == "TIMEOUT" or fields.get("Reason") == "TimeLimit":  # COMPLETING, TimeLimit
+    if (
+        fields.get("JobState") == "TIMEOUT" or fields.get("Reason") == "TimeLimit"
+    ):  # COMPLETING, TimeLimit
         return "time limit (SIGTERM)"
     return None
 
@@ -77,10 +84,14 @@ def requeue_after_stop(signum: int) -> str | None:
         return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue or JobRequeue=0): "
                 "not requeued; resubmit it to resume from the checkpoint")  # fmt: skip
     try:
-        out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=_TIMEOUT_S)
+        out = subprocess.run(
+            ["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"distrain: SLURM job {job_id} not requeued: scontrol requeue: {err}"
     if out.returncode != 0:
         detail = (out.stderr.strip() or out.stdout.strip()).splitlines()
         return f"distrain: SLURM job {job_id} not requeued ({why}): {detail[-1] if detail else f'exit {out.returncode}'}"
-    return f"distrain: SLURM job {job_id} requeued after its checkpoint ({why}); it resumes from there"
+    return (
+        f"distrain: SLURM job {job_id} requeued after its checkpoint ({why}); it resumes from there"
+    )

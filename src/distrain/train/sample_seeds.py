@@ -61,10 +61,14 @@ class SeededSamples(Dataset):
 
     def __getitems__(self, keys: Sequence[SampleKey]) -> list[Any]:
         """One batch (DataLoader's batched fetch): each sample read right after its seeding."""
-        saved = _rng_states() if get_worker_info() is None else None  # main process: keep its stream
+        saved = (
+            _rng_states() if get_worker_info() is None else None
+        )  # main process: keep its stream
         try:
             batched = getattr(self.dataset, "__getitems__", None)
-            if batched:  # the dataset reads a batch at once: one seed for the batch, from its first sample
+            if (
+                batched
+            ):  # the dataset reads a batch at once: one seed for the batch, from its first sample
                 seed_everything_for(sample_seed(self.seed, *keys[0]))
                 return list(batched([index for _, index in keys]))
             out = []

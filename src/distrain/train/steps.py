@@ -26,7 +26,9 @@ class StepCounter:
         self._on_step = on_step
         self._params: set[int] = set()
         # optimizer → whether it updates a tracked model (decided at its first step)
-        self._verdicts: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
+        self._verdicts: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = (
+            weakref.WeakKeyDictionary()
+        )
         self._handle = register_optimizer_step_post_hook(self._hook)
 
     def track(self, model: nn.Module) -> None:
@@ -37,7 +39,9 @@ class StepCounter:
     def _hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         verdict = self._verdicts.get(optimizer)
         if verdict is None:
-            verdict = any(id(p) in self._params for group in optimizer.param_groups for p in group["params"])
+            verdict = any(
+                id(p) in self._params for group in optimizer.param_groups for p in group["params"]
+            )
             self._verdicts[optimizer] = verdict
         if verdict:
             self.advance()

@@ -65,10 +65,14 @@ def nccl_debug_defaults(log_dir: str | None = None) -> None:
     # only the NCCL name, so keep it there
     if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
         old_torch = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 11)
-        os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE" if old_torch else "TORCH_FR_BUFFER_SIZE", "2000")
+        os.environ.setdefault(
+            "TORCH_NCCL_TRACE_BUFFER_SIZE" if old_torch else "TORCH_FR_BUFFER_SIZE", "2000"
+        )
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if log_dir:
-        os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_"))
+        os.environ.setdefault(
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_")
+        )
 
 
 def _main_thread_where() -> tuple[str, bool]:
@@ -88,7 +92,9 @@ def _main_thread_where() -> tuple[str, bool]:
     return where, in_torch
 
 
-def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int) -> tuple[list[int], str]:
+def diagnose(
+    beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
+) -> tuple[list[int], str]:
     """Which ranks are stuck, and why, from every rank's last heartbeat.
 
     `silent` are ranks whose heartbeat stopped changing (their process is frozen or gone).  Among
@@ -107,9 +113,14 @@ def diagnose(beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
     if dead:
         return dead, "stopped answering (process frozen or gone)"
     if world_size == 1:  # nobody waits for a lone rank: say where it is stuck, not who waits
-        return behind, "is stuck outside torch (its own code)" if outside else "is stuck inside torch"
+        return (
+            behind,
+            "is stuck outside torch (its own code)" if outside else "is stuck inside torch",
+        )
     if outside:
-        return outside, "is not in a collective while the others wait for it" if len(outside) == 1 else "are not in a collective while the others wait"
+        return outside, "is not in a collective while the others wait for it" if len(
+            outside
+        ) == 1 else "are not in a collective while the others wait"
     return behind, "all wait inside torch (a collective only some ranks called?)"
 
 
@@ -121,7 +132,14 @@ def _in_torch(beat: dict[str, Any]) -> bool:
 class Watchdog:
     """A rank's heartbeat thread; see the module docstring."""
 
-    def __init__(self, store_factory: Callable[[], dist.Store], rank: int, world_size: int, seconds: float, poll: float | None = None) -> None:
+    def __init__(
+        self,
+        store_factory: Callable[[], dist.Store],
+        rank: int,
+        world_size: int,
+        seconds: float,
+        poll: float | None = None,
+    ) -> None:
         self.rank, self.world_size, self.seconds = rank, world_size, seconds
         self.poll = poll or max(0.2, min(2.0, seconds / 10))
         self._store_factory = store_factory
@@ -133,9 +151,13 @@ class Watchdog:
         self._ended_at = 0.0  # when (monotonic)
         self._all_ended = threading.Event()  # every rank marked its end (or the store is gone)
         self._thread = threading.Thread(target=self._run, name="distrain-watchdog", daemon=True)
-        self._seen: dict[int, tuple[int, float]] = {}  # rank → (beat, monotonic time it last changed)
+        self._seen: dict[
+            int, tuple[int, float]
+        ] = {}  # rank → (beat, monotonic time it last changed)
         self._store_ok = time.monotonic()  # the last heartbeat round trip through the store
-        self._guard = threading.Thread(target=self._guard_store, name="distrain-watchdog-store", daemon=True)
+        self._guard = threading.Thread(
+            target=self._guard_store, name="distrain-watchdog-store", daemon=True
+        )
 
     def start(self) -> Watchdog:
         """Start the heartbeat thread (and the guard of its store); returns self."""
@@ -227,11 +249,17 @@ class Watchdog:
         for r in stuck:
             b = beats.get(r, {})
             node = f"node {b['node']}, " if b.get("node") else ""
-            parts.append(f"rank {r} ({node}host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step {b.get('step', '?')} in {b.get('where', '?')}")
+            parts.append(
+                f"rank {r} ({node}host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step {b.get('step', '?')} in {b.get('where', '?')}"
+            )
         waiting = sorted(r for r in beats if r not in stuck)
         text = (
             f"distrain watchdog: no training progress for {self.seconds:g} s; stuck: {'; '.join(parts)} — {why}"
-            + (f"; rank{'s' if len(waiting) > 1 else ''} {','.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} for it" if waiting else "")
+            + (
+                f"; rank{'s' if len(waiting) > 1 else ''} {','.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} for it"
+                if waiting
+                else ""
+            )
             + f". Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
         )
         return text, silent | {r for r in range(self.world_size) if r not in beats}
@@ -244,7 +272,9 @@ class Watchdog:
             _log.error(verdict)
         else:  # the reporter's verdict first: stacks written at once would cut into its line
             time.sleep(0.3)
-        sys.stderr.write(f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n")
+        sys.stderr.write(
+            f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n"
+        )
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
@@ -271,7 +301,9 @@ class Watchdog:
                 self._beat(store, beat)
                 if ended:
                     store.set(f"end/{self.rank}", str(self.step))
-                beats, silent = self._collect(store)  # every poll: a beat that stops changing means frozen
+                beats, silent = self._collect(
+                    store
+                )  # every poll: a beat that stops changing means frozen
                 if store.check(["verdict"]):
                     reporter, _, verdict = bytes(store.get("verdict")).decode().partition("\n")
                     self._abort(verdict, print_summary=str(self.rank) == reporter)
@@ -300,14 +332,21 @@ class Watchdog:
         now = time.monotonic()
         # a peer's last sign of life: its heartbeat's last change, or this rank's end for a peer
         # that never sent one (frozen before its watchdog's first beat)
-        since = {r: self._seen[r][1] if r in self._seen else self._ended_at for r in range(self.world_size)}
+        since = {
+            r: self._seen[r][1] if r in self._seen else self._ended_at
+            for r in range(self.world_size)
+        }
         frozen = sorted(r for r, t in since.items() if r not in ended and now - t > self.seconds)
         if not frozen:
             return
         parts = []
         for r in frozen:
             b = beats.get(r, {})
-            heard = f", last heard at step {b['step']} in {b.get('where', '?')}" if b else ", never heard from"
+            heard = (
+                f", last heard at step {b['step']} in {b.get('where', '?')}"
+                if b
+                else ", never heard from"
+            )
             parts.append(f"rank {r} (host {b.get('host', '?')}, pid {b.get('pid', '?')}{heard})")
         text = (
             f"distrain watchdog: {'; '.join(parts)} stopped answering for over {self.seconds:g} s "

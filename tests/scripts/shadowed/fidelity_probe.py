@@ -23,7 +23,9 @@ def _name(handler: object) -> str:
         return signal.Handlers(handler).name
     if handler is None or isinstance(handler, int):
         return str(handler)
-    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', repr(handler))}"
+    return (
+        f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', repr(handler))}"
+    )
 
 
 def record() -> dict:
@@ -41,8 +43,11 @@ def record() -> dict:
         "modules": modules,
         "env": dict(os.environ),
         "start_method": multiprocessing.get_start_method(allow_none=True),
-        "signals": {s.name: _name(signal.getsignal(s)) for s in sorted(signal.valid_signals())
-                    if isinstance(s, signal.Signals)},
+        "signals": {
+            s.name: _name(signal.getsignal(s))
+            for s in sorted(signal.valid_signals())
+            if isinstance(s, signal.Signals)
+        },
         "excepthook": _name(sys.excepthook),
         "yaml_marker": getattr(yaml, "SHADOW_MARKER", None),
     }

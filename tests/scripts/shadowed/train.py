@@ -10,7 +10,12 @@ import torch.distributed as dist
 import yaml
 
 dist.init_process_group("gloo")
-print(f"rank {dist.get_rank()} yaml from {yaml.__file__} marker={getattr(yaml, 'SHADOW_MARKER', None)}", flush=True)
+print(
+    f"rank {dist.get_rank()} yaml from {yaml.__file__} marker={getattr(yaml, 'SHADOW_MARKER', None)}",
+    flush=True,
+)
 dist.barrier()
 dist.destroy_process_group()
-assert os.path.dirname(os.path.abspath(yaml.__file__)).startswith(os.path.dirname(os.path.abspath(__file__)))
+assert os.path.dirname(os.path.abspath(yaml.__file__)).startswith(
+    os.path.dirname(os.path.abspath(__file__))
+)

@@ -10,7 +10,14 @@ import pytest
 from distrain.bench import plots, report
 
 
-def _run(name: str, nproc: int, sps: float, sync_bn: bool = False, all_cores: bool = False, threads: int = 1) -> dict[str, Any]:
+def _run(
+    name: str,
+    nproc: int,
+    sps: float,
+    sync_bn: bool = False,
+    all_cores: bool = False,
+    threads: int = 1,
+) -> dict[str, Any]:
     return {
         "name": name, "nproc": nproc, "sync_bn": sync_bn, "all_cores": all_cores, "threads": threads, "status": "ok",
         "samples_per_s": sps, "efficiency": sps / (nproc * 1000.0) if not all_cores else sps / 2000.0,
@@ -19,7 +26,11 @@ def _run(name: str, nproc: int, sps: float, sync_bn: bool = False, all_cores: bo
     }  # fmt: skip
 
 
-RUNS = [_run("n1-bn", 1, 1000.0), _run("n1-allcores", 1, 1900.0, all_cores=True, threads=2), _run("n2-bn", 2, 1800.0)]
+RUNS = [
+    _run("n1-bn", 1, 1000.0),
+    _run("n1-allcores", 1, 1900.0, all_cores=True, threads=2),
+    _run("n2-bn", 2, 1800.0),
+]
 
 
 @pytest.fixture
@@ -49,7 +60,9 @@ def test_throughput_legend_covers_no_point(figures: list[Any]) -> None:
     plots.throughput(slow, slow[0], Path("unused.png"))
     fig = figures[0]
     ax, ax2 = fig.axes[0], fig.axes[1]
-    box = ax.get_legend().get_window_extent().expanded(1.0, 1.0).padded(4)  # a marker's radius around it
+    box = (
+        ax.get_legend().get_window_extent().expanded(1.0, 1.0).padded(4)
+    )  # a marker's radius around it
     for axes in (ax, ax2):
         for line in axes.get_lines():
             if line.get_transform() != axes.transData:  # axhline: across the axes, no data point
@@ -63,7 +76,11 @@ def test_no_syncbn_chart_without_syncbn_runs(tmp_path: Path) -> None:
     (tmp_path / "accuracy_syncbn.png").write_bytes(b"stale")  # from an earlier run into the folder
     written = plots.write_all(RUNS, RUNS[0], tmp_path)
     assert not (tmp_path / "accuracy_syncbn.png").exists() and all(p.exists() for p in written)
-    assert [p.name for p in written] == ["time_per_epoch.png", "throughput.png", "accuracy_scaling.png"]
+    assert [p.name for p in written] == [
+        "time_per_epoch.png",
+        "throughput.png",
+        "accuracy_scaling.png",
+    ]
     with_syncbn = [*RUNS, _run("n2-syncbn", 2, 1700.0, sync_bn=True)]
     assert (tmp_path / "accuracy_syncbn.png") in plots.write_all(with_syncbn, RUNS[0], tmp_path)
     assert report.has_syncbn(with_syncbn) and not report.has_syncbn(RUNS)

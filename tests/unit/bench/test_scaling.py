@@ -50,14 +50,32 @@ def test_last_error_line_skips_launcher_noise() -> None:
     assert _last_error_line("just words\n") == "just words"
 
 
-def test_results_json_commands_carry_no_machine_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_results_json_commands_carry_no_machine_paths(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A committed report must not name this machine's interpreter or checkout."""
     import sys
 
     from distrain.bench.scaling import portable
 
     monkeypatch.chdir(tmp_path)
-    cmd = [sys.executable, "-m", "distrain.cli", "run", str(tmp_path / "examples" / "train.py"), "/data/elsewhere"]
-    out = portable({"configs": [{"name": "n1", "command": cmd}], "rounds": [{"command": cmd}], "workload": "x"})
-    assert out["configs"][0]["command"] == ["python3", "-m", "distrain.cli", "run", "examples/train.py", "/data/elsewhere"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "distrain.cli",
+        "run",
+        str(tmp_path / "examples" / "train.py"),
+        "/data/elsewhere",
+    ]
+    out = portable(
+        {"configs": [{"name": "n1", "command": cmd}], "rounds": [{"command": cmd}], "workload": "x"}
+    )
+    assert out["configs"][0]["command"] == [
+        "python3",
+        "-m",
+        "distrain.cli",
+        "run",
+        "examples/train.py",
+        "/data/elsewhere",
+    ]
     assert out["rounds"][0]["command"] == out["configs"][0]["command"] and out["workload"] == "x"

@@ -9,8 +9,25 @@ import pytest
 from distrain.bench.summary import add_scaling, aggregate, interpret, run_stats
 
 
-def _run(name: str, nproc: int, sps: float | None, *, sync_bn: bool = False, status: str = "ok", threads: int = 1, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "nproc": nproc, "sync_bn": sync_bn, "status": status, "samples_per_s": sps, "threads": threads, **extra}
+def _run(
+    name: str,
+    nproc: int,
+    sps: float | None,
+    *,
+    sync_bn: bool = False,
+    status: str = "ok",
+    threads: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "nproc": nproc,
+        "sync_bn": sync_bn,
+        "status": status,
+        "samples_per_s": sps,
+        "threads": threads,
+        **extra,
+    }
 
 
 def test_run_stats_leave_the_warm_up_epoch_out() -> None:
@@ -26,7 +43,12 @@ def test_run_stats_leave_the_warm_up_epoch_out() -> None:
 
 def test_run_stats_with_one_epoch_times_it_and_without_any_is_empty() -> None:
     one = run_stats({"epochs": [{"seconds": 2.0, "samples": 100}]})
-    assert (one["timed_epochs"], one["time_per_epoch_mean"], one["time_per_epoch_std"], one["samples_per_s"]) == (1, 2.0, 0.0, 50.0)
+    assert (
+        one["timed_epochs"],
+        one["time_per_epoch_mean"],
+        one["time_per_epoch_std"],
+        one["samples_per_s"],
+    ) == (1, 2.0, 0.0, 50.0)
     none = run_stats({"epochs": []})
     assert none["samples_per_s"] is None and none["final_test_acc"] is None
 
@@ -47,9 +69,15 @@ def test_add_scaling_speedup_and_efficiency() -> None:
 
 
 def test_efficiency_is_per_core_used() -> None:
-    runs = [_run("one-all-cores", 1, 400.0, threads=4, all_cores=True), _run("n1", 1, 100.0), _run("n4", 4, 320.0)]
+    runs = [
+        _run("one-all-cores", 1, 400.0, threads=4, all_cores=True),
+        _run("n1", 1, 100.0),
+        _run("n4", 4, 320.0),
+    ]
     add_scaling(runs)
-    assert runs[0]["speedup"] == 4.0 and runs[0]["efficiency"] == 1.0  # 4× the throughput on 4× the cores
+    assert (
+        runs[0]["speedup"] == 4.0 and runs[0]["efficiency"] == 1.0
+    )  # 4× the throughput on 4× the cores
     assert runs[2]["efficiency"] == pytest.approx(0.8)
 
 
@@ -64,13 +92,21 @@ def test_add_scaling_without_a_finished_run() -> None:
     assert add_scaling(runs) is None and runs[0]["speedup"] is None
 
 
-def _round(name: str, rnd: int, sps: float, seconds: list[float], status: str = "ok") -> dict[str, Any]:
+def _round(
+    name: str, rnd: int, sps: float, seconds: list[float], status: str = "ok"
+) -> dict[str, Any]:
     return {**_run(name, 2, sps, status=status), "round": rnd, "log": f"{name}-{rnd}.txt", "time_per_epoch_mean": sum(seconds[1:]) / max(1, len(seconds) - 1),
             "epochs": [{"seconds": s} for s in seconds], "peak_rss_mb_total": 100.0 * rnd, "peak_rss_mb_per_process": 50.0 * rnd}  # fmt: skip
 
 
 def test_aggregate_takes_medians_over_rounds() -> None:
-    rows = aggregate([_round("a", 1, 100.0, [9, 2, 2]), _round("a", 2, 300.0, [9, 4, 4]), _round("a", 3, 200.0, [9, 3, 3])])
+    rows = aggregate(
+        [
+            _round("a", 1, 100.0, [9, 2, 2]),
+            _round("a", 2, 300.0, [9, 4, 4]),
+            _round("a", 3, 200.0, [9, 3, 3]),
+        ]
+    )
     (row,) = rows
     assert (row["rounds"], row["status"], row["error"]) == (3, "ok", "")
     assert row["samples_per_s"] == 200.0 and row["samples_per_s_rounds"] == [100.0, 300.0, 200.0]
@@ -94,7 +130,9 @@ def test_interpret_states_the_numbers() -> None:
     out = interpret(runs, {"usable_cores": 8, "load_average": [0.5]})
     assert out["time_per_epoch"] == ("Time per epoch falls from 8.00 s on 1 process to 2.10 s on 4 processes: "
                                      "3.81× faster where 4× is ideal.")  # fmt: skip
-    assert out["throughput"].startswith("Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at 4: close to ideal")
+    assert out["throughput"].startswith(
+        "Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at 4: close to ideal"
+    )
     assert "94.0 % on 4 processes (-1.0 points)" in out["accuracy_scaling"]
     assert "failed" not in out
 

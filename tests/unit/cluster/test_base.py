@@ -66,7 +66,9 @@ def test_default_node_rank_and_count_derive_from_local_world() -> None:
     [((0, 0, 0, 1), "world size 0 < 1"), ((4, 4, 0, 4), r"rank 4 outside \[0, 4\)"),
      ((-1, 4, 0, 4), r"rank -1 outside"), ((1, 4, 2, 2), r"local rank 2 outside \[0, 2\)")],
 )  # fmt: skip
-def test_validate_refuses_inconsistent_numbers(values: tuple[int, int, int, int], message: str) -> None:
+def test_validate_refuses_inconsistent_numbers(
+    values: tuple[int, int, int, int], message: str
+) -> None:
     with pytest.raises(ClusterError, match="fixed: " + message):
         Fixed(*values).validate()
 

@@ -27,8 +27,19 @@ SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_
 OMPI = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
 PMI = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}
 HOROVOD = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}
-ELASTIC = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
-JSRUN = {"JSM_NAMESPACE_RANK": "1", "JSM_NAMESPACE_SIZE": "2", "JSM_NAMESPACE_LOCAL_RANK": "1", "LSB_JOBID": "42"}
+ELASTIC = {
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+JSRUN = {
+    "JSM_NAMESPACE_RANK": "1",
+    "JSM_NAMESPACE_SIZE": "2",
+    "JSM_NAMESPACE_LOCAL_RANK": "1",
+    "LSB_JOBID": "42",
+}
 POD = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
        "KUBERNETES_SERVICE_HOST": "10.96.0.1"}  # fmt: skip
 
@@ -69,7 +80,9 @@ def test_nothing_set_is_a_single_process() -> None:
      ((POD, SLURM), SLURMEnvironment),
      ((POD, {"DISTRAIN_SPAWN": "1"}), SpawnEnvironment)],
 )  # fmt: skip
-def test_earlier_environments_win(monkeypatch: pytest.MonkeyPatch, groups: tuple[dict[str, str], ...], expected: type) -> None:
+def test_earlier_environments_win(
+    monkeypatch: pytest.MonkeyPatch, groups: tuple[dict[str, str], ...], expected: type
+) -> None:
     _set(monkeypatch, *groups)
     env = detect_environment()
     assert type(env) is expected

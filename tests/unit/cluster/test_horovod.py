@@ -31,7 +31,12 @@ def test_defaults_describe_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOROVOD_RANK", "1")
     monkeypatch.setenv("HOROVOD_SIZE", "2")
     env = HorovodEnvironment()
-    assert (env.local_rank(), env.local_world_size(), env.node_rank(), env.num_nodes()) == (0, 2, 0, 1)
+    assert (env.local_rank(), env.local_world_size(), env.node_rank(), env.num_nodes()) == (
+        0,
+        2,
+        0,
+        1,
+    )
 
 
 def test_without_horovod_the_error_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,9 @@ from distrain.cluster import LegacyLaunchEnvironment, pop_local_rank_arg, strip_
      (["t.py", "--epochs", "2", "--local_rank", "7"], 7, ["t.py", "--epochs", "2"]),
      (["t.py", "--lr", "1"], None, ["t.py", "--lr", "1"])],
 )  # fmt: skip
-def test_pop_local_rank_arg_removes_the_option(argv: list[str], rank: int | None, rest: list[str]) -> None:
+def test_pop_local_rank_arg_removes_the_option(
+    argv: list[str], rank: int | None, rest: list[str]
+) -> None:
     assert pop_local_rank_arg(argv) == rank
     assert argv == rest
 
@@ -43,12 +45,22 @@ def test_strip_inside_a_job_removes_it_once_and_remembers(monkeypatch: pytest.Mo
 
 
 def test_detect_and_local_rank_come_from_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1234"}.items():
+    for k, v in {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "1234",
+    }.items():
         monkeypatch.setenv(k, v)
     sys.argv[:] = ["train.py", "--local_rank=1"]
     assert LegacyLaunchEnvironment.detect() is True
     env = LegacyLaunchEnvironment()
-    assert (env.rank(), env.world_size(), env.local_rank()) == (3, 4, 1)  # argv wins over LOCAL_RANK
+    assert (env.rank(), env.world_size(), env.local_rank()) == (
+        3,
+        4,
+        1,
+    )  # argv wins over LOCAL_RANK
     env.export_env()
     assert os.environ["LOCAL_RANK"] == "1"
 

@@ -36,14 +36,19 @@ def test_openmpi_getters(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_mpich_getters(monkeypatch: pytest.MonkeyPatch) -> None:
-    _set(monkeypatch, {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+    _set(
+        monkeypatch,
+        {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+    )
     assert MPICHEnvironment.detect() is True
     env = MPICHEnvironment()
     assert (env.rank(), env.world_size(), env.local_rank(), env.local_world_size()) == (3, 4, 1, 2)
     assert env.node_rank() == 1
 
 
-def test_local_size_falls_back_to_local_world_size_then_world(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_size_falls_back_to_local_world_size_then_world(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _set(monkeypatch, {"PMI_RANK": "0", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0"})
     env = MPICHEnvironment()
     assert env.local_world_size() == 4
@@ -93,7 +98,9 @@ def test_rank0_proposes_its_routable_address_across_nodes(monkeypatch: pytest.Mo
     assert env.master_addr() == "192.0.2.7"
 
 
-def test_other_ranks_propose_nothing_and_take_the_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_ranks_propose_nothing_and_take_the_broadcast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _set(monkeypatch, {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"})
     seen: list[object] = []
     env = MPICHEnvironment()

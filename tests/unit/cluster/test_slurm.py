@@ -7,7 +7,13 @@ import pytest
 from distrain.cluster import SLURMEnvironment, expand_nodelist
 from distrain.cluster.base import ClusterError
 
-TASK = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_JOB_NAME": "train"}
+TASK = {
+    "SLURM_PROCID": "5",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_NAME": "train",
+}
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
@@ -36,7 +42,9 @@ def test_detected_inside_an_srun_task(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("job_name", ["bash", "interactive"])
-def test_not_detected_in_an_interactive_shell(monkeypatch: pytest.MonkeyPatch, job_name: str) -> None:
+def test_not_detected_in_an_interactive_shell(
+    monkeypatch: pytest.MonkeyPatch, job_name: str
+) -> None:
     _set(monkeypatch, {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": job_name})
     assert SLURMEnvironment.detect() is False
 
@@ -54,7 +62,9 @@ def test_local_world_size_prefers_ntasks_per_node(monkeypatch: pytest.MonkeyPatc
     assert SLURMEnvironment().local_world_size() == 4
 
 
-def test_local_world_size_from_the_node_list_without_task_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_world_size_from_the_node_list_without_task_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _set(monkeypatch, {**TASK, "SLURM_NODELIST": "n[1-4]"})
     env = SLURMEnvironment()
     assert (env.num_nodes(), env.local_world_size()) == (4, 2)
@@ -69,7 +79,9 @@ def test_master_is_the_first_host_across_nodes(monkeypatch: pytest.MonkeyPatch) 
     assert env.master_port() == 15000 + 123456 % 20000
 
 
-def test_master_is_loopback_on_one_node_and_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_master_is_loopback_on_one_node_and_environment_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _set(monkeypatch, {**TASK, "SLURM_NNODES": "1", "SLURM_NODELIST": "solo"})
     env = SLURMEnvironment()
     assert env.master_addr() == "127.0.0.1"
@@ -92,7 +104,9 @@ def test_check_devices_names_the_sbatch_fix(monkeypatch: pytest.MonkeyPatch) -> 
         env.check_devices(4)
 
 
-def test_a_task_of_a_multi_node_job_is_detected_with_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_task_of_a_multi_node_job_is_detected_with_its_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """detect_environment() picks SLURM; tasks per node come from SLURM_TASKS_PER_NODE's ``2(x4)``,
     the master is the job's first host (no step node list) on a port derived from the job id."""
     from distrain.cluster import detect_environment
@@ -101,7 +115,12 @@ def test_a_task_of_a_multi_node_job_is_detected_with_its_place(monkeypatch: pyte
                        "SLURM_TASKS_PER_NODE": "2(x4)"})  # fmt: skip
     detected = detect_environment()
     assert isinstance(detected, SLURMEnvironment)
-    assert (detected.rank(), detected.world_size(), detected.local_rank(), detected.local_world_size()) == (5, 8, 1, 2)
+    assert (
+        detected.rank(),
+        detected.world_size(),
+        detected.local_rank(),
+        detected.local_world_size(),
+    ) == (5, 8, 1, 2)
     assert (detected.node_rank(), detected.num_nodes()) == (2, 4)
     assert (detected.master_addr(), detected.master_port()) == ("node07", 15000 + 123456 % 20000)
     detected.check_devices(2)

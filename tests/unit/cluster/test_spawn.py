@@ -16,7 +16,13 @@ def test_detected_only_with_the_marker_set_to_1(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_getters_read_rank_and_world_and_stay_on_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"DISTRAIN_SPAWN": "1", "RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "40001"}.items():
+    for k, v in {
+        "DISTRAIN_SPAWN": "1",
+        "RANK": "2",
+        "WORLD_SIZE": "3",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "40001",
+    }.items():
         monkeypatch.setenv(k, v)
     env = SpawnEnvironment()
     # LOCAL_RANK unset: the rank is the local rank (spawn is single-node)

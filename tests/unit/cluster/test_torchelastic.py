@@ -7,7 +7,13 @@ import pytest
 from distrain.cluster import TorchElasticEnvironment
 from distrain.cluster.base import ClusterError
 
-FULL = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+FULL = {
+    "RANK": "5",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "MASTER_ADDR": "node0",
+    "MASTER_PORT": "29500",
+}
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
@@ -22,7 +28,9 @@ def test_detected_by_run_id_alone(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("missing", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"])
-def test_detection_without_run_id_needs_every_variable(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+def test_detection_without_run_id_needs_every_variable(
+    monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
     _set(monkeypatch, {k: v for k, v in FULL.items() if k != missing})
     assert TorchElasticEnvironment.detect() is False
     monkeypatch.setenv(missing, FULL[missing])

@@ -8,7 +8,16 @@ from distrain.doctor.cli import _options, _parser, parse_count
 from distrain.errors import UsageError
 
 
-@pytest.mark.parametrize(("text", "expected"), [("25.6M", 25_600_000), ("11M", 11_000_000), ("500k", 500_000), ("1.5G", 1_500_000_000), ("1234", 1234)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("25.6M", 25_600_000),
+        ("11M", 11_000_000),
+        ("500k", 500_000),
+        ("1.5G", 1_500_000_000),
+        ("1234", 1234),
+    ],
+)
 def test_parse_count(text: str, expected: int) -> None:
     assert parse_count(text) == expected
 

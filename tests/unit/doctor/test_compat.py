@@ -7,19 +7,33 @@ import pytest
 from distrain.doctor.compat import MIN_DRIVER, check_arch, check_driver, parse_version
 
 
-@pytest.mark.parametrize(("text", "expected"), [("535.104.05", (535, 104, 5)), ("580", (580,)), (" 12.4 ", (12, 4)), ("550.x.1", (550,)), ("", ())])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("535.104.05", (535, 104, 5)),
+        ("580", (580,)),
+        (" 12.4 ", (12, 4)),
+        ("550.x.1", (550,)),
+        ("", ()),
+    ],
+)
 def test_parse_version(text: str, expected: tuple[int, ...]) -> None:
     assert parse_version(text) == expected
 
 
 def test_table_minimums_are_increasing_with_cuda() -> None:
     ordered = sorted(MIN_DRIVER, key=parse_version)
-    assert [parse_version(MIN_DRIVER[v]) for v in ordered] == sorted(parse_version(MIN_DRIVER[v]) for v in ordered)
+    assert [parse_version(MIN_DRIVER[v]) for v in ordered] == sorted(
+        parse_version(MIN_DRIVER[v]) for v in ordered
+    )
 
 
 def test_new_enough_driver_is_ok() -> None:
     verdict, seen, fix = check_driver("12.4", "550.54.14")
-    assert (verdict, fix) == ("ok", None) and seen == "driver 550.54.14 >= 550.54.14 required by CUDA 12.4"
+    assert (verdict, fix) == (
+        "ok",
+        None,
+    ) and seen == "driver 550.54.14 >= 550.54.14 required by CUDA 12.4"
 
 
 def test_minor_version_compatibility_is_a_warning() -> None:
@@ -30,7 +44,10 @@ def test_minor_version_compatibility_is_a_warning() -> None:
 
 def test_too_old_a_driver_fails() -> None:
     verdict, seen, fix = check_driver("12.8", "470.57.02")
-    assert verdict == "fail" and seen == "driver 470.57.02 is too old for torch's CUDA 12.8 (needs >= 525.60.13)"
+    assert (
+        verdict == "fail"
+        and seen == "driver 470.57.02 is too old for torch's CUDA 12.8 (needs >= 525.60.13)"
+    )
     assert fix is not None and fix.startswith("Upgrade the NVIDIA driver to >= 570.26")
 
 

@@ -16,8 +16,12 @@ def bare_metal(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """No marker files, a plain cgroup; the returned dict sets which paths exist and the cgroup text."""
     facts: dict[str, object] = {"exists": set(), "cgroup": "0::/init.scope\n"}
     fake_path = SimpleNamespace(exists=lambda p: p in facts["exists"])  # type: ignore[operator]
-    monkeypatch.setattr(container, "os", SimpleNamespace(path=fake_path, environ=os.environ, statvfs=os.statvfs))
-    monkeypatch.setattr(container, "_read", lambda path: facts["cgroup"] if path == "/proc/1/cgroup" else "")
+    monkeypatch.setattr(
+        container, "os", SimpleNamespace(path=fake_path, environ=os.environ, statvfs=os.statvfs)
+    )
+    monkeypatch.setattr(
+        container, "_read", lambda path: facts["cgroup"] if path == "/proc/1/cgroup" else ""
+    )
     return facts
 
 
@@ -25,13 +29,19 @@ def test_nothing_detected_on_bare_metal(bare_metal: dict[str, object]) -> None:
     assert container.detect_container() == {"runtime": None, "evidence": []}
 
 
-def test_kubernetes_wins_over_docker_and_every_clue_is_listed(bare_metal: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kubernetes_wins_over_docker_and_every_clue_is_listed(
+    bare_metal: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     bare_metal["exists"] = {"/.dockerenv"}
     bare_metal["cgroup"] = "0::/kubepods/burstable/pod1\n"
     found = container.detect_container()
     assert found["runtime"] == "kubernetes"
-    assert found["evidence"] == ["KUBERNETES_SERVICE_HOST is set", "/.dockerenv exists", "/proc/1/cgroup mentions kubepods"]
+    assert found["evidence"] == [
+        "KUBERNETES_SERVICE_HOST is set",
+        "/.dockerenv exists",
+        "/proc/1/cgroup mentions kubepods",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -55,20 +65,35 @@ def _statvfs(size: int, free: int) -> SimpleNamespace:
 
 @pytest.mark.parametrize(
     ("size", "free", "status"),
-    [(64 * 2**20, 64 * 2**20, "fail"), (512 * 2**20, 512 * 2**20, "warn"), (8 * 2**30, 100 * 2**20, "warn"), (8 * 2**30, 6 * 2**30, "ok")],
+    [
+        (64 * 2**20, 64 * 2**20, "fail"),
+        (512 * 2**20, 512 * 2**20, "warn"),
+        (8 * 2**30, 100 * 2**20, "warn"),
+        (8 * 2**30, 6 * 2**30, "ok"),
+    ],
 )
-def test_shm_size_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, size: int, free: int, status: str) -> None:
+def test_shm_size_rule(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, size: int, free: int, status: str
+) -> None:
     monkeypatch.setenv("DISTRAIN_SHM_PATH", str(tmp_path))
-    monkeypatch.setattr(container, "os", SimpleNamespace(environ=os.environ, statvfs=lambda p: _statvfs(size, free)))
+    monkeypatch.setattr(
+        container, "os", SimpleNamespace(environ=os.environ, statvfs=lambda p: _statvfs(size, free))
+    )
     check = container.probe_shm(None)
     assert check.status == status and check.data["path"] == str(tmp_path)
     assert (check.fix is None) == (status == "ok")
 
 
 def test_shm_seen_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(container, "os", SimpleNamespace(environ=os.environ, statvfs=lambda p: _statvfs(64 * 2**20, 32 * 2**20)))
+    monkeypatch.setattr(
+        container,
+        "os",
+        SimpleNamespace(environ=os.environ, statvfs=lambda p: _statvfs(64 * 2**20, 32 * 2**20)),
+    )
     check = container.probe_shm("docker")
-    assert check.seen == "/dev/shm: 64 MiB (32 MiB free): DataLoader workers will die with 'Bus error'"
+    assert (
+        check.seen == "/dev/shm: 64 MiB (32 MiB free): DataLoader workers will die with 'Bus error'"
+    )
     assert "--ipc=host" in (check.fix or "")
 
 

@@ -20,7 +20,9 @@ def test_unset_selects_everything(monkeypatch: pytest.MonkeyPatch) -> None:
      ("1,x", [1], "CUDA_VISIBLE_DEVICES='1,x': 'x' is not an index or UUID (CUDA stops at it)"),
      ("1,1", [1], "CUDA_VISIBLE_DEVICES='1,1' names GPU 1 twice")],
 )  # fmt: skip
-def test_visible_devices(monkeypatch: pytest.MonkeyPatch, raw: str, picked: list[int], problem: str | None) -> None:
+def test_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, raw: str, picked: list[int], problem: str | None
+) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", raw)
     assert visible_devices(4) == (picked, problem)
 

@@ -14,12 +14,21 @@ from distrain.doctor import limits
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     """A machine with settable limits, cores and RDMA devices; returns the knobs."""
-    knobs: dict[str, object] = {"nofile": (65536, 65536), "memlock": (65536, 65536), "cores": 8, "rdma": False}
+    knobs: dict[str, object] = {
+        "nofile": (65536, 65536),
+        "memlock": (65536, 65536),
+        "cores": 8,
+        "rdma": False,
+    }
     monkeypatch.setattr(resource, "getrlimit",
                         lambda which: knobs["nofile"] if which == resource.RLIMIT_NOFILE else knobs["memlock"])  # fmt: skip
     monkeypatch.setattr(limits, "usable_cores", lambda: knobs["cores"])
     fake_path = SimpleNamespace(isdir=lambda path: bool(knobs["rdma"]))
-    monkeypatch.setattr(limits, "os", SimpleNamespace(path=fake_path, listdir=lambda path: ["mlx5_0"], environ=os.environ))
+    monkeypatch.setattr(
+        limits,
+        "os",
+        SimpleNamespace(path=fake_path, listdir=lambda path: ["mlx5_0"], environ=os.environ),
+    )
     return knobs
 
 
@@ -37,7 +46,11 @@ def test_a_healthy_cpu_machine(machine: dict[str, object]) -> None:
 def test_few_open_files_warn(machine: dict[str, object]) -> None:
     machine["nofile"] = (1024, 4096)
     check = _by_id(limits.probe())["limits.nofile"]
-    assert check.status == "warn" and check.seen == "soft 1024, hard 4096 (< 4096)" and "ulimit -n" in (check.fix or "")
+    assert (
+        check.status == "warn"
+        and check.seen == "soft 1024, hard 4096 (< 4096)"
+        and "ulimit -n" in (check.fix or "")
+    )
 
 
 def test_locked_memory_matters_with_gpus_or_rdma(machine: dict[str, object]) -> None:
@@ -56,14 +69,23 @@ def test_locked_memory_matters_with_gpus_or_rdma(machine: dict[str, object]) -> 
      ("0", "1", "warn", "OMP_NUM_THREADS='0' is not a positive integer"),
      ("many", "1", "warn", "OMP_NUM_THREADS='many' is not a positive integer")],
 )  # fmt: skip
-def test_threads_against_cores(machine: dict[str, object], monkeypatch: pytest.MonkeyPatch, omp: str, local: str, status: str, seen: str) -> None:
+def test_threads_against_cores(
+    machine: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+    omp: str,
+    local: str,
+    status: str,
+    seen: str,
+) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
     check = _by_id(limits.probe())["limits.threads"]
     assert (check.status, check.seen) == (status, seen)
 
 
-def test_oversubscription_fix_names_the_right_thread_count(machine: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_oversubscription_fix_names_the_right_thread_count(
+    machine: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     assert "Set OMP_NUM_THREADS=2 " in (_by_id(limits.probe())["limits.threads"].fix or "")

@@ -10,7 +10,11 @@ from distrain.doctor.links import leaders, node_name, suggest_hook, verdict
 
 
 def _entry(rank: int, node: int) -> dict[str, Any]:
-    return {"rank": rank, "hostname": f"host{node}", "node": {"node_rank": node, "address": f"10.0.0.{node + 1}"}}
+    return {
+        "rank": rank,
+        "hostname": f"host{node}",
+        "node": {"node_rank": node, "address": f"10.0.0.{node + 1}"},
+    }
 
 
 def test_leaders_are_each_nodes_lowest_rank() -> None:
@@ -35,7 +39,10 @@ def test_fast_link_is_ok_and_sync_time_follows_the_ring_formula() -> None:
 
 def test_slow_link_warns_and_names_the_hook() -> None:
     heads = leaders([_entry(0, 0), _entry(1, 1), _entry(2, 2), _entry(3, 3)])
-    links = [{"nodes": [0, 1], "rtt_us": 80.0, "bytes_per_s": 1.25e8}, {"nodes": [2, 3], "rtt_us": 80.0, "bytes_per_s": 1e10}]
+    links = [
+        {"nodes": [0, 1], "rtt_us": 80.0, "bytes_per_s": 1.25e8},
+        {"nodes": [2, 3], "rtt_us": 80.0, "bytes_per_s": 1e10},
+    ]
     check = verdict(links, heads, params=10_000_000, step_s=0.5)
     # 4 nodes: factor 2·3/4 = 1.5; 40 MB of fp32 gradients × 1.5 / 125 MB/s = 0.48 s
     assert links[0]["sync_s"] == pytest.approx(0.48)

@@ -15,11 +15,17 @@ def _ok(id: str) -> list[Check]:
     return [Check(id, id.split(".")[0], id, "ok", "fine")]
 
 
-def test_results_keep_the_family_order_and_a_crash_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_results_keep_the_family_order_and_a_crash_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     def crash() -> list[Check]:
         raise KeyError("nvml")
 
-    monkeypatch.setattr(local, "_families", lambda opts: [("b", lambda: _ok("b.one")), ("gpu", crash), ("a", lambda: _ok("a.one"))])
+    monkeypatch.setattr(
+        local,
+        "_families",
+        lambda opts: [("b", lambda: _ok("b.one")), ("gpu", crash), ("a", lambda: _ok("a.one"))],
+    )
     checks = local.run_checks(local.Options())
     assert [c.id for c in checks] == ["b.one", "gpu.probe", "a.one"]
     assert checks[1].status == "warn" and checks[1].seen == "probe failed: KeyError: 'nvml'"
@@ -27,7 +33,11 @@ def test_results_keep_the_family_order_and_a_crash_is_a_warning(monkeypatch: pyt
 
 def test_a_hung_probe_is_reported_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
-    monkeypatch.setattr(local, "_families", lambda opts: [("net", lambda: release.wait() and []), ("a", lambda: _ok("a.one"))])
+    monkeypatch.setattr(
+        local,
+        "_families",
+        lambda opts: [("net", lambda: release.wait() and []), ("a", lambda: _ok("a.one"))],
+    )
     try:
         checks = local.run_checks(local.Options(), timeout=0.05)
     finally:

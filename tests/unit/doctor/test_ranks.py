@@ -22,7 +22,10 @@ def _entry(rank: int, host: str = "h0", **fields: Any) -> dict[str, Any]:
 
 def test_identical_fingerprints_are_ok() -> None:
     check = compare_fingerprints([_entry(0), _entry(1)])
-    assert check.status == "ok" and check.seen == "all 2 ranks: torch 2.5, python 3.11, CUDA 12.4, NCCL 2.21"
+    assert (
+        check.status == "ok"
+        and check.seen == "all 2 ranks: torch 2.5, python 3.11, CUDA 12.4, NCCL 2.21"
+    )
     assert check.data["mismatches"] == {}
 
 
@@ -40,7 +43,9 @@ def test_a_tie_goes_to_rank_zeros_value() -> None:
 
 
 def test_missing_from_monitored_barrier_message() -> None:
-    assert _missing_from(RuntimeError("Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms")) == [1, 3]
+    assert _missing_from(
+        RuntimeError("Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms")
+    ) == [1, 3]
     assert _missing_from(RuntimeError("Rank 2 failed to pass monitoredBarrier in 5 ms")) == [2]
     assert _missing_from(RuntimeError("Connection reset")) == []
 
@@ -62,7 +67,9 @@ def test_measurement_checks_all_good() -> None:
 
 
 def test_measurement_checks_name_a_straggler_and_wrong_sums() -> None:
-    allreduce, _, _, straggler = _measurements([0.10, 0.10, 0.25, 0.11], ok=[True, False, True, True])
+    allreduce, _, _, straggler = _measurements(
+        [0.10, 0.10, 0.25, 0.11], ok=[True, False, True, True]
+    )
     assert allreduce.status == "fail" and allreduce.data == {"wrong_ranks": [1]}
     assert straggler.status == "warn" and straggler.data["stragglers"] == [2]
     assert straggler.seen.startswith("rank 2 on h2 took 250 ms (2.4x the median 105 ms)")

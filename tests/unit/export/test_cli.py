@@ -27,7 +27,12 @@ def _spec(*argv: str, script_args: list[str] | None = None) -> tuple[argparse.Na
 
 def test_defaults(project: Path) -> None:
     _, spec = _spec("compose", "src/train.py", script_args=["--lr", "1"])
-    assert (spec.script, spec.script_args, spec.min_nodes, spec.max_nodes) == ("src/train.py", ["--lr", "1"], 2, 2)
+    assert (spec.script, spec.script_args, spec.min_nodes, spec.max_nodes) == (
+        "src/train.py",
+        ["--lr", "1"],
+        2,
+        2,
+    )
     assert (spec.nproc_per_node, spec.gpus_per_node, spec.name, spec.port) == (1, 1, "train", 29500)
     assert (spec.image, spec.install) == ("distrain-job:latest", "auto")
 
@@ -42,11 +47,16 @@ def test_k8s_needs_a_pushed_image_with_its_registry(project: Path) -> None:
         _spec("k8s", "src/train.py")
     with pytest.raises(UsageError, match="name the registry"):
         _spec("k8s", "src/train.py", "--image", "train:1")
-    assert _spec("k8s", "src/train.py", "--image", "ghcr.io/me/train:1")[1].image == "ghcr.io/me/train:1"
+    assert (
+        _spec("k8s", "src/train.py", "--image", "ghcr.io/me/train:1")[1].image
+        == "ghcr.io/me/train:1"
+    )
 
 
 def test_gpus_default_to_processes_and_names_are_made_dns_safe(project: Path) -> None:
-    _, spec = _spec("compose", "src/train.py", "--nproc-per-node", "4", "--name", "My Job", "--nnodes", "1:3")
+    _, spec = _spec(
+        "compose", "src/train.py", "--nproc-per-node", "4", "--name", "My Job", "--nnodes", "1:3"
+    )
     assert (spec.gpus_per_node, spec.name, spec.elastic) == (4, "my-job", True)
     _, cpu = _spec("compose", "src/train.py", "--gpus-per-node", "0")
     assert cpu.gpus_per_node == 0
@@ -68,7 +78,9 @@ def test_build_spec_refuses(project: Path, argv: list[str], message: str) -> Non
 
 
 @pytest.mark.parametrize("target", ["docker", "compose", "k8s"])
-def test_absolute_script_paths_are_refused_where_an_image_holds_the_script(project: Path, target: str) -> None:
+def test_absolute_script_paths_are_refused_where_an_image_holds_the_script(
+    project: Path, target: str
+) -> None:
     with pytest.raises(UsageError, match="give the script relative to the project directory"):
         _spec(target, str(project / "src" / "train.py"), "--image", "r/i:1")
 
@@ -82,7 +94,10 @@ def test_requirements_beside_the_script_or_named(project: Path) -> None:
     args, spec = _spec("docker", "src/train.py")
     assert "requirements" not in generate("docker", spec, args, build=False).text
     (project / "src" / "requirements.txt").write_text("scipy\n")
-    assert "COPY src/requirements.txt /tmp/requirements.txt" in generate("docker", spec, args, build=False).text
+    assert (
+        "COPY src/requirements.txt /tmp/requirements.txt"
+        in generate("docker", spec, args, build=False).text
+    )
     (project / "reqs.txt").write_text("scipy\n")
     args, spec = _spec("docker", "src/train.py", "--requirements", "reqs.txt")
     assert "COPY reqs.txt /tmp/requirements.txt" in generate("docker", spec, args, build=False).text
@@ -96,7 +111,10 @@ def test_unknown_target_is_a_usage_error() -> None:
         _parser().parse_args(["helm", "t.py"])
 
 
-@pytest.mark.parametrize(("target", "marker"), [("docker", "FROM "), ("compose", "services:"), ("slurm", "#SBATCH"), ("k8s", "PyTorchJob")])
+@pytest.mark.parametrize(
+    ("target", "marker"),
+    [("docker", "FROM "), ("compose", "services:"), ("slurm", "#SBATCH"), ("k8s", "PyTorchJob")],
+)
 def test_generate_dispatches_to_the_target(project: Path, target: str, marker: str) -> None:
     args, spec = _spec(target, "src/train.py", "--image", "reg.example/me/train:1")
     assert marker in generate(target, spec, args, build=False).text

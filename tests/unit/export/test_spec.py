@@ -44,7 +44,13 @@ def test_parse_nnodes_refuses(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("My_Train.v2", "my-train-v2"), ("--x--", "x"), ("!!!", "train"), ("ok-name-1", "ok-name-1"), ("a" * 80, "a" * 50)],
+    [
+        ("My_Train.v2", "my-train-v2"),
+        ("--x--", "x"),
+        ("!!!", "train"),
+        ("ok-name-1", "ok-name-1"),
+        ("a" * 80, "a" * 50),
+    ],
 )
 def test_dns_name(text: str, expected: str) -> None:
     assert dns_name(text) == expected

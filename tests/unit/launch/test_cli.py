@@ -9,8 +9,16 @@ from types import SimpleNamespace
 from distrain.launch.cli import _exit_code_of
 
 
-def _failure(exitcode: int, timestamp: int = 0, error_file: str = "<N/A>", message: object = "", pid: int = 100) -> SimpleNamespace:
-    return SimpleNamespace(exitcode=exitcode, timestamp=timestamp, error_file=error_file, message=message, pid=pid)
+def _failure(
+    exitcode: int,
+    timestamp: int = 0,
+    error_file: str = "<N/A>",
+    message: object = "",
+    pid: int = 100,
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        exitcode=exitcode, timestamp=timestamp, error_file=error_file, message=message, pid=pid
+    )
 
 
 class Failed(Exception):
@@ -41,7 +49,10 @@ def test_the_rank_with_an_error_file_is_the_root_cause(tmp_path: Path) -> None:
     error_file.write_text("{}")
     failures = {0: _failure(1, timestamp=1), 2: _failure(1, timestamp=9, error_file=str(error_file),
                                                         message={"message": "ValueError: bad lr"}, pid=5)}  # fmt: skip
-    assert _exit_code_of(Failed(failures)) == (1, "rank 2 (pid 5) exited with code 1: ValueError: bad lr")
+    assert _exit_code_of(Failed(failures)) == (
+        1,
+        "rank 2 (pid 5) exited with code 1: ValueError: bad lr",
+    )
 
 
 def test_earliest_failure_wins_without_error_files() -> None:

@@ -20,7 +20,9 @@ def test_fixed_pythons_are_safe(version: tuple[int, int, int]) -> None:
     assert forkserver_unsafe(version) is None
 
 
-@pytest.mark.parametrize(("version", "fixed"), [((3, 10, 8), "3.10.9"), ((3, 11, 0), "3.11.1"), ((3, 9, 15), "3.9.16")])
+@pytest.mark.parametrize(
+    ("version", "fixed"), [((3, 10, 8), "3.10.9"), ((3, 11, 0), "3.11.1"), ((3, 9, 15), "3.9.16")]
+)
 def test_vulnerable_pythons_name_the_fix(version: tuple[int, int, int], fixed: str) -> None:
     reason = forkserver_unsafe(version)
     assert reason is not None and "CVE-2022-42919" in reason and f"fixed in {fixed}" in reason
@@ -33,7 +35,14 @@ def test_script_guess_from_argv(tmp_path: Path) -> None:
     assert _script_from_argv(["-n", "2", s, "--x"]) == s
     assert _script_from_argv(["--start-method=forkserver", s]) == s
     assert _script_from_argv([str(tmp_path / "missing.py")]) is None
-    for flags in (["-m"], ["--no-python"], ["--dry-run"], ["-h"], ["--start-method", "spawn"], ["--start_method=fork"]):
+    for flags in (
+        ["-m"],
+        ["--no-python"],
+        ["--dry-run"],
+        ["-h"],
+        ["--start-method", "spawn"],
+        ["--start_method=fork"],
+    ):
         assert _script_from_argv([*flags, s]) is None, flags
 
 
@@ -57,7 +66,12 @@ def _args(tmp_path: Path, source: str | None = "x = 1\n", **over: object) -> arg
     script = tmp_path / "train.py"
     if source is not None:
         script.write_text(source)
-    values = {"module": False, "no_python": False, "run_path": False, "training_script": str(script)}
+    values = {
+        "module": False,
+        "no_python": False,
+        "run_path": False,
+        "training_script": str(script),
+    }
     values.update(over)
     return argparse.Namespace(**values)
 
@@ -66,6 +80,11 @@ def test_fresh_reason(tmp_path: Path) -> None:
     assert fresh_reason(_args(tmp_path)) is None
     assert fresh_reason(_args(tmp_path, module=True)) == "-m runs a module"
     assert fresh_reason(_args(tmp_path, no_python=True)) == "--no-python runs a program"
-    assert fresh_reason(_args(tmp_path, run_path=True)) == "--run-path asks for torch's own runpy entrypoint"
+    assert (
+        fresh_reason(_args(tmp_path, run_path=True))
+        == "--run-path asks for torch's own runpy entrypoint"
+    )
     reason = fresh_reason(_args(tmp_path, source="#!/bin/sh\necho hi(\n"))
-    assert reason is not None and reason.endswith("is not Python source distrain can fork (SyntaxError)")
+    assert reason is not None and reason.endswith(
+        "is not Python source distrain can fork (SyntaxError)"
+    )

@@ -29,7 +29,12 @@ def test_no_hint_when_the_flag_is_passed_or_no_script_is_read(tmp_path: Path) ->
     script.write_text("p.add_argument('--local_rank', type=int)\n")
 
     def args(**kw: object) -> argparse.Namespace:
-        base = {"legacy_local_rank": False, "module": False, "no_python": False, "training_script": str(script)}
+        base = {
+            "legacy_local_rank": False,
+            "module": False,
+            "no_python": False,
+            "training_script": str(script),
+        }
         return argparse.Namespace(**{**base, **kw})
 
     assert hint(args(), "distrain run") == (

@@ -48,16 +48,28 @@ def test_open_mpi_as_root_within_the_cores(tools: None, monkeypatch: pytest.Monk
     assert "--allow-run-as-root" in cmd and "--oversubscribe" not in cmd
 
 
-def test_mpich_command_passes_values_with_genv(tools: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mpich_command_passes_values_with_genv(
+    tools: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(mpi, "is_open_mpi", lambda path: False)
-    cmd = mpi.command_for(_args(module=True, training_script="pkg.train"), {"DISTRAIN_RUN_DIR": "/r"})
+    cmd = mpi.command_for(
+        _args(module=True, training_script="pkg.train"), {"DISTRAIN_RUN_DIR": "/r"}
+    )
     assert cmd[:3] == ["/usr/bin/mpirun", "-n", "4"]
     assert cmd[3:6] == ["-genv", "DISTRAIN_RUN_DIR", "/r"]
     assert cmd[-5:] == [sys.executable, "-m", "pkg.train", "--lr", "1"]
 
 
 def test_horovodrun_command(tools: None) -> None:
-    cmd = mpi.command_for(_args(launcher="horovodrun", no_python=True, training_script="./run.sh", training_script_args=[]), {})
+    cmd = mpi.command_for(
+        _args(
+            launcher="horovodrun",
+            no_python=True,
+            training_script="./run.sh",
+            training_script_args=[],
+        ),
+        {},
+    )
     assert cmd == ["/usr/bin/horovodrun", "--gloo", "-np", "4", "-H", "localhost:4", "./run.sh"]
 
 

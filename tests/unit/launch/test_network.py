@@ -18,12 +18,25 @@ TABLE = {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "ib0": ["192.168.5.2"]}
 
 @pytest.fixture(autouse=True)
 def tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(network, "interface_addresses", lambda: {k: list(v) for k, v in TABLE.items()})
+    monkeypatch.setattr(
+        network, "interface_addresses", lambda: {k: list(v) for k, v in TABLE.items()}
+    )
     monkeypatch.setattr(network, "_hostname_loopback", lambda: None)
-    names = {"localhost": "127.0.0.1", "node0": "10.0.0.1", "self-alias": "127.0.1.1", "public": "8.8.8.8"}
+    names = {
+        "localhost": "127.0.0.1",
+        "node0": "10.0.0.1",
+        "self-alias": "127.0.1.1",
+        "public": "8.8.8.8",
+    }
     monkeypatch.setattr(network, "_resolve", lambda host, what: names.get(host, host))
-    routes = {"10.0.0.1": ("10.0.0.2", "eth0"), "192.168.5.1": ("192.168.5.2", "ib0"), "8.8.8.8": ("10.0.0.2", "eth0")}
-    monkeypatch.setattr(network, "route_to", lambda ip, port=9: routes.get(ip, ("10.0.0.2", "eth0")))
+    routes = {
+        "10.0.0.1": ("10.0.0.2", "eth0"),
+        "192.168.5.1": ("192.168.5.2", "ib0"),
+        "8.8.8.8": ("10.0.0.2", "eth0"),
+    }
+    monkeypatch.setattr(
+        network, "route_to", lambda ip, port=9: routes.get(ip, ("10.0.0.2", "eth0"))
+    )
 
 
 def _args(**over: object) -> argparse.Namespace:
@@ -53,9 +66,18 @@ def test_static_worker_node_routes_to_the_master() -> None:
     args, env = _args(), {}
     choice = plan_network(args, env, None)
     assert choice is not None
-    assert (choice.iface, choice.address, choice.target_ip, choice.port) == ("eth0", "10.0.0.2", "10.0.0.1", 29500)
+    assert (choice.iface, choice.address, choice.target_ip, choice.port) == (
+        "eth0",
+        "10.0.0.2",
+        "10.0.0.1",
+        29500,
+    )
     assert choice.store == "store on node0"
-    assert env == {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "DISTRAIN_BIND_ADDR": "10.0.0.2"}
+    assert env == {
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "DISTRAIN_BIND_ADDR": "10.0.0.2",
+    }
     assert args.local_addr == "10.0.0.2"
 
 
@@ -68,12 +90,19 @@ def test_user_ifname_variables_win(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_master_on_this_node_hosts_the_store() -> None:
     choice = plan_network(_args(master_addr="10.0.0.2", node_rank="0"), {}, None)
-    assert choice is not None and choice.iface == "eth0" and choice.store == "store on this node (rank 0)"
+    assert (
+        choice is not None
+        and choice.iface == "eth0"
+        and choice.store == "store on this node (rank 0)"
+    )
     assert choice.warnings == []
 
 
 def test_iface_that_cannot_reach_the_master_is_refused() -> None:
-    with pytest.raises(UsageError, match=r"--iface ib0 \(192.168.5.2\) cannot reach --master-addr node0 .*use --iface eth0"):
+    with pytest.raises(
+        UsageError,
+        match=r"--iface ib0 \(192.168.5.2\) cannot reach --master-addr node0 .*use --iface eth0",
+    ):
         plan_network(_args(), {}, "ib0")
 
 
@@ -83,7 +112,9 @@ def test_unknown_iface_lists_the_known_ones() -> None:
 
 
 def test_master_resolving_to_loopback_is_refused_on_other_nodes() -> None:
-    with pytest.raises(UsageError, match="resolves to loopback 127.0.1.1 on this node, so this 2-node job"):
+    with pytest.raises(
+        UsageError, match="resolves to loopback 127.0.1.1 on this node, so this 2-node job"
+    ):
         plan_network(_args(master_addr="self-alias"), {}, None)
 
 
@@ -101,7 +132,11 @@ def test_public_master_address_warns_about_the_open_store() -> None:
 def test_c10d_endpoint_on_this_node_marks_the_host() -> None:
     args = _args(rdzv_backend="c10d", rdzv_endpoint="10.0.0.2:29400", rdzv_conf="join_timeout=60")
     choice = plan_network(args, {}, None)
-    assert choice is not None and choice.port == 29400 and choice.store == "rendezvous store on this node"
+    assert (
+        choice is not None
+        and choice.port == 29400
+        and choice.store == "rendezvous store on this node"
+    )
     assert args.rdzv_conf == "join_timeout=60,is_host=1"
 
 
@@ -115,13 +150,16 @@ def test_c10d_endpoint_elsewhere_is_not_the_host_and_user_is_host_wins() -> None
 
 
 def test_c10d_without_endpoint_is_refused() -> None:
-    with pytest.raises(UsageError, match="--rdzv-backend c10d with several nodes needs --rdzv-endpoint"):
+    with pytest.raises(
+        UsageError, match="--rdzv-backend c10d with several nodes needs --rdzv-endpoint"
+    ):
         plan_network(_args(rdzv_backend="c10d"), {}, None)
 
 
 def test_summary_line() -> None:
     choice = NetworkChoice("eth0", "10.0.0.2", "node0", "10.0.0.1", 29500, "store on node0")
     assert choice.summary("node 1/2") == (
-        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 · store on node0")
+        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 · store on node0"
+    )
     same = NetworkChoice("eth0", "10.0.0.2", "10.0.0.1", "10.0.0.1", None, "s")
     assert "routes to 10.0.0.1 · s" in same.summary("n")

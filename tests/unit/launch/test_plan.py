@@ -30,23 +30,36 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 cores, no GPU, one loopback and one Ethernet interface; no name resolution."""
     monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 0)
     monkeypatch.setattr(plan, "usable_cores", lambda: 8)
-    monkeypatch.setattr(network, "interface_addresses", lambda: {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]})
+    monkeypatch.setattr(
+        network, "interface_addresses", lambda: {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]}
+    )
     monkeypatch.setattr(network, "_hostname_loopback", lambda: None)
-    monkeypatch.setattr(network, "_resolve", lambda host, what: {"localhost": "127.0.0.1"}.get(host, host))
+    monkeypatch.setattr(
+        network, "_resolve", lambda host, what: {"localhost": "127.0.0.1"}.get(host, host)
+    )
     monkeypatch.setattr(network, "route_to", lambda ip, port=9: ("10.0.0.2", "eth0"))
 
 
 # -- split_argv -------------------------------------------------------------------------------
 def test_split_at_the_first_non_option() -> None:
-    assert split_argv(["-n", "2", "train.py", "--n", "5", "-m"], OPTIONS) == (["-n", "2"], ["train.py", "--n", "5", "-m"])
+    assert split_argv(["-n", "2", "train.py", "--n", "5", "-m"], OPTIONS) == (
+        ["-n", "2"],
+        ["train.py", "--n", "5", "-m"],
+    )
 
 
 def test_a_flag_before_the_script_takes_no_value() -> None:
-    assert split_argv(["-n", "2", "--dry-run", "t.py", "--n", "5"], OPTIONS) == (["-n", "2", "--dry-run"], ["t.py", "--n", "5"])
+    assert split_argv(["-n", "2", "--dry-run", "t.py", "--n", "5"], OPTIONS) == (
+        ["-n", "2", "--dry-run"],
+        ["t.py", "--n", "5"],
+    )
 
 
 def test_split_at_double_dash() -> None:
-    assert split_argv(["--dry-run", "--", "-weird.py", "x"], OPTIONS) == (["--dry-run"], ["-weird.py", "x"])
+    assert split_argv(["--dry-run", "--", "-weird.py", "x"], OPTIONS) == (
+        ["--dry-run"],
+        ["-weird.py", "x"],
+    )
 
 
 def test_an_attached_value_does_not_consume_the_next_token() -> None:
@@ -90,7 +103,9 @@ def test_plan_sets_nproc_and_the_workers_environment(script: str) -> None:
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "4", "DISTRAIN_LAUNCHER": "distrain-run"}  # fmt: skip
 
 
-def test_plan_leaves_a_user_omp_num_threads_and_store_choice(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_leaves_a_user_omp_num_threads_and_store_choice(
+    script: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0")
     launch = plan.plan(["-n", "2", script])
@@ -98,10 +113,16 @@ def test_plan_leaves_a_user_omp_num_threads_and_store_choice(script: str, monkey
     assert launch.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
 
 
-def test_plan_run_dir_is_absolute_and_defaults_to_log_dir(script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_run_dir_is_absolute_and_defaults_to_log_dir(
+    script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    assert plan.plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == str(tmp_path / "logs")
-    assert plan.plan(["--log-dir", "logs", "--run-dir", "runs/a", script]).env["DISTRAIN_RUN_DIR"] == str(tmp_path / "runs/a")
+    assert plan.plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == str(
+        tmp_path / "logs"
+    )
+    assert plan.plan(["--log-dir", "logs", "--run-dir", "runs/a", script]).env[
+        "DISTRAIN_RUN_DIR"
+    ] == str(tmp_path / "runs/a")
     assert "DISTRAIN_RUN_DIR" not in plan.plan([script]).env
 
 
@@ -110,7 +131,9 @@ def test_nproc_auto_uses_cores_without_gpus(script: str) -> None:
     assert plan.plan(["--nproc-per-node", "cpu", script]).args.nproc_per_node == "8"
 
 
-def test_nproc_auto_uses_the_gpus_when_there_are(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nproc_auto_uses_the_gpus_when_there_are(
+    script: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 4)
     assert plan.plan(["-n", "auto", script]).args.nproc_per_node == "4"
 
@@ -137,7 +160,9 @@ def test_gpus_select_devices_and_set_nproc(script: str, monkeypatch: pytest.Monk
      (["--master-port", "70000"], r"--master-port 70000 is outside 1..65535"),
      (["--launcher", "srun"], r"argument --launcher: invalid choice: 'srun'")],
 )  # fmt: skip
-def test_plan_usage_errors(script: str, monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
+def test_plan_usage_errors(
+    script: str, monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str
+) -> None:
     monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 4)
     with pytest.raises(UsageError, match=message):
         plan.plan([*argv, script])
@@ -170,18 +195,27 @@ def test_legacy_local_rank_appends_the_agent_macro(script: str) -> None:
     assert args.training_script_args == ["--x", "--local_rank=${local_rank}"]
 
 
-def test_cpu_rehearsal_sets_the_stand_in_count(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_rehearsal_sets_the_stand_in_count(
+    script: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
     launch = plan.plan(["--cpu", "-n", "3", script])
     assert launch.env["DISTRAIN_CPU_REHEARSAL"] == "3"
     assert launch.env["PYTHONPATH"].endswith(os.path.join("rehearse", "boot"))
-    assert launch.rehearsal_line.startswith("distrain run --cpu: 3 CPU processes stand in for 3 GPUs")
+    assert launch.rehearsal_line.startswith(
+        "distrain run --cpu: 3 CPU processes stand in for 3 GPUs"
+    )
 
 
 def test_multi_node_plan_pins_the_interface_and_c10d_timings(script: str) -> None:
-    launch = plan.plan(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.2:29400", script])
+    launch = plan.plan(
+        ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.2:29400", script]
+    )
     assert launch.network is not None and launch.network.iface == "eth0"
-    assert launch.env["GLOO_SOCKET_IFNAME"] == "eth0" and launch.env["DISTRAIN_BIND_ADDR"] == "10.0.0.2"
+    assert (
+        launch.env["GLOO_SOCKET_IFNAME"] == "eth0"
+        and launch.env["DISTRAIN_BIND_ADDR"] == "10.0.0.2"
+    )
     conf = launch.args.rdzv_conf.split(",")
     assert "is_host=1" in conf and "keep_alive_interval=2" in conf and "last_call_timeout=2" in conf
 
@@ -199,6 +233,9 @@ def test_torchrun_command_rendezvous_without_separator(script: str) -> None:
                         "--rdzv-id", "job", script, "data"])  # fmt: skip
     cmd = launch.torchrun_command()
     assert cmd[:4] == ["torchrun", "--nnodes", "1:2", "--nproc-per-node"]
-    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.2:29400" and cmd[cmd.index("--rdzv-id") + 1] == "job"
+    assert (
+        cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.2:29400"
+        and cmd[cmd.index("--rdzv-id") + 1] == "job"
+    )
     assert "--rdzv-conf" in cmd and "--node-rank" not in cmd
     assert cmd[-2:] == [script, "data"]

@@ -18,7 +18,9 @@ def _script(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def test_configure_sets_the_stand_in_count_and_boot_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_configure_sets_the_stand_in_count_and_boot_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PYTHONPATH", "/mine")
     env: dict[str, str] = {}
     agents, line = configure(_script(tmp_path, "print(1)\n"), 1, env, None)
@@ -32,8 +34,14 @@ def test_configure_runs_a_self_spawning_script_once(tmp_path: Path) -> None:
     env: dict[str, str] = {}
     script = _script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=4)\n")
     agents, line = configure(script, 4, env, find(script))
-    assert agents == 1 and env["DISTRAIN_CPU_REHEARSAL"] == "4" and env["DISTRAIN_SELF_STARTING"] == "1"
-    assert line.endswith("(train.py starts them itself: torch.multiprocessing.spawn at line 2; it runs once)")
+    assert (
+        agents == 1
+        and env["DISTRAIN_CPU_REHEARSAL"] == "4"
+        and env["DISTRAIN_SELF_STARTING"] == "1"
+    )
+    assert line.endswith(
+        "(train.py starts them itself: torch.multiprocessing.spawn at line 2; it runs once)"
+    )
 
 
 def test_summary_sums_counts_over_processes(tmp_path: Path) -> None:
@@ -41,7 +49,10 @@ def test_summary_sums_counts_over_processes(tmp_path: Path) -> None:
     (tmp_path / "counts-2.json").write_text(json.dumps({"set_device": 1, "nccl → gloo": 1}))
     (tmp_path / "counts-3.json").write_text("{broken")
     (tmp_path / "other.json").write_text(json.dumps({"x": 100}))
-    assert summary(str(tmp_path)) == "distrain run --cpu: mapped in 2 processes: .to(cuda) ×5, set_device ×2, nccl → gloo ×1"
+    assert (
+        summary(str(tmp_path))
+        == "distrain run --cpu: mapped in 2 processes: .to(cuda) ×5, set_device ×2, nccl → gloo ×1"
+    )
 
 
 def test_summary_of_nothing_is_none(tmp_path: Path) -> None:

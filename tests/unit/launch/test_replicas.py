@@ -36,7 +36,11 @@ def _args(**over: object) -> argparse.Namespace:
 
 def test_accepts_groups_on_one_node() -> None:
     assert check_replicas(_args(), gpus_visible=0) == Placement(2, 1)
-    assert check_replicas(_args(replicas="3", nproc_per_node="2"), gpus_visible=0).local == [0, 1, 2]
+    assert check_replicas(_args(replicas="3", nproc_per_node="2"), gpus_visible=0).local == [
+        0,
+        1,
+        2,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -45,10 +49,18 @@ def test_accepts_groups_on_one_node() -> None:
         ({"replicas": "0"}, 0, "--replicas must be at least 1"),
         ({"replicas": "two"}, 0, "expects a number of replica groups"),
         ({"launcher": "mpirun"}, 0, "cannot be combined with --launcher mpirun"),
-        ({"nnodes": "3", "master_addr": "10.0.0.1"}, 0, "--replicas 2 does not divide over --nnodes 3"),
+        (
+            {"nnodes": "3", "master_addr": "10.0.0.1"},
+            0,
+            "--replicas 2 does not divide over --nnodes 3",
+        ),
         ({"nnodes": "1:2"}, 0, "needs a fixed number of nodes"),
         ({"nnodes": "2", "master_addr": "127.0.0.1"}, 0, "across nodes needs --master-addr"),
-        ({"nnodes": "2", "node_rank": "2", "master_addr": "10.0.0.1"}, 0, "--node-rank must be 0…1"),
+        (
+            {"nnodes": "2", "node_rank": "2", "master_addr": "10.0.0.1"},
+            0,
+            "--node-rank must be 0…1",
+        ),
         ({"gpus": "0,1"}, 2, "CUDA_VISIBLE_DEVICES instead of --gpus"),
         ({"replicas": "2", "nproc_per_node": "2"}, 2, "needs 4 GPUs, 2 visible"),
     ],
@@ -128,7 +140,9 @@ def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert job.lost == set()
 
 
-def test_a_group_that_ended_holds_up_no_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_group_that_ended_holds_up_no_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = ReplicaJob(2, str(tmp_path))
     assert not Path(ft_start_file(str(tmp_path), 1)).exists()
     job.on_exit(1, 3)  # failed for good before its first quorum: group 0 must not wait for it
@@ -162,12 +176,24 @@ def test_group_threads_share_the_node_among_every_group(
 def test_groups_are_placed_whole_on_nodes() -> None:
     # 4 groups of 2 on 2 nodes: node 1 runs groups 2 and 3; the lighthouse on the master's port
     placement = check_replicas(
-        _args(replicas="4", nproc_per_node="2", nnodes="2", node_rank="1", master_addr="10.0.0.1", master_port="29600"), 0
+        _args(
+            replicas="4",
+            nproc_per_node="2",
+            nnodes="2",
+            node_rank="1",
+            master_addr="10.0.0.1",
+            master_port="29600",
+        ),
+        0,
     )
     assert placement.local == [2, 3] and placement.port == 29600 and placement.multi_node
     # the GPUs asked of one node are its own groups' only
-    with pytest.raises(UsageError, match="needs 4 GPUs on this node \\(2 of 4 groups\\), 2 visible"):
-        check_replicas(_args(replicas="4", nproc_per_node="2", nnodes="2", master_addr="10.0.0.1"), 2)
+    with pytest.raises(
+        UsageError, match="needs 4 GPUs on this node \\(2 of 4 groups\\), 2 visible"
+    ):
+        check_replicas(
+            _args(replicas="4", nproc_per_node="2", nnodes="2", master_addr="10.0.0.1"), 2
+        )
 
 
 def test_group_argv_drops_the_multi_node_options() -> None:
@@ -179,12 +205,22 @@ def test_group_argv_drops_the_multi_node_options() -> None:
     assert argv == ["-n", "1", "--max-restarts", "3", "t.py"]
 
 
-def test_group_env_across_nodes_names_this_nodes_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_group_env_across_nodes_names_this_nodes_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from distrain.launch import replicas
 
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     placement = Placement(4, 1, nodes=2, node=1, master_addr="10.0.0.1")
-    env = replicas._group_env(ReplicaJob(4, str(tmp_path), local=[2, 3]), "http://10.0.0.1:29500", 3, placement, ["0", "1"], "eth0", "10.0.0.2")
+    env = replicas._group_env(
+        ReplicaJob(4, str(tmp_path), local=[2, 3]),
+        "http://10.0.0.1:29500",
+        3,
+        placement,
+        ["0", "1"],
+        "eth0",
+        "10.0.0.2",
+    )
     assert env["DISTRAIN_FT_HOST"] == "10.0.0.2" and env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert env["TORCHFT_LIGHTHOUSE"] == "http://10.0.0.1:29500"
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # group 3 is this node's second group

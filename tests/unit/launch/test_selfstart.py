@@ -86,7 +86,9 @@ _IMAGENET = (
       "an exception was raised"),
      ("import torch.multiprocessing as mp\nn > 1 and mp.spawn(f, nprocs=n)\n", "n > 1 and mp.spawn(f, nprocs=n)")],
 )  # fmt: skip
-def test_a_starter_under_a_condition_is_not_sure(tmp_path: Path, source: str, condition: str) -> None:
+def test_a_starter_under_a_condition_is_not_sure(
+    tmp_path: Path, source: str, condition: str
+) -> None:
     found = find(_script(tmp_path, source))
     assert found is not None and found.condition == condition and found.sure == (not condition)
 
@@ -105,7 +107,10 @@ def test_decide_runs_a_flag_gated_script_as_torchrun_would_and_says_so(tmp_path:
         "(torch.multiprocessing.spawn at line 4): running it as torchrun would; "
         "pass --self-starting if it starts them in this run"
     )
-    assert decide(script, True) == (SelfStart("torch.multiprocessing.spawn", 4, "args.multiprocessing_distributed"), "")
+    assert decide(script, True) == (
+        SelfStart("torch.multiprocessing.spawn", 4, "args.multiprocessing_distributed"),
+        "",
+    )
     sure = _script(tmp_path, "import torch.multiprocessing as mp\nmp.spawn(f)\n")
     assert decide(sure, None) == (SelfStart("torch.multiprocessing.spawn", 2), "")
     assert decide(sure, False) == (None, "")

@@ -17,7 +17,9 @@ def _args(**over: object) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1", (1, 1)), ("4", (4, 4)), ("1:4", (1, 4)), ("2:2", (2, 2))])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1", (1, 1)), ("4", (4, 4)), ("1:4", (1, 4)), ("2:2", (2, 2))]
+)
 def test_node_range(text: str, expected: tuple[int, int]) -> None:
     assert node_range(text) == expected
 

@@ -7,14 +7,29 @@ import pytest
 from distrain.runtime.forked import fork_may_be_the_cause
 
 
-@pytest.mark.parametrize("exc", [ModuleNotFoundError("No module named 'tqdm'"), SyntaxError("invalid syntax"),
-                                 ValueError("bad --data"), KeyError("lr"), FileNotFoundError("data.csv"), NameError("x")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ModuleNotFoundError("No module named 'tqdm'"),
+        SyntaxError("invalid syntax"),
+        ValueError("bad --data"),
+        KeyError("lr"),
+        FileNotFoundError("data.csv"),
+        NameError("x"),
+    ],
+)
 def test_the_scripts_own_mistakes_are_not_rerun(exc: BaseException) -> None:
     assert not fork_may_be_the_cause(exc)
 
 
-@pytest.mark.parametrize("exc", [RuntimeError("this script must be started in a fresh interpreter"),
-                                 RuntimeError("Cannot re-initialize CUDA in forked subprocess"), OSError("bad file descriptor")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RuntimeError("this script must be started in a fresh interpreter"),
+        RuntimeError("Cannot re-initialize CUDA in forked subprocess"),
+        OSError("bad file descriptor"),
+    ],
+)
 def test_what_a_fork_can_cause_is_rerun(exc: BaseException) -> None:
     assert fork_may_be_the_cause(exc)
 

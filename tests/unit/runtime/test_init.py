@@ -21,7 +21,9 @@ class LocalRank(SingleProcessEnvironment):
         return self._local
 
 
-def test_explicit_device_wins_and_a_bare_cuda_gets_the_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_device_wins_and_a_bare_cuda_gets_the_local_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("DISTRAIN_DEVICE", "cpu")
     assert init_module._pick_device(LocalRank(2), "cuda") == torch.device("cuda", 2)
     assert init_module._pick_device(LocalRank(2), "cuda:0") == torch.device("cuda", 0)
@@ -44,7 +46,10 @@ def test_with_gpus_the_local_ranks_or_a_clear_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert init_module._pick_device(LocalRank(1), None) == torch.device("cuda", 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-    with pytest.raises(DistrainError, match=r"local rank 2 but only 2 GPU\(s\) visible \(CUDA_VISIBLE_DEVICES=4,5\)"):
+    with pytest.raises(
+        DistrainError,
+        match=r"local rank 2 but only 2 GPU\(s\) visible \(CUDA_VISIBLE_DEVICES=4,5\)",
+    ):
         init_module._pick_device(LocalRank(2), None)
 
 
@@ -53,14 +58,20 @@ def test_default_backend_follows_the_device() -> None:
     assert init_module._default_backend(torch.device("cpu")) == "gloo"
 
 
-@pytest.mark.parametrize("err", [ClusterError("LOCAL_WORLD_SIZE is not set"), UsageError("bad value")])
-def test_exit_on_error_leaves_cluster_and_usage_errors_raised(monkeypatch: pytest.MonkeyPatch, err: DistrainError) -> None:
+@pytest.mark.parametrize(
+    "err", [ClusterError("LOCAL_WORLD_SIZE is not set"), UsageError("bad value")]
+)
+def test_exit_on_error_leaves_cluster_and_usage_errors_raised(
+    monkeypatch: pytest.MonkeyPatch, err: DistrainError
+) -> None:
     """Both are DistrainErrors, but not init's own set-up errors: they are raised, not turned into exit 1."""
 
     def broken(*_: object) -> int:
         raise err
 
-    monkeypatch.setattr(init_module, "current", lambda: None)  # an earlier in-process test may have left a Context
+    monkeypatch.setattr(
+        init_module, "current", lambda: None
+    )  # an earlier in-process test may have left a Context
     monkeypatch.setattr(init_module, "detect_environment", SingleProcessEnvironment)
     monkeypatch.setattr(init_module, "choose_threads", broken)
     with pytest.raises(type(err), match=str(err)):

@@ -56,8 +56,14 @@ def generic(sig: inspect.Signature) -> bool:
 
 def test_every_patch_is_recorded_and_nothing_applied(recorded: list[patching.Patch]) -> None:
     where = {p.where for p in recorded}
-    for name in ("torch.cuda.stream", "torch.cuda.MemPool", "torch.cuda.CUDAGraph", "torch.zeros",
-                 "torch.Tensor.to", "torch.amp.autocast_mode.autocast.__init__"):
+    for name in (
+        "torch.cuda.stream",
+        "torch.cuda.MemPool",
+        "torch.cuda.CUDAGraph",
+        "torch.zeros",
+        "torch.Tensor.to",
+        "torch.amp.autocast_mode.autocast.__init__",
+    ):
         assert name in where, sorted(where)
     assert len(recorded) > 150
 
@@ -72,7 +78,10 @@ def test_replacements_keep_torchs_kind_and_signature(recorded: list[patching.Pat
         if kind(new) != kind(original):
             wrong.append(f"{patch.where}: {kind(original)} replaced by a {kind(new)}")
             continue
-        want, got = signature(original, follow_wrapped=True), signature(new)  # torch's advertised one
+        want, got = (
+            signature(original, follow_wrapped=True),
+            signature(new),
+        )  # torch's advertised one
         if want is None or (patch.forwards and got is not None and generic(got)):
             continue  # torch's own signature unreadable, or the original binds the arguments
         if got is None or params(got) != params(want):
@@ -88,7 +97,8 @@ def test_every_patch_is_listed_in_torch_internals(recorded: list[patching.Patch]
     listed = {line.split("`")[1]: line for line in section.splitlines() if line.startswith("- `")}
     factories = set(devices.factory_names())
     missing = [
-        p.where for p in recorded
+        p.where
+        for p in recorded
         if not (p.owner is torch and p.name in factories)
         and f"`{p.name}`" not in listed.get(p.where.rsplit(".", 1)[0], "")
     ]

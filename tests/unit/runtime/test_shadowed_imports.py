@@ -19,16 +19,22 @@ def test_a_local_package_shadowing_a_loaded_one_is_named(tmp_path: Path) -> None
     (tmp_path / "yaml" / "__init__.py").write_text("")
     installed = tmp_path / "site" / "yaml" / "__init__.py"
     why = shadowed_imports(str(tmp_path / "train.py"), {"yaml": _module(installed), "yaml.x": None})
-    assert why.startswith("train.py would import its own yaml (") and why.endswith(f"the fork server has {installed}")
+    assert why.startswith("train.py would import its own yaml (") and why.endswith(
+        f"the fork server has {installed}"
+    )
 
 
 def test_a_local_module_file_shadows_too(tmp_path: Path) -> None:
     (tmp_path / "helpers.py").write_text("")
-    why = shadowed_imports(str(tmp_path / "train.py"), {"helpers": _module(tmp_path / "x" / "helpers.py")})
+    why = shadowed_imports(
+        str(tmp_path / "train.py"), {"helpers": _module(tmp_path / "x" / "helpers.py")}
+    )
     assert "its own helpers" in why
 
 
-def test_the_local_module_itself_a_namespace_folder_or_nothing_local_is_fine(tmp_path: Path) -> None:
+def test_the_local_module_itself_a_namespace_folder_or_nothing_local_is_fine(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "__init__.py").write_text("")
     (tmp_path / "data").mkdir()  # no __init__.py: a namespace portion, an installed data wins

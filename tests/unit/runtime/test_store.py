@@ -23,11 +23,15 @@ def sockets(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
     monkeypatch.setattr(store, "listen_socket", listen)
     names = {"localhost": "127.0.0.1", "node0": "10.0.0.1"}
-    monkeypatch.setattr(store, "socket", SimpleNamespace(gethostbyname=lambda host: names.get(host, host)))
+    monkeypatch.setattr(
+        store, "socket", SimpleNamespace(gethostbyname=lambda host: names.get(host, host))
+    )
     return opened
 
 
-def test_the_chosen_bind_address_wins(sockets: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_chosen_bind_address_wins(
+    sockets: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert store.store_listen_fd("node0", 29500, "10.0.0.2") == 99
     assert sockets == [("10.0.0.2", 29500)]
 
@@ -47,5 +51,8 @@ def test_an_address_that_cannot_be_bound_is_an_error(monkeypatch: pytest.MonkeyP
         raise OSError(99, "Cannot assign requested address")
 
     monkeypatch.setattr(store, "listen_socket", refuse)
-    with pytest.raises(DistrainError, match="rank 0's store cannot listen on 10.9.9.9:29500: Cannot assign requested address"):
+    with pytest.raises(
+        DistrainError,
+        match="rank 0's store cannot listen on 10.9.9.9:29500: Cannot assign requested address",
+    ):
         store.store_listen_fd("node0", 29500, "10.9.9.9")

@@ -32,7 +32,9 @@ def test_distrain_num_threads_beats_omp(monkeypatch: pytest.MonkeyPatch) -> None
     assert choose_threads(4, Settings.read().threads) == 1
 
 
-def test_omp_num_threads_1_is_torchruns_default_not_a_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_omp_num_threads_1_is_torchruns_default_not_a_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert choose_threads(2) == 8
     monkeypatch.setenv("OMP_NUM_THREADS", "3")

@@ -6,7 +6,10 @@ from distrain.runtime.title import MAX_TITLE, worker_title
 
 
 def test_title_names_rank_world_and_the_script_command() -> None:
-    assert worker_title(1, 2, ["/home/u/train.py", "--epochs", "30"]) == "distrain rank 1/2 · train.py --epochs 30"
+    assert (
+        worker_title(1, 2, ["/home/u/train.py", "--epochs", "30"])
+        == "distrain rank 1/2 · train.py --epochs 30"
+    )
 
 
 def test_title_quotes_arguments_and_handles_no_argv() -> None:

@@ -23,7 +23,9 @@ def test_each_step_gives_each_rank_batch_size_distinct_samples() -> None:
         assert all(len(steps[step]) == 4 for steps in per_rank)
         assert len(set(batch)) == 12
     everything = [i for steps in per_rank for b in steps for i in b]
-    assert len(everything) == len(set(everything)) == 96  # the 7 left over are dropped, none repeated
+    assert (
+        len(everything) == len(set(everything)) == 96
+    )  # the 7 left over are dropped, none repeated
 
 
 @pytest.mark.parametrize("shuffle", [True, False])
@@ -31,7 +33,10 @@ def test_global_batches_are_the_same_on_any_world_size(shuffle: bool) -> None:
     """Step k's union over ranks is one global batch, whether 1×12, 2×6, 3×4 or 4×3 samples."""
 
     def global_batches(batch_size: int, world: int) -> list[list[int]]:
-        ranks = [_steps(GlobalBatchSampler(50, batch_size, r, world, shuffle=shuffle, seed=7)) for r in range(world)]
+        ranks = [
+            _steps(GlobalBatchSampler(50, batch_size, r, world, shuffle=shuffle, seed=7))
+            for r in range(world)
+        ]
         return [[i for r in range(world) for i in ranks[r][k]] for k in range(len(ranks[0]))]
 
     reference = global_batches(12, 1)
@@ -41,7 +46,10 @@ def test_global_batches_are_the_same_on_any_world_size(shuffle: bool) -> None:
 
 
 def test_without_shuffle_the_order_is_the_dataset_order() -> None:
-    assert _steps(GlobalBatchSampler(10, 2, rank=1, world_size=2, shuffle=False)) == [[2, 3], [6, 7]]
+    assert _steps(GlobalBatchSampler(10, 2, rank=1, world_size=2, shuffle=False)) == [
+        [2, 3],
+        [6, 7],
+    ]
 
 
 def test_rank_takes_the_rth_contiguous_slice_of_each_global_batch() -> None:
@@ -65,7 +73,9 @@ def test_epochs_reshuffle_deterministically_by_seed_plus_epoch() -> None:
 
 def test_the_short_last_global_batch_is_dropped() -> None:
     """10 samples, global batch 4 over 2 ranks: two steps, samples 8 and 9 never drawn."""
-    steps = [_steps(GlobalBatchSampler(10, 2, rank=r, world_size=2, shuffle=False)) for r in range(2)]
+    steps = [
+        _steps(GlobalBatchSampler(10, 2, rank=r, world_size=2, shuffle=False)) for r in range(2)
+    ]
     assert [len(s) for s in steps] == [2, 2]
     assert sorted(i for s in steps for b in s for i in b) == list(range(8))
 
@@ -110,7 +120,9 @@ def test_refused_configurations(kwargs: dict[str, int], message: str) -> None:
 @pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 7), (3, 5), (100, 8), (1, 1)])
 def test_eval_shards_cover_every_sample_exactly_once(n: int, world: int) -> None:
     shards = [list(ShardedEvalSampler(n, r, world)) for r in range(world)]
-    assert [i for shard in shards for i in shard] == list(range(n))  # contiguous, in order, no padding
+    assert [i for shard in shards for i in shard] == list(
+        range(n)
+    )  # contiguous, in order, no padding
     sizes = [len(ShardedEvalSampler(n, r, world)) for r in range(world)]
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == n
 

@@ -22,7 +22,14 @@ Hook = Callable[[type[BaseException], BaseException, TracebackType | None], None
 
 
 @pytest.mark.parametrize(
-    "text", ["[gloo] Connection reset by peer", "Broken pipe", "Connection closed by peer", "Socket Timeout", "Connection refused"]
+    "text",
+    [
+        "[gloo] Connection reset by peer",
+        "Broken pipe",
+        "Connection closed by peer",
+        "Socket Timeout",
+        "Connection refused",
+    ],
 )
 def test_runtime_errors_about_lost_peers(text: str) -> None:
     assert is_peer_failure(RuntimeError(text)) is True
@@ -30,7 +37,9 @@ def test_runtime_errors_about_lost_peers(text: str) -> None:
 
 def test_other_errors_are_the_scripts_own() -> None:
     assert is_peer_failure(RuntimeError("CUDA out of memory")) is False
-    assert is_peer_failure(ValueError("Connection reset by peer")) is False  # only RuntimeErrors count
+    assert (
+        is_peer_failure(ValueError("Connection reset by peer")) is False
+    )  # only RuntimeErrors count
     # RuntimeErrors only since they are DistrainErrors: still never a peer's failure
     assert is_peer_failure(UsageError("Connection refused")) is False
     assert is_peer_failure(NoJobError("Connection refused")) is False
@@ -65,11 +74,18 @@ def test_a_distrain_error_is_one_line(hook: Hook, capfd: pytest.CaptureFixture[s
     assert capfd.readouterr().err == "distrain: error: fp16 needs a GPU\n"
 
 
-@pytest.mark.parametrize("err", [UsageError("bad option"), ClusterError("RANK is not set"), NoJobError("no job")])
-def test_its_other_kinds_keep_their_traceback(hook: Hook, capfd: pytest.CaptureFixture[str], err: DistrainError) -> None:
+@pytest.mark.parametrize(
+    "err", [UsageError("bad option"), ClusterError("RANK is not set"), NoJobError("no job")]
+)
+def test_its_other_kinds_keep_their_traceback(
+    hook: Hook, capfd: pytest.CaptureFixture[str], err: DistrainError
+) -> None:
     _uncaught(hook, err)
     out = capfd.readouterr().err
-    assert out.startswith("[rank0]: Traceback (most recent call last):") and "distrain: error:" not in out
+    assert (
+        out.startswith("[rank0]: Traceback (most recent call last):")
+        and "distrain: error:" not in out
+    )
     assert out.rstrip().endswith(f"{type(err).__name__}: {err}")
 
 
@@ -110,8 +126,10 @@ def test_an_endpoint_is_split_as_torch_does(endpoint: str, expected: tuple[str, 
 def test_cause_line_of_a_self_started_childs_failure_is_the_childs() -> None:
     from torch.multiprocessing.spawn import ProcessRaisedException
 
-    msg = "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n" \
-          '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
+    msg = (
+        "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
+    )
     assert failure.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"
     assert failure.cause_line(KeyError("lr")) == "KeyError: 'lr'"
 

@@ -32,7 +32,9 @@ def _unstarted() -> Replicas:
         ("ddp", {"activation_checkpointing": True}, "activation_checkpointing=True"),
     ],
 )
-def test_an_option_the_replica_path_would_not_apply_is_refused(strategy: object, options: dict, said: str) -> None:
+def test_an_option_the_replica_path_would_not_apply_is_refused(
+    strategy: object, options: dict, said: str
+) -> None:
     spec = resolve(strategy, **options)  # type: ignore[arg-type]
     with pytest.raises(DistrainError, match="--replicas") as err:
         _unstarted().prepare_model(nn.Linear(2, 2), torch.device("cpu"), spec)
@@ -61,13 +63,18 @@ def test_first_quorum_waits_until_every_group_reached_its_own(tmp_path, monkeypa
     assert os.path.exists(ft_start_file(folder, 0))  # group 0 left its own mark
 
 
-def test_first_quorum_goes_on_without_a_group_that_never_arrives(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_first_quorum_goes_on_without_a_group_that_never_arrives(
+    tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
     clock = iter(range(0, 10**6, 30))  # each look at the clock: 30 s later
     monkeypatch.setattr(replica_sync.time, "monotonic", lambda: float(next(clock)))
     monkeypatch.setattr(replica_sync.time, "sleep", lambda _s: None)
     start_together(_group(1, 3), str(tmp_path))
     said = capsys.readouterr().err
-    assert "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s (DISTRAIN_FT_START_WAIT)" in said
+    assert (
+        "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s (DISTRAIN_FT_START_WAIT)"
+        in said
+    )
 
 
 def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +84,9 @@ def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> No
 
     from distrain.train.data import DistributedLoader, GlobalBatchSampler
 
-    loader = DistributedLoader(TensorDataset(torch.arange(40.0)), GlobalBatchSampler(40, 4, 0, 1, seed=0))
+    loader = DistributedLoader(
+        TensorDataset(torch.arange(40.0)), GlobalBatchSampler(40, 4, 0, 1, seed=0)
+    )
     r = _group(0, 2)
     r.objects, r._positions, r.in_step = {"loader": loader}, {}, False
     batches = iter(loader)
@@ -89,7 +98,9 @@ def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> No
     assert r._state()["objects"]["loader"]["step_in_epoch"] == 1  # the peer trains on batch 1 next
 
 
-def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_bound(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
     from types import SimpleNamespace
 
     from distrain.train.replica_sync import quorum_failed

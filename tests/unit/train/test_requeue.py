@@ -22,7 +22,9 @@ def test_sigusr1_always_requeues() -> None:
      ({"PreemptTime": "None", "JobState": "CANCELLED"}, None),
      ({"PreemptTime": "Unknown"}, None), ({}, None)],
 )  # fmt: skip
-def test_sigterm_requeues_only_on_preemption_or_time_limit(fields: dict[str, str], why: str | None) -> None:
+def test_sigterm_requeues_only_on_preemption_or_time_limit(
+    fields: dict[str, str], why: str | None
+) -> None:
     assert _why_stopped(signal.SIGTERM, fields) == why
 
 
@@ -39,7 +41,10 @@ def test_without_scontrol_the_line_says_resubmit(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setattr(requeue.shutil, "which", lambda name: None)
     assert requeue_after_stop(signal.SIGINT) is None
-    assert requeue_after_stop(signal.SIGUSR1) == "distrain: SLURM job 77 not requeued: no scontrol on this node; resubmit it to resume"
+    assert (
+        requeue_after_stop(signal.SIGUSR1)
+        == "distrain: SLURM job 77 not requeued: no scontrol on this node; resubmit it to resume"
+    )
 
 
 def test_a_non_requeueable_job_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

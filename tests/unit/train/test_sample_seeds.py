@@ -24,11 +24,15 @@ class Augmented(Dataset):
         return 24
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.tensor([float(i), torch.rand(()).item(), random.random(), float(np.random.rand())])
+        return torch.tensor(
+            [float(i), torch.rand(()).item(), random.random(), float(np.random.rand())]
+        )
 
 
 def loader(rank: int = 0, world: int = 1, batch: int = 4, **kwargs: object) -> DistributedLoader:
-    return DistributedLoader(Augmented(), GlobalBatchSampler(24, batch, rank=rank, world_size=world, seed=3), **kwargs)  # type: ignore[arg-type]
+    return DistributedLoader(
+        Augmented(), GlobalBatchSampler(24, batch, rank=rank, world_size=world, seed=3), **kwargs
+    )  # type: ignore[arg-type]
 
 
 def epochs(ld: DistributedLoader, n: int = 2) -> torch.Tensor:
@@ -38,12 +42,21 @@ def epochs(ld: DistributedLoader, n: int = 2) -> torch.Tensor:
 def by_index(rows: torch.Tensor) -> dict[tuple[int, int], list[float]]:
     """(epoch, sample index) -> that sample's draws, for rows of two epochs in order."""
     half = len(rows) // 2
-    return {(e, int(r[0])): r[1:].tolist() for e, part in enumerate((rows[:half], rows[half:])) for r in part}
+    return {
+        (e, int(r[0])): r[1:].tolist()
+        for e, part in enumerate((rows[:half], rows[half:]))
+        for r in part
+    }
 
 
 def test_seed_is_a_function_of_seed_epoch_and_index_only() -> None:
     assert sample_seed(3, 1, 7) == sample_seed(3, 1, 7)
-    assert len({sample_seed(3, 1, 7), sample_seed(3, 2, 7), sample_seed(3, 1, 8), sample_seed(4, 1, 7)}) == 4
+    assert (
+        len(
+            {sample_seed(3, 1, 7), sample_seed(3, 2, 7), sample_seed(3, 1, 8), sample_seed(4, 1, 7)}
+        )
+        == 4
+    )
     assert 0 <= sample_seed(0, 0, 0) < 2**64
 
 
@@ -55,7 +68,10 @@ def test_same_draws_with_0_and_2_workers_and_persistent_workers() -> None:
 
 def test_same_draws_for_a_sample_on_another_world_size() -> None:
     one = by_index(epochs(loader(batch=4)))
-    two = {**by_index(epochs(loader(rank=0, world=2, batch=2))), **by_index(epochs(loader(rank=1, world=2, batch=2)))}
+    two = {
+        **by_index(epochs(loader(rank=0, world=2, batch=2))),
+        **by_index(epochs(loader(rank=1, world=2, batch=2))),
+    }
     assert two == one
 
 
@@ -73,26 +89,38 @@ def test_main_process_reading_leaves_the_training_rng_alone() -> None:
     random.seed(0)
     np.random.seed(0)
     list(loader())
-    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1] and np.random.rand() == expected[2]
+    assert (
+        torch.equal(torch.rand(3), expected[0])
+        and random.random() == expected[1]
+        and np.random.rand() == expected[2]
+    )
 
 
 def test_a_resumed_iterator_draws_what_the_uninterrupted_one_did() -> None:
     full = list(loader(num_workers=2))
     ld = loader(num_workers=2)
-    ld.load_state_dict({"epoch": 0, "step_in_epoch": 3, "global_batch_size": 4, "seed": 3, "seed_samples": True})
+    ld.load_state_dict(
+        {"epoch": 0, "step_in_epoch": 3, "global_batch_size": 4, "seed": 3, "seed_samples": True}
+    )
     assert all(torch.equal(a, b) for a, b in zip(list(ld), full[3:], strict=True))
 
 
 def test_without_seeding_workers_draw_differently_than_the_main_process() -> None:
     """The bug this module fixes, shown with seeding off: 0 and 2 workers disagree."""
-    assert not torch.equal(epochs(loader(seed_samples=False)), epochs(loader(seed_samples=False, num_workers=2)))
+    assert not torch.equal(
+        epochs(loader(seed_samples=False)), epochs(loader(seed_samples=False, num_workers=2))
+    )
 
 
 def test_tensor_dataset_is_not_wrapped_and_attributes_reach_the_users_dataset() -> None:
     plain = DistributedLoader(TensorDataset(torch.arange(8.0)), GlobalBatchSampler(8, 2))
     assert not plain.seeds_samples and isinstance(plain.dataset, TensorDataset)
     wrapped = loader()
-    assert isinstance(wrapped.dataset, SeededSamples) and wrapped.dataset.classes == ["a", "b"] and len(wrapped.dataset) == 24
+    assert (
+        isinstance(wrapped.dataset, SeededSamples)
+        and wrapped.dataset.classes == ["a", "b"]
+        and len(wrapped.dataset) == 24
+    )
 
 
 def test_batched_getitems_datasets_are_seeded_per_batch() -> None:
@@ -101,7 +129,9 @@ def test_batched_getitems_datasets_are_seeded_per_batch() -> None:
             return [torch.tensor([float(i), torch.rand(()).item()]) for i in indices]
 
     ds = SeededSamples(Batched(), seed=1)
-    assert [t.tolist() for t in ds.__getitems__([(0, 2), (0, 5)])] == [t.tolist() for t in ds.__getitems__([(0, 2), (0, 5)])]
+    assert [t.tolist() for t in ds.__getitems__([(0, 2), (0, 5)])] == [
+        t.tolist() for t in ds.__getitems__([(0, 2), (0, 5)])
+    ]
 
 
 def test_keys_carry_the_sampler_epoch() -> None:
@@ -111,13 +141,27 @@ def test_keys_carry_the_sampler_epoch() -> None:
     assert len(batches) == 4 and all(e == 4 for b in batches for e, _ in b)
 
 
-@pytest.mark.parametrize(("saved", "line"), [
-    ({"seed": 9}, "seed 9 → 3"),
-    ({"seed_samples": False}, "per-sample seeding off → on"),
-])
-def test_resume_with_another_seed_or_seeding_is_said_in_one_line(saved: dict, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("saved", "line"),
+    [
+        ({"seed": 9}, "seed 9 → 3"),
+        ({"seed_samples": False}, "per-sample seeding off → on"),
+    ],
+)
+def test_resume_with_another_seed_or_seeding_is_said_in_one_line(
+    saved: dict, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ld = loader()
-    ld.load_state_dict({"epoch": 1, "step_in_epoch": 2, "global_batch_size": 4, "seed": 3, "seed_samples": True, **saved})
+    ld.load_state_dict(
+        {
+            "epoch": 1,
+            "step_in_epoch": 2,
+            "global_batch_size": 4,
+            "seed": 3,
+            "seed_samples": True,
+            **saved,
+        }
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "distrain: loader: resumed with" in err and line in err
     ld.load_state_dict(ld.state_dict())

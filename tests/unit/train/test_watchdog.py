@@ -11,22 +11,35 @@ from distrain.train.watchdog import diagnose, nccl_debug_defaults
 
 
 def test_nccl_debug_defaults_keep_user_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+    for name in (
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     nccl_debug_defaults("/logs")
     assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == os.path.join("/logs", "nccl_trace_rank_")
+    assert os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == os.path.join(
+        "/logs", "nccl_trace_rank_"
+    )
 
 
 def test_diagnose_names_silent_and_missing_ranks_first() -> None:
     beats = {0: {"step": 5, "in_torch": True}, 1: {"step": 5, "in_torch": True}}
-    assert diagnose(beats, silent={1}, world_size=3) == ([1, 2], "stopped answering (process frozen or gone)")
+    assert diagnose(beats, silent={1}, world_size=3) == (
+        [1, 2],
+        "stopped answering (process frozen or gone)",
+    )
 
 
 def test_diagnose_names_the_rank_behind_outside_torch() -> None:
-    beats = {0: {"step": 9, "in_torch": True}, 1: {"step": 8, "in_torch": False}, 2: {"step": 9, "in_torch": True}}
+    beats = {
+        0: {"step": 9, "in_torch": True},
+        1: {"step": 8, "in_torch": False},
+        2: {"step": 9, "in_torch": True},
+    }
     assert diagnose(beats, set(), 3) == ([1], "is not in a collective while the others wait for it")
 
 

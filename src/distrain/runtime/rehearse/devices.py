@@ -111,13 +111,19 @@ def _pin_memory(self: Any, device: Any = None) -> Any:
 
 def _tensor_type(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-        if isinstance(dtype, str) and dtype.startswith("torch.cuda."):  # x.type("torch.cuda.HalfTensor")
+    def type(
+        self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kwargs: Any
+    ) -> Any:
+        if isinstance(dtype, str) and dtype.startswith(
+            "torch.cuda."
+        ):  # x.type("torch.cuda.HalfTensor")
             MAPPED[".type(torch.cuda.*Tensor)"] += 1
             dtype = "torch." + dtype[len("torch.cuda.") :]
         elif dtype is not None and not isinstance(dtype, str) and dtype.__module__ == "torch.cuda":
             dtype = getattr(torch, dtype.__name__)  # a torch.cuda.FloatTensor saved before install
-        return original(self, dtype, non_blocking, **kwargs) if dtype is not None else original(self)
+        return (
+            original(self, dtype, non_blocking, **kwargs) if dtype is not None else original(self)
+        )
 
     return type
 
@@ -150,8 +156,20 @@ def install() -> None:
     """Wrap the factory functions and the tensor methods that take a device."""
     for name in factory_names():
         replace(torch, name, _with_cpu_device(getattr(torch, name), "device=cuda"), forwards=True)
-    for name in ("new_empty", "new_empty_strided", "new_full", "new_ones", "new_zeros", "new_tensor"):
-        replace(torch.Tensor, name, _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"), forwards=True)
+    for name in (
+        "new_empty",
+        "new_empty_strided",
+        "new_full",
+        "new_ones",
+        "new_zeros",
+        "new_tensor",
+    ):
+        replace(
+            torch.Tensor,
+            name,
+            _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"),
+            forwards=True,
+        )
     wrap(torch.Tensor, "to", _tensor_to)
     wrap(torch.Tensor, "type", _tensor_type)
     replace(torch, "Generator", _Generator)

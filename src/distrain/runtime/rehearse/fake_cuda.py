@@ -48,7 +48,9 @@ def _index(device: Any = None) -> int:
         index = int(device)
     index = _State.current if index is None or index < 0 else index
     if index >= _State.count:
-        raise torch.AcceleratorError(f"CUDA error: invalid device ordinal (device {index}; {_State.count} stand-in devices)")
+        raise torch.AcceleratorError(
+            f"CUDA error: invalid device ordinal (device {index}; {_State.count} stand-in devices)"
+        )
     return index
 
 
@@ -125,9 +127,18 @@ def get_device_properties(device: Any = None) -> SimpleNamespace:
     """name, total_memory (the host's), major/minor, multi_processor_count (the usable cores)."""
     index = _index(device)
     return SimpleNamespace(
-        name=NAME, total_memory=mem_get_info()[1], major=8, minor=0, multi_processor_count=os.cpu_count() or 1,
-        is_integrated=False, is_multi_gpu_board=False, uuid=f"distrain-cpu-{index}", L2_cache_size=0,
-        warp_size=32, gcnArchName="", index=index,
+        name=NAME,
+        total_memory=mem_get_info()[1],
+        major=8,
+        minor=0,
+        multi_processor_count=os.cpu_count() or 1,
+        is_integrated=False,
+        is_multi_gpu_board=False,
+        uuid=f"distrain-cpu-{index}",
+        L2_cache_size=0,
+        warp_size=32,
+        gcnArchName="",
+        index=index,
     )
 
 
@@ -205,7 +216,13 @@ class Stream:
 class Event:
     """An event that records wall time, so elapsed_time() measures the CPU's work."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False) -> None:
+    def __init__(
+        self,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
+        external: bool = False,
+    ) -> None:
         self.time: float | None = None
 
     def record(self, stream: Any = None) -> None:  # noqa: D102
@@ -280,32 +297,89 @@ def set_rng_state_all(states: list[torch.Tensor]) -> None:
 
 
 _REPLACEMENTS: dict[str, Any] = {
-    "is_available": is_available, "device_count": device_count, "set_device": set_device,
-    "current_device": current_device, "synchronize": synchronize, "device": device, "device_of": device_of,
-    "Stream": Stream, "Event": Event, "current_stream": current_stream, "default_stream": current_stream,
-    "stream": stream, "set_stream": _nothing, "get_device_name": get_device_name,
-    "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
-    "mem_get_info": mem_get_info, "is_current_stream_capturing": _false, "is_initialized": is_available, "init": _nothing, "empty_cache": _nothing,
-    "ipc_collect": _nothing, "is_bf16_supported": is_available, "is_tf32_supported": is_available,
-    "set_per_process_memory_fraction": _nothing, "set_sync_debug_mode": _nothing, "get_sync_debug_mode": _zero,
-    "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,
-    "max_memory_reserved": _zero, "memory_cached": _zero, "max_memory_cached": _zero, "device_memory_used": _zero,
-    "reset_peak_memory_stats": _nothing, "reset_max_memory_allocated": _nothing,
-    "reset_max_memory_cached": _nothing, "reset_accumulated_memory_stats": _nothing, "memory_stats": _stats,
-    "memory_stats_as_nested_dict": _stats, "memory_snapshot": _snapshot, "memory_summary": _summary,
-    "manual_seed": manual_seed, "manual_seed_all": manual_seed_all, "seed": _nothing, "seed_all": _nothing,
-    "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
-    "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
+    "is_available": is_available,
+    "device_count": device_count,
+    "set_device": set_device,
+    "current_device": current_device,
+    "synchronize": synchronize,
+    "device": device,
+    "device_of": device_of,
+    "Stream": Stream,
+    "Event": Event,
+    "current_stream": current_stream,
+    "default_stream": current_stream,
+    "stream": stream,
+    "set_stream": _nothing,
+    "get_device_name": get_device_name,
+    "get_device_capability": get_device_capability,
+    "get_device_properties": get_device_properties,
+    "mem_get_info": mem_get_info,
+    "is_current_stream_capturing": _false,
+    "is_initialized": is_available,
+    "init": _nothing,
+    "empty_cache": _nothing,
+    "ipc_collect": _nothing,
+    "is_bf16_supported": is_available,
+    "is_tf32_supported": is_available,
+    "set_per_process_memory_fraction": _nothing,
+    "set_sync_debug_mode": _nothing,
+    "get_sync_debug_mode": _zero,
+    "memory_allocated": _zero,
+    "max_memory_allocated": _zero,
+    "memory_reserved": _zero,
+    "max_memory_reserved": _zero,
+    "memory_cached": _zero,
+    "max_memory_cached": _zero,
+    "device_memory_used": _zero,
+    "reset_peak_memory_stats": _nothing,
+    "reset_max_memory_allocated": _nothing,
+    "reset_max_memory_cached": _nothing,
+    "reset_accumulated_memory_stats": _nothing,
+    "memory_stats": _stats,
+    "memory_stats_as_nested_dict": _stats,
+    "memory_snapshot": _snapshot,
+    "memory_summary": _summary,
+    "manual_seed": manual_seed,
+    "manual_seed_all": manual_seed_all,
+    "seed": _nothing,
+    "seed_all": _nothing,
+    "initial_seed": initial_seed,
+    "get_rng_state": get_rng_state,
+    "set_rng_state": set_rng_state,
+    "get_rng_state_all": get_rng_state_all,
+    "set_rng_state_all": set_rng_state_all,
 }
 #: torch.cuda.<kind>Tensor legacy types, which become the CPU's torch.<kind>Tensor
-_LEGACY_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+_LEGACY_TYPES = (
+    "Float",
+    "Double",
+    "Half",
+    "BFloat16",
+    "Long",
+    "Int",
+    "Short",
+    "Char",
+    "Byte",
+    "Bool",
+)
 #: torch.cuda functions a rehearsal cannot stand in for: name → what it is
 _REFUSED = {
-    "CUDAGraph": "CUDA graphs", "graph": "CUDA graphs", "make_graphed_callables": "CUDA graphs",
-    "graph_pool_handle": "CUDA graphs", "utilization": "NVML", "temperature": "NVML", "power_draw": "NVML",
-    "clock_rate": "NVML", "memory_usage": "NVML", "list_gpu_processes": "NVML", "ExternalStream": "an external CUDA stream",
-    "CUDAPluggableAllocator": "a custom CUDA allocator", "change_current_allocator": "a custom CUDA allocator",
-    "MemPool": "a CUDA memory pool", "use_mem_pool": "a CUDA memory pool", "caching_allocator_alloc": "raw CUDA memory",
+    "CUDAGraph": "CUDA graphs",
+    "graph": "CUDA graphs",
+    "make_graphed_callables": "CUDA graphs",
+    "graph_pool_handle": "CUDA graphs",
+    "utilization": "NVML",
+    "temperature": "NVML",
+    "power_draw": "NVML",
+    "clock_rate": "NVML",
+    "memory_usage": "NVML",
+    "list_gpu_processes": "NVML",
+    "ExternalStream": "an external CUDA stream",
+    "CUDAPluggableAllocator": "a custom CUDA allocator",
+    "change_current_allocator": "a custom CUDA allocator",
+    "MemPool": "a CUDA memory pool",
+    "use_mem_pool": "a CUDA memory pool",
+    "caching_allocator_alloc": "raw CUDA memory",
     "current_blas_handle": "a cuBLAS handle",
 }
 
@@ -331,18 +405,35 @@ def _refusing(name: str, what: str, original: Any) -> Any:
     except (TypeError, ValueError):
         pass
     init = _like(__init__, __init__)
-    return type(name, (), {"__init__": init, "__module__": original.__module__, "__doc__": f"refused: {what}"})
+    return type(
+        name,
+        (),
+        {"__init__": init, "__module__": original.__module__, "__doc__": f"refused: {what}"},
+    )
 
 
 def _accelerator() -> None:
     acc = torch.accelerator
     stand_ins: dict[str, Callable[..., Any]] = {
-        "is_available": is_available, "device_count": device_count, "current_accelerator": current_accelerator,
-        "current_device_index": current_device, "current_device_idx": current_device, "set_device_index": set_device,
-        "set_device_idx": set_device, "synchronize": synchronize, "empty_cache": _nothing, "current_stream": current_stream,
-        "set_stream": _nothing, "memory_allocated": _zero, "max_memory_allocated": _zero, "memory_reserved": _zero,
-        "max_memory_reserved": _zero, "memory_stats": _stats, "reset_peak_memory_stats": _nothing,
-        "reset_accumulated_memory_stats": _nothing, "get_memory_info": mem_get_info,
+        "is_available": is_available,
+        "device_count": device_count,
+        "current_accelerator": current_accelerator,
+        "current_device_index": current_device,
+        "current_device_idx": current_device,
+        "set_device_index": set_device,
+        "set_device_idx": set_device,
+        "synchronize": synchronize,
+        "empty_cache": _nothing,
+        "current_stream": current_stream,
+        "set_stream": _nothing,
+        "memory_allocated": _zero,
+        "max_memory_allocated": _zero,
+        "memory_reserved": _zero,
+        "max_memory_reserved": _zero,
+        "memory_stats": _stats,
+        "reset_peak_memory_stats": _nothing,
+        "reset_accumulated_memory_stats": _nothing,
+        "get_memory_info": mem_get_info,
         "get_device_capability": accelerator_capability,
     }
     for name, fn in stand_ins.items():
@@ -369,7 +460,9 @@ def install(count: int) -> None:
     for name, what in _REFUSED.items():
         if hasattr(cuda, name):
             replace(cuda, name, _refusing(name, what, getattr(cuda, name)))
-    for kind in _LEGACY_TYPES:  # torch.cuda.FloatTensor(3), x.type(torch.cuda.HalfTensor), isinstance(x, ...)
+    for kind in (
+        _LEGACY_TYPES
+    ):  # torch.cuda.FloatTensor(3), x.type(torch.cuda.HalfTensor), isinstance(x, ...)
         replace(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"))
     for name in ("CUDAGraph", "graph", "make_graphed_callables"):
         replace(cuda.graphs, name, _refusing(name, "CUDA graphs", getattr(cuda.graphs, name)))

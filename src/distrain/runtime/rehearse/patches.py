@@ -80,7 +80,9 @@ def _parallel() -> None:
         return __init__
 
     def dp(original: Any) -> Any:
-        def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> None:
+        def __init__(
+            self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0
+        ) -> None:
             MAPPED["DataParallel → the module itself"] += 1
             torch.nn.Module.__init__(self)
             self.module, self.device_ids, self.dim = module, [], dim
@@ -115,7 +117,13 @@ def _amp() -> None:
     from torch.amp import autocast_mode, grad_scaler
 
     def autocast(original: Any) -> Any:
-        def __init__(self: Any, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None) -> None:
+        def __init__(
+            self: Any,
+            device_type: str,
+            dtype: Any = None,
+            enabled: bool = True,
+            cache_enabled: Any = None,
+        ) -> None:
             if device_type == "cuda":
                 MAPPED["autocast(cuda) → autocast(cpu)"] += 1
                 device_type, dtype = "cpu", dtype or torch.float16
@@ -127,13 +135,20 @@ def _amp() -> None:
 
     def scaler(original: Any) -> Any:
         def __init__(
-            self: Any, device: str = "cuda", init_scale: float = 2.0**16, growth_factor: float = 2.0,
-            backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True,
+            self: Any,
+            device: str = "cuda",
+            init_scale: float = 2.0**16,
+            growth_factor: float = 2.0,
+            backoff_factor: float = 0.5,
+            growth_interval: int = 2000,
+            enabled: bool = True,
         ) -> None:
             if device == "cuda":
                 MAPPED["GradScaler(cuda) → GradScaler(cpu)"] += 1
                 device = "cpu"
-            original(self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+            original(
+                self, device, init_scale, growth_factor, backoff_factor, growth_interval, enabled
+            )
 
         return __init__
 
@@ -168,7 +183,10 @@ def cpu_flags() -> set[str]:
     """The CPU's feature flags (/proc/cpuinfo; empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+            return next(
+                (set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")),
+                set(),
+            )
     except OSError:
         return set()
 
@@ -182,14 +200,21 @@ def fp16_cost_line(flags: set[str]) -> str:
     native = sorted(flags & {"avx512_fp16", "amx_fp16"})
     how = f"natively ({', '.join(native)})" if native else "in emulation (no avx512_fp16/amx_fp16)"
     cost = "" if native else ": expect ~10-20x the fp32 step time"
-    return f"autocast(cuda, float16) runs as CPU autocast float16, which this CPU computes {how}{cost}"
+    return (
+        f"autocast(cuda, float16) runs as CPU autocast float16, which this CPU computes {how}{cost}"
+    )
 
 
 def _load() -> None:
     def load(original: Any) -> Any:
         def torch_load(
-            f: Any, map_location: Any = None, pickle_module: Any = None, *, weights_only: Any = None,
-            mmap: Any = None, **pickle_load_args: Any,
+            f: Any,
+            map_location: Any = None,
+            pickle_module: Any = None,
+            *,
+            weights_only: Any = None,
+            mmap: Any = None,
+            **pickle_load_args: Any,
         ) -> Any:
             if isinstance(map_location, dict):
                 map_location = {k: "cpu" if is_cuda(v) else v for k, v in map_location.items()}
@@ -199,7 +224,12 @@ def _load() -> None:
                     MAPPED["torch.load(map_location=cuda)"] += 1
                 map_location = CPU
             return original(
-                f, map_location, pickle_module, weights_only=weights_only, mmap=mmap, **pickle_load_args
+                f,
+                map_location,
+                pickle_module,
+                weights_only=weights_only,
+                mmap=mmap,
+                **pickle_load_args,
             )
 
         return torch_load

@@ -41,9 +41,13 @@ def user_frame() -> str:
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         code_file = frame.f_code.co_filename
-        if not (path.startswith(_NOT_USER) or code_file.startswith("<") or _NOT_USER_PACKAGES.intersection(path.split(os.sep))):
+        if not (
+            path.startswith(_NOT_USER)
+            or code_file.startswith("<")
+            or _NOT_USER_PACKAGES.intersection(path.split(os.sep))
+        ):
             here = os.getcwd() + os.sep
-            return f"{path[len(here):] if path.startswith(here) else path}:{frame.f_lineno}"
+            return f"{path[len(here) :] if path.startswith(here) else path}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
 
@@ -82,7 +86,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, patches: dict[str, Callable[[ModuleType], None]]) -> None:
         self.patches = patches
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         patch = self.patches.get(name)
         if patch is None:
             return None
@@ -109,7 +115,9 @@ def _triton(module: ModuleType) -> None:
     jit = importlib.import_module("triton.runtime.jit")
 
     def launch(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        refuse(f"Triton kernel {getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}")
+        refuse(
+            f"Triton kernel {getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}"
+        )
 
     jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)
     jit.JITFunction.run = launch
@@ -129,7 +137,11 @@ def _cpp_extension(module: ModuleType) -> None:
         def call(*args: Any, **kwargs: Any) -> Any:
             sources = kwargs.get("sources", args[1] if len(args) > 1 else [])
             sources = [sources] if isinstance(sources, str) else list(sources or [])
-            if kwargs.get("cuda_sources") or kwargs.get("with_cuda") or any(str(s).endswith((".cu", ".cuh")) for s in sources):
+            if (
+                kwargs.get("cuda_sources")
+                or kwargs.get("with_cuda")
+                or any(str(s).endswith((".cu", ".cuh")) for s in sources)
+            ):
                 refuse(f"torch.utils.cpp_extension.{name}() of a CUDA extension")
             return original(*args, **kwargs)
 
@@ -146,7 +158,11 @@ def _cpp_extension(module: ModuleType) -> None:
 
 def install() -> None:
     """Patch triton, pynvml and torch.utils.cpp_extension now or when they are imported."""
-    patches: dict[str, Callable[[ModuleType], None]] = {"triton": _triton, "pynvml": _pynvml, "torch.utils.cpp_extension": _cpp_extension}
+    patches: dict[str, Callable[[ModuleType], None]] = {
+        "triton": _triton,
+        "pynvml": _pynvml,
+        "torch.utils.cpp_extension": _cpp_extension,
+    }
     for name in list(patches):
         if name in sys.modules:
             patches.pop(name)(sys.modules[name])

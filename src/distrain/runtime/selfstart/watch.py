@@ -114,7 +114,9 @@ class Watcher:
             try:
                 verdict = self.check(time.monotonic())
             except Exception as err:  # a watch is no reason to print a traceback in the job
-                _log.warning(f"distrain: stopped watching the script's children ({type(err).__name__}: {err})")
+                _log.warning(
+                    f"distrain: stopped watching the script's children ({type(err).__name__}: {err})"
+                )
                 return
             if verdict:
                 self._end(verdict)

@@ -124,11 +124,15 @@ class Checkpointer:
         self.preemption = Preemption(ctx, grace_s, handle_signals, stuck)
         self.topology = nodes.Topology.single()
         self._reg = Registered()
-        self._group: dist.ProcessGroup | None = None  # DCP's own group: safe from a background thread
+        self._group: dist.ProcessGroup | None = (
+            None  # DCP's own group: safe from a background thread
+        )
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
-        self._id = next(_instances)  # with a save counter: store keys unique to one save of one checkpointer
+        self._id = next(
+            _instances
+        )  # with a save counter: store keys unique to one save of one checkpointer
         self._saves = 0
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
@@ -205,19 +209,29 @@ class Checkpointer:
         if best is None:
             self._say_fresh()
             return Resumed()
-        holders = [r for r in range(self.ctx.world_size) if (v := views[self.topology.leaders[r]]) and v[0] == best]
+        holders = [
+            r
+            for r in range(self.ctx.world_size)
+            if (v := views[self.topology.leaders[r]]) and v[0] == best
+        ]
         resumed = self._load(mine[1], None) if mine is not None and mine[0] == best else None
         if len(holders) < self.ctx.world_size:
             src = holders[0]
-            payload = (self._reg.dcp_state(), self._shared_state(best)) if self.ctx.rank == src else None
+            payload = (
+                (self._reg.dcp_state(), self._shared_state(best)) if self.ctx.rank == src else None
+            )
             payload = self.ctx.broadcast_object(payload, src=src)
             if resumed is None:
                 assert payload is not None
                 state, shared = payload
                 self._reg.load_dcp_state(state)
                 self._load_plain(shared, f"rank {src}'s copy of step {best}")
-                _warn(f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state")
-                resumed = self._resumed(shared, f"{self.directory}/step_{best:08d} (from rank {src})")
+                _warn(
+                    f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state"
+                )
+                resumed = self._resumed(
+                    shared, f"{self.directory}/step_{best:08d} (from rank {src})"
+                )
         assert resumed is not None
         return resumed
 
@@ -245,9 +259,15 @@ class Checkpointer:
             shared = load_file(os.path.join(path, SHARED_FILE))
             if not isinstance(shared, dict) or shared.get("format") != FORMAT:
                 raise CheckpointError(f"{path}/{SHARED_FILE}: unknown checkpoint format")
-            missing = [n for n in self._reg.modules | self._reg.optimizers if n not in shared.get("dcp", [])]
+            missing = [
+                n
+                for n in self._reg.modules | self._reg.optimizers
+                if n not in shared.get("dcp", [])
+            ]
             if missing:
-                raise CheckpointError(f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})")
+                raise CheckpointError(
+                    f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})"
+                )
             if self._reg.modules:
                 state = self._reg.dcp_state()
                 dcp_io.load(state, path, group)
@@ -255,7 +275,9 @@ class Checkpointer:
                     self._reg.load_dcp_state(state)
                 except (RuntimeError, ValueError, KeyError) as err:
                     first = (str(err).strip().splitlines() or [""])[0][:300]
-                    raise CheckpointError(f"cannot resume the model/optimizer from {path}: {type(err).__name__}: {first}") from None
+                    raise CheckpointError(
+                        f"cannot resume the model/optimizer from {path}: {type(err).__name__}: {first}"
+                    ) from None
             self._load_plain(shared, path)
         name = rank_file(self.ctx.rank)
         if name in manifest["files"]:
@@ -263,17 +285,23 @@ class Checkpointer:
             set_rng_state(own["rng"])
             missing = self._reg.load_local_buffers(own["buffers"]) if "buffers" in own else []
             if missing and self.ctx.is_main:
-                _warn(f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
-                      "those buffers are rank 0's saved copy")
+                _warn(
+                    f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
+                    "those buffers are rank 0's saved copy"
+                )
         else:
-            _warn(f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state")
+            _warn(
+                f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state"
+            )
         return self._resumed(shared, path)
 
     def _load_plain(self, shared: dict[str, Any], where: str) -> None:
         states = shared.get("objects", {})
         missing = [name for name in self._reg.plain if name not in states]
         if missing:
-            raise CheckpointError(f"{where} has no state for {', '.join(missing)} (saved: {', '.join(states)})")
+            raise CheckpointError(
+                f"{where} has no state for {', '.join(missing)} (saved: {', '.join(states)})"
+            )
         for name, obj in self._reg.plain.items():
             try:
                 obj.load_state_dict(states[name])
@@ -283,7 +311,9 @@ class Checkpointer:
     def _resumed(self, shared: dict[str, Any], where: str) -> Resumed:
         step = int(shared["step"])
         self._last_saved = step
-        self.ctx.print(f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))")
+        self.ctx.print(
+            f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))"
+        )
         self.extra.update(shared.get("extra", {}))
         return Resumed(step=step, path=where, extra=dict(self.extra))
 
@@ -327,14 +357,29 @@ class Checkpointer:
         shared = self._shared_state(step, extra) if leader else None
         # per-node: the node's leader writes the whole (replicated) model alone; shared: all ranks
         writes_dcp = bool(self._reg.modules) and (self.topology.shared or leader)
-        share = (self.ctx.rank, self.ctx.world_size) if self.topology.shared and self.ctx.world_size > 1 else None
+        share = (
+            (self.ctx.rank, self.ctx.world_size)
+            if self.topology.shared and self.ctx.world_size > 1
+            else None
+        )
         tensors = self._reg.dcp_state(share) if writes_dcp else None
-        mine = {"format": FORMAT, "rank": self.ctx.rank, "step": step, "rng": rng_state(), "buffers": self._reg.local_buffers()}
+        mine = {
+            "format": FORMAT,
+            "rank": self.ctx.rank,
+            "step": step,
+            "rng": rng_state(),
+            "buffers": self._reg.local_buffers(),
+        }
         if not synchronous:
             threads = torch.get_num_threads()
-            torch.set_num_threads(1)  # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)
+            torch.set_num_threads(
+                1
+            )  # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)
             try:
-                shared, mine = _to_cpu_copy(shared, self._buffers, "s"), _to_cpu_copy(mine, self._buffers, "r")
+                shared, mine = (
+                    _to_cpu_copy(shared, self._buffers, "s"),
+                    _to_cpu_copy(mine, self._buffers, "r"),
+                )
                 tensors = _to_cpu_copy(tensors, self._buffers, "t")
             finally:
                 torch.set_num_threads(threads)
@@ -344,7 +389,9 @@ class Checkpointer:
         if synchronous:
             writer.run()
         else:
-            self._pending = threading.Thread(target=self._write_in_background, args=(writer,), name="distrain-ckpt", daemon=True)
+            self._pending = threading.Thread(
+                target=self._write_in_background, args=(writer,), name="distrain-ckpt", daemon=True
+            )
             self._pending.start()
         self.last_stall_s = time.perf_counter() - t0
         if self.ctx.services.breakdown is not None:  # the step breakdown's checkpoint stall
@@ -357,7 +404,9 @@ class Checkpointer:
             self._pending = None
         if self._pending_error is not None:
             err, self._pending_error = self._pending_error, None
-            raise CheckpointError(f"background checkpoint failed: {type(err).__name__}: {err}") from err
+            raise CheckpointError(
+                f"background checkpoint failed: {type(err).__name__}: {err}"
+            ) from err
 
     def _finish_at_exit(self) -> None:
         try:
@@ -392,6 +441,3 @@ class Checkpointer:
             writer.run()
         except BaseException as err:  # reported by the next wait()
             self._pending_error = err
-
-
-

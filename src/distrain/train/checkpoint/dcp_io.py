@@ -36,8 +36,14 @@ quiet_warnings()
 #: the globals a DCP ``.metadata`` pickle may name (what torch 2.x writes); nothing else loads
 _METADATA_CLASSES = {
     "torch.distributed.checkpoint.metadata": {
-        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-        "ChunkStorageMetadata", "BytesStorageMetadata", "_MEM_FORMAT_ENCODING",
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "ChunkStorageMetadata",
+        "BytesStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
     },
     "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
     "torch.serialization": {"_get_layout"},
@@ -66,7 +72,9 @@ def load_metadata(path: str) -> Metadata:
     except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as err:
         raise CheckpointError(f"refusing to load {path}: not plain DCP metadata ({err})") from None
     if not isinstance(metadata, Metadata):
-        raise CheckpointError(f"refusing to load {path}: it holds a {type(metadata).__name__}, not DCP Metadata")
+        raise CheckpointError(
+            f"refusing to load {path}: it holds a {type(metadata).__name__}, not DCP Metadata"
+        )
     return metadata
 
 
@@ -96,7 +104,9 @@ class WeightsOnlyPlanner(DefaultLoadPlanner):
             obj = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            raise CheckpointError(f"refusing to load {read_item.dest_index.fqn}: a pickled Python object ({first})") from None
+            raise CheckpointError(
+                f"refusing to load {read_item.dest_index.fqn}: a pickled Python object ({first})"
+            ) from None
         if self.flatten_state_dict:
             from torch.distributed.checkpoint._traverse import (
                 set_element,  # what the base class uses
@@ -123,9 +133,17 @@ def save(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None)
 
     ``group=None`` writes alone (no collective: a single process, or one node's full replica).
     """
-    writer = FileSystemWriter(directory, single_file_per_rank=True, sync_files=True, thread_count=1, overwrite=True)
+    writer = FileSystemWriter(
+        directory, single_file_per_rank=True, sync_files=True, thread_count=1, overwrite=True
+    )
     try:
-        dcp.save(state, storage_writer=writer, planner=_lowest_rank_planner(), process_group=group, no_dist=group is None)
+        dcp.save(
+            state,
+            storage_writer=writer,
+            planner=_lowest_rank_planner(),
+            process_group=group,
+            no_dist=group is None,
+        )
     except CheckpointException as err:
         raise _one_line(err, f"DCP save into {directory}") from None
 
@@ -146,7 +164,13 @@ def _lowest_rank_planner() -> DefaultSavePlanner:
 def load(state: dict[str, Any], directory: str, group: dist.ProcessGroup | None) -> None:
     """Read the DCP checkpoint in `directory` into `state` in place (resharding as needed)."""
     try:
-        dcp.load(state, storage_reader=SafeReader(directory), planner=WeightsOnlyPlanner(), process_group=group, no_dist=group is None)
+        dcp.load(
+            state,
+            storage_reader=SafeReader(directory),
+            planner=WeightsOnlyPlanner(),
+            process_group=group,
+            no_dist=group is None,
+        )
     except CheckpointException as err:
         raise _one_line(err, f"DCP load from {directory}") from None
 

@@ -115,7 +115,10 @@ def load_file(path: str) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         detail = str(err).strip().splitlines()
-        hint = next((line.strip() for line in detail if "GLOBAL" in line or "Unsupported" in line), detail[0] if detail else "")
+        hint = next(
+            (line.strip() for line in detail if "GLOBAL" in line or "Unsupported" in line),
+            detail[0] if detail else "",
+        )
         raise CheckpointError(
             f"refusing to load {path}: it contains a pickled Python object, not only tensors and plain data "
             f"(torch.load weights_only=True: {hint})"
@@ -141,16 +144,28 @@ def read_manifest(ckpt_dir: str) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(manifest, dict):
         return None, f"{path} is malformed (not a JSON object)"
     if manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
-        return None, f"{path} has an unknown format {manifest.get('format')!r} (this distrain reads {LEGACY_FORMAT} and {FORMAT})"
+        return (
+            None,
+            f"{path} has an unknown format {manifest.get('format')!r} (this distrain reads {LEGACY_FORMAT} and {FORMAT})",
+        )
     if type(manifest.get("step")) is not int or type(manifest.get("world_size", 1)) is not int:
         return None, f"{path} is malformed (step/world_size not integers)"
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         return None, f"{path} is malformed (no 'files' table)"
     for name, meta in files.items():
-        if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or "/" in name or "\\" in name:
+        if (
+            not isinstance(name, str)
+            or name in ("", ".", "..", MANIFEST)
+            or "/" in name
+            or "\\" in name
+        ):
             return None, f"{path} is malformed (bad file name {name!r})"
-        if not isinstance(meta, dict) or type(meta.get("bytes")) is not int or not isinstance(meta.get("sha256"), str):
+        if (
+            not isinstance(meta, dict)
+            or type(meta.get("bytes")) is not int
+            or not isinstance(meta.get("sha256"), str)
+        ):
             return None, f"{path} is malformed (entry of {name!r} lacks sha256/bytes)"
     if SHARED_FILE not in files:
         return None, f"{path} lists no {SHARED_FILE}"

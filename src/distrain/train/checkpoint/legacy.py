@@ -27,20 +27,31 @@ def load(path: str, reg: Registered) -> dict[str, Any]:
     shared = load_file(os.path.join(path, SHARED_FILE))
     states = shared.get("objects") if isinstance(shared, dict) else None
     if not isinstance(states, dict):
-        raise CheckpointError(f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with an empty directory")
+        raise CheckpointError(
+            f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with an empty directory"
+        )
     wanted = [*reg.modules, *reg.optimizers, *reg.plain]
     missing = [name for name in wanted if name not in states]
     if missing:
-        raise CheckpointError(f"{path} has no state for {', '.join(missing)} (saved: {', '.join(states)})")
+        raise CheckpointError(
+            f"{path} has no state for {', '.join(missing)} (saved: {', '.join(states)})"
+        )
     try:
         for name, module in reg.modules.items():
             set_model_state_dict(module, states[name], options=_FULL)
         for name, (opt, owner) in reg.optimizers.items():
-            set_optimizer_state_dict(reg.modules[owner], opt, _by_name(states[name], opt, reg.modules[owner]), options=_FULL)
+            set_optimizer_state_dict(
+                reg.modules[owner],
+                opt,
+                _by_name(states[name], opt, reg.modules[owner]),
+                options=_FULL,
+            )
         for name, obj in reg.plain.items():
             obj.load_state_dict(states[name])
     except (ValueError, KeyError, RuntimeError) as err:
-        raise CheckpointError(f"cannot resume from the 0.1 checkpoint {path}: {type(err).__name__}: {err}") from None
+        raise CheckpointError(
+            f"cannot resume from the 0.1 checkpoint {path}: {type(err).__name__}: {err}"
+        ) from None
     return shared
 
 

@@ -48,7 +48,9 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"]))
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         cuda = state["cuda"]
@@ -64,7 +66,14 @@ def _to_cpu_copy(obj: Any, cache: dict[str, torch.Tensor] | None = None, path: s
     """
     if isinstance(obj, DTensor):  # FSDP: copy this rank's shard, keep the placement
         local = _to_cpu_copy(obj.to_local(), cache, path)
-        return DTensor.from_local(local, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride())
+        return DTensor.from_local(
+            local,
+            obj.device_mesh,
+            obj.placements,
+            run_check=False,
+            shape=obj.shape,
+            stride=obj.stride(),
+        )
     if isinstance(obj, torch.Tensor):
         src = obj.detach()
         buf = cache.get(path) if cache is not None else None
@@ -87,7 +96,7 @@ def _unwrap(obj: Any) -> Any:
 
 
 def strategy_of(module: nn.Module) -> str:
-    """"fsdp" when parameters are sharded DTensors, "ddp" for a DDP wrapper, else "plain"."""
+    """ "fsdp" when parameters are sharded DTensors, "ddp" for a DDP wrapper, else "plain"."""
     if any(isinstance(p, DTensor) for p in module.parameters()):
         return "fsdp"
     return "ddp" if isinstance(module, nn.parallel.DistributedDataParallel) else "plain"
@@ -98,7 +107,9 @@ class Registered:
     """The objects given to restore(): models and their optimizers go through DCP, the rest is plain."""
 
     modules: dict[str, nn.Module] = field(default_factory=dict)
-    optimizers: dict[str, tuple[torch.optim.Optimizer, str]] = field(default_factory=dict)  # name: (opt, its model)
+    optimizers: dict[str, tuple[torch.optim.Optimizer, str]] = field(
+        default_factory=dict
+    )  # name: (opt, its model)
     plain: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -144,7 +155,10 @@ class Registered:
             if share is not None and owner in owners:
                 mine = owners[owner]
                 opt_state: dict[Any, Any] = osd["state"]  # type: ignore[assignment]  # stubs: a union with lists
-                osd = {**osd, "state": {k: v for k, v in opt_state.items() if mine.get(k, 0) == share[0]}}
+                osd = {
+                    **osd,
+                    "state": {k: v for k, v in opt_state.items() if mine.get(k, 0) == share[0]},
+                }
             state[name] = osd
         return state
 
@@ -162,7 +176,10 @@ class Registered:
         running statistics differ: DCP keeps one copy (rank 0's), the rank file keeps each
         rank's, so a resume on the same world size gives every rank back exactly its own.
         """
-        return {name: {fqn: b.detach() for fqn, b in _unwrap(m).named_buffers()} for name, m in self.modules.items()}
+        return {
+            name: {fqn: b.detach() for fqn, b in _unwrap(m).named_buffers()}
+            for name, m in self.modules.items()
+        }
 
     def load_local_buffers(self, saved: Mapping[str, Mapping[str, torch.Tensor]]) -> list[str]:
         """Copy what :meth:`local_buffers` saved back in place; returns the names it had no value for."""
@@ -183,7 +200,9 @@ class Registered:
         return {name: obj.state_dict() for name, obj in self.plain.items()}
 
 
-def _balance(tensors: Mapping[str, Any], world: int, replicas_differ: AbstractSet[str] = frozenset()) -> dict[str, int]:
+def _balance(
+    tensors: Mapping[str, Any], world: int, replicas_differ: AbstractSet[str] = frozenset()
+) -> dict[str, int]:
     """Each key's rank: the largest tensors first, each to the rank with the fewest bytes so far.
 
     Keys in `replicas_differ` (buffers: plain BatchNorm's running statistics differ per rank
@@ -192,11 +211,16 @@ def _balance(tensors: Mapping[str, Any], world: int, replicas_differ: AbstractSe
     """
     load = [0] * world
     owner: dict[str, int] = {}
-    sizes = {k: v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0 for k, v in tensors.items()}
+    sizes = {
+        k: v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+        for k, v in tensors.items()
+    }
     for key in sorted(k for k in tensors if k in replicas_differ):
         owner[key] = 0
         load[0] += sizes[key]
-    for key in sorted((k for k in tensors if k not in replicas_differ), key=lambda k: (-sizes[k], k)):
+    for key in sorted(
+        (k for k in tensors if k not in replicas_differ), key=lambda k: (-sizes[k], k)
+    ):
         rank = min(range(world), key=lambda r: load[r])
         owner[key] = rank
         load[rank] += sizes[key]

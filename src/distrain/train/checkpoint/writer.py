@@ -60,8 +60,15 @@ def process_identity() -> str:
 class Writer:
     """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own."""
 
-    def __init__(self, ckpt: Checkpointer, step: int, tensors: dict[str, Any] | None, shared: dict[str, Any] | None, mine: dict[str, Any],
-                 key: str) -> None:
+    def __init__(
+        self,
+        ckpt: Checkpointer,
+        step: int,
+        tensors: dict[str, Any] | None,
+        shared: dict[str, Any] | None,
+        mine: dict[str, Any],
+        key: str,
+    ) -> None:
         self.ckpt = ckpt
         self.key = key  # this save's store-key prefix: another checkpointer's save of the same step never matches
         self.ctx = ckpt.ctx
@@ -81,16 +88,22 @@ class Writer:
         if store is not None:  # who writes: the leader can tell a dead writer from a slow one
             store.set(f"{self.key}/{self.step}/{self.ctx.rank}/process", process_identity())
         if self.tensors is not None:
-            group = self.ckpt.dcp_group if topo.shared else None  # per-node: the node's leader alone
+            group = (
+                self.ckpt.dcp_group if topo.shared else None
+            )  # per-node: the node's leader alone
             dcp_io.save(self.tensors, self.tmp_dir, group)
             writer_rank = dist.get_rank(group) if group is not None else 0
             for name in dcp_io.own_files(self.tmp_dir, writer_rank, coordinator=writer_rank == 0):
                 files[name] = describe_file(os.path.join(self.tmp_dir, name))
-        sha, size = atomic_write(os.path.join(self.tmp_dir, rank_file(self.ctx.rank)), lambda f: torch.save(self.mine, f))
+        sha, size = atomic_write(
+            os.path.join(self.tmp_dir, rank_file(self.ctx.rank)), lambda f: torch.save(self.mine, f)
+        )
         files[rank_file(self.ctx.rank)] = {"sha256": sha, "bytes": size}
         if self.shared is not None:
             shared = self.shared
-            sha, size = atomic_write(os.path.join(self.tmp_dir, SHARED_FILE), lambda f: torch.save(shared, f))
+            sha, size = atomic_write(
+                os.path.join(self.tmp_dir, SHARED_FILE), lambda f: torch.save(shared, f)
+            )
             files[SHARED_FILE] = {"sha256": sha, "bytes": size}
         if store is not None:
             # the store, not a collective: safe from a background thread, in any order
@@ -128,17 +141,26 @@ class Writer:
                 next_look = time.monotonic() + 0.2
                 dead = self._dead_writer(store, [k for k in keys if not store.check([k])])
                 if dead is not None:
-                    message = f"save of step {self.step} abandoned: rank {dead} died while writing it"
+                    message = (
+                        f"save of step {self.step} abandoned: rank {dead} died while writing it"
+                    )
                     if threading.current_thread() is not threading.main_thread():
                         raise CheckpointError(message)
                     _warn(message)
                     raise SystemExit(1)
-            if preemption.peer_gone(PEER_GONE_S) and threading.current_thread() is threading.main_thread():
-                _warn(f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s")
+            if (
+                preemption.peer_gone(PEER_GONE_S)
+                and threading.current_thread() is threading.main_thread()
+            ):
+                _warn(
+                    f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s"
+                )
                 raise SystemExit(preemption.request.exit_code)
             if time.monotonic() > deadline:
                 late = ", ".join(k.rsplit("/", 1)[-1] for k in keys if not store.check([k]))
-                raise CheckpointError(f"rank(s) {late} did not report their files for step {self.step} within {STORE_WAIT_S:g} s")
+                raise CheckpointError(
+                    f"rank(s) {late} did not report their files for step {self.step} within {STORE_WAIT_S:g} s"
+                )
 
     def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:
         """A rank among the `missing` reports whose process is gone (only ranks of this machine
@@ -157,10 +179,21 @@ class Writer:
         on_disk = set(os.listdir(self.tmp_dir))
         unreported = sorted(on_disk - set(files))
         if unreported:  # a file nobody vouches for must not become part of a valid checkpoint
-            raise CheckpointError(f"{self.tmp_dir}: {', '.join(unreported)} written but not reported by any rank")
-        manifest = {"format": FORMAT, "step": self.step, "world_size": self.ctx.world_size, "time": time.time(),
-                    "per_node": self.ckpt.topology.per_node, "files": files}
-        atomic_write(os.path.join(self.tmp_dir, MANIFEST), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+            raise CheckpointError(
+                f"{self.tmp_dir}: {', '.join(unreported)} written but not reported by any rank"
+            )
+        manifest = {
+            "format": FORMAT,
+            "step": self.step,
+            "world_size": self.ctx.world_size,
+            "time": time.time(),
+            "per_node": self.ckpt.topology.per_node,
+            "files": files,
+        }
+        atomic_write(
+            os.path.join(self.tmp_dir, MANIFEST),
+            lambda f: f.write(json.dumps(manifest, indent=1).encode()),
+        )
         final = os.path.join(directory, self.name)
         if os.path.exists(final):  # an invalid leftover of the same step (we resumed before it)
             trash = os.path.join(directory, f"{_TMP_PREFIX}old-{self.name}")

@@ -80,7 +80,9 @@ def prepare(
     spec = resolve(strategy, **options)
     sharded = isinstance(spec, FSDP)
     if isinstance(spec, FSDP) and spec.cpu_offload and device.type != "cuda":
-        raise DistrainError("cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)")
+        raise DistrainError(
+            "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)"
+        )
     blocks = find_blocks(model, spec.shard) if (sharded or spec.activation_checkpointing) else []
     if spec.activation_checkpointing:
         blocks = checkpoint_blocks(model, blocks)
@@ -89,8 +91,23 @@ def prepare(
         _same_generator_everywhere()
     if isinstance(spec, FSDP) and distributed:
         hybrid = isinstance(spec, HSDP)
-        mesh = build_mesh(device.type, dist.get_world_size(), hybrid, spec.replicate if isinstance(spec, HSDP) else None, num_nodes)
-        return shard_model(model, blocks, mesh, device, precision, cpu_offload=spec.cpu_offload, on_meta=on_meta, **spec.callee_options())
+        mesh = build_mesh(
+            device.type,
+            dist.get_world_size(),
+            hybrid,
+            spec.replicate if isinstance(spec, HSDP) else None,
+            num_nodes,
+        )
+        return shard_model(
+            model,
+            blocks,
+            mesh,
+            device,
+            precision,
+            cpu_offload=spec.cpu_offload,
+            on_meta=on_meta,
+            **spec.callee_options(),
+        )
     if on_meta:
         _materialise(model)
     model = model.to(device)
@@ -131,7 +148,9 @@ def clip_grad_norm(model: nn.Module, max_norm: float, norm_type: float = 2.0) ->
     from torch.distributed.tensor import DTensor
 
     params = [p for p in model.parameters() if p.grad is not None]
-    total = torch.nn.utils.get_total_norm([g for g in (p.grad for p in params) if g is not None], norm_type)
+    total = torch.nn.utils.get_total_norm(
+        [g for g in (p.grad for p in params) if g is not None], norm_type
+    )
     if isinstance(total, DTensor):
         total = total.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
@@ -144,7 +163,9 @@ def full_state_dict(model: nn.Module) -> dict[str, Any]:
         return {k: v.detach().to("cpu", copy=True) for k, v in unwrap(model).state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
 
 
 def release(model: nn.Module) -> None:

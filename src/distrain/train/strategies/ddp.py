@@ -12,7 +12,9 @@ from torch import nn
 from ..nn import convert_sync_batchnorm
 
 
-def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any) -> nn.Module:
+def wrap_ddp(
+    model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any
+) -> nn.Module:
     """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a comm hook if asked.
 
     DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts from
@@ -23,9 +25,14 @@ def wrap_ddp(model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: s
     if comm_hook is not None:
         from ..comm_hooks import one_bucket_mb, parse_hook
 
-        if parse_hook(comm_hook)[0] == "powersgd" and dist.get_backend(ddp_kwargs.get("process_group")) == "gloo":
+        if (
+            parse_hook(comm_hook)[0] == "powersgd"
+            and dist.get_backend(ddp_kwargs.get("process_group")) == "gloo"
+        ):
             # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
-            ddp_kwargs["bucket_cap_mb"] = max(ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model))
+            ddp_kwargs["bucket_cap_mb"] = max(
+                ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model)
+            )
     if device.type == "cuda":
         ddp_kwargs.setdefault("device_ids", [device.index])
         ddp_kwargs.setdefault("output_device", device.index)

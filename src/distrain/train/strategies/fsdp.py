@@ -30,7 +30,9 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def build_mesh(device_type: str, world_size: int, hybrid: bool, replicate: int | None, num_nodes: int) -> DeviceMesh:
+def build_mesh(
+    device_type: str, world_size: int, hybrid: bool, replicate: int | None, num_nodes: int
+) -> DeviceMesh:
     """A 1-D shard mesh, or for HSDP a (replicate, shard) mesh; replicas default to one per node.
 
     Ranks are laid out row-major, so a shard group is ``world_size // replicate`` consecutive
@@ -42,8 +44,12 @@ def build_mesh(device_type: str, world_size: int, hybrid: bool, replicate: int |
         return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
     replicas = num_nodes if replicate is None else replicate
     if replicas < 1 or world_size % replicas:
-        raise DistrainError(f"hsdp: {world_size} processes cannot form {replicas} equal replicas (replicate={replicas})")
-    return init_device_mesh(device_type, (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard"))
+        raise DistrainError(
+            f"hsdp: {world_size} processes cannot form {replicas} equal replicas (replicate={replicas})"
+        )
+    return init_device_mesh(
+        device_type, (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard")
+    )
 
 
 def repeated_block_classes(model: nn.Module) -> set[type]:
@@ -68,11 +74,15 @@ def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
         classes = (shard,) if isinstance(shard, type) else tuple(shard)
         bad = [c for c in classes if not (isinstance(c, type) and issubclass(c, nn.Module))]
         if bad:
-            raise DistrainError(f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}")
+            raise DistrainError(
+                f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}"
+            )
         return classes
     if callable(shard):
         return None
-    raise DistrainError(f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}")
+    raise DistrainError(
+        f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}"
+    )
 
 
 def _predicate(shard: ShardSpec, model: nn.Module) -> Callable[[nn.Module], bool]:
@@ -153,7 +163,9 @@ def shard_model(
     slice of its own copy, so different copies would mix).
     """
     if cpu_offload and device.type != "cuda":
-        raise DistrainError("cpu_offload=True needs a GPU: on the CPU the parameters already live in host memory")
+        raise DistrainError(
+            "cpu_offload=True needs a GPU: on the CPU the parameters already live in host memory"
+        )
     map_large_buffers()  # freed unit and all-gather buffers go back to the system, not to glibc's heap
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": mixed_precision(precision)}
     if cpu_offload:
@@ -214,6 +226,10 @@ def release_fsdp(model: nn.Module) -> None:
         if group is None:
             continue
         for info in (group.mesh_info, group.post_forward_mesh_info):
-            for attr in ("shard_process_group", "replicate_process_group", "reduce_scatter_process_group"):
+            for attr in (
+                "shard_process_group",
+                "replicate_process_group",
+                "reduce_scatter_process_group",
+            ):
                 if info is not None and hasattr(info, attr):
                     setattr(info, attr, None)

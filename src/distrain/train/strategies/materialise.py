@@ -103,7 +103,9 @@ def materialise_own(module: nn.Module, memo: dict[int, torch.Tensor]) -> None:
     `memo` maps a meta tensor to its replacement, so a parameter shared by two modules stays
     shared (it ends with the values of the last module that resets it).
     """
-    own: list[tuple[str, torch.Tensor, bool]] = [(name, t, True) for name, t in module._parameters.items() if t is not None and t.is_meta]
+    own: list[tuple[str, torch.Tensor, bool]] = [
+        (name, t, True) for name, t in module._parameters.items() if t is not None and t.is_meta
+    ]
     own += [(name, t, False) for name, t in module._buffers.items() if t is not None and t.is_meta]
     fresh = False
     for name, tensor, is_param in own:

@@ -22,12 +22,16 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return fresh
 
 
-@pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0), torch.device("cuda"), 0, 3])
+@pytest.mark.parametrize(
+    "device", ["cuda", "cuda:1", torch.device("cuda", 0), torch.device("cuda"), 0, 3]
+)
 def test_cuda_devices(device: object) -> None:
     assert is_cuda(device) is True
 
 
-@pytest.mark.parametrize("device", ["cpu", "meta", "cudax", torch.device("cpu"), True, False, None, 1.0])
+@pytest.mark.parametrize(
+    "device", ["cpu", "meta", "cudax", torch.device("cpu"), True, False, None, 1.0]
+)
 def test_not_cuda(device: object) -> None:
     assert is_cuda(device) is False
 
@@ -57,7 +61,12 @@ def test_tensor_to_maps_a_leading_device_or_index_but_not_a_dtype(counts: Counte
     to(x, "cuda:1", torch.float16)
     to(x, torch.float64)
     to(x, device=torch.device("cuda"), non_blocking=True)
-    assert calls == [((CPU,), {}), ((CPU, torch.float16), {}), ((torch.float64,), {}), ((), {"device": CPU, "non_blocking": True})]
+    assert calls == [
+        ((CPU,), {}),
+        ((CPU, torch.float16), {}),
+        ((torch.float64,), {}),
+        ((), {"device": CPU, "non_blocking": True}),
+    ]
     assert counts[".to(cuda)"] == 3
 
 

@@ -22,13 +22,18 @@ def four_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fake_cuda, "MAPPED", devices.MAPPED)
 
 
-@pytest.mark.parametrize(("device", "index"), [(None, 0), (2, 2), ("cuda:3", 3), ("cuda", 0), (torch.device("cuda", 1), 1), (-1, 0)])
+@pytest.mark.parametrize(
+    ("device", "index"),
+    [(None, 0), (2, 2), ("cuda:3", 3), ("cuda", 0), (torch.device("cuda", 1), 1), (-1, 0)],
+)
 def test_index_of_a_device(device: object, index: int) -> None:
     assert fake_cuda._index(device) == index
 
 
 def test_an_index_past_the_stand_ins_fails_like_cuda() -> None:
-    with pytest.raises(torch.AcceleratorError, match=r"invalid device ordinal \(device 4; 4 stand-in devices\)"):
+    with pytest.raises(
+        torch.AcceleratorError, match=r"invalid device ordinal \(device 4; 4 stand-in devices\)"
+    ):
         fake_cuda.set_device(4)
     with pytest.raises(ValueError, match="Expected a cuda device"):
         fake_cuda._index(torch.device("cpu"))

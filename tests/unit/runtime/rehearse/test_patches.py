@@ -50,7 +50,9 @@ def autocast_init() -> object:
     return next(p.replacement for p in found if p.name == "__init__" and p.owner is torch.autocast)
 
 
-def test_cuda_fp16_autocast_says_what_it_costs(monkeypatch: pytest.MonkeyPatch, counts: Counter[str]) -> None:
+def test_cuda_fp16_autocast_says_what_it_costs(
+    monkeypatch: pytest.MonkeyPatch, counts: Counter[str]
+) -> None:
     said: list[tuple[str, str]] = []
     monkeypatch.setattr(patches, "say_once", lambda key, line: said.append((key, line)))
     monkeypatch.setattr(patches, "cpu_flags", lambda: {"avx2"})
@@ -63,6 +65,12 @@ def test_cuda_fp16_autocast_says_what_it_costs(monkeypatch: pytest.MonkeyPatch, 
     assert counts["autocast(cuda) → autocast(cpu)"] == 2
 
 
-@pytest.mark.parametrize(("flags", "words"), [({"avx2"}, "in emulation (no avx512_fp16/amx_fp16): expect ~10-20x the fp32 step time"), ({"amx_fp16", "avx2"}, "natively (amx_fp16)")])
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"avx2"}, "in emulation (no avx512_fp16/amx_fp16): expect ~10-20x the fp32 step time"),
+        ({"amx_fp16", "avx2"}, "natively (amx_fp16)"),
+    ],
+)
 def test_fp16_cost_line_names_the_cpu(flags: set[str], words: str) -> None:
     assert patches.fp16_cost_line(flags).endswith(words)

@@ -24,12 +24,16 @@ def test_without_a_folder_every_process_says_it() -> None:
     assert refuse._first_to_say() is True
 
 
-def test_refuse_prints_the_call_and_the_users_line_then_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuse_prints_the_call_and_the_users_line_then_exits_3(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as info:
         refuse.refuse("torch.cuda.graph() (CUDA graphs)")
     assert info.value.code == refuse.REFUSED_EXIT_CODE == 3
     err = capsys.readouterr().err
-    assert err.startswith("distrain run --cpu: cannot rehearse torch.cuda.graph() (CUDA graphs) at ")
+    assert err.startswith(
+        "distrain run --cpu: cannot rehearse torch.cuda.graph() (CUDA graphs) at "
+    )
     assert "test_refuse.py:" in err and err.endswith(": it needs a real GPU\n")
 
 

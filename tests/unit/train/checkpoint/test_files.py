@@ -32,14 +32,29 @@ from distrain.train.checkpoint.files import (
 )
 
 
-def make_checkpoint(root: Path, step: int, files: dict[str, bytes] | None = None, **manifest: Any) -> Path:
+def make_checkpoint(
+    root: Path, step: int, files: dict[str, bytes] | None = None, **manifest: Any
+) -> Path:
     """A complete step directory: the files, then a manifest listing each one's sha256 and size."""
     folder = root / f"step_{step:08d}"
     folder.mkdir(parents=True)
-    files = files if files is not None else {SHARED_FILE: b"shared state " * 10, rank_file(0): b"rng0", "__0_0.distcp": b"\x00" * 64}
+    files = (
+        files
+        if files is not None
+        else {
+            SHARED_FILE: b"shared state " * 10,
+            rank_file(0): b"rng0",
+            "__0_0.distcp": b"\x00" * 64,
+        }
+    )
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    doc = {"format": FORMAT, "step": step, "world_size": 1, "files": {n: describe_file(str(folder / n)) for n in files}}
+    doc = {
+        "format": FORMAT,
+        "step": step,
+        "world_size": 1,
+        "files": {n: describe_file(str(folder / n)) for n in files},
+    }
     doc.update(manifest)
     (folder / MANIFEST).write_text(json.dumps(doc))
     return folder
@@ -86,7 +101,9 @@ def test_a_file_the_manifest_does_not_list_invalidates_the_checkpoint(tmp_path: 
     folder = make_checkpoint(tmp_path, 1)
     (folder / rank_file(2)).write_bytes(b"added later")
     problem = verify(str(folder))
-    assert problem is not None and problem.endswith(f"{rank_file(2)} is not listed in {MANIFEST} (added after the save?)")
+    assert problem is not None and problem.endswith(
+        f"{rank_file(2)} is not listed in {MANIFEST} (added after the save?)"
+    )
 
 
 def test_a_missing_manifest_means_incomplete(tmp_path: Path) -> None:
@@ -115,7 +132,9 @@ def test_unparsable_manifest(tmp_path: Path) -> None:
      (lambda doc: {**doc, "files": {**doc["files"], SHARED_FILE: {"sha256": "ab"}}}, "entry of 'shared.pt' lacks sha256/bytes"),
      (lambda doc: {**doc, "files": {k: v for k, v in doc["files"].items() if k != SHARED_FILE}}, "lists no shared.pt")],
 )  # fmt: skip
-def test_malformed_manifests_are_reasons_never_exceptions(tmp_path: Path, mangle: Any, reason: str) -> None:
+def test_malformed_manifests_are_reasons_never_exceptions(
+    tmp_path: Path, mangle: Any, reason: str
+) -> None:
     folder = make_checkpoint(tmp_path, 1)
     doc = json.loads((folder / MANIFEST).read_text())
     write_manifest(folder, mangle(doc))
@@ -187,5 +206,7 @@ class Payload:
 def test_load_file_refuses_pickled_objects(tmp_path: Path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"obj": Payload()}, path)
-    with pytest.raises(CheckpointError, match=r"refusing to load .*evil\.pt: it contains a pickled Python object"):
+    with pytest.raises(
+        CheckpointError, match=r"refusing to load .*evil\.pt: it contains a pickled Python object"
+    ):
         load_file(str(path))

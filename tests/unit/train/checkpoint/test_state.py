@@ -9,7 +9,12 @@ from distrain.train.checkpoint.state import Registered, _balance
 
 
 def test_buffers_are_written_by_rank_0_parameters_are_spread() -> None:
-    tensors = {"w1": torch.zeros(100), "w2": torch.zeros(90), "bn.running_mean": torch.zeros(50), "bn.running_var": torch.zeros(50)}
+    tensors = {
+        "w1": torch.zeros(100),
+        "w2": torch.zeros(90),
+        "bn.running_mean": torch.zeros(50),
+        "bn.running_var": torch.zeros(50),
+    }
     owner = _balance(tensors, 2, replicas_differ={"bn.running_mean", "bn.running_var"})
     assert owner["bn.running_mean"] == owner["bn.running_var"] == 0
     assert {owner["w1"], owner["w2"]} == {0, 1}  # both ranks write a share
@@ -34,4 +39,8 @@ def test_local_buffers_round_trip_in_place() -> None:
 
 def test_missing_own_buffers_are_named() -> None:
     reg = Registered.split({"model": nn.BatchNorm1d(2)})
-    assert reg.load_local_buffers({"model": {}}) == ["model.running_mean", "model.running_var", "model.num_batches_tracked"]
+    assert reg.load_local_buffers({"model": {}}) == [
+        "model.running_mean",
+        "model.running_var",
+        "model.num_batches_tracked",
+    ]
