@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, fail, raise_usage_errors
+from .comm_format import human, parse_bytes, print_tables, sizes
 
 PROG = "distrain bench comm"
 SCHEMA_VERSION = 1
@@ -39,38 +40,6 @@ def bus_factor(op: str, world: int) -> float:
     if op == "broadcast":
         return 1.0
     raise ValueError(op)
-
-
-def parse_bytes(text: str) -> int:
-    """'64M' → 67108864 (K/M/G are powers of 1024; a plain number is bytes)."""
-    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(raw[-1:], 1)
-    number = raw[:-1] if raw[-1:] in ("K", "M", "G") else raw
-    try:
-        value = int(float(number) * mult)
-    except ValueError:
-        raise UsageError(f"not a size: {text!r} (e.g. 8, 4K, 64M, 1G)") from None
-    if value < 1:
-        raise UsageError(f"size must be at least 1 byte (got {text!r})")
-    return value
-
-
-def sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
-    """Sizes from `min_bytes`, multiplied by `factor`, up to `max_bytes` inclusive."""
-    out = []
-    size = min_bytes
-    while size <= max_bytes:
-        out.append(size)
-        size *= factor
-    return out
-
-
-def human(nbytes: int) -> str:
-    """4096 → '4 KiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
 
 
 @dataclass
@@ -330,50 +299,6 @@ def _launched_world() -> int | None:
     return None if isinstance(env, SingleProcessEnvironment) else env.world_size()
 
 
-def _print_tables(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(
-        width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120, highlight=False
-    )
-    console.print(
-        f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} · {doc['dtype']}"
-    )
-    for op in doc["ops"]:
-        table = Table(title=op, title_justify="left")
-        for col in ("size", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check"):
-            table.add_column(col, justify="right" if col != "check" else "left")
-        for r in (r for r in doc["results"] if r["op"] == op):
-            check = (
-                "-"
-                if r["correct"] is None
-                else (
-                    "[green]ok[/]"
-                    if r["correct"]
-                    else f"[bold red]FAIL ranks {r['wrong_ranks']}[/]"
-                )
-            )
-            table.add_row(
-                human(r["bytes"]),
-                str(r["count"]),
-                f"{r['time_us']:.1f}",
-                f"{r['algbw_gbps']:.3f}",
-                f"{r['busbw_gbps']:.3f}",
-                check,
-            )
-        console.print(table)
-    s = doc["summary"]
-    console.print(
-        f"avg busbw {s['avg_busbw_gbps']:.3f} GB/s · peak busbw {s['peak_busbw_gbps']:.3f} GB/s · "
-        + (
-            "[green]all checks passed[/]"
-            if s["all_correct"]
-            else "[bold red]correctness check FAILED[/]"
-        )
-    )
-
-
 def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> int:
     import torch
 
@@ -410,7 +335,7 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
             if args.json:
                 print(json.dumps(doc, indent=2), flush=True)
             else:
-                _print_tables(doc)
+                print_tables(doc)
             if args.plot:
                 from .plots import comm_bandwidth
 

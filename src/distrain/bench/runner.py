@@ -300,3 +300,14 @@ def _load() -> list[float]:
 def python() -> str:
     """The interpreter that runs the bench (and therefore each `distrain run`)."""
     return sys.executable
+
+
+def reusable(spec: RunSpec, run_dir: Path) -> dict[str, Any] | None:
+    """The saved result of a finished run of the same spec in `run_dir`, else None."""
+    path = run_dir / "result.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    same = all(saved.get(k) == v for k, v in spec.key().items())
+    return saved if same and saved.get("status") == "ok" else None

@@ -278,16 +278,6 @@ def _plan_round(
     return specs
 
 
-def _reusable(spec: runner.RunSpec, run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "result.json"
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    same = all(saved.get(k) == v for k, v in spec.key().items())
-    return saved if same and saved.get("status") == "ok" else None
-
-
 def execute_all(
     specs: list[runner.RunSpec], out: Path, resume: bool, timeout: float, epochs: int | None
 ) -> list[dict[str, Any]]:
@@ -307,7 +297,7 @@ def execute_all(
         overall = progress.add_task("all runs", total=len(specs))
         for spec in specs:
             run_dir = out / "runs" / spec.name / f"round{spec.round}"
-            saved = _reusable(spec, run_dir) if resume else None
+            saved = runner.reusable(spec, run_dir) if resume else None
             if saved is not None:
                 progress.console.print(
                     f"{spec.name} round {spec.round}: reusing the finished run in {run_dir}"
@@ -327,51 +317,6 @@ def execute_all(
             results.append(data)
             progress.advance(overall)
     return results
-
-
-def build_results(
-    argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]
-) -> dict[str, Any]:
-    """Statistics, scaling and interpretation: the content of results.json.
-
-    ``configs`` has one row per configuration (what the table and charts show); ``rounds`` has
-    every single run.
-    """
-    for r in runs:
-        r.update(summary.run_stats(r))
-    configs = summary.aggregate(runs)
-    base = summary.add_scaling(configs)
-    machine = summary.machine_info()
-    machine["load_average_start"] = load_start
-    return {
-        "argv": ["distrain", "bench", "scaling", *argv],
-        "workload": label,
-        "threads": threads,
-        "machine": machine,
-        "baseline": base["name"] if base else None,
-        "configs": configs,
-        "rounds": runs,
-        "interpretation": summary.interpret(configs, machine),
-    }
-
-
-def portable(results: dict[str, Any]) -> dict[str, Any]:
-    """`results` with the runs' commands free of this machine's paths (a report may be committed):
-    the interpreter as ``python3``, files under the working directory relative to it."""
-    cwd = os.getcwd() + os.sep
-
-    def word(w: str) -> str:
-        if w == sys.executable:
-            return "python3"
-        return w[len(cwd) :] if w.startswith(cwd) else w
-
-    out = dict(results)
-    for key in ("configs", "rounds"):
-        out[key] = [
-            {**r, "command": [word(w) for w in r["command"]]} if "command" in r else r
-            for r in results.get(key, [])
-        ]
-    return out
 
 
 def main(argv: list[str]) -> int:
@@ -420,11 +365,13 @@ def main(argv: list[str]) -> int:
             spec.command = [*spec.command[:at], "--cpu", *spec.command[at:]]
     specs = nodes.expand(specs, args)
     rounds = execute_all(specs, out, args.resume, args.timeout, args.epochs)
-    results = build_results(argv, label, rounds, args.threads, load_start)
+    results = summary.build_results(argv, label, rounds, args.threads, load_start)
     results["links"] = args.link_label
     if sizing is not None:
         results["sizing"] = {**sizing, "text": probe.describe(sizing)}
-    (out / "results.json").write_text(json.dumps(portable(results), indent=2), encoding="utf-8")
+    (out / "results.json").write_text(
+        json.dumps(summary.portable(results), indent=2), encoding="utf-8"
+    )
     runs = results["configs"]
     base = next((r for r in runs if r["name"] == results["baseline"]), None)
     from . import plots  # matplotlib: only once there is something to draw

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 from datetime import datetime, timezone
 from typing import Any
 
@@ -284,4 +285,49 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         out["failed"] = (
             f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and each run's log.txt."
         )
+    return out
+
+
+def build_results(
+    argv: list[str], label: str, runs: list[dict[str, Any]], threads: int, load_start: list[float]
+) -> dict[str, Any]:
+    """Statistics, scaling and interpretation: the content of results.json.
+
+    ``configs`` has one row per configuration (what the table and charts show); ``rounds`` has
+    every single run.
+    """
+    for r in runs:
+        r.update(run_stats(r))
+    configs = aggregate(runs)
+    base = add_scaling(configs)
+    machine = machine_info()
+    machine["load_average_start"] = load_start
+    return {
+        "argv": ["distrain", "bench", "scaling", *argv],
+        "workload": label,
+        "threads": threads,
+        "machine": machine,
+        "baseline": base["name"] if base else None,
+        "configs": configs,
+        "rounds": runs,
+        "interpretation": interpret(configs, machine),
+    }
+
+
+def portable(results: dict[str, Any]) -> dict[str, Any]:
+    """`results` with the runs' commands free of this machine's paths (a report may be committed):
+    the interpreter as ``python3``, files under the working directory relative to it."""
+    cwd = os.getcwd() + os.sep
+
+    def word(w: str) -> str:
+        if w == sys.executable:
+            return "python3"
+        return w[len(cwd) :] if w.startswith(cwd) else w
+
+    out = dict(results)
+    for key in ("configs", "rounds"):
+        out[key] = [
+            {**r, "command": [word(w) for w in r["command"]]} if "command" in r else r
+            for r in results.get(key, [])
+        ]
     return out

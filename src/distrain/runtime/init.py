@@ -25,7 +25,7 @@ from ..monitor import open_monitor
 from ..monitor.breakdown import open_breakdown
 from ..monitor.progress import wanted as progress_wanted
 from ..settings import Settings
-from ..train import failure, watchdog
+from ..train import failure, nccl_debug, watchdog
 from .context import Context, _remember, current
 from .stacks import dump_stacks_on_signal
 from .store import restart_safe_store
@@ -139,7 +139,7 @@ def init(
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
-                watchdog.nccl_debug_defaults(settings.log_dir)
+                nccl_debug.nccl_debug_defaults(settings.log_dir)
             _import_before_the_group()
             store, attempt = restart_safe_store(env, timeout, settings.bind_addr)
             dist.init_process_group(

@@ -19,8 +19,7 @@ with code 124, so the launcher tears the job down within about SECONDS + a few p
 A rank whose script ended keeps watching (:meth:`Watchdog.finish`, from ``ctx.shutdown()``): it
 marks its end in the store and waits until every rank marked its own.  A peer whose heartbeat
 then stops for SECONDS without its end mark is frozen: the verdict names it and the ended ranks
-exit 124.  Before, the watchdogs ended with the scripts, and a rank frozen after its training
-loop hung the job for good (chaos campaign, seed 16 trial 8).
+exit 124 (why: benchmarks/chaos/RESULTS.md, seed 16 trial 8).
 """
 
 from __future__ import annotations
@@ -46,33 +45,8 @@ from ..runtime.attempt import attempt_prefix
 
 _log = get_logger("watchdog")
 
-#: default collective timeout once training runs
-
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _DISTRAIN_DIR = str(Path(__file__).resolve().parent.parent)
-
-
-def nccl_debug_defaults(log_dir: str | None = None) -> None:
-    """Turn on PyTorch's NCCL flight recorder and async error handling (user values win).
-
-    Must run before the NCCL process group is created.  On a collective timeout NCCL's watchdog
-    aborts the communicator and dumps the last collectives of every rank to
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` (read them with torch's ``torchfrtrace``).
-    """
-    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    # the flight recorder's buffer: torch 2.11 warns on every rank that TORCH_NCCL_TRACE_BUFFER_SIZE
-    # is deprecated in favour of TORCH_FR_BUFFER_SIZE (seen on an H100); older torch documents
-    # only the NCCL name, so keep it there
-    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
-        old_torch = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 11)
-        os.environ.setdefault(
-            "TORCH_NCCL_TRACE_BUFFER_SIZE" if old_torch else "TORCH_FR_BUFFER_SIZE", "2000"
-        )
-    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    if log_dir:
-        os.environ.setdefault(
-            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(log_dir, "nccl_trace_rank_")
-        )
 
 
 def _main_thread_where() -> tuple[str, bool]:

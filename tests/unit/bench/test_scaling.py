@@ -56,7 +56,7 @@ def test_results_json_commands_carry_no_machine_paths(
     """A committed report must not name this machine's interpreter or checkout."""
     import sys
 
-    from distrain.bench.scaling import portable
+    from distrain.bench.summary import portable
 
     monkeypatch.chdir(tmp_path)
     cmd = [

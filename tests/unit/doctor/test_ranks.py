@@ -1,16 +1,12 @@
-"""doctor/ranks.py: the all-ranks rules that turn gathered facts into findings (no process group)."""
+"""doctor/ranks.py and rank_checks.py: the all-ranks rules that turn gathered facts into findings (no process group)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from distrain.doctor.ranks import (
-    FINGERPRINT_FIELDS,
-    _measurement_checks,
-    _missing_from,
-    compare_fingerprints,
-)
+from distrain.doctor.rank_checks import FINGERPRINT_FIELDS, compare_fingerprints, measurement_checks
+from distrain.doctor.ranks import _missing_from
 
 
 def _entry(rank: int, host: str = "h0", **fields: Any) -> dict[str, Any]:
@@ -55,7 +51,7 @@ def _measurements(works: list[float], ok: list[bool] | None = None) -> list[Any]
                 for r, w in enumerate(works)]  # fmt: skip
     arrived = [{"rank": r, "hostname": f"h{r}"} for r in range(len(works))]
     row = SimpleNamespace(bytes=16 * 2**20, time_us=2000.0, algbw_gbps=8.0, busbw_gbps=12.0)
-    return _measurement_checks(per_rank, arrived, row)
+    return measurement_checks(per_rank, arrived, row)
 
 
 def test_measurement_checks_all_good() -> None:

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from distrain.train import watchdog
-from distrain.train.watchdog import diagnose, nccl_debug_defaults
+from distrain.train.nccl_debug import nccl_debug_defaults
+from distrain.train.watchdog import diagnose
 
 
 def test_nccl_debug_defaults_keep_user_values(monkeypatch: pytest.MonkeyPatch) -> None:
