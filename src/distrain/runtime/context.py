@@ -8,7 +8,6 @@ plain process there is no process group and every call still works.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import weakref
@@ -16,16 +15,15 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..cluster import ClusterEnvironment
-from ..contract import usable_cores
 from ..settings import Settings
 from ..train import watchdog
-from ..train.data import DistributedLoader, GlobalBatchSampler, ShardedEvalSampler, dataset_length
+from ..train.data import DistributedLoader
 from ..train.steps import StepCounter
+from . import loaders, teardown
 from .reductions import Reductions
 from .services import Services
 
@@ -94,9 +92,8 @@ class Context(Reductions):
         # optimizer steps of prepared models, however the script steps (train/steps.py)
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
-        self.replicas: Any = (
-            None  # distrain.train.replicas.Replicas under `distrain run --replicas`
-        )
+        #: distrain.train.replicas.Replicas under `distrain run --replicas`
+        self.replicas: Any = None
 
     @property
     def steps(self) -> int:
@@ -215,20 +212,6 @@ class Context(Reductions):
 
         return full_state_dict(model)
 
-    def _loader_defaults(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        # CPU training: loader workers would steal cores from the compute threads. GPU: a few
-        # workers per process keep the device fed.
-        default_workers = (
-            0
-            if self.device.type != "cuda"
-            else min(4, max(0, usable_cores() // self.local_world_size - 1))
-        )
-        kwargs.setdefault("num_workers", default_workers)
-        kwargs.setdefault("pin_memory", self.device.type == "cuda")
-        if kwargs["num_workers"] > 0:
-            kwargs.setdefault("persistent_workers", True)
-        return kwargs
-
     def prepare_loader(
         self,
         dataset: Dataset[Any],
@@ -252,18 +235,10 @@ class Context(Reductions):
         rank, world = (
             self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
         )
-        sampler = GlobalBatchSampler(
-            dataset_length(dataset),
-            batch_size,
-            rank=rank,
-            world_size=world,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=drop_last,
-        )
-        loader = DistributedLoader(
-            dataset, sampler, seed_samples=seed_samples, **self._loader_defaults(kwargs)
-        )
+        loader = loaders.training_loader(
+            dataset, batch_size, rank, world, self.device, self.local_world_size,
+            shuffle=shuffle, drop_last=drop_last, seed=seed, seed_samples=seed_samples, **kwargs,
+        )  # fmt: skip
         return self.services.watch_loader(loader)  # the step breakdown's data time, rank 0's bar
 
     def prepare_eval_loader(
@@ -274,9 +249,14 @@ class Context(Reductions):
         Ranks may get different numbers of batches, so evaluate with ``ctx.unwrap(model)``
         (no DDP collectives in the forward) and combine with :meth:`all_reduce`.
         """
-        sampler = ShardedEvalSampler(dataset_length(dataset), self.rank, self.world_size)
-        return DataLoader(
-            dataset, batch_size=batch_size, sampler=sampler, **self._loader_defaults(kwargs)
+        return loaders.eval_loader(
+            dataset,
+            batch_size,
+            self.rank,
+            self.world_size,
+            self.device,
+            self.local_world_size,
+            **kwargs,
         )
 
     # -- mixed precision and accumulation -------------------------------------------------
@@ -350,7 +330,6 @@ class Context(Reductions):
         """
         return self.no_sync(model, skip=(micro_step + 1) % every != 0)
 
-    # -- checkpoints ------------------------------------------------------------------------
     def checkpointer(self, directory: str | os.PathLike[str] | None, **kwargs: Any) -> Any:
         """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory`; ``None``:
         nothing saved, the state registered for ``--replicas`` heals (docs/checkpointing.md)."""
@@ -393,9 +372,8 @@ class Context(Reductions):
         A no-op without a run directory; see :mod:`distrain.monitor`.
         """
         if step is None and self.replicas is not None and self.replicas.started:
-            step = (
-                self.replicas.manager.current_step()
-            )  # the job's committed step, also after a heal
+            # the job's committed step, also after a heal
+            step = self.replicas.manager.current_step()
         if self.steps:
             step = self.steps if step is None else step
         elif self.services.watchdog is not None:
@@ -405,7 +383,6 @@ class Context(Reductions):
         if self.services.monitor is not None:
             self.services.monitor.log(step, **values)
 
-    # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Release DDP/FSDP state and destroy the process group (idempotent; also run at exit).
 
@@ -419,18 +396,5 @@ class Context(Reductions):
         if self.replicas is not None:
             self.replicas.close()
         self.services.close()
-        from ..train.strategies import release
-
-        for ref in self._models:
-            model = ref()
-            if model is not None:
-                # the group's C++ object (and its threads) must die below, while Python is fully
-                # alive, not at interpreter teardown (where gloo aborts or deadlocks on the GIL)
-                with contextlib.suppress(Exception):
-                    release(model)
-        self._models.clear()
-        if dist.is_available() and dist.is_initialized():
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
-        gc.collect()
+        teardown.release(self._models)
         _forget(self)
