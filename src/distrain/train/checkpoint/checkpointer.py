@@ -15,11 +15,9 @@ checksums verify is used; anything else is reported by name and skipped, never l
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import itertools
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,20 +30,14 @@ from ...contract import mark_checkpoint
 from ...errors import recurring
 from ..data import DistributedLoader
 from ..signals import Preemption
-from . import dcp_io, legacy, nodes
+from . import files, loading, nodes
 from .files import (
-    _TMP_PREFIX,
     FORMAT,
-    LEGACY_FORMAT,
-    SHARED_FILE,
     CheckpointError,
     _warn,
     find_latest_valid,
-    load_file,
-    rank_file,
-    read_manifest,
 )
-from .state import Registered, _to_cpu_copy, register, rng_state, set_rng_state, strategy_of
+from .state import Registered, _to_cpu_copy, register, rng_state, strategy_of
 from .writer import Writer
 
 if TYPE_CHECKING:
@@ -181,7 +173,7 @@ class Checkpointer:
         nodes.refuse_sharded(self.directory, self._reg.sharded, self.topology)
         found: tuple[int, str] | None = None
         if self.ctx.rank == self.topology.leader:
-            self._remove_stray_temps()
+            files.remove_stray_temps(self.directory)
             path = find_latest_valid(self.directory)
             found = (int(os.path.basename(path)[5:]), path) if path else None
         if self.topology.shared:
@@ -225,7 +217,7 @@ class Checkpointer:
                 assert payload is not None
                 state, shared = payload
                 self._reg.load_dcp_state(state)
-                self._load_plain(shared, f"rank {src}'s copy of step {best}")
+                loading.load_plain(self._reg, shared, f"rank {src}'s copy of step {best}")
                 _warn(
                     f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state"
                 )
@@ -235,78 +227,10 @@ class Checkpointer:
         assert resumed is not None
         return resumed
 
-    def _remove_stray_temps(self) -> None:
-        for name in sorted(os.listdir(self.directory)):
-            path = os.path.join(self.directory, name)
-            if name.startswith(_TMP_PREFIX) or name.endswith(".part"):
-                _warn(f"removing stray temporary {path} (an interrupted save)")
-                if os.path.isdir(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(path)
-
     def _load(self, path: str, group: dist.ProcessGroup | None) -> Resumed:
         """Load the verified checkpoint at `path` (DCP collectively over `group`, or alone)."""
-        manifest, problem = read_manifest(path)
-        if manifest is None:  # verified by the leader a moment ago; changed since?
-            err = CheckpointError(f"cannot resume: {problem}")
-            err.recurs = False  # a restart verifies afresh
-            raise err
-        if manifest["format"] == LEGACY_FORMAT:
-            shared = legacy.load(path, self._reg)
-        else:
-            shared = load_file(os.path.join(path, SHARED_FILE))
-            if not isinstance(shared, dict) or shared.get("format") != FORMAT:
-                raise CheckpointError(f"{path}/{SHARED_FILE}: unknown checkpoint format")
-            missing = [
-                n
-                for n in self._reg.modules | self._reg.optimizers
-                if n not in shared.get("dcp", [])
-            ]
-            if missing:
-                raise CheckpointError(
-                    f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})"
-                )
-            if self._reg.modules:
-                state = self._reg.dcp_state()
-                dcp_io.load(state, path, group)
-                try:
-                    self._reg.load_dcp_state(state)
-                except (RuntimeError, ValueError, KeyError) as err:
-                    first = (str(err).strip().splitlines() or [""])[0][:300]
-                    raise CheckpointError(
-                        f"cannot resume the model/optimizer from {path}: {type(err).__name__}: {first}"
-                    ) from None
-            self._load_plain(shared, path)
-        name = rank_file(self.ctx.rank)
-        if name in manifest["files"]:
-            own = load_file(os.path.join(path, name))
-            set_rng_state(own["rng"])
-            missing = self._reg.load_local_buffers(own["buffers"]) if "buffers" in own else []
-            if missing and self.ctx.is_main:
-                _warn(
-                    f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
-                    "those buffers are rank 0's saved copy"
-                )
-        else:
-            _warn(
-                f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state"
-            )
+        shared = loading.load(path, self._reg, self.ctx.rank, self.ctx.is_main, group)
         return self._resumed(shared, path)
-
-    def _load_plain(self, shared: dict[str, Any], where: str) -> None:
-        states = shared.get("objects", {})
-        missing = [name for name in self._reg.plain if name not in states]
-        if missing:
-            raise CheckpointError(
-                f"{where} has no state for {', '.join(missing)} (saved: {', '.join(states)})"
-            )
-        for name, obj in self._reg.plain.items():
-            try:
-                obj.load_state_dict(states[name])
-            except ValueError as err:
-                raise CheckpointError(f"cannot resume {name} from {where}: {err}") from None
 
     def _resumed(self, shared: dict[str, Any], where: str) -> Resumed:
         step = int(shared["step"])

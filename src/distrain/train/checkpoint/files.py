@@ -19,11 +19,13 @@ same way and still loads (:mod:`.legacy`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pickle
 import re
+import shutil
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -217,3 +219,16 @@ def find_latest_valid(root: str, warn: Callable[[str], None] = _warn) -> str | N
             return path
         warn(f"skipping invalid checkpoint: {problem}")
     return None
+
+
+def remove_stray_temps(directory: str) -> None:
+    """Delete what an interrupted save left in `directory` (temporary step folders, .part files)."""
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(_TMP_PREFIX) or name.endswith(".part"):
+            _warn(f"removing stray temporary {path} (an interrupted save)")
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
