@@ -26,7 +26,7 @@ import ast
 import os
 from dataclasses import dataclass
 
-from ..contract import SELF_STARTING, rehearse_boot_dir
+from ..contract import SELF_STARTING, boot_first
 
 _MODULES = {"multiprocessing", "torch.multiprocessing", "multiprocess"}
 _SPAWNERS = {"spawn", "start_processes"}
@@ -206,7 +206,4 @@ def mark(env: dict[str, str]) -> None:
     the boot folder's sitecustomize, so that folder goes first on PYTHONPATH (once).
     """
     env[SELF_STARTING] = "1"
-    boot = rehearse_boot_dir()
-    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    if boot not in path.split(os.pathsep):
-        env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
+    boot_first(env)
