@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,14 @@ def rehearse_boot_dir() -> str:
     worker side (runtime/rehearse/).
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "rehearse", "boot")
+
+
+def boot_first(env: MutableMapping[str, str]) -> None:
+    """Put the boot folder (:func:`rehearse_boot_dir`) first on `env`'s PYTHONPATH, once."""
+    boot = rehearse_boot_dir()
+    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    if boot not in path.split(os.pathsep):
+        env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
 
 
 # -- the step breakdown: what a worker leaves in DISTRAIN_SUMMARY_DIR for the launcher -------------

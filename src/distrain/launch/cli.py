@@ -32,7 +32,7 @@ from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
 
-def _exit_code_of(err: BaseException) -> tuple[int, str]:
+def _exit_code_of(err: BaseException, summary_dir: str | None = None) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -54,6 +54,12 @@ def _exit_code_of(err: BaseException) -> tuple[int, str]:
             code,
             f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)",
         )
+    if not os.path.isfile(first.error_file):
+        # a peer failed first (it lost this rank's connection) and the agent stopped the rank
+        # that raised while that one was still exiting: its cause is in the summary folder
+        stopped = job_summary.cause(summary_dir)
+        if stopped is not None:
+            return code or 1, stopped
     message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
     cause = f": {message}" if os.path.isfile(first.error_file) and message else ""
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
@@ -176,7 +182,7 @@ def _launch(
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
-        code, summary = _exit_code_of(err)
+        code, summary = _exit_code_of(err, breakdowns)
         resume = console.resume_hint(breakdowns)  # read before _end_lines removes the folder
         _end_lines(breakdowns, notice, rehearsal_folder)
         tip = local_rank_hint.hint(launch.args, PROG)

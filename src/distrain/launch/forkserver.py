@@ -38,7 +38,7 @@ import sys
 import tempfile
 
 from .. import noise
-from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
+from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint, boot_first
 from ..errors import UsageError
 
 PROG = "distrain run"
@@ -234,6 +234,9 @@ def run(args: argparse.Namespace) -> None:
             method = "spawn"
     if method == "spawn":
         args.start_method = "spawn"
+        # a plain script's uncaught exception reaches the error file (the boot sitecustomize),
+        # so the last line names the cause as with the fast start
+        boot_first(os.environ)
         torchrun.run(args)
         return
 

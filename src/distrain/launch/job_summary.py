@@ -14,6 +14,9 @@ the files are the contract).  After the job the launcher prints, on stderr:
   :data:`ADVICE_MIN_STEPS` steps or more.
 
 Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
+
+A rank that raised also leaves ``cause-<R>.json`` (train/failure.py): :func:`cause` reads it
+for the failed job's last line when the agent stopped that rank before it had exited.
 """
 
 from __future__ import annotations
@@ -69,6 +72,32 @@ def read(folder: str) -> list[dict[str, Any]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return [ranks[r] for r in sorted(ranks)]
+
+
+def cause(folder: str | None) -> str | None:
+    """``rank R (pid P) failed: <cause>`` from the first rank that noted its cause, or None.
+
+    A rank that raised leaves ``cause-<R>.json`` here when it writes its error file
+    (train/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
+    """
+    if not folder or not os.path.isdir(folder):
+        return None
+    found = []
+    for name in os.listdir(folder):
+        if not (name.startswith("cause-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                note = json.load(f)
+            found.append(
+                (float(note["time"]), str(note["rank"]), int(note["pid"]), str(note["message"]))
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not found:
+        return None
+    _, rank, pid, message = min(found)  # the first to raise
+    return f"rank {rank} (pid {pid}) failed: {message}"
 
 
 def _percent(fraction: float) -> str:

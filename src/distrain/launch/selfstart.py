@@ -26,7 +26,7 @@ import ast
 import os
 from dataclasses import dataclass
 
-from ..contract import SELF_STARTING, rehearse_boot_dir
+from ..contract import SELF_STARTING, boot_first
 
 _MODULES = {"multiprocessing", "torch.multiprocessing", "multiprocess"}
 _SPAWNERS = {"spawn", "start_processes"}
@@ -61,11 +61,11 @@ class SelfStart:
         if not self.line:
             return (
                 f"{prog}: {script_name} starts its own workers (--self-starting); "
-                f"running it once (not {nproc} copies), its children are the job"
+                f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
             )
         return (
             f"{prog}: {script_name} starts its own workers ({self.kind} at line {self.line}); "
-            f"running it once (not {nproc} copies), its children are the job"
+            f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
         )
 
 
@@ -210,7 +210,4 @@ def mark(env: dict[str, str]) -> None:
     the boot folder's sitecustomize, so that folder goes first on PYTHONPATH (once).
     """
     env[SELF_STARTING] = "1"
-    boot = rehearse_boot_dir()
-    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    if boot not in path.split(os.pathsep):
-        env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
+    boot_first(env)

@@ -92,4 +92,8 @@ def like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
     call.__signature__ = signature  # type: ignore[attr-defined]  # what inspect reports: every call binds it
     call.__name__, call.__qualname__ = original.__name__, original.__qualname__
     call.__doc__ = impl.__doc__ or f"distrain run --cpu stand-in for {original.__qualname__}"
+    if hasattr(original, "__wrapped__"):
+        # a decorated original (``@contextmanager`` torch.cuda.use_mem_pool) has one, and Dynamo
+        # reads it while tracing any torch call; unwrapped, the stand-in leads to itself
+        call.__wrapped__ = impl  # type: ignore[attr-defined]
     return call

@@ -21,7 +21,7 @@ import traceback
 from types import TracebackType
 
 from ..cluster.base import ClusterError
-from ..contract import ERROR_FILE
+from ..contract import ERROR_FILE, SUMMARY_DIR
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor.status import NoJobError
@@ -107,6 +107,27 @@ def write_error_message(path: str, message: str, callstack: str) -> None:
     }
     with open(path, "w") as f:
         json.dump(data, f)
+    _note_cause(message)
+
+
+def _note_cause(message: str) -> None:
+    """Leave the cause in the launcher's summary folder too (``cause-<rank>.json``).
+
+    The agent names only the ranks that had exited when it noticed the first failure; a rank
+    that raised can still be finalizing its interpreter then (its gloo connections close early
+    in that, so its peer fails and exits first), and the agent stops it with SIGTERM.  The
+    launcher finds its cause here (launch/job_summary.py).
+    """
+    folder = os.environ.get(SUMMARY_DIR)
+    if not folder or not os.path.isdir(folder):
+        return
+    rank = os.environ.get("RANK", "")
+    note = {"rank": rank, "pid": os.getpid(), "time": time.time(), "message": message}
+    with contextlib.suppress(OSError):
+        with open(
+            os.path.join(folder, f"cause-{rank or os.getpid()}.json"), "w", encoding="utf-8"
+        ) as f:
+            json.dump(note, f)
 
 
 def print_traceback_block(rank: int | str, err: BaseException, header: str = "") -> None:

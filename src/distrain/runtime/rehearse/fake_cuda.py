@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -24,34 +23,20 @@ import torch
 from ..patching import like as _like
 from ..patching import replace
 from .devices import MAPPED
+from .fake_rng import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .fake_state import _index, _State
+from .fake_streams import Event, Stream, current_stream, stream
 from .refuse import refuse
 
 NAME = "CPU (distrain run --cpu)"
-
-
-class _State:
-    count = 1
-    current = 0
-    seeds: dict[int, int] = {}
-
-
-def _index(device: Any = None) -> int:
-    if device is None:
-        return _State.current
-    if isinstance(device, torch.device):
-        if device.type != "cuda":
-            raise ValueError(f"Expected a cuda device, but got: {device}")
-        index = device.index
-    elif isinstance(device, str):
-        index = torch.device(device).index
-    else:
-        index = int(device)
-    index = _State.current if index is None or index < 0 else index
-    if index >= _State.count:
-        raise torch.AcceleratorError(
-            f"CUDA error: invalid device ordinal (device {index}; {_State.count} stand-in devices)"
-        )
-    return index
 
 
 def is_available() -> bool:
@@ -163,137 +148,6 @@ class device_of(device):  # noqa: N801 - torch.cuda.device_of's name
 
     def __init__(self, obj: Any) -> None:
         super().__init__(None)
-
-
-class Stream:
-    """A no-op stream: work on the CPU is already ordered."""
-
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-        self.device = torch.device("cuda", _index(device))
-        self.priority = priority
-
-    def wait_event(self, event: Any) -> None:  # noqa: D102
-        pass
-
-    def wait_stream(self, stream: Any) -> None:  # noqa: D102
-        pass
-
-    def record_event(self, event: Any = None) -> Event:  # noqa: D102
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def query(self) -> bool:  # noqa: D102
-        return True
-
-    def is_capturing(self) -> bool:  # noqa: D102 - no CUDA graph is ever captured
-        return False
-
-    def synchronize(self) -> None:  # noqa: D102
-        pass
-
-    @property
-    def device_index(self) -> int:  # noqa: D102
-        return self.device.index or 0
-
-    device_type = "cuda"
-    stream_id = 0
-    cuda_stream = 0
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream)
-
-    def __hash__(self) -> int:
-        return 0
-
-
-class Event:
-    """An event that records wall time, so elapsed_time() measures the CPU's work."""
-
-    def __init__(
-        self,
-        enable_timing: bool = False,
-        blocking: bool = False,
-        interprocess: bool = False,
-        external: bool = False,
-    ) -> None:
-        self.time: float | None = None
-
-    def record(self, stream: Any = None) -> None:  # noqa: D102
-        self.time = time.perf_counter()
-
-    def wait(self, stream: Any = None) -> None:  # noqa: D102
-        pass
-
-    def query(self) -> bool:  # noqa: D102
-        return True
-
-    def synchronize(self) -> None:  # noqa: D102
-        pass
-
-    def elapsed_time(self, end_event: Event) -> float:
-        """Milliseconds between the two records."""
-        if self.time is None or end_event.time is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        return (end_event.time - self.time) * 1000.0
-
-
-_DEFAULT_STREAM = Stream.__new__(Stream)
-_DEFAULT_STREAM.device, _DEFAULT_STREAM.priority = torch.device("cuda", 0), 0
-
-
-def current_stream(device: Any = None) -> Stream:
-    """The (single, no-op) stream."""
-    return _DEFAULT_STREAM
-
-
-def stream(stream: Any) -> Any:
-    """``with torch.cuda.stream(s):``: a no-op context."""
-    return stream if isinstance(stream, Stream) else _DEFAULT_STREAM
-
-
-# -- the CUDA generator: its own seeds and states, apart from the CPU's -----------------------------
-def manual_seed(seed: int) -> None:
-    """Seed the (stand-in) current device's generator; the CPU's stream is untouched."""
-    _State.seeds[_State.current] = int(seed)
-
-
-def manual_seed_all(seed: int) -> None:
-    """Seed every stand-in device's generator."""
-    for i in range(_State.count):
-        _State.seeds[i] = int(seed)
-
-
-def initial_seed() -> int:
-    """The current device's seed."""
-    return _State.seeds.get(_State.current, 0)
-
-
-def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    """A state tensor that set_rng_state accepts back."""
-    return torch.tensor([_State.seeds.get(_index(device), 0)], dtype=torch.int64).view(torch.uint8)
-
-
-def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
-    """Restore a state from get_rng_state."""
-    _State.seeds[_index(device)] = int(state.view(torch.int64)[0]) if state.numel() == 8 else 0
-
-
-def get_rng_state_all() -> list[torch.Tensor]:
-    """Every stand-in device's state."""
-    return [get_rng_state(i) for i in range(_State.count)]
-
-
-def set_rng_state_all(states: list[torch.Tensor]) -> None:
-    """Restore every stand-in device's state."""
-    for i, state in enumerate(states):
-        set_rng_state(state, i)
 
 
 _REPLACEMENTS: dict[str, Any] = {
