@@ -70,6 +70,18 @@ def _until(cond: object, proc: subprocess.Popen[str], log: Path, timeout: float 
         time.sleep(0.2)
 
 
+def _until_both_ranks_report(run_dir: Path, proc: subprocess.Popen[str], log: Path) -> None:
+    """Both nodes' ranks write into the one run directory `distrain top` reads."""
+    _until(
+        lambda: (
+            {p.name for p in (run_dir / "metrics").glob("rank-*.jsonl")}
+            >= {"rank-0.jsonl", "rank-1.jsonl"}
+        ),
+        proc,
+        log,
+    )
+
+
 def _ssh_of(launcher: subprocess.Popen[str], host: str) -> psutil.Process:
     """The launcher's ssh client process for `host`."""
     for child in psutil.Process(launcher.pid).children(recursive=True):
@@ -265,14 +277,7 @@ def test_ctrl_c_stops_every_host(cluster2: SshCluster, tmp_path: Path) -> None:
     ]
     proc = _start(c, argv, log)
     # both nodes' ranks write into the one run directory `distrain top` reads
-    _until(
-        lambda: (
-            {p.name for p in (run_dir / "metrics").glob("rank-*.jsonl")}
-            >= {"rank-0.jsonl", "rank-1.jsonl"}
-        ),
-        proc,
-        log,
-    )
+    _until_both_ranks_report(run_dir, proc, log)
     assert all(c.pids(i) for i in range(2))  # the job runs on both hosts
     stopped = time.monotonic()
     proc.send_signal(signal.SIGINT)
@@ -312,14 +317,7 @@ def test_a_killed_launcher_leaves_nothing_on_the_hosts(
         ],
         log,
     )
-    _until(
-        lambda: (
-            {p.name for p in (run_dir / "metrics").glob("rank-*.jsonl")}
-            >= {"rank-0.jsonl", "rank-1.jsonl"}
-        ),
-        proc,
-        log,
-    )
+    _until_both_ranks_report(run_dir, proc, log)
     launcher = psutil.Process(proc.pid)  # `ip netns exec` became the launcher itself
     assert "distrain.cli" in launcher.cmdline()
     clients = [p for p in launcher.children() if p.name() == "ssh"]
