@@ -27,7 +27,7 @@ NANOGPT_SHA=3adf61e154c3fe3fca428ad6bc3818b27a3b8291
 TIMM_SHA=aa4b5850c1543fa488abf260f18390eda46cf85d
 WZMM_SHA=2ecf2eea2b97777bb18fe9ff458292fde5a92b7e
 TORCHTITAN_SHA=b5bcd76c66d0acb1a08b176d9639425bc55e0b2a
-VISION_SHA=017e9b99b5daddec3d82d5b05fe26f6834c48fa9
+VISION_SHA=d4a1e3d66ab710981aa33f3e6e6003e4b504b56b  # main, 2025-02-05 (0.22.0a0)
 
 # get OWNER/NAME SHA DIR [sparse pattern...]: a checkout of SHA with only those paths
 get() {
@@ -263,12 +263,36 @@ torchvision() {  # pytorch/vision references/classification/train.py
     get pytorch/vision "$VISION_SHA" vision '/references/classification/' || return 1
     local src=$ROOT/src/vision/references/classification run=$ROOT/run/torchvision
     mkdir -p "$run"
-    [ -d "$run/data" ] || image_folder "$run/data" 2 8 train val
-    local args=(--data-path "$run/data" --model resnet18 --epochs 1 -b 4 -j 0 --device cpu
+    # the script reports top-1 and top-5 accuracy (utils.accuracy, topk=(1, 5)): fewer than five
+    # classes stop it with "selected index k out of range"
+    [ -d "$run/data" ] || image_folder "$run/data" 5 4 train val
+    local args=(--data-path "$run/data" --model resnet18 --epochs 1 -b 4 -j 0
         --print-freq 1 --use-deterministic-algorithms --val-resize-size 40 --val-crop-size 32 --train-crop-size 32)
-    timed torchvision-torchrun "$src" "${TORCHRUN[@]}" --standalone --nproc-per-node 2 train.py "${args[@]}" --output-dir "$run/out-torchrun"
-    timed torchvision-distrain "$src" "${DISTRAIN[@]}" -n 2 train.py "${args[@]}" --output-dir "$run/out-distrain"
-    same torchvision-state "$(state_hash "$run/out-torchrun/checkpoint.pth" model)" "$(state_hash "$run/out-distrain/checkpoint.pth" model)"
+    # as is: init_distributed_mode calls torch.cuda.set_device and picks nccl whatever --device says
+    timed torchvision-torchrun-asis "$src" "${TORCHRUN[@]}" --standalone --nproc-per-node 2 train.py "${args[@]}" --device cpu --output-dir "$run/out-torchrun-asis"
+    timed torchvision-distrain-asis "$src" "${DISTRAIN[@]}" -n 2 train.py "${args[@]}" --device cpu --output-dir "$run/out-distrain-asis"
+    # seeded: the script never seeds (model init, crops), so no two runs agree; one line more
+    rm -rf "$run/seeded" "$run/cpu" && cp -r "$src" "$run/seeded"
+    sed -i 's/^    utils.init_distributed_mode(args)$/&\n    torch.manual_seed(0)  # corpus copy: seeded/' "$run/seeded/train.py"
+    # cpu: the seeded copy without its three CUDA-only lines (set_device and nccl in
+    # init_distributed_mode, device="cuda" in reduce_across_processes) and DDP's device_ids on CPU
+    cp -r "$run/seeded" "$run/cpu"
+    sed -i -e 's/^    torch.cuda.set_device(args.gpu)$/    if args.device != "cpu": torch.cuda.set_device(args.gpu)  # corpus copy/' \
+        -e 's/^    args.dist_backend = "nccl"$/    args.dist_backend = "gloo" if args.device == "cpu" else "nccl"  # corpus copy/' \
+        -e 's/t = torch.tensor(val, device="cuda")/t = torch.tensor(val, device="cpu" if dist.get_backend() == "gloo" else "cuda")  # corpus copy/' \
+        "$run/cpu/utils.py"
+    sed -i 's/DistributedDataParallel(model, device_ids=\[args.gpu\])/DistributedDataParallel(model, device_ids=None if args.device == "cpu" else [args.gpu])/' "$run/cpu/train.py"
+    timed torchvision-torchrun-cpu "$run/cpu" "${TORCHRUN[@]}" --standalone --nproc-per-node 2 train.py "${args[@]}" --device cpu --output-dir "$run/out-torchrun-cpu"
+    timed torchvision-distrain-cpu "$run/cpu" "${DISTRAIN[@]}" -n 2 train.py "${args[@]}" --device cpu --output-dir "$run/out-distrain-cpu"
+    # as is (--device cuda, the default) on two stand-in GPUs, and the seeded copy likewise
+    timed torchvision-distrain-rehearsal-asis "$src" "${DISTRAIN[@]}" --cpu -n 2 train.py "${args[@]}" --output-dir "$run/out-rehearsal-asis"
+    timed torchvision-distrain-rehearsal-seeded "$run/seeded" "${DISTRAIN[@]}" --cpu -n 2 train.py "${args[@]}" --output-dir "$run/out-rehearsal-seeded"
+    local a b c
+    a=$(state_hash "$run/out-torchrun-cpu/checkpoint.pth" model)
+    b=$(state_hash "$run/out-distrain-cpu/checkpoint.pth" model)
+    c=$(state_hash "$run/out-rehearsal-seeded/checkpoint.pth" model)
+    same torchvision-cpu-state "$a" "$b"
+    same torchvision-rehearsal-vs-torchrun-state "$a" "$c"
 }
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
