@@ -23,7 +23,6 @@ ends, also by a crash, SIGTERM or Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -49,10 +48,11 @@ from faults import (
     Missed,
     Shot,
     follow,
-    trial_processes,
 )  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
-from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
+from oracle import RunRecord, judge, newest_valid_step  # noqa: E402
+from record import Trial, load_trials, report, table  # noqa: E402
+from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
 
 if typing.TYPE_CHECKING:
     from helpers.netns_hosts import Hosts
@@ -163,58 +163,6 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
     )
 
 
-def _live(trial: str, made: Hosts | None) -> list[psutil.Process]:
-    """The trial's live processes, and any process inside its namespaces."""
-    found = {p.pid: p for p in trial_processes(trial)}
-    for pid in nodes.pids_inside(made) if made is not None else []:
-        try:
-            found.setdefault(pid, psutil.Process(pid))
-        except psutil.Error:
-            continue
-    return [p for p in found.values() if _alive(p)]
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def dump_stacks(trial: str, path: Path, made: Hosts | None = None) -> None:
-    """py-spy dumps of every process of a hung trial, for its root cause."""
-    with open(path, "w") as f:
-        for proc in _live(trial, made):
-            try:
-                cmd = " ".join(proc.cmdline())[:200]
-            except psutil.Error:
-                cmd = "?"
-            res = subprocess.run(["py-spy", "dump", "--pid", str(proc.pid)], capture_output=True,
-                                 text=True, timeout=30, check=False)  # fmt: skip
-            f.write(f"== pid {proc.pid} {cmd}\n{res.stdout}{res.stderr}\n")
-
-
-def kill_all(trial: str, made: Hosts | None = None) -> list[str]:
-    """SIGCONT then SIGKILL every process of the trial (and in its namespaces); a line for each."""
-    found = []
-    for proc in _live(trial, made):
-        try:
-            found.append(f"pid {proc.pid} {' '.join(proc.cmdline())[:80]}")
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-        except psutil.Error:
-            pass
-    return found
-
-
-def leftovers(trial: str, grace: float = 10.0, made: Hosts | None = None) -> list[str]:
-    """Processes of the trial (or in its namespaces) alive `grace` s after its launchers ended (then killed)."""
-    deadline = time.monotonic() + grace
-    while _live(trial, made) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return kill_all(trial, made)
-
-
 def _checkpoint_steps(ckpt: Path) -> list[int]:
     """Steps of the finished checkpoints under `ckpt` (any depth); a save renames folders while
     we look, so a folder that vanishes mid-walk is looked at again."""
@@ -270,20 +218,6 @@ def reference(kind: Kind, work: Path) -> Reference:
         )
     result = None if kind.replicas else kind.result(job)
     return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
-
-
-@dataclass
-class Trial:
-    """One trial's draws and outcome."""
-
-    index: int
-    kind: str
-    fault: str
-    moment: float
-    what: str = ""
-    verdict: Verdict | None = None
-    seconds: float = 0.0
-    missed: bool = False
 
 
 def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
@@ -370,69 +304,6 @@ def _mount_tmpfs(job: Job) -> bool:
     return res.returncode == 0
 
 
-def table(trials: list[Trial]) -> str:
-    """Markdown: kind × fault with trials, healed, stopped, missed and each way to break the oracle."""
-    cols = ["trials", "healed", "stopped", "hung", "diverged", "leftovers", "other bad", "missed"]
-    rows: dict[tuple[str, str], dict[str, int]] = {}
-    for t in trials:
-        row = rows.setdefault((t.kind, t.fault), dict.fromkeys(cols, 0))
-        row["trials"] += 1
-        row["missed"] += t.missed
-        word = t.verdict.word if t.verdict else "hung"
-        row[word if word in cols else "other bad"] += 1
-    lines = ["| kind | fault | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    for (kind, fault), row in sorted(rows.items()):
-        lines.append(f"| {kind} | {fault} | " + " | ".join(str(row[c]) for c in cols) + " |")
-    total = {c: sum(r[c] for r in rows.values()) for c in cols}
-    lines.append("| **all** | | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
-    return "\n".join(lines)
-
-
-def load_trials(paths: list[str]) -> list[Trial]:
-    """Trials recorded by --json (JSON lines) or kept as a table (benchmarks/chaos/trials/*.tsv,
-    the same fields), with their verdicts (a missed fault: 'missed: …' in `what`)."""
-    import csv
-
-    trials = []
-    for path in paths:
-        text = Path(path).read_text()
-        if path.endswith(".tsv"):
-            rows: list[dict] = list(csv.DictReader(text.splitlines(), delimiter="\t"))
-        else:
-            rows = [json.loads(line) for line in text.splitlines()]
-        for row in rows:
-            t = Trial(
-                int(row["index"]), row["kind"], row["fault"], float(row["moment"]), row["what"]
-            )
-            t.verdict, t.missed = (
-                Verdict(row["verdict"], row["detail"]),
-                row["what"].startswith("missed"),
-            )
-            trials.append(t)
-    return trials
-
-
-def _report(t: Trial, seed: int, args: argparse.Namespace) -> None:
-    """Print the trial's line; append it to --json's lines and --tsv's table."""
-    v = t.verdict
-    assert v is not None
-    print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
-          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
-    row = {"seed": seed, "index": t.index, "commit": COMMIT, "kind": t.kind, "fault": t.fault,
-           "moment": round(t.moment, 4), "what": t.what, "verdict": v.word, "seconds": round(t.seconds, 1),
-           "detail": v.detail}  # fmt: skip
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(row) + "\n")
-    if args.tsv:
-        path = Path(args.tsv)
-        clean = lambda value: str(value).replace("\t", " ").replace("\n", " ")  # noqa: E731
-        with open(path, "a") as f:
-            if not path.exists() or path.stat().st_size == 0:
-                f.write("\t".join(row) + "\n")
-            f.write("\t".join(clean(row[k]) for k in row) + "\n")
-
-
 def main() -> int:
     """Draw and run the trials; print each, then the table; 1 when any broke the oracle."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -487,7 +358,7 @@ def main() -> int:
                     refs[t.kind] = reference(KINDS[t.kind], work)
                     print(f"reference {t.kind}: {refs[t.kind].total:.1f} s", flush=True)
                 done.append(run_trial(t, seed, work, refs[t.kind]))
-                _report(t, seed, args)
+                report(t, seed, args, COMMIT)
         finally:
             for trial in CURRENT:
                 kill_all(trial)

@@ -1,17 +1,35 @@
-"""Appends a chaos campaign's table to benchmarks/chaos/RESULTS.md, with the command, the CPU,
-the load before and after, and a replay command for every trial that broke the oracle."""
+"""A chaos campaign's records: each trial's line (--json, --tsv), the kind × fault table, and the
+section appended to benchmarks/chaos/RESULTS.md (command, CPU, load, replay commands)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oracle import Verdict
+
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+@dataclass
+class Trial:
+    """One trial's draws and outcome."""
+
+    index: int
+    kind: str
+    fault: str
+    moment: float
+    what: str = ""
+    verdict: Verdict | None = None
+    seconds: float = 0.0
+    missed: bool = False
 
 
 def cpu_model() -> str:
@@ -44,3 +62,66 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
         )
     with open(RESULTS, "a") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def table(trials: list[Trial]) -> str:
+    """Markdown: kind × fault with trials, healed, stopped, missed and each way to break the oracle."""
+    cols = ["trials", "healed", "stopped", "hung", "diverged", "leftovers", "other bad", "missed"]
+    rows: dict[tuple[str, str], dict[str, int]] = {}
+    for t in trials:
+        row = rows.setdefault((t.kind, t.fault), dict.fromkeys(cols, 0))
+        row["trials"] += 1
+        row["missed"] += t.missed
+        word = t.verdict.word if t.verdict else "hung"
+        row[word if word in cols else "other bad"] += 1
+    lines = ["| kind | fault | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for (kind, fault), row in sorted(rows.items()):
+        lines.append(f"| {kind} | {fault} | " + " | ".join(str(row[c]) for c in cols) + " |")
+    total = {c: sum(r[c] for r in rows.values()) for c in cols}
+    lines.append("| **all** | | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def load_trials(paths: list[str]) -> list[Trial]:
+    """Trials recorded by --json (JSON lines) or kept as a table (benchmarks/chaos/trials/*.tsv,
+    the same fields), with their verdicts (a missed fault: 'missed: …' in `what`)."""
+    import csv
+
+    trials = []
+    for path in paths:
+        text = Path(path).read_text()
+        if path.endswith(".tsv"):
+            rows: list[dict] = list(csv.DictReader(text.splitlines(), delimiter="\t"))
+        else:
+            rows = [json.loads(line) for line in text.splitlines()]
+        for row in rows:
+            t = Trial(
+                int(row["index"]), row["kind"], row["fault"], float(row["moment"]), row["what"]
+            )
+            t.verdict, t.missed = (
+                Verdict(row["verdict"], row["detail"]),
+                row["what"].startswith("missed"),
+            )
+            trials.append(t)
+    return trials
+
+
+def report(t: Trial, seed: int, args: argparse.Namespace, commit: str) -> None:
+    """Print the trial's line; append it to --json's lines and --tsv's table."""
+    v = t.verdict
+    assert v is not None
+    print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
+          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
+    row = {"seed": seed, "index": t.index, "commit": commit, "kind": t.kind, "fault": t.fault,
+           "moment": round(t.moment, 4), "what": t.what, "verdict": v.word, "seconds": round(t.seconds, 1),
+           "detail": v.detail}  # fmt: skip
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    if args.tsv:
+        path = Path(args.tsv)
+        clean = lambda value: str(value).replace("\t", " ").replace("\n", " ")  # noqa: E731
+        with open(path, "a") as f:
+            if not path.exists() or path.stat().st_size == 0:
+                f.write("\t".join(row) + "\n")
+            f.write("\t".join(clean(row[k]) for k in row) + "\n")

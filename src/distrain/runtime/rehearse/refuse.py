@@ -7,6 +7,7 @@ distrain and the standard library; it is printed once per job (the first rank to
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
@@ -18,8 +19,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ...contract import REHEARSE_DIR
+from ...contract import ERROR_FILE, REHEARSE_DIR
 from ...log import get_logger
+from ...train.failure import write_error_message
 from ..patching import replace, wrap
 
 _log = get_logger("rehearse")
@@ -55,8 +57,14 @@ def user_frame() -> str:
 def refuse(call: str) -> NoReturn:
     """Stop this process: `call` cannot run without a GPU (one line, once per job)."""
     where = user_frame()
+    reason = f"cannot rehearse {call} at {where}: it needs a real GPU"
     if _first_to_say():
-        _log.error(f"{PROG}: cannot rehearse {call} at {where}: it needs a real GPU")
+        _log.error(f"{PROG}: {reason}")
+    # the agent's error file carries the reason, so the job's last line names it
+    error_file = os.environ.get(ERROR_FILE)
+    if error_file and not os.path.exists(error_file):
+        with contextlib.suppress(OSError):
+            write_error_message(error_file, f"{PROG}: {reason}", "")
     raise SystemExit(REFUSED_EXIT_CODE)
 
 
