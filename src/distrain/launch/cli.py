@@ -183,7 +183,8 @@ def _launch(
         stopped = stopped_by_rank(breakdowns)  # a rank's reason: its peers never rejoined
         resume = console.resume_hint(breakdowns, every_node=stopped is not None)
         _end_lines(breakdowns, notice, rehearsal_folder)
-        if stopped:
+        if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest
+            resume = resume or "; rerun the same command on every node to resume from the newest checkpoint"
             print(f"{PROG}: job stopped: {stopped}{resume}", file=sys.stderr, flush=True)
             return 1
         print(f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}", file=sys.stderr, flush=True)
