@@ -35,6 +35,10 @@ TRAIN_TIMEOUT = "DISTRAIN_TRAIN_TIMEOUT"
 BIND_ADDR = "DISTRAIN_BIND_ADDR"
 #: the c10d rendezvous endpoint (host:port): a rank whose error would recur closes it (no restart)
 RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
+#: the pid of this node's `distrain run` (its agent): a static job's rank stops it (train/stop_job.py)
+LAUNCHER_PID = "DISTRAIN_LAUNCHER_PID"
+#: seconds a restarted attempt of a multi-node static job waits for its peers (runtime/rejoin.py)
+REJOIN_TIMEOUT = "DISTRAIN_REJOIN_TIMEOUT"
 #: CPU threads per worker, overriding the cores ÷ processes split
 NUM_THREADS = "DISTRAIN_NUM_THREADS"
 #: device override for init() ("cpu", "cuda:1", ...)
@@ -166,6 +170,10 @@ def replica_group_env() -> str | None:
     return os.environ.get(REPLICA_GROUP)
 
 
+#: left in DISTRAIN_SUMMARY_DIR by a rank that stopped a static job (why; `distrain run` says it last)
+STOP_MARK = "stopped.txt"
+
+
 #: left in DISTRAIN_SUMMARY_DIR by each node's checkpoint leader: the last checkpoint (a JSON
 #: object: ``step``, None before the first save, and ``path``), for the launcher's restart lines
 CHECKPOINT_MARK = "checkpoint.json"
@@ -192,6 +200,15 @@ def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return mark if isinstance(mark, dict) else None
+
+
+def stopped_by_rank(folder: str | None) -> str | None:
+    """Why a rank stopped this node's launcher (STOP_MARK in `folder`); None when none did."""
+    try:
+        with open(os.path.join(folder or "", STOP_MARK), encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 # -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------

@@ -22,6 +22,8 @@ from .errors import DistrainError
 DEFAULT_TRAIN_TIMEOUT_S = 300.0
 #: how long a self-starting script's children have to form their group (``DISTRAIN_FORM_TIMEOUT``)
 DEFAULT_FORM_TIMEOUT_S = 60.0
+#: how long a restarted attempt of a multi-node static job waits for its peers (``DISTRAIN_REJOIN_TIMEOUT``)
+DEFAULT_REJOIN_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
 #: variables that CI services set (GitHub Actions, GitLab, Jenkins, Buildkite; most others set CI)
@@ -58,6 +60,7 @@ class Settings:
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
+    rejoin_timeout_s: float = DEFAULT_REJOIN_TIMEOUT_S  # DISTRAIN_REJOIN_TIMEOUT
     ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S  # DISTRAIN_FT_TIMEOUT
     ft_quorum_timeout_s: float = DEFAULT_FT_QUORUM_TIMEOUT_S  # DISTRAIN_FT_QUORUM_TIMEOUT
     ft_start_wait_s: float = DEFAULT_FT_START_WAIT_S  # DISTRAIN_FT_START_WAIT
@@ -101,6 +104,8 @@ class Settings:
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT))
             or DEFAULT_FORM_TIMEOUT_S,
+            "rejoin_timeout_s": _seconds(contract.REJOIN_TIMEOUT, text(contract.REJOIN_TIMEOUT))
+            or DEFAULT_REJOIN_TIMEOUT_S,
             "ft_timeout_s": _seconds(contract.FT_TIMEOUT, text(contract.FT_TIMEOUT))
             or DEFAULT_FT_TIMEOUT_S,
             "ft_quorum_timeout_s": _seconds(

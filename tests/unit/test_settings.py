@@ -129,3 +129,12 @@ def test_node0_wait_default_environment_and_bad_value(monkeypatch: pytest.Monkey
     monkeypatch.setenv("DISTRAIN_NODE0_WAIT", "later")
     with pytest.raises(UsageError, match="DISTRAIN_NODE0_WAIT"):
         node0_wait_s()
+
+
+def test_rejoin_timeout_default_environment_and_bad_value() -> None:
+    assert Settings.read({}).rejoin_timeout_s == 60.0
+    assert Settings.read({"DISTRAIN_REJOIN_TIMEOUT": "15"}).rejoin_timeout_s == 15.0
+    with pytest.raises(
+        DistrainError, match=r"DISTRAIN_REJOIN_TIMEOUT='-1': expected a positive number of seconds"
+    ):
+        Settings.read({"DISTRAIN_REJOIN_TIMEOUT": "-1"})

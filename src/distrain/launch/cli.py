@@ -24,7 +24,13 @@ import shlex
 import signal
 import sys
 
-from ..contract import BIND_ADDR, WATCHDOG_EXIT_CODE, signal_exit_code
+from ..contract import (
+    BIND_ADDR,
+    LAUNCHER_PID,
+    WATCHDOG_EXIT_CODE,
+    signal_exit_code,
+    stopped_by_rank,
+)
 from ..errors import UsageError, fail
 from . import console, forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
 from .host_options import wants_hosts
@@ -179,6 +185,9 @@ def _launch(
     console.install(breakdowns, max_nodes(launch.args.nnodes) > 1)
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
     rendezvous.pass_endpoint(launch.args)
+    os.environ[LAUNCHER_PID] = str(
+        os.getpid()
+    )  # a static job's rank may stop this node (train/stop_job.py)
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
@@ -192,8 +201,16 @@ def _launch(
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
-        resume = console.resume_hint(breakdowns)
+        stopped = stopped_by_rank(breakdowns)  # a rank's reason: its peers never rejoined
+        resume = console.resume_hint(breakdowns, every_node=stopped is not None)
         _end_lines(breakdowns, notice, rehearsal_folder)
+        if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest
+            resume = (
+                resume
+                or "; rerun the same command on every node to resume from the newest checkpoint"
+            )
+            print(f"{PROG}: job stopped: {stopped}{resume}", file=sys.stderr, flush=True)
+            return 1
         print(
             f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}",
             file=sys.stderr,

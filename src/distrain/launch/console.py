@@ -55,13 +55,15 @@ def resume_from(folder: str | None) -> str | None:
     return f"resuming from step {step}"
 
 
-def resume_hint(folder: str | None) -> str:
+def resume_hint(folder: str | None, every_node: bool = False) -> str:
     """``; rerun the same command to resume from step N`` after a failure that left a
-    checkpoint, else empty (appended to the verdict: the cause stays on the last line)."""
+    checkpoint, else empty (appended to the verdict: the cause stays on the last line);
+    `every_node`: ``… the same command on every node …`` (a multi-node job that stopped)."""
     mark = checkpoint_mark(folder)
     if mark is None or mark.get("step") is None:
         return ""
-    return f"; rerun the same command to resume from step {mark['step']} ({mark.get('path', '?')})"
+    where = " on every node" if every_node else ""
+    return f"; rerun the same command{where} to resume from step {mark['step']} ({mark.get('path', '?')})"
 
 
 @dataclass

@@ -141,7 +141,9 @@ def init(
             if chosen_backend == "nccl":
                 nccl_debug.nccl_debug_defaults(settings.log_dir)
             _import_before_the_group()
-            store, attempt = restart_safe_store(env, timeout, settings.bind_addr)
+            store, attempt = restart_safe_store(
+                env, timeout, settings.bind_addr, settings.rejoin_timeout_s
+            )
             dist.init_process_group(
                 chosen_backend,
                 store=store,

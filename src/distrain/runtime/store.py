@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import time
 
 import torch.distributed as dist
 
 from ..cluster import ClusterEnvironment
 from ..errors import DistrainError
 from ..net import is_loopback, listen_socket
+from . import rejoin
 from .attempt import agree_attempt, attempt_prefix
 
 
@@ -41,7 +43,10 @@ def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -
 
 
 def restart_safe_store(
-    env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None = None
+    env: ClusterEnvironment,
+    timeout: dt.timedelta,
+    bind_addr: str | None = None,
+    rejoin_s: float | None = None,
 ) -> tuple[dist.Store, int]:
     """A TCPStore client/server under a per-attempt prefix, and the attempt's number.
 
@@ -49,8 +54,35 @@ def restart_safe_store(
     half-torn-down store shared with the agent) make gloo's connectFullMesh fail or hang
     (pytorch#135712).  A prefix per attempt gives each attempt a clean namespace; the attempt
     is agreed through the store (.attempt), never the agent's per-node restart count, which
-    differs between nodes after one node's worker failed under c10d.
+    differs between nodes after one node's worker failed under c10d.  In a restarted attempt
+    of a multi-node static job, forming waits `rejoin_s` seconds at most (runtime/rejoin.py).
     """
+    bound = rejoin.rejoin_bound(rejoin_s) if rejoin_s else None
+    forming = timeout if bound is None else dt.timedelta(seconds=bound)
+    started = time.monotonic()
+    store: dist.TCPStore | None = None
+    prefixed: dist.Store | None = None
+    try:
+        store, attempt = _attempt_store(env, forming, bind_addr)
+        prefixed = dist.PrefixStore(attempt_prefix(attempt), store)
+        if bound is not None:
+            rejoin.await_peers(
+                prefixed, env.rank(), env.world_size(), bound - (time.monotonic() - started)
+            )
+    except RuntimeError:  # DistError (a store timing out, refused), DistrainError (no reply)
+        if bound is None or time.monotonic() - started < 0.9 * bound:
+            raise  # not the bound running out: a restart may heal it
+        missing = rejoin.missing_ranks(prefixed, env.world_size())
+        raise rejoin.stop(missing, env.local_world_size(), bound) from None
+    if bound is not None:
+        store.set_timeout(timeout)  # the group's own waits from here keep the init timeout
+    return prefixed, attempt
+
+
+def _attempt_store(
+    env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None
+) -> tuple[dist.TCPStore, int]:
+    """Rank 0's store server (or a client of it) and the attempt agreed through it."""
     is_master = env.rank() == 0 and not env.store_is_external()
     # listen only where the ranks connect (the chosen interface, or loopback on one node)
     listen_fd = (
@@ -75,5 +107,4 @@ def restart_safe_store(
             wait_for_workers=False,
         )
 
-    attempt = agree_attempt(store, env.rank(), env.world_size(), timeout, connect)
-    return dist.PrefixStore(attempt_prefix(attempt), store), attempt
+    return store, agree_attempt(store, env.rank(), env.world_size(), timeout, connect)

@@ -9,15 +9,18 @@ closed at its next round and ends, and no attempt starts again.  The reason is l
 rendezvous store, where `distrain run` reads it for its last line on every node.
 
 Only under `distrain run` with a c10d rendezvous (it passes the endpoint, DISTRAIN_RDZV_ENDPOINT):
-a static rendezvous has nothing to close, and restarts as before.
+a static rendezvous has nothing to close.  There :func:`stop_this_node` stops the node's own
+`distrain run` instead (a restarted attempt whose peers never came back, runtime/rejoin.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import signal
 
-from ..contract import RDZV_ENDPOINT, split_endpoint, stop_key
+from ..contract import LAUNCHER_PID, RDZV_ENDPOINT, STOP_MARK, SUMMARY_DIR, split_endpoint, stop_key
 from ..log import get_logger
 
 _log = get_logger("failure")
@@ -47,4 +50,29 @@ def stop_the_job(reason: str) -> bool:
         return True
     except Exception as err:  # the job then restarts as before; say why it could not stop
         _log.warning(f"distrain: could not stop the job's rendezvous ({type(err).__name__}: {err})")
+        return False
+
+
+def stop_this_node(reason: str) -> bool:
+    """Stop this node's `distrain run` so its agent restarts nothing; False when there is none.
+
+    A static rendezvous has no shared state to close.  The reason goes to the launcher's
+    summary folder (its last line says it), then the launcher gets SIGTERM: torch's agent stops
+    its workers and ends, as on a user's SIGTERM.  Only an ancestor of this process is signalled.
+    """
+    pid, folder = os.environ.get(LAUNCHER_PID, ""), os.environ.get(SUMMARY_DIR)
+    if not pid.isdigit():
+        return False
+    import psutil
+
+    try:
+        if int(pid) not in {p.pid for p in psutil.Process().parents()}:
+            return False
+        if folder:
+            with contextlib.suppress(OSError), open(os.path.join(folder, STOP_MARK), "w") as f:
+                f.write(reason)
+        os.kill(int(pid), signal.SIGTERM)
+        return True
+    except (OSError, psutil.Error) as err:
+        _log.warning(f"distrain: could not stop this node's launcher ({type(err).__name__}: {err})")
         return False

@@ -1,0 +1,117 @@
+"""A static two-node job loses one node's launcher: the survivor stops within a bound, a rerun resumes.
+
+A static rendezvous has no membership signal.  When node 1's `distrain run` is SIGKILLed, node
+0's rank fails (its peer's connections reset) and node 0's agent restarts it; the restarted rank
+then waited for rank 1 for the init timeout (10 min), again after each restart (chaos campaign,
+benchmarks/chaos/RESULTS.md).  Now a restarted attempt of a multi-node static job waits
+``DISTRAIN_REJOIN_TIMEOUT`` seconds for its peers (runtime/rejoin.py), then stops its node with
+a last line naming the node and rank that never came back; rerunning both nodes resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import REPO, python
+from helpers.netns_hosts import Hosts, make_hosts
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
+
+SCRIPT = str(REPO / "tests" / "scripts" / "node_loss_worker.py")
+#: the formation bound of a restarted attempt in this test (default 60 s)
+REJOIN_S = 15
+#: from the kill to node 0's exit: the peer's failure seen, one restart, the bound, the agent's end
+STOP_BOUND_S = REJOIN_S + 45
+
+
+@pytest.fixture
+def hosts2() -> Iterator[Hosts]:
+    """Two namespace hosts on one bridge, removed afterwards."""
+    with make_hosts(2) as hosts:
+        yield hosts
+
+
+def _pids(hosts: Hosts, i: int) -> list[str]:
+    out = subprocess.run(
+        ["ip", "netns", "pids", hosts.names[i]], capture_output=True, text=True, timeout=30
+    )
+    return out.stdout.split()
+
+
+def _start(
+    hosts: Hosts, tmp_path: Path, tag: str, marker: Path, ckpt: Path
+) -> tuple[list[subprocess.Popen[str]], list[Path]]:
+    flags = [
+        "--nnodes",
+        "2",
+        "--master-addr",
+        hosts.addrs[0],
+        "--master-port",
+        "29500",
+        "-n",
+        "1",
+        "--max-restarts",
+        "3",
+    ]
+    logs = [tmp_path / f"{tag}-node{i}.log" for i in range(2)]
+    env = {
+        "BENCH_FIRST_STEP_FILE": str(marker),
+        "DISTRAIN_REJOIN_TIMEOUT": str(REJOIN_S),
+        "DISTRAIN_NUM_THREADS": "1",
+    }
+    procs = [
+        hosts.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
+                        "--dir", str(ckpt), "--steps", "40", "--sleep", "0.2"], logs[i], env={**env, "BENCH_NODE": f"n{i}"})
+        for i in range(2)
+    ]  # fmt: skip
+    return procs, logs
+
+
+def test_static_node_launcher_killed_survivor_stops_and_rerun_resumes(
+    hosts2: Hosts, tmp_path: Path
+) -> None:
+    marker, ckpt = tmp_path / "first_steps", tmp_path / "ckpt"
+    procs, logs = _start(hosts2, tmp_path, "first", marker, ckpt)
+    deadline = time.monotonic() + 240
+    while not list(ckpt.glob("step_*")):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail(
+                "no checkpoint from the two nodes\n"
+                + "\n".join(log.read_text()[-3000:] for log in logs)
+            )
+        time.sleep(0.1)
+    os.kill(procs[1].pid, signal.SIGKILL)  # node 1's launcher only (`ip netns exec` exec'd it)
+    killed = time.monotonic()
+    try:
+        code = procs[0].wait(timeout=STOP_BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"node 0 still waiting {STOP_BOUND_S} s after node 1's launcher died\n{logs[0].read_text()[-4000:]}"
+        )
+    took = time.monotonic() - killed
+    text = logs[0].read_text()
+    last = text.strip().splitlines()[-1]
+    assert code != 0, text[-4000:]
+    assert "job stopped: node 1 (rank 1) did not rejoin attempt 1" in last, text[-4000:]
+    assert "rerun the same command on every node to resume from step" in last, text[-4000:]
+    procs[1].wait(timeout=10)
+    leftover_deadline = time.monotonic() + 15
+    while (_pids(hosts2, 0) or _pids(hosts2, 1)) and time.monotonic() < leftover_deadline:
+        time.sleep(0.2)
+    assert not _pids(hosts2, 0) and not _pids(hosts2, 1), (
+        f"processes left: {_pids(hosts2, 0)} {_pids(hosts2, 1)}"
+    )
+    print(f"node 0 stopped {took:.1f} s after node 1's launcher was killed: {last}")
+
+    procs, logs = _start(hosts2, tmp_path, "rerun", marker, ckpt)
+    codes = hosts2.wait(procs, 240, logs)
+    text = "\n".join(log.read_text()[-3000:] for log in logs)
+    assert codes == [0, 0], text
+    assert "distrain: resumed from" in text, text
+    assert "finished at step 40 on 2 rank(s)" in text, text
