@@ -79,6 +79,7 @@ class Monitor:
         self._lock = threading.Lock()
         # written by the training thread under _lock
         self._step = 0
+        self._resumed_step: int | None = None  # resumed_at()'s step: rates count from it
         self._samples = 0
         self._epoch: Any = None
         self._pending: dict[str, list[tuple[int, Any]]] = {}
@@ -150,18 +151,31 @@ class Monitor:
         if self._thread is None:
             self._start()
 
+    def resumed_at(self, step: int) -> None:
+        """The script resumed at `step` (a checkpoint, or a heal from a live replica group).
+
+        Records nothing by itself; a rank that then ends without a step (a replacement that
+        healed at the job's last step) still leaves its end at that step, so `distrain top`
+        sees it finished rather than its killed predecessor's last record, stalled.
+        """
+        with self._lock:
+            self._step = self._resumed_step = int(step)
+
     def _start(self) -> None:
         # when the script first reported progress (its first step): the writer thread's first
         # record can come later (it opens TensorBoard first on rank 0)
         self._static["first_log_t"] = round(time.time(), 3)
-        path = rank_file(self.run_dir, self.rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # closed in close()
-        self._last = (0, 0, time.monotonic())
+        self._open()
         self._thread = threading.Thread(
             target=self._run, name=f"distrain-metrics-{self.rank}", daemon=True
         )
         self._thread.start()
+
+    def _open(self) -> None:
+        path = rank_file(self.run_dir, self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")  # closed in close()
+        self._last = (self._resumed_step or 0, 0, time.monotonic())
 
     # -- writer thread --------------------------------------------------------------------
     def _run(self) -> None:
@@ -282,6 +296,14 @@ class Monitor:
             return
         self._closed = True
         if self._thread is None:
+            if (
+                self._resumed_step is not None
+            ):  # resumed, never stepped: the end, written here (no thread to race)
+                self._open()
+                with contextlib.suppress(Exception):
+                    self._write("end")
+                if self._file is not None:
+                    self._file.close()
             return
         self._stop.set()
         # the loop ends at once; only a first start-up (importing tensorboard) can take long
