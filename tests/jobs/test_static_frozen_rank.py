@@ -98,10 +98,12 @@ def _freeze_and_expect_stop(
     os.kill(frozen, signal.SIGSTOP)  # for good: never resumed
     stopped = time.monotonic()
     codes: list[int | None] = [None, None]
+    ended = [0.0, 0.0]  # seconds from the freeze to each node's exit
     while time.monotonic() - stopped < STOP_BOUND_S and None in codes:
-        codes = [p.poll() for p in procs]
+        for i, p in enumerate(procs):
+            if codes[i] is None and p.poll() is not None:
+                codes[i], ended[i] = p.returncode, time.monotonic() - stopped
         time.sleep(0.2)
-    took = time.monotonic() - stopped
     texts = [log.read_text() for log in logs]
     if None in codes:
         hosts.kill_all()
@@ -121,7 +123,8 @@ def _freeze_and_expect_stop(
     )
     if after_step > 5:  # a rerun: it resumed before the freeze
         assert "distrain: resumed from" in "".join(texts), "".join(texts)[-3000:]
-    print(f"{tag}: rank {node} frozen; node exits {codes} within {took:.1f} s: {last}")
+    after = ", ".join(f"node {i} {t:.1f} s" for i, t in enumerate(ended))
+    print(f"{tag}: rank {node} frozen; node exits {codes}, after {after}: {last}")
 
 
 def test_static_frozen_rank_stops_every_node_and_rerun_resumes(
