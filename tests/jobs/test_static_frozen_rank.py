@@ -5,7 +5,8 @@ nothing about the other node: the watchdog's verdict (on the other node) stopped
 only its own node, and the frozen rank's node waited for good (chaos campaign, seed 18 trials 11
 and 14, benchmarks/chaos/RESULTS.md).  Now the rank that gives the verdict leaves the reason in
 the agents' store on node 0, and every node's `distrain run` stops on reading it
-(launch/stop_watch.py), with a last line naming the frozen rank and saying to rerun.
+(launch/stop_watch.py), SIGKILLing its own frozen rank (a stopped process cannot obey SIGTERM),
+with a last line naming the frozen rank and saying to rerun.
 
 One job, three runs: rank 1 (node 1) frozen, then rank 0 (node 0, which serves the ranks'
 store) frozen in the rerun, then a rerun that resumes and finishes.
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(600)]
 SCRIPT = str(REPO / "tests" / "scripts" / "node_loss_worker.py")
 WATCHDOG_S = 8
 #: from the freeze to each node's exit: the verdict (S, a poll, 2 s of stacks), the other node's
-#: look at the store (1 s), torch's 30 s grace to the frozen rank's SIGTERM, the agents' ends
+#: look at the store (1 s), 2 s before its SIGKILL of the frozen rank, the agents' ends; load
 STOP_BOUND_S = WATCHDOG_S + 60
 
 
@@ -115,6 +116,8 @@ def _freeze_and_expect_stop(
         assert last.startswith("distrain run: job stopped: the watchdog:"), f"node {i}: {last}"
         assert f"rank {node}" in last and "frozen or gone" in last, f"node {i}: {last}"
         assert "rerun the same command on every node to resume" in last, f"node {i}: {last}"
+        # the frozen rank was SIGKILLed by its own launcher, not after torch's 30 s grace
+        assert "Unable to shutdown process" not in text, f"node {i}: {text[-3000:]}"
     deadline = time.monotonic() + 15
     while (_pids(hosts, 0) or _pids(hosts, 1)) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -7,8 +7,9 @@ watchdog's verdict on a frozen node, the rejoin bound: train/stop_job.py) leaves
 agents' store, the TCPStore torch's static rendezvous serves from node 0's `distrain run` at
 ``--master-addr``:``--master-port``; a rank 0 frozen with its own store leaves that one alive.
 Each node's `distrain run` looks there once a second (a thread here) and, on reading the
-reason, stops its own node as the rank's SIGTERM would (torch's agent restarts nothing and
-SIGKILLs a frozen worker after its 30 s grace); its last line gives the reason.
+reason, stops its own node as the rank's SIGTERM would (torch's agent restarts nothing) and
+SIGKILLs a worker of its own that is stopped, which cannot obey SIGTERM (torch's agent would
+wait 30 s for it); its last line gives the reason.
 
 Nothing new listens: each launcher is one more client of the store torch already serves.
 Node 0's launcher holds a share of that server (torch's multi-tenant stores share one per
@@ -33,6 +34,8 @@ from ..net import reachable
 POLL_S = 1.0
 #: bound on node 0's wait for the other nodes to read why the job stopped
 READ_WAIT_S = 15.0
+#: seconds from this launcher's SIGTERM to its SIGKILL of a stopped (frozen) worker
+KILL_AFTER_S = 2.0
 #: a node whose look-counter did not move for this long has stopped looking (its launcher ended)
 GONE_S = 4.0
 
@@ -92,7 +95,25 @@ class StopWatch:
                 return
             if claim_stop(self.folder, reason):  # not already stopped by one of its own ranks
                 os.kill(os.getpid(), signal.SIGTERM)  # torch's handler runs in the main thread
+                self._kill_stopped()
             return
+
+    def _kill_stopped(self) -> None:
+        """SIGKILL this launcher's stopped (SIGSTOP) descendants once its agent sent SIGTERM.
+
+        A stopped process cannot obey SIGTERM: torch's agent would wait its 30 s grace for
+        nothing before its own SIGKILL (measured: the frozen rank's node ended 30 s after the
+        other).  This node's job is ending either way; a live process keeps its grace.
+        """
+        import psutil
+
+        time.sleep(KILL_AFTER_S)  # the agent's SIGTERM first: every live worker gets its turn
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.status() == psutil.STATUS_STOPPED:
+                    proc.kill()
+            except psutil.Error:  # gone meanwhile
+                continue
 
     def finish(self) -> None:
         """At the launcher's end: stop watching; node 0 waits for the other nodes (module doc)."""
