@@ -8,6 +8,7 @@ imports no torch, so the launcher can start (and start its fork server) before p
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
@@ -37,6 +38,9 @@ BIND_ADDR = "DISTRAIN_BIND_ADDR"
 RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
 #: the pid of this node's `distrain run` (its agent): a static job's rank stops it (train/stop_job.py)
 LAUNCHER_PID = "DISTRAIN_LAUNCHER_PID"
+#: a static multi-node job's agent store (host:port, in node 0's `distrain run`): a rank that
+#: stops the job leaves why there, and every node's launcher stops on reading it (launch/stop_watch.py)
+STATIC_STORE = "DISTRAIN_STATIC_STORE"
 #: seconds a restarted attempt of a multi-node static job waits for its peers (runtime/rejoin.py)
 REJOIN_TIMEOUT = "DISTRAIN_REJOIN_TIMEOUT"
 #: CPU threads per worker, overriding the cores ÷ processes split
@@ -200,6 +204,31 @@ def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return mark if isinstance(mark, dict) else None
+
+
+def claim_stop(folder: str | None, reason: str) -> bool:
+    """Leave :data:`STOP_MARK` with `reason` in `folder` unless one is there already; True when
+    this call left it (the caller then signals the launcher: once, however many ranks stop it)."""
+    if not folder:
+        return True
+    draft = os.path.join(folder, f"{STOP_MARK}.{os.getpid()}")
+    try:
+        with open(draft, "w", encoding="utf-8") as f:
+            f.write(reason)
+        os.link(draft, os.path.join(folder, STOP_MARK))  # whole, and only if none is there
+    except FileExistsError:
+        return False
+    except OSError:  # the launcher's folder is gone (it is exiting): signal it anyway
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
+    return True
+
+
+#: in a static multi-node job's agent store (STATIC_STORE): why a rank stopped the job;
+#: ``…/read/N``: node N's launcher read it, ``…/alive/N``: node N's launcher still watches
+JOB_STOPPED_KEY = "distrain/job-stopped"
 
 
 def stopped_by_rank(folder: str | None) -> str | None:

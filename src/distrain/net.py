@@ -42,6 +42,19 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when something accepts a TCP connection at `host`:`port` now (closed at once).
+
+    A silent look before a TCPStore client connects: torch's C++ client prints a warning with a
+    stack of frames for every failed try, where this says nothing.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def is_loopback(address: str) -> bool:
     """True for 127.0.0.0/8, ::1 and 'localhost'."""
     return address == "localhost" or address.startswith("127.") or address == "::1"

@@ -32,7 +32,16 @@ from ..contract import (
     stopped_by_rank,
 )
 from ..errors import UsageError, fail
-from . import console, forkserver, job_summary, local_rank_hint, rehearsal, rendezvous, watch_notice
+from . import (
+    console,
+    forkserver,
+    job_summary,
+    local_rank_hint,
+    rehearsal,
+    rendezvous,
+    stop_watch,
+    watch_notice,
+)
 from .host_options import wants_hosts
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
@@ -188,6 +197,8 @@ def _launch(
     os.environ[LAUNCHER_PID] = str(
         os.getpid()
     )  # a static job's rank may stop this node (train/stop_job.py)
+    # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
+    watch = stop_watch.start(launch.args, breakdowns, max_nodes(launch.args.nnodes))
     try:
         forkserver.run(launch.args)
     except ChildFailedError as err:
@@ -234,6 +245,8 @@ def _launch(
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
         return 1
     finally:
+        if watch is not None:  # node 0: after the last line, until the other nodes read why
+            watch.finish()
         if agent_store is not None:
             agent_store.close()
     return 0

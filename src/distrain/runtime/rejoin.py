@@ -6,8 +6,8 @@ own ranks, and those wait for peers that never come, for the init timeout (10 mi
 each restart.  A first attempt keeps that timeout (nodes may start minutes apart); a restarted
 one (this node's agent counted a restart) waits ``DISTRAIN_REJOIN_TIMEOUT`` seconds (default
 60) for every rank to check in under the attempt's prefix.  On expiry the rank names the ranks
-(and nodes) that never came back and stops its node's `distrain run` (train/stop_job.py), whose
-last line says so: a restart could only wait again.  Rerunning the job on every node resumes it.
+(and nodes) that never came back and stops its node's `distrain run`, and every other node's
+(train/stop_job.py), whose last lines say so: a restart could only wait again.  Rerunning the job on every node resumes it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..contract import LAUNCHER, RDZV_ENDPOINT, RESTART_COUNT
 from ..errors import DistrainError, recurring
-from ..train.stop_job import stop_this_node
+from ..train.stop_job import stop_static_job
 
 _NS = "distrain/rejoined"
 
@@ -69,5 +69,5 @@ def stop(missing: list[int], local_world: int, seconds: float) -> DistrainError:
     reason = (
         f"{who} did not rejoin attempt {attempt} within {seconds:g} s (DISTRAIN_REJOIN_TIMEOUT)"
     )
-    stop_this_node(reason)
+    stop_static_job(reason)  # every node: a frozen rank's own agent would wait for good
     return recurring(DistrainError(reason))

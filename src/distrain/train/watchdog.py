@@ -42,6 +42,7 @@ import torch.distributed as dist
 from ..contract import WATCHDOG_EXIT_CODE
 from ..log import get_logger
 from ..runtime.attempt import attempt_prefix
+from .stop_job import FROZEN, stop_for_frozen
 
 _log = get_logger("watchdog")
 
@@ -85,7 +86,7 @@ def diagnose(
     else:
         behind, outside = [], []
     if dead:
-        return dead, "stopped answering (process frozen or gone)"
+        return dead, f"stopped answering (process {FROZEN})"
     if world_size == 1:  # nobody waits for a lone rank: say where it is stuck, not who waits
         return (
             behind,
@@ -154,9 +155,10 @@ class Watchdog:
                 self._abort(
                     f"distrain watchdog: no training progress for {self.seconds:g} s; the job's "
                     f"store ({where}, served by rank 0's process or its agent) has not answered "
-                    f"for {quiet:.0f} s: rank 0 is frozen or gone. This rank's Python stack "
+                    f"for {quiet:.0f} s: rank 0 is {FROZEN}. This rank's Python stack "
                     f"follows; exiting with code {WATCHDOG_EXIT_CODE}.",
                     print_summary=True,
+                    frozen={0},
                 )
                 return
 
@@ -238,7 +240,7 @@ class Watchdog:
         )
         return text, silent | {r for r in range(self.world_size) if r not in beats}
 
-    def _abort(self, verdict: str, print_summary: bool) -> None:
+    def _abort(self, verdict: str, print_summary: bool, frozen: set[int] | None = None) -> None:
         # from here on the job is going down: when a peer exits first and the main thread's
         # collective raises, the rank still ends with the watchdog's code, not a stray error
         sys.excepthook = _exit_as_watchdog
@@ -254,6 +256,7 @@ class Watchdog:
         sys.stderr.flush()
         # let the other ranks read the verdict and dump their stacks before anyone tears down
         time.sleep(2 * self.poll + 1)
+        stop_for_frozen(verdict, frozen, self.world_size)  # a static multi-node job: every node
         os._exit(WATCHDOG_EXIT_CODE)
 
     def _run(self) -> None:
@@ -280,7 +283,8 @@ class Watchdog:
                 )  # every poll: a beat that stops changing means frozen
                 if store.check(["verdict"]):
                     reporter, _, verdict = bytes(store.get("verdict")).decode().partition("\n")
-                    self._abort(verdict, print_summary=str(self.rank) == reporter)
+                    lost = silent | {r for r in range(self.world_size) if r not in beats}
+                    self._abort(verdict, str(self.rank) == reporter, lost)
                 if ended:
                     self._watch_after_end(store, beats)
                 elif self.step > 0 and time.monotonic() - self._last_progress > self.seconds:
@@ -324,7 +328,7 @@ class Watchdog:
             parts.append(f"rank {r} (host {b.get('host', '?')}, pid {b.get('pid', '?')}{heard})")
         text = (
             f"distrain watchdog: {'; '.join(parts)} stopped answering for over {self.seconds:g} s "
-            f"after rank {self.rank}'s script ended, before its own end: frozen or gone. "
+            f"after rank {self.rank}'s script ended, before its own end: {FROZEN}. "
             f"Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
         )
         store.compare_set("verdict", "", f"{self.rank}\n{text}")

@@ -1,0 +1,56 @@
+"""Node 0's launcher stays until the other nodes read why the job stopped, within its bound
+(launch/stop_watch.py), on a real TCPStore on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import torch.distributed as dist
+
+from distrain.contract import JOB_STOPPED_KEY, claim_stop
+from distrain.launch import stop_watch
+from distrain.launch.stop_watch import GONE_S, READ_WAIT_S, StopWatch
+from distrain.net import free_port
+
+
+def _node0_watch(tmp_path: Path) -> tuple[StopWatch, dist.TCPStore]:
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
+                           timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
+    server.set(JOB_STOPPED_KEY, "rank 1 froze")
+    claim_stop(str(tmp_path), "rank 1 froze")  # a rank of node 0 stopped it: no SIGTERM here
+    watch = StopWatch("127.0.0.1", port, 0, 2, str(tmp_path)).start()
+    deadline = time.monotonic() + 30
+    while watch._store is None and time.monotonic() < deadline:  # its first look
+        time.sleep(0.1)
+    assert watch._store is not None, "the watch never reached the store"
+    return watch, server
+
+
+def test_node0_waits_for_the_other_node_to_read_then_ends(tmp_path: Path) -> None:
+    watch, server = _node0_watch(tmp_path)
+    server.add(f"{JOB_STOPPED_KEY}/alive/1", 1)
+    server.set(f"{JOB_STOPPED_KEY}/read/1", "1")
+    started = time.monotonic()
+    watch.finish()
+    assert time.monotonic() - started < 2.0
+
+
+def test_node0_stops_waiting_for_a_node_that_stopped_looking(tmp_path: Path) -> None:
+    watch, _server = _node0_watch(tmp_path)  # node 1 never looks (its launcher is gone)
+    started = time.monotonic()
+    watch.finish()
+    took = time.monotonic() - started
+    assert GONE_S <= took < READ_WAIT_S, took
+
+
+def test_one_node_and_c10d_jobs_are_not_watched() -> None:
+    import argparse
+
+    args = argparse.Namespace(rdzv_backend="static", rdzv_endpoint="", standalone=False,
+                              master_addr="127.0.0.1", master_port=29500, node_rank=0)  # fmt: skip
+    assert stop_watch.start(args, None, 1) is None
+    args.rdzv_backend = "c10d"
+    assert stop_watch.start(args, None, 2) is None
