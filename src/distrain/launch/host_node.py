@@ -105,13 +105,23 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
     return (server[2] if len(server) == 4 else host_address()), None
 
 
-def _port(wanted: int) -> tuple[int | None, str | None]:
+def _port(wanted: int, count: int = 1) -> tuple[int | None, str | None]:
+    """A master port with the `count` - 1 ports above it free too (the named one, or any)."""
     from ..net import free_port, port_in_use
 
+    def free_run(port: int) -> bool:
+        return port + count <= 65536 and not any(port_in_use(port + k) for k in range(1, count))
+
     if wanted == 0:
-        return free_port("0.0.0.0"), None
+        for _ in range(20):
+            port = free_port("0.0.0.0")
+            if free_run(port):
+                return port, None
+        return None, f"no {count} free ports in a row there"
     if port_in_use(wanted):
         return None, f"master port {wanted} is already in use there"
+    if not free_run(wanted):
+        return None, f"port {wanted + 1} (above master port {wanted}) is already in use there"
     return wanted, None
 
 
@@ -122,7 +132,8 @@ def probe(args: dict[str, object]) -> dict[str, object]:
     out["script_ok"] = script is None or os.path.isfile(str(script))
     if args.get("first"):
         out["address"], out["address_error"] = _address(args.get("iface"), args.get("route_to"))  # type: ignore[arg-type]
-        out["port"], out["port_error"] = _port(int(args.get("port") or 0))  # type: ignore[call-overload]
+        port, ports = str(args.get("port") or 0), str(args.get("ports") or 1)
+        out["port"], out["port_error"] = _port(int(port), int(ports))
     return out
 
 

@@ -181,6 +181,7 @@ def _supervise(
     """Wait for the job; returns its exit code (see the module docstring for what ends it)."""
     live = set(range(len(sessions)))
     lost: list[str] = []
+    failed = 0  # the exit code of a --replicas host that failed while the others trained on
     while live:
         if stop.is_set():
             name = getattr(stop, "signame", "a signal")
@@ -202,16 +203,22 @@ def _supervise(
             # a session that ended without its node's own verdict (a dropped connection, a killed
             # ssh) is a node loss, which an elastic job survives; a node that failed is a failure
             dropped = code < 0 or code == 255
-            if (
-                dropped
-                and opts.min_nodes is not None
-                and live
-                and len(live) >= opts.min_nodes
-                and i != 0
-            ):
+            if dropped and opts.min_nodes is not None and i != 0 and len(live) >= opts.min_nodes:
                 lost.append(s.name)
                 _say(
                     f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
+                )
+                continue
+            if opts.replicas is not None and i != 0 and 0 in live:
+                # its groups are lost (or failed for good); the lighthouse is on host 0: the others
+                # train on, as the groups of a one-node job do when one of them fails
+                lost.append(s.name)
+                if not dropped:
+                    failed = failed or code
+                per_host = opts.replicas // len(sessions)
+                groups = ", ".join(str(g) for g in range(i * per_host, (i + 1) * per_host))
+                _say(
+                    f"host {s.name} lost: {s.reason()}; its replica group(s) {groups} with it, the groups of {len(live)} host(s) train on"
                 )
                 continue
             others = [sessions[j] for j in live]
@@ -221,7 +228,7 @@ def _supervise(
         stop.wait(0.1)
     tail = f"; lost: {', '.join(lost)}" if lost else ""
     _say(f"job finished on {len(sessions) - len(lost)} of {len(sessions)} host(s){tail}")
-    return 0
+    return failed if 0 < failed < 256 else (1 if failed else 0)
 
 
 def main(argv: list[str]) -> int:
@@ -259,6 +266,8 @@ def main(argv: list[str]) -> int:
         _stop(sessions)
         fail(PROG, str(err), err.exit_code)
     kind = f"elastic {opts.min_nodes}:{len(sessions)}" if opts.min_nodes is not None else "static"
+    if opts.replicas is not None:
+        kind = f"{opts.replicas} replica groups of {opts.per_group}, {opts.replicas // len(sessions)} per host"
     _say(
         f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master {sessions[0].name} at {master}:{port}"
     )

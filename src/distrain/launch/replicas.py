@@ -13,6 +13,7 @@ lighthouse (launch/replica_nodes.py).  The events become lines in launch/replica
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -246,6 +247,9 @@ def run(
         return 130
     finally:
         job.stop_all()
+        if roll is not None:  # stopped: the other nodes' groups wait for this node's no more
+            with contextlib.suppress(Exception):  # node 0 may be gone: then nobody waits
+                roll.leave(job.folder, job.local)
         lighthouse.stop()
         shutil.rmtree(job.folder, ignore_errors=True)
 
@@ -279,6 +283,7 @@ def _watch(
             roll.beat()
             roll.share_starts(job.folder, job.local)
             roll.share_ends(job.folder, job.local)
+            roll.mark_silent(job.folder)
         job.read_events()
         for g, proc in zip(job.local, job.procs, strict=True):
             code = proc.poll()

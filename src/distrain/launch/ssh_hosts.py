@@ -121,8 +121,11 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
                f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
         if not any(t in ("--max-restarts", "--max_restarts") for t in opts.node_argv):
             out += ["--max-restarts", ELASTIC_RESTARTS]
-    out += ["-n", str(nproc)]
-    if host.slot_ids is not None:
+    if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
+        out += ["--replicas", str(opts.replicas), "-n", str(opts.per_group)]
+    else:
+        out += ["-n", str(nproc)]
+    if host.slot_ids is not None and opts.replicas is None:  # replicas: CUDA_VISIBLE_DEVICES
         out += ["--gpus", ",".join(map(str, host.slot_ids))]
     iface = opts.iface.get(host.name) or opts.iface.get("*")
     if iface:
@@ -140,6 +143,8 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str]) -> dict[str, obj
         spec.update(
             first=True,
             port=opts.master_port or 0,
+            # --replicas: the lighthouse on the port, the nodes' roll call one above (replica_nodes.py)
+            ports=2 if opts.replicas is not None else 1,
             iface=iface,
             route_to=others[0] if others else None,
         )
@@ -150,7 +155,9 @@ def remote_command(
     opts: HostsOptions, rank: int, addrs: list[str], env: dict[str, str], rdzv_id: str
 ) -> str:
     """The shell command line host `rank` runs: host_node in this working directory."""
-    cwd = os.getcwd()
+    cwd, slot_ids = os.getcwd(), opts.hosts[rank].slot_ids
+    if opts.replicas is not None and slot_ids is not None:  # --replicas takes GPUs this way only
+        env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot_ids))}
     spec = json.dumps(probe_spec(opts, rank, addrs), separators=(",", ":"))
     tail = ["-m", "distrain.launch.host_node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
