@@ -85,8 +85,7 @@ def fingerprint() -> dict[str, str | None]:
 
 def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str | None]:
     """This (first) host's address as the others reach it, or an error."""
-    from ..net import host_address, interface_addresses
-    from ..net import route_to as route
+    from ..net import host_address, interface_addresses, route_address
 
     if iface:
         table = interface_addresses()
@@ -98,7 +97,7 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
         return table[iface][0], None
     if route_to:
         try:
-            return route(route_to)[0], None
+            return route_address(route_to), None
         except OSError as err:
             return None, f"no route to {route_to}: {err}"
     server = os.environ.get("SSH_CONNECTION", "").split()
@@ -208,6 +207,11 @@ def main(argv: list[str]) -> int:
     """``host_node PROBE_JSON -- distrain run ARGV``: probe, wait for go, run and watch."""
     spec = json.loads(argv[0])
     node_argv = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
+    if spec.pop("route_later", False):  # the launcher resolved the hosts while ssh connected
+        line = _read_line()
+        if not line.strip() or line.strip() == "abort":
+            return 3
+        spec.update(json.loads(line))
     print(PROBE_MARK + json.dumps(probe(spec)), flush=True)
     line = _read_line()
     if not line.strip() or line.strip() == "abort":

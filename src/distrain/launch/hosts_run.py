@@ -3,9 +3,11 @@
 One ssh session per host, kept for the whole job (launch/ssh_hosts.py builds it; the remote end
 is launch/host_node.py):
 
-1. every session starts at once; each host answers its checks in one line (versions, script,
-   and on the first host its address and a free master port); a host that fails, or does not
-   answer within PROBE_TIMEOUT_S, stops the job before anything trains, in one line naming it;
+1. every session starts at once, while the host names are resolved (``ssh -G``, for the first
+   host's route to the others, sent to it on its stdin); each host answers its checks in one
+   line (versions, script, and on the first host its address and a free master port); a host
+   that fails, or does not answer within PROBE_TIMEOUT_S, stops the job before anything trains,
+   in one line naming it;
 2. every host is told the master's address and port and starts its own `distrain run`;
 3. their output streams here, each line prefixed with ``[host]``; the launcher's own lines start
    with ``distrain run:``;
@@ -238,12 +240,11 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         opts = host_options.parse(argv)
-        addrs = ssh_hosts.resolve(opts)
+        if opts.dry_run:
+            print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
+            return 0
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
-    if opts.dry_run:
-        print("\n".join(ssh_hosts.dry_run_lines(opts, addrs)))
-        return 0
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -254,11 +255,14 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     env, job = ssh_hosts.forwarded_env(opts), ssh_hosts.new_job_id()
     sessions = []
+    # every session starts at once, before the names are resolved (ssh -G, in parallel with
+    # the connections): the first host learns where to route to once they are
     for rank, host in enumerate(opts.hosts):
-        remote = ssh_hosts.remote_command(opts, rank, addrs, env, job)
+        remote = ssh_hosts.remote_command(opts, rank, None, env, job)
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
     try:
+        sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
         master, port = _check(sessions, opts, stop)
     except UsageError as err:
         for s in sessions:

@@ -227,6 +227,10 @@ def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
     assert (
         json.loads(words[words.index("distrain.launch.host_node") + 1])["ports"] == 2
     )  # + the roll call
+    # the sessions start before the names are resolved: the first host reads its route later
+    later = ssh_hosts.probe_spec(opts, 0, None)
+    assert later["route_later"] and "route_to" not in later and later["ports"] == 2
+    assert json.loads(ssh_hosts.route_line(["10.0.0.1", "10.0.0.2"])) == {"route_to": "10.0.0.2"}
     per_group = host_options.parse(["--hosts", "a,b", "--replicas", "2", "-n", "3", "t.py"])
     assert ssh_hosts.node_argv(per_group, 0, "id1")[8:] == ["--replicas", "2", "-n", "3", "t.py"]
 
