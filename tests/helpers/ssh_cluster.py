@@ -96,9 +96,11 @@ def _missing() -> str | None:
 
 
 @contextmanager
-def ssh_cluster(n: int, tmp_path: Path, rate: str | None = None) -> Iterator[SshCluster]:
-    """`n` namespace hosts with sshd, plus a launching namespace (links limited to `rate` if
-    given); skip where that cannot be made."""
+def ssh_cluster(
+    n: int, tmp_path: Path, rate: str | None = None, sshd_opts: tuple[str, ...] = ()
+) -> Iterator[SshCluster]:
+    """`n` namespace hosts with sshd (`sshd_opts` added to its command line), plus a launching
+    namespace (links limited to `rate` if given); skip where that cannot be made."""
     missing = _missing()
     if missing:
         print(f"SKIP: {missing}")
@@ -131,7 +133,7 @@ def ssh_cluster(n: int, tmp_path: Path, rate: str | None = None) -> Iterator[Ssh
                 argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E", str(log),
                         "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=yes",
                         "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o", f"PidFile={folder / f'sshd{i}.pid'}",
-                        "-o", "UsePAM=no", "-o", "MaxStartups=100"]  # fmt: skip
+                        "-o", "UsePAM=no", "-o", "MaxStartups=100", *sshd_opts]  # fmt: skip
                 cluster._sshd.append(hosts.start(i, argv, folder / f"sshd{i}.out"))
             deadline = time.monotonic() + 60
             for i in range(n):

@@ -246,10 +246,12 @@ def run(
         job.stop_all()
         return 130
     finally:
-        job.stop_all()
         if roll is not None:  # stopped: the other nodes' groups wait for this node's no more
+            # said before the groups are stopped: that may outlast the grace of whoever stops
+            # this launcher (a --hosts watcher SIGKILLs it after 10 s)
             with contextlib.suppress(Exception):  # node 0 may be gone: then nobody waits
                 roll.leave(job.folder, job.local)
+        job.stop_all()
         lighthouse.stop()
         shutil.rmtree(job.folder, ignore_errors=True)
 
