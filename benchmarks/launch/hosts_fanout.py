@@ -18,12 +18,20 @@ go; from there on both forms run the same thing), and the last rank's first trai
 (examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py),
 which on a loaded 2-core machine varies by far more than the fan-out costs.  Prints each form's
 median and the median per-round difference.
+
+    python3 benchmarks/launch/hosts_fanout.py --start-only --rounds 9 --baseline-src /tmp/base/src
+
+times only the first end (each job is stopped, Ctrl-C, as soon as both hosts' nodes run: a
+round takes seconds, not a training epoch) and adds a third form, the one command run from
+another checkout's ``src`` (an older distrain), so that a change to the fan-out is measured
+against the code before it, round by round, under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,8 +52,8 @@ RUN = [sys.executable, "-m", "distrain.cli", "run"]
 SCRIPT = [str(REPO / "examples" / "train_digits.py"), "--epochs", "1", "--out"]
 
 
-def _env() -> dict[str, str]:
-    path = os.pathsep.join([str(REPO / "src"), str(REPO / "tests")])
+def _env(src: Path = REPO / "src") -> dict[str, str]:
+    path = os.pathsep.join([str(src), str(REPO / "tests")])
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "DISTRAIN_DEVICE": "cpu"}
 
 
@@ -66,13 +74,20 @@ def _node_launchers(run_dir: Path) -> int:
 
 
 def _wait_first_step(
-    run_dir: Path, procs: list[subprocess.Popen[str]], t0: float, timeout: float
+    run_dir: Path,
+    procs: list[subprocess.Popen[str]],
+    t0: float,
+    timeout: float,
+    start_only: bool = False,
 ) -> tuple[float, float]:
-    """(seconds until both hosts' `distrain run` processes exist, seconds until the last rank's first step)."""
+    """(seconds until both hosts' `distrain run` processes exist, seconds until the last rank's
+    first step; NaN with `start_only`, which returns at the first end)."""
     deadline, started = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         if started is None and _node_launchers(run_dir) >= 2:
             started = time.time() - t0
+            if start_only:
+                return started, float("nan")
         stamps = first_steps(run_dir / "none", run_dir)
         if len(stamps) >= 2:
             return (started if started is not None else float("nan")), max(stamps) - t0
@@ -82,7 +97,16 @@ def _wait_first_step(
     raise RuntimeError("no first step in time")
 
 
-def two_commands(c, work: Path, port: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def _end(procs: list[subprocess.Popen[str]], start_only: bool) -> None:
+    """Wait for the job; with `start_only`, stop it first (Ctrl-C: every host cleans up)."""
+    for p in procs:
+        if start_only and p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        p.wait(timeout=300)
+
+
+def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(start → both nodes' launchers running, start → the last rank's first step), one command per host."""
     run_dir = work / f"two-{time.monotonic_ns()}"
     flags = [
@@ -101,27 +125,28 @@ def two_commands(c, work: Path, port: int) -> tuple[float, float]:  # type: igno
     t0 = time.time()
     procs = [subprocess.Popen(c.hosts.cmd(i, RUN + flags + ["--node-rank", str(i), *SCRIPT, str(run_dir / "out")]), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, start_new_session=True) for i in range(2)]  # fmt: skip
-    took = _wait_first_step(run_dir, procs, t0, 300)
-    for p in procs:
-        p.wait(timeout=300)
+    took = _wait_first_step(run_dir, procs, t0, 300, start_only)
+    _end(procs, start_only)
     return took
 
 
-def one_command(c, work: Path) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """The same two times for `--hosts` from the launching namespace."""
+def one_command(
+    c, work: Path, start_only: bool = False, src: Path = REPO / "src"
+) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """The same two times for `--hosts` from the launching namespace (the distrain in `src`)."""
     run_dir = work / f"one-{time.monotonic_ns()}"
     argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
                   *SCRIPT, str(run_dir / "out")]  # fmt: skip
     t0 = time.time()
     proc = subprocess.Popen(
         c.launch_cmd(argv),
-        env=_env(),
+        env=_env(src),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    took = _wait_first_step(run_dir, [proc], t0, 300)
-    proc.wait(timeout=300)
+    took = _wait_first_step(run_dir, [proc], t0, 300, start_only)
+    _end([proc], start_only)
     return took
 
 
@@ -167,9 +192,27 @@ def main() -> None:
     parser.add_argument(
         "--parts", action="store_true", help="time the fan-out's pieces one by one instead"
     )
+    parser.add_argument(
+        "--start-only", action="store_true", help="time only until both hosts' nodes run"
+    )
+    parser.add_argument(
+        "--baseline-src", type=Path, help="also time the one command with the distrain in this src"
+    )
+    parser.add_argument(
+        "--light-shell",
+        action="store_true",
+        help="the hosts' bash skips ~/.bashrc (sshd sets SHLVL=1), as a host whose ~/.bashrc "
+        "returns at once for non-interactive shells (Debian's default one does)",
+    )
     args = parser.parse_args()
+    if args.baseline_src is not None:
+        compare(args)
+        return
     load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp, ssh_cluster(2, Path(tmp)) as c:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ssh_cluster(2, Path(tmp), sshd_opts=_sshd_opts(args)) as c,
+    ):
         if args.parts:
             print(f"# load {load0:.1f} before")
             parts(c)
@@ -195,6 +238,48 @@ def main() -> None:
         diffs = [x - y for x, y in zip(a, b, strict=True)]
         print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands {statistics.median(b):.2f} s, "
               f"difference median {statistics.median(diffs):+.2f} s (per round: {', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
+
+
+def _sshd_opts(args: argparse.Namespace) -> tuple[str, ...]:
+    # bash sources ~/.bashrc for a command run by sshd only at shell level 1 (SHLVL unset or 0)
+    return ("-o", "SetEnv=SHLVL=1") if args.light_shell else ()
+
+
+def compare(args: argparse.Namespace) -> None:
+    """--start-only rounds of three forms in rotating order: this checkout's one command, the
+    baseline src's one command, two commands."""
+    load0 = os.getloadavg()[0]
+    took: dict[str, list[float]] = {
+        "one command": [],
+        "one command, baseline src": [],
+        "two commands": [],
+    }
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ssh_cluster(2, Path(tmp), sshd_opts=_sshd_opts(args)) as c,
+    ):
+        work = Path(tmp)
+        forms = {
+            "one command": lambda r: one_command(c, work, True),
+            "one command, baseline src": lambda r: one_command(c, work, True, args.baseline_src),
+            "two commands": lambda r: two_commands(c, work, 29600 + r, True),
+        }
+        names = list(forms)
+        for r in range(args.rounds):
+            for name in names[r % 3 :] + names[: r % 3]:
+                took[name].append(forms[name](r)[0])
+            print(
+                f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in took.items()),
+                flush=True,
+            )
+    print(
+        f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}; baseline {args.baseline_src}"
+    )
+    base = took["one command, baseline src"]
+    for name, values in took.items():
+        diffs = [x - y for x, y in zip(values, base, strict=True)]
+        print(f"start -> every host's distrain run running: {name} median {statistics.median(values):.2f} s, "
+              f"vs baseline src median {statistics.median(diffs):+.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

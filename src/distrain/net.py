@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import socket
 
-import psutil
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     """Ask the kernel for a port that is free right now on `host`."""
@@ -62,6 +60,8 @@ def is_loopback(address: str) -> bool:
 
 def interface_addresses() -> dict[str, list[str]]:
     """IPv4 addresses per network interface."""
+    import psutil  # here, not at the top: `import distrain` (every host's ssh check) skips it
+
     out: dict[str, list[str]] = {}
     for name, addrs in psutil.net_if_addrs().items():
         v4 = [a.address for a in addrs if a.family == socket.AF_INET]
@@ -70,14 +70,19 @@ def interface_addresses() -> dict[str, list[str]]:
     return out
 
 
-def route_to(target: str, port: int = 9) -> tuple[str, str | None]:
-    """The local address (and its interface) the kernel would use to reach `target`.
+def route_address(target: str, port: int = 9) -> str:
+    """The local address the kernel would use to reach `target`.
 
     A connected UDP socket sends nothing but makes the kernel pick the route.
     """
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as sock:
         sock.connect((socket.gethostbyname(target), port))
-        local = str(sock.getsockname()[0])
+        return str(sock.getsockname()[0])
+
+
+def route_to(target: str, port: int = 9) -> tuple[str, str | None]:
+    """The local address (and its interface) the kernel would use to reach `target`."""
+    local = route_address(target, port)
     for name, addrs in interface_addresses().items():
         if local in addrs:
             return local, name

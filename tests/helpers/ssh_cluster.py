@@ -21,12 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
+from helpers import kill_group
 from helpers.netns_hosts import Hosts, make_hosts
 
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
+#: how long after a stop every host must be clean: host_node's grace (10 s) + ssh teardown + load
+CLEAN_BOUND_S = 30.0
 
 
 @dataclass
@@ -92,8 +96,11 @@ def _missing() -> str | None:
 
 
 @contextmanager
-def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
-    """`n` namespace hosts with sshd, plus a launching namespace; skip where that cannot be made."""
+def ssh_cluster(
+    n: int, tmp_path: Path, rate: str | None = None, sshd_opts: tuple[str, ...] = ()
+) -> Iterator[SshCluster]:
+    """`n` namespace hosts with sshd (`sshd_opts` added to its command line), plus a launching
+    namespace (links limited to `rate` if given); skip where that cannot be made."""
     missing = _missing()
     if missing:
         print(f"SKIP: {missing}")
@@ -107,7 +114,7 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
         )
     (folder / "authorized_keys").write_text((folder / "id.pub").read_text())
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
-    with make_hosts(n + 1) as hosts:
+    with make_hosts(n + 1, rate) as hosts:
         names = [f"h{i}" for i in range(n)]
         lines = [
             f"Host {name}\n  HostName {addr}\n"
@@ -126,7 +133,7 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
                 argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E", str(log),
                         "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=yes",
                         "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o", f"PidFile={folder / f'sshd{i}.pid'}",
-                        "-o", "UsePAM=no", "-o", "MaxStartups=100"]  # fmt: skip
+                        "-o", "UsePAM=no", "-o", "MaxStartups=100", *sshd_opts]  # fmt: skip
                 cluster._sshd.append(hosts.start(i, argv, folder / f"sshd{i}.out"))
             deadline = time.monotonic() + 60
             for i in range(n):
@@ -142,3 +149,51 @@ def ssh_cluster(n: int, tmp_path: Path) -> Iterator[SshCluster]:
             for i in range(n + 1):
                 with contextlib.suppress(subprocess.SubprocessError):
                     hosts.kill_node(i)
+
+
+def start_job(c: SshCluster, argv: list[str], log: Path) -> subprocess.Popen[str]:
+    """`argv` on the launching machine, its output in `log`; killed at teardown whatever happens."""
+    handle = open(log, "w")  # noqa: SIM115 - the child inherits it
+    proc = subprocess.Popen(
+        c.launch_cmd(argv),
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    handle.close()
+    c.hosts.procs.append(proc)
+    return proc
+
+
+def wait_job(proc: subprocess.Popen[str], log: Path, timeout: float) -> int:
+    """The job's exit code; a test failure with its log when it runs past `timeout`."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        pytest.fail(f"the job did not end within {timeout} s\n{log.read_text()[-4000:]}")
+
+
+def until(cond: object, proc: subprocess.Popen[str], log: Path, timeout: float = 120) -> None:
+    """Wait for `cond()`; a test failure when the job ends first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline or proc.poll() is not None:
+            pytest.fail(f"the job never got there\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+
+
+def ssh_of(launcher: subprocess.Popen[str], host: str) -> psutil.Process:
+    """The launcher's ssh client process for `host`."""
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        cmd = child.cmdline()
+        if cmd and cmd[0] == "ssh" and host in cmd:
+            return child
+    raise AssertionError(f"no ssh session to {host} under the launcher")
+
+
+def assert_clean(c: SshCluster) -> None:
+    """No process but sshd left on any host within CLEAN_BOUND_S."""
+    left = c.wait_clean(CLEAN_BOUND_S)
+    assert not left, f"processes left on the hosts after {CLEAN_BOUND_S} s: {left}"

@@ -21,7 +21,12 @@ import psutil
 import pytest
 import torch
 from helpers import REPO, kill_group, python
-from helpers.ssh_cluster import SshCluster, ssh_cluster
+from helpers.ssh_cluster import CLEAN_BOUND_S, SshCluster, ssh_cluster
+from helpers.ssh_cluster import assert_clean as _assert_clean
+from helpers.ssh_cluster import ssh_of as _ssh_of
+from helpers.ssh_cluster import start_job as _start
+from helpers.ssh_cluster import until as _until
+from helpers.ssh_cluster import wait_job as _wait
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(300)]
 
@@ -29,8 +34,6 @@ RUN = [python(), "-m", "distrain.cli", "run"]
 CKPT = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
 LONG = str(REPO / "tests" / "scripts" / "node_loss_worker.py")
 MONITOR = str(REPO / "tests" / "scripts" / "monitor_job.py")  # logs with ctx.log every step
-#: how long after a stop every host must be clean: host_node's grace (10 s) + ssh teardown + load
-CLEAN_BOUND_S = 30.0
 
 
 @pytest.fixture
@@ -38,36 +41,6 @@ def cluster2(tmp_path: Path) -> Iterator[SshCluster]:
     """Two ssh hosts and a launching machine."""
     with ssh_cluster(2, tmp_path) as made:
         yield made
-
-
-def _start(c: SshCluster, argv: list[str], log: Path) -> subprocess.Popen[str]:
-    handle = open(log, "w")  # noqa: SIM115 - the child inherits it
-    proc = subprocess.Popen(
-        c.launch_cmd(argv),
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    handle.close()
-    c.hosts.procs.append(proc)  # killed at teardown whatever happens
-    return proc
-
-
-def _wait(proc: subprocess.Popen[str], log: Path, timeout: float) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        pytest.fail(f"the job did not end within {timeout} s\n{log.read_text()[-4000:]}")
-
-
-def _until(cond: object, proc: subprocess.Popen[str], log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline or proc.poll() is not None:
-            pytest.fail(f"the job never got there\n{log.read_text()[-4000:]}")
-        time.sleep(0.2)
 
 
 def _until_both_ranks_report(run_dir: Path, proc: subprocess.Popen[str], log: Path) -> None:
@@ -80,20 +53,6 @@ def _until_both_ranks_report(run_dir: Path, proc: subprocess.Popen[str], log: Pa
         proc,
         log,
     )
-
-
-def _ssh_of(launcher: subprocess.Popen[str], host: str) -> psutil.Process:
-    """The launcher's ssh client process for `host`."""
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        cmd = child.cmdline()
-        if cmd and cmd[0] == "ssh" and host in cmd:
-            return child
-    raise AssertionError(f"no ssh session to {host} under the launcher")
-
-
-def _assert_clean(c: SshCluster) -> None:
-    left = c.wait_clean(CLEAN_BOUND_S)
-    assert not left, f"processes left on the hosts after {CLEAN_BOUND_S} s: {left}"
 
 
 @pytest.mark.slow

@@ -25,7 +25,9 @@ def _addr(family: int, address: str) -> SimpleNamespace:
 def interfaces(monkeypatch: pytest.MonkeyPatch) -> None:
     table = {"lo": [_addr(socket.AF_INET, "127.0.0.1")], "eth0": [_addr(socket.AF_INET6, "fe80::1"), _addr(socket.AF_INET, "10.0.0.2")],
              "docker0": [_addr(socket.AF_INET6, "fe80::2")]}  # fmt: skip
-    monkeypatch.setattr(net, "psutil", SimpleNamespace(net_if_addrs=lambda: table))
+    import psutil  # net imports it where it is used (not at its top: `import distrain` stays light)
+
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: table)
 
 
 def test_interface_addresses_lists_ipv4_only(interfaces: None) -> None:

@@ -1,9 +1,15 @@
 """Multi-node runs for `distrain bench scaling`: the same study on 1 node and on K nodes.
 
-    distrain bench scaling --nproc 1 --nodes 1,2 --master-addr 10.0.0.1 \\
-        --node-exec 'ssh node{node}' --link-label '10 Gbit/s'
+    distrain bench scaling --nproc 1 --nodes 1,2 --hosts node0,node1 --link-label '10 Gbit/s'
 
-For K > 1 a run's command becomes ``python -m distrain.bench.nodes launch ...``: this small
+With ``--hosts`` a K-node run is ``distrain run --hosts node0,…,node{K-1} -x OMP_NUM_THREADS
+-n NPROC script ...``: the same ssh fan-out as any job (launch/hosts_run.py) checks the first K
+hosts, starts every node, picks node 0's address and a free master port, and stops them all
+when one fails.  The bench reads the ranks' metrics from its run directory, so that directory
+(``--out``) must be on a filesystem every host shares.
+
+Without ssh (``ip netns exec``, ``srun``), ``--node-exec`` with ``--master-addr``: a K-node run's
+command becomes ``python -m distrain.bench.nodes launch ...``: this small
 wrapper starts one ``distrain run --nnodes K --node-rank i --master-addr A --master-port P
 -n NPROC script ...`` per node, each prefixed by ``--node-exec`` with ``{node}`` replaced by i
 (``ssh node{node}``, ``ip netns exec ns{node}``, ``srun -w node{node} -N1 -n1``), waits for all of
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..launch.hostfile import parse_hosts
 from .runner import RunSpec
 
 #: variables of the bench's environment that every node's launcher must see
@@ -49,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--node-exec",
         help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip netns exec ns{node}')",
     )
+    p.add_argument(
+        "--hosts",
+        help="ssh hosts for the K-node runs (as distrain run --hosts): the first K run each; "
+        "node 0's address and port are found as for any --hosts job",
+    )
+    p.add_argument("--ssh-opts", help="options for ssh with --hosts (e.g. '-F cfg -i key')")
     p.add_argument("--master-addr", help="address of node 0 as the other nodes reach it")
     p.add_argument(
         "--master-port",
@@ -72,10 +85,21 @@ def node_counts(args: argparse.Namespace) -> list[int]:
             )
         counts.append(int(tok))
     counts = sorted(set(counts))
-    if max(counts) > 1:
+    if max(counts) > 1 and args.hosts:
+        if args.node_exec or args.master_addr:
+            raise UsageError(
+                "--hosts starts the nodes itself: give it without --node-exec and --master-addr"
+            )
+        hosts = parse_hosts(args.hosts)
+        if len(hosts) < max(counts):
+            raise UsageError(
+                f"--nodes {args.nodes} needs {max(counts)} hosts, --hosts names {len(hosts)}"
+            )
+    elif max(counts) > 1:
         if not args.node_exec or "{node}" not in args.node_exec:
             raise UsageError(
-                "--nodes above 1 needs --node-exec with {node} in it, e.g. --node-exec 'ssh node{node}'"
+                "--nodes above 1 needs --hosts h0,h1 (ssh), or --node-exec with {node} in it "
+                "(e.g. --node-exec 'ip netns exec ns{node}') and --master-addr"
             )
         if not args.master_addr:
             raise UsageError("--nodes above 1 needs --master-addr (node 0's address)")
@@ -96,22 +120,26 @@ def expand(specs: list[RunSpec], args: argparse.Namespace) -> list[RunSpec]:
             if spec.all_cores:  # the one-process baseline has no multi-node twin
                 continue
             port = args.master_port + len(out)
-            command = [
-                spec.command[0],
-                "-m",
-                "distrain.bench.nodes",
-                "launch",
-                "--nnodes",
-                str(k),
-                "--node-exec",
-                args.node_exec,
-                "--master-addr",
-                args.master_addr,
-                "--master-port",
-                str(port),
-                "--",
-                *spec.command,
-            ]
+            command = (
+                _hosts_command(args, k, spec.command)
+                if args.hosts
+                else [
+                    spec.command[0],
+                    "-m",
+                    "distrain.bench.nodes",
+                    "launch",
+                    "--nnodes",
+                    str(k),
+                    "--node-exec",
+                    args.node_exec,
+                    "--master-addr",
+                    args.master_addr,
+                    "--master-port",
+                    str(port),
+                    "--",
+                    *spec.command,
+                ]
+            )
             out.append(
                 RunSpec(
                     f"{k}nodes-{spec.name}",
@@ -123,6 +151,14 @@ def expand(specs: list[RunSpec], args: argparse.Namespace) -> list[RunSpec]:
                 )
             )
     return out
+
+
+def _hosts_command(args: argparse.Namespace, k: int, command: list[str]) -> list[str]:
+    """`command` (``python -m distrain.cli run ...``) across the first `k` of --hosts, by ssh."""
+    names = ",".join(h.name for h in parse_hosts(args.hosts)[:k])  # -n in `command` sets the slots
+    ssh = ["--ssh-opts", args.ssh_opts] if args.ssh_opts else []
+    # the run's thread count is the bench's choice: the hosts forward DISTRAIN_* on their own
+    return [*command[:4], "--hosts", names, *ssh, "-x", "OMP_NUM_THREADS", *command[4:]]
 
 
 def describe(label: str, args: argparse.Namespace) -> str:

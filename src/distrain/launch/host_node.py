@@ -85,8 +85,7 @@ def fingerprint() -> dict[str, str | None]:
 
 def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str | None]:
     """This (first) host's address as the others reach it, or an error."""
-    from ..net import host_address, interface_addresses
-    from ..net import route_to as route
+    from ..net import host_address, interface_addresses, route_address
 
     if iface:
         table = interface_addresses()
@@ -98,20 +97,30 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
         return table[iface][0], None
     if route_to:
         try:
-            return route(route_to)[0], None
+            return route_address(route_to), None
         except OSError as err:
             return None, f"no route to {route_to}: {err}"
     server = os.environ.get("SSH_CONNECTION", "").split()
     return (server[2] if len(server) == 4 else host_address()), None
 
 
-def _port(wanted: int) -> tuple[int | None, str | None]:
+def _port(wanted: int, count: int = 1) -> tuple[int | None, str | None]:
+    """A master port with the `count` - 1 ports above it free too (the named one, or any)."""
     from ..net import free_port, port_in_use
 
+    def free_run(port: int) -> bool:
+        return port + count <= 65536 and not any(port_in_use(port + k) for k in range(1, count))
+
     if wanted == 0:
-        return free_port("0.0.0.0"), None
+        for _ in range(20):
+            port = free_port("0.0.0.0")
+            if free_run(port):
+                return port, None
+        return None, f"no {count} free ports in a row there"
     if port_in_use(wanted):
         return None, f"master port {wanted} is already in use there"
+    if not free_run(wanted):
+        return None, f"port {wanted + 1} (above master port {wanted}) is already in use there"
     return wanted, None
 
 
@@ -122,7 +131,8 @@ def probe(args: dict[str, object]) -> dict[str, object]:
     out["script_ok"] = script is None or os.path.isfile(str(script))
     if args.get("first"):
         out["address"], out["address_error"] = _address(args.get("iface"), args.get("route_to"))  # type: ignore[arg-type]
-        out["port"], out["port_error"] = _port(int(args.get("port") or 0))  # type: ignore[call-overload]
+        port, ports = str(args.get("port") or 0), str(args.get("ports") or 1)
+        out["port"], out["port_error"] = _port(int(port), int(ports))
     return out
 
 
@@ -197,6 +207,11 @@ def main(argv: list[str]) -> int:
     """``host_node PROBE_JSON -- distrain run ARGV``: probe, wait for go, run and watch."""
     spec = json.loads(argv[0])
     node_argv = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
+    if spec.pop("route_later", False):  # the launcher resolved the hosts while ssh connected
+        line = _read_line()
+        if not line.strip() or line.strip() == "abort":
+            return 3
+        spec.update(json.loads(line))
     print(PROBE_MARK + json.dumps(probe(spec)), flush=True)
     line = _read_line()
     if not line.strip() or line.strip() == "abort":

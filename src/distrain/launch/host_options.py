@@ -52,7 +52,6 @@ _FORBIDDEN = {
     "--rdzv-id": "each job gets its own id", "--rdzv_id": "each job gets its own id",
     "--local-addr": "each host finds its own", "--local_addr": "each host finds its own",
     "--standalone": "a job on several hosts is not standalone",
-    "--replicas": "replica groups across hosts are not supported yet",
     "--launcher": "each host runs torchrun's agent",
 }  # fmt: skip
 _NPROC = ("-n", "--nproc", "--nproc-per-node", "--nproc_per_node")
@@ -67,7 +66,9 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
   --hostfile FILE         lines of `host slots=N` (mpirun, DeepSpeed); # comments
   --include / --exclude   DeepSpeed's syntax: h1@h2:0,2 keeps (drops) host h1 and slots 0, 2 of h2
   --nnodes N | MIN:N      N = the number of hosts; MIN:N: elastic, a lost host is a node loss
-  -n N                    processes on every host instead of the slots
+  -n N                    processes on every host instead of the slots (with --replicas: per group)
+  --replicas R            R replica groups, R/hosts on each host (its slots split among them);
+                          a lost host is a lost group, the others train on
   --ssh-opts "OPTS"       options for ssh (~/.ssh/config applies as always), e.g. "-F cfg -i key"
   -x NAME[=VALUE]         forward a variable (by default: NCCL_*, GLOO_*, CUDA_VISIBLE_DEVICES,
                           PYTHONPATH, DISTRAIN_* when set)
@@ -134,6 +135,10 @@ class HostsOptions:
     #: the script is a path to check on every host (not -m / --no-python)
     script_is_file: bool = True
     run_dir: str | None = None
+    #: --replicas R: R replica groups, R / len(hosts) on each host
+    replicas: int | None = None
+    #: with --replicas: processes per group
+    per_group: int | None = None
 
 
 def _value(argv: list[str], i: int) -> tuple[str, str, int]:
@@ -200,6 +205,7 @@ def parse(argv: list[str]) -> HostsOptions:
             *_NPROC,
             "--master-port",
             "--master_port",
+            "--replicas",
         ):
             own.setdefault(name, []).append(value)
         else:
@@ -253,4 +259,39 @@ def _build(own: dict[str, list[str]], node_argv: list[str], rest: list[str]) -> 
     for j, tok in enumerate(node_argv):
         if tok in ("--run-dir", "--run_dir"):
             opts.run_dir = node_argv[j + 1]
+    if "--replicas" in own:
+        _replicas(opts, own["--replicas"][-1])
     return opts
+
+
+def _replicas(opts: HostsOptions, value: str) -> None:
+    """--replicas R over the hosts: R/len(hosts) whole groups per host, groups of equal size."""
+    hosts = opts.hosts
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"--replicas expects a number of replica groups (got {value!r})")
+    groups = int(value)
+    if opts.min_nodes is not None:
+        raise UsageError(
+            f"--replicas needs a fixed --nnodes {len(hosts)}, not a range: a lost host is a lost replica group"
+        )
+    if groups % len(hosts):
+        raise UsageError(
+            f"--replicas {groups} does not divide over {len(hosts)} hosts: each host runs the same number of whole groups"
+        )
+    here = groups // len(hosts)
+    if opts.nproc is not None:  # -n keeps its --replicas meaning: processes per group
+        if not opts.nproc.isdigit() or int(opts.nproc) < 1:
+            raise UsageError(
+                f"--replicas needs -n as a number of processes per group (got {opts.nproc!r})"
+            )
+        opts.replicas, opts.per_group = groups, int(opts.nproc)
+        return
+    slots = {h.name: h.nproc() for h in hosts}
+    sizes = {n // here for n in slots.values() if n is not None and n % here == 0}
+    if None in slots.values() or len(sizes) != 1 or any(n % here for n in slots.values() if n):
+        given = ", ".join(f"{h}:{n if n is not None else '?'}" for h, n in slots.items())
+        raise UsageError(
+            f"--replicas {groups} on {len(hosts)} hosts ({given}): every host needs the same slots, "
+            f"a multiple of its {here} group(s), or give -n (processes per group)"
+        )
+    opts.replicas, opts.per_group = groups, sizes.pop()

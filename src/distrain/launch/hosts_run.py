@@ -3,9 +3,11 @@
 One ssh session per host, kept for the whole job (launch/ssh_hosts.py builds it; the remote end
 is launch/host_node.py):
 
-1. every session starts at once; each host answers its checks in one line (versions, script,
-   and on the first host its address and a free master port); a host that fails, or does not
-   answer within PROBE_TIMEOUT_S, stops the job before anything trains, in one line naming it;
+1. every session starts at once, while the host names are resolved (``ssh -G``, for the first
+   host's route to the others, sent to it on its stdin); each host answers its checks in one
+   line (versions, script, and on the first host its address and a free master port); a host
+   that fails, or does not answer within PROBE_TIMEOUT_S, stops the job before anything trains,
+   in one line naming it;
 2. every host is told the master's address and port and starts its own `distrain run`;
 3. their output streams here, each line prefixed with ``[host]``; the launcher's own lines start
    with ``distrain run:``;
@@ -181,6 +183,7 @@ def _supervise(
     """Wait for the job; returns its exit code (see the module docstring for what ends it)."""
     live = set(range(len(sessions)))
     lost: list[str] = []
+    failed = 0  # the exit code of a --replicas host that failed while the others trained on
     while live:
         if stop.is_set():
             name = getattr(stop, "signame", "a signal")
@@ -202,16 +205,22 @@ def _supervise(
             # a session that ended without its node's own verdict (a dropped connection, a killed
             # ssh) is a node loss, which an elastic job survives; a node that failed is a failure
             dropped = code < 0 or code == 255
-            if (
-                dropped
-                and opts.min_nodes is not None
-                and live
-                and len(live) >= opts.min_nodes
-                and i != 0
-            ):
+            if dropped and opts.min_nodes is not None and i != 0 and len(live) >= opts.min_nodes:
                 lost.append(s.name)
                 _say(
                     f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
+                )
+                continue
+            if opts.replicas is not None and i != 0 and 0 in live:
+                # its groups are lost (or failed for good); the lighthouse is on host 0: the others
+                # train on, as the groups of a one-node job do when one of them fails
+                lost.append(s.name)
+                if not dropped:
+                    failed = failed or code
+                per_host = opts.replicas // len(sessions)
+                groups = ", ".join(str(g) for g in range(i * per_host, (i + 1) * per_host))
+                _say(
+                    f"host {s.name} lost: {s.reason()}; its replica group(s) {groups} with it, the groups of {len(live)} host(s) train on"
                 )
                 continue
             others = [sessions[j] for j in live]
@@ -221,7 +230,7 @@ def _supervise(
         stop.wait(0.1)
     tail = f"; lost: {', '.join(lost)}" if lost else ""
     _say(f"job finished on {len(sessions) - len(lost)} of {len(sessions)} host(s){tail}")
-    return 0
+    return failed if 0 < failed < 256 else (1 if failed else 0)
 
 
 def main(argv: list[str]) -> int:
@@ -231,12 +240,11 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         opts = host_options.parse(argv)
-        addrs = ssh_hosts.resolve(opts)
+        if opts.dry_run:
+            print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
+            return 0
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
-    if opts.dry_run:
-        print("\n".join(ssh_hosts.dry_run_lines(opts, addrs)))
-        return 0
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -247,11 +255,14 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     env, job = ssh_hosts.forwarded_env(opts), ssh_hosts.new_job_id()
     sessions = []
+    # every session starts at once, before the names are resolved (ssh -G, in parallel with
+    # the connections): the first host learns where to route to once they are
     for rank, host in enumerate(opts.hosts):
-        remote = ssh_hosts.remote_command(opts, rank, addrs, env, job)
+        remote = ssh_hosts.remote_command(opts, rank, None, env, job)
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
     try:
+        sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
         master, port = _check(sessions, opts, stop)
     except UsageError as err:
         for s in sessions:
@@ -259,6 +270,8 @@ def main(argv: list[str]) -> int:
         _stop(sessions)
         fail(PROG, str(err), err.exit_code)
     kind = f"elastic {opts.min_nodes}:{len(sessions)}" if opts.min_nodes is not None else "static"
+    if opts.replicas is not None:
+        kind = f"{opts.replicas} replica groups of {opts.per_group}, {opts.replicas // len(sessions)} per host"
     _say(
         f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master {sessions[0].name} at {master}:{port}"
     )

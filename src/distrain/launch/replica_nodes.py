@@ -112,6 +112,10 @@ class RollCall:
         self._last_beat = 0.0
         self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
         self._ended: set[int] = set()  # groups whose end mark is shared (share_ends)
+        self._last_look = 0.0
+        self.said_done = False
+        self._heard: dict[int, tuple[str, float]] = {}  # node → (its last beat, seen since)
+        self._gone: set[int] = set()  # nodes found silent (mark_silent)
         first = placement.node == 0
         wait_s = node0_wait_s()
         try:
@@ -177,6 +181,41 @@ class RollCall:
     def finished(self) -> None:
         """Say this node's groups have all ended."""
         self.store.set(f"node{self.placement.node}", "done")
+        self.said_done = True
+
+    def leave(self, folder: str, local: list[int]) -> None:
+        """A stopped node (its ssh session lost, a SIGTERM): its groups end here for good.
+
+        Their end marks and this node's ``done`` go to the store, so that the other nodes' groups
+        do not wait for them at their end (DISTRAIN_FT_LINGER) nor node 0 for this node.
+        Nothing to say after :meth:`finished` (node 0's store may be closed by then).
+        """
+        if self.said_done:
+            return
+        self.store.set_timeout(dt.timedelta(seconds=5))  # a stopping node never waits long
+        for g in local:
+            open(ft_end_file(folder, g), "a").close()
+        self.share_ends(folder, local)
+        self.finished()
+
+    def mark_silent(self, folder: str) -> None:
+        """The groups of another node whose beat stopped for SILENT_S (a lost machine) ended for good."""
+        now = time.monotonic()
+        if now - self._last_look < BEAT_S:
+            return
+        self._last_look = now
+        per_node = self.placement.groups // self.placement.nodes
+        for n in range(self.placement.nodes):
+            if n == self.placement.node or n in self._gone:
+                continue
+            key = f"node{n}"
+            value = bytes(self.store.get(key)).decode() if self.store.check([key]) else ""
+            if self._heard.get(n, ("", 0.0))[0] != value:
+                self._heard[n] = (value, now)
+            if value and value != "done" and now - self._heard[n][1] >= SILENT_S:
+                self._gone.add(n)
+                for g in range(n * per_node, (n + 1) * per_node):
+                    open(ft_end_file(folder, g), "a").close()
 
     def wait_for_others(self, say: Any) -> None:
         """On node 0: return once every other node finished or fell silent for SILENT_S."""

@@ -13,6 +13,7 @@ lighthouse (launch/replica_nodes.py).  The events become lines in launch/replica
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -245,6 +246,11 @@ def run(
         job.stop_all()
         return 130
     finally:
+        if roll is not None:  # stopped: the other nodes' groups wait for this node's no more
+            # said before the groups are stopped: that may outlast the grace of whoever stops
+            # this launcher (a --hosts watcher SIGKILLs it after 10 s)
+            with contextlib.suppress(Exception):  # node 0 may be gone: then nobody waits
+                roll.leave(job.folder, job.local)
         job.stop_all()
         lighthouse.stop()
         shutil.rmtree(job.folder, ignore_errors=True)
@@ -279,6 +285,7 @@ def _watch(
             roll.beat()
             roll.share_starts(job.folder, job.local)
             roll.share_ends(job.folder, job.local)
+            roll.mark_silent(job.folder)
         job.read_events()
         for g, proc in zip(job.local, job.procs, strict=True):
             code = proc.poll()

@@ -13,12 +13,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import secrets
 import shlex
 import socket
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 from ..errors import UsageError
 from .host_node import ADDR_TOKEN, PORT_TOKEN
@@ -93,9 +92,33 @@ def resolve(opts: HostsOptions) -> list[str]:
                 f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
             ) from None
 
-    with ThreadPoolExecutor(max_workers=min(32, len(opts.hosts))) as pool:
-        futures = [pool.submit(one, h) for h in opts.hosts]
-        return [f.result(timeout=RESOLVE_TIMEOUT_S + 5) for f in futures]
+    # plain threads, not concurrent.futures: this runs while the ssh sessions connect, and the
+    # launcher's imports are on the path to the first step
+    found: list[str | UsageError | None] = [None] * len(opts.hosts)
+
+    def into(i: int) -> None:
+        try:
+            found[i] = one(opts.hosts[i])
+        except UsageError as err:
+            found[i] = err
+        except (OSError, subprocess.SubprocessError) as err:
+            found[i] = UsageError(f"host {opts.hosts[i].name}: ssh -G failed: {err}")
+
+    threads = [threading.Thread(target=into, args=(i,), daemon=True) for i in range(len(found))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(RESOLVE_TIMEOUT_S + 5)
+    out = []
+    for host, item in zip(opts.hosts, found, strict=True):
+        if isinstance(item, UsageError):
+            raise item
+        if item is None:
+            raise UsageError(
+                f"host {host.name}: ssh -G gave no answer within {RESOLVE_TIMEOUT_S:.0f} s"
+            )
+        out.append(item)
+    return out
 
 
 def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
@@ -121,8 +144,11 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
                f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
         if not any(t in ("--max-restarts", "--max_restarts") for t in opts.node_argv):
             out += ["--max-restarts", ELASTIC_RESTARTS]
-    out += ["-n", str(nproc)]
-    if host.slot_ids is not None:
+    if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
+        out += ["--replicas", str(opts.replicas), "-n", str(opts.per_group)]
+    else:
+        out += ["-n", str(nproc)]
+    if host.slot_ids is not None and opts.replicas is None:  # replicas: CUDA_VISIBLE_DEVICES
         out += ["--gpus", ",".join(map(str, host.slot_ids))]
     iface = opts.iface.get(host.name) or opts.iface.get("*")
     if iface:
@@ -131,26 +157,45 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
     return out + opts.node_argv + (["--"] if script[0].startswith("-") else []) + script
 
 
-def probe_spec(opts: HostsOptions, rank: int, addrs: list[str]) -> dict[str, object]:
-    """What host `rank` is asked to check (host_node.probe)."""
+def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[str, object]:
+    """What host `rank` is asked to check (host_node.probe).
+
+    `addrs` None: the sessions start before the host names are resolved (that takes a moment,
+    and the ssh connections longer); the first host then reads the address to route to from
+    its stdin (:func:`route_line`) before it answers.
+    """
     spec: dict[str, object] = {"script": opts.script_argv[0] if opts.script_is_file else None}
     if rank == 0:
         iface = opts.iface.get(opts.hosts[0].name) or opts.iface.get("*")
+        if addrs is None:
+            spec.update(first=True, port=opts.master_port or 0, iface=iface, route_later=True)
+            spec["ports"] = 2 if opts.replicas is not None else 1
+            return spec
         others = [a for a in addrs[1:] if not a.startswith("127.")]
         spec.update(
             first=True,
             port=opts.master_port or 0,
+            # --replicas: the lighthouse on the port, the nodes' roll call one above (replica_nodes.py)
+            ports=2 if opts.replicas is not None else 1,
             iface=iface,
             route_to=others[0] if others else None,
         )
     return spec
 
 
+def route_line(addrs: list[str]) -> str:
+    """The line the first host reads when its sessions started before the names were resolved."""
+    others = [a for a in addrs[1:] if not a.startswith("127.")]
+    return json.dumps({"route_to": others[0] if others else None}) + "\n"
+
+
 def remote_command(
-    opts: HostsOptions, rank: int, addrs: list[str], env: dict[str, str], rdzv_id: str
+    opts: HostsOptions, rank: int, addrs: list[str] | None, env: dict[str, str], rdzv_id: str
 ) -> str:
     """The shell command line host `rank` runs: host_node in this working directory."""
-    cwd = os.getcwd()
+    cwd, slot_ids = os.getcwd(), opts.hosts[rank].slot_ids
+    if opts.replicas is not None and slot_ids is not None:  # --replicas takes GPUs this way only
+        env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot_ids))}
     spec = json.dumps(probe_spec(opts, rank, addrs), separators=(",", ":"))
     tail = ["-m", "distrain.launch.host_node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
@@ -168,7 +213,7 @@ def remote_command(
 
 def new_job_id() -> str:
     """A rendezvous id (and container name part) no other job shares."""
-    return secrets.token_hex(4)
+    return os.urandom(4).hex()  # not `secrets`: its hashlib/hmac import costs the launcher
 
 
 def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -205,9 +206,52 @@ def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
         "script": "t.py",
         "first": True,
         "port": 0,
+        "ports": 1,
         "iface": "eth1",
         "route_to": "10.0.0.2",
     }
+
+
+def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
+    opts = host_options.parse(
+        ["--hosts", "a:4,b:8", "--include", "a@b:4,5,6,7", "--replicas", "4", "t.py"]
+    )
+    assert (opts.replicas, opts.per_group) == (4, 2)  # 2 groups of 2 processes on each host
+    b = ssh_hosts.node_argv(opts, 1, "id1")
+    assert b == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "@MASTER_ADDR@", "--master-port", "@MASTER_PORT@",
+                 "--replicas", "4", "-n", "2", "t.py"]  # fmt: skip
+    # the groups take their GPUs from CUDA_VISIBLE_DEVICES (--replicas refuses --gpus)
+    words = shlex.split(ssh_hosts.remote_command(opts, 1, ["10.0.0.1", "10.0.0.2"], {}, "id1"))
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in words
+    words = shlex.split(ssh_hosts.remote_command(opts, 0, ["10.0.0.1", "10.0.0.2"], {}, "id1"))
+    assert (
+        json.loads(words[words.index("distrain.launch.host_node") + 1])["ports"] == 2
+    )  # + the roll call
+    # the sessions start before the names are resolved: the first host reads its route later
+    later = ssh_hosts.probe_spec(opts, 0, None)
+    assert later["route_later"] and "route_to" not in later and later["ports"] == 2
+    assert json.loads(ssh_hosts.route_line(["10.0.0.1", "10.0.0.2"])) == {"route_to": "10.0.0.2"}
+    per_group = host_options.parse(["--hosts", "a,b", "--replicas", "2", "-n", "3", "t.py"])
+    assert ssh_hosts.node_argv(per_group, 0, "id1")[8:] == ["--replicas", "2", "-n", "3", "t.py"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replicas", "3"], "--replicas 3 does not divide over 2 hosts: each host runs the same number of whole groups"),
+        (["--replicas", "2", "--nnodes", "1:2"], "--replicas needs a fixed --nnodes 2, not a range"),
+        (["--replicas", "0"], "--replicas expects a number of replica groups (got '0')"),
+    ],
+)  # fmt: skip
+def test_replicas_that_cannot_be_placed_on_the_hosts_are_one_line(
+    argv: list[str], message: str
+) -> None:
+    with pytest.raises(UsageError) as err:
+        host_options.parse(["--hosts", "a:2,b:2", *argv, "t.py"])
+    assert str(err.value).startswith(message), str(err.value)
+    with pytest.raises(UsageError) as err:  # groups of one size: the hosts' slots must agree
+        host_options.parse(["--hosts", "a:2,b:1", "--replicas", "2", "t.py"])
+    assert "every host needs the same slots" in str(err.value)
 
 
 def test_dry_run_and_container_lines() -> None:
@@ -254,6 +298,16 @@ def test_the_hosts_check_reads_versions_script_and_port_without_torch(
     )
     assert seen["script_ok"] and seen["torch"] == torch_version() and seen["address"] == "127.0.0.1"
     assert isinstance(seen["port"], int) and not seen["port_error"]
+    # --replicas: the roll call listens one port above the lighthouse; both must be free
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        assert host_node.probe({"first": True, "port": busy - 1, "ports": 2})["port_error"] == (
+            f"port {busy} (above master port {busy - 1}) is already in use there"
+        )
+        port = host_node.probe({"first": True, "port": 0, "ports": 2})["port"]
+        assert host_node._port(port, 2) == (port, None)
     assert not host_node.probe({"script": "missing.py"})["script_ok"]
     code = "import sys; from distrain.launch import host_node; host_node.fingerprint(); print('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

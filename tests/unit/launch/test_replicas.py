@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,36 @@ def test_group_env_across_nodes_names_this_nodes_address(
     assert env["DISTRAIN_FT_HOST"] == "10.0.0.2" and env["GLOO_SOCKET_IFNAME"] == "eth0"
     assert env["TORCHFT_LIGHTHOUSE"] == "http://10.0.0.1:29500"
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # group 3 is this node's second group
+
+
+def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that stops says its groups ended (leave); one that stops beating has them taken as
+    ended (mark_silent): either way the other nodes' groups no longer wait for them at their end."""
+    from distrain.contract import ft_end_file
+    from distrain.launch import replica_nodes
+    from distrain.net import free_port
+
+    port = free_port()
+    places = [replica_nodes.Placement(4, 1, 2, n, "127.0.0.1", port) for n in (0, 1)]
+    node0 = replica_nodes.RollCall(places[0])  # node 0 first: it hosts the store
+    node1 = replica_nodes.RollCall(places[1])
+    here, there = tmp_path / "node0", tmp_path / "node1"
+    here.mkdir()
+    there.mkdir()
+    node1.leave(str(there), [2, 3])  # stopped (its ssh session lost): groups 2, 3 end for good
+    node0.share_ends(str(here), [0, 1])
+    assert all(os.path.exists(ft_end_file(str(here), g)) for g in (2, 3))
+    assert bytes(node0.store.get("node1")).decode() == "done"
+    # a node that beat and then fell silent (a lost machine): its groups are taken as ended
+    monkeypatch.setattr(replica_nodes, "SILENT_S", 0.5)
+    node1.store.set("node1", "running 1")
+    other = tmp_path / "other"
+    other.mkdir()
+    node0.mark_silent(str(other))
+    assert not os.path.exists(ft_end_file(str(other), 2))  # heard just now
+    time.sleep(replica_nodes.BEAT_S + 0.6)
+    node0.mark_silent(str(other))
+    assert all(os.path.exists(ft_end_file(str(other), g)) for g in (2, 3))
+    assert not os.path.exists(ft_end_file(str(other), 0))  # node 0's own groups are its own
