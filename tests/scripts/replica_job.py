@@ -61,6 +61,20 @@ p.add_argument(
     help="this group changes a weight after training (the end check must see it)",
 )
 p.add_argument(
+    "--hold-start",
+    action="append",
+    default=[],
+    help="GROUP:ATTEMPT:WHAT (repeatable): that group's start of that attempt waits before "
+    "distrain.init, WHAT seconds, or until the file WHAT exists (<= 120 s)",
+)
+p.add_argument(
+    "--hold",
+    action="append",
+    default=[],
+    help="STEP:GROUP:FILE (repeatable): at STEP the processes of GROUP wait (<= 120 s) until FILE "
+    "exists (each process leaves restoring.<group>.<rank>.<attempt> in --out just before its restore)",
+)
+p.add_argument(
     "--hold-for-restart",
     type=int,
     default=-1,
@@ -90,6 +104,23 @@ if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
     time.sleep(
         args.late_restart
     )  # a replacement on a loaded machine: the survivors may finish first
+
+
+def wait_for_file(path: str) -> None:
+    """Wait (<= 120 s) until `path` exists."""
+    until = time.monotonic() + 120
+    while not os.path.exists(path) and time.monotonic() < until:
+        time.sleep(0.05)
+
+
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+for spec in args.hold_start:
+    g_, a_, what = spec.split(":", 2)
+    if (int(g_), int(a_)) == (group, attempt):
+        try:
+            time.sleep(float(what))
+        except ValueError:  # a file to wait for
+            wait_for_file(what)
 ctx = distrain.init(verbose=False)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
@@ -107,6 +138,7 @@ loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
 ckpt = ctx.checkpointer(args.dir, every_steps=args.every)
+open(os.path.join(args.out, f"restoring.{group}.{ctx.rank}.{attempt}"), "w").close()
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step
 with open(os.path.join(args.out, "resumed"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank} {step}\n")
@@ -120,16 +152,17 @@ def kill_now(step: int) -> None:
         ctx.replicas is None
         or ctx.replicas.manager.num_participants() == ctx.settings.replica_groups
     )
-    if everyone and any(s <= step and (g, r) == (group, ctx.rank) for s, g, r in kills):
-        try:  # O_EXCL: the kill fires once, also when the replacement passes this step again
+    due = sorted(s for s, g, r in kills if s <= step and (g, r) == (group, ctx.rank))
+    for at in due if everyone else []:
+        try:  # O_EXCL: each kill fires once, also when the replacement passes its step again
             os.close(
                 os.open(
-                    os.path.join(args.out, f"killed.{group}.{ctx.rank}"),
+                    os.path.join(args.out, f"killed.{group}.{ctx.rank}.{at}"),
                     os.O_CREAT | os.O_EXCL,
                 )
             )
         except FileExistsError:
-            return
+            continue
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -169,7 +202,9 @@ while step < args.steps:
             and group == args.kill_group
             and ctx.rank == 0
             and 0 <= args.kill_at <= step
-            and not os.path.exists(os.path.join(args.out, f"killed.{group}.{ctx.rank}"))
+            and not os.path.exists(
+                os.path.join(args.out, f"killed.{group}.{ctx.rank}.{args.kill_at}")
+            )
         ):
             loss.register_hook(
                 lambda grad, at=step: (time.sleep(0.3), kill_now(at)) and grad
@@ -191,6 +226,10 @@ while step < args.steps:
             kill_now(step)
         if step == args.hold_for_restart:
             hold_for_restart()
+        for spec in args.hold:
+            at, g_, path = spec.split(":", 2)
+            if (int(at), int(g_)) == (step, group):
+                wait_for_file(path)
         time.sleep(args.step_sleep)
         if step >= args.steps:
             break

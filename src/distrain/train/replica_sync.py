@@ -32,6 +32,7 @@ from ..contract import (
     ft_end_file,
     ft_final_file,
     ft_start_file,
+    ft_step_file,
     mark_ft_start,
 )
 from ..errors import DistrainError
@@ -154,6 +155,56 @@ def start_together(replicas: Replicas, folder: str) -> None:
             f"distrain: replica group {replicas.group} starts without group(s) {', '.join(map(str, missing))}, "
             f"not at their first step after {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
         )
+
+
+def wait_for_further_groups(replicas: Replicas, device: torch.device) -> None:
+    """After a group's first quorum: while it is alone and behind a step another group is known
+    to have committed, take quorums (no step) until a group joins it, bounded by
+    ``DISTRAIN_FT_START_WAIT``.
+
+    TorchFT orders states by their step alone.  When every group was lost at once, each restarts
+    from its own newest checkpoint, and those differ (a group that healed after its last save
+    has an older one).  The group back first used to train alone from its older step: the other,
+    back later with a newer state, then found it at the same step with another history (two
+    states, no heal: the divergence seen once under load) or ahead (its newer state thrown away).
+    Each group's last committed step is in its step file (``step.G``); a group that ended for
+    good is not waited for.  Every rank of the group decides together.
+    """
+    deadline = time.monotonic() + replicas.start_wait_s
+    while True:
+        furthest = _furthest_other_step(replicas)
+        alone = replicas.manager.num_participants() < 2
+        behind = furthest is not None and replicas.manager.current_step() < furthest
+        timed_out = time.monotonic() > deadline
+        wait = torch.tensor([int(alone and behind and not timed_out)], device=device)
+        if replicas.size > 1:  # one rank may read a step file a moment after another
+            dist.all_reduce(wait, op=dist.ReduceOp.MAX)
+        if not wait.item():
+            if alone and behind and timed_out and replicas.rank == 0:
+                _log.warning(
+                    f"distrain: replica group {replicas.group} trains from step "
+                    f"{replicas.manager.current_step()} without the group(s) that reached step "
+                    f"{furthest}: none came back within {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
+                )
+            return
+        time.sleep(_PAUSE_S)
+        replicas.quorum()
+
+
+def _furthest_other_step(replicas: Replicas) -> int | None:
+    folder, furthest = replicas.events, None
+    if not folder:
+        return None
+    for group in range(replicas.groups):
+        if group == replicas.group or os.path.exists(ft_end_file(folder, group)):
+            continue
+        try:
+            with open(ft_step_file(folder, group)) as f:
+                step = int(f.read().strip() or -1)
+        except (OSError, ValueError):
+            continue
+        furthest = step if furthest is None else max(furthest, step)
+    return furthest
 
 
 def quorum_failed(replicas: Replicas, err: BaseException) -> DistrainError:

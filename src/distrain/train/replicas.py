@@ -35,7 +35,7 @@ from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
 from .ft_noise import first_forward_filtered, quiet_sequence_numbers
-from .replica_sync import agree_in_group, quorum_failed, start_together
+from .replica_sync import agree_in_group, quorum_failed, start_together, wait_for_further_groups
 from .replica_sync import plain as _plain
 from .replica_sync import real_accelerator as _real_accelerator
 from .strategies.fsdp import is_sharded_tensor
@@ -274,6 +274,8 @@ class Replicas:
         if not in_step:
             self._mark_positions()
         self.quorum()
+        if self.groups > 1:  # alone, and behind another group's known step: wait for it
+            wait_for_further_groups(self, self._device)
         if not in_step:
             self._mark_positions()  # healed: the position it continues from
         step = self.manager.current_step()
