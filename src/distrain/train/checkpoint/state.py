@@ -155,7 +155,7 @@ class Registered:
             osd = _optimizer_state(self.modules[owner], opt)
             if share is not None and owner in owners:
                 mine = owners[owner]
-                opt_state: dict[Any, Any] = osd["state"]  # type: ignore[assignment]  # stubs: a union with lists
+                opt_state: dict[Any, Any] = osd["state"]
                 osd = {
                     **osd,
                     "state": {k: v for k, v in opt_state.items() if mine.get(k, 0) == share[0]},
