@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import helpers` from tests/jobs/ whatever pytest's import mode
     sys.path.insert(0, str(TESTS))
+from helpers import leaks  # noqa: E402
 from helpers.paths import REPO, SRC  # noqa: E402
 
 # Subprocesses (launchers and their workers) must import this checkout's distrain.
@@ -30,33 +32,11 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 
-#: variables a launcher sets; a test's jobs must not inherit them from another test or the shell
-LAUNCHER_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "DISTRAIN_SPAWN",
-    "DISTRAIN_LAUNCHER",
-)
-LAUNCHER_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "SLURM_", "HOROVOD_")
-
-
 @pytest.fixture(autouse=True)
-def _isolated_environment() -> object:
-    """Restore os.environ after every test (in-process tests call init(), which exports RANK…)
-    and start each test without launcher variables, so its subprocesses see only its own."""
-    saved = dict(os.environ)
-    for key in list(os.environ):
-        if key in LAUNCHER_VARS or key.startswith(LAUNCHER_PREFIXES):
-            del os.environ[key]
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+def _no_leaks() -> Iterator[None]:
+    """Start each test without launcher variables; fail it if it leaves a variable, a thread or a
+    process group behind (tests/helpers/leaks.py), after cleaning them up."""
+    yield from leaks.guard()
 
 
 @pytest.fixture
@@ -74,3 +54,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     between its tests."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order otherwise
+
+
+@pytest.fixture
+def writes_environ() -> Iterator[None]:
+    """For a test of code that exports variables on purpose (export_env, init, torch's compile
+    cache): what it wrote is removed after the test instead of failing it as a leak."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)

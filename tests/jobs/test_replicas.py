@@ -138,13 +138,14 @@ def _resumed(out: Path) -> list[tuple[int, int, int, int]]:
 def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -> None:
     """2 groups × 2 processes in one job, two faults: rank 1 of group 1 at step 20 (group 0 trains
     on, group 1 heals), then one process of each group at step 42 (no live group is left: both
-    resume from their disk checkpoints and still end at step 100, equal).  100 steps: the
-    replacement of the first fault must find group 0 still training (it took > 4 s at load 10)."""
+    resume from their disk checkpoints and still end at step 100, equal).  The replacement of the
+    first fault must find group 0 still training: group 0 waits at step 30 until it started (at
+    load 26 it came back after group 0's step 100 once, and healed there: no second fault)."""
     out = tmp_path / "out"
     out.mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT,
            "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "100", "--every", "5",
-           "--kill", "20:1:1", "--kill", "42:0:0", "--kill", "42:1:0"]  # fmt: skip
+           "--kill", "20:1:1", "--kill", "42:0:0", "--kill", "42:1:0", "--hold-for-restart", "30"]  # fmt: skip
     res = run(cmd, timeout=380)
     assert res.returncode == 0, res.stderr[-3000:]
     resumed = _resumed(out)

@@ -61,6 +61,13 @@ p.add_argument(
     help="this group changes a weight after training (the end check must see it)",
 )
 p.add_argument(
+    "--hold-for-restart",
+    type=int,
+    default=-1,
+    help="at this step, a process whose group was not restarted waits (<= 120 s) until some "
+    "process started again (the replacement of a fault), so a slow replacement still finds it training",
+)
+p.add_argument(
     "--trace",
     action="store_true",
     help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state",
@@ -126,6 +133,17 @@ def kill_now(step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def hold_for_restart() -> None:
+    """Wait until a process started again (more lines in `starts` than the job has processes)."""
+    first = ctx.world_size * max(ctx.settings.replica_groups or 1, 1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with open(os.path.join(args.out, "starts")) as f:
+            if len(f.readlines()) > first:
+                return
+        time.sleep(0.05)
+
+
 def _digest() -> str:
     digest = hashlib.sha256()
     for t in ctx.unwrap(model).state_dict().values():
@@ -171,6 +189,8 @@ while step < args.steps:
             _trace(step, committed)
         if not args.kill_in_backward:
             kill_now(step)
+        if step == args.hold_for_restart:
+            hold_for_restart()
         time.sleep(args.step_sleep)
         if step >= args.steps:
             break

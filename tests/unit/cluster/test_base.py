@@ -84,7 +84,9 @@ def test_restart_count_reads_torchelastic_restart_count(monkeypatch: pytest.Monk
     assert env.restart_count() == 2
 
 
-def test_export_env_writes_the_torchrun_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_env_writes_the_torchrun_variables(
+    monkeypatch: pytest.MonkeyPatch, writes_environ: None
+) -> None:
     monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")
     monkeypatch.setenv("MASTER_PORT", "29511")
     Fixed(3, 4, 1, 2).export_env()

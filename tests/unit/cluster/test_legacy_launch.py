@@ -44,7 +44,9 @@ def test_strip_inside_a_job_removes_it_once_and_remembers(monkeypatch: pytest.Mo
     assert strip_launcher_argv() == 2  # remembered, argv not searched again
 
 
-def test_detect_and_local_rank_come_from_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_detect_and_local_rank_come_from_argv(
+    monkeypatch: pytest.MonkeyPatch, writes_environ: None
+) -> None:
     for k, v in {
         "RANK": "3",
         "WORLD_SIZE": "4",

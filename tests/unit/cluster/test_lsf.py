@@ -104,7 +104,9 @@ def test_several_nodes_without_a_host_list_is_an_error(monkeypatch: pytest.Monke
         LSFEnvironment().master_addr()
 
 
-def test_export_env_gives_torch_the_env_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_env_gives_torch_the_env_contract(
+    monkeypatch: pytest.MonkeyPatch, writes_environ: None
+) -> None:
     import os
 
     _set(monkeypatch, {**TASK, "LSB_MCPU_HOSTS": "batch3 1 a 2 b 2 c 2 d 2"})

@@ -21,7 +21,9 @@ def test_is_rank_zero_of_one_without_a_group() -> None:
     env.validate()
 
 
-def test_export_env_leaves_master_variables_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_env_leaves_master_variables_alone(
+    monkeypatch: pytest.MonkeyPatch, writes_environ: None
+) -> None:
     SingleProcessEnvironment().export_env()
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("0", "1")
     assert "MASTER_ADDR" not in os.environ and "MASTER_PORT" not in os.environ

@@ -143,7 +143,9 @@ def test_checkpoint_stall_is_its_own_phase(clock: FakeTime) -> None:
         bd.close()
 
 
-def test_real_model_and_optimizer_feed_it_and_summary_file(tmp_path: Path) -> None:
+def test_real_model_and_optimizer_feed_it_and_summary_file(
+    tmp_path: Path, writes_environ: None
+) -> None:
     """Torch's own hooks (forward pre-hook, post-accumulate-grad, optimizer step) reach it."""
     bd = StepBreakdown(rank=3, world_size=4)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))

@@ -62,7 +62,7 @@ def test_default_backend_follows_the_device() -> None:
     "err", [ClusterError("LOCAL_WORLD_SIZE is not set"), UsageError("bad value")]
 )
 def test_exit_on_error_leaves_cluster_and_usage_errors_raised(
-    monkeypatch: pytest.MonkeyPatch, err: DistrainError
+    monkeypatch: pytest.MonkeyPatch, err: DistrainError, writes_environ: None
 ) -> None:
     """Both are DistrainErrors, but not init's own set-up errors: they are raised, not turned into exit 1."""
 

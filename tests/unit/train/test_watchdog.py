@@ -11,7 +11,9 @@ from distrain.train.nccl_debug import nccl_debug_defaults
 from distrain.train.watchdog import diagnose
 
 
-def test_nccl_debug_defaults_keep_user_values(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nccl_debug_defaults_keep_user_values(
+    monkeypatch: pytest.MonkeyPatch, writes_environ: None
+) -> None:
     for name in (
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
         "TORCH_NCCL_DUMP_ON_TIMEOUT",
