@@ -71,6 +71,7 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
     return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
+@pytest.mark.usefixtures("writes_environ")  # Adam's first step imports inductor: its cache dir
 def test_saving_an_optimizer_before_its_first_step_leaves_it_unstepped() -> None:
     """Torch's state_dict fills a fresh optimizer by a zero-lr step: Adam then counted step 1."""
     model, opt = _fresh()
@@ -91,6 +92,7 @@ CASES = {  # what happened before the save
 }
 
 
+@pytest.mark.usefixtures("writes_environ")
 @pytest.mark.parametrize("case", list(CASES))
 def test_optimizer_state_the_checkpoint_lacks_stays_absent(case: str, tmp_path: Path) -> None:
     """It failed with "Missing key in checkpoint state_dict: optimizer.state.0.weight.step";
