@@ -90,6 +90,26 @@ def test_sigkill_under_fsdp_resumes_bitwise(
     assert_bitwise(reference, out)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_from_a_checkpoint_saved_before_the_first_step(
+    strategy: str, baseline: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Saved at step 0 (the optimizer has no state yet), killed at step 2, resumed from step 0.
+
+    It failed with ``Missing key in checkpoint state_dict: optimizer.state.….step``."""
+    reference = (
+        baseline
+        if strategy == "ddp"
+        else shared_baseline(tmp_path_factory, "f32-fsdp", "--strategy", "fsdp")
+    )
+    d, out = tmp_path / "ckpt", tmp_path / "final.pt"
+    args = ["--strategy", strategy, "--dir", str(d), "--out", str(out), "--save-at-start"]
+    result = ok(distrain_run(2, *args, "--kill-at", "2", restarts=1))
+    assert (d / "FAULT_DONE").exists(), "the fault was not injected"
+    assert "(step 0, saved on 2 rank(s))" in result.stdout
+    assert_bitwise(reference, out)
+
+
 @pytest.mark.timeout(720)  # three jobs in a row; each one is bounded by JOB_TIMEOUT
 @pytest.mark.slow
 def test_sigkill_under_plain_torchrun_3_times(baseline: Path, tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ Faults are injected deterministically, never by racing a timer:
   --raise-at K         raise ValueError at step K
   --freeze-after-loop  SIGSTOP this process after the training loop (and the final state's gather)
   --fault-rank R       the rank that does it (default 1)
+  --save-at-start      save step 0 before training, with gradients present and no optimizer
+                       step taken (a first step that did not commit), on the first attempt
   --linger S           the other ranks sleep S seconds at that step (they outlive the fault, so
                        their node's agent sees a membership change, not a failure of its own)
 --strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp", shard=nn.Linear)``: each Linear, then the root) instead
@@ -50,6 +52,7 @@ p.add_argument("--raise-at", type=int, default=-1)
 p.add_argument("--fault-rank", type=int, default=1)
 p.add_argument("--freeze-after-loop", action="store_true")
 p.add_argument("--linger", type=float, default=0.0)
+p.add_argument("--save-at-start", action="store_true")
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument(
@@ -148,6 +151,10 @@ ckpt = (
     else None
 )
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step if ckpt else 0
+if ckpt and args.save_at_start and not restarted:
+    for param in model.parameters():  # the training loop sets them to None before its first use
+        param.grad = torch.zeros_like(param)
+    ckpt.save(0)
 if args.dump_restored:
     restored = full_state(step)
     if ctx.is_main:

@@ -7,14 +7,21 @@ The rendezvous is hooked through ``distributed_c10d.rendezvous``, which init_pro
 looks up at call time, so the join is seen however the script imported init_process_group;
 "formed" needs init_process_group itself, so a join note says whether that hook is in place
 (the watcher never times out a child whose forming it cannot see).
+
+Each child also ends itself (SIGKILL) the moment the script's process is gone
+(:func:`die_with_parent_process`): the launcher's chain holds by death signals, but the
+script's own children are outside it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import multiprocessing.connection
 import multiprocessing.process
 import os
+import signal
+import threading
 from typing import Any
 
 from ...contract import FORM_DIR
@@ -47,6 +54,7 @@ def hook_process_run() -> None:
 
     @functools.wraps(original)
     def run(self: multiprocessing.process.BaseProcess) -> None:
+        die_with_parent_process()
         try:
             original(self)
         except (SystemExit, KeyboardInterrupt):
@@ -56,6 +64,32 @@ def hook_process_run() -> None:
             raise
 
     multiprocessing.process.BaseProcess.run = run  # type: ignore[method-assign]
+
+
+def die_with_parent_process() -> None:
+    """In a child: SIGKILL this process as soon as its parent (the script's process) is gone.
+
+    Why: a SIGKILLed `distrain run` takes its fork server and the script's process along (their
+    death signals), but the script's children are its own.  ``mp.spawn``'s children ask for
+    SIGINT at their parent's death, which does nothing where SIGINT is ignored (a job started
+    in the background by a shell script) and otherwise starts an exit that took ~20 s under
+    load; a ``Process`` loop's children ask for nothing.  Either way they trained on, holding
+    multiprocessing's resource tracker too.  A death signal of our own (``PR_SET_PDEATHSIG``)
+    would not do: torch's child sets its SIGINT after this hook runs (one signal per process),
+    and it fires when the starting *thread* ends.  So a thread waits on multiprocessing's
+    parent sentinel, the pipe whose other end only the parent holds while this child runs.
+    """
+    parent = multiprocessing.process.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    if sentinel is None:
+        return
+    fd = os.dup(sentinel)  # ours: whoever closes multiprocessing's copy cannot touch this one
+
+    def watch() -> None:
+        multiprocessing.connection.wait([fd])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="distrain-parent-watch", daemon=True).start()
 
 
 def hook_torch() -> None:

@@ -78,6 +78,11 @@ def load_metadata(path: str) -> Metadata:
     return metadata
 
 
+def saved_keys(path: str) -> set[str]:
+    """The names of everything the DCP checkpoint in `path` holds (``optimizer.state.w.step``)."""
+    return set(load_metadata(os.path.join(path, METADATA_FILE)).state_dict_metadata)
+
+
 class SafeReader(FileSystemReader):
     """DCP's file reader with ``.metadata`` loaded by the restricted unpickler (before DCP runs,
     so a refusal is one line, not DCP's per-rank tracebacks)."""

@@ -43,7 +43,7 @@ def load(
                 f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})"
             )
         if reg.modules:
-            state = reg.dcp_state()
+            state = reg.dcp_target(dcp_io.saved_keys(path))
             dcp_io.load(state, path, group)
             try:
                 reg.load_dcp_state(state)

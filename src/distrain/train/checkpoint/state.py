@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -151,10 +152,10 @@ class Registered:
                 msd = {k: v for k, v in msd.items() if owners[name][k] == share[0]}
             state[name] = msd
         for name, (opt, owner) in self.optimizers.items():
-            osd = get_optimizer_state_dict(self.modules[owner], opt)
+            osd = _optimizer_state(self.modules[owner], opt)
             if share is not None and owner in owners:
                 mine = owners[owner]
-                opt_state: dict[Any, Any] = osd["state"]  # type: ignore[assignment]  # stubs: a union with lists
+                opt_state: dict[Any, Any] = osd["state"]
                 osd = {
                     **osd,
                     "state": {k: v for k, v in opt_state.items() if mine.get(k, 0) == share[0]},
@@ -162,12 +163,35 @@ class Registered:
             state[name] = osd
         return state
 
+    def dcp_target(self, saved: AbstractSet[str]) -> dict[str, Any]:
+        """The state for DCP to load into: this process's shapes, optimizer state only where saved.
+
+        `saved` holds the checkpoint's keys (DCP's flattened names, ``optimizer.state.w.step``).
+        Torch gives a fresh optimizer state for every parameter (a zero-lr step) to load into;
+        a parameter whose state the checkpoint lacks (the optimizer had not stepped when it was
+        saved, or had no gradient for it) keeps none: loading it made DCP fail ("Missing key").
+        """
+        state: dict[str, Any] = {n: get_model_state_dict(m) for n, m in self.modules.items()}
+        for name, (opt, owner) in self.optimizers.items():
+            osd = get_optimizer_state_dict(self.modules[owner], opt)
+            per_param: dict[Any, Any] = osd["state"]  # type: ignore[assignment]  # stubs: a union
+            kept = {
+                fqn: value
+                for fqn, value in per_param.items()
+                if any(f"{name}.state.{fqn}.{key}" in saved for key in value)
+            }
+            state[name] = {**osd, "state": kept}
+        return state
+
     def load_dcp_state(self, state: Mapping[str, Any]) -> None:
         """Put what :meth:`dcp_state` produced (and DCP filled in) back into the objects."""
         for name, m in self.modules.items():
             set_model_state_dict(m, state[name])
         for name, (opt, owner) in self.optimizers.items():
-            set_optimizer_state_dict(self.modules[owner], opt, state[name])
+            # not strict: a parameter without saved state keeps none (see dcp_target)
+            set_optimizer_state_dict(
+                self.modules[owner], opt, state[name], options=StateDictOptions(strict=False)
+            )
 
     def local_buffers(self) -> dict[str, dict[str, torch.Tensor]]:
         """This rank's own buffers of every model (BatchNorm statistics and the like).
@@ -198,6 +222,21 @@ class Registered:
     def plain_state(self) -> dict[str, Any]:
         """state_dict() of every other object (scheduler, loader, scaler, yours)."""
         return {name: obj.state_dict() for name, obj in self.plain.items()}
+
+
+def _optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> Any:
+    """The optimizer's state in DCP's form, leaving an optimizer that has not stepped as it was.
+
+    Torch fills the state of such an optimizer first (a step with zero gradients and lr 0): the
+    live optimizer then counted a step it never took (Adam's ``step`` 1, so its bias correction
+    no longer matched an uninterrupted run).  Its state is emptied again and saved empty.
+    """
+    fresh = not opt.state
+    osd = get_optimizer_state_dict(model, opt)
+    if fresh and opt.state:
+        opt.state.clear()
+        osd = {**osd, "state": {}}
+    return osd
 
 
 def _balance(

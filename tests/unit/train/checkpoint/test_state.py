@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from torch import nn
 
+from distrain.train.checkpoint import dcp_io
 from distrain.train.checkpoint.state import Registered, _balance
 
 
@@ -44,3 +48,66 @@ def test_missing_own_buffers_are_named() -> None:
         "model.running_var",
         "model.num_batches_tracked",
     ]
+
+
+# -- optimizers without state (saved before their first step) ---------------------------------
+def _fresh(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    return model, torch.optim.Adam(model.parameters(), lr=0.1)
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, only_first: bool) -> None:
+    """A few Adam steps; `only_first`: the second layer never gets a gradient (nor Adam state)."""
+    data = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(5, 4, generator=data)
+        opt.zero_grad(set_to_none=True)
+        (model[0](x) if only_first else model(x)).square().sum().backward()
+        opt.step()
+
+
+def _same(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+@pytest.mark.usefixtures("writes_environ")  # Adam's first step imports inductor: its cache dir
+def test_saving_an_optimizer_before_its_first_step_leaves_it_unstepped() -> None:
+    """Torch's state_dict fills a fresh optimizer by a zero-lr step: Adam then counted step 1."""
+    model, opt = _fresh()
+    assert (
+        Registered.split({"model": model, "optimizer": opt}).dcp_state()["optimizer"]["state"] == {}
+    )
+    assert not opt.state
+    reference, ref_opt = _fresh()
+    _train(model, opt, 3, only_first=False)
+    _train(reference, ref_opt, 3, only_first=False)
+    assert _same(model, reference)
+
+
+CASES = {  # what happened before the save
+    "nothing": lambda model, opt: None,
+    "gradients, no step": lambda model, opt: model(torch.ones(2, 4)).sum().backward(),
+    "steps, one layer without gradient": lambda model, opt: _train(model, opt, 2, True),
+}
+
+
+@pytest.mark.usefixtures("writes_environ")
+@pytest.mark.parametrize("case", list(CASES))
+def test_optimizer_state_the_checkpoint_lacks_stays_absent(case: str, tmp_path: Path) -> None:
+    """It failed with "Missing key in checkpoint state_dict: optimizer.state.0.weight.step";
+    restored, training goes on bit for bit like the run that saved."""
+    model, opt = _fresh()
+    CASES[case](model, opt)
+    dcp_io.save(
+        Registered.split({"model": model, "optimizer": opt}).dcp_state(), str(tmp_path), None
+    )
+    restored, restored_opt = _fresh(seed=1)  # other weights: the load must replace them
+    reg = Registered.split({"model": restored, "optimizer": restored_opt})
+    state = reg.dcp_target(dcp_io.saved_keys(str(tmp_path)))
+    dcp_io.load(state, str(tmp_path), None)
+    reg.load_dcp_state(state)
+    assert restored_opt.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
+    _train(model, opt, 3, only_first=False)
+    _train(restored, restored_opt, 3, only_first=False)
+    assert _same(model, restored)
