@@ -13,6 +13,7 @@ from distrain.cluster import ClusterError
 from distrain.contract import split_endpoint
 from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
+from distrain.runtime import patching
 from distrain.train import failure
 from distrain.train.checkpoint.files import CheckpointError
 from distrain.train.failure import is_peer_failure
@@ -58,6 +59,7 @@ def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     failure.install(0)
     yield sys.excepthook
+    patching.restore("failure")  # the registry's excepthook goes with its last handler
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
