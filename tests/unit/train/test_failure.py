@@ -56,6 +56,8 @@ def test_torch_distributed_network_errors_are_peer_failures() -> None:
 def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
     """failure.install()'s excepthook over the plain one; the signal handlers it resets come back."""
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    monkeypatch.setattr(patching, "APPLIED", [])  # whatever an earlier test registered
+    monkeypatch.setattr(patching, "_uncaught", {})
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     failure.install(0)
     yield sys.excepthook
