@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import functools
 import io
 import os
 import runpy
@@ -31,7 +30,9 @@ from ..contract import (
     replica_group_env,
 )
 from ..log import get_logger
+from . import patching
 from .fresh_child import run_fresh_child
+from .patching import Args
 from .stacks import dump_stacks_on_signal
 from .title import set_worker_title
 
@@ -216,10 +217,11 @@ def _script_frames(tb: TracebackType | None, script: str) -> TracebackType | Non
         cur = cur.tb_next
     if cur is None:
         return tb
-    # our init_process_group watcher (below) sits between the script and torch: unlink it
+    # the registry's one init_process_group wrapper sits between the script and torch: unlink it
     link = cur
     while link.tb_next is not None:
-        if link.tb_next.tb_frame.f_code.co_filename == __file__:
+        code = link.tb_next.tb_frame.f_code
+        if code.co_filename == patching.__file__ and code.co_name == "init_process_group":
             link.tb_next = link.tb_next.tb_next
         else:
             link = link.tb_next
@@ -310,18 +312,14 @@ _group_started = False
 
 def _watch_process_group() -> None:
     """Note the script's init_process_group call (is_initialized() forgets a destroyed group)."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    from .patching import GroupHook, on_init_process_group
 
-    original = distributed_c10d.init_process_group
-
-    @functools.wraps(original)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+    def started(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
         global _group_started
         _group_started = True
-        return original(*args, **kwargs)
+        return args, kwargs
 
-    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    on_init_process_group(GroupHook("fast_start", before=started))
 
 
 def _process_group_formed() -> bool:

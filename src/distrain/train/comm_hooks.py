@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..runtime import patching
+
 HOOKS = ("bf16", "fp16", "powersgd")
 POWERSGD_DEFAULTS = {"rank": 1, "start": 10}
 
@@ -95,7 +97,7 @@ def _use_fast_low_rank_products() -> None:
     if (
         getattr(powerSGD_hook, "torch", None) is torch
     ):  # a torch whose hook no longer reads `torch.bmm` is left alone
-        powerSGD_hook.torch = _FastLowRankProducts()  # type: ignore[assignment]  # a module attribute we swap
+        patching.replace(powerSGD_hook, "torch", _FastLowRankProducts(), feature="comm_hooks")
 
 
 def register_comm_hook(model: nn.parallel.DistributedDataParallel, spec: str) -> Any:

@@ -25,6 +25,7 @@ from ..contract import ERROR_FILE, SUMMARY_DIR
 from ..errors import DistrainError, UsageError
 from ..log import get_logger
 from ..monitor.status import NoJobError
+from ..runtime import patching
 from .stop_job import stop_the_job
 
 _log = get_logger("failure")
@@ -184,9 +185,13 @@ def report_uncaught(err: BaseException) -> None:
 def install(rank: int) -> None:
     """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
     error_file = os.environ.get(ERROR_FILE)
-    previous = sys.excepthook
 
-    def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+    def hook(
+        kind: type[BaseException],
+        err: BaseException,
+        tb: TracebackType | None,
+        previous: patching.ExceptHook,
+    ) -> None:
         mark_failing()
         # the process is going down: the agent's SIGTERM must end it, not ask for a checkpoint
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -234,4 +239,4 @@ def install(rank: int) -> None:
             _log.error(f"distrain: rank {rank} failed (root cause):")
             previous(kind, err, tb)
 
-    sys.excepthook = hook
+    patching.on_uncaught("failure", hook)

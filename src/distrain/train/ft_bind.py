@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import DistrainError
+from ..runtime import patching
 
 
 def host_port(host: str, port: str | int) -> str:
@@ -48,8 +49,5 @@ def manager_server_on(host: str) -> Iterator[None]:
         kwargs["bind"] = host_port(host, bind.rsplit(":", 1)[1])
         return original(*args, **kwargs)
 
-    tm.ManagerServer = bound
-    try:
+    with patching.temporarily(tm, "ManagerServer", bound, feature="replicas"):
         yield
-    finally:
-        tm.ManagerServer = original

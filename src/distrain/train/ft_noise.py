@@ -40,8 +40,10 @@ def quiet_sequence_numbers() -> None:
         return
     from torch._C._distributed_c10d import Backend
 
-    if getattr(Backend, "_set_sequence_number_for_group", None) is not _no_sequence_number:
-        patching.replace(Backend, "_set_sequence_number_for_group", _no_sequence_number)
+    # once per process: the registry ignores the second install (each Replicas calls this)
+    patching.replace(
+        Backend, "_set_sequence_number_for_group", _no_sequence_number, feature="replicas"
+    )
 
 
 def known_line(line: bytes) -> bool:

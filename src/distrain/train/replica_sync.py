@@ -37,6 +37,7 @@ from ..contract import (
 )
 from ..errors import DistrainError
 from ..log import get_logger
+from ..runtime import patching
 
 if TYPE_CHECKING:
     from .replicas import Replicas
@@ -271,12 +272,15 @@ def real_accelerator(rehearsing: bool) -> Iterator[None]:
     if not rehearsing:
         yield
         return
-    fake = torch.accelerator.is_available
-    torch.accelerator.is_available = lambda: False
-    try:
+    with patching.temporarily(
+        torch.accelerator, "is_available", _no_accelerator, feature="replicas"
+    ):
         yield
-    finally:
-        torch.accelerator.is_available = fake
+
+
+def _no_accelerator() -> bool:
+    """``torch.accelerator.is_available()`` while TorchFT builds its Manager under ``run --cpu``."""
+    return False
 
 
 def plain(obj: Any) -> Any:

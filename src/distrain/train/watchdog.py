@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from ..contract import WATCHDOG_EXIT_CODE
 from ..log import get_logger
+from ..runtime import patching
 from ..runtime.attempt import attempt_prefix
 from .stop_job import FROZEN, stop_for_frozen
 
@@ -243,7 +244,7 @@ class Watchdog:
     def _abort(self, verdict: str, print_summary: bool, frozen: set[int] | None = None) -> None:
         # from here on the job is going down: when a peer exits first and the main thread's
         # collective raises, the rank still ends with the watchdog's code, not a stray error
-        sys.excepthook = _exit_as_watchdog
+        exit_on_uncaught()
         if print_summary:
             _log.error(verdict)
         else:  # the reporter's verdict first: stacks written at once would cut into its line
@@ -336,6 +337,11 @@ class Watchdog:
 
 def _exit_as_watchdog(*_exc: Any) -> None:
     os._exit(WATCHDOG_EXIT_CODE)
+
+
+def exit_on_uncaught() -> None:
+    """From now on an uncaught exception ends this process with the watchdog's exit code."""
+    patching.on_uncaught("watchdog", _exit_as_watchdog)
 
 
 def start_watchdog(rank: int, world_size: int, seconds: float, attempt: int = 0) -> Watchdog:

@@ -13,6 +13,7 @@ from distrain.cluster import ClusterError
 from distrain.contract import split_endpoint
 from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
+from distrain.runtime import patching
 from distrain.train import failure
 from distrain.train.checkpoint.files import CheckpointError
 from distrain.train.failure import is_peer_failure
@@ -55,9 +56,12 @@ def test_torch_distributed_network_errors_are_peer_failures() -> None:
 def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
     """failure.install()'s excepthook over the plain one; the signal handlers it resets come back."""
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    monkeypatch.setattr(patching, "APPLIED", [])  # whatever an earlier test registered
+    monkeypatch.setattr(patching, "_uncaught", {})
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     failure.install(0)
     yield sys.excepthook
+    patching.restore("failure")  # the registry's excepthook goes with its last handler
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 

@@ -155,7 +155,13 @@ def _record_stream(self: torch.Tensor, stream: Any) -> None:
 def install() -> None:
     """Wrap the factory functions and the tensor methods that take a device."""
     for name in factory_names():
-        replace(torch, name, _with_cpu_device(getattr(torch, name), "device=cuda"), forwards=True)
+        replace(
+            torch,
+            name,
+            _with_cpu_device(getattr(torch, name), "device=cuda"),
+            forwards=True,
+            feature="rehearse",
+        )
     for name in (
         "new_empty",
         "new_empty_strided",
@@ -169,14 +175,17 @@ def install() -> None:
             name,
             _with_cpu_device(getattr(torch.Tensor, name), "device=cuda"),
             forwards=True,
+            feature="rehearse",
         )
-    wrap(torch.Tensor, "to", _tensor_to)
-    wrap(torch.Tensor, "type", _tensor_type)
-    replace(torch, "Generator", _Generator)
+    wrap(torch.Tensor, "to", _tensor_to, feature="rehearse")
+    wrap(torch.Tensor, "type", _tensor_type, feature="rehearse")
+    replace(torch, "Generator", _Generator, feature="rehearse")
     for cls in (torch.Tensor, torch.UntypedStorage, torch.TypedStorage):
-        replace(cls, "cuda", _cuda_method if cls is torch.Tensor else _storage_cuda)
-        replace(cls, "pin_memory", _pin_memory)
-    replace(torch.Tensor, "record_stream", _record_stream)
+        replace(
+            cls, "cuda", _cuda_method if cls is torch.Tensor else _storage_cuda, feature="rehearse"
+        )
+        replace(cls, "pin_memory", _pin_memory, feature="rehearse")
+    replace(torch.Tensor, "record_stream", _record_stream, feature="rehearse")
 
     def default_device(original: Callable[..., Any]) -> Callable[..., Any]:
         def set_default_device(device: Any) -> None:
@@ -184,4 +193,4 @@ def install() -> None:
 
         return set_default_device
 
-    wrap(torch, "set_default_device", default_device)
+    wrap(torch, "set_default_device", default_device, feature="rehearse")

@@ -292,7 +292,7 @@ def _accelerator() -> None:
     }
     for name, fn in stand_ins.items():
         if hasattr(acc, name):
-            replace(acc, name, _like(getattr(acc, name), fn))
+            replace(acc, name, _like(getattr(acc, name), fn), feature="rehearse")
 
 
 def current_accelerator(check_available: bool = False) -> torch.device:
@@ -310,19 +310,31 @@ def install(count: int) -> None:
     _State.count = max(1, count)
     cuda = torch.cuda
     for name, fn in _REPLACEMENTS.items():
-        replace(cuda, name, fn if isinstance(fn, type) else _like(getattr(cuda, name), fn))
+        replace(
+            cuda,
+            name,
+            fn if isinstance(fn, type) else _like(getattr(cuda, name), fn),
+            feature="rehearse",
+        )
     for name, what in _REFUSED.items():
         if hasattr(cuda, name):
-            replace(cuda, name, _refusing(name, what, getattr(cuda, name)))
+            replace(cuda, name, _refusing(name, what, getattr(cuda, name)), feature="rehearse")
     for kind in (
         _LEGACY_TYPES
     ):  # torch.cuda.FloatTensor(3), x.type(torch.cuda.HalfTensor), isinstance(x, ...)
-        replace(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"))
+        replace(cuda, f"{kind}Tensor", getattr(torch, f"{kind}Tensor"), feature="rehearse")
     for name in ("CUDAGraph", "graph", "make_graphed_callables"):
-        replace(cuda.graphs, name, _refusing(name, "CUDA graphs", getattr(cuda.graphs, name)))
+        replace(
+            cuda.graphs,
+            name,
+            _refusing(name, "CUDA graphs", getattr(cuda.graphs, name)),
+            feature="rehearse",
+        )
     for name in ("range_push", "range_pop", "range", "mark", "range_start", "range_end"):
         if hasattr(cuda.nvtx, name):
-            replace(cuda.nvtx, name, _like(getattr(cuda.nvtx, name), _nvtx(name)))
+            replace(
+                cuda.nvtx, name, _like(getattr(cuda.nvtx, name), _nvtx(name)), feature="rehearse"
+            )
     _accelerator()
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from ..patching import replace, wrap
+from ..patching import Args, GroupHook, on_init_process_group, replace, wrap
 from .devices import CPU, MAPPED, cpu_if_cuda, is_cuda
 from .refuse import say_once
 
@@ -34,20 +34,19 @@ def _gloo(backend: Any) -> str:
     return backend
 
 
+def _gloo_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
+    """``init_process_group``'s arguments with nccl (or none) → gloo and no ``device_id``."""
+    if args:
+        args = (_gloo(args[0]), *args[1:])
+    else:
+        kwargs["backend"] = _gloo(kwargs.get("backend"))
+    if kwargs.get("device_id") is not None:
+        MAPPED["init_process_group(device_id)"] += 1
+        kwargs["device_id"] = None
+    return args, kwargs
+
+
 def _process_groups() -> None:
-    def init(original: Any) -> Any:
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if args:
-                args = (_gloo(args[0]), *args[1:])
-            else:
-                kwargs["backend"] = _gloo(kwargs.get("backend"))
-            if kwargs.get("device_id") is not None:
-                MAPPED["init_process_group(device_id)"] += 1
-                kwargs["device_id"] = None
-            return original(*args, **kwargs)
-
-        return init_process_group
-
     def new(original: Any) -> Any:
         def new_group(*args: Any, **kwargs: Any) -> Any:
             if "backend" in kwargs:
@@ -58,9 +57,11 @@ def _process_groups() -> None:
 
         return new_group
 
+    # init_process_group has one wrapper, shared with the fast start and self-start (the
+    # registry's): the rehearsal rewrites the arguments last, right before torch's function
+    on_init_process_group(GroupHook("rehearse", before=_gloo_arguments))
     for module in (dist, distributed_c10d):
-        _replace(module, "init_process_group", init)
-        _replace(module, "new_group", new)
+        _replace(module, "new_group", new, feature="rehearse")
 
 
 def _parallel() -> None:
@@ -93,9 +94,11 @@ def _parallel() -> None:
     def sync_bn_ok(self: Any, module: Any) -> None:
         """DDP refuses SyncBatchNorm on CPU modules; ours runs there (see _sync_batchnorm)."""
 
-    _replace(DistributedDataParallel, "__init__", ddp)
-    replace(DistributedDataParallel, "_passing_sync_batchnorm_handle", sync_bn_ok)
-    _replace(DataParallel, "__init__", dp)
+    _replace(DistributedDataParallel, "__init__", ddp, feature="rehearse")
+    replace(
+        DistributedDataParallel, "_passing_sync_batchnorm_handle", sync_bn_ok, feature="rehearse"
+    )
+    _replace(DataParallel, "__init__", dp, feature="rehearse")
 
 
 def _sync_batchnorm() -> None:
@@ -110,7 +113,7 @@ def _sync_batchnorm() -> None:
 
         return sync_forward
 
-    _replace(torch.nn.SyncBatchNorm, "forward", forward)
+    _replace(torch.nn.SyncBatchNorm, "forward", forward, feature="rehearse")
 
 
 def _amp() -> None:
@@ -173,10 +176,16 @@ def _amp() -> None:
 
     for name, make in (("custom_fwd", fwd), ("custom_bwd", bwd)):
         wrapped = getattr(autocast_mode, name)
-        _replace(autocast_mode, name, make)
-        replace(torch.amp, name, functools.wraps(wrapped)(make(wrapped)), forwards=True)
-    _replace(autocast_mode.autocast, "__init__", autocast)
-    _replace(grad_scaler.GradScaler, "__init__", scaler)
+        _replace(autocast_mode, name, make, feature="rehearse")
+        replace(
+            torch.amp,
+            name,
+            functools.wraps(wrapped)(make(wrapped)),
+            forwards=True,
+            feature="rehearse",
+        )
+    _replace(autocast_mode.autocast, "__init__", autocast, feature="rehearse")
+    _replace(grad_scaler.GradScaler, "__init__", scaler, feature="rehearse")
 
 
 def cpu_flags() -> set[str]:
@@ -234,7 +243,7 @@ def _load() -> None:
 
         return torch_load
 
-    _replace(torch, "load", load)
+    _replace(torch, "load", load, feature="rehearse")
 
 
 def _loader_and_default_device() -> None:
@@ -256,8 +265,8 @@ def _loader_and_default_device() -> None:
 
         return __init__
 
-    _replace(DataLoader, "__init__", loader)
-    _replace(_device.DeviceContext, "__init__", context)
+    _replace(DataLoader, "__init__", loader, feature="rehearse")
+    _replace(_device.DeviceContext, "__init__", context, feature="rehearse")
 
 
 def _compile() -> None:
@@ -266,7 +275,7 @@ def _compile() -> None:
     # The tensors are on the CPU, so inductor's C++ code is what runs: no device probing.
     from torch._inductor import config
 
-    replace(config, "triton_disable_device_detection", True)
+    replace(config, "triton_disable_device_detection", True, feature="rehearse")
 
 
 def _device_mesh() -> None:
@@ -287,7 +296,7 @@ def _device_mesh() -> None:
 
         return __init__
 
-    _replace(DeviceMesh, "__init__", mesh)
+    _replace(DeviceMesh, "__init__", mesh, feature="rehearse")
 
 
 def install() -> None:

@@ -156,12 +156,12 @@ def _cpp_extension(module: ModuleType) -> None:
         return call
 
     for name in ("load", "load_inline"):
-        wrap(module, name, functools.partial(guard, name))
+        wrap(module, name, functools.partial(guard, name), feature="rehearse")
 
     def cuda_extension(name: Any, sources: Any, *args: Any, **kwargs: Any) -> NoReturn:
         refuse("torch.utils.cpp_extension.CUDAExtension (a custom CUDA extension)")
 
-    replace(module, "CUDAExtension", cuda_extension)
+    replace(module, "CUDAExtension", cuda_extension, feature="rehearse")
 
 
 def install() -> None:

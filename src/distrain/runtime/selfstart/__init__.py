@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import multiprocessing.process
 import os
 import shutil
 import sys
 import tempfile
 from types import TracebackType
+from typing import Any
 
 from ...contract import ERROR_FILE, FORM_DIR, SELF_STARTING
+from .. import patching
 from . import members
 from .watch import Watcher
 
@@ -54,17 +55,23 @@ def install() -> None:
     os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
     _watcher = Watcher(folder, Settings.read().form_timeout_s)
     atexit.register(_watcher.script_ended)  # runs before the rmtree above (last in, first out)
-    original = multiprocessing.process.BaseProcess.start
+    _watch_children()
+    _record_uncaught()
+
+
+def _watch_children() -> None:
+    """Every child ``multiprocessing`` starts in this process goes to the watcher."""
     watcher_pid = os.getpid()  # a forked child inherits this hook but watches nobody
 
-    @functools.wraps(original)
-    def start(self: multiprocessing.process.BaseProcess) -> None:
-        original(self)
-        if _watcher is not None and self.pid is not None and os.getpid() == watcher_pid:
-            _watcher.add(self)
+    def make(original: Any) -> Any:
+        def start(self: multiprocessing.process.BaseProcess) -> None:
+            original(self)
+            if _watcher is not None and self.pid is not None and os.getpid() == watcher_pid:
+                _watcher.add(self)
 
-    multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
-    _record_uncaught()
+        return start
+
+    patching.wrap(multiprocessing.process.BaseProcess, "start", make, feature=members.FEATURE)
 
 
 def _record_uncaught() -> None:
@@ -75,9 +82,13 @@ def _record_uncaught() -> None:
     watcher's own verdict, written first, stands.  The traceback still goes to the hook that
     was there (the interpreter's, or the script's).
     """
-    previous = sys.excepthook
 
-    def hook(kind: type[BaseException], err: BaseException, tb: TracebackType | None) -> None:
+    def record(
+        kind: type[BaseException],
+        err: BaseException,
+        tb: TracebackType | None,
+        below: patching.ExceptHook,
+    ) -> None:
         path = os.environ.get(ERROR_FILE)
         if path and not os.path.exists(path):
             from ...train.failure import is_peer_failure, write_error_file
@@ -85,6 +96,6 @@ def _record_uncaught() -> None:
             if not is_peer_failure(err):
                 with contextlib.suppress(OSError):
                     write_error_file(path, err, tb)
-        previous(kind, err, tb)
+        below(kind, err, tb)
 
-    sys.excepthook = hook
+    patching.on_uncaught(members.FEATURE, record)

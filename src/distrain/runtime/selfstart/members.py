@@ -25,9 +25,9 @@ import threading
 from typing import Any
 
 from ...contract import FORM_DIR
+from .. import patching
 
-_hooked_init = False
-_hooked_run = False
+FEATURE = "self_start"
 
 
 def note(kind: str, **fields: Any) -> None:
@@ -45,25 +45,22 @@ def note(kind: str, **fields: Any) -> None:
 
 
 def hook_process_run() -> None:
-    """Note the exception that ends a multiprocessing child (its traceback still prints)."""
-    global _hooked_run
-    if _hooked_run:
-        return
-    _hooked_run = True
-    original = multiprocessing.process.BaseProcess.run
+    """Note the exception that ends a multiprocessing child (its traceback still prints); once."""
 
-    @functools.wraps(original)
-    def run(self: multiprocessing.process.BaseProcess) -> None:
-        die_with_parent_process()
-        try:
-            original(self)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            note("error", message=f"{type(exc).__name__}: {exc}".strip())
-            raise
+    def make(original: Any) -> Any:
+        def run(self: multiprocessing.process.BaseProcess) -> None:
+            die_with_parent_process()
+            try:
+                original(self)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                note("error", message=f"{type(exc).__name__}: {exc}".strip())
+                raise
 
-    multiprocessing.process.BaseProcess.run = run  # type: ignore[method-assign]
+        return run
+
+    patching.wrap(multiprocessing.process.BaseProcess, "run", make, feature=FEATURE)
 
 
 def die_with_parent_process() -> None:
@@ -93,38 +90,28 @@ def die_with_parent_process() -> None:
 
 
 def hook_torch() -> None:
-    """Note joining (rendezvous) and forming (init_process_group returned) in this process."""
-    global _hooked_init
-    if _hooked_init:
-        return
+    """Note joining (rendezvous) and forming (init_process_group returned) in this process; once."""
     import torch.distributed as dist
 
     if not dist.is_available():
         return
     from torch.distributed import distributed_c10d
 
-    _hooked_init = True
-    rendezvous = distributed_c10d.rendezvous
-    init = distributed_c10d.init_process_group
+    def make(rendezvous: Any) -> Any:
+        def hooked_rendezvous(url: str, rank: int = -1, world_size: int = -1, **kwargs: Any) -> Any:
+            rank_seen = rank if rank >= 0 else int(os.environ.get("RANK", "-1"))
+            size = world_size if world_size >= 0 else int(os.environ.get("WORLD_SIZE", "-1"))
+            watched = FEATURE in patching.hooked()["init_process_group"]
+            note("join", rank=rank_seen, world_size=size, watched=watched)
+            return rendezvous(url, rank, world_size, **kwargs)
 
-    @functools.wraps(rendezvous)
-    def hooked_rendezvous(url: str, rank: int = -1, world_size: int = -1, **kwargs: Any) -> Any:
-        rank_seen = rank if rank >= 0 else int(os.environ.get("RANK", "-1"))
-        size = world_size if world_size >= 0 else int(os.environ.get("WORLD_SIZE", "-1"))
-        note("join", rank=rank_seen, world_size=size, watched=_hooked_init)
-        return rendezvous(url, rank, world_size, **kwargs)
+        return hooked_rendezvous
 
-    @functools.wraps(init)
-    def hooked_init(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = init(*args, **kwargs)
-        except BaseException as exc:
-            note("error", message=f"{type(exc).__name__}: {exc}".strip().splitlines()[0])
-            raise
-        note("formed")
-        return result
+    def failed(exc: BaseException) -> None:
+        note("error", message=f"{type(exc).__name__}: {exc}".strip().splitlines()[0])
 
-    distributed_c10d.rendezvous = hooked_rendezvous
-    dist.rendezvous = hooked_rendezvous
-    distributed_c10d.init_process_group = hooked_init
-    dist.init_process_group = hooked_init
+    patching.on_init_process_group(
+        patching.GroupHook(FEATURE, after=functools.partial(note, "formed"), failed=failed)
+    )
+    hooked = patching.wrap(distributed_c10d, "rendezvous", make, feature=FEATURE).replacement
+    patching.replace(dist, "rendezvous", hooked, feature=FEATURE, forwards=True)
