@@ -1,6 +1,6 @@
 """The components a Context builds for its script, each from explicit parts: checkpointers.
 
-A component receives the frozen :class:`~distrain.process.ProcessInfo` and the handles and
+A component receives the frozen :class:`~distrain.runtime.process.ProcessInfo` and the handles and
 callbacks it uses, never the Context: train/ does not reach back into runtime/.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from ..process import ProcessInfo
 from ..settings import Settings
 from ..train.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
 from ..train.failure import exit_abandoned
+from .process import ProcessInfo
 from .services import Services
 from .store import shared_store
 

@@ -19,12 +19,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..cluster import ClusterEnvironment
-from ..process import ProcessInfo
 from ..settings import Settings
 from ..train import watchdog
 from ..train.data import DistributedLoader
 from ..train.steps import StepCounter
 from . import loaders, teardown
+from .process import ProcessInfo
 from .reductions import Reductions
 from .services import Services
 
@@ -75,7 +75,7 @@ class Context(Reductions):
         self.env = env
         #: what init() read from its arguments and the DISTRAIN_* variables (distrain.settings)
         self.settings = settings if settings is not None else Settings()
-        #: the frozen description components receive instead of the Context (distrain/process.py)
+        #: the frozen description components receive instead of the Context (runtime/process.py)
         self.process = ProcessInfo(
             env.rank(), env.world_size(), env.local_rank(), env.local_world_size(),
             env.node_rank(), env.num_nodes(), device, backend,

@@ -42,7 +42,7 @@ from .strategies.fsdp import is_sharded_tensor
 from .strategies.options import DDP, FSDP, Strategy
 
 if TYPE_CHECKING:
-    from ..process import ProcessInfo
+    from ..runtime.process import ProcessInfo
     from ..settings import Settings
     from .checkpoint import Resumed
 

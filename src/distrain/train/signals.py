@@ -24,7 +24,7 @@ from types import FrameType
 from typing import NoReturn
 
 from ..log import get_logger
-from ..process import ProcessInfo
+from ..runtime.process import ProcessInfo
 
 _log = get_logger("signals")
 

@@ -1,7 +1,7 @@
 """What a checkpointer takes from the job around it, given explicitly: :class:`JobHandles`.
 
 The Context builds one (``ctx.checkpointer``); a test or an embedding program can build one
-from a :class:`~distrain.process.ProcessInfo` alone.  Nothing here reaches back into the Context.
+from a :class:`~distrain.runtime.process.ProcessInfo` alone.  Nothing here reaches back into the Context.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, NoReturn, Protocol
 import torch
 import torch.distributed as dist
 
-from ...process import ProcessInfo
+from ...runtime.process import ProcessInfo
 from .files import SaveAbandoned
 
 

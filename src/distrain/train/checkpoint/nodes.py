@@ -15,7 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from ...process import ProcessInfo
+from ...runtime.process import ProcessInfo
 from .files import CheckpointError, atomic_write
 
 PROBE = ".distrain-shared-probe"

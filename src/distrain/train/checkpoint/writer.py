@@ -36,7 +36,7 @@ from .files import (
 )
 
 if TYPE_CHECKING:
-    from ...process import ProcessInfo
+    from ...runtime.process import ProcessInfo
     from ..signals import Preemption
     from .handles import JobHandles
     from .nodes import Topology

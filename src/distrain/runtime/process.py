@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .runtime.reductions import Reductions
+from .reductions import Reductions
 
 
 @dataclass(frozen=True)
