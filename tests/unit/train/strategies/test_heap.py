@@ -29,6 +29,7 @@ def test_no_glibc_no_change(monkeypatch: pytest.MonkeyPatch) -> None:
     assert heap.map_large_buffers() is False
 
 
+@pytest.mark.usefixtures("writes_environ")  # torch's compile cache variable, set on first use
 @pytest.mark.parametrize("asked", [False, True])
 def test_sharding_changes_the_allocator_only_when_asked(
     asked: bool, monkeypatch: pytest.MonkeyPatch
