@@ -1,7 +1,7 @@
 """train/checkpoint/handles.py: a Checkpointer is built from what it needs, never from a Context.
 
-The abandoned-save tests run a real writer against a real TCPStore: the leader waits for rank
-1's report, and rank 1's published process is one that has really ended (or a stop signal came
+The abandoned-save tests run a real writer against a real (in-process) store: the leader waits
+for rank 1's report, and rank 1's published process is one that has really ended (or a stop signal came
 with no report), as when a peer dies during a save.
 """
 
@@ -44,6 +44,7 @@ def test_process_info_is_frozen_and_plain_by_default() -> None:
     assert process.all_reduce(2.0, op="max").item() == 2.0
 
 
+@pytest.mark.usefixtures("writes_environ")  # DCP's import sets torch's compile-cache variable
 def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: Path) -> None:
     stalls: list[float] = []
     closers: list[object] = []
@@ -106,7 +107,7 @@ def _dead_identity() -> str:
 
 def _leader_of_two(tmp_path: Path, **options: object) -> tuple[Checkpointer, dist.Store]:
     """Rank 0 of a 2-rank job (no process group needed: no model, the store is real)."""
-    server = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+    server = dist.HashStore()
     store = dist.PrefixStore("distrain/ckpt", server)
     process = ProcessInfo(rank=0, world_size=2, local_world_size=2, backend="gloo")
     handles = JobHandles(process=process, store=store, **options)
