@@ -74,7 +74,8 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-#: FSDP without distrain's heap setting (distrain.train.strategies.heap): what it was before
+#: FSDP without distrain's heap setting (distrain.train.strategies.heap): the default; "fsdp"
+#: is measured with it (DISTRAIN_MAP_LARGE_BUFFERS=1, opt-in)
 GLIBC_DEFAULT = "fsdp-glibc"
 #: False in the "as users meet it" jobs: no malloc_trim anywhere, so the peak is what a script sees
 TRIM = True
@@ -99,6 +100,10 @@ def worker(args: argparse.Namespace) -> None:
     TRIM = not args.no_trim
     start_abs = rss()  # torch imported (the fork server preloads it), nothing else yet
     import distrain
+    from distrain.contract import MAP_LARGE_BUFFERS
+
+    # "fsdp": with the opt-in heap setting; "fsdp-glibc": FSDP with glibc's own heap behaviour
+    os.environ[MAP_LARGE_BUFFERS] = "1" if args.strategy == "fsdp" else "0"
 
     ctx = distrain.init(verbose=False)
     from torch.distributed.fsdp import fully_shard  # noqa: F401  (imported before the baseline)
@@ -108,14 +113,7 @@ def worker(args: argparse.Namespace) -> None:
     ctx.barrier()
     base = rss(trim=True)
     torch.manual_seed(0)
-    strategy = args.strategy
-    if strategy == GLIBC_DEFAULT:  # the comparison: FSDP with glibc's own heap behaviour
-        from distrain.train.strategies import heap
-
-        heap._applied, strategy = (
-            True,
-            "fsdp",
-        )  # as if already set: prepare_model leaves mallopt alone
+    strategy = "fsdp" if args.strategy == GLIBC_DEFAULT else args.strategy
     with ctx.init_model():
         model = GPT(args.layers, args.width, args.heads, args.block)
     model = ctx.prepare_model(model, strategy=strategy)

@@ -73,6 +73,8 @@ ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 SUMMARY_DIR = "DISTRAIN_SUMMARY_DIR"
 #: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
+#: "1": a sharded model's large buffers get mappings of their own (distrain.train.strategies.heap)
+MAP_LARGE_BUFFERS = "DISTRAIN_MAP_LARGE_BUFFERS"
 #: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)
 REPLICA_GROUP = "DISTRAIN_REPLICA_GROUP"
 #: distrain run --replicas: how many replica groups the job has

@@ -29,6 +29,20 @@ def recurring(err: E) -> E:
     return err
 
 
+class Abandoned(DistrainError):
+    """A part gave up on work a restart redoes (a save whose writer died); it does not exit itself.
+
+    The worker's lifecycle (:func:`distrain.train.failure.exit_abandoned`) prints :attr:`line`
+    and ends the process with :attr:`exit_code`; uncaught, it is one ``distrain: error:`` line.
+    """
+
+    def __init__(self, message: str, exit_code: int, line: str | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        #: what the lifecycle prints before it exits (default: the message)
+        self.line = message if line is None else line
+
+
 class UsageError(DistrainError):
     """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
 

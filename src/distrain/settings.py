@@ -58,6 +58,8 @@ class Settings:
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
     ft_host: str | None = None  # DISTRAIN_FT_HOST (None: one node, loopback)
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
+    #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in)
+    map_large_buffers: bool = False  # DISTRAIN_MAP_LARGE_BUFFERS
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
     rejoin_timeout_s: float = DEFAULT_REJOIN_TIMEOUT_S  # DISTRAIN_REJOIN_TIMEOUT
@@ -101,6 +103,10 @@ class Settings:
             "ft_host": text(contract.FT_HOST),
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True)
             is not False,
+            "map_large_buffers": _switch(
+                contract.MAP_LARGE_BUFFERS, text(contract.MAP_LARGE_BUFFERS), default=False
+            )
+            is True,
             "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT))
             or DEFAULT_FORM_TIMEOUT_S,

@@ -12,7 +12,7 @@ import os
 import sys
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import torch
 from torch import nn
@@ -24,10 +24,13 @@ from ..train import watchdog
 from ..train.data import DistributedLoader
 from ..train.steps import StepCounter
 from . import loaders, teardown
+from .process import ProcessInfo
 from .reductions import Reductions
 from .services import Services
 
 if TYPE_CHECKING:
+    from ..train.checkpoint import Checkpointer, NoDisk
+    from ..train.replicas import Replicas
     from ..train.strategies.options import Strategy
 
 T = TypeVar("T")
@@ -72,14 +75,15 @@ class Context(Reductions):
         self.env = env
         #: what init() read from its arguments and the DISTRAIN_* variables (distrain.settings)
         self.settings = settings if settings is not None else Settings()
-        self.rank = env.rank()
-        self.world_size = env.world_size()
-        self.local_rank = env.local_rank()
-        self.local_world_size = env.local_world_size()
-        self.node_rank = env.node_rank()
-        self.num_nodes = env.num_nodes()
-        self.device = device
-        self.backend = backend
+        #: the frozen description components receive instead of the Context (runtime/process.py)
+        self.process = ProcessInfo(
+            env.rank(), env.world_size(), env.local_rank(), env.local_world_size(),
+            env.node_rank(), env.num_nodes(), device, backend,
+        )  # fmt: skip
+        self.rank, self.world_size = self.process.rank, self.process.world_size
+        self.local_rank, self.local_world_size = env.local_rank(), env.local_world_size()
+        self.node_rank, self.num_nodes = self.process.node_rank, self.process.num_nodes
+        self.device, self.backend = device, backend
         self.precision = precision
         self.threads = threads
         self.scaler: torch.amp.GradScaler | None = None
@@ -92,8 +96,8 @@ class Context(Reductions):
         # optimizer steps of prepared models, however the script steps (train/steps.py)
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
-        #: distrain.train.replicas.Replicas under `distrain run --replicas`
-        self.replicas: Any = None
+        #: this process's replica group under `distrain run --replicas` (train/replicas.py)
+        self.replicas: Replicas | None = None
 
     @property
     def steps(self) -> int:
@@ -158,15 +162,9 @@ class Context(Reductions):
         from ..train import strategies
 
         spec = strategies.resolve(
-            strategy,
-            sync_bn=sync_bn,
-            comm_hook=comm_hook,
-            shard=shard,
-            replicate=replicate,
-            activation_checkpointing=activation_checkpointing,
-            cpu_offload=cpu_offload,
-            **kwargs,
-        )
+            strategy, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard, replicate=replicate,
+            activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, **kwargs,
+        )  # fmt: skip
         if self.replicas is not None:  # across replica groups through TorchFT (train/replicas.py)
             prepared = self.replicas.prepare_model(model, self.device, spec)
         else:
@@ -177,6 +175,7 @@ class Context(Reductions):
                 precision=self.precision,
                 distributed=self.distributed,
                 num_nodes=self.num_nodes,
+                map_buffers=self.settings.map_large_buffers,
             )
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
@@ -250,14 +249,9 @@ class Context(Reductions):
         (no DDP collectives in the forward) and combine with :meth:`all_reduce`.
         """
         return loaders.eval_loader(
-            dataset,
-            batch_size,
-            self.rank,
-            self.world_size,
-            self.device,
-            self.local_world_size,
+            dataset, batch_size, self.rank, self.world_size, self.device, self.local_world_size,
             **kwargs,
-        )
+        )  # fmt: skip
 
     # -- mixed precision and accumulation -------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -330,16 +324,22 @@ class Context(Reductions):
         """
         return self.no_sync(model, skip=(micro_step + 1) % every != 0)
 
-    def checkpointer(self, directory: str | os.PathLike[str] | None, **kwargs: Any) -> Any:
+    @overload
+    def checkpointer(self, directory: None, **kwargs: Any) -> NoDisk: ...
+    @overload
+    def checkpointer(self, directory: str | os.PathLike[str], **kwargs: Any) -> Checkpointer: ...
+    def checkpointer(
+        self, directory: str | os.PathLike[str] | None, **kwargs: Any
+    ) -> Checkpointer | NoDisk:
         """A :class:`~distrain.train.checkpoint.Checkpointer` saving to `directory`; ``None``:
         nothing saved, the state registered for ``--replicas`` heals (docs/checkpointing.md)."""
-        from ..train.checkpoint import Checkpointer
+        from .components import checkpointer
 
-        if directory is None:
-            from ..train.checkpoint.nodisk import NoDisk
-
-            return NoDisk(self, **kwargs)
-        return Checkpointer(self, directory, **kwargs)
+        return checkpointer(
+            directory, self.process, is_main=self.is_main, scaler=self.scaler,
+            settings=self.settings, replicas=self.replicas, services=self.services,
+            shutdown=self.shutdown, **kwargs,
+        )  # fmt: skip
 
     # -- printing ---------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:

@@ -185,7 +185,7 @@ def init(
             )  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
-        ctx.replicas = attach(ctx)
+        ctx.replicas = attach(ctx.process, settings, precision)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts

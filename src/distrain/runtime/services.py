@@ -46,6 +46,11 @@ class Services:
             loader.bar = EpochBar()
         return loader
 
+    def checkpoint_stall(self, seconds: float) -> None:
+        """A save stalled the training loop `seconds`: the step breakdown counts it."""
+        if self.breakdown is not None:
+            self.breakdown.checkpoint(seconds)
+
     def on_close(self, method: Callable[[], None]) -> None:
         """Run the bound `method` in close(), before the process groups are destroyed.
 

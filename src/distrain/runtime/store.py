@@ -108,3 +108,14 @@ def _attempt_store(
         )
 
     return store, agree_attempt(store, env.rank(), env.world_size(), timeout, connect)
+
+
+def shared_store(prefix: str) -> dist.Store:
+    """The default process group's store under `prefix`: every rank of the group shares it.
+
+    A store, not a collective: usable from a background thread, in any order (the checkpoint
+    writers report their files through it).
+    """
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return dist.PrefixStore(prefix, _get_default_store())

@@ -19,10 +19,11 @@ import sys
 import time
 import traceback
 from types import TracebackType
+from typing import NoReturn
 
 from ..cluster.base import ClusterError
 from ..contract import ERROR_FILE, SUMMARY_DIR
-from ..errors import DistrainError, UsageError
+from ..errors import Abandoned, DistrainError, UsageError
 from ..log import get_logger
 from ..monitor.status import NoJobError
 from ..runtime import patching
@@ -54,6 +55,16 @@ def mark_failing() -> None:
 def failing() -> bool:
     """Whether this process is ending with an error (an uncaught exception, a non-zero exit)."""
     return bool(_failing)
+
+
+def exit_abandoned(err: Abandoned) -> NoReturn:
+    """The lifecycle's answer to a part that gave up (a save abandoned by the checkpoint writer).
+
+    The part's line, then ``SystemExit`` with its code: the exit is decided here, not inside the
+    part, and atexit handlers (the Context's shutdown) still run as after any exit.
+    """
+    _log.warning(err.line)
+    raise SystemExit(err.exit_code)
 
 
 def is_peer_failure(err: BaseException) -> bool:

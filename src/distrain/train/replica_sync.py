@@ -20,7 +20,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -40,9 +40,32 @@ from ..log import get_logger
 from ..runtime import patching
 
 if TYPE_CHECKING:
-    from .replicas import Replicas
+    from torchft import Manager
 
 _log = get_logger("train")
+
+
+class Member(Protocol):
+    """What these helpers use of one process of a replica group (train/replicas.py's Replicas)."""
+
+    group: int
+    groups: int
+    rank: int
+    size: int
+    events: str | None
+    manager: Manager
+    objects: dict[str, Any]
+    started: bool
+    met_all_at: int | None
+    met_all_times: int
+    linger_s: float
+    start_wait_s: float
+    quorum_timeout_s: float
+
+    def quorum(self) -> None:
+        """Take one quorum of the replica groups."""
+        ...
+
 
 #: pause between two quorums while waiting (the lighthouse answers a lone group at once)
 _PAUSE_S = 0.1
@@ -86,7 +109,7 @@ def _update(digest: Any, value: Any) -> None:
         digest.update(repr(value).encode())
 
 
-def write_final(replicas: Replicas) -> None:
+def write_final(replicas: Member) -> None:
     """Leave this process's final step and state digest for the launcher's end-of-job check."""
     if not replicas.events:
         return
@@ -98,7 +121,7 @@ def write_final(replicas: Replicas) -> None:
     os.replace(path + ".tmp", path)  # the launcher never reads half a line
 
 
-def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
+def serve_stragglers(replicas: Member, device: torch.device) -> None:
     """Answer quorums until every group met this one at its final step (or ended, or the linger bound).
 
     Every rank of the group takes the same quorums (its ranks' requests form one member of
@@ -130,7 +153,7 @@ def serve_stragglers(replicas: Replicas, device: torch.device) -> None:
         time.sleep(_PAUSE_S)
 
 
-def start_together(replicas: Replicas, folder: str) -> None:
+def start_together(replicas: Member, folder: str) -> None:
     """Wait (rank 0, a group's first quorum) until every group reached its own first quorum.
 
     TorchFT's first quorum forms with whichever groups asked for it (min_replicas 1): the group
@@ -158,7 +181,7 @@ def start_together(replicas: Replicas, folder: str) -> None:
         )
 
 
-def wait_for_further_groups(replicas: Replicas, device: torch.device) -> None:
+def wait_for_further_groups(replicas: Member, device: torch.device) -> None:
     """After a group's first quorum: while it is alone and behind a step another group is known
     to have committed, take quorums (no step) until a group joins it, bounded by
     ``DISTRAIN_FT_START_WAIT``.
@@ -192,7 +215,7 @@ def wait_for_further_groups(replicas: Replicas, device: torch.device) -> None:
         replicas.quorum()
 
 
-def _furthest_other_step(replicas: Replicas) -> int | None:
+def _furthest_other_step(replicas: Member) -> int | None:
     folder, furthest = replicas.events, None
     if not folder:
         return None
@@ -208,7 +231,7 @@ def _furthest_other_step(replicas: Replicas) -> int | None:
     return furthest
 
 
-def quorum_failed(replicas: Replicas, err: BaseException) -> DistrainError:
+def quorum_failed(replicas: Member, err: BaseException) -> DistrainError:
     """The one-line error for a quorum TorchFT gave up on: who was waited for, and the bound."""
     first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     return DistrainError(
@@ -223,7 +246,7 @@ class GroupSplit(DistrainError):
     """The ranks of one replica group came out of a quorum at different steps or heals."""
 
 
-def agree_in_group(replicas: Replicas, device: torch.device) -> None:
+def agree_in_group(replicas: Member, device: torch.device) -> None:
     """Raise GroupSplit unless every rank of this group is at the same step after a quorum.
 
     TorchFT heals rank r of a group from rank r of a live group, each over its own cross-group
@@ -256,7 +279,7 @@ def agree_in_group(replicas: Replicas, device: torch.device) -> None:
     )
 
 
-def _not_ended(replicas: Replicas) -> list[int]:
+def _not_ended(replicas: Member) -> list[int]:
     folder = replicas.events
     others = [g for g in range(replicas.groups) if g != replicas.group]
     if not folder:

@@ -42,7 +42,8 @@ from .strategies.fsdp import is_sharded_tensor
 from .strategies.options import DDP, FSDP, Strategy
 
 if TYPE_CHECKING:
-    from ..runtime.context import Context
+    from ..runtime.process import ProcessInfo
+    from ..settings import Settings
     from .checkpoint import Resumed
 
 _log = get_logger("train")
@@ -54,13 +55,16 @@ STUCK_S = 1.0
 class Replicas:
     """This process's replica group and its ``torchft.Manager``; what Context delegates to."""
 
-    def __init__(self, ctx: Context, group: int, groups: int, events: str | None) -> None:
+    def __init__(self, process: ProcessInfo, settings: Settings, precision: str) -> None:
         from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
         from torchft.checkpointing.pg_transport import PGTransport
 
-        self.group, self.groups, self.events = group, groups, events
-        self.rank, self.size = ctx.rank, ctx.world_size
-        self.precision = ctx.precision
+        assert settings.replica_group is not None  # attach() makes one only under --replicas
+        group, self.groups = settings.replica_group, settings.replica_groups or 1
+        self.group, self.events = group, settings.ft_events
+        self.rank, self.size = process.rank, process.world_size
+        self.precision = precision
+        self.map_buffers = settings.map_large_buffers  # the opt-in allocator setting (heap.py)
         self.objects: dict[str, Any] = {}
         self.started = False
         self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
@@ -71,9 +75,8 @@ class Replicas:
         self.met_all_times = 0  # how many quorums in a row held every group at that step
         # each loader's position at the last step end: what a peer copies while a batch is in flight
         self._positions: dict[str, Any] = {}
-        self._device = ctx.device
-        cuda = ctx.device.type == "cuda" and ctx.backend == "nccl"
-        settings = ctx.settings
+        self._device = process.device
+        cuda = process.device.type == "cuda" and process.backend == "nccl"
         # cross-group collectives and heal transfers (DISTRAIN_FT_TIMEOUT): short, so a dead
         # group costs little; gloo's own timeout (how long survivors wait on a dead peer) half
         ft_timeout = dt.timedelta(seconds=settings.ft_timeout_s)
@@ -88,10 +91,10 @@ class Replicas:
             else ProcessGroupGloo(timeout=ft_timeout / 2)
         )
         self._pg = pg
-        transport = PGTransport(pg, timeout=ft_timeout, device=ctx.device)
-        host = ctx.settings.ft_host or ctx.settings.bind_addr or "127.0.0.1"
+        transport = PGTransport(pg, timeout=ft_timeout, device=process.device)
+        host = settings.ft_host or settings.bind_addr or "127.0.0.1"
         # its server on the job's address only (TorchFT binds every interface: ft_bind.py)
-        with _real_accelerator(ctx.settings.cpu_rehearsal is not None), manager_server_on(host):
+        with _real_accelerator(settings.cpu_rehearsal is not None), manager_server_on(host):
             self.manager = Manager(
                 pg=pg,
                 load_state_dict=self._load,
@@ -101,15 +104,17 @@ class Replicas:
                 timeout=ft_timeout,
                 quorum_timeout=dt.timedelta(seconds=self.quorum_timeout_s),
                 connect_timeout=dt.timedelta(seconds=10),
-                rank=ctx.rank,
-                world_size=ctx.world_size,
+                rank=process.rank,
+                world_size=process.world_size,
                 replica_id=f"distrain_{group}",
                 hostname=host,
                 checkpoint_transport=transport,
             )
         self._step_fd: int | None = None
-        if events and ctx.rank == 0:
-            self._step_fd = os.open(ft_step_file(events, group), os.O_WRONLY | os.O_CREAT, 0o644)
+        if self.events and process.rank == 0:
+            self._step_fd = os.open(
+                ft_step_file(self.events, group), os.O_WRONLY | os.O_CREAT, 0o644
+            )
 
     # -- what is healed --------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -226,7 +231,13 @@ class Replicas:
 
         # FSDP over this group's ranks (its process group), as `distrain run -n N` would shard
         sharded = prepare(
-            model, spec, device=device, precision=self.precision, distributed=True, num_nodes=1
+            model,
+            spec,
+            device=device,
+            precision=self.precision,
+            distributed=True,
+            num_nodes=1,
+            map_buffers=self.map_buffers,
         )
         for module in sharded.modules():  # each unit's reduce-scattered shard, then across groups
             if isinstance(module, FSDPModule):
@@ -380,10 +391,9 @@ class Replicas:
             self._pg.shutdown()
 
 
-def attach(ctx: Context) -> Replicas | None:
+def attach(process: ProcessInfo, settings: Settings, precision: str) -> Replicas | None:
     """A Replicas for this process when `distrain run --replicas` started it, else None."""
-    s = ctx.settings
-    if s.replica_group is None or not ctx.distributed:
+    if settings.replica_group is None or not process.distributed:
         return None
     quiet_sequence_numbers()  # TorchFT's process groups: a deprecation at every reconfiguration
-    return Replicas(ctx, s.replica_group, s.replica_groups or 1, s.ft_events)
+    return Replicas(process, settings, precision)

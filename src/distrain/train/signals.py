@@ -21,9 +21,10 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from ..log import get_logger
+from ..runtime.process import ProcessInfo
 
 _log = get_logger("signals")
 
@@ -147,12 +148,19 @@ class Preemption:
 
     def __init__(
         self,
-        ctx: Any,
+        process: ProcessInfo,
         grace_s: float = 25.0,
         handle_signals: bool = True,
         stuck: Callable[[], bool] | None = None,
+        *,
+        is_main: bool | None = None,
+        shutdown: Callable[[], None] | None = None,
     ) -> None:
-        self.ctx = ctx
+        self.process = process
+        #: whether this process prints and requeues (None: rank 0)
+        self.is_main = process.rank == 0 if is_main is None else is_main
+        #: releases the process group before the exit (the Context's shutdown)
+        self.shutdown = shutdown
         self.request = StopRequest(grace_s, stuck)
         self.enabled = handle_signals
         #: True while the checkpoint answering the signal is written (a second signal is expected)
@@ -164,10 +172,10 @@ class Preemption:
         """Whether any rank got a stop signal; every rank gets the same answer at the same step."""
         if not self.enabled:
             return False
-        if not self.ctx.distributed:
+        if not self.process.distributed:
             return self.request.requested
         return bool(
-            self.ctx.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0
+            self.process.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0
         )
 
     def peer_gone(self, after_s: float) -> bool:
@@ -187,15 +195,20 @@ class Preemption:
         rank's report), and another node's launcher exiting first could get this one killed
         (``srun --kill-on-bad-exit``) before a requeue placed after the shutdown.
         """
-        self.ctx.print(f"distrain: checkpoint at step {step} written; exiting on the stop signal")
+        if self.is_main:
+            print(
+                f"distrain: checkpoint at step {step} written; exiting on the stop signal",
+                flush=True,
+            )
         code = self.request.exit_code
-        if self.ctx.is_main and self.request.signum is not None:
+        if self.is_main and self.request.signum is not None:
             from .requeue import requeue_after_stop
 
             line = requeue_after_stop(self.request.signum)
             if line:
                 _log.warning(line)
-        self.ctx.shutdown()
+        if self.shutdown is not None:
+            self.shutdown()
         raise SystemExit(code)
 
     def close(self) -> None:

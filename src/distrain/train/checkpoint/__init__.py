@@ -1,6 +1,7 @@
 """Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
 
-:class:`Checkpointer` (what ``ctx.checkpointer(...)`` returns) saves and restores;
+:class:`Checkpointer` (what ``ctx.checkpointer(...)`` returns) saves and restores, from the
+:class:`JobHandles` it is given (the process, the store, callbacks: never the Context itself);
 :mod:`.files` is the on-disk format and its verification, :mod:`.dcp_io` DCP reads and writes
 without unpickling objects, :mod:`.state` what is saved (DCP and plain state, RNG), :mod:`.writer`
 one save, :mod:`.nodes` shared vs per-node directories, :mod:`.legacy` the 0.1 format.
@@ -8,14 +9,28 @@ one save, :mod:`.nodes` shared vs per-node directories, :mod:`.legacy` the 0.1 f
 
 from __future__ import annotations
 
-from .checkpointer import Checkpointer, Resumed
-from .files import CheckpointError, file_sha256, find_latest_valid, load_file, step_dirs, verify
+from .checkpointer import Checkpointer
+from .files import (
+    CheckpointError,
+    SaveAbandoned,
+    file_sha256,
+    find_latest_valid,
+    load_file,
+    step_dirs,
+    verify,
+)
+from .handles import Healer, JobHandles, Resumed
+from .nodisk import NoDisk
 from .state import rng_state, set_rng_state
 
 __all__ = [
     "CheckpointError",
     "Checkpointer",
+    "Healer",
+    "JobHandles",
+    "NoDisk",
     "Resumed",
+    "SaveAbandoned",
     "file_sha256",
     "find_latest_valid",
     "load_file",

@@ -20,8 +20,7 @@ import itertools
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,34 +33,19 @@ from . import files, loading, nodes
 from .files import (
     FORMAT,
     CheckpointError,
+    SaveAbandoned,
     _warn,
     find_latest_valid,
 )
+from .handles import JobHandles, Resumed
 from .state import Registered, _to_cpu_copy, register, rng_state, strategy_of
 from .writer import Writer
-
-if TYPE_CHECKING:
-    from ...runtime.context import Context
 
 #: numbers Checkpointer instances in creation order (the same on every rank: creation is collective in effect)
 _instances = itertools.count()
 
 #: how long DCP's collectives (and rank 0's wait for the other ranks' files) may take
 COLLECTIVE_TIMEOUT = dt.timedelta(seconds=300)
-
-
-@dataclass
-class Resumed:
-    """What restore() found: ``step`` (0 on a fresh start), the checkpoint path, user ``extra``."""
-
-    step: int = 0
-    path: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def fresh(self) -> bool:
-        """True when no checkpoint was loaded."""
-        return self.path is None
 
 
 class Checkpointer:
@@ -85,11 +69,15 @@ class Checkpointer:
     checkpoint and returned on resume.  With ``async_save=True`` the loop stalls only for a copy
     to CPU memory; a background thread writes it.  It is a collective API: call
     restore/maybe_save/save on every rank.
+
+    What it uses of the job (the process, the store, the replica groups, shutdown hooks) comes
+    in `handles` (:class:`~.handles.JobHandles`): the Context gives them; ``JobHandles()`` is one
+    plain process.
     """
 
     def __init__(
         self,
-        ctx: Context,
+        handles: JobHandles,
         directory: str | os.PathLike[str],
         every_steps: int = 0,
         every_epochs: int = 0,
@@ -102,18 +90,27 @@ class Checkpointer:
             raise ValueError("every_steps and every_epochs must be >= 0")
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        self.ctx = ctx
+        self.handles = handles
+        #: this process's place in the job (rank, world, node); its collectives are the job's
+        self.process = handles.process
         self.directory = os.fspath(directory)
-        if ctx.replicas is not None:  # each replica group its own checkpoints
-            self.directory = ctx.replicas.checkpoint_dir(self.directory)
+        if handles.replicas is not None:  # each replica group its own checkpoints
+            self.directory = handles.replicas.checkpoint_dir(self.directory)
         self.every_steps = every_steps
         self.every_epochs = every_epochs
         self.keep = keep
         self.async_save = async_save
         self.objects: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
-        stuck = ctx.replicas.stuck if ctx.replicas is not None else None
-        self.preemption = Preemption(ctx, grace_s, handle_signals, stuck)
+        stuck = handles.replicas.stuck if handles.replicas is not None else None
+        self.preemption = Preemption(
+            self.process,
+            grace_s,
+            handle_signals,
+            stuck,
+            is_main=handles.main,
+            shutdown=handles.shutdown,
+        )
         self.topology = nodes.Topology.single()
         self._reg = Registered()
         self._group: dist.ProcessGroup | None = (
@@ -130,7 +127,7 @@ class Checkpointer:
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         # in ctx.shutdown() (at exit, or called by the script), before the groups are destroyed:
         # a background save completes, then the DCP group is let go
-        ctx.services.on_close(self._release_group)
+        handles.on_close(self._release_group)
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
@@ -158,26 +155,26 @@ class Checkpointer:
                 recurring(err)
             raise
         self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
-        if self.ctx.replicas is not None:
-            return self.ctx.replicas.restore(self.objects, resumed)
+        if self.handles.replicas is not None:
+            return self.handles.replicas.restore(self.objects, resumed)
         return resumed
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
-        register(self.objects, objects, self.ctx.scaler)
+        register(self.objects, objects, self.handles.scaler)
         self._reg = Registered.split(self.objects)
-        if self.ctx.distributed and self._group is None:
+        if self.process.distributed and self._group is None:
             group = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
             assert isinstance(group, dist.ProcessGroup)  # every rank is a member
             self._group = group
-        self.topology = nodes.detect(self.ctx, self.directory)
+        self.topology = nodes.detect(self.process, self.directory)
         nodes.refuse_sharded(self.directory, self._reg.sharded, self.topology)
         found: tuple[int, str] | None = None
-        if self.ctx.rank == self.topology.leader:
+        if self.process.rank == self.topology.leader:
             files.remove_stray_temps(self.directory)
             path = find_latest_valid(self.directory)
             found = (int(os.path.basename(path)[5:]), path) if path else None
         if self.topology.shared:
-            found = self.ctx.broadcast_object(found)
+            found = self.process.broadcast_object(found)
             if found is None:
                 self._say_fresh()
                 return Resumed()
@@ -186,16 +183,16 @@ class Checkpointer:
 
     def mark(self, step: int | None, path: str) -> None:
         """Tell `distrain run` which step a restart resumes from (the node's leader; not under --replicas)."""
-        if self.ctx.replicas is None and self.ctx.rank == self.topology.leader:
-            mark_checkpoint(self.ctx.settings.summary_dir, step, path)
+        if self.handles.replicas is None and self.process.rank == self.topology.leader:
+            mark_checkpoint(self.handles.summary_dir, step, path)
 
     def _say_fresh(self) -> None:
-        if self.ctx.is_main:
+        if self.handles.main:
             _warn(f"no valid checkpoint in {self.directory}: starting fresh")
 
     def _restore_per_node(self, found: tuple[int, str] | None) -> Resumed:
         """Per-node directories: the newest step any node holds; nodes without it get it sent."""
-        views = self.ctx.gather_object(found)
+        views = self.process.gather_object(found)
         mine = views[self.topology.leader]
         best = max((v[0] for v in views if v is not None), default=None)
         if best is None:
@@ -203,16 +200,18 @@ class Checkpointer:
             return Resumed()
         holders = [
             r
-            for r in range(self.ctx.world_size)
+            for r in range(self.process.world_size)
             if (v := views[self.topology.leaders[r]]) and v[0] == best
         ]
         resumed = self._load(mine[1], None) if mine is not None and mine[0] == best else None
-        if len(holders) < self.ctx.world_size:
+        if len(holders) < self.process.world_size:
             src = holders[0]
             payload = (
-                (self._reg.dcp_state(), self._shared_state(best)) if self.ctx.rank == src else None
+                (self._reg.dcp_state(), self._shared_state(best))
+                if self.process.rank == src
+                else None
             )
-            payload = self.ctx.broadcast_object(payload, src=src)
+            payload = self.process.broadcast_object(payload, src=src)
             if resumed is None:
                 assert payload is not None
                 state, shared = payload
@@ -229,15 +228,17 @@ class Checkpointer:
 
     def _load(self, path: str, group: dist.ProcessGroup | None) -> Resumed:
         """Load the verified checkpoint at `path` (DCP collectively over `group`, or alone)."""
-        shared = loading.load(path, self._reg, self.ctx.rank, self.ctx.is_main, group)
+        shared = loading.load(path, self._reg, self.process.rank, self.handles.main, group)
         return self._resumed(shared, path)
 
     def _resumed(self, shared: dict[str, Any], where: str) -> Resumed:
         step = int(shared["step"])
         self._last_saved = step
-        self.ctx.print(
-            f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))"
-        )
+        if self.handles.main:
+            print(
+                f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))",
+                flush=True,
+            )
         self.extra.update(shared.get("extra", {}))
         return Resumed(step=step, path=where, extra=dict(self.extra))
 
@@ -276,20 +277,20 @@ class Checkpointer:
         synchronous = (not self.async_save) if wait is None else wait
         extra = dict(self.extra)
         if self.topology.per_node:  # every node saves rank 0's extras, not its own
-            extra = self.ctx.broadcast_object(extra)
-        leader = self.ctx.rank == self.topology.leader
+            extra = self.process.broadcast_object(extra)
+        leader = self.process.rank == self.topology.leader
         shared = self._shared_state(step, extra) if leader else None
         # per-node: the node's leader writes the whole (replicated) model alone; shared: all ranks
         writes_dcp = bool(self._reg.modules) and (self.topology.shared or leader)
         share = (
-            (self.ctx.rank, self.ctx.world_size)
-            if self.topology.shared and self.ctx.world_size > 1
+            (self.process.rank, self.process.world_size)
+            if self.topology.shared and self.process.world_size > 1
             else None
         )
         tensors = self._reg.dcp_state(share) if writes_dcp else None
         mine = {
             "format": FORMAT,
-            "rank": self.ctx.rank,
+            "rank": self.process.rank,
             "step": step,
             "rng": rng_state(),
             "buffers": self._reg.local_buffers(),
@@ -309,17 +310,28 @@ class Checkpointer:
                 torch.set_num_threads(threads)
         self._last_saved = step
         self._saves += 1
-        writer = Writer(self, step, tensors, shared, mine, key=f"{self._id}.{self._saves}")
+        # the loop's own thread waits for it: a save that cannot complete is then the lifecycle's
+        foreground = synchronous and threading.current_thread() is threading.main_thread()
+        key = f"{self._id}.{self._saves}"
+        writer = Writer(self, step, tensors, shared, mine, key=key, foreground=foreground)
         if synchronous:
-            writer.run()
+            self._run_now(writer)
         else:
             self._pending = threading.Thread(
                 target=self._write_in_background, args=(writer,), name="distrain-ckpt", daemon=True
             )
             self._pending.start()
         self.last_stall_s = time.perf_counter() - t0
-        if self.ctx.services.breakdown is not None:  # the step breakdown's checkpoint stall
-            self.ctx.services.breakdown.checkpoint(self.last_stall_s)
+        if self.handles.on_stall is not None:  # the step breakdown's checkpoint stall
+            self.handles.on_stall(self.last_stall_s)
+
+    def _run_now(self, writer: Writer) -> None:
+        try:
+            writer.run()
+        except SaveAbandoned as err:  # the lifecycle decides whether this process exits
+            if self.handles.on_abandoned is None:
+                raise
+            self.handles.on_abandoned(err)
 
     def wait(self) -> None:
         """Block until a background save finishes (raises its error, if any)."""
@@ -353,7 +365,7 @@ class Checkpointer:
         return {
             "format": FORMAT,
             "step": step,
-            "world_size": self.ctx.world_size,
+            "world_size": self.process.world_size,
             "objects": self._reg.plain_state(),
             "dcp": [*self._reg.modules, *self._reg.optimizers],
             "strategy": {name: strategy_of(m) for name, m in self._reg.modules.items()},

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import torch
 
-from ...errors import DistrainError
+from ...errors import Abandoned, DistrainError
 from ...log import get_logger
 
 _log = get_logger("checkpoint")
@@ -47,6 +47,14 @@ _TMP_PREFIX = ".tmp-"
 
 class CheckpointError(DistrainError):
     """A checkpoint that cannot be used safely (refused payload, incompatible job), one line."""
+
+
+class SaveAbandoned(CheckpointError, Abandoned):
+    """A save the writer gave up on (a writer died, or a stop signal with no reports): the
+    worker's lifecycle decides the exit (train/failure.py), with :attr:`exit_code`."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        Abandoned.__init__(self, message, exit_code, f"distrain: checkpoint: {message}")
 
 
 def _warn(message: str) -> None:

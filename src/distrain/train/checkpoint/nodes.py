@@ -14,12 +14,9 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from ...runtime.process import ProcessInfo
 from .files import CheckpointError, atomic_write
-
-if TYPE_CHECKING:
-    from ...runtime.context import Context
 
 PROBE = ".distrain-shared-probe"
 
@@ -47,31 +44,33 @@ class Topology:
         return cls(shared=True, leader=0, members=[0], leaders=[0])
 
 
-def detect(ctx: Context, directory: str) -> Topology:
+def detect(process: ProcessInfo, directory: str) -> Topology:
     """Find out (collectively) whether every rank sees the same `directory`."""
     os.makedirs(directory, exist_ok=True)
-    if not ctx.distributed or ctx.world_size == 1:
+    if not process.distributed or process.world_size == 1:
         return Topology.single()
     probe = os.path.join(directory, PROBE)
-    first = ctx.rank == 0  # of this process group: under --replicas ctx.is_main is group 0's alone
+    first = process.rank == 0  # of this process group: under --replicas is_main is group 0's alone
     token = secrets.token_hex(16) if first else ""
     if first:
         atomic_write(probe, lambda f: f.write(token.encode()))
-    token = ctx.broadcast_object(token)  # after rank 0's write: the file is there if it is visible
+    token = process.broadcast_object(
+        token
+    )  # after rank 0's write: the file is there if it is visible
     try:
         with open(probe) as f:
             sees = f.read() == token
     except OSError:
         sees = False
-    views = ctx.gather_object((ctx.node_rank, sees))
+    views = process.gather_object((process.node_rank, sees))
     if all(seen for _, seen in views):
-        ranks = list(range(ctx.world_size))
-        return Topology(shared=True, leader=0, members=ranks, leaders=[0] * ctx.world_size)
+        ranks = list(range(process.world_size))
+        return Topology(shared=True, leader=0, members=ranks, leaders=[0] * process.world_size)
     by_node: dict[int, list[int]] = {}
     for rank, (node, _) in enumerate(views):
         by_node.setdefault(node, []).append(rank)
     leaders = [min(by_node[node]) for node, _ in views]
-    members = by_node[ctx.node_rank]
+    members = by_node[process.node_rank]
     return Topology(shared=False, leader=min(members), members=members, leaders=leaders)
 
 

@@ -9,28 +9,25 @@ scheduler, loader position) and gets the live group's step back, as with a direc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .checkpointer import Resumed
+from .handles import JobHandles, Resumed
 from .state import register
-
-if TYPE_CHECKING:
-    from ...runtime.context import Context
 
 
 class NoDisk:
     """The Checkpointer's interface with nothing written: restore() only registers (and heals)."""
 
-    def __init__(self, ctx: Context, **_options: Any) -> None:
-        self.ctx = ctx
+    def __init__(self, handles: JobHandles, **_options: Any) -> None:
+        self.handles = handles
         self.objects: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
 
     def restore(self, **objects: Any) -> Resumed:
         """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
-        register(self.objects, objects, self.ctx.scaler)
-        if self.ctx.replicas is not None:
-            return self.ctx.replicas.restore(self.objects, Resumed())
+        register(self.objects, objects, self.handles.scaler)
+        if self.handles.replicas is not None:
+            return self.handles.replicas.restore(self.objects, Resumed())
         return Resumed()
 
     def maybe_save(self, step: int) -> bool:

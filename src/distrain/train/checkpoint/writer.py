@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
-import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import psutil
 import torch
 import torch.distributed as dist
 
+from .. import peers
 from . import dcp_io
 from .files import (
     _TMP_PREFIX,
@@ -29,8 +27,8 @@ from .files import (
     MANIFEST,
     SHARED_FILE,
     CheckpointError,
+    SaveAbandoned,
     _fsync_dir,
-    _warn,
     atomic_write,
     describe_file,
     rank_file,
@@ -38,7 +36,10 @@ from .files import (
 )
 
 if TYPE_CHECKING:
-    from .checkpointer import Checkpointer
+    from ...runtime.process import ProcessInfo
+    from ..signals import Preemption
+    from .handles import JobHandles
+    from .nodes import Topology
 
 #: how long the leader waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0
@@ -46,32 +47,48 @@ STORE_WAIT_S = 300.0
 PEER_GONE_S = 5.0
 
 
-def process_identity() -> str:
-    """``<boot id>:<pid namespace>:<pid>``: equal prefixes mean this process can see that pid."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:  # not Linux: never judge another process dead
-        return f"{uuid.uuid4()}:0:{os.getpid()}"
-    return f"{boot}:{namespace}:{os.getpid()}"
+class Owner(Protocol):
+    """What a save uses of the checkpointer that started it (checkpointer.py's Checkpointer)."""
+
+    directory: str
+    keep: int
+    topology: Topology
+    preemption: Preemption
+    process: ProcessInfo
+    handles: JobHandles
+
+    @property
+    def dcp_group(self) -> dist.ProcessGroup | None:
+        """The gloo group DCP saves over."""
+        ...
+
+    def mark(self, step: int | None, path: str) -> None:
+        """Tell `distrain run` which step a restart resumes from."""
+        ...
 
 
 class Writer:
-    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own."""
+    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own.
+
+    `foreground`: the training loop waits for this save (a synchronous one).  Then a save that
+    cannot complete (a writer died, a stop signal with no reports) raises :class:`SaveAbandoned`,
+    and the worker's lifecycle decides the exit; in the background it is a failed save.
+    """
 
     def __init__(
         self,
-        ckpt: Checkpointer,
+        ckpt: Owner,
         step: int,
         tensors: dict[str, Any] | None,
         shared: dict[str, Any] | None,
         mine: dict[str, Any],
         key: str,
+        foreground: bool = True,
     ) -> None:
         self.ckpt = ckpt
         self.key = key  # this save's store-key prefix: another checkpointer's save of the same step never matches
-        self.ctx = ckpt.ctx
+        self.process = ckpt.process
+        self.foreground = foreground
         self.step = step
         self.tensors = tensors
         self.shared = shared
@@ -84,9 +101,11 @@ class Writer:
         topo = self.ckpt.topology
         os.makedirs(self.tmp_dir, exist_ok=True)
         files: dict[str, dict[str, Any]] = {}
-        store = self._store()
+        store = self.ckpt.handles.store if self.process.distributed else None
         if store is not None:  # who writes: the leader can tell a dead writer from a slow one
-            store.set(f"{self.key}/{self.step}/{self.ctx.rank}/process", process_identity())
+            store.set(
+                f"{self.key}/{self.step}/{self.process.rank}/process", peers.process_identity()
+            )
         if self.tensors is not None:
             group = (
                 self.ckpt.dcp_group if topo.shared else None
@@ -96,9 +115,10 @@ class Writer:
             for name in dcp_io.own_files(self.tmp_dir, writer_rank, coordinator=writer_rank == 0):
                 files[name] = describe_file(os.path.join(self.tmp_dir, name))
         sha, size = atomic_write(
-            os.path.join(self.tmp_dir, rank_file(self.ctx.rank)), lambda f: torch.save(self.mine, f)
+            os.path.join(self.tmp_dir, rank_file(self.process.rank)),
+            lambda f: torch.save(self.mine, f),
         )
-        files[rank_file(self.ctx.rank)] = {"sha256": sha, "bytes": size}
+        files[rank_file(self.process.rank)] = {"sha256": sha, "bytes": size}
         if self.shared is not None:
             shared = self.shared
             sha, size = atomic_write(
@@ -107,22 +127,15 @@ class Writer:
             files[SHARED_FILE] = {"sha256": sha, "bytes": size}
         if store is not None:
             # the store, not a collective: safe from a background thread, in any order
-            store.set(f"{self.key}/{self.step}/{self.ctx.rank}", json.dumps(files))
-        if self.ctx.rank != topo.leader:
+            store.set(f"{self.key}/{self.step}/{self.process.rank}", json.dumps(files))
+        if self.process.rank != topo.leader:
             return
         if store is not None:
-            keys = [f"{self.key}/{self.step}/{r}" for r in topo.members if r != self.ctx.rank]
+            keys = [f"{self.key}/{self.step}/{r}" for r in topo.members if r != self.process.rank]
             self._wait_for_ranks(store, keys)
             for key in keys:
                 files.update(json.loads(store.get(key)))
         self._seal(files)
-
-    def _store(self) -> dist.Store | None:
-        if not self.ctx.distributed:
-            return None
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        return dist.PrefixStore("distrain/ckpt", _get_default_store())
 
     def _wait_for_ranks(self, store: dist.Store, keys: list[str]) -> None:
         """Wait for the other ranks' reports, in short slices so a stop signal is seen.
@@ -130,7 +143,7 @@ class Writer:
         A stop signal arriving *during* the save (rather than the one that caused it), with the
         reports still missing PEER_GONE_S later, means the agent is tearing the job down because
         a peer died: the save is abandoned (its temporary directory is cleaned up at the next
-        start) and the process exits.
+        start) with :class:`SaveAbandoned`, and the worker's lifecycle ends the process.
         """
         preemption = self.ckpt.preemption
         deadline = time.monotonic() + STORE_WAIT_S
@@ -144,18 +157,14 @@ class Writer:
                     message = (
                         f"save of step {self.step} abandoned: rank {dead} died while writing it"
                     )
-                    if threading.current_thread() is not threading.main_thread():
+                    if not self.foreground:
                         raise CheckpointError(message)
-                    _warn(message)
-                    raise SystemExit(1)
-            if (
-                preemption.peer_gone(PEER_GONE_S)
-                and threading.current_thread() is threading.main_thread()
-            ):
-                _warn(
-                    f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s"
+                    raise SaveAbandoned(message, exit_code=1)
+            if self.foreground and preemption.peer_gone(PEER_GONE_S):
+                raise SaveAbandoned(
+                    f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s",
+                    exit_code=preemption.request.exit_code,
                 )
-                raise SystemExit(preemption.request.exit_code)
             if time.monotonic() > deadline:
                 late = ", ".join(k.rsplit("/", 1)[-1] for k in keys if not store.check([k]))
                 raise CheckpointError(
@@ -165,12 +174,8 @@ class Writer:
     def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:
         """A rank among the `missing` reports whose process is gone (only ranks of this machine
         and pid namespace can be seen), or None."""
-        me = process_identity().rsplit(":", 1)[0]
         for key in missing:
-            if not store.check([f"{key}/process"]):
-                continue
-            where, _, pid = store.get(f"{key}/process").decode().rpartition(":")
-            if where == me and not psutil.pid_exists(int(pid)):
+            if store.check([f"{key}/process"]) and peers.gone(store.get(f"{key}/process").decode()):
                 return int(key.rsplit("/", 1)[1])
         return None
 
@@ -185,7 +190,7 @@ class Writer:
         manifest = {
             "format": FORMAT,
             "step": self.step,
-            "world_size": self.ctx.world_size,
+            "world_size": self.process.world_size,
             "time": time.time(),
             "per_node": self.ckpt.topology.per_node,
             "files": files,

@@ -70,12 +70,14 @@ def prepare(
     precision: str,
     distributed: bool,
     num_nodes: int,
+    map_buffers: bool = False,
     **options: Any,
 ) -> nn.Module:
     """Place `model` on `device` and spread it per `strategy` (see ``Context.prepare_model``).
 
     `strategy` is a :class:`~.options.Strategy` object, or a name whose loose keyword `options`
-    build one (:func:`~.options.resolve`).
+    build one (:func:`~.options.resolve`).  `map_buffers`: the opt-in allocator setting of a
+    sharded model (:mod:`.heap`, ``Settings.map_large_buffers``).
     """
     spec = resolve(strategy, **options)
     sharded = isinstance(spec, FSDP)
@@ -106,6 +108,7 @@ def prepare(
             precision,
             cpu_offload=spec.cpu_offload,
             on_meta=on_meta,
+            map_buffers=map_buffers,
             **spec.callee_options(),
         )
     if on_meta:

@@ -152,9 +152,13 @@ def shard_model(
     precision: str,
     cpu_offload: bool = False,
     on_meta: bool = False,
+    map_buffers: bool = False,
     **fsdp_kwargs: Any,
 ) -> nn.Module:
     """Apply fully_shard to each of `blocks`, then to the root; materialise a meta model on the way.
+
+    `map_buffers` (``DISTRAIN_MAP_LARGE_BUFFERS=1``): glibc gives large buffers mappings of their
+    own first, so freed ones go back to the system (:mod:`.heap`: lower peak memory, slower steps).
 
     A meta model is materialised block by block (children first, see
     :mod:`~distrain.train.strategies.materialise`) and each block is sharded as soon as it is
@@ -166,7 +170,8 @@ def shard_model(
         raise DistrainError(
             "cpu_offload=True needs a GPU: on the CPU the parameters already live in host memory"
         )
-    map_large_buffers()  # freed unit and all-gather buffers go back to the system, not to glibc's heap
+    if map_buffers:  # freed unit and all-gather buffers go back to the system, not to glibc's heap
+        map_large_buffers()
     options: dict[str, Any] = {"mesh": mesh, "mp_policy": mixed_precision(precision)}
     if cpu_offload:
         options["offload_policy"] = CPUOffloadPolicy()

@@ -1,5 +1,8 @@
 """glibc's heap under a sharded model: large buffers get mappings of their own, so freeing them returns the memory.
 
+Opt-in (``DISTRAIN_MAP_LARGE_BUFFERS=1``, ``Settings.map_large_buffers``): it changes the
+allocator of the whole process and costs step time, so a job gets it only when asked for.
+
 By default glibc serves an allocation above 128 KiB with its own ``mmap`` only until the first
 such block is freed; then it raises the threshold to that size (up to 32 MiB), and every later
 buffer of that size comes from the heap.  A sharded model allocates and frees large buffers all
@@ -10,8 +13,8 @@ resident memory stays near what an unsharded model needs (measured: a 2-rank FSD
 at 1 MiB it peaked at 1,336 MiB; benchmarks/train/RESULTS.md).  A fixed threshold also turns
 the dynamic raise off.  The price is paid in step time: every large buffer is mapped, faulted in
 and unmapped again each step (1.6× the step time of that model on these CPU machines, measured
-in alternating pairs).  A user who prefers speed sets ``MALLOC_MMAP_THRESHOLD_`` (e.g. to
-33554432) and distrain leaves the allocator alone.
+in alternating pairs).  When it is asked for, a user's own ``MALLOC_MMAP_THRESHOLD_`` still wins
+and distrain leaves the allocator alone.
 """
 
 from __future__ import annotations

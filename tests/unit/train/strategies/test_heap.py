@@ -27,3 +27,11 @@ def test_no_glibc_no_change(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heap, "_applied", False)
     monkeypatch.setattr(heap, "_libc", lambda: None)
     assert heap.map_large_buffers() is False
+
+
+def test_the_setting_is_off_unless_set() -> None:
+    from distrain.settings import Settings
+
+    assert Settings.read({}).map_large_buffers is False
+    assert Settings.read({"DISTRAIN_MAP_LARGE_BUFFERS": "1"}).map_large_buffers is True
+    assert Settings.read({"DISTRAIN_MAP_LARGE_BUFFERS": "off"}).map_large_buffers is False

@@ -1,0 +1,56 @@
+"""The components a Context builds for its script, each from explicit parts: checkpointers.
+
+A component receives the frozen :class:`~distrain.runtime.process.ProcessInfo` and the handles and
+callbacks it uses, never the Context: train/ does not reach back into runtime/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..settings import Settings
+from ..train.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
+from ..train.failure import exit_abandoned
+from .process import ProcessInfo
+from .services import Services
+from .store import shared_store
+
+#: the prefix of the checkpoint writers' keys in the default group's store
+CHECKPOINT_STORE_PREFIX = "distrain/ckpt"
+
+
+def checkpointer(
+    directory: str | os.PathLike[str] | None,
+    process: ProcessInfo,
+    *,
+    is_main: bool,
+    scaler: torch.amp.GradScaler | None,
+    settings: Settings,
+    replicas: Healer | None,
+    services: Services,
+    shutdown: Callable[[], None],
+    **options: Any,
+) -> Checkpointer | NoDisk:
+    """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job.
+
+    The exit after a save abandoned by the writer is the lifecycle's (train/failure.py).
+    """
+    handles = JobHandles(
+        process=process,
+        is_main=is_main,
+        scaler=scaler,
+        store=shared_store(CHECKPOINT_STORE_PREFIX) if process.distributed else None,
+        summary_dir=settings.summary_dir,
+        replicas=replicas,
+        on_close=services.on_close,
+        on_stall=services.checkpoint_stall,
+        shutdown=shutdown,
+        on_abandoned=exit_abandoned,
+    )
+    if directory is None:
+        return NoDisk(handles, **options)
+    return Checkpointer(handles, directory, **options)
