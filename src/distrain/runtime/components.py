@@ -50,6 +50,7 @@ def checkpointer(
         on_stall=services.checkpoint_stall,
         shutdown=shutdown,
         on_abandoned=exit_abandoned,
+        on_resumed=services.monitor.resumed_at if services.monitor is not None else None,
     )
     if directory is None:
         return NoDisk(handles, **options)

@@ -156,8 +156,8 @@ class Checkpointer:
             raise
         self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
         if self.handles.replicas is not None:
-            return self.handles.replicas.restore(self.objects, resumed)
-        return resumed
+            resumed = self.handles.replicas.restore(self.objects, resumed)
+        return self.handles.resumed(resumed)
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
         register(self.objects, objects, self.handles.scaler)

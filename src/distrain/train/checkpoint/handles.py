@@ -69,6 +69,8 @@ class JobHandles:
     - ``shutdown``: releases the process group before a stop signal's exit.
     - ``on_abandoned``: the lifecycle's decision on a save the writer abandoned (a writer died,
       a stop signal with no reports); None: :class:`SaveAbandoned` reaches the caller.
+    - ``on_resumed``: receives the step a restore resumed at (from disk or a live replica
+      group), not called on a fresh start (the metrics recorder).
     """
 
     process: ProcessInfo = field(default_factory=ProcessInfo)
@@ -81,6 +83,13 @@ class JobHandles:
     on_stall: Callable[[float], None] | None = None
     shutdown: Callable[[], None] | None = None
     on_abandoned: Callable[[SaveAbandoned], NoReturn] | None = None
+    on_resumed: Callable[[int], None] | None = None
+
+    def resumed(self, resumed: Resumed) -> Resumed:
+        """Tell ``on_resumed`` where a restore ended, and hand `resumed` back."""
+        if self.on_resumed is not None and resumed.step:
+            self.on_resumed(resumed.step)
+        return resumed
 
     @property
     def main(self) -> bool:

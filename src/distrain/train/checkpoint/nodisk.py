@@ -27,7 +27,7 @@ class NoDisk:
         """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
         register(self.objects, objects, self.handles.scaler)
         if self.handles.replicas is not None:
-            return self.handles.replicas.restore(self.objects, Resumed())
+            return self.handles.resumed(self.handles.replicas.restore(self.objects, Resumed()))
         return Resumed()
 
     def maybe_save(self, step: int) -> bool:

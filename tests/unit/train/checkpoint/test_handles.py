@@ -48,11 +48,13 @@ def test_process_info_is_frozen_and_plain_by_default() -> None:
 def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: Path) -> None:
     stalls: list[float] = []
     closers: list[object] = []
+    ckpt_resumed: list[int] = []
     handles = JobHandles(
         process=ProcessInfo(),
         summary_dir=str(tmp_path / "summary"),
         on_stall=stalls.append,
         on_close=closers.append,
+        on_resumed=ckpt_resumed.append,
     )
     (tmp_path / "summary").mkdir()
     torch.manual_seed(0)
@@ -69,10 +71,13 @@ def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: P
     assert marked["step"] == 2  # what `distrain run` resumes from, through summary_dir
     ckpt.close()
 
+    assert ckpt_resumed == []  # a fresh start tells on_resumed nothing
     again = nn.Linear(4, 3)
-    other = Checkpointer(JobHandles(), tmp_path / "ckpt", handle_signals=False)
+    other = Checkpointer(
+        JobHandles(on_resumed=ckpt_resumed.append), tmp_path / "ckpt", handle_signals=False
+    )
     resumed = other.restore(model=again, optimizer=torch.optim.SGD(again.parameters(), lr=0.1))
-    assert resumed.step == 2
+    assert resumed.step == 2 and ckpt_resumed == [2]  # the metrics recorder's resumed_at
     assert torch.equal(again.weight, model.weight) and torch.equal(again.bias, model.bias)
     other.close()
 
@@ -91,11 +96,13 @@ class _Heals:
 
 
 def test_replica_groups_come_in_as_a_handle(tmp_path: Path) -> None:
-    handles = JobHandles(replicas=_Heals())
+    healed: list[int] = []
+    handles = JobHandles(replicas=_Heals(), on_resumed=healed.append)
     ckpt = Checkpointer(handles, tmp_path, handle_signals=False)
     assert ckpt.directory == f"{tmp_path}/group_3"
     assert ckpt.restore(model=nn.Linear(2, 2)).step == 7
     assert NoDisk(handles).restore(model=nn.Linear(2, 2)).extra == {"objects": ["model"]}
+    assert healed == [7, 7]  # a heal from a live group is a resume too (the metrics recorder)
     ckpt.close()
 
 
