@@ -270,9 +270,9 @@ def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_
     alone: another model, exit code 0); both end at step 40, equal rank by rank."""
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT, "--strategy", "fsdp",
-           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "40", "--every", "10", "--kill", "25:1:1",
-           "--late-restart", "8"]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", "--run-dir", str(tmp_path / "run"),
+           SCRIPT, "--strategy", "fsdp", "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "40",
+           "--every", "10", "--kill", "25:1:1", "--late-restart", "8"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     finals = _finals_2(out)
@@ -283,6 +283,14 @@ def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_
         -3000:
     ]
     assert "distrain run: replica groups 0, 1 ended at step 40 with equal states" in res.stderr
+    # the replacement took no step: its end record (at the healed step) tells `distrain top` the
+    # job finished; before, top read its killed predecessor's last record and said "stalled"
+    top = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--json"], timeout=60)
+    snap = json.loads(top.stdout)
+    assert snap["status"] == "finished", snap["status"]
+    assert sorted((r["group"], r["rank"], r["step"]) for r in snap["ranks"]) == [
+        (0, 0, 40), (0, 1, 40), (1, 0, 40), (1, 1, 40)
+    ], snap["ranks"]  # fmt: skip
 
 
 @pytest.mark.timeout(200)
