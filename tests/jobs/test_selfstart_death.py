@@ -73,12 +73,16 @@ def test_sigkill_of_the_launcher_ends_the_scripts_own_children(job: str, tmp_pat
     script, *args = JOBS[job][0]
     cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / script), str(out), *args]
     env = {**os.environ, MARK: mark, "DTEST_MASTER_PORT": _port()}
-    launcher = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    log = open(tmp_path / "job.log", "w")  # noqa: SIM115 - closed below, the job writes into it
+    launcher = subprocess.Popen(cmd, env=env, stdout=log, stderr=log,
                                 start_new_session=True, preexec_fn=_background_job)  # fmt: skip
     try:
         deadline = time.monotonic() + 360
         while not all((out / name).exists() for name in JOBS[job][1]):
-            assert launcher.poll() is None, f"the job ended (exit {launcher.returncode}) early"
+            assert launcher.poll() is None, (
+                f"the job ended (exit {launcher.returncode}) early:\n"
+                + (tmp_path / "job.log").read_text()[-3000:]
+            )
             assert time.monotonic() < deadline, "the children did not start"
             time.sleep(0.2)
         launcher.send_signal(signal.SIGKILL)  # the launcher alone, not its session
@@ -90,5 +94,6 @@ def test_sigkill_of_the_launcher_ends_the_scripts_own_children(job: str, tmp_pat
             f"left running 10 s after the launcher's SIGKILL: {list(map(_describe, left))}"
         )
     finally:
+        log.close()
         for pid in _marked(mark):
             os.kill(pid, signal.SIGKILL)
