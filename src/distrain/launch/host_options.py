@@ -80,6 +80,8 @@ class HostsOptions:
     #: the script is a path to check on every host (not -m / --no-python)
     script_is_file: bool = True
     run_dir: str | None = None
+    #: --max-restarts was given (else an elastic job gets the fan-out's budget)
+    restarts_given: bool = False
 
 
 def _nnodes(value: str, count: int) -> int | None:
@@ -183,4 +185,5 @@ def _build(
             raise UsageError(f"--iface: unknown host {unknown[0]}")
     opts.script_is_file = not command.has("module", "no_python")
     opts.run_dir = command.value("run_dir")
+    opts.restarts_given = command.has("max_restarts")
     return opts

@@ -137,10 +137,7 @@ def plan(command: CommandLine | Sequence[str]) -> LaunchPlan:
     if not isinstance(command, CommandLine):
         command = split(command)
     parser = run_parser()
-    # --help before the script; an unknown option hides where the script starts: anywhere then
-    if command.has("help") or (
-        command.unknown and any(t in ("-h", "--help") for t in _argv(command))
-    ):
+    if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()
         raise SystemExit(0)
     command.refuse_unknown()
@@ -152,10 +149,6 @@ def plan(command: CommandLine | Sequence[str]) -> LaunchPlan:
     parsed = parser.parse_args([*command.launcher_argv, script])
     args = dict(vars(parsed), training_script_args=tuple(command.script_args))
     return _plan(command, parsed, args)
-
-
-def _argv(command: CommandLine) -> list[str]:
-    return [*command.launcher_argv, *command.script_argv]
 
 
 def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]) -> LaunchPlan:

@@ -119,7 +119,7 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
     else:
         out = ["--nnodes", f"{opts.min_nodes}:{count}", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
-        if not any(t in ("--max-restarts", "--max_restarts") for t in opts.node_argv):
+        if not opts.restarts_given:
             out += ["--max-restarts", ELASTIC_RESTARTS]
     out += ["-n", str(nproc)]
     if host.slot_ids is not None:

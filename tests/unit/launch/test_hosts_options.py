@@ -180,6 +180,13 @@ def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
     )
     assert elastic == ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "@MASTER_ADDR@:@MASTER_PORT@",
                        "--rdzv-id", "id1", "--max-restarts", "3", "-n", "1", "t.py"]  # fmt: skip
+    given = ssh_hosts.node_argv(
+        parse_argv(["--hosts", "a,b", "--nnodes", "1:2", "--max_restarts=1", "-n", "1", "t.py"]),
+        1,
+        "id1",
+    )
+    # the user's budget, in either spelling, and no second one
+    assert "--max-restarts" not in given and given[given.index("--max_restarts") + 1] == "1"
     remote = ssh_hosts.remote_command(opts, 1, ["10.0.0.1", "10.0.0.2"], env, "id1")
     words = shlex.split(remote)
     assert (
