@@ -13,6 +13,13 @@ Figures:
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
   the patching registry (`replace`/`wrap` naming it);
+- command_line_scanners: functions in src/distrain that walk a command line themselves, found in
+  the AST: a loop or comprehension whose iterable (or a `while` whose test) names something
+  called `*argv*`, or a test `"-x" in <something argv>`.  `launch/command_line.split` is one; a
+  function that walks the split options (`command.options`) is not, since it reads the one
+  splitter's result.  Scanners of other programs' command lines count too (the workers' legacy
+  `--local_rank`, the fork server's own command): the figure over-counts rather than hides;
+  `-v` lists each;
 - type_ignores: `# type: ignore` comments in src/;
 - mypy_errors: errors of `mypy src/distrain` (when mypy is installed);
 - format_changes: files `ruff format --check src` would change.
@@ -136,6 +143,43 @@ def environ_reads() -> list[str]:
     return hits
 
 
+def _names_argv(node: ast.AST) -> bool:
+    return any(
+        "argv" in (n.id if isinstance(n, ast.Name) else n.attr)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    )
+
+
+def _scans(node: ast.AST) -> bool:
+    """A loop over a command line, or an option name looked up in one."""
+    if isinstance(node, ast.For | ast.comprehension):
+        return _names_argv(node.iter)
+    if isinstance(node, ast.While):
+        return _names_argv(node.test)
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+        return (
+            str(node.left.value).startswith("-")
+            and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            and any(_names_argv(c) for c in node.comparators)
+        )
+    return False
+
+
+def command_line_scanners() -> list[str]:
+    """`file:function` of each function that walks a command line itself (see the docstring)."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            inner = {id(n) for d in ast.walk(fn) if d is not fn and isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) for n in ast.walk(d)}  # fmt: skip
+            if any(_scans(n) for n in ast.walk(fn) if id(n) not in inner):
+                found.append(f"{path.relative_to(SRC).as_posix()}:{fn.name}")
+    return found
+
+
 def grep_count(pattern: str) -> list[str]:
     """`file:line` of each line in src/distrain matching a regular expression."""
     rx = re.compile(pattern)
@@ -185,11 +229,13 @@ def main() -> None:
         r"\binit_process_group\s*=(?!=)|(replace|wrap|patch\w*)\(.*[\"']init_process_group[\"']"
     )
     ignores = grep_count(r"#\s*type:\s*ignore")
+    scanners = command_line_scanners()
     figures: dict[str, object] = {
         "import_cycles": len(cycles),
         "environ_reads": len(env_hits),
         "init_process_group_wrappers": len(wrappers),
         "type_ignores": len(ignores),
+        "command_line_scanners": len(scanners),
     }
     if not args.no_run:
         figures["modules_to_first_step"] = modules_to_first_step()
@@ -214,7 +260,7 @@ def main() -> None:
     if args.verbose:
         for cycle in cycles:
             print("  cycle:", " ".join(cycle))
-        for where in env_hits + wrappers:
+        for where in env_hits + wrappers + scanners:
             print("  at:", where)
 
 

@@ -59,13 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     target = COMMANDS[name][0]
-    if name == "run":
-        from .launch.host_options import wants_hosts
-
-        if wants_hosts(
-            args[1:]
-        ):  # many machines: the ssh fan-out needs none of the one-node launcher
-            target = "distrain.launch.hosts_run"
     module = importlib.import_module(target)
     code = module.main(args[1:])
     return int(code or 0)

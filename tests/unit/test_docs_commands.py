@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.launch.host_options import HOST_OPTIONS
-from distrain.launch.plan import _option_table, _torchrun_parser, split_argv
+from distrain.launch.command_line import split
 
 REPO = Path(__file__).resolve().parents[2]
 ZH_README = REPO / "README.zh-CN.md"
@@ -49,14 +48,10 @@ def test_the_pages_show_commands() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_documented_launcher_option_exists(page: Path) -> None:
-    options = {
-        **_option_table(_torchrun_parser()),
-        **HOST_OPTIONS,
-    }  # --hosts & co.: launch/host_options.py
     bad = []
     for number, argv in documented_commands(page):
         try:
-            split_argv(argv, options)
+            split(argv).refuse_unknown()  # --hosts & co. are options of the same parser
         except Exception as err:  # UsageError: the one-line message names the option
             bad.append(f"{page.name}:{number}: {err}")
     assert not bad, "\n".join(bad)
@@ -64,7 +59,7 @@ def test_every_documented_launcher_option_exists(page: Path) -> None:
 
 def test_a_mistyped_option_is_caught() -> None:
     with pytest.raises(Exception, match="--nporc"):
-        split_argv(["--nporc", "2", "train.py"], _option_table(_torchrun_parser()))
+        split(["--nporc", "2", "train.py"]).refuse_unknown()
 
 
 def shell_lines(page: Path) -> list[tuple[int, str]]:

@@ -366,7 +366,7 @@ def main(argv: list[str]) -> int:
         return _worker(args, ops, size_list)
     from ..launch.relaunch import relaunch
 
-    return relaunch("distrain.bench.comm", argv, args.nproc)
+    return relaunch("distrain.bench.comm", argv, _parser(), args.nproc)
 
 
 if __name__ == "__main__":

@@ -171,12 +171,16 @@ def main(argv: list[str]) -> int:
             ("--ssh-opts", args.ssh_opts),
         ]
         return relaunch_on_hosts(
-            "distrain.doctor", argv, [t for k, v in named if v for t in (k, v)], args.nproc or 1
+            "distrain.doctor",
+            argv,
+            _parser(),
+            [t for k, v in named if v for t in (k, v)],
+            args.nproc or 1,
         )
     if args.nproc is not None and not args.local:
         from ..launch.relaunch import relaunch
 
-        return relaunch("distrain.doctor", argv, args.nproc)
+        return relaunch("distrain.doctor", argv, _parser(), args.nproc)
     checks = run_checks(opts)
     doc = document(checks, time.perf_counter() - start)
     if args.json:

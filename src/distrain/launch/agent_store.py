@@ -11,14 +11,15 @@ re-implemented; a port that cannot be bound where asked is an error, never all i
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import socket
 import uuid
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from ..net import is_loopback, listen_socket
+from .rendezvous import Rendezvous
 
 LOOPBACK = "127.0.0.1"
 
@@ -61,46 +62,43 @@ def _split_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def host_agent_store(args: argparse.Namespace, max_nodes: int) -> AgentStore | None:
-    """For a one-node torchrun-style job, start the agent's store on loopback and point `args` at it.
+@dataclass(frozen=True)
+class StoreSpec:
+    """Where the launcher starts the agent's store: host and port (0: a free one, at start)."""
 
-    - no ``--master-port`` (or ``--standalone``): a c10d rendezvous on 127.0.0.1 and a free port;
+    host: str
+    port: int
+
+
+def plan_store(r: Rendezvous) -> tuple[Rendezvous, StoreSpec | None]:
+    """For a one-node torchrun-style job: the agent's store on loopback, and the rendezvous on it.
+
+    - no ``--master-port`` (or ``--standalone``): a c10d rendezvous on 127.0.0.1 and a free port
+      (the endpoint says port 0 until the store listens: Rendezvous.on_port);
     - ``--master-port P`` (static rendezvous): the store on ``--master-addr``:P;
     - ``--rdzv-backend c10d --rdzv-endpoint HOST:P`` with a loopback HOST: the store there.
     The workers are told MASTER_ADDR=127.0.0.1 (``--local-addr``), so rank 0's own store, bound
-    by the worker (runtime/store.py), listens on loopback too.  Returns None for multi-node jobs
+    by the worker (runtime/store.py), listens on loopback too.  No store for multi-node jobs
     and other rendezvous backends (their stores are where the user pointed them).
     """
-    if max_nodes > 1:
-        return None
-    if (
-        args.rdzv_backend == "static"
-        and not args.rdzv_endpoint
-        and args.master_port is not None
-        and not args.standalone
-    ):
-        host = str(args.master_addr)
-        return AgentStore(host, int(args.master_port))
-    if args.standalone or (args.rdzv_backend == "static" and not args.rdzv_endpoint):
-        store = AgentStore(LOOPBACK, 0)
-        args.standalone = False
-        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
-            "c10d",
-            f"{LOOPBACK}:{store.port}",
-            str(uuid.uuid4()),
-        )
-        args.local_addr = args.local_addr or LOOPBACK
-        return store
-    if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
-        host, port = _split_endpoint(str(args.rdzv_endpoint))
+    if r.max_nodes > 1:
+        return r, None
+    if r.static and r.master_port is not None and not r.standalone:
+        return r, StoreSpec(r.master_addr, r.master_port)
+    local = r.local_addr or LOOPBACK
+    if r.standalone or r.static:
+        endpoint, rdzv_id = f"{LOOPBACK}:0", str(uuid.uuid4())
+        c10d = replace(r, standalone=False, backend="c10d", endpoint=endpoint, id=rdzv_id)
+        return replace(c10d, local_addr=local), StoreSpec(LOOPBACK, 0)
+    if r.backend == "c10d" and r.endpoint:
+        host, port = _split_endpoint(r.endpoint)
         try:
             loopback = is_loopback(socket.gethostbyname(host))
         except OSError:
-            return None  # torch reports the unresolvable endpoint itself
+            return r, None  # torch reports the unresolvable endpoint itself
         if not loopback:
-            return None
-        store = AgentStore(LOOPBACK, port)
-        args.rdzv_endpoint = f"{LOOPBACK}:{store.port}"
-        args.local_addr = args.local_addr or LOOPBACK
-        return store
-    return None
+            return r, None
+        return replace(r, endpoint=f"{LOOPBACK}:{port}", local_addr=local), StoreSpec(
+            LOOPBACK, port
+        )
+    return r, None

@@ -23,6 +23,7 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Sequence
 
 from ..contract import (
     BIND_ADDR,
@@ -42,7 +43,8 @@ from . import (
     stop_watch,
     watch_notice,
 )
-from .host_options import wants_hosts
+from .command_line import split
+from .host_options import HOST_LIST
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -91,30 +93,20 @@ def _print_network(launch: LaunchPlan) -> None:
     print(choice.summary(node), file=sys.stderr, flush=True)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
-    if wants_hosts(argv):  # many machines from this one: ssh fan-out, no torch here
+    command = split(argv)  # the one reading of the command line: every path below takes it
+    if command.has(*HOST_LIST):  # many machines from this one: ssh fan-out
         from . import hosts_run
 
-        return hosts_run.main(argv)
-    replicas = any(
-        tok.split("=", 1)[0] == "--replicas" for tok in argv
-    )  # each group's own launcher forks
-    started = not replicas and forkserver.early_start(
-        argv
-    )  # its `import torch` overlaps ours (plan imports torch)
+        return hosts_run.main(command)
+    started = forkserver.early_start(command)  # its `import torch` overlaps ours
     try:
-        launch = plan(argv)
-        if launch.args.replicas is not None:
+        launch = plan(command)
+        if launch.args.replicas is not None:  # each group's own launcher forks
             from . import replicas as ft
 
-            return ft.run(
-                launch.args,
-                launch.launcher_argv,
-                launch.script_argv,
-                _visible_gpu_count(),
-                launch.takes_value,
-            )
+            return ft.run(launch, _visible_gpu_count())
     except UsageError as err:
         if started:
             forkserver.stop_server()
@@ -133,16 +125,17 @@ def main(argv: list[str]) -> int:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
-    folder = rehearsal.start(launch.env) if launch.rehearsal_line else None
+    env = dict(launch.env)  # the plan's, and the folders this job's workers report to
+    folder = rehearsal.start(env) if launch.rehearsal_line else None
     for line in (launch.rehearsal_line, launch.selfstart_line):
         if line:  # one write: under --replicas every group's launcher says it at the same moment
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
-    breakdowns = job_summary.start(launch.env)  # the workers' step breakdowns, for the last lines
+    breakdowns = job_summary.start(env)  # the workers' step breakdowns, for the last lines
     notice = watch_notice.start(launch, breakdowns)  # --watchdog on a script without init()
-    os.environ.update(launch.env)
+    os.environ.update(env)
     try:
-        return _launch(launch, breakdowns, notice, folder)
+        return _launch(launch, env, breakdowns, notice, folder)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
         _end_lines(breakdowns, notice, folder)  # printed already when the job failed (_launch)
@@ -165,6 +158,7 @@ def _end_lines(
 
 def _launch(
     launch: LaunchPlan,
+    env: dict[str, str],
     breakdowns: str | None = None,
     notice: watch_notice.WatchNotice | None = None,
     rehearsal_folder: str | None = None,
@@ -172,35 +166,37 @@ def _launch(
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
         try:
-            return run_with_launcher(launch.args, launch.env)
+            return run_with_launcher(launch.args, env)
         except UsageError as err:
             fail(PROG, str(err), err.exit_code)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from .agent_store import host_agent_store
-    from .network import max_nodes
+    from .agent_store import AgentStore
 
-    try:
-        # one node: the agent's store and rank 0's listen on loopback, not on every interface
-        agent_store = host_agent_store(launch.args, max_nodes(launch.args.nnodes))
-    except UsageError as err:
-        fail(PROG, str(err), err.exit_code)
-    if agent_store is not None:
+    spec, rdzv = launch.agent_store, launch.rendezvous
+    agent_store: AgentStore | None = None
+    if spec is not None:
+        try:
+            # one node: the agent's store and rank 0's listen on loopback, not on every interface
+            agent_store = AgentStore(spec.host, spec.port)
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
         os.environ.setdefault(BIND_ADDR, agent_store.address)
+        rdzv = rdzv.on_port(agent_store.port)  # a free port is known once the store listens
     from .replica_events import report_losses_from_agent
 
     # torch's known noise off the console, one line of ours per restart (launch/console.py)
-    console.install(breakdowns, max_nodes(launch.args.nnodes) > 1)
+    console.install(breakdowns, rdzv.max_nodes > 1)
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
-    rendezvous.pass_endpoint(launch.args)
+    rendezvous.pass_endpoint(rdzv)
     os.environ[LAUNCHER_PID] = str(
         os.getpid()
     )  # a static job's rank may stop this node (train/stop_job.py)
     # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
-    watch = stop_watch.start(launch.args, breakdowns, max_nodes(launch.args.nnodes))
+    watch = stop_watch.start(rdzv, breakdowns)
     try:
-        forkserver.run(launch.args)
+        forkserver.run(launch.agent_args(rdzv), launch.start)
     except ChildFailedError as err:
         code, summary = _exit_code_of(err, breakdowns)
         resume = console.resume_hint(breakdowns)  # read before _end_lines removes the folder
@@ -236,10 +232,10 @@ def _launch(
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
         if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
             _end_lines(breakdowns, notice, rehearsal_folder)
-            reason = rendezvous.stop_reason(launch.args) or "see the ranks' logs"
+            reason = rendezvous.stop_reason(rdzv) or "see the ranks' logs"
             why = "not restarted (a restart would fail the same way)"
             print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
-            rendezvous.wait_until_read(launch.args)
+            rendezvous.wait_until_read(rdzv)
             return 1
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)

@@ -36,16 +36,16 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import dataclass
 
 from .. import noise
 from ..contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint, boot_first
 from ..errors import UsageError
+from .command_line import CommandLine
 
 PROG = "distrain run"
-START_METHODS = ("fast", "spawn", "fork", "forkserver")
-#: options after which the script is not a Python file distrain can fork
-_FRESH_ONLY_FLAGS = {"-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path"}
-_NO_LAUNCH_FLAGS = {"-h", "--help", "--dry-run", "--dry_run"}
+#: options (dests) after which nothing is forked now: no Python file, or nothing launched
+_NO_EARLY_START = ("module", "no_python", "run_path", "help", "dry_run", "replicas")
 
 
 #: first patch release per 3.x whose forkserver listens on a filesystem socket instead of the
@@ -66,33 +66,47 @@ def forkserver_unsafe(version: tuple[int, ...] = tuple(sys.version_info[:3])) ->
 
 
 # -- launcher side ----------------------------------------------------------------------------
-def extend_parser(parser: argparse.ArgumentParser) -> None:
-    """Give torchrun's ``--start-method`` distrain's choices and the fast default."""
-    for action in parser._actions:
-        if action.dest == "start_method":
-            action.choices = START_METHODS
-            action.default = "fast"
-            action.help = (
-                "how workers start: fast (fork from a preloaded server, fresh interpreter as fallback; "
-                "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
-            )
+@dataclass(frozen=True)
+class StartMethod:
+    """How the agent starts the workers (decided by the plan)."""
+
+    #: torch's start method: "spawn" (fresh interpreters), "forkserver" or "fork"
+    method: str
+    #: the fast start: a worker whose script fails before its process group reruns fresh
+    fallback: bool = False
+    #: why a fast start runs fresh interpreters instead (said when the job starts)
+    note: str = ""
 
 
-def _script_from_argv(argv: list[str]) -> str | None:
-    """The script `argv` would run with the fast path, found without importing torch; else None."""
-    for i, tok in enumerate(argv):
-        name = tok.split("=", 1)[0]
-        if name in _FRESH_ONLY_FLAGS or name in _NO_LAUNCH_FLAGS:
-            return None
-        if name in ("--start-method", "--start_method"):
-            value = (
-                tok.split("=", 1)[1] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else "")
-            )
-            if value not in ("fast", "forkserver"):
-                return None
-        if tok.endswith(".py") and os.path.isfile(tok):
-            return tok
-    return None
+def choose_start(args: argparse.Namespace) -> StartMethod:
+    """The start method ``--start-method`` asks for, resolved; UsageError when it cannot be."""
+    method = args.start_method
+    if method == "forkserver" and forkserver_unsafe():
+        raise UsageError(f"--start-method forkserver: {forkserver_unsafe()}; use fast or spawn")
+    if method != "fast":
+        return StartMethod(method)
+    reason = forkserver_unsafe() or fresh_reason(args)
+    if reason is None:
+        return StartMethod("forkserver", fallback=True)
+    # distrain's own tools (doctor, bench comm) run as `-m distrain.…`: how their workers start
+    # is not the user's concern
+    quiet = args.module and str(args.training_script).startswith("distrain.")
+    return StartMethod(
+        "spawn", note="" if quiet else f"{reason}; starting workers in fresh interpreters"
+    )
+
+
+def fast_start_script(command: CommandLine) -> str | None:
+    """The Python file whose workers this command line forks, known before anything is parsed
+    further (so the server can start early); None when it forks none, or not yet."""
+    if command.unknown or command.has(*_NO_EARLY_START):
+        return None
+    if (command.value("start_method") or "fast") not in ("fast", "forkserver"):
+        return None
+    if (command.value("launcher") or "torchrun") != "torchrun":
+        return None
+    script = command.script
+    return script if script and script.endswith(".py") and os.path.isfile(script) else None
 
 
 def top_level_imports(script: str) -> list[str]:
@@ -167,14 +181,14 @@ def start_server(script: str, self_starting: bool | None = None) -> None:
         os.environ.pop(PRELOAD, None)
 
 
-def early_start(argv: list[str]) -> bool:
-    """Start the fork server if `argv` looks like a fast-path launch (a guess; run() decides)."""
-    script = _script_from_argv(argv)
+def early_start(command: CommandLine) -> bool:
+    """Start the fork server now when `command` forks its workers from it (the plan may still
+    refuse the command line: then stop_server)."""
+    script = fast_start_script(command)
     if script is None or forkserver_unsafe():
         return False
-    forced = {"--self-starting": True, "--no-self-starting": False}
-    launcher_argv = argv[: argv.index(script)]  # the script's own arguments are not ours
-    start_server(script, next((forced[t] for t in reversed(launcher_argv) if t in forced), None))
+    forced = command.given("self_starting")
+    start_server(script, forced[-1].name == "--self-starting" if forced else None)
     return True
 
 
@@ -209,62 +223,31 @@ def fresh_reason(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace) -> None:
-    """torch.distributed.run.run(args), with forked workers unless the start method is spawn."""
-    import uuid
+def run(args: argparse.Namespace, start: StartMethod) -> None:
+    """Run torch's elastic agent with `args` (LaunchPlan.agent_args), workers started per `start`.
 
+    What ``torch.distributed.run.run(args)`` does, which cannot be called with a callable
+    entrypoint: its rendezvous defaults are already in the plan's options.
+    """
     import torch.multiprocessing
     from torch.distributed import run as torchrun
     from torch.distributed.launcher.api import elastic_launch
 
-    method = args.start_method
-    if method == "forkserver" and forkserver_unsafe():
-        raise UsageError(f"--start-method forkserver: {forkserver_unsafe()}; use fast or spawn")
-    if method == "fast":
-        reason = forkserver_unsafe() or fresh_reason(args)
-        if reason:
-            # distrain's own tools (doctor, bench comm) run as `-m distrain.…`: how their
-            # workers start is not the user's concern
-            if not (args.module and str(args.training_script).startswith("distrain.")):
-                print(
-                    f"{PROG}: {reason}; starting workers in fresh interpreters",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            method = "spawn"
-    if method == "spawn":
-        args.start_method = "spawn"
+    if start.note:
+        print(f"{PROG}: {start.note}", file=sys.stderr, flush=True)
+    torch.multiprocessing._set_thread_name("pt_elastic")
+    config, entrypoint, cmd_args = torchrun.config_from_args(args)
+    if start.method == "spawn":
         # a plain script's uncaught exception reaches the error file (the boot sitecustomize),
         # so the last line names the cause as with the fast start
         boot_first(os.environ)
-        torchrun.run(args)
+        elastic_launch(config=config, entrypoint=entrypoint)(*cmd_args)
         return
-
-    # the rendezvous defaults of torch.distributed.run.run(), which we cannot call with a callable
-    torch.multiprocessing._set_thread_name("pt_elastic")
-    if args.standalone:
-        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
-            "c10d",
-            "localhost:0",
-            str(uuid.uuid4()),
-        )
-    elif args.rdzv_backend == "static" and not args.rdzv_endpoint and args.master_port is None:
-        if torchrun.parse_min_max_nnodes(args.nnodes)[1] == 1:
-            args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = (
-                "c10d",
-                "localhost:0",
-                str(uuid.uuid4()),
-            )
-    if args.master_port is None:
-        args.master_port = 29500
-    args.run_path = True  # torch's callable-entrypoint mode: cmd_args = [script, *script args]
-    config, _, cmd_args = torchrun.config_from_args(args)
-    config.start_method = "fork" if method == "fork" else "forkserver"
-    if method != "fork":
+    if start.method != "fork":
         start_server(cmd_args[0], args.self_starting)  # no-op when early_start() already did it
     env = dict(os.environ)
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
-    fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if method == "fast" else None
+    fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if start.fallback else None
     imports = top_level_imports(cmd_args[0])
     # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
     job = ForkJob(

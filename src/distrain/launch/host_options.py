@@ -1,10 +1,9 @@
 """`distrain run --hosts/--hostfile`: the options of a job started on many machines from one.
 
-The launching process never imports torch (it only starts ssh sessions), so the command line
-is split at the script with a fixed table of `distrain run`'s options: the ones that take no
-value are listed here, every other known option takes one.  A unit test keeps the table equal
-to the real parser's (plan.option_table()).  Options of the fan-out itself are taken out; the
-rest is passed to every host's own `distrain run`, which parses and checks it again there.
+The command line comes split at the script (launch/command_line.py: the same parser as every
+other `distrain run`, where the fan-out's options are registered too).  Options of the fan-out
+itself are taken out; the rest is passed to every host's own `distrain run`, which parses and
+checks it again there.
 """
 
 from __future__ import annotations
@@ -13,48 +12,26 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from .command_line import HOST_DESTS, UNKNOWN, CommandLine
 from .hostfile import HostSpec, parse_hostfile, parse_hosts, select
+from .validate import node_range
 
-#: `distrain run` options that take no value (torchrun's flags and distrain's)
-RUN_FLAGS = frozenset({
-    "--cpu", "--dry-run", "--dry_run", "--help", "--legacy-local-rank", "--legacy_local_rank", "--module",
-    "--no-python", "--no-self-starting", "--no_python", "--run-path", "--run_path", "--self-starting",
-    "--standalone", "--virtual-local-rank", "--virtual_local_rank", "-h", "-m",
-})  # fmt: skip
-#: `distrain run` options that take a value
-RUN_VALUE_OPTIONS = frozenset({
-    "--duplicate-stderr-filters", "--duplicate-stdout-filters", "--duplicate_stderr_filters",
-    "--duplicate_stdout_filters", "--event-log-handler", "--event_log_handler", "--gpus", "--iface", "--launcher",
-    "--local-addr", "--local-ranks-filter", "--local_addr", "--local_ranks_filter", "--log-dir",
-    "--log-line-prefix-template", "--log_dir", "--log_line_prefix_template", "--logs-specs", "--logs_specs",
-    "--master-addr", "--master-port", "--master_addr", "--master_port", "--max-restarts", "--max_restarts",
-    "--monitor-interval", "--monitor_interval", "--nnodes", "--node-rank", "--node_rank", "--nproc",
-    "--nproc-per-node", "--nproc_per_node", "--numa-binding", "--numa_binding", "--print-completion",
-    "--print_completion", "--rdzv-backend", "--rdzv-conf", "--rdzv-endpoint", "--rdzv-id", "--rdzv_backend",
-    "--rdzv_conf", "--rdzv_endpoint", "--rdzv_id", "--redirects", "--replicas", "--role", "--run-dir", "--run_dir",
-    "--shutdown-timeout", "--shutdown_timeout", "--signals-to-handle", "--signals_to_handle", "--start-method",
-    "--start_method", "--tee", "--watchdog", "-n", "-r", "-t",
-})  # fmt: skip
-#: the fan-out's own options → takes a value
-HOST_OPTIONS = {
-    "--hosts": True, "-H": True, "--hostfile": True, "--include": True, "--exclude": True, "--ssh-opts": True,
-    "-x": True, "--quiet-hosts": False, "--container": True,
-}  # fmt: skip
+#: the options (dests) that name the hosts: they make a `distrain run` a fan-out
+HOST_LIST = ("hosts", "hostfile")
 #: set by the fan-out for every host: giving them by hand contradicts --hosts
 _FORBIDDEN = {
-    "--node-rank": "each host's --node-rank is its place in the host list",
-    "--node_rank": "each host's --node-rank is its place in the host list",
-    "--master-addr": "the master is the first host, at the address the others reach it by",
-    "--master_addr": "the master is the first host, at the address the others reach it by",
-    "--rdzv-endpoint": "the rendezvous is on the first host", "--rdzv_endpoint": "the rendezvous is on the first host",
-    "--rdzv-backend": "an elastic --nnodes MIN:N uses c10d on the first host",
-    "--rdzv_backend": "an elastic --nnodes MIN:N uses c10d on the first host",
-    "--rdzv-id": "each job gets its own id", "--rdzv_id": "each job gets its own id",
-    "--local-addr": "each host finds its own", "--local_addr": "each host finds its own",
-    "--standalone": "a job on several hosts is not standalone",
-    "--launcher": "each host runs torchrun's agent",
-}  # fmt: skip
-_NPROC = ("-n", "--nproc", "--nproc-per-node", "--nproc_per_node")
+    "node_rank": "each host's --node-rank is its place in the host list",
+    "master_addr": "the master is the first host, at the address the others reach it by",
+    "rdzv_endpoint": "the rendezvous is on the first host",
+    "rdzv_backend": "an elastic --nnodes MIN:N uses c10d on the first host",
+    "rdzv_id": "each job gets its own id",
+    "local_addr": "each host finds its own",
+    "standalone": "a job on several hosts is not standalone",
+    "launcher": "each host runs torchrun's agent",
+}
+_NPROC = ("nproc", "nproc_per_node")
+#: options read here (the fan-out's, and those it gives each host itself)
+_OWN = (*HOST_DESTS, "nnodes", "iface", *_NPROC, "master_port", "replicas")
 
 
 #: `distrain run --hosts … --help`
@@ -77,37 +54,6 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
   --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
   --dry-run               print each host's exact ssh command; start nothing
 Every other `distrain run` option is passed to each host's own `distrain run`."""
-
-
-def table() -> dict[str, bool]:
-    """Every option `distrain run --hosts` knows → whether it takes a value."""
-    out = {name: False for name in RUN_FLAGS}
-    out.update({name: True for name in RUN_VALUE_OPTIONS})
-    out.update(HOST_OPTIONS)
-    return out
-
-
-def _option_names(argv: list[str]) -> list[str]:
-    """The option names before the script (values and the script's own options left out)."""
-    known, names, i = table(), [], 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--" or not tok.startswith("-") or tok == "-":
-            break
-        name = tok.split("=", 1)[0]
-        names.append(name)
-        i += 2 if known.get(name) and "=" not in tok else 1
-    return names
-
-
-def wants_hosts(argv: list[str]) -> bool:
-    """True when the launcher options (before the script) name --hosts, -H or --hostfile."""
-    return any(name in ("--hosts", "-H", "--hostfile") for name in _option_names(argv))
-
-
-def wants_help(argv: list[str]) -> bool:
-    """True when the launcher options ask for -h/--help."""
-    return any(name in ("-h", "--help") for name in _option_names(argv))
 
 
 @dataclass
@@ -135,27 +81,21 @@ class HostsOptions:
     #: the script is a path to check on every host (not -m / --no-python)
     script_is_file: bool = True
     run_dir: str | None = None
+    #: --max-restarts was given (else an elastic job gets the fan-out's budget)
+    restarts_given: bool = False
     #: --replicas R: R replica groups, R / len(hosts) on each host
     replicas: int | None = None
     #: with --replicas: processes per group
     per_group: int | None = None
 
 
-def _value(argv: list[str], i: int) -> tuple[str, str, int]:
-    tok = argv[i]
-    if "=" in tok and tok.startswith("--"):
-        name, value = tok.split("=", 1)
-        return name, value, i + 1
-    if i + 1 >= len(argv):
-        raise UsageError(f"{tok} expects a value")
-    return tok, argv[i + 1], i + 2
-
-
 def _nnodes(value: str, count: int) -> int | None:
-    lo, sep, hi = value.partition(":")
-    ok = (hi if sep else lo).isdigit() and (not sep or lo.isdigit())
-    if ok and int(hi if sep else lo) == count and (not sep or 1 <= int(lo) <= count):
-        return int(lo) if sep else None
+    try:
+        low, high = node_range(value)
+    except UsageError:
+        low, high = 0, 0
+    if high == count:
+        return low if ":" in value else None
     raise UsageError(
         f"--nnodes {value} does not fit {count} host(s): give {count}, or MIN:{count} for an elastic job"
     )
@@ -173,94 +113,87 @@ def _iface(value: str) -> dict[str, str]:
     return out
 
 
-def parse(argv: list[str]) -> HostsOptions:
+def parse(command: CommandLine) -> HostsOptions:
     """Take a `distrain run --hosts …` command line apart; UsageError on bad input."""
-    known = table()
-    own: dict[str, list[str]] = {}
+    own: dict[str, list[tuple[str, str]]] = {}  # dest -> (name as given, value)
     node_argv: list[str] = []
-    i, rest = 0, []
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--" or not tok.startswith("-") or tok == "-":
-            rest = argv[i + 1 :] if tok == "--" else argv[i:]
-            break
-        name = tok.split("=", 1)[0]
-        if name not in known:
+    for opt in command.options:
+        if opt.dest == UNKNOWN:
             raise UsageError(
-                f"unknown option {name} (see distrain run --help; script options go after the script)"
+                f"unknown option {opt.name} (see distrain run --help; script options go after the script)"
             )
-        if name in _FORBIDDEN:
-            raise UsageError(f"{name} cannot be given with --hosts/--hostfile: {_FORBIDDEN[name]}")
-        if not known[name]:
-            if name in HOST_OPTIONS:
-                own.setdefault(name, []).append("")
-            else:
-                node_argv.append(tok)
-            i += 1
+        if opt.dest in _FORBIDDEN:
+            raise UsageError(
+                f"{opt.name} cannot be given with --hosts/--hostfile: {_FORBIDDEN[opt.dest]}"
+            )
+        if opt.takes_value and opt.value is None:
+            raise UsageError(f"{opt.name} expects a value")
+        if opt.dest in _OWN:
+            own.setdefault(opt.dest, []).append((opt.name, opt.value or ""))
+        elif opt.dest == "dry_run":  # here: print each host's command; the hosts run nothing
             continue
-        name, value, i = _value(argv, i)
-        if name in HOST_OPTIONS or name in (
-            "--nnodes",
-            "--iface",
-            *_NPROC,
-            "--master-port",
-            "--master_port",
-            "--replicas",
-        ):
-            own.setdefault(name, []).append(value)
+        elif opt.takes_value:
+            node_argv += [opt.name, str(opt.value)]
         else:
-            node_argv += [name, value]
-    if not rest:
+            node_argv += opt.tokens
+    if not command.script_argv:
         raise UsageError(
             "no training script given (usage: distrain run --hosts h1:N,h2:N [options] script.py [args])"
         )
-    return _build(own, node_argv, rest)
+    return _build(own, node_argv, command)
 
 
-def _build(own: dict[str, list[str]], node_argv: list[str], rest: list[str]) -> HostsOptions:
-    lists = [k for k in ("--hosts", "-H", "--hostfile") if k in own]
+def _last(own: dict[str, list[tuple[str, str]]], dest: str) -> str | None:
+    return own[dest][-1][1] if dest in own else None
+
+
+def _build(
+    own: dict[str, list[tuple[str, str]]], node_argv: list[str], command: CommandLine
+) -> HostsOptions:
+    lists = [k for k in HOST_LIST if k in own]
     if len(lists) > 1 or sum(len(own[k]) for k in lists) > 1:
         raise UsageError("give the hosts once: --hosts h1:N,h2:N or --hostfile FILE")
     key = lists[0]
-    hosts = parse_hostfile(own[key][0]) if key == "--hostfile" else parse_hosts(own[key][0])
-    include, exclude = own.get("--include"), own.get("--exclude")
-    hosts = select(hosts, include[-1] if include else None, exclude[-1] if exclude else None)
-    opts = HostsOptions(hosts, node_argv, rest, quiet_hosts="--quiet-hosts" in own)
-    for text in own.get("--ssh-opts", []):
-        opts.ssh_opts += shlex.split(text)
-    for item in own.get("-x", []):
+    text = own[key][0][1]
+    hosts = parse_hostfile(text) if key == "hostfile" else parse_hosts(text)
+    hosts = select(hosts, _last(own, "include"), _last(own, "exclude"))
+    opts = HostsOptions(
+        hosts, node_argv, list(command.script_argv), quiet_hosts="quiet_hosts" in own
+    )
+    for _, value in own.get("ssh_opts", []):
+        opts.ssh_opts += shlex.split(value)
+    for _, item in own.get("forward", []):
         name, sep, value = item.partition("=")
         if not name.isidentifier():
             raise UsageError(f"-x {item}: expected NAME or NAME=VALUE")
         opts.env[name] = value if sep else None
-    container = own.get("--container")
-    opts.container = container[-1] if container else None
-    opts.dry_run = "--dry-run" in node_argv or "--dry_run" in node_argv
-    opts.node_argv = [t for t in node_argv if t not in ("--dry-run", "--dry_run")]
-    if "--nnodes" in own:
-        opts.min_nodes = _nnodes(own["--nnodes"][-1], len(hosts))
-    counts = [own[k][-1] for k in _NPROC if k in own]
-    if len(set(counts)) > 1:
+    opts.container = _last(own, "container")
+    opts.dry_run = command.has("dry_run")
+    nnodes = _last(own, "nnodes")
+    if nnodes is not None:
+        opts.min_nodes = _nnodes(nnodes, len(hosts))
+    # each spelling's last value: -n 2 --nproc 3 disagree
+    counts = list(dict.fromkeys({name: v for d in _NPROC for name, v in own.get(d, [])}.values()))
+    if len(counts) > 1:
         raise UsageError(f"-n/--nproc/--nproc-per-node disagree ({', '.join(counts)})")
     opts.nproc = counts[0] if counts else None
-    ports = own.get("--master-port", []) + own.get("--master_port", [])
-    if ports:
-        if not ports[-1].isdigit() or not 0 < int(ports[-1]) < 65536:
-            raise UsageError(f"--master-port expects a port number 1..65535 (got {ports[-1]!r})")
-        opts.master_port = int(ports[-1])
-    if "--iface" in own:
-        opts.iface = _iface(own["--iface"][-1])
+    port = _last(own, "master_port")
+    if port is not None:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--master-port expects a port number 1..65535 (got {port!r})")
+        opts.master_port = int(port)
+    iface = _last(own, "iface")
+    if iface is not None:
+        opts.iface = _iface(iface)
         unknown = [h for h in opts.iface if h != "*" and h not in {x.name for x in hosts}]
         if unknown:
             raise UsageError(f"--iface: unknown host {unknown[0]}")
-    opts.script_is_file = not any(
-        t in node_argv for t in ("-m", "--module", "--no-python", "--no_python")
-    )
-    for j, tok in enumerate(node_argv):
-        if tok in ("--run-dir", "--run_dir"):
-            opts.run_dir = node_argv[j + 1]
-    if "--replicas" in own:
-        _replicas(opts, own["--replicas"][-1])
+    opts.script_is_file = not command.has("module", "no_python")
+    opts.run_dir = command.value("run_dir")
+    opts.restarts_given = command.has("max_restarts")
+    replicas = _last(own, "replicas")
+    if replicas is not None:
+        _replicas(opts, replicas)
     return opts
 
 

@@ -28,10 +28,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import IO
 
 from ..errors import UsageError, fail
 from . import host_options, ssh_hosts
+from .command_line import CommandLine, split
 from .host_node import PROBE_MARK, STOP_GRACE_S, fingerprint
 
 PROG = "distrain run"
@@ -233,13 +235,15 @@ def _supervise(
     return failed if 0 < failed < 256 else (1 if failed else 0)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of `distrain run --hosts/--hostfile`; returns the job's exit code."""
-    if host_options.wants_help(argv):
+def main(argv: CommandLine | Sequence[str]) -> int:
+    """Entry point of `distrain run --hosts/--hostfile` (its command line split or not);
+    returns the job's exit code."""
+    command = argv if isinstance(argv, CommandLine) else split(argv)
+    if command.has("help"):
         print(host_options.HELP)
         return 0
     try:
-        opts = host_options.parse(argv)
+        opts = host_options.parse(command)
         if opts.dry_run:
             print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
             return 0

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from ..contract import usable_cores
 from ..errors import UsageError
@@ -48,7 +49,7 @@ def _program(args: argparse.Namespace) -> list[str]:
     return head + list(args.training_script_args)
 
 
-def _forwarded(env: dict[str, str]) -> list[str]:
+def _forwarded(env: Mapping[str, str]) -> list[str]:
     names = {k for k in {**os.environ, **env} if k.startswith(_FORWARD_PREFIXES)}
     return sorted(names)
 
@@ -62,7 +63,7 @@ def is_open_mpi(mpirun: str) -> bool:
     return "Open MPI" in out.stdout + out.stderr
 
 
-def mpirun_command(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
+def mpirun_command(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     """The mpirun command line that starts `args.nproc_per_node` ranks of the script on this node."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
@@ -94,7 +95,7 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
     return [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}"] + _program(args)
 
 
-def command_for(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
+def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     """The launcher command line for `args.launcher`; UsageError when it cannot be used."""
     from .network import max_nodes
 
@@ -109,7 +110,7 @@ def command_for(args: argparse.Namespace, env: dict[str, str]) -> list[str]:
     raise UsageError(f"unknown launcher {args.launcher!r} (choose from {', '.join(LAUNCHERS)})")
 
 
-def run_with_launcher(args: argparse.Namespace, env: dict[str, str]) -> int:
+def run_with_launcher(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Run the job under mpirun/horovodrun; return its exit code (128+N for a signal)."""
     cmd = command_for(args, env)
     print(f"distrain run: {shlex.join(cmd)}", file=sys.stderr, flush=True)

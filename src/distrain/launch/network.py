@@ -22,14 +22,15 @@ import argparse
 import ipaddress
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..contract import BIND_ADDR
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, route_to
+from .validate import node_range
 
 
-@dataclass
+@dataclass(frozen=True)
 class NetworkChoice:
     """What this node uses to reach the others (printed by the launcher)."""
 
@@ -39,7 +40,9 @@ class NetworkChoice:
     target_ip: str
     port: int | None
     store: str
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+    #: ``--rdzv-conf is_host=…`` for a c10d job whose store host torch would guess (else None)
+    is_host: bool | None = None
 
     def summary(self, node: str) -> str:
         """The one line `distrain run` prints on every node."""
@@ -52,11 +55,7 @@ class NetworkChoice:
 
 def max_nodes(nnodes: str) -> int:
     """The upper bound of torchrun's ``--nnodes N`` or ``--nnodes MIN:MAX``."""
-    text = str(nnodes)
-    try:
-        return int(text.split(":")[-1])
-    except ValueError:
-        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})") from None
+    return node_range(nnodes)[1]
 
 
 def loopback_interface() -> str:
@@ -118,7 +117,10 @@ def _hostname_loopback() -> str | None:
 def plan_network(
     args: argparse.Namespace, env: dict[str, str], iface: str | None
 ) -> NetworkChoice | None:
-    """Choose interface, address and store host for a multi-node job; update `args` and `env`.
+    """Choose interface, address and store host for a multi-node job; add to `env`.
+
+    `args` is only read: the plan takes the address (``--local-addr`` when not given) and
+    ``is_host`` from the returned choice.
 
     Returns None for a one-node job without ``--iface`` (loopback is right there).
     Raises UsageError when the master cannot be reached the way the user asked.
@@ -212,10 +214,9 @@ def plan_network(
 
     env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", iface))
     env.setdefault("NCCL_SOCKET_IFNAME", os.environ.get("NCCL_SOCKET_IFNAME", iface))
-    if not args.local_addr:
-        args.local_addr = address
     env[BIND_ADDR] = address  # rank 0's store listens here only (see store_listen_fd)
 
+    is_host = None
     if static:
         store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
     elif args.rdzv_backend == "c10d":
@@ -224,7 +225,7 @@ def plan_network(
         )
         # several agents on one machine (loopback): torch's own try-host-then-client logic is right
         if iface != "lo" and not _conf_has(args.rdzv_conf or "", "is_host"):
-            args.rdzv_conf = ",".join(x for x in [args.rdzv_conf, f"is_host={int(hosts)}"] if x)
+            is_host = hosts
         store = (
             "rendezvous store on this node"
             if hosts and iface != "lo"
@@ -232,4 +233,4 @@ def plan_network(
         )
     else:
         store = f"rendezvous via {args.rdzv_backend} at {host}"
-    return NetworkChoice(iface, address, host, target_ip, port, store, warnings)
+    return NetworkChoice(iface, address, host, target_ip, port, store, tuple(warnings), is_host)

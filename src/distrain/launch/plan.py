@@ -1,195 +1,86 @@
-"""Planning a `distrain run`: split and parse the arguments, resolve processes, ports and network.
+"""Planning a `distrain run`: from the command line to a frozen LaunchPlan.
 
-torchrun's own parser (``torch.distributed.run.get_args_parser``) reads the launcher flags;
-distrain's flags are added to it.  The result is a :class:`LaunchPlan`: torchrun's namespace
-plus the environment distrain adds for the workers (see :mod:`distrain.contract`).
+The command line is split once (launch/command_line.py) and its launcher options are parsed by
+torchrun's own parser with distrain's options added.  plan() resolves the processes, the
+network, the rendezvous and the start method, and returns a frozen :class:`LaunchPlan`: nothing
+changes it afterwards.  torch's agent gets an ``argparse.Namespace`` built from the plan in one
+place (:meth:`LaunchPlan.agent_args`); the environment distrain adds for the workers is in
+:mod:`distrain.contract`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
-from ..errors import UsageError, raise_usage_errors
-from . import forkserver, rehearsal, rendezvous, selfstart
-from .mpi import LAUNCHERS
+from ..errors import UsageError
+from . import rehearsal, rendezvous, selfstart
+from .agent_store import StoreSpec, plan_store
+from .command_line import PROG, CommandLine, run_parser, split
+from .forkserver import StartMethod, choose_start
 from .network import NetworkChoice, loopback_interface, plan_network
+from .rendezvous import Rendezvous
 from .validate import check_launch_numbers, check_script
 
-PROG = "distrain run"
 
-#: distrain's own options: name → takes a value
-_OWN_OPTIONS: dict[str, bool] = {
-    "-n": True,
-    "--nproc": True,
-    "--gpus": True,
-    "--legacy-local-rank": False,
-    "--legacy_local_rank": False,
-    "--dry-run": False,
-    "--dry_run": False,
-    "--run-dir": True,
-    "--run_dir": True,
-    "--iface": True,
-    "--launcher": True,
-    "--watchdog": True,
-    "--cpu": False,
-    "--self-starting": False,
-    "--no-self-starting": False,
-    "--replicas": True,
-}
+class FrozenArgs(argparse.Namespace):
+    """torchrun's and distrain's options after planning, read-only: the plan is final."""
+
+    def __init__(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the launch plan is final: {name} cannot change")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"the launch plan is final: {name} cannot change")
 
 
-def _torchrun_parser() -> argparse.ArgumentParser:
-    from torch.distributed.run import get_args_parser
-
-    parser = get_args_parser()
-    parser.prog = PROG
-    parser.allow_abbrev = False
-    parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
-    parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
-    parser.add_argument(
-        "-n",
-        "--nproc",
-        default=None,
-        help="processes per node: an integer or 'auto' (GPUs, else CPU cores)",
-    )
-    parser.add_argument(
-        "--gpus",
-        default=None,
-        help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)",
-    )
-    parser.add_argument(
-        "--legacy-local-rank",
-        "--legacy_local_rank",
-        action="store_true",
-        help="pass --local_rank=N to the script, for old scripts",
-    )
-    parser.add_argument(
-        "--dry-run",
-        "--dry_run",
-        action="store_true",
-        help="print the equivalent torchrun command; run nothing",
-    )
-    parser.add_argument(
-        "--run-dir",
-        "--run_dir",
-        default=None,
-        help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir",
-    )
-    parser.add_argument(
-        "--iface",
-        default=None,
-        help="network interface to the other nodes (default: the one routing to the master)",
-    )
-    parser.add_argument(
-        "--launcher",
-        default="torchrun",
-        choices=LAUNCHERS,
-        help="process launcher (mpirun/horovodrun: one node)",
-    )
-    parser.add_argument(
-        "--watchdog",
-        default=None,
-        metavar="SECONDS",
-        help="abort with every rank's stack when no rank makes progress this long",
-    )
-
-    parser.add_argument(
-        "--cpu",
-        action="store_true",
-        help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified",
-    )
-    parser.add_argument(
-        "--self-starting",
-        dest="self_starting",
-        action="store_const",
-        const=True,
-        default=None,
-        help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
-    )
-    parser.add_argument(
-        "--no-self-starting",
-        dest="self_starting",
-        action="store_const",
-        const=False,
-        help="run N copies as torchrun would, even if the script seems to start its own workers",
-    )
-    parser.add_argument(
-        "--replicas",
-        default=None,
-        metavar="R",
-        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')",
-    )
-
-    raise_usage_errors(parser)
-    forkserver.extend_parser(parser)
-    _forward_usr1(parser)
-    return parser
-
-
-def _forward_usr1(parser: argparse.ArgumentParser) -> None:
-    """Handle and forward SIGUSR1 too: SLURM's time-limit warning (`sbatch --signal=USR1@N`).
-
-    Unhandled, SIGUSR1 kills the agent outright and orphans the workers; handled, the agent
-    passes it on and waits for them to checkpoint (train/signals.py), as it does for SIGTERM.
-    """
-    for action in parser._actions:
-        if action.dest == "signals_to_handle" and "SIGUSR1" not in str(action.default).split(","):
-            action.default = f"{action.default},SIGUSR1"
-
-
-def option_table() -> dict[str, bool]:
-    """Every `distrain run` option -> whether it takes a value."""
-    return _option_table(_torchrun_parser())
-
-
-def _option_table(parser: argparse.ArgumentParser) -> dict[str, bool]:
-    table = dict(_OWN_OPTIONS)
-    for action in parser._actions:
-        for opt in action.option_strings:
-            table[opt] = action.nargs != 0
-    return table
-
-
-def split_argv(argv: list[str], options: dict[str, bool]) -> tuple[list[str], list[str]]:
-    """Split into launcher arguments and [script, *script_args] at the first non-option token."""
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--":
-            return argv[:i], argv[i + 1 :]
-        if not tok.startswith("-") or tok == "-":
-            return argv[:i], argv[i:]
-        name = tok.split("=", 1)[0]
-        if name not in options:
-            raise UsageError(
-                f"unknown option {name} (see distrain run --help; script options go after the script)"
-            )
-        if options[name] and "=" not in tok:
-            i += 1
-        i += 1
-    return argv, []
-
-
-@dataclass
+@dataclass(frozen=True)
 class LaunchPlan:
-    """What `distrain run` decided: torchrun's parsed args plus the environment it adds."""
+    """What `distrain run` decided, final: options, rendezvous, network, start method, env."""
 
-    args: argparse.Namespace
-    env: dict[str, str] = field(default_factory=dict)
+    #: the options as resolved (processes per node, this node's address, rendezvous conf):
+    #: what --dry-run's torchrun command shows
+    args: FrozenArgs
+    #: the command line, split once
+    command: CommandLine
+    #: the rendezvous the agent uses (torchrun's defaults and the loopback store applied)
+    rendezvous: Rendezvous
+    start: StartMethod
+    #: the environment distrain adds for the workers
+    env: Mapping[str, str]
     network: NetworkChoice | None = None
+    #: the agent's store the launcher starts (one node), or None
+    agent_store: StoreSpec | None = None
     #: --cpu: what stands in for what (printed when the job starts)
     rehearsal_line: str = ""
-    #: the command line split at the script: launcher options, then [script, *script args]
-    launcher_argv: list[str] = field(default_factory=list)
-    script_argv: list[str] = field(default_factory=list)
     #: a script that starts its own workers: what was seen (printed when the job starts)
     selfstart_line: str = ""
-    #: every launcher option -> whether it takes a value (to split launcher_argv again)
-    takes_value: dict[str, bool] = field(default_factory=dict)
+
+    def agent_args(self, rdzv: Rendezvous | None = None) -> argparse.Namespace:
+        """torch's Namespace for ``config_from_args``: the one place it is built from the plan.
+
+        `rdzv`: the plan's rendezvous once its store listens (Rendezvous.on_port).
+        """
+        r = rdzv or self.rendezvous
+        values = dict(vars(self.args))
+        values.update(
+            rdzv_backend=r.backend, rdzv_endpoint=r.endpoint, rdzv_id=r.id, rdzv_conf=r.conf,
+            nnodes=r.nnodes, node_rank=r.node_rank, master_addr=r.master_addr,
+            master_port=r.master_port, local_addr=r.local_addr, standalone=r.standalone,
+            start_method=self.start.method,
+            # the forked workers run through torch's callable entrypoint: [script, *script args]
+            run_path=self.args.run_path or self.start.method != "spawn",
+            training_script_args=list(self.args.training_script_args),
+        )  # fmt: skip
+        return argparse.Namespace(**values)
 
     def torchrun_command(self) -> list[str]:
         """The equivalent `torchrun` command line."""
@@ -239,82 +130,94 @@ def _visible_gpu_count() -> int:
         return 0
 
 
-def plan(argv: list[str]) -> LaunchPlan:
-    """Parse `distrain run` arguments into a LaunchPlan; raise UsageError on bad input."""
-    parser = _torchrun_parser()
-    if any(tok in ("-h", "--help") for tok in argv[: _script_index(argv, parser)]):
+def plan(command: CommandLine | Sequence[str]) -> LaunchPlan:
+    """Plan a `distrain run` from its command line (split, or a list of tokens); raise
+    UsageError on bad input.  Reads the machine (GPUs, cores, interfaces) and the environment,
+    never ``sys.argv``."""
+    if not isinstance(command, CommandLine):
+        command = split(command)
+    parser = run_parser()
+    if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()
         raise SystemExit(0)
-    takes_value = _option_table(parser)
-    launcher_argv, rest = split_argv(argv, takes_value)
-    if not rest:
+    command.refuse_unknown()
+    script = command.script
+    if script is None:
         raise UsageError(
             "no training script given (usage: distrain run [options] script.py [script args])"
         )
-    script, script_args = rest[0], rest[1:]
-    args = parser.parse_args(launcher_argv + [script])
-    args.training_script_args = list(script_args)
+    parsed = parser.parse_args([*command.launcher_argv, script])
+    args = dict(vars(parsed), training_script_args=tuple(command.script_args))
+    return _plan(command, parsed, args)
 
+
+def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]) -> LaunchPlan:
+    script = parsed.training_script
     env: dict[str, str] = {}
-    if args.cpu and args.gpus is not None:  # before --gpus is checked against the GPUs there are
+    if parsed.cpu and parsed.gpus is not None:  # before --gpus is checked against the GPUs
         raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
-    nproc = _resolve_nproc(args, env)
-    args.nproc_per_node = str(nproc)
+    nproc = _resolve_nproc(parsed, env)
+    args["nproc_per_node"] = str(nproc)
 
-    check_launch_numbers(args)
-    if not (args.module or args.no_python):
+    check_launch_numbers(parsed)
+    if not (parsed.module or parsed.no_python):
         check_script(script)
-    if args.master_port is not None:
-        _check_master_port(args)
-    if args.legacy_local_rank:
+    if parsed.master_port is not None:
+        _check_master_port(parsed)
+    if parsed.legacy_local_rank:
         from torch.distributed.elastic.utils.api import macros
 
         # the agent substitutes ${local_rank} per worker, as torch.distributed.launch did
-        args.training_script_args.append(f"--local_rank={macros.local_rank}")
+        args["training_script_args"] = (
+            *args["training_script_args"],
+            f"--local_rank={macros.local_rank}",
+        )
 
-    network = plan_network(args, env, args.iface)
-    rendezvous.apply_defaults(args)
+    network = plan_network(parsed, env, parsed.iface)
+    if network is not None:
+        args["local_addr"] = parsed.local_addr or network.address
+        if network.is_host is not None:
+            extra = f"is_host={int(network.is_host)}"
+            args["rdzv_conf"] = ",".join(x for x in [parsed.rdzv_conf, extra] if x)
+    args["rdzv_conf"] = rendezvous.node_loss_conf(
+        parsed.rdzv_backend, parsed.nnodes, args["rdzv_conf"] or ""
+    )
     if network is None:  # one node: gloo/NCCL listen on loopback too (see launch/agent_store.py)
         for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             env.setdefault(var, os.environ.get(var, loopback_interface()))
-    if args.watchdog is not None:
-        env[WATCHDOG] = str(parse_seconds(args.watchdog, "--watchdog"))
+    if parsed.watchdog is not None:
+        env[WATCHDOG] = str(parse_seconds(parsed.watchdog, "--watchdog"))
     env.setdefault(NO_SHARED_STORE, os.environ.get(NO_SHARED_STORE, "1"))
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc))
     env[LAUNCHER] = "distrain-run"
-    if args.run_dir or args.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
-        env[RUN_DIR] = os.path.abspath(args.run_dir or args.log_dir)
+    if parsed.run_dir or parsed.log_dir:  # workers' ctx.log() writes there (distrain.monitor)
+        env[RUN_DIR] = os.path.abspath(parsed.run_dir or parsed.log_dir)
     line = once = ""
-    reads_script = not (args.module or args.no_python)
+    reads_script = not (parsed.module or parsed.no_python)
     # a guess that depends on the script's arguments never wins silently (launch/selfstart.py)
-    found, note = selfstart.decide(script, args.self_starting) if reads_script else (None, "")
-    if args.cpu:
-        if args.gpus is not None:
-            raise UsageError("--cpu rehearses on CPU processes; it cannot be combined with --gpus")
+    found, note = selfstart.decide(script, parsed.self_starting) if reads_script else (None, "")
+    if parsed.cpu:
         agents, line = rehearsal.configure(script, nproc, env, found)
-        args.nproc_per_node = str(agents)
+        args["nproc_per_node"] = str(agents)
         once = f"{PROG}: {note}" if note else ""
-    elif reads_script and args.launcher == "torchrun":
+    elif reads_script and parsed.launcher == "torchrun":
         if found is not None:  # run once: its own children are the job (launch/selfstart.py)
             selfstart.mark(env)
             once = found.start_line(PROG, os.path.basename(script), nproc)
-            args.nproc_per_node = "1"
+            args["nproc_per_node"] = "1"
         elif note:
             once = f"{PROG}: {note}"
-    return LaunchPlan(args, env, network, line, launcher_argv, rest, once, takes_value)
-
-
-def _script_index(argv: list[str], parser: argparse.ArgumentParser) -> int:
-    try:
-        launcher_argv, _ = split_argv(argv, _option_table(parser))
-        return len(launcher_argv)
-    except UsageError:
-        return len(argv)
+    final = FrozenArgs(**args)
+    rdzv, store = plan_store(Rendezvous.from_args(final))
+    start = choose_start(final)
+    return LaunchPlan(
+        final, command, rendezvous.torch_defaults(rdzv), start, MappingProxyType(env),
+        network, store, line, once,
+    )  # fmt: skip
 
 
 def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
-    explicit_per_node = args.nproc_per_node not in (None, "1", 1) or "--nproc-per-node" in sys.argv
     nproc: int | None = None
     if args.gpus is not None:
         ids = [g.strip() for g in str(args.gpus).split(",") if g.strip()]
@@ -351,7 +254,7 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
                 raise UsageError(
                     f"--nproc-per-node expects an integer or auto (got {value!r})"
                 ) from None
-    elif explicit_per_node and str(args.nproc_per_node) not in ("1", str(nproc)):
+    elif str(args.nproc_per_node) not in ("1", str(nproc)):  # "1": torchrun's default
         raise UsageError(
             f"--nproc-per-node {args.nproc_per_node} disagrees with --nproc/--gpus ({nproc})"
         )

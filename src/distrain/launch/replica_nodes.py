@@ -23,6 +23,7 @@ from ..contract import NODE0_WAIT, ft_end_file, ft_start_file, mark_ft_start
 from ..errors import UsageError
 from ..net import interface_addresses, is_loopback, listen_socket, route_to
 from .lighthouse import node0_wait_s
+from .validate import node_range
 
 #: torchrun's default --master-port, where node 0's lighthouse listens when none is given
 DEFAULT_PORT = 29500
@@ -58,14 +59,13 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
     """The Placement `args` asks for; UsageError (one line) when the groups do not fit the nodes."""
     per_group = int(args.nproc_per_node)
     text = str(getattr(args, "nnodes", "1"))
-    low, _, high = text.partition(":")
-    if high and high != low:
+    nodes, high = node_range(text)
+    if high != nodes:
         raise UsageError(f"--replicas needs a fixed number of nodes (got --nnodes {text})")
     try:
-        nodes = int(low)
         node = int(getattr(args, "node_rank", 0) or 0)
     except ValueError:
-        raise UsageError(f"--nnodes expects a number of nodes (got {text!r})") from None
+        raise UsageError(f"--node-rank expects an integer (got {args.node_rank!r})") from None
     if nodes == 1:
         return Placement(groups, per_group)
     if groups % nodes:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 
 from ..contract import (
     FT_EVENTS,
@@ -37,21 +36,19 @@ from ..contract import (
 )
 from ..errors import UsageError
 from ..net import free_port
+from .command_line import CommandLine, script_tail
 from .lighthouse import Lighthouse, RemoteLighthouse, lighthouse_program
+from .plan import LaunchPlan
 from .replica_events import ReplicaJob
 from .replica_nodes import Placement, RollCall, node_address, place
 
 PROG = "distrain run"
 #: restarts each group's agent allows when --max-restarts is not given
 DEFAULT_GROUP_RESTARTS = 3
-_REPLICA_FLAGS = ("--replicas",)
-_RESTART_FLAGS = ("--max-restarts", "--max_restarts")
-_RUN_DIR_FLAGS = ("--run-dir", "--run_dir")
-#: options of a job across nodes: each group is a one-node job of its own
-_NODE_FLAGS = (
-    "--nnodes", "--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port", "--master_port",
-    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
-    "--local-addr", "--local_addr", "--iface",
+#: options (dests) of a job across nodes: each group is a one-node job of its own
+_NODE_OPTIONS = (
+    "nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id",
+    "local_addr", "iface",
 )  # fmt: skip
 
 
@@ -88,40 +85,24 @@ def check_replicas(args: argparse.Namespace, gpus_visible: int) -> Placement:
     return placement
 
 
-def group_argv(
-    launcher_argv: list[str], rest: list[str], group: int, takes_value: Mapping[str, bool]
-) -> list[str]:
+def group_argv(command: CommandLine, group: int) -> list[str]:
     """`distrain run` arguments for one group: no --replicas, a restart budget, its own run dir.
 
     Options of a multi-node job are dropped too: a group is a job on one node.
-    `takes_value` says which options take a value (plan.option_table): a switch such as
-    ``--cpu`` before ``--replicas`` must not swallow it (the groups would each start replicas).
     """
     out: list[str] = []
-    restarts = False
-    i = 0
-    while i < len(launcher_argv):
-        tok = launcher_argv[i]
-        name = tok.split("=", 1)[0]
-        span = 2 if takes_value.get(name, False) and "=" not in tok else 1
-        value = (
-            tok.split("=", 1)[1]
-            if "=" in tok
-            else (launcher_argv[i + 1] if span == 2 and i + 1 < len(launcher_argv) else None)
-        )
-        if name in _REPLICA_FLAGS or name in _NODE_FLAGS:
-            i += span
+    for opt in command.options:
+        if opt.dest == "replicas" or opt.dest in _NODE_OPTIONS:
             continue
-        if name in _RUN_DIR_FLAGS and value is not None:  # ranks of two groups must not share files
-            out += [name, os.path.join(value, f"group{group}")]
-            i += span
+        if (
+            opt.dest == "run_dir" and opt.value is not None
+        ):  # ranks of two groups must not share files
+            out += [opt.name, os.path.join(opt.value, f"group{group}")]
             continue
-        restarts = restarts or name in _RESTART_FLAGS
-        out += launcher_argv[i : i + span]
-        i += span
-    if not restarts:
+        out += opt.tokens
+    if not command.has("max_restarts"):
         out += ["--max-restarts", str(DEFAULT_GROUP_RESTARTS)]
-    return out + ["--", *rest] if rest and rest[0].startswith("-") else out + rest
+    return out + script_tail(list(command.script_argv))
 
 
 def _group_env(
@@ -168,14 +149,9 @@ def _visible_gpus(count: int) -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
-def run(
-    args: argparse.Namespace,
-    launcher_argv: list[str],
-    rest: list[str],
-    gpus_visible: int,
-    takes_value: Mapping[str, bool],
-) -> int:
+def run(launch: LaunchPlan, gpus_visible: int) -> int:
     """Run this node's replica groups to the end; returns the job's exit code."""
+    args, given = launch.args, launch.command
     placement = check_replicas(args, gpus_visible)
     groups, per_group = placement.groups, placement.per_group
     gpus = _visible_gpus(gpus_visible) if gpus_visible and not args.cpu else []
@@ -196,7 +172,7 @@ def run(
         )
         for g in placement.local:
             print(
-                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(_argv_of(g, launcher_argv, rest, takes_value, host))}"
+                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(_argv_of(g, given, host))}"
             )
         return 0
     # the groups run in sessions of their own (so a stop can kill each whole group): a SIGTERM to
@@ -227,7 +203,7 @@ def run(
             env = _group_env(job, lighthouse.address, g, placement, gpus, iface, host)
             job.procs.append(
                 subprocess.Popen(
-                    [*command, *_argv_of(g, launcher_argv, rest, takes_value, host)],
+                    [*command, *_argv_of(g, given, host)],
                     env=env,
                     start_new_session=True,
                     preexec_fn=die_with_parent,  # a SIGKILLed launcher takes its groups along
@@ -256,14 +232,8 @@ def run(
         shutil.rmtree(job.folder, ignore_errors=True)
 
 
-def _argv_of(
-    group: int,
-    launcher_argv: list[str],
-    rest: list[str],
-    takes_value: Mapping[str, bool],
-    host: str | None,
-) -> list[str]:
-    argv = group_argv(launcher_argv, rest, group, takes_value)
+def _argv_of(group: int, command: CommandLine, host: str | None) -> list[str]:
+    argv = group_argv(command, group)
     if host is None:
         return argv
     # across nodes the group's store must be reachable by the other groups (TorchFT's cross-group

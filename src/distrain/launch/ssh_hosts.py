@@ -142,7 +142,7 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
     else:
         out = ["--nnodes", f"{opts.min_nodes}:{count}", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
-        if not any(t in ("--max-restarts", "--max_restarts") for t in opts.node_argv):
+        if not opts.restarts_given:
             out += ["--max-restarts", ELASTIC_RESTARTS]
     if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
         out += ["--replicas", str(opts.replicas), "-n", str(opts.per_group)]

@@ -19,7 +19,6 @@ stopped looking (at most READ_WAIT_S): the store ends with it.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import signal
@@ -29,6 +28,7 @@ from typing import Any
 
 from ..contract import JOB_STOPPED_KEY, STATIC_STORE, claim_stop, split_endpoint
 from ..net import reachable
+from .rendezvous import Rendezvous
 
 #: seconds between two looks at the store
 POLL_S = 1.0
@@ -147,14 +147,15 @@ class StopWatch:
             time.sleep(0.2)
 
 
-def start(args: argparse.Namespace, folder: str | None, nodes: int) -> StopWatch | None:
+def start(rdzv: Rendezvous, folder: str | None) -> StopWatch | None:
     """For a static multi-node job: tell the workers where the agents' store is (STATIC_STORE)
     and start this launcher's watch of it; None for any other job."""
-    if args.rdzv_backend != "static" or args.standalone or nodes < 2:
+    nodes = rdzv.max_nodes
+    if rdzv.backend != "static" or rdzv.standalone or nodes < 2:
         return None
-    if args.rdzv_endpoint:  # torchrun's static rendezvous serves its store there instead
-        host, port = split_endpoint(str(args.rdzv_endpoint), 29500)
+    if rdzv.endpoint:  # torchrun's static rendezvous serves its store there instead
+        host, port = split_endpoint(rdzv.endpoint, 29500)
     else:  # torchrun's default port
-        host, port = str(args.master_addr), int(args.master_port or 29500)
+        host, port = rdzv.master_addr, int(rdzv.master_port or 29500)
     os.environ[STATIC_STORE] = f"{host}:{port}"
-    return StopWatch(host, port, int(args.node_rank), nodes, folder).start()
+    return StopWatch(host, port, rdzv.node_rank, nodes, folder).start()

@@ -20,12 +20,18 @@ def _int(value: object, flag: str) -> int:
 
 
 def node_range(nnodes: object) -> tuple[int, int]:
-    """(min, max) of ``--nnodes N`` or ``--nnodes MIN:MAX``; UsageError unless 1 <= MIN <= MAX."""
+    """(min, max) of ``--nnodes N`` or ``--nnodes MIN:MAX``; UsageError unless 1 <= MIN <= MAX.
+
+    Read by torch's own ``parse_min_max_nnodes`` (what torchrun's agent reads it with): the one
+    reading of ``--nnodes`` in the launcher.
+    """
+    from torch.distributed.run import parse_min_max_nnodes
+
     text = str(nnodes)
-    parts = text.split(":")
-    if len(parts) > 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
-        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})")
-    low, high = int(parts[0]), int(parts[-1])
+    try:
+        low, high = parse_min_max_nnodes(text)
+    except (ValueError, RuntimeError):  # torch: int() of a part, or more than two parts
+        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})") from None
     if low < 1 or high < low:
         raise UsageError(f"--nnodes {text}: needs 1 <= MIN <= MAX nodes")
     return low, high

@@ -1,4 +1,5 @@
-"""launch/forkserver.py: the fast-start decisions that need no server: CVE check, script guess, preloads."""
+"""launch/forkserver.py: the fast-start decisions that need no server: CVE check, preloads
+(which script is forked: tests/unit/launch/test_command_line.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from distrain.launch.forkserver import (
-    _script_from_argv,
     forkserver_unsafe,
     fresh_reason,
     top_level_imports,
@@ -26,24 +26,6 @@ def test_fixed_pythons_are_safe(version: tuple[int, int, int]) -> None:
 def test_vulnerable_pythons_name_the_fix(version: tuple[int, int, int], fixed: str) -> None:
     reason = forkserver_unsafe(version)
     assert reason is not None and "CVE-2022-42919" in reason and f"fixed in {fixed}" in reason
-
-
-def test_script_guess_from_argv(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("")
-    s = str(script)
-    assert _script_from_argv(["-n", "2", s, "--x"]) == s
-    assert _script_from_argv(["--start-method=forkserver", s]) == s
-    assert _script_from_argv([str(tmp_path / "missing.py")]) is None
-    for flags in (
-        ["-m"],
-        ["--no-python"],
-        ["--dry-run"],
-        ["-h"],
-        ["--start-method", "spawn"],
-        ["--start_method=fork"],
-    ):
-        assert _script_from_argv([*flags, s]) is None, flags
 
 
 def test_top_level_imports_skip_the_scripts_own_modules(tmp_path: Path) -> None:

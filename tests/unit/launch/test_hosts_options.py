@@ -18,8 +18,13 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch import host_options, ssh_hosts
+from distrain.launch.command_line import split
 from distrain.launch.hostfile import HostSpec, parse_hostfile_text, parse_hosts, select
-from distrain.launch.plan import option_table
+
+
+def parse_argv(argv: list[str]) -> host_options.HostsOptions:
+    """host_options.parse of a command line split by the one splitter, as `distrain run` does."""
+    return host_options.parse(split(argv))
 
 
 def test_host_lists_and_hostfiles() -> None:
@@ -72,22 +77,10 @@ def test_include_and_exclude_as_deepspeed() -> None:
         assert message in str(err.value)
 
 
-def test_the_option_table_is_distrain_runs() -> None:
-    """The fan-out splits argv without torch's parser: its table must be the real one."""
-    real = option_table()
-    mine = {
-        name: takes
-        for name, takes in host_options.table().items()
-        if name not in host_options.HOST_OPTIONS
-    }
-    assert mine == real
-    assert not set(host_options.HOST_OPTIONS) & set(real)  # no option means two things
-
-
 def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("a slots=2\nb slots=2\n")
-    opts = host_options.parse(["--hostfile", str(hostfile), "--ssh-opts", "-F cfg -p 2222", "-x", "FOO", "-x", "BAR=1",
+    opts = parse_argv(["--hostfile", str(hostfile), "--ssh-opts", "-F cfg -p 2222", "-x", "FOO", "-x", "BAR=1",
                                "--max-restarts", "2", "--nnodes", "1:2", "--quiet-hosts", "--iface", "b=ib0", "train.py", "--n", "5"])  # fmt: skip
     assert [h.name for h in opts.hosts] == ["a", "b"]
     assert opts.ssh_opts == ["-F", "cfg", "-p", "2222"] and opts.env == {"FOO": None, "BAR": "1"}
@@ -97,8 +90,6 @@ def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
         "5",
     ]
     assert opts.min_nodes == 1 and opts.quiet_hosts and opts.iface == {"b": "ib0"}
-    assert host_options.wants_hosts(["-n", "2", "--hosts=a,b", "x.py"])
-    assert not host_options.wants_hosts(["-n", "2", "x.py", "--hosts", "a"])  # a script option
 
 
 @pytest.mark.parametrize(
@@ -131,7 +122,7 @@ def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
 )
 def test_bad_input_is_one_message(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError) as err:
-        host_options.parse(argv)
+        parse_argv(argv)
     assert str(err.value).startswith(message), str(err.value)
 
 
@@ -146,7 +137,7 @@ def test_bad_input_through_the_command_is_one_line(tmp_path: Path) -> None:
 def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    opts = host_options.parse(
+    opts = parse_argv(
         [
             "--hosts",
             "a:2,b",
@@ -186,10 +177,17 @@ def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
         "-v",
     ]  # no slots: its GPUs, else its cores
     elastic = ssh_hosts.node_argv(
-        host_options.parse(["--hosts", "a,b", "--nnodes", "1:2", "-n", "1", "t.py"]), 1, "id1"
+        parse_argv(["--hosts", "a,b", "--nnodes", "1:2", "-n", "1", "t.py"]), 1, "id1"
     )
     assert elastic == ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "@MASTER_ADDR@:@MASTER_PORT@",
                        "--rdzv-id", "id1", "--max-restarts", "3", "-n", "1", "t.py"]  # fmt: skip
+    given = ssh_hosts.node_argv(
+        parse_argv(["--hosts", "a,b", "--nnodes", "1:2", "--max_restarts=1", "-n", "1", "t.py"]),
+        1,
+        "id1",
+    )
+    # the user's budget, in either spelling, and no second one
+    assert "--max-restarts" not in given and given[given.index("--max_restarts") + 1] == "1"
     remote = ssh_hosts.remote_command(opts, 1, ["10.0.0.1", "10.0.0.2"], env, "id1")
     words = shlex.split(remote)
     assert (
@@ -255,7 +253,7 @@ def test_replicas_that_cannot_be_placed_on_the_hosts_are_one_line(
 
 
 def test_dry_run_and_container_lines() -> None:
-    opts = host_options.parse(
+    opts = parse_argv(
         ["--hosts", "a:1,b:1", "--container", "img:1", "--ssh-opts", "-p 2222", "--dry-run", "t.py"]
     )
     assert opts.dry_run and "--dry-run" not in opts.node_argv

@@ -78,7 +78,7 @@ def test_static_worker_node_routes_to_the_master() -> None:
         "NCCL_SOCKET_IFNAME": "eth0",
         "DISTRAIN_BIND_ADDR": "10.0.0.2",
     }
-    assert args.local_addr == "10.0.0.2"
+    assert args.local_addr is None  # read only: the plan takes choice.address
 
 
 def test_user_ifname_variables_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def test_master_on_this_node_hosts_the_store() -> None:
         and choice.iface == "eth0"
         and choice.store == "store on this node (rank 0)"
     )
-    assert choice.warnings == []
+    assert choice.warnings == ()
 
 
 def test_iface_that_cannot_reach_the_master_is_refused() -> None:
@@ -137,16 +137,16 @@ def test_c10d_endpoint_on_this_node_marks_the_host() -> None:
         and choice.port == 29400
         and choice.store == "rendezvous store on this node"
     )
-    assert args.rdzv_conf == "join_timeout=60,is_host=1"
+    assert choice.is_host is True and args.rdzv_conf == "join_timeout=60"
 
 
 def test_c10d_endpoint_elsewhere_is_not_the_host_and_user_is_host_wins() -> None:
     args = _args(rdzv_backend="c10d", rdzv_endpoint="node0:29400")
-    plan_network(args, {}, None)
-    assert args.rdzv_conf == "is_host=0"
+    choice = plan_network(args, {}, None)
+    assert choice is not None and choice.is_host is False
     args = _args(rdzv_backend="c10d", rdzv_endpoint="node0:29400", rdzv_conf="is_host=1")
-    plan_network(args, {}, None)
-    assert args.rdzv_conf == "is_host=1"
+    choice = plan_network(args, {}, None)
+    assert choice is not None and choice.is_host is None  # the user's is_host stays
 
 
 def test_c10d_without_endpoint_is_refused() -> None:

@@ -1,4 +1,4 @@
-"""launch/plan.py: `distrain run` argument splitting, nproc/GPU resolution, the workers' environment.
+"""launch/plan.py: the frozen plan: nproc/GPU resolution, rendezvous, the workers' environment.
 
 plan() is called directly; the GPU count, the cores and the network tables are fixed by
 monkeypatch, so nothing here depends on the machine or opens a socket.
@@ -13,9 +13,6 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch import network, plan
-from distrain.launch.plan import _OWN_OPTIONS, _option_table, _torchrun_parser, split_argv
-
-OPTIONS = {"-n": True, "--nproc": True, "--dry-run": False, "--master-port": True, "-m": False}
 
 
 @pytest.fixture
@@ -40,63 +37,12 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(network, "route_to", lambda ip, port=9: ("10.0.0.2", "eth0"))
 
 
-# -- split_argv -------------------------------------------------------------------------------
-def test_split_at_the_first_non_option() -> None:
-    assert split_argv(["-n", "2", "train.py", "--n", "5", "-m"], OPTIONS) == (
-        ["-n", "2"],
-        ["train.py", "--n", "5", "-m"],
-    )
-
-
-def test_a_flag_before_the_script_takes_no_value() -> None:
-    assert split_argv(["-n", "2", "--dry-run", "t.py", "--n", "5"], OPTIONS) == (
-        ["-n", "2", "--dry-run"],
-        ["t.py", "--n", "5"],
-    )
-
-
-def test_split_at_double_dash() -> None:
-    assert split_argv(["--dry-run", "--", "-weird.py", "x"], OPTIONS) == (
-        ["--dry-run"],
-        ["-weird.py", "x"],
-    )
-
-
-def test_an_attached_value_does_not_consume_the_next_token() -> None:
-    assert split_argv(["--nproc=4", "train.py", "x"], OPTIONS) == (["--nproc=4"], ["train.py", "x"])
-
-
-def test_split_without_a_script_keeps_everything() -> None:
-    assert split_argv(["--dry-run", "-n", "2"], OPTIONS) == (["--dry-run", "-n", "2"], [])
-
-
-def test_split_refuses_unknown_and_abbreviated_options() -> None:
-    with pytest.raises(UsageError, match="unknown option --npr "):
-        split_argv(["--npr", "2", "train.py"], OPTIONS)
-    with pytest.raises(UsageError, match="script options go after the script"):
-        split_argv(["--lr=3", "train.py"], OPTIONS)
-
-
-def test_option_table_knows_torchrun_and_distrain_flags() -> None:
-    table = _option_table(_torchrun_parser())
-    assert table["--nnodes"] is True and table["--standalone"] is False
-    assert table["--master_port"] is True and table["-m"] is False
-    assert all(table[name] == takes for name, takes in _OWN_OPTIONS.items())
-
-
-def test_parser_defaults_fast_start_and_forwards_sigusr1() -> None:
-    args = _torchrun_parser().parse_args(["x.py"])
-    assert args.start_method == "fast"
-    assert "SIGUSR1" in args.signals_to_handle.split(",")
-    assert args.launcher == "torchrun"
-
-
 # -- plan() -----------------------------------------------------------------------------------
 def test_plan_sets_nproc_and_the_workers_environment(script: str) -> None:
     launch = plan.plan(["-n", "2", "--watchdog", "30", script, "--lr", "0.1"])
     assert launch.args.nproc_per_node == "2"
     assert launch.args.training_script == script
-    assert launch.args.training_script_args == ["--lr", "0.1"]
+    assert launch.args.training_script_args == ("--lr", "0.1")
     assert launch.network is None  # one node
     assert launch.env == {
         "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "DISTRAIN_WATCHDOG": "30.0",
@@ -187,12 +133,12 @@ def test_help_exits_zero_before_the_script(script: str, capsys: pytest.CaptureFi
     assert info.value.code == 0
     assert "distrain run" in capsys.readouterr().out
     # a script's own --help is the script's
-    assert plan.plan([script, "--help"]).args.training_script_args == ["--help"]
+    assert plan.plan([script, "--help"]).args.training_script_args == ("--help",)
 
 
 def test_legacy_local_rank_appends_the_agent_macro(script: str) -> None:
     args = plan.plan(["--legacy-local-rank", script, "--x"]).args
-    assert args.training_script_args == ["--x", "--local_rank=${local_rank}"]
+    assert args.training_script_args == ("--x", "--local_rank=${local_rank}")
 
 
 def test_cpu_rehearsal_sets_the_stand_in_count(
@@ -239,3 +185,65 @@ def test_torchrun_command_rendezvous_without_separator(script: str) -> None:
     )
     assert "--rdzv-conf" in cmd and "--node-rank" not in cmd
     assert cmd[-2:] == [script, "data"]
+
+
+# -- the plan is final ------------------------------------------------------------------------
+def test_the_plan_and_its_options_cannot_change(script: str) -> None:
+    import dataclasses
+
+    launch = plan.plan(["-n", "2", script])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        launch.network = None  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="the launch plan is final: nnodes"):
+        launch.args.nnodes = "2"
+    with pytest.raises(TypeError):
+        launch.env["X"] = "1"  # type: ignore[index]
+
+
+def test_plan_never_reads_sys_argv(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = plan.plan(["-n", "2", script, "--nproc-per-node", "3"]).args
+    # the process's own argv is someone else's (a tool that plans a job, a test runner)
+    monkeypatch.setattr("sys.argv", ["distrain", "run", "--nproc-per-node", "5", "--nnodes", "x"])
+    assert plan.plan(["-n", "2", script, "--nproc-per-node", "3"]).args == expected
+    # given before the script it is the launcher's: it must agree with -n (either spelling)
+    for spelling in ("--nproc-per-node", "--nproc_per_node"):
+        with pytest.raises(UsageError, match="--nproc-per-node 3 disagrees"):
+            plan.plan(["-n", "2", spelling, "3", script])
+
+
+def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
+    launch = plan.plan(["-n", "2", script])
+    r = launch.rendezvous
+    assert (r.backend, r.endpoint, r.local_addr, r.standalone) == (
+        "c10d",
+        "127.0.0.1:0",
+        "127.0.0.1",
+        False,
+    )
+    assert launch.agent_store is not None and (
+        launch.agent_store.host,
+        launch.agent_store.port,
+    ) == ("127.0.0.1", 0)
+    # the dry run shows what torchrun would be given; the agent gets the store's real port
+    assert (
+        launch.args.rdzv_backend == "static" and "--rdzv-backend" not in launch.torchrun_command()
+    )
+    ns = launch.agent_args(r.on_port(41234))
+    assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id, ns.master_port) == (
+        "c10d",
+        "127.0.0.1:41234",
+        r.id,
+        29500,
+    )
+    assert ns.start_method == "forkserver" and ns.run_path is True and ns.training_script_args == []
+    ns.nnodes = "3"  # a copy: torch may do what it likes with it
+    assert launch.agent_args().nnodes == "1:1"
+
+
+def test_multi_node_static_plan_keeps_torchrun_defaults(script: str) -> None:
+    launch = plan.plan(["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.2",
+                        "--start-method", "spawn", script])  # fmt: skip
+    r = launch.rendezvous
+    assert (r.backend, r.endpoint, r.master_port, r.local_addr) == ("static", "", 29500, "10.0.0.2")
+    assert launch.agent_store is None and launch.start.method == "spawn"
+    assert launch.agent_args().run_path is False

@@ -14,7 +14,7 @@ import pytest
 from distrain.contract import append_ft_event, ft_start_file, ft_step_file
 from distrain.errors import UsageError
 from distrain.launch import lighthouse
-from distrain.launch.plan import option_table
+from distrain.launch.command_line import split
 from distrain.launch.replica_events import AgentLossReporter, ReplicaJob
 from distrain.launch.replica_nodes import Placement
 from distrain.launch.replicas import check_replicas, group_argv
@@ -83,25 +83,28 @@ def test_missing_torchft_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_group_argv_drops_replicas_and_gives_a_restart_budget() -> None:
-    table = option_table()
     argv = group_argv(
-        ["--replicas", "2", "-n", "1", "--run-dir=runs"], ["train.py", "--lr", "1"], 1, table
+        split(["--replicas", "2", "-n", "1", "--run-dir=runs", "train.py", "--lr", "1"]), 1
     )
     assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py", "--lr", "1"]  # fmt: skip
-    assert group_argv(["--replicas=2", "--max-restarts", "5"], ["-m", "pkg"], 0, table) == [
+    assert group_argv(split(["--replicas=2", "--max-restarts", "5", "--", "-m", "pkg"]), 0) == [
         "--max-restarts",
         "5",
         "--",
         "-m",
         "pkg",
     ]
+    # any spelling of --max-restarts is the user's budget
+    assert group_argv(split(["--replicas", "2", "--max_restarts=0", "t.py"]), 0) == [
+        "--max_restarts=0",
+        "t.py",
+    ]
 
 
 def test_group_argv_a_switch_before_replicas_does_not_swallow_it() -> None:
     # `run --cpu --replicas 2`: read as --cpu's value, --replicas stayed in every group's
     # command line and each group started a replicas job of its own, without end
-    table = option_table()
-    argv = group_argv(["--cpu", "--replicas", "2", "--dry-run", "-n", "1"], ["t.py"], 0, table)
+    argv = group_argv(split(["--cpu", "--replicas", "2", "--dry-run", "-n", "1", "t.py"]), 0)
     assert argv == ["--cpu", "--dry-run", "-n", "1", "--max-restarts", "3", "t.py"]
 
 
@@ -201,8 +204,8 @@ def test_groups_are_placed_whole_on_nodes() -> None:
 def test_group_argv_drops_the_multi_node_options() -> None:
     # each group is a one-node job: the node options are the replicas launcher's, not the group's
     argv = group_argv(
-        ["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master_port", "29500", "--iface", "eth0", "-n", "1"],
-        ["t.py"], 1, option_table(),
+        split(["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master_port", "29500",
+               "--iface", "eth0", "-n", "1", "t.py"]), 1,
     )  # fmt: skip
     assert argv == ["-n", "1", "--max-restarts", "3", "t.py"]
 

@@ -1,0 +1,277 @@
+"""The `distrain run` command line, taken apart once: launcher options, the script, its arguments.
+
+One parser knows every option `distrain run` takes: torchrun's own
+(``torch.distributed.run.get_args_parser``), distrain's, registered here once, and those of the
+fan-out to many machines (``--hosts`` & co., left out of the one-node ``--help``).
+:func:`split` cuts a command line at the script with that parser's own table of options (which
+take a value, which are switches), so ``train.py --n 5`` never reaches argparse's prefix
+matching and no launcher option is abbreviated.  Every caller takes its command line apart here
+and selects options by the parser's ``dest``, so each spelling of an option (``--max-restarts``,
+``--max_restarts``) is known once: the plan, the early fork server, the replica groups, the
+fan-out to hosts, and the tools that relaunch themselves (split with their own parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import UsageError, raise_usage_errors
+from .mpi import LAUNCHERS
+
+PROG = "distrain run"
+#: the dest of a token that names no option of the parser
+UNKNOWN = ""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option as given: its name, the parser's dest for it, its value and its tokens."""
+
+    name: str
+    dest: str
+    #: None for a switch, or for a value missing at the end of the command line
+    value: str | None
+    tokens: tuple[str, ...]
+    #: the option takes a value (a None value then means it is missing)
+    takes_value: bool = False
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A command line split at the script: the options before it, then [script, *script args]."""
+
+    options: tuple[Option, ...] = ()
+    script_argv: tuple[str, ...] = ()
+
+    @property
+    def launcher_argv(self) -> list[str]:
+        """The launcher's tokens, as given."""
+        return [tok for opt in self.options for tok in opt.tokens]
+
+    @property
+    def script(self) -> str | None:
+        """The training script (a path, or a module with -m), or None when none was given."""
+        return self.script_argv[0] if self.script_argv else None
+
+    @property
+    def script_args(self) -> list[str]:
+        """The script's own arguments."""
+        return list(self.script_argv[1:])
+
+    @property
+    def unknown(self) -> list[str]:
+        """Names before the script that no option of the parser has."""
+        return [opt.name for opt in self.options if opt.dest == UNKNOWN]
+
+    def refuse_unknown(self) -> None:
+        """UsageError naming the first unknown option, if any."""
+        if self.unknown:
+            raise UsageError(
+                f"unknown option {self.unknown[0]} "
+                "(see distrain run --help; script options go after the script)"
+            )
+
+    def has(self, *dests: str) -> bool:
+        """True when an option with one of these dests was given."""
+        return any(opt.dest in dests for opt in self.options)
+
+    def given(self, *dests: str) -> list[Option]:
+        """The options with these dests, in the order given."""
+        return [opt for opt in self.options if opt.dest in dests]
+
+    def value(self, dest: str) -> str | None:
+        """The last value given to the option `dest` (None when not given)."""
+        found = [opt.value for opt in self.options if opt.dest == dest]
+        return found[-1] if found else None
+
+    def launcher_without(self, *dests: str) -> list[str]:
+        """The launcher's tokens without the options of these dests."""
+        return [tok for opt in self.options if opt.dest not in dests for tok in opt.tokens]
+
+    def argv_without(self, *dests: str) -> list[str]:
+        """The whole command line without the options of these dests (``--`` kept where needed)."""
+        return self.launcher_without(*dests) + script_tail(list(self.script_argv))
+
+
+def script_tail(script_argv: list[str]) -> list[str]:
+    """[script, *args] for a command line: after ``--`` when the script looks like an option."""
+    return ["--", *script_argv] if script_argv and script_argv[0].startswith("-") else script_argv
+
+
+def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> CommandLine:
+    """Split `argv` at the first token that is not an option (or at ``--``, which is dropped).
+
+    `parser` defaults to `distrain run`'s (:func:`run_parser`); a tool that relaunches itself
+    splits its own arguments with its own parser.  An unknown name is kept as a switch with the
+    dest UNKNOWN: the caller decides when to refuse it (``--help`` is still seen after it).
+    """
+    table = takes_value(parser if parser is not None else run_parser())
+    options: list[Option] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return CommandLine(tuple(options), tuple(argv[i + 1 :]))
+        if not tok.startswith("-") or tok == "-":
+            return CommandLine(tuple(options), tuple(argv[i:]))
+        name, eq, attached = tok.partition("=")
+        dest, needs_value = table.get(name, (UNKNOWN, False))
+        if eq or not needs_value:
+            value = attached if eq else None
+            options.append(Option(name, dest, value, (tok,), needs_value))
+            i += 1
+        elif i + 1 < len(argv):
+            options.append(Option(name, dest, argv[i + 1], (tok, argv[i + 1]), True))
+            i += 2
+        else:  # the value is missing: the parser says so in its own words
+            options.append(Option(name, dest, None, (tok,), True))
+            i += 1
+    return CommandLine(tuple(options), ())
+
+
+def takes_value(parser: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
+    """Every option name of `parser` → (its dest, whether it takes a value)."""
+    return {
+        name: (action.dest, action.nargs != 0)
+        for action in parser._actions
+        for name in action.option_strings
+    }
+
+
+def run_parser() -> argparse.ArgumentParser:
+    """`distrain run`'s parser: torchrun's, with distrain's options and the fan-out's added."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = PROG
+    parser.allow_abbrev = False
+    parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
+    parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
+    _add_run_options(parser)
+    _add_host_options(parser)
+    raise_usage_errors(parser)
+    _fast_start_default(parser)
+    _forward_usr1(parser)
+    return parser
+
+
+#: how workers start (launch/forkserver.py): distrain's fast start, then torch's three
+START_METHODS = ("fast", "spawn", "fork", "forkserver")
+
+
+def _fast_start_default(parser: argparse.ArgumentParser) -> None:
+    """Give torchrun's ``--start-method`` distrain's choices and the fast default."""
+    for action in parser._actions:
+        if action.dest == "start_method":
+            action.choices = START_METHODS
+            action.default = "fast"
+            action.help = (
+                "how workers start: fast (fork from a preloaded server, fresh interpreter as fallback; "
+                "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
+            )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "-n",
+        "--nproc",
+        default=None,
+        help="processes per node: an integer or 'auto' (GPUs, else CPU cores)",
+    )
+    add(
+        "--gpus",
+        default=None,
+        help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)",
+    )
+    add(
+        "--legacy-local-rank",
+        "--legacy_local_rank",
+        action="store_true",
+        help="pass --local_rank=N to the script, for old scripts",
+    )
+    add(
+        "--dry-run",
+        "--dry_run",
+        action="store_true",
+        help="print the equivalent torchrun command; run nothing",
+    )
+    add(
+        "--run-dir",
+        "--run_dir",
+        default=None,
+        help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir",
+    )
+    add(
+        "--iface",
+        default=None,
+        help="network interface to the other nodes (default: the one routing to the master)",
+    )
+    add(
+        "--launcher",
+        default="torchrun",
+        choices=LAUNCHERS,
+        help="process launcher (mpirun/horovodrun: one node)",
+    )
+    add(
+        "--watchdog",
+        default=None,
+        metavar="SECONDS",
+        help="abort with every rank's stack when no rank makes progress this long",
+    )
+    add(
+        "--cpu",
+        action="store_true",
+        help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified",
+    )
+    add(
+        "--self-starting",
+        dest="self_starting",
+        action="store_const",
+        const=True,
+        default=None,
+        help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
+    )
+    add(
+        "--no-self-starting",
+        dest="self_starting",
+        action="store_const",
+        const=False,
+        help="run N copies as torchrun would, even if the script seems to start its own workers",
+    )
+    add(
+        "--replicas",
+        default=None,
+        metavar="R",
+        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')",
+    )
+
+
+#: the fan-out's own options (launch/host_options.py; its help is host_options.HELP)
+HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts", "container")  # fmt: skip
+
+
+def _add_host_options(parser: argparse.ArgumentParser) -> None:
+    hidden = argparse.SUPPRESS
+    add = parser.add_argument
+    add("--hosts", "-H", default=None, help=hidden)
+    add("--hostfile", default=None, help=hidden)
+    add("--include", default=None, help=hidden)
+    add("--exclude", default=None, help=hidden)
+    add("--ssh-opts", default=None, help=hidden)
+    add("-x", dest="forward", action="append", default=None, help=hidden)
+    add("--quiet-hosts", action="store_true", help=hidden)
+    add("--container", default=None, help=hidden)
+
+
+def _forward_usr1(parser: argparse.ArgumentParser) -> None:
+    """Handle and forward SIGUSR1 too: SLURM's time-limit warning (`sbatch --signal=USR1@N`).
+
+    Unhandled, SIGUSR1 kills the agent outright and orphans the workers; handled, the agent
+    passes it on and waits for them to checkpoint (train/signals.py), as it does for SIGTERM.
+    """
+    for action in parser._actions:
+        if action.dest == "signals_to_handle" and "SIGUSR1" not in str(action.default).split(","):
+            action.default = f"{action.default},SIGUSR1"
