@@ -27,6 +27,10 @@ LAUNCHER_PREFIXES = ("TORCHELASTIC_", "OMPI_COMM_WORLD_", "PMI_", "MPI_LOCAL", "
                      "PET_", "JSM_NAMESPACE_", "LSB_")  # fmt: skip
 #: distrain's own variables a test may need from the shell (conftest sets the device)
 KEPT = frozenset({"DISTRAIN_DEVICE"})
+#: variables torch writes once per process, for whichever test first reaches the code (inductor
+#: caches its directory in the environment on the first compiled or fused-optimizer path): which
+#: test that is depends on xdist's scheduling, so it is not that test's leak
+TORCH_ONCE = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
 #: how long a thread a test started may take to end on its own after the test
 THREAD_GRACE_S = 5.0
 
@@ -43,7 +47,8 @@ def environment_changes(before: Mapping[str, str], after: Mapping[str, str]) -> 
     """The variables added, removed or changed between two copies of the environment (pytest's own aside)."""
     changed = []
     for key in sorted(set(before) | set(after)):
-        if key != "PYTEST_CURRENT_TEST" and before.get(key) != after.get(key):
+        ignored = key == "PYTEST_CURRENT_TEST" or key in TORCH_ONCE
+        if not ignored and before.get(key) != after.get(key):
             changed.append(f"{key}: {before.get(key)!r} -> {after.get(key)!r}")
     return changed
 

@@ -211,9 +211,7 @@ def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
 
 
 def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
-    opts = host_options.parse(
-        ["--hosts", "a:4,b:8", "--include", "a@b:4,5,6,7", "--replicas", "4", "t.py"]
-    )
+    opts = parse_argv(["--hosts", "a:4,b:8", "--include", "a@b:4,5,6,7", "--replicas", "4", "t.py"])
     assert (opts.replicas, opts.per_group) == (4, 2)  # 2 groups of 2 processes on each host
     b = ssh_hosts.node_argv(opts, 1, "id1")
     assert b == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "@MASTER_ADDR@", "--master-port", "@MASTER_PORT@",
@@ -229,7 +227,7 @@ def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
     later = ssh_hosts.probe_spec(opts, 0, None)
     assert later["route_later"] and "route_to" not in later and later["ports"] == 2
     assert json.loads(ssh_hosts.route_line(["10.0.0.1", "10.0.0.2"])) == {"route_to": "10.0.0.2"}
-    per_group = host_options.parse(["--hosts", "a,b", "--replicas", "2", "-n", "3", "t.py"])
+    per_group = parse_argv(["--hosts", "a,b", "--replicas", "2", "-n", "3", "t.py"])
     assert ssh_hosts.node_argv(per_group, 0, "id1")[8:] == ["--replicas", "2", "-n", "3", "t.py"]
 
 
@@ -245,10 +243,10 @@ def test_replicas_that_cannot_be_placed_on_the_hosts_are_one_line(
     argv: list[str], message: str
 ) -> None:
     with pytest.raises(UsageError) as err:
-        host_options.parse(["--hosts", "a:2,b:2", *argv, "t.py"])
+        parse_argv(["--hosts", "a:2,b:2", *argv, "t.py"])
     assert str(err.value).startswith(message), str(err.value)
     with pytest.raises(UsageError) as err:  # groups of one size: the hosts' slots must agree
-        host_options.parse(["--hosts", "a:2,b:1", "--replicas", "2", "t.py"])
+        parse_argv(["--hosts", "a:2,b:1", "--replicas", "2", "t.py"])
     assert "every host needs the same slots" in str(err.value)
 
 

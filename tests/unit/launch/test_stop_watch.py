@@ -47,10 +47,9 @@ def test_node0_stops_waiting_for_a_node_that_stopped_looking(tmp_path: Path) -> 
 
 
 def test_one_node_and_c10d_jobs_are_not_watched() -> None:
-    import argparse
+    from distrain.launch.rendezvous import Rendezvous
 
-    args = argparse.Namespace(rdzv_backend="static", rdzv_endpoint="", standalone=False,
-                              master_addr="127.0.0.1", master_port=29500, node_rank=0)  # fmt: skip
-    assert stop_watch.start(args, None, 1) is None
-    args.rdzv_backend = "c10d"
-    assert stop_watch.start(args, None, 2) is None
+    one = Rendezvous("static", "", "none", "", "1", 0, "127.0.0.1", 29500, None)
+    assert stop_watch.start(one, None) is None
+    c10d = Rendezvous("c10d", "127.0.0.1:29500", "job", "", "2", 0, "127.0.0.1", 29500, None)
+    assert stop_watch.start(c10d, None) is None
