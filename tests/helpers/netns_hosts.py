@@ -146,11 +146,16 @@ class Hosts:
                 pytest.fail(f"multi-node job did not finish within {timeout}s\n{text}")
         return codes
 
+    def pids(self, i: int) -> list[str]:
+        """The processes in node `i`'s namespace."""
+        out = subprocess.run(
+            ["ip", "netns", "pids", self.names[i]], capture_output=True, text=True, timeout=30
+        )
+        return out.stdout.split()
+
     def kill_node(self, i: int) -> int:
         """SIGKILL every process in node `i`'s namespace at once (the machine dies); how many."""
-        pids = subprocess.run(
-            ["ip", "netns", "pids", self.names[i]], capture_output=True, text=True, check=True
-        ).stdout.split()
+        pids = self.pids(i)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)

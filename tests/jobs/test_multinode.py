@@ -11,23 +11,15 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import REPO, python
-from helpers.netns_hosts import Hosts, make_hosts
+from helpers.netns_hosts import Hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(400)]
 
 SCRIPT = str(REPO / "tests" / "scripts" / "mn_train.py")
-
-
-@pytest.fixture
-def hosts2() -> Iterator[Hosts]:
-    """Two namespace hosts on one bridge, removed afterwards."""
-    with make_hosts(2) as hosts:
-        yield hosts
 
 
 RUN = [python(), "-m", "distrain.cli", "run"]

@@ -18,13 +18,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from helpers import REPO, python
-from helpers.netns_hosts import Hosts, make_hosts
+from helpers.netns_hosts import Hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -33,20 +32,6 @@ WATCHDOG_S = 8
 #: from the freeze to each node's exit: the verdict (S, a poll, 2 s of stacks), the other node's
 #: look at the store (1 s), 2 s before its SIGKILL of the frozen rank, the agents' ends; load
 STOP_BOUND_S = WATCHDOG_S + 60
-
-
-@pytest.fixture
-def hosts2() -> Iterator[Hosts]:
-    """Two namespace hosts on one bridge, removed afterwards."""
-    with make_hosts(2) as hosts:
-        yield hosts
-
-
-def _pids(hosts: Hosts, i: int) -> list[str]:
-    out = subprocess.run(
-        ["ip", "netns", "pids", hosts.names[i]], capture_output=True, text=True, timeout=30
-    )
-    return out.stdout.split()
 
 
 def _start(
@@ -71,13 +56,13 @@ def _start(
 
 def _rank_pid(hosts: Hosts, node: int) -> int:
     """The pid of the rank in node `node`'s namespace (its title: `distrain rank R/2 · …`)."""
-    for pid in _pids(hosts, node):
+    for pid in hosts.pids(node):
         try:
             if " ".join(psutil.Process(int(pid)).cmdline()).startswith("distrain rank"):
                 return int(pid)
         except psutil.Error:
             continue
-    raise AssertionError(f"no rank in node {node}: {_pids(hosts, node)}")
+    raise AssertionError(f"no rank in node {node}: {hosts.pids(node)}")
 
 
 def _step(path: Path) -> int:
@@ -119,10 +104,10 @@ def _freeze_and_expect_stop(
         # the frozen rank was SIGKILLed by its own launcher, not after torch's 30 s grace
         assert "Unable to shutdown process" not in text, f"node {i}: {text[-3000:]}"
     deadline = time.monotonic() + 15
-    while (_pids(hosts, 0) or _pids(hosts, 1)) and time.monotonic() < deadline:
+    while (hosts.pids(0) or hosts.pids(1)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _pids(hosts, 0) and not _pids(hosts, 1), (
-        f"processes left: {_pids(hosts, 0)} {_pids(hosts, 1)}"
+    assert not hosts.pids(0) and not hosts.pids(1), (
+        f"processes left: {hosts.pids(0)} {hosts.pids(1)}"
     )
     if after_step > 5:  # a rerun: it resumed before the freeze
         assert "distrain: resumed from" in "".join(texts), "".join(texts)[-3000:]

@@ -14,12 +14,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import REPO, python
-from helpers.netns_hosts import Hosts, make_hosts
+from helpers.netns_hosts import Hosts
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -28,20 +27,6 @@ SCRIPT = str(REPO / "tests" / "scripts" / "node_loss_worker.py")
 REJOIN_S = 15
 #: from the kill to node 0's exit: the peer's failure seen, one restart, the bound, the agent's end
 STOP_BOUND_S = REJOIN_S + 45
-
-
-@pytest.fixture
-def hosts2() -> Iterator[Hosts]:
-    """Two namespace hosts on one bridge, removed afterwards."""
-    with make_hosts(2) as hosts:
-        yield hosts
-
-
-def _pids(hosts: Hosts, i: int) -> list[str]:
-    out = subprocess.run(
-        ["ip", "netns", "pids", hosts.names[i]], capture_output=True, text=True, timeout=30
-    )
-    return out.stdout.split()
 
 
 def _start(
@@ -102,10 +87,10 @@ def test_static_node_launcher_killed_survivor_stops_and_rerun_resumes(
     assert "rerun the same command on every node to resume from step" in last, text[-4000:]
     procs[1].wait(timeout=10)
     leftover_deadline = time.monotonic() + 15
-    while (_pids(hosts2, 0) or _pids(hosts2, 1)) and time.monotonic() < leftover_deadline:
+    while (hosts2.pids(0) or hosts2.pids(1)) and time.monotonic() < leftover_deadline:
         time.sleep(0.2)
-    assert not _pids(hosts2, 0) and not _pids(hosts2, 1), (
-        f"processes left: {_pids(hosts2, 0)} {_pids(hosts2, 1)}"
+    assert not hosts2.pids(0) and not hosts2.pids(1), (
+        f"processes left: {hosts2.pids(0)} {hosts2.pids(1)}"
     )
     print(f"node 0 stopped {took:.1f} s after node 1's launcher was killed: {last}")
 
