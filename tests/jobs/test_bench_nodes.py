@@ -14,6 +14,15 @@ from helpers.ssh_cluster import assert_clean, ssh_cluster
 BENCH = [python(), "-m", "distrain.cli", "bench", "scaling"]
 
 
+def _two_node_command(results: dict) -> list[str]:
+    """The 1-vs-2-nodes chart's two rows both ran; the command of the two-node one."""
+    configs = {c["name"]: c for c in results["configs"]}
+    assert set(configs) == {"n1-bn", "2nodes-n1-bn"}, configs
+    two = configs["2nodes-n1-bn"]
+    assert two["status"] == "ok" and two["nproc"] == 2 and two["samples_per_s"] > 0, two
+    return next(r["command"] for r in results["rounds"] if r["name"] == "2nodes-n1-bn")
+
+
 @pytest.mark.netns
 @pytest.mark.timeout(500)
 @pytest.mark.slow
@@ -47,11 +56,7 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     two = configs["2nodes-n1-bn"]
     assert two["status"] == "ok" and two["nproc"] == 2 and two["samples_per_s"] > 0, two
     # a static --nnodes 2 job only finishes when both namespaces' launchers joined it
-    configs = {c["name"]: c for c in results["configs"]}
-    assert set(configs) == {"n1-bn", "2nodes-n1-bn"}, configs
-    two = configs["2nodes-n1-bn"]
-    assert two["status"] == "ok" and two["nproc"] == 2 and two["samples_per_s"] > 0, two
-    command = next(r["command"] for r in results["rounds"] if r["name"] == "2nodes-n1-bn")
+    command = _two_node_command(results)
     assert command[2:6] == [
         "distrain.bench.nodes",
         "launch",
@@ -86,11 +91,7 @@ def test_one_node_against_two_ssh_hosts(tmp_path: Path) -> None:
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         assert_clean(c)
     results = json.loads((out / "results.json").read_text())
-    configs = {cfg["name"]: cfg for cfg in results["configs"]}
-    assert set(configs) == {"n1-bn", "2nodes-n1-bn"}, configs
-    two = configs["2nodes-n1-bn"]
-    assert two["status"] == "ok" and two["nproc"] == 2 and two["samples_per_s"] > 0, two
-    command = next(r["command"] for r in results["rounds"] if r["name"] == "2nodes-n1-bn")
+    command = _two_node_command(results)
     assert command[2:8] == [
         "distrain.cli",
         "run",
