@@ -6,6 +6,9 @@ progress signal the launcher could watch instead (its output and CPU use say not
 steps), so the launcher only makes the silence visible: every rank whose watchdog started leaves
 a mark in the job's summary folder (contract.WATCHDOG_MARK), and when no rank of this node has
 left one after the watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.
+From then on the launcher watches the one fault it can see from outside: a process of the job
+stopped (SIGSTOP) for longer than the watchdog's seconds is named and killed
+(launch/stopped_procs.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 
 from ..contract import WATCHDOG, watchdog_started
 from .plan import PROG, LaunchPlan
+from .stopped_procs import StoppedProcesses
 
 #: the earliest the line comes during a job: a script that does call ``distrain.init()`` may take
 #: this long to reach it (imports, data, rendezvous) on a loaded machine, where a shorter
@@ -34,6 +38,8 @@ class WatchNotice:
         self.delay = max(seconds, MIN_DELAY_S) if delay is None else delay
         self._said = False
         self._lock = threading.Lock()
+        #: from the notice on: the job's processes stopped for over `seconds` are killed
+        self.stopped: StoppedProcesses | None = None
         self._timer = threading.Timer(self.delay, self._check, kwargs={"ending": False})
         self._timer.daemon = True
 
@@ -47,7 +53,10 @@ class WatchNotice:
         if ending:
             did = "did not, so nothing was watched"
         else:
-            did = f"has not in its first {self.delay:g} s, so nothing is watched"
+            did = (
+                f"has not in its first {self.delay:g} s, so only a process stopped (SIGSTOP) for "
+                f"over {self.seconds:g} s is watched"
+            )
         head = f"{PROG}: warning: --watchdog watches scripts that call distrain.init()"
         return f"{head}; {self.script} {did}"
 
@@ -57,10 +66,14 @@ class WatchNotice:
                 return
             self._said = True
         print(self.line(ending), file=sys.stderr, flush=True)
+        if not ending:
+            self.stopped = StoppedProcesses(self.seconds).start()
 
     def finish(self) -> None:
         """At the job's end (before the summary folder goes): the line, if it is still due."""
         self._timer.cancel()
+        if self.stopped is not None:
+            self.stopped.stop()
         if os.path.isdir(self.folder):
             self._check(ending=True)
 

@@ -39,8 +39,12 @@ def test_line_during_the_job_then_nothing_at_the_end(
     notice.finish()
     assert (
         capsys.readouterr().err
-        == HEAD + "train.py has not in its first 0 s, so nothing is watched\n"
+        == HEAD
+        + "train.py has not in its first 0 s, so only a process stopped (SIGSTOP) for over 120 s is watched\n"
     )
+    assert (
+        notice.stopped is not None and not notice.stopped._thread.is_alive()
+    )  # ended with the job
 
 
 def test_watched_job_says_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
