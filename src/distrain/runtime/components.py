@@ -6,6 +6,7 @@ callbacks it uses, never the Context: train/ does not reach back into runtime/.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +44,9 @@ def checkpointer(
         process=process,
         is_main=is_main,
         scaler=scaler,
-        store=shared_store(CHECKPOINT_STORE_PREFIX) if process.distributed else None,
+        store=functools.partial(shared_store, CHECKPOINT_STORE_PREFIX)
+        if process.distributed
+        else None,
         summary_dir=settings.summary_dir,
         replicas=replicas,
         on_close=services.on_close,

@@ -59,8 +59,10 @@ class JobHandles:
     - ``is_main``: whether this is the process that prints (None: rank 0; under ``--replicas``
       the Context says rank 0 of group 0 only).
     - ``scaler``: the fp16 GradScaler, saved with the state.
-    - ``store``: a store every rank of the default group shares (writers report their files
-      there); None without a process group.
+    - ``store``: returns a store every rank of the default group shares (writers report their
+      files there), asked at each save; None without a process group.  A function, not the
+      store: a store held past ``destroy_process_group`` keeps rank 0's server thread alive
+      into interpreter teardown (tests/scripts/exit_threads.py).
     - ``summary_dir``: where the node's checkpoint leader tells `distrain run` the step a
       restart resumes from (``DISTRAIN_SUMMARY_DIR``); None: not told.
     - ``replicas``: the replica groups under ``--replicas``, else None.
@@ -76,7 +78,7 @@ class JobHandles:
     process: ProcessInfo = field(default_factory=ProcessInfo)
     is_main: bool | None = None
     scaler: torch.amp.GradScaler | None = None
-    store: dist.Store | None = None
+    store: Callable[[], dist.Store] | None = None
     summary_dir: str | None = None
     replicas: Healer | None = None
     on_close: Callable[[Callable[[], None]], None] = _ignore

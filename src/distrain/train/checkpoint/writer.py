@@ -101,7 +101,8 @@ class Writer:
         topo = self.ckpt.topology
         os.makedirs(self.tmp_dir, exist_ok=True)
         files: dict[str, dict[str, Any]] = {}
-        store = self.ckpt.handles.store if self.process.distributed else None
+        get_store = self.ckpt.handles.store
+        store = get_store() if get_store is not None and self.process.distributed else None
         if store is not None:  # who writes: the leader can tell a dead writer from a slow one
             store.set(
                 f"{self.key}/{self.step}/{self.process.rank}/process", peers.process_identity()

@@ -117,7 +117,7 @@ def _leader_of_two(tmp_path: Path, **options: object) -> tuple[Checkpointer, dis
     server = dist.HashStore()
     store = dist.PrefixStore("distrain/ckpt", server)
     process = ProcessInfo(rank=0, world_size=2, local_world_size=2, backend="gloo")
-    handles = JobHandles(process=process, store=store, **options)
+    handles = JobHandles(process=process, store=lambda: store, **options)
     ckpt = Checkpointer(handles, tmp_path, handle_signals=False)
     ckpt.topology = Topology(shared=True, leader=0, members=[0, 1], leaders=[0, 0])
     return ckpt, server
@@ -129,7 +129,7 @@ def _next_key(ckpt: Checkpointer, step: int) -> str:
 
 def test_a_dead_writer_is_a_typed_verdict_not_an_exit(tmp_path: Path) -> None:
     ckpt, server = _leader_of_two(tmp_path)
-    ckpt.handles.store.set(_next_key(ckpt, 3) + "/process", _dead_identity())
+    ckpt.handles.store().set(_next_key(ckpt, 3) + "/process", _dead_identity())
     t0 = time.monotonic()
     with pytest.raises(SaveAbandoned) as err:
         ckpt.save(3)
@@ -144,7 +144,7 @@ def test_the_lifecycle_exits_with_the_line_and_code_of_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ckpt, server = _leader_of_two(tmp_path, on_abandoned=exit_abandoned)
-    ckpt.handles.store.set(_next_key(ckpt, 3) + "/process", _dead_identity())
+    ckpt.handles.store().set(_next_key(ckpt, 3) + "/process", _dead_identity())
     with pytest.raises(SystemExit) as exited:
         ckpt.save(3)
     assert exited.value.code == 1
@@ -171,7 +171,7 @@ def test_a_stop_signal_with_no_report_exits_with_the_signal_code(
 def test_in_the_background_a_dead_writer_is_a_failed_save(tmp_path: Path) -> None:
     ckpt, server = _leader_of_two(tmp_path, on_abandoned=exit_abandoned)
     ckpt.async_save = True
-    ckpt.handles.store.set(_next_key(ckpt, 4) + "/process", _dead_identity())
+    ckpt.handles.store().set(_next_key(ckpt, 4) + "/process", _dead_identity())
     ckpt.save(4)
     with pytest.raises(CheckpointError) as err:
         ckpt.wait()  # reported by the next wait, as before: no exit from a background thread
