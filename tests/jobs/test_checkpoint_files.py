@@ -327,7 +327,7 @@ def test_digits_example_resumes(tmp_path: Path) -> None:
     assert "distrain: resumed from" in result.stdout and "done: test acc" in result.stdout
 
 
-def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
+def test_async_save_and_extras_round_trip(tmp_path: Path, writes_environ: None) -> None:
     """In-process, one process: an async save restores model, optimizer and user extras exactly."""
     import distrain
 
@@ -362,7 +362,7 @@ def test_async_save_and_extras_round_trip(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_cuda_rng_and_model_round_trip(tmp_path: Path) -> None:
+def test_cuda_rng_and_model_round_trip(tmp_path: Path, writes_environ: None) -> None:
     """GPU: CUDA RNG states are saved and restored; a CUDA model and optimizer resume exactly."""
     from distrain.train.checkpoint import rng_state, set_rng_state
 

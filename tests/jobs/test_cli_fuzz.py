@@ -207,7 +207,7 @@ def _one_line_error(stderr: str) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_random_arguments_in_process(no_real_work: None) -> None:
+def test_random_arguments_in_process(no_real_work: None, writes_environ: None) -> None:
     rng = random.Random(20261123)
     seen: dict[str, int] = {}
     bad: list[str] = []
