@@ -13,12 +13,14 @@ import pytest
 from helpers import python, run
 
 SCRIPT = """
-import torch, distrain
+import sys, torch, distrain
 from distrain.train.strategies import heap, is_sharded
 
 ctx = distrain.init(verbose=False)
 model = ctx.prepare_model(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)), "fsdp")
-print(f"rank {ctx.rank} sharded {is_sharded(model)} mapped {heap._applied}", flush=True)
+# a file per rank: two ranks printing to one pipe can run their lines together
+with open(f"{sys.argv[1]}/rank{ctx.rank}", "w") as f:
+    f.write(f"rank {ctx.rank} sharded {is_sharded(model)} mapped {heap._applied}")
 """
 
 
@@ -27,8 +29,10 @@ def test_fsdp_changes_the_allocator_only_when_asked(asked: str | None, tmp_path:
     script = tmp_path / "fsdp_once.py"
     script.write_text(SCRIPT)
     env = {"DISTRAIN_MAP_LARGE_BUFFERS": asked} if asked else None
-    result = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(script)], 300, env)
+    result = run(
+        [python(), "-m", "distrain.cli", "run", "-n", "2", str(script), str(tmp_path)], 300, env
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    lines = [(tmp_path / f"rank{r}").read_text() for r in (0, 1)]
     mapped = "True" if asked else "False"
     assert lines == [f"rank {r} sharded True mapped {mapped}" for r in (0, 1)], result.stdout
