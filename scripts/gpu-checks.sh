@@ -57,8 +57,9 @@ check gpt_mfu $py scripts/gpu_checks.py gpt "$out/gpt_distrain_2.log" --device "
 check gpt_vs_torchrun $py scripts/gpu_checks.py ratio "$out"/gpt_distrain_{1,2}.log -- "$out"/gpt_torchrun_{1,2}.log \
   --gpus "$n" --batch 16 --block 1024
 
-# SIGKILL of the last rank -> first step after the restart: distrain run vs torchrun, same script
-step kill_resume 300 $py benchmarks/recovery/recovery.py --rounds 2 --nproc "$n" --timeout 120
+# SIGKILL of the last rank -> first step after the restart: distrain run vs torchrun, same script.
+# Six jobs (two rounds of three); each took 35-50 s on an H100 (CUDA and NCCL start every job)
+step kill_resume 480 $py benchmarks/recovery/recovery.py --rounds 2 --nproc "$n" --timeout 120
 
 if [ "$n" -ge 2 ]; then
   step bench_comm_nccl 240 "${d[@]}" bench comm -n "$n" --backend nccl -e 256M
