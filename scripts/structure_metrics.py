@@ -7,8 +7,10 @@ Figures:
 - modules_to_first_step: distrain modules imported by every process of `distrain run -n 2` of a
   one-step script (launcher, fork server, workers), from `-X importtime` (PYTHONPROFILEIMPORTTIME
   is inherited by every child);
-- environ_reads: `os.environ`/`os.getenv` uses in src/distrain outside settings.py, contract.py,
-  cluster/ and launch/ (where the environment is the input by design);
+- environ_reads: lines that read the environment (`os.getenv`, `os.environ` other than a write:
+  setting, deleting or `setdefault`-exporting a variable for torch or a child is no read) in
+  src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is
+  the input by design);
 - import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
@@ -130,16 +132,55 @@ def count_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: methods of ``os.environ`` that export (set or remove) a variable for torch or a child
+_ENV_WRITES = {"setdefault", "pop", "update", "clear", "popitem"}
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "environ"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+    )
+
+
+def _env_reads(tree: ast.AST) -> list[int]:
+    """Lines that read the environment: ``os.getenv``, and ``os.environ`` other than a write."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "getenv"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            lines.append(node.lineno)
+        elif _is_environ(node):
+            up = parents.get(node)
+            if isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store | ast.Del):
+                continue  # os.environ[X] = v, del os.environ[X]
+            if isinstance(up, ast.Attribute) and up.attr in _ENV_WRITES:
+                continue  # os.environ.setdefault(X, v): exported unless the user set it
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
 def environ_reads() -> list[str]:
-    """`file:line` of each environment use outside the modules that own the environment."""
+    """`file:line` of each environment read outside the modules that own the environment.
+
+    Reads only: an assignment or deletion of ``os.environ[X]`` and the exporting methods
+    (``setdefault``, ``pop``, ``update``, ``clear``) hand a variable to torch or a child and are
+    not counted; ``X in os.environ``, ``.get``, ``os.environ[X]``, a copy (``dict(os.environ)``,
+    ``.copy()``) and ``os.getenv`` are.
+    """
     hits = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
         if rel.startswith(ENV_OWNERS):
             continue
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"\bos\.(environ|getenv)\b", line) and not line.lstrip().startswith("#"):
-                hits.append(f"{rel}:{lineno}")
+        hits += [f"{rel}:{n}" for n in _env_reads(ast.parse(path.read_text()))]
     return hits
 
 
