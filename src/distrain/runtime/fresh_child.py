@@ -93,7 +93,8 @@ def _is_peer_failure_text(line: str) -> bool:
 
 
 def _write_cause(path: str, message: str, text: str) -> None:
+    from ..settings import for_report
     from ..train.failure import write_error_message
 
     with contextlib.suppress(OSError):
-        write_error_message(path, message, text)
+        write_error_message(path, message, text, for_report())

@@ -159,7 +159,7 @@ def init(
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
         failure.install(
-            ctx.rank
+            ctx.rank, settings
         )  # distrain errors in one line; a failed rank's root cause reported once
         real_gpu = (
             dev.type == "cuda" and settings.cpu_rehearsal is None
@@ -175,10 +175,12 @@ def init(
             dev.index if real_gpu else None,
             interval=settings.metrics_interval_s,
             breakdown=ctx.services.breakdown,
+            attempt=settings.restart_count,
+            visible_devices=settings.visible_devices,
         )
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(
-                ctx.rank, ctx.world_size, settings.watchdog_s, attempt
+                ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
             )
             mark_watchdog_started(
                 settings.summary_dir, ctx.rank

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ..contract import LAUNCHER, RDZV_ENDPOINT, RESTART_COUNT
 from ..errors import DistrainError, recurring
+from ..settings import for_report
 from ..train.stop_job import stop_static_job
 
 _NS = "distrain/rejoined"
@@ -64,10 +65,11 @@ def describe(missing: list[int], local_world: int) -> str:
 
 def stop(missing: list[int], local_world: int, seconds: float) -> DistrainError:
     """Stop this node's launcher for good and return the error the rank raises."""
+    settings = for_report()
     attempt = os.environ.get(RESTART_COUNT, "?")
     who = describe(missing, local_world)
     reason = (
         f"{who} did not rejoin attempt {attempt} within {seconds:g} s (DISTRAIN_REJOIN_TIMEOUT)"
     )
-    stop_static_job(reason)  # every node: a frozen rank's own agent would wait for good
+    stop_static_job(reason, settings)  # every node: a frozen rank's own agent would wait for good
     return recurring(DistrainError(reason))

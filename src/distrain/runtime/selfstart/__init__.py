@@ -23,7 +23,7 @@ import tempfile
 from types import TracebackType
 from typing import Any
 
-from ...contract import ERROR_FILE, FORM_DIR, SELF_STARTING
+from ...contract import FORM_DIR, SELF_STARTING
 from .. import patching
 from . import members
 from .watch import Watcher
@@ -89,13 +89,16 @@ def _record_uncaught() -> None:
         tb: TracebackType | None,
         below: patching.ExceptHook,
     ) -> None:
-        path = os.environ.get(ERROR_FILE)
+        from ...settings import for_report
+
+        settings = for_report()
+        path = settings.error_file
         if path and not os.path.exists(path):
             from ...train.failure import is_peer_failure, write_error_file
 
             if not is_peer_failure(err):
                 with contextlib.suppress(OSError):
-                    write_error_file(path, err, tb)
+                    write_error_file(path, err, tb, settings)
         below(kind, err, tb)
 
     patching.on_uncaught(members.FEATURE, record)

@@ -102,7 +102,9 @@ def _record_uncaught_at_exit() -> None:
         sys.path.append(os.path.abspath(os.path.join(_HERE, *[os.pardir] * 4)))
         from distrain.train.failure import is_peer_failure, write_error_file
     if not is_peer_failure(err):
-        write_error_file(path, err, err.__traceback__)
+        from distrain.settings import for_report
+
+        write_error_file(path, err, err.__traceback__, for_report())
 
 
 def _leave(chained: ModuleType | None) -> None:
