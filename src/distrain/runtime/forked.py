@@ -7,6 +7,8 @@ unbuffered stdio, environment, thread count), runs the script, and falls back to
 interpreter when the script fails before it formed the process group.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): this child rebuilds the
+# worker's environment from the server's before distrain.init() exists to read it.
 from __future__ import annotations
 
 import atexit

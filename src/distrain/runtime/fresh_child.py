@@ -9,6 +9,8 @@ and the last exception line of the tail becomes the error file's message when th
 wrote none.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): builds a fresh
+# interpreter's environment and reads what the failed child left, outside any worker.
 from __future__ import annotations
 
 import contextlib

@@ -13,6 +13,8 @@ Then, with neither --cpu nor a self-starting script, this folder leaves ``sys.pa
 PYTHONPATH again, so the script sees what torchrun's worker sees.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): runs at interpreter start,
+# before distrain is importable: the environment is all it has.
 from __future__ import annotations
 
 import importlib.abc
