@@ -81,6 +81,8 @@ class Settings:
     agent_rank: str | None = None  # RANK, as the agent gave it (for reports before a group)
     group_rank: str | None = None  # GROUP_RANK (this node's index)
     local_world_size: int = 1  # LOCAL_WORLD_SIZE
+    group_world_size: int = 1  # GROUP_WORLD_SIZE (the job's nodes)
+    launcher: str | None = None  # DISTRAIN_LAUNCHER ("distrain-run" under distrain run)
     master_addr: str | None = None  # MASTER_ADDR (the job's store)
     master_port: str | None = None  # MASTER_PORT
     rdzv_endpoint: str | None = None  # DISTRAIN_RDZV_ENDPOINT (a c10d rendezvous)
@@ -89,6 +91,7 @@ class Settings:
     lighthouse: str | None = None  # TORCHFT_LIGHTHOUSE
     slurm_job_id: str | None = None  # SLURM_JOB_ID (None: not under SLURM)
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES
+    omp_num_threads: str | None = None  # OMP_NUM_THREADS (as set: 1 is torchrun's default)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -168,6 +171,7 @@ class Settings:
 def _placement(text: Any) -> dict[str, Any]:
     """The unchecked fields: where the launcher, the agent and the scheduler put this worker."""
     restarts, local = text(contract.RESTART_COUNT) or "", text("LOCAL_WORLD_SIZE") or ""
+    nodes = text("GROUP_WORLD_SIZE") or ""
     return {
         "error_file": text(contract.ERROR_FILE),
         "restart_count": int(restarts) if restarts.isdigit() else 0,
@@ -175,6 +179,8 @@ def _placement(text: Any) -> dict[str, Any]:
         "agent_rank": text("RANK"),
         "group_rank": text("GROUP_RANK"),
         "local_world_size": max(1, int(local)) if local.isdigit() else 1,
+        "group_world_size": max(1, int(nodes)) if nodes.isdigit() else 1,
+        "launcher": text(contract.LAUNCHER),
         "master_addr": text("MASTER_ADDR"),
         "master_port": text("MASTER_PORT"),
         "rdzv_endpoint": text(contract.RDZV_ENDPOINT),
@@ -183,6 +189,7 @@ def _placement(text: Any) -> dict[str, Any]:
         "lighthouse": text(contract.LIGHTHOUSE),
         "slurm_job_id": text("SLURM_JOB_ID"),
         "visible_devices": text("CUDA_VISIBLE_DEVICES"),
+        "omp_num_threads": text("OMP_NUM_THREADS"),
     }
 
 
