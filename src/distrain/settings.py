@@ -91,6 +91,10 @@ class Settings:
     lighthouse: str | None = None  # TORCHFT_LIGHTHOUSE
     slurm_job_id: str | None = None  # SLURM_JOB_ID (None: not under SLURM)
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES
+    agent_world_size: str | None = None  # WORLD_SIZE, as the agent gave it
+    rehearse_dir: str | None = None  # DISTRAIN_REHEARSE_DIR (the --cpu rehearsal's folder)
+    self_starting: bool = False  # DISTRAIN_SELF_STARTING (the script starts its own workers)
+    form_dir: str | None = None  # DISTRAIN_FORM_DIR (set for a self-starting script's children)
     omp_num_threads: str | None = None  # OMP_NUM_THREADS (as set: 1 is torchrun's default)
 
     @classmethod
@@ -189,6 +193,10 @@ def _placement(text: Any) -> dict[str, Any]:
         "lighthouse": text(contract.LIGHTHOUSE),
         "slurm_job_id": text("SLURM_JOB_ID"),
         "visible_devices": text("CUDA_VISIBLE_DEVICES"),
+        "agent_world_size": text("WORLD_SIZE"),
+        "rehearse_dir": text(contract.REHEARSE_DIR),
+        "self_starting": bool(text(contract.SELF_STARTING)),
+        "form_dir": text(contract.FORM_DIR),
         "omp_num_threads": text("OMP_NUM_THREADS"),
     }
 

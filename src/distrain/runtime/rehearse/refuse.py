@@ -19,7 +19,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ...contract import REHEARSE_DIR
 from ...log import get_logger
 from ...settings import for_report
 from ...train.failure import write_error_message
@@ -77,7 +76,7 @@ def say_once(key: str, line: str) -> None:
 
 
 def _first_to_say(key: str = "refused") -> bool:
-    folder = os.environ.get(REHEARSE_DIR, "")
+    folder = for_report().rehearse_dir
     if not folder:
         return True
     try:
