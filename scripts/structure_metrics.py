@@ -12,7 +12,8 @@ Figures:
   src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is
   the input by design) and the ENV_BOUNDARY modules (the fast start's forked child and fork server
   start, the rehearsal's boot sitecustomize, the fresh-interpreter fallback: each says why in a
-  comment starting "Environment boundary");
+  comment starting "Environment boundary"), and the ENV_TOOLS doctor/ and bench/ (launcher-side
+  tools that report or forward the user's environment; their lines naming DISTRAIN_* count);
 - import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
@@ -59,6 +60,11 @@ ENV_BOUNDARY = (
     "distrain/runtime/rehearse/boot/sitecustomize.py",
     "distrain/runtime/fresh_child.py",
 )
+#: launcher-side tools whose job is the user's environment: `distrain doctor` reports it
+#: (container markers, CUDA/NVIDIA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL's interface variables,
+#: COLUMNS) and `distrain bench` forwards it to the jobs it starts; a line of theirs that names a
+#: DISTRAIN_* variable or the contract still counts (distrain's own settings go through Settings)
+ENV_TOOLS = ("distrain/doctor/", "distrain/bench/")
 
 ONE_STEP = """
 import torch, distrain
@@ -195,7 +201,11 @@ def environ_reads() -> list[str]:
             continue
         if rel in ENV_BOUNDARY and "# Environment boundary" in text:
             continue  # a boundary module that lost its reason is counted again
-        hits += [f"{rel}:{n}" for n in _env_reads(ast.parse(text))]
+        lines = _env_reads(ast.parse(text))
+        if rel.startswith(ENV_TOOLS):
+            source = text.splitlines()
+            lines = [n for n in lines if re.search(r"DISTRAIN_|contract\.", source[n - 1])]
+        hits += [f"{rel}:{n}" for n in lines]
     return hits
 
 

@@ -95,6 +95,7 @@ class Settings:
     rehearse_dir: str | None = None  # DISTRAIN_REHEARSE_DIR (the --cpu rehearsal's folder)
     self_starting: bool = False  # DISTRAIN_SELF_STARTING (the script starts its own workers)
     form_dir: str | None = None  # DISTRAIN_FORM_DIR (set for a self-starting script's children)
+    nccl_trace_buffer: str | None = None  # TORCH_NCCL_TRACE_BUFFER_SIZE (the user's, if set)
     omp_num_threads: str | None = None  # OMP_NUM_THREADS (as set: 1 is torchrun's default)
 
     @classmethod
@@ -197,6 +198,7 @@ def _placement(text: Any) -> dict[str, Any]:
         "rehearse_dir": text(contract.REHEARSE_DIR),
         "self_starting": bool(text(contract.SELF_STARTING)),
         "form_dir": text(contract.FORM_DIR),
+        "nccl_trace_buffer": text("TORCH_NCCL_TRACE_BUFFER_SIZE"),
         "omp_num_threads": text("OMP_NUM_THREADS"),
     }
 

@@ -143,7 +143,7 @@ def init(
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
-                nccl_debug.nccl_debug_defaults(settings.log_dir)
+                nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
             _import_before_the_group()
             store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
             dist.init_process_group(
