@@ -7,8 +7,13 @@ Figures:
 - modules_to_first_step: distrain modules imported by every process of `distrain run -n 2` of a
   one-step script (launcher, fork server, workers), from `-X importtime` (PYTHONPROFILEIMPORTTIME
   is inherited by every child);
-- environ_reads: `os.environ`/`os.getenv` uses in src/distrain outside settings.py, contract.py,
-  cluster/ and launch/ (where the environment is the input by design);
+- environ_reads: lines that read the environment (`os.getenv`, `os.environ` other than a write:
+  setting, deleting or `setdefault`-exporting a variable for torch or a child is no read) in
+  src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is
+  the input by design) and the ENV_BOUNDARY modules (the fast start's forked child and fork server
+  start, the rehearsal's boot sitecustomize, the fresh-interpreter fallback: each says why in a
+  comment starting "Environment boundary"), and the ENV_TOOLS doctor/ and bench/ (launcher-side
+  tools that report or forward the user's environment; their lines naming DISTRAIN_* count);
 - import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
@@ -45,6 +50,21 @@ ENV_OWNERS = (
     "distrain/cluster/",
     "distrain/launch/",
 )
+#: worker-side modules that are by nature the process boundary, each saying why in a comment
+#: that starts "Environment boundary": the fast start's forked child (runtime/forked.py) and the
+#: fork server's start (runtime/preload.py), the rehearsal's boot sitecustomize (it runs before
+#: distrain is importable) and the fresh interpreter a forked worker falls back to
+ENV_BOUNDARY = (
+    "distrain/runtime/forked.py",
+    "distrain/runtime/preload.py",
+    "distrain/runtime/rehearse/boot/sitecustomize.py",
+    "distrain/runtime/fresh_child.py",
+)
+#: launcher-side tools whose job is the user's environment: `distrain doctor` reports it
+#: (container markers, CUDA/NVIDIA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL's interface variables,
+#: COLUMNS) and `distrain bench` forwards it to the jobs it starts; a line of theirs that names a
+#: DISTRAIN_* variable or the contract still counts (distrain's own settings go through Settings)
+ENV_TOOLS = ("distrain/doctor/", "distrain/bench/")
 
 ONE_STEP = """
 import torch, distrain
@@ -130,16 +150,62 @@ def count_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: methods of ``os.environ`` that export (set or remove) a variable for torch or a child
+_ENV_WRITES = {"setdefault", "pop", "update", "clear", "popitem"}
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "environ"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+    )
+
+
+def _env_reads(tree: ast.AST) -> list[int]:
+    """Lines that read the environment: ``os.getenv``, and ``os.environ`` other than a write."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "getenv"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            lines.append(node.lineno)
+        elif _is_environ(node):
+            up = parents.get(node)
+            if isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store | ast.Del):
+                continue  # os.environ[X] = v, del os.environ[X]
+            if isinstance(up, ast.Attribute) and up.attr in _ENV_WRITES:
+                continue  # os.environ.setdefault(X, v): exported unless the user set it
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
 def environ_reads() -> list[str]:
-    """`file:line` of each environment use outside the modules that own the environment."""
+    """`file:line` of each environment read outside the modules that own the environment.
+
+    Reads only: an assignment or deletion of ``os.environ[X]`` and the exporting methods
+    (``setdefault``, ``pop``, ``update``, ``clear``) hand a variable to torch or a child and are
+    not counted; ``X in os.environ``, ``.get``, ``os.environ[X]``, a copy (``dict(os.environ)``,
+    ``.copy()``) and ``os.getenv`` are.
+    """
     hits = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
+        text = path.read_text()
         if rel.startswith(ENV_OWNERS):
             continue
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(r"\bos\.(environ|getenv)\b", line) and not line.lstrip().startswith("#"):
-                hits.append(f"{rel}:{lineno}")
+        if rel in ENV_BOUNDARY and "# Environment boundary" in text:
+            continue  # a boundary module that lost its reason is counted again
+        lines = _env_reads(ast.parse(text))
+        if rel.startswith(ENV_TOOLS):
+            source = text.splitlines()
+            lines = [n for n in lines if re.search(r"DISTRAIN_|contract\.", source[n - 1])]
+        hits += [f"{rel}:{n}" for n in lines]
     return hits
 
 

@@ -26,6 +26,8 @@ DEFAULT_FORM_TIMEOUT_S = 60.0
 DEFAULT_REJOIN_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
+#: glibc's own setting of the mmap threshold; distrain leaves the allocator alone when it is set
+USER_MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 #: variables that CI services set (GitHub Actions, GitLab, Jenkins, Buildkite; most others set CI)
 CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "BUILDKITE")
 #: the shortest metrics interval accepted (shorter values are raised to it)
@@ -58,7 +60,8 @@ class Settings:
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
     ft_host: str | None = None  # DISTRAIN_FT_HOST (None: one node, loopback)
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
-    #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in)
+    #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in;
+    #: off when the user set glibc's own MALLOC_MMAP_THRESHOLD_: their choice wins)
     map_large_buffers: bool = False  # DISTRAIN_MAP_LARGE_BUFFERS
     summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
@@ -70,6 +73,30 @@ class Settings:
     progress: bool | None = (
         None  # DISTRAIN_PROGRESS (None: rank 0's bar when stdout is a terminal; False in CI)
     )
+    # Where the launcher, torch's agent and the scheduler put this worker: plain text, never
+    # checked (an error report reads them, and must not fail on the error it reports).
+    error_file: str | None = None  # TORCHELASTIC_ERROR_FILE (the agent's root-cause file)
+    restart_count: int = 0  # TORCHELASTIC_RESTART_COUNT (this agent's restarts)
+    run_id: str | None = None  # TORCHELASTIC_RUN_ID
+    agent_rank: str | None = None  # RANK, as the agent gave it (for reports before a group)
+    group_rank: str | None = None  # GROUP_RANK (this node's index)
+    local_world_size: int = 1  # LOCAL_WORLD_SIZE
+    group_world_size: int = 1  # GROUP_WORLD_SIZE (the job's nodes)
+    launcher: str | None = None  # DISTRAIN_LAUNCHER ("distrain-run" under distrain run)
+    master_addr: str | None = None  # MASTER_ADDR (the job's store)
+    master_port: str | None = None  # MASTER_PORT
+    rdzv_endpoint: str | None = None  # DISTRAIN_RDZV_ENDPOINT (a c10d rendezvous)
+    launcher_pid: str | None = None  # DISTRAIN_LAUNCHER_PID
+    static_store: str | None = None  # DISTRAIN_STATIC_STORE (a static multi-node job's store)
+    lighthouse: str | None = None  # TORCHFT_LIGHTHOUSE
+    slurm_job_id: str | None = None  # SLURM_JOB_ID (None: not under SLURM)
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES
+    agent_world_size: str | None = None  # WORLD_SIZE, as the agent gave it
+    rehearse_dir: str | None = None  # DISTRAIN_REHEARSE_DIR (the --cpu rehearsal's folder)
+    self_starting: bool = False  # DISTRAIN_SELF_STARTING (the script starts its own workers)
+    form_dir: str | None = None  # DISTRAIN_FORM_DIR (set for a self-starting script's children)
+    nccl_trace_buffer: str | None = None  # TORCH_NCCL_TRACE_BUFFER_SIZE (the user's, if set)
+    omp_num_threads: str | None = None  # OMP_NUM_THREADS (as set: 1 is torchrun's default)
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
@@ -129,10 +156,13 @@ class Settings:
                 False if any(text(v) for v in CI_VARIABLES) else None,
             ),
         }
+        values.update(_placement(text))
         unknown = set(arguments) - set(values)
         if unknown:
             raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         values.update({k: v for k, v in arguments.items() if v is not None})
+        if env.get(USER_MMAP_THRESHOLD):
+            values["map_large_buffers"] = False
         if values["threads"] is not None and int(values["threads"]) < 1:
             raise DistrainError(f"threads must be at least 1 (got {values['threads']})")
         if values["watchdog_s"] is not None and float(values["watchdog_s"]) <= 0:
@@ -141,6 +171,49 @@ class Settings:
             if values[key] is not None:
                 values[key] = os.fspath(values[key]) if key != "device" else str(values[key])
         return cls(**values)
+
+
+def _placement(text: Any) -> dict[str, Any]:
+    """The unchecked fields: where the launcher, the agent and the scheduler put this worker."""
+    restarts, local = text(contract.RESTART_COUNT) or "", text("LOCAL_WORLD_SIZE") or ""
+    nodes = text("GROUP_WORLD_SIZE") or ""
+    return {
+        "error_file": text(contract.ERROR_FILE),
+        "restart_count": int(restarts) if restarts.isdigit() else 0,
+        "run_id": text("TORCHELASTIC_RUN_ID"),
+        "agent_rank": text("RANK"),
+        "group_rank": text("GROUP_RANK"),
+        "local_world_size": max(1, int(local)) if local.isdigit() else 1,
+        "group_world_size": max(1, int(nodes)) if nodes.isdigit() else 1,
+        "launcher": text(contract.LAUNCHER),
+        "master_addr": text("MASTER_ADDR"),
+        "master_port": text("MASTER_PORT"),
+        "rdzv_endpoint": text(contract.RDZV_ENDPOINT),
+        "launcher_pid": text(contract.LAUNCHER_PID),
+        "static_store": text(contract.STATIC_STORE),
+        "lighthouse": text(contract.LIGHTHOUSE),
+        "slurm_job_id": text("SLURM_JOB_ID"),
+        "visible_devices": text("CUDA_VISIBLE_DEVICES"),
+        "agent_world_size": text("WORLD_SIZE"),
+        "rehearse_dir": text(contract.REHEARSE_DIR),
+        "self_starting": bool(text(contract.SELF_STARTING)),
+        "form_dir": text(contract.FORM_DIR),
+        "nccl_trace_buffer": text("TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        "omp_num_threads": text("OMP_NUM_THREADS"),
+    }
+
+
+def for_report(environ: Mapping[str, str] | None = None) -> Settings:
+    """:meth:`Settings.read`, or only the unchecked fields when a value is malformed.
+
+    For code that reports a failure outside ``distrain.init()`` (the fork server's child, a
+    self-started child, the rehearsal's boot): the failure may be that very malformed value.
+    """
+    try:
+        return Settings.read(environ)
+    except DistrainError:
+        env = os.environ if environ is None else environ
+        return Settings(**_placement(lambda name: env.get(name) or None))
 
 
 def _seconds(name: str, raw: str | None, zero_is_off: bool = False) -> float | None:

@@ -189,7 +189,7 @@ def run_all_ranks(
     }
     checks: list[Check] = []
     try:
-        store, _ = restart_safe_store(env, bound, Settings.read().bind_addr)
+        store, _ = restart_safe_store(env, bound, Settings.read())
     except Exception as err:
         print(
             f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "

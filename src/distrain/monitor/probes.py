@@ -8,7 +8,6 @@ returns nothing.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 import psutil
@@ -31,7 +30,8 @@ class ProcessProbe:
 class GPUProbe:
     """Utilisation and memory of one GPU through NVML; empty when NVML is unavailable."""
 
-    def __init__(self, index: int | None) -> None:
+    def __init__(self, index: int | None, visible_devices: str | None = None) -> None:
+        """`visible_devices`: CUDA_VISIBLE_DEVICES as distrain.settings read it (None: unset)."""
         self._handle: Any = None
         self._nvml: Any = None
         if index is None:
@@ -40,7 +40,7 @@ class GPUProbe:
             import pynvml
 
             pynvml.nvmlInit()
-            physical = _physical_index(index)
+            physical = _physical_index(index, visible_devices or "")
             if isinstance(physical, str):
                 self._handle = pynvml.nvmlDeviceGetHandleByUUID(physical)
             else:
@@ -78,14 +78,12 @@ class GPUProbe:
             self._handle = None
 
 
-def _physical_index(index: int) -> int | str:
+def _physical_index(index: int, visible_devices: str) -> int | str:
     """NVML counts all GPUs, CUDA only the visible ones: map through CUDA_VISIBLE_DEVICES.
 
     Returns an NVML index, or a ``GPU-…`` UUID when CUDA_VISIBLE_DEVICES names devices that way.
     """
-    visible = [
-        v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()
-    ]
+    visible = [v.strip() for v in visible_devices.split(",") if v.strip()]
     if index < len(visible):
         if visible[index].isdigit():
             return int(visible[index])

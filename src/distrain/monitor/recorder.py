@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..contract import RESTART_COUNT, breakdown_fractions
+from ..contract import breakdown_fractions
 from ..log import get_logger
 from ..settings import DEFAULT_METRICS_INTERVAL_S
 from .probes import GPUProbe, ProcessProbe
@@ -66,8 +66,14 @@ class Monitor:
         interval: float | None = None,
         tensorboard: bool = True,
         breakdown: Any = None,
+        *,
+        attempt: int = 0,
+        visible_devices: str | None = None,
     ) -> None:
+        """`attempt`: the agent's restart count (TORCHELASTIC_RESTART_COUNT), recorded in each row;
+        `visible_devices`: CUDA_VISIBLE_DEVICES (both from distrain.settings)."""
         self.run_dir = Path(run_dir)
+        self._visible_devices = visible_devices
         self.rank = rank
         self.world_size = world_size
         self.interval = interval if interval is not None else DEFAULT_METRICS_INTERVAL_S
@@ -101,7 +107,7 @@ class Monitor:
             "pid": os.getpid(),
             "rank": rank,
             "world_size": world_size,
-            "attempt": int(os.environ.get(RESTART_COUNT, "0") or 0),
+            "attempt": attempt,
         }
 
     # -- training thread ------------------------------------------------------------------
@@ -180,7 +186,7 @@ class Monitor:
     # -- writer thread --------------------------------------------------------------------
     def _run(self) -> None:
         # NVML and TensorBoard start here, not in the training thread's first log() call
-        self._gpu = GPUProbe(self._gpu_index)
+        self._gpu = GPUProbe(self._gpu_index, self._visible_devices)
         torch = sys.modules.get("torch")
         if self._gpu_index is not None and torch is not None and torch.cuda.is_available():
             # the current GPU is per thread: without this, .item() here could open a CUDA
@@ -358,10 +364,20 @@ def open_monitor(
     gpu_index: int | None,
     interval: float | None = None,
     breakdown: Any = None,
+    *,
+    attempt: int = 0,
+    visible_devices: str | None = None,
 ) -> Monitor | None:
     """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
     if run_dir is None:
         return None
     return Monitor(
-        run_dir, rank, world_size, gpu_index=gpu_index, interval=interval, breakdown=breakdown
+        run_dir,
+        rank,
+        world_size,
+        gpu_index=gpu_index,
+        interval=interval,
+        breakdown=breakdown,
+        attempt=attempt,
+        visible_devices=visible_devices,
     )

@@ -48,6 +48,7 @@ def checkpointer(
         if process.distributed
         else None,
         summary_dir=settings.summary_dir,
+        slurm_job_id=settings.slurm_job_id,
         replicas=replicas,
         on_close=services.on_close,
         on_stall=services.checkpoint_stall,

@@ -7,6 +7,8 @@ unbuffered stdio, environment, thread count), runs the script, and falls back to
 interpreter when the script fails before it formed the process group.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): this child rebuilds the
+# worker's environment from the server's before distrain.init() exists to read it.
 from __future__ import annotations
 
 import atexit
@@ -108,11 +110,14 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _run_fresh(job.script, script_args)
             return
         _let_the_agent_see_the_cause(exc)
+        from ..settings import for_report
         from ..train.failure import report_uncaught
 
         # as a fresh interpreter would, from the script's first frame (runpy's and ours are not
         # the user's), one block per rank, and the cause in the agent's error file
-        report_uncaught(exc.with_traceback(_script_frames(exc.__traceback__, job.script)))
+        report_uncaught(
+            exc.with_traceback(_script_frames(exc.__traceback__, job.script)), for_report()
+        )
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()

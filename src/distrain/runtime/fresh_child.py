@@ -9,6 +9,8 @@ and the last exception line of the tail becomes the error file's message when th
 wrote none.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): builds a fresh
+# interpreter's environment and reads what the failed child left, outside any worker.
 from __future__ import annotations
 
 import contextlib
@@ -93,7 +95,8 @@ def _is_peer_failure_text(line: str) -> bool:
 
 
 def _write_cause(path: str, message: str, text: str) -> None:
+    from ..settings import for_report
     from ..train.failure import write_error_message
 
     with contextlib.suppress(OSError):
-        write_error_message(path, message, text)
+        write_error_message(path, message, text, for_report())

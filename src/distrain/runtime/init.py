@@ -38,7 +38,10 @@ _log = get_logger("runtime")
 DEFAULT_INIT_TIMEOUT = dt.timedelta(minutes=10)
 
 
-def _pick_device(env: ClusterEnvironment, device: str | torch.device | None) -> torch.device:
+def _pick_device(
+    env: ClusterEnvironment, device: str | torch.device | None, visible: str | None = None
+) -> torch.device:
+    """The device of this rank; `visible` is CUDA_VISIBLE_DEVICES (from distrain.settings)."""
     if device is not None:
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:
@@ -47,10 +50,9 @@ def _pick_device(env: ClusterEnvironment, device: str | torch.device | None) -> 
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
         if env.local_rank() >= count:
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
             raise DistrainError(
                 f"local rank {env.local_rank()} but only {count} GPU(s) visible "
-                f"(CUDA_VISIBLE_DEVICES={visible}); start at most {count} processes per node"
+                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} processes per node"
             )
         return torch.device("cuda", env.local_rank())
     return torch.device("cpu")
@@ -120,7 +122,7 @@ def init(
         settings = Settings.read(
             device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds
         )
-        dev = _pick_device(env, settings.device)
+        dev = _pick_device(env, settings.device, settings.visible_devices)
         if precision == "fp16" and dev.type != "cuda":
             raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
         if dev.type == "cuda":
@@ -130,7 +132,9 @@ def init(
                 raise DistrainError(str(err)) from None
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        n_threads = choose_threads(env.local_world_size(), settings.threads)
+        n_threads = choose_threads(
+            env.local_world_size(), settings.threads, settings.omp_num_threads
+        )
         torch.set_num_threads(n_threads)
         chosen_backend: str | None = None
         attempt = 0  # which attempt of the job, agreed by every rank (runtime/attempt.py)
@@ -139,11 +143,9 @@ def init(
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
-                nccl_debug.nccl_debug_defaults(settings.log_dir)
+                nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
             _import_before_the_group()
-            store, attempt = restart_safe_store(
-                env, timeout, settings.bind_addr, settings.rejoin_timeout_s
-            )
+            store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
             dist.init_process_group(
                 chosen_backend,
                 store=store,
@@ -159,7 +161,7 @@ def init(
         if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
             set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
         failure.install(
-            ctx.rank
+            ctx.rank, settings
         )  # distrain errors in one line; a failed rank's root cause reported once
         real_gpu = (
             dev.type == "cuda" and settings.cpu_rehearsal is None
@@ -175,10 +177,12 @@ def init(
             dev.index if real_gpu else None,
             interval=settings.metrics_interval_s,
             breakdown=ctx.services.breakdown,
+            attempt=settings.restart_count,
+            visible_devices=settings.visible_devices,
         )
         if settings.watchdog_s is not None and ctx.distributed:
             ctx.services.watchdog = watchdog.start_watchdog(
-                ctx.rank, ctx.world_size, settings.watchdog_s, attempt
+                ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
             )
             mark_watchdog_started(
                 settings.summary_dir, ctx.rank

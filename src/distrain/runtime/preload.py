@@ -10,6 +10,8 @@ working threads nor a usable CUDA context.  If an import did either, :data:`UNSA
 workers run in fresh interpreters instead.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): the fork server's own
+# start: it snapshots the environment workers are rebuilt from, before any worker exists.
 from __future__ import annotations
 
 import importlib

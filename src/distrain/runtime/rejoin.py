@@ -13,25 +13,23 @@ one (this node's agent counted a restart) waits ``DISTRAIN_REJOIN_TIMEOUT`` seco
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import torch.distributed as dist
 
-from ..contract import LAUNCHER, RDZV_ENDPOINT, RESTART_COUNT
 from ..errors import DistrainError, recurring
+from ..settings import Settings
 from ..train.stop_job import stop_static_job
 
 _NS = "distrain/rejoined"
 
 
-def rejoin_bound(seconds: float) -> float | None:
+def rejoin_bound(seconds: float, settings: Settings) -> float | None:
     """`seconds` in a restarted attempt of a multi-node static job under `distrain run`, else None."""
-    if os.environ.get(LAUNCHER) != "distrain-run" or os.environ.get(RDZV_ENDPOINT):
+    if settings.launcher != "distrain-run" or settings.rdzv_endpoint:
         return None  # not distrain run, or a c10d rendezvous (its agents see membership changes)
-    if os.environ.get(RESTART_COUNT, "0") in ("", "0"):
+    if settings.restart_count == 0:
         return None
-    nodes = os.environ.get("GROUP_WORLD_SIZE", "1")
-    return seconds if nodes.isdigit() and int(nodes) > 1 else None
+    return seconds if settings.group_world_size > 1 else None
 
 
 def await_peers(store: dist.Store, rank: int, world: int, seconds: float) -> None:
@@ -62,12 +60,12 @@ def describe(missing: list[int], local_world: int) -> str:
     return ", ".join(parts)
 
 
-def stop(missing: list[int], local_world: int, seconds: float) -> DistrainError:
+def stop(missing: list[int], local_world: int, seconds: float, settings: Settings) -> DistrainError:
     """Stop this node's launcher for good and return the error the rank raises."""
-    attempt = os.environ.get(RESTART_COUNT, "?")
+    attempt = settings.restart_count
     who = describe(missing, local_world)
     reason = (
         f"{who} did not rejoin attempt {attempt} within {seconds:g} s (DISTRAIN_REJOIN_TIMEOUT)"
     )
-    stop_static_job(reason)  # every node: a frozen rank's own agent would wait for good
+    stop_static_job(reason, settings)  # every node: a frozen rank's own agent would wait for good
     return recurring(DistrainError(reason))

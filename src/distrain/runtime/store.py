@@ -11,6 +11,7 @@ import torch.distributed as dist
 from ..cluster import ClusterEnvironment
 from ..errors import DistrainError
 from ..net import is_loopback, listen_socket
+from ..settings import Settings
 from . import rejoin
 from .attempt import agree_attempt, attempt_prefix
 
@@ -45,7 +46,7 @@ def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -
 def restart_safe_store(
     env: ClusterEnvironment,
     timeout: dt.timedelta,
-    bind_addr: str | None = None,
+    settings: Settings,
     rejoin_s: float | None = None,
 ) -> tuple[dist.Store, int]:
     """A TCPStore client/server under a per-attempt prefix, and the attempt's number.
@@ -57,7 +58,8 @@ def restart_safe_store(
     differs between nodes after one node's worker failed under c10d.  In a restarted attempt
     of a multi-node static job, forming waits `rejoin_s` seconds at most (runtime/rejoin.py).
     """
-    bound = rejoin.rejoin_bound(rejoin_s) if rejoin_s else None
+    bind_addr = settings.bind_addr
+    bound = rejoin.rejoin_bound(rejoin_s, settings) if rejoin_s else None
     forming = timeout if bound is None else dt.timedelta(seconds=bound)
     started = time.monotonic()
     store: dist.TCPStore | None = None
@@ -73,7 +75,7 @@ def restart_safe_store(
         if bound is None or time.monotonic() - started < 0.9 * bound:
             raise  # not the bound running out: a restart may heal it
         missing = rejoin.missing_ranks(prefixed, env.world_size())
-        raise rejoin.stop(missing, env.local_world_size(), bound) from None
+        raise rejoin.stop(missing, env.local_world_size(), bound, settings) from None
     if bound is not None:
         store.set_timeout(timeout)  # the group's own waits from here keep the init timeout
     return prefixed, attempt

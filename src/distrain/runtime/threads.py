@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 from ..contract import threads_per_process
 
 
-def choose_threads(local_world_size: int, requested: int | None = None) -> int:
+def choose_threads(
+    local_world_size: int, requested: int | None = None, omp: str | None = None
+) -> int:
     """The thread count to use.
 
     An explicit request (``init(threads=)`` or DISTRAIN_NUM_THREADS, through distrain.settings)
@@ -17,7 +17,7 @@ def choose_threads(local_world_size: int, requested: int | None = None) -> int:
     """
     if requested is not None:
         return max(1, int(requested))
-    raw = os.environ.get("OMP_NUM_THREADS", "")
+    raw = omp or ""  # OMP_NUM_THREADS, through distrain.settings
     if raw.isdigit() and int(raw) > 1:
         return int(raw)
     return threads_per_process(local_world_size)

@@ -22,11 +22,11 @@ from types import TracebackType
 from typing import NoReturn
 
 from ..cluster.base import ClusterError
-from ..contract import ERROR_FILE, SUMMARY_DIR
 from ..errors import Abandoned, DistrainError, UsageError
 from ..log import get_logger
 from ..monitor.status import NoJobError
 from ..runtime import patching
+from ..settings import Settings
 from .stop_job import stop_the_job
 
 _log = get_logger("failure")
@@ -85,10 +85,12 @@ def is_peer_failure(err: BaseException) -> bool:
     )
 
 
-def write_error_file(path: str, err: BaseException, tb: TracebackType | None) -> None:
+def write_error_file(
+    path: str, err: BaseException, tb: TracebackType | None, settings: Settings
+) -> None:
     """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
     write_error_message(
-        path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb))
+        path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb)), settings
     )
 
 
@@ -109,7 +111,7 @@ def cause_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def write_error_message(path: str, message: str, callstack: str) -> None:
+def write_error_message(path: str, message: str, callstack: str, settings: Settings) -> None:
     """Write the agent's error-file JSON from a message and the traceback's text."""
     data = {
         "message": {
@@ -119,10 +121,10 @@ def write_error_message(path: str, message: str, callstack: str) -> None:
     }
     with open(path, "w") as f:
         json.dump(data, f)
-    _note_cause(message)
+    _note_cause(message, settings)
 
 
-def _note_cause(message: str) -> None:
+def _note_cause(message: str, settings: Settings) -> None:
     """Leave the cause in the launcher's summary folder too (``cause-<rank>.json``).
 
     The agent names only the ranks that had exited when it noticed the first failure; a rank
@@ -130,10 +132,10 @@ def _note_cause(message: str) -> None:
     in that, so its peer fails and exits first), and the agent stops it with SIGTERM.  The
     launcher finds its cause here (launch/job_summary.py).
     """
-    folder = os.environ.get(SUMMARY_DIR)
+    folder = settings.summary_dir
     if not folder or not os.path.isdir(folder):
         return
-    rank = os.environ.get("RANK", "")
+    rank = settings.agent_rank or ""
     note = {"rank": rank, "pid": os.getpid(), "time": time.time(), "message": message}
     with contextlib.suppress(OSError):
         with open(
@@ -165,7 +167,7 @@ def print_traceback_block(rank: int | str, err: BaseException, header: str = "")
         block = block[written:]
 
 
-def report_uncaught(err: BaseException) -> None:
+def report_uncaught(err: BaseException, settings: Settings) -> None:
     """What the interpreter does with an uncaught exception, for a worker that runs the script itself.
 
     The agent's error file names the cause (unless a peer's failure caused this one), whoever
@@ -176,14 +178,14 @@ def report_uncaught(err: BaseException) -> None:
     """
     mark_failing()
     peer = is_peer_failure(err)
-    error_file = os.environ.get(ERROR_FILE)
+    error_file = settings.error_file
     if error_file and not peer:
         with contextlib.suppress(OSError):
-            write_error_file(error_file, err, err.__traceback__)
+            write_error_file(error_file, err, err.__traceback__, settings)
     if sys.excepthook is not sys.__excepthook__:
         sys.excepthook(type(err), err, err.__traceback__)
         return
-    rank = os.environ.get("RANK", "?")
+    rank = settings.agent_rank or "?"
     if peer:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         _log.error(
@@ -193,9 +195,9 @@ def report_uncaught(err: BaseException) -> None:
     print_traceback_block(rank, err)
 
 
-def install(rank: int) -> None:
+def install(rank: int, settings: Settings) -> None:
     """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
-    error_file = os.environ.get(ERROR_FILE)
+    error_file = settings.error_file
 
     def hook(
         kind: type[BaseException],
@@ -213,14 +215,14 @@ def install(rank: int) -> None:
             # error file is written first, so the agent still names this rank's cause
             if error_file:
                 with contextlib.suppress(OSError):
-                    write_error_file(error_file, err, tb)
-            stop_the_job(f"rank {rank}: {type(err).__name__}: {err}")
+                    write_error_file(error_file, err, tb, settings)
+            stop_the_job(f"rank {rank}: {type(err).__name__}: {err}", settings)
 
         if isinstance(err, DistrainError) and not isinstance(
             err, _NOT_ONE_LINE
         ):  # a set-up or checkpoint problem: one clear line
             if error_file:
-                write_error_file(error_file, err, tb)
+                write_error_file(error_file, err, tb, settings)
             _log.error(f"distrain: error: {err}")
             return
         plain = previous is sys.__excepthook__
@@ -239,7 +241,7 @@ def install(rank: int) -> None:
             # nothing left to save or sync with; skip a teardown that can block on the dead peer
             os._exit(1)
         try:
-            write_error_file(error_file, err, tb)
+            write_error_file(error_file, err, tb, settings)
         except OSError:
             pass
         if plain:

@@ -28,7 +28,6 @@ from torch import nn
 
 from ..contract import (
     FT_QUORUM_TIMEOUT,
-    LIGHTHOUSE,
     ft_end_file,
     ft_final_file,
     ft_start_file,
@@ -61,6 +60,7 @@ class Member(Protocol):
     linger_s: float
     start_wait_s: float
     quorum_timeout_s: float
+    lighthouse: str | None
 
     def quorum(self) -> None:
         """Take one quorum of the replica groups."""
@@ -237,7 +237,7 @@ def quorum_failed(replicas: Member, err: BaseException) -> DistrainError:
     return DistrainError(
         f"replica group {replicas.group} rank {replicas.rank}: no quorum at step "
         f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, {FT_QUORUM_TIMEOUT}): "
-        f"waited for the TorchFT lighthouse ({os.environ.get(LIGHTHOUSE, '?')}) and the other ranks "
+        f"waited for the TorchFT lighthouse ({replicas.lighthouse or '?'}) and the other ranks "
         f"of group {replicas.group}; {type(err).__name__}: {first}"
     )
 

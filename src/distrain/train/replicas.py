@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..contract import RESTART_COUNT, append_ft_event, ft_step_file
+from ..contract import append_ft_event, ft_step_file
 from ..errors import DistrainError
 from ..log import get_logger
 from .ft_bind import manager_server_on
@@ -85,6 +85,8 @@ class Replicas:
             settings.ft_start_wait_s,
         )
         self.linger_s = settings.ft_linger_s
+        # this agent's restarts (in the events); the lighthouse named when a quorum fails
+        self.restart_count, self.lighthouse = settings.restart_count, settings.lighthouse
         pg = (
             ProcessGroupNCCL(timeout=ft_timeout)
             if cuda
@@ -293,9 +295,8 @@ class Replicas:
         if self.size > 1:
             self._match_group()
         if self.rank == 0 and self.events:
-            attempt = int(os.environ.get(RESTART_COUNT, "0") or 0)
             append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
-                            source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=attempt)  # fmt: skip
+                            source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
                 f"distrain: replica group {self.group} healed from group {self.source} at step {step}"

@@ -17,7 +17,6 @@ Which stop signals requeue:
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -25,11 +24,6 @@ import subprocess
 #: the signal the exported script asks SLURM to send before the time limit
 REQUEUE_SIGNAL = signal.SIGUSR1
 _TIMEOUT_S = 30.0
-
-
-def slurm_job_id() -> str | None:
-    """This job's id when it runs under SLURM (the array task's own id for job arrays)."""
-    return os.environ.get("SLURM_JOB_ID") or None
 
 
 def job_fields(job_id: str) -> dict[str, str]:
@@ -65,13 +59,13 @@ def _why_stopped(signum: int, fields: dict[str, str]) -> str | None:
     return None
 
 
-def requeue_after_stop(signum: int) -> str | None:
+def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
     """On rank 0 after the stop checkpoint: requeue this SLURM job when the signal calls for it.
 
-    Returns the one line to print (None outside SLURM or for signals that never requeue).
+    `job_id`: this job's SLURM id (``SLURM_JOB_ID``, the array task's own id for job arrays; from
+    distrain.settings), None outside SLURM.  Returns the one line to print (None outside SLURM or for signals that never requeue).
     Never raises: the checkpoint is written, so a failed requeue costs a manual resubmit only.
     """
-    job_id = slurm_job_id()
     if job_id is None or signum not in (REQUEUE_SIGNAL, signal.SIGTERM):
         return None
     if shutil.which("scontrol") is None:

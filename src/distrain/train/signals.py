@@ -40,19 +40,26 @@ def stop_signal_received() -> bool:
     return _received.is_set()
 
 
-def stop_signals() -> tuple[signal.Signals, ...]:
+def stop_signals(under_slurm: bool) -> tuple[signal.Signals, ...]:
     """STOP_SIGNALS, plus SIGUSR1 inside a SLURM job (its time-limit warning, as in Lightning).
 
     Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (train/watchdog.py).
     """
-    return STOP_SIGNALS + ((signal.SIGUSR1,) if os.environ.get("SLURM_JOB_ID") else ())
+    return STOP_SIGNALS + ((signal.SIGUSR1,) if under_slurm else ())
 
 
 class StopRequest:
     """Records the first stop signal and enforces a grace period; install() once per process."""
 
-    def __init__(self, grace_s: float = 25.0, stuck: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        grace_s: float = 25.0,
+        stuck: Callable[[], bool] | None = None,
+        under_slurm: bool = False,
+    ) -> None:
         self.grace_s = grace_s
+        #: inside a SLURM job SIGUSR1 is a stop signal too (:func:`stop_signals`)
+        self.under_slurm = under_slurm
         #: True while the main thread waits on a peer that a stop makes pointless to wait for
         self.stuck = stuck
         self.signum: int | None = None
@@ -79,7 +86,7 @@ class StopRequest:
             return True
         if threading.current_thread() is not threading.main_thread():
             return False
-        self.signals = stop_signals()
+        self.signals = stop_signals(self.under_slurm)
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handler)
         read_fd, write_fd = os.pipe()
@@ -155,13 +162,16 @@ class Preemption:
         *,
         is_main: bool | None = None,
         shutdown: Callable[[], None] | None = None,
+        slurm_job_id: str | None = None,
     ) -> None:
         self.process = process
+        #: the SLURM job to requeue after the stop checkpoint (None: not under SLURM)
+        self.slurm_job_id = slurm_job_id
         #: whether this process prints and requeues (None: rank 0)
         self.is_main = process.rank == 0 if is_main is None else is_main
         #: releases the process group before the exit (the Context's shutdown)
         self.shutdown = shutdown
-        self.request = StopRequest(grace_s, stuck)
+        self.request = StopRequest(grace_s, stuck, under_slurm=slurm_job_id is not None)
         self.enabled = handle_signals
         #: True while the checkpoint answering the signal is written (a second signal is expected)
         self.answering = False
@@ -204,7 +214,7 @@ class Preemption:
         if self.is_main and self.request.signum is not None:
             from .requeue import requeue_after_stop
 
-            line = requeue_after_stop(self.request.signum)
+            line = requeue_after_stop(self.request.signum, self.slurm_job_id)
             if line:
                 _log.warning(line)
         if self.shutdown is not None:

@@ -22,17 +22,9 @@ import datetime as dt
 import os
 import signal
 
-from ..contract import (
-    JOB_STOPPED_KEY,
-    LAUNCHER_PID,
-    RDZV_ENDPOINT,
-    STATIC_STORE,
-    SUMMARY_DIR,
-    claim_stop,
-    split_endpoint,
-    stop_key,
-)
+from ..contract import JOB_STOPPED_KEY, claim_stop, split_endpoint, stop_key
 from ..log import get_logger
+from ..settings import Settings
 
 _log = get_logger("failure")
 
@@ -40,9 +32,9 @@ _log = get_logger("failure")
 STORE_TIMEOUT_S = 10.0
 
 
-def stop_the_job(reason: str) -> bool:
+def stop_the_job(reason: str, settings: Settings) -> bool:
     """Close this job's rendezvous so no node restarts it; False when there is none to close."""
-    endpoint, run_id = os.environ.get(RDZV_ENDPOINT), os.environ.get("TORCHELASTIC_RUN_ID")
+    endpoint, run_id = settings.rdzv_endpoint, settings.run_id
     if not endpoint or not run_id:
         return False
     try:
@@ -64,14 +56,14 @@ def stop_the_job(reason: str) -> bool:
         return False
 
 
-def stop_this_node(reason: str) -> bool:
+def stop_this_node(reason: str, settings: Settings) -> bool:
     """Stop this node's `distrain run` so its agent restarts nothing; False when there is none.
 
     A static rendezvous has no shared state to close.  The reason goes to the launcher's
     summary folder (its last line says it), then the launcher gets SIGTERM: torch's agent stops
     its workers and ends, as on a user's SIGTERM.  Only an ancestor of this process is signalled.
     """
-    pid, folder = os.environ.get(LAUNCHER_PID, ""), os.environ.get(SUMMARY_DIR)
+    pid, folder = settings.launcher_pid or "", settings.summary_dir
     if not pid.isdigit():
         return False
     import psutil
@@ -93,41 +85,41 @@ def stop_this_node(reason: str) -> bool:
 FROZEN = "frozen or gone"
 
 
-def frozen_node(frozen: set[int], world: int) -> int | None:
+def frozen_node(frozen: set[int], world: int, local_world: int) -> int | None:
     """A node all of whose ranks are in `frozen` (static: node n holds ranks n·L … n·L+L−1).
 
     Its agent sees them running and waits for good; a node with one live rank restarts by
     itself (that rank exits with the watchdog's code and its agent stops the others).
     """
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    local = max(1, local_world)
     for node in range(world // local):
         if all(r in frozen for r in range(node * local, (node + 1) * local)):
             return node
     return None
 
 
-def stop_for_frozen(verdict: str, frozen: set[int] | None, world: int) -> bool:
+def stop_for_frozen(verdict: str, frozen: set[int] | None, world: int, settings: Settings) -> bool:
     """After a watchdog's verdict on a frozen rank: stop every node of a static multi-node job
     when a whole node is frozen (a restart would only wait for it at the rejoin bound)."""
-    if not os.environ.get(STATIC_STORE) or FROZEN not in verdict:
+    if not settings.static_store or FROZEN not in verdict:
         return False  # one node: its agent restarts the job, the frozen rank with it
-    if frozen_node(frozen or set(), world) is None:
+    if frozen_node(frozen or set(), world, settings.local_world_size) is None:
         return False
-    return stop_static_job(watchdog_reason(verdict))
+    return stop_static_job(watchdog_reason(verdict), settings)
 
 
 #: bound on reaching node 0's agent store from a rank (it may have gone with node 0's launcher)
 STATIC_STORE_TIMEOUT_S = 5.0
 
 
-def tell_every_node(reason: str) -> str:
+def tell_every_node(reason: str, settings: Settings) -> str:
     """Leave `reason` in a static multi-node job's agent store for every node's `distrain run`.
 
     Returns the reason that stands: the first one left (several ranks may stop the job at once),
     or `reason` itself when there is no such store or it cannot be reached (node 0's launcher
     is gone: the other nodes' ranks then fail or stop at the rejoin bound on their own).
     """
-    endpoint = os.environ.get(STATIC_STORE)
+    endpoint = settings.static_store
     if not endpoint:
         return reason
     from ..net import reachable
@@ -142,17 +134,17 @@ def tell_every_node(reason: str) -> str:
         timeout = dt.timedelta(seconds=STATIC_STORE_TIMEOUT_S)
         store = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         standing = bytes(store.compare_set(JOB_STOPPED_KEY, "", reason)).decode() or reason
-        store.set(f"{JOB_STOPPED_KEY}/read/{os.environ.get('GROUP_RANK', '0')}", "1")
+        store.set(f"{JOB_STOPPED_KEY}/read/{settings.group_rank or '0'}", "1")
         return standing
     except Exception as err:  # best effort: this node stops either way
         _log.warning(f"distrain: could not tell the other nodes ({type(err).__name__}: {err})")
         return reason
 
 
-def stop_static_job(reason: str) -> bool:
+def stop_static_job(reason: str, settings: Settings) -> bool:
     """Stop every node of a static multi-node job: the reason for all (:func:`tell_every_node`),
     then this node's `distrain run` (:func:`stop_this_node`, whose answer this is)."""
-    return stop_this_node(tell_every_node(reason))
+    return stop_this_node(tell_every_node(reason, settings), settings)
 
 
 def watchdog_reason(verdict: str) -> str:

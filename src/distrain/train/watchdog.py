@@ -43,6 +43,7 @@ from ..contract import WATCHDOG_EXIT_CODE
 from ..log import get_logger
 from ..runtime import patching
 from ..runtime.attempt import attempt_prefix
+from ..settings import Settings
 from .stop_job import FROZEN, stop_for_frozen
 
 _log = get_logger("watchdog")
@@ -115,8 +116,11 @@ class Watchdog:
         world_size: int,
         seconds: float,
         poll: float | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.rank, self.world_size, self.seconds = rank, world_size, seconds
+        #: where the job's store is, this node, a static job's stop (distrain.settings)
+        self.settings = settings if settings is not None else Settings()
         self.poll = poll or max(0.2, min(2.0, seconds / 10))
         self._store_factory = store_factory
         self.step = 0
@@ -152,7 +156,7 @@ class Watchdog:
             now = time.monotonic()
             quiet, idle = now - self._store_ok, now - self._last_progress
             if self.step > 0 and idle > self.seconds and quiet > self.seconds:
-                where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                where = f"{self.settings.master_addr}:{self.settings.master_port}"
                 self._abort(
                     f"distrain watchdog: no training progress for {self.seconds:g} s; the job's "
                     f"store ({where}, served by rank 0's process or its agent) has not answered "
@@ -200,7 +204,7 @@ class Watchdog:
                     "in_torch": in_torch,
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
-                    "node": os.environ.get("GROUP_RANK", ""),
+                    "node": self.settings.group_rank or "",
                 }
             ),
         )
@@ -257,7 +261,9 @@ class Watchdog:
         sys.stderr.flush()
         # let the other ranks read the verdict and dump their stacks before anyone tears down
         time.sleep(2 * self.poll + 1)
-        stop_for_frozen(verdict, frozen, self.world_size)  # a static multi-node job: every node
+        stop_for_frozen(
+            verdict, frozen, self.world_size, self.settings
+        )  # a static multi-node job: every node
         os._exit(WATCHDOG_EXIT_CODE)
 
     def _run(self) -> None:
@@ -344,7 +350,9 @@ def exit_on_uncaught() -> None:
     patching.on_uncaught("watchdog", _exit_as_watchdog)
 
 
-def start_watchdog(rank: int, world_size: int, seconds: float, attempt: int = 0) -> Watchdog:
+def start_watchdog(
+    rank: int, world_size: int, seconds: float, settings: Settings, attempt: int = 0
+) -> Watchdog:
     """Start this rank's watchdog on a separate client of the job's store (MASTER_ADDR/PORT).
 
     `attempt` is the one every rank agreed on (runtime/attempt.py), never the agent's restart
@@ -352,16 +360,18 @@ def start_watchdog(rank: int, world_size: int, seconds: float, attempt: int = 0)
     """
 
     def factory() -> dist.Store:
+        if settings.master_addr is None or settings.master_port is None:  # as os.environ[...]
+            raise KeyError("MASTER_ADDR" if settings.master_addr is None else "MASTER_PORT")
         store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
+            settings.master_addr,
+            int(settings.master_port),
             is_master=False,
             timeout=dt.timedelta(seconds=60),
             wait_for_workers=False,
         )
         return dist.PrefixStore(f"{attempt_prefix(attempt)}/watchdog", store)
 
-    return Watchdog(factory, rank, world_size, seconds).start()
+    return Watchdog(factory, rank, world_size, seconds, settings=settings).start()
 
 
 def warn_unarmed(rank: int) -> None:

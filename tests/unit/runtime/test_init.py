@@ -45,12 +45,13 @@ def test_with_gpus_the_local_ranks_or_a_clear_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert init_module._pick_device(LocalRank(1), None) == torch.device("cuda", 1)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     with pytest.raises(
         DistrainError,
         match=r"local rank 2 but only 2 GPU\(s\) visible \(CUDA_VISIBLE_DEVICES=4,5\)",
     ):
-        init_module._pick_device(LocalRank(2), None)
+        init_module._pick_device(
+            LocalRank(2), None, Settings.read({"CUDA_VISIBLE_DEVICES": "4,5"}).visible_devices
+        )
 
 
 def test_default_backend_follows_the_device() -> None:

@@ -24,6 +24,7 @@ import torch.utils.cpp_extension
 
 from distrain.runtime import patching
 from distrain.runtime.rehearse import devices, fake_cuda, patches, refuse
+from distrain.settings import Settings
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def every_feature() -> list[patching.Patch]:
         members.hook_torch()
         selfstart._watch_children()
         selfstart._record_uncaught()
-        failure.install(0)
+        failure.install(0, Settings())
         watchdog.exit_on_uncaught()
         ft_noise.quiet_sequence_numbers()
         with replica_sync.real_accelerator(True), ft_bind.manager_server_on("127.0.0.1"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distrain.runtime.rejoin import describe, rejoin_bound
+from distrain.settings import Settings
 
 STATIC_RESTART = {
     "DISTRAIN_LAUNCHER": "distrain-run",
@@ -30,18 +31,9 @@ STATIC_RESTART = {
     ],
 )
 def test_only_a_restarted_attempt_of_a_multi_node_static_job_is_bounded(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], bound: float | None
+    env: dict[str, str], bound: float | None
 ) -> None:
-    for name in (
-        "DISTRAIN_LAUNCHER",
-        "TORCHELASTIC_RESTART_COUNT",
-        "GROUP_WORLD_SIZE",
-        "DISTRAIN_RDZV_ENDPOINT",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert rejoin_bound(60.0) == bound
+    assert rejoin_bound(60.0, Settings.read(env)) == bound
 
 
 def test_missing_ranks_are_named_with_their_nodes() -> None:

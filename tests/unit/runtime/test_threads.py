@@ -6,6 +6,7 @@ import pytest
 
 from distrain import contract
 from distrain.runtime.threads import choose_threads
+from distrain.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -27,22 +28,15 @@ def test_an_explicit_request_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_distrain_num_threads_beats_omp(monkeypatch: pytest.MonkeyPatch) -> None:
     from distrain.settings import Settings
 
-    monkeypatch.setenv("DISTRAIN_NUM_THREADS", "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "8")
-    assert choose_threads(4, Settings.read().threads) == 1
+    settings = Settings.read({"DISTRAIN_NUM_THREADS": "1", "OMP_NUM_THREADS": "8"})
+    assert choose_threads(4, settings.threads, settings.omp_num_threads) == 1
 
 
-def test_omp_num_threads_1_is_torchruns_default_not_a_choice(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert choose_threads(2) == 8
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert choose_threads(2) == 3
+def test_omp_num_threads_1_is_torchruns_default_not_a_choice() -> None:
+    assert choose_threads(2, omp="1") == 8
+    assert choose_threads(2, omp="3") == 3
 
 
 @pytest.mark.parametrize("raw", ["0", "-2", "many", ""])
-def test_unusable_values_are_ignored(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
-    monkeypatch.setenv("DISTRAIN_NUM_THREADS", raw)
-    monkeypatch.setenv("OMP_NUM_THREADS", raw)
-    assert choose_threads(8) == 2
+def test_unusable_values_are_ignored(raw: str) -> None:
+    assert choose_threads(8, omp=Settings.read({"OMP_NUM_THREADS": raw}).omp_num_threads) == 2

@@ -14,6 +14,7 @@ from distrain.contract import split_endpoint
 from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
 from distrain.runtime import patching
+from distrain.settings import Settings
 from distrain.train import failure
 from distrain.train.checkpoint.files import CheckpointError
 from distrain.train.failure import is_peer_failure
@@ -59,7 +60,7 @@ def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
     monkeypatch.setattr(patching, "APPLIED", [])  # whatever an earlier test registered
     monkeypatch.setattr(patching, "_uncaught", {})
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    failure.install(0)
+    failure.install(0, Settings())
     yield sys.excepthook
     patching.restore("failure")  # the registry's excepthook goes with its last handler
     for sig, handler in saved.items():
@@ -109,14 +110,13 @@ def test_only_a_recurring_error_stops_the_job(
     hook: Hook, monkeypatch: pytest.MonkeyPatch, err: BaseException, stops: bool
 ) -> None:
     reasons: list[str] = []
-    monkeypatch.setattr(failure, "stop_the_job", reasons.append)
+    monkeypatch.setattr(failure, "stop_the_job", lambda reason, settings: reasons.append(reason))
     _uncaught(hook, err)
     assert reasons == ([f"rank 0: {type(err).__name__}: {err}"] if stops else [])
 
 
 def test_without_a_c10d_endpoint_there_is_nothing_to_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DISTRAIN_RDZV_ENDPOINT", raising=False)
-    assert stop_the_job("rank 0: UsageError: x") is False
+    assert stop_the_job("rank 0: UsageError: x", Settings.read({})) is False
 
 
 @pytest.mark.parametrize(
@@ -144,10 +144,12 @@ def test_report_uncaught_writes_the_error_file_under_torchs_hook(
     # torch's init_process_group installs its own [rankN] hook, which writes no error file
     seen: list[BaseException] = []
     monkeypatch.setattr(sys, "excepthook", lambda kind, err, tb: seen.append(err))
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    settings = Settings.read({"TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json")})
     err = KeyError("the cause")
-    failure.report_uncaught(err)
+    failure.report_uncaught(err, settings)
     assert seen == [err] and "KeyError: 'the cause'" in (tmp_path / "error.json").read_text()
     (tmp_path / "error.json").unlink()
-    failure.report_uncaught(RuntimeError("Connection reset by peer"))  # a peer's failure: no file
+    failure.report_uncaught(
+        RuntimeError("Connection reset by peer"), settings
+    )  # a peer's failure: no file
     assert not (tmp_path / "error.json").exists()

@@ -105,9 +105,9 @@ def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_boun
 
     from distrain.train.replica_sync import quorum_failed
 
-    monkeypatch.setenv("TORCHFT_LIGHTHOUSE", "http://127.0.0.1:29510")
     r = _group(1, 2)
     r.rank, r.quorum_timeout_s = 1, 60.0
+    r.lighthouse = "http://127.0.0.1:29510"  # TORCHFT_LIGHTHOUSE, through Settings
     r.manager = SimpleNamespace(current_step=lambda: 32)
     err = quorum_failed(r, RuntimeError("Timeout expired\nmore detail"))
     assert str(err) == (

@@ -6,8 +6,9 @@ import signal
 
 import pytest
 
+from distrain.settings import Settings
 from distrain.train import requeue
-from distrain.train.requeue import _why_stopped, requeue_after_stop, slurm_job_id
+from distrain.train.requeue import _why_stopped, requeue_after_stop
 
 
 def test_sigusr1_always_requeues() -> None:
@@ -33,25 +34,26 @@ def test_sigint_never_requeues() -> None:
 
 
 def test_outside_slurm_nothing_happens() -> None:
-    assert slurm_job_id() is None
-    assert requeue_after_stop(signal.SIGUSR1) is None
+    assert Settings.read({}).slurm_job_id is None
+    assert Settings.read({"SLURM_JOB_ID": "77"}).slurm_job_id == "77"
+    assert requeue_after_stop(signal.SIGUSR1, None) is None
 
 
 def test_without_scontrol_the_line_says_resubmit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setattr(requeue.shutil, "which", lambda name: None)
-    assert requeue_after_stop(signal.SIGINT) is None
+    assert requeue_after_stop(signal.SIGINT, "77") is None
     assert (
-        requeue_after_stop(signal.SIGUSR1)
+        requeue_after_stop(signal.SIGUSR1, "77")
         == "distrain: SLURM job 77 not requeued: no scontrol on this node; resubmit it to resume"
     )
 
 
 def test_a_non_requeueable_job_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLURM_JOB_ID", "78")
     monkeypatch.setattr(requeue.shutil, "which", lambda name: "/usr/bin/scontrol")
     monkeypatch.setattr(requeue, "job_fields", lambda job_id: {"Requeue": "0"})
-    line = requeue_after_stop(signal.SIGUSR1)
+    line = requeue_after_stop(signal.SIGUSR1, "78")
     assert line is not None and "is not requeue-able" in line
     monkeypatch.setattr(requeue, "job_fields", lambda job_id: {"PreemptTime": "None"})
-    assert "SIGTERM without preemption or time limit" in (requeue_after_stop(signal.SIGTERM) or "")
+    assert "SIGTERM without preemption or time limit" in (
+        requeue_after_stop(signal.SIGTERM, "78") or ""
+    )

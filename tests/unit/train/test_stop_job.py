@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from distrain.contract import STOP_MARK, claim_stop, stopped_by_rank
+from distrain.settings import Settings
 from distrain.train.stop_job import frozen_node, stop_for_frozen, watchdog_reason
 
 
@@ -21,10 +22,9 @@ from distrain.train.stop_job import frozen_node, stop_for_frozen, watchdog_reaso
     ],
 )
 def test_a_node_counts_as_frozen_only_when_all_its_ranks_are(
-    monkeypatch: pytest.MonkeyPatch, frozen: set[int], local: int, world: int, node: int | None
+    frozen: set[int], local: int, world: int, node: int | None
 ) -> None:
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
-    assert frozen_node(frozen, world) == node
+    assert frozen_node(frozen, world, local) == node
 
 
 def test_a_verdict_becomes_a_last_line_without_the_stack_sentence() -> None:
@@ -39,16 +39,17 @@ def test_a_verdict_becomes_a_last_line_without_the_stack_sentence() -> None:
     )
 
 
-def test_only_a_static_multi_node_job_stops_on_a_frozen_verdict(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("DISTRAIN_STATIC_STORE", raising=False)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+def test_only_a_static_multi_node_job_stops_on_a_frozen_verdict() -> None:
+    one_node = Settings.read({"LOCAL_WORLD_SIZE": "1"})
     # one node: the agent restarts the group (the frozen rank with it); nothing is stopped
-    assert stop_for_frozen("… stopped answering (process frozen or gone) …", {1}, 2) is False
-    monkeypatch.setenv("DISTRAIN_STATIC_STORE", "10.0.0.1:29500")
+    assert (
+        stop_for_frozen("… stopped answering (process frozen or gone) …", {1}, 2, one_node) is False
+    )
+    static = Settings.read({"LOCAL_WORLD_SIZE": "1", "DISTRAIN_STATIC_STORE": "10.0.0.1:29500"})
     # a rank that is stuck but alive exits 124 itself: every agent restarts, nothing stops
-    assert stop_for_frozen("… is not in a collective while the others wait …", {1}, 2) is False
+    assert (
+        stop_for_frozen("… is not in a collective while the others wait …", {1}, 2, static) is False
+    )
 
 
 def test_the_stop_mark_is_claimed_once_and_whole(tmp_path: Path) -> None:

@@ -22,15 +22,14 @@ import atexit
 import json
 import os
 
-from ...contract import CPU_REHEARSAL, REHEARSE_DIR
+from ...settings import for_report
 
 _installed_in: int | None = None
 
 
 def requested() -> int:
     """The number of stand-in GPUs the launcher asked for (0: no rehearsal)."""
-    raw = os.environ.get(CPU_REHEARSAL, "")
-    return int(raw) if raw.isdigit() else 0
+    return for_report().cpu_rehearsal or 0  # DISTRAIN_CPU_REHEARSAL; malformed: 0
 
 
 def install() -> bool:
@@ -58,7 +57,7 @@ def write_counts() -> None:
     """Leave this process's mapped-call counts for the launcher's end-of-job summary."""
     from .devices import MAPPED
 
-    folder = os.environ.get(REHEARSE_DIR, "")
+    folder = for_report().rehearse_dir
     if not folder or os.getpid() != _installed_in or not MAPPED:
         return  # a forked child (DataLoader worker) inherits the counts: only the installer writes
     try:

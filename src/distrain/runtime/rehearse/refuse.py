@@ -19,8 +19,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ...contract import ERROR_FILE, REHEARSE_DIR
 from ...log import get_logger
+from ...settings import for_report
 from ...train.failure import write_error_message
 from ..patching import replace, wrap
 
@@ -61,10 +61,11 @@ def refuse(call: str) -> NoReturn:
     if _first_to_say():
         _log.error(f"{PROG}: {reason}")
     # the agent's error file carries the reason, so the job's last line names it
-    error_file = os.environ.get(ERROR_FILE)
+    settings = for_report()
+    error_file = settings.error_file
     if error_file and not os.path.exists(error_file):
         with contextlib.suppress(OSError):
-            write_error_message(error_file, f"{PROG}: {reason}", "")
+            write_error_message(error_file, f"{PROG}: {reason}", "", settings)
     raise SystemExit(REFUSED_EXIT_CODE)
 
 
@@ -75,7 +76,7 @@ def say_once(key: str, line: str) -> None:
 
 
 def _first_to_say(key: str = "refused") -> bool:
-    folder = os.environ.get(REHEARSE_DIR, "")
+    folder = for_report().rehearse_dir
     if not folder:
         return True
     try:

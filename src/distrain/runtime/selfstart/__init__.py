@@ -23,7 +23,8 @@ import tempfile
 from types import TracebackType
 from typing import Any
 
-from ...contract import ERROR_FILE, FORM_DIR, SELF_STARTING
+from ...contract import FORM_DIR
+from ...settings import for_report
 from .. import patching
 from . import members
 from .watch import Watcher
@@ -33,7 +34,7 @@ _watcher: Watcher | None = None
 
 def requested() -> bool:
     """Whether the launcher said this job's script starts its own workers."""
-    return bool(os.environ.get(SELF_STARTING))
+    return for_report().self_starting
 
 
 def install() -> None:
@@ -44,7 +45,7 @@ def install() -> None:
     members.hook_process_run()
     if "torch" in sys.modules:
         members.hook_torch()
-    if os.environ.get(FORM_DIR) or _watcher is not None:
+    if for_report().form_dir or _watcher is not None:
         return  # a child (fresh interpreter): notes only; the watcher is its parent's
     from ...settings import Settings
 
@@ -53,7 +54,8 @@ def install() -> None:
         shutil.rmtree, folder, True
     )  # run by the script only: forked children end in os._exit
     os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
-    _watcher = Watcher(folder, Settings.read().form_timeout_s)
+    settings = Settings.read()
+    _watcher = Watcher(folder, settings.form_timeout_s, settings.error_file)
     atexit.register(_watcher.script_ended)  # runs before the rmtree above (last in, first out)
     _watch_children()
     _record_uncaught()
@@ -89,13 +91,16 @@ def _record_uncaught() -> None:
         tb: TracebackType | None,
         below: patching.ExceptHook,
     ) -> None:
-        path = os.environ.get(ERROR_FILE)
+        from ...settings import for_report
+
+        settings = for_report()
+        path = settings.error_file
         if path and not os.path.exists(path):
             from ...train.failure import is_peer_failure, write_error_file
 
             if not is_peer_failure(err):
                 with contextlib.suppress(OSError):
-                    write_error_file(path, err, tb)
+                    write_error_file(path, err, tb, settings)
         below(kind, err, tb)
 
     patching.on_uncaught(members.FEATURE, record)

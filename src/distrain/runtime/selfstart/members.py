@@ -24,7 +24,7 @@ import signal
 import threading
 from typing import Any
 
-from ...contract import FORM_DIR
+from ...settings import for_report
 from .. import patching
 
 FEATURE = "self_start"
@@ -32,7 +32,7 @@ FEATURE = "self_start"
 
 def note(kind: str, **fields: Any) -> None:
     """Leave a note `kind` (join, formed, error) for this process in the form folder."""
-    folder = os.environ.get(FORM_DIR)
+    folder = for_report().form_dir
     if not folder:
         return
     path = os.path.join(folder, f"{kind}-{os.getpid()}")
@@ -99,8 +99,9 @@ def hook_torch() -> None:
 
     def make(rendezvous: Any) -> Any:
         def hooked_rendezvous(url: str, rank: int = -1, world_size: int = -1, **kwargs: Any) -> Any:
-            rank_seen = rank if rank >= 0 else int(os.environ.get("RANK", "-1"))
-            size = world_size if world_size >= 0 else int(os.environ.get("WORLD_SIZE", "-1"))
+            agent = for_report()  # the agent's RANK and WORLD_SIZE when the call names none
+            rank_seen = rank if rank >= 0 else int(agent.agent_rank or "-1")
+            size = world_size if world_size >= 0 else int(agent.agent_world_size or "-1")
             watched = FEATURE in patching.hooked()["init_process_group"]
             note("join", rank=rank_seen, world_size=size, watched=watched)
             return rendezvous(url, rank, world_size, **kwargs)

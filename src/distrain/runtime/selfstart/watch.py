@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...contract import ERROR_FILE
 from ...log import get_logger
 
 _log = get_logger("runtime")
@@ -49,6 +48,8 @@ class Watcher:
 
     folder: str
     timeout_s: float
+    #: the agent's error file (TORCHELASTIC_ERROR_FILE, from distrain.settings); None: none
+    error_file: str | None = None
     procs: dict[int, Any] = field(default_factory=dict)  # pid → multiprocessing.Process
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -212,9 +213,8 @@ class Watcher:
             if exit_status(pid, proc) is None:
                 _signal(pid, signal.SIGKILL)
         _log.error("distrain: %s", verdict)
-        error_file = os.environ.get(ERROR_FILE)
-        if error_file:
-            _write_error_file(error_file, verdict)
+        if self.error_file:
+            _write_error_file(self.error_file, verdict)
         shutil.rmtree(self.folder, ignore_errors=True)  # os._exit skips the atexit that would
         os._exit(1)
 

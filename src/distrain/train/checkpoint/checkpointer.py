@@ -110,6 +110,7 @@ class Checkpointer:
             stuck,
             is_main=handles.main,
             shutdown=handles.shutdown,
+            slurm_job_id=handles.slurm_job_id,
         )
         self.topology = nodes.Topology.single()
         self._reg = Registered()

@@ -65,6 +65,8 @@ class JobHandles:
       into interpreter teardown (tests/scripts/exit_threads.py).
     - ``summary_dir``: where the node's checkpoint leader tells `distrain run` the step a
       restart resumes from (``DISTRAIN_SUMMARY_DIR``); None: not told.
+    - ``slurm_job_id``: the SLURM job a stop signal may requeue (``SLURM_JOB_ID``); None: not
+      under SLURM (SIGUSR1 then stays the watchdog's stack dump).
     - ``replicas``: the replica groups under ``--replicas``, else None.
     - ``on_close``: registers a method to run before the process groups are destroyed.
     - ``on_stall``: receives how long each save stalled the training loop (the step breakdown).
@@ -80,6 +82,7 @@ class JobHandles:
     scaler: torch.amp.GradScaler | None = None
     store: Callable[[], dist.Store] | None = None
     summary_dir: str | None = None
+    slurm_job_id: str | None = None
     replicas: Healer | None = None
     on_close: Callable[[Callable[[], None]], None] = _ignore
     on_stall: Callable[[float], None] | None = None

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
+
+from ...settings import USER_MMAP_THRESHOLD
 
 #: glibc's mallopt() parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
 #: buffers from this size on get their own mapping under a sharded model
 MMAP_THRESHOLD_BYTES = 1 << 20
 #: the environment variable glibc reads at start-up for the same setting: a user's choice wins
-USER_SETTING = "MALLOC_MMAP_THRESHOLD_"
+USER_SETTING = USER_MMAP_THRESHOLD
 
 _applied = False
 
@@ -47,10 +48,11 @@ def _libc() -> ctypes.CDLL | None:
 def map_large_buffers(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Fix glibc's mmap threshold at `threshold` bytes for this process (once); True when set.
 
-    Left alone when the user set ``MALLOC_MMAP_THRESHOLD_`` or the C library is not glibc.
+    Left alone when the C library is not glibc; a user's ``MALLOC_MMAP_THRESHOLD_`` turns the
+    setting off before this is called (distrain.settings).
     """
     global _applied
-    if _applied or os.environ.get(USER_SETTING):
+    if _applied:
         return False
     libc = _libc()
     if libc is None or libc.mallopt(M_MMAP_THRESHOLD, int(threshold)) != 1:

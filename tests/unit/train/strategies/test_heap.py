@@ -16,10 +16,16 @@ def test_threshold_is_set_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert heap.map_large_buffers() is False  # already set: nothing more to do
 
 
-def test_user_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(heap.USER_SETTING, "65536")
-    monkeypatch.setattr(heap, "_applied", False)
-    assert heap.map_large_buffers() is False and heap._applied is False
+def test_user_setting_wins() -> None:
+    from distrain.settings import Settings
+
+    on = {"DISTRAIN_MAP_LARGE_BUFFERS": "1"}
+    assert Settings.read(on).map_large_buffers is True
+    assert Settings.read({**on, heap.USER_SETTING: "65536"}).map_large_buffers is False
+    assert (
+        Settings.read({heap.USER_SETTING: "65536"}, map_large_buffers=True).map_large_buffers
+        is False
+    )
 
 
 def test_no_glibc_no_change(monkeypatch: pytest.MonkeyPatch) -> None:

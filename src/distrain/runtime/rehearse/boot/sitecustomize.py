@@ -13,6 +13,8 @@ Then, with neither --cpu nor a self-starting script, this folder leaves ``sys.pa
 PYTHONPATH again, so the script sees what torchrun's worker sees.
 """
 
+# Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): runs at interpreter start,
+# before distrain is importable: the environment is all it has.
 from __future__ import annotations
 
 import importlib.abc
@@ -102,7 +104,9 @@ def _record_uncaught_at_exit() -> None:
         sys.path.append(os.path.abspath(os.path.join(_HERE, *[os.pardir] * 4)))
         from distrain.train.failure import is_peer_failure, write_error_file
     if not is_peer_failure(err):
-        write_error_file(path, err, err.__traceback__)
+        from distrain.settings import for_report
+
+        write_error_file(path, err, err.__traceback__, for_report())
 
 
 def _leave(chained: ModuleType | None) -> None:
