@@ -184,3 +184,26 @@ def test_counted_steps_and_unarmed_warning() -> None:
     )
     assert res.returncode == 0 and "done: 0 counted steps" in res.stdout, res.stderr[-3000:]
     assert res.stderr.count("the watchdog is not armed") == 1, res.stderr[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_the_verdict_counts_steps_from_the_resumed_checkpoint(tmp_path: Path) -> None:
+    """A rank that hangs after a resume is named at its training step, not at its process's
+    count (a job resumed at step 5 that hangs after step 7 said "at step 2")."""
+    from helpers import run
+
+    worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
+    job = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", worker]
+    ckpt = ["--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "final.pt")]
+    first = run([*job, *ckpt, "--stop-at", "5"], timeout=150)
+    assert first.returncode == 0 and "finished at step 5" in first.stdout, first.stderr[-3000:]
+    res = run([*job, *ckpt, "--hang-at", "7", "--fault-rank", "1"], timeout=200)
+    assert res.returncode == 124, (res.returncode, res.stderr[-3000:])
+    summary = [
+        ln[ln.index("distrain watchdog: no training") :]
+        for ln in res.stderr.splitlines()
+        if "distrain watchdog: no training" in ln
+    ]
+    assert summary and "stuck: rank 1" in summary[0], res.stderr[-3000:]
+    assert "at step 7 in ckpt_worker.py:" in summary[0], summary[0]
+    assert "distrain watchdog: rank 1 (pid" in res.stderr and ") at step 7, stack:" in res.stderr

@@ -10,6 +10,7 @@ Faults are injected deterministically, never by racing a timer:
   --fault-rank R       the rank that does it (default 1)
   --save-at-start      save step 0 before training, with gradients present and no optimizer
                        step taken (a first step that did not commit), on the first attempt
+  --hang-at K          sleep for good right after optimizer step K, on any attempt (the watchdog)
   --linger S           the other ranks sleep S seconds at that step (they outlive the fault, so
                        their node's agent sees a membership change, not a failure of its own)
 --strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp", shard=nn.Linear)``: each Linear, then the root) instead
@@ -53,6 +54,7 @@ p.add_argument("--fault-rank", type=int, default=1)
 p.add_argument("--freeze-after-loop", action="store_true")
 p.add_argument("--linger", type=float, default=0.0)
 p.add_argument("--save-at-start", action="store_true")
+p.add_argument("--hang-at", type=int, default=-1)
 p.add_argument("--stop-at", type=int, default=-1, help="save and stop cleanly after this step")
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument(
@@ -175,6 +177,9 @@ for _epoch in range(loader.epoch, args.epochs):
             fault("kill")
         if faulty and step == args.raise_at:
             fault("raise")
+        if ctx.rank == args.fault_rank and step == args.hang_at:
+            while True:
+                time.sleep(3600)  # the deliberate hang (the watchdog's to find)
         if lingers and step in (args.kill_at, args.raise_at):
             time.sleep(args.linger)
         if args.step_sleep:

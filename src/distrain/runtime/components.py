@@ -6,9 +6,11 @@ callbacks it uses, never the Context: train/ does not reach back into runtime/.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -34,6 +36,7 @@ def checkpointer(
     replicas: Healer | None,
     services: Services,
     shutdown: Callable[[], None],
+    uncounted: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     **options: Any,
 ) -> Checkpointer | NoDisk:
     """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job.
@@ -54,7 +57,8 @@ def checkpointer(
         on_stall=services.checkpoint_stall,
         shutdown=shutdown,
         on_abandoned=exit_abandoned,
-        on_resumed=services.monitor.resumed_at if services.monitor is not None else None,
+        on_resumed=services.resumed_at,
+        uncounted=uncounted,
     )
     if directory is None:
         return NoDisk(handles, **options)

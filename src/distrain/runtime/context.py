@@ -338,7 +338,7 @@ class Context(Reductions):
         return checkpointer(
             directory, self.process, is_main=self.is_main, scaler=self.scaler,
             settings=self.settings, replicas=self.replicas, services=self.services,
-            shutdown=self.shutdown, **kwargs,
+            shutdown=self.shutdown, uncounted=self._step_counter.paused, **kwargs,
         )  # fmt: skip
 
     # -- printing ---------------------------------------------------------------------------

@@ -51,6 +51,14 @@ class Services:
         if self.breakdown is not None:
             self.breakdown.checkpoint(seconds)
 
+    def resumed_at(self, step: int) -> None:
+        """A restore or a heal resumed the training at `step`: the monitor and the watchdog
+        report steps counted over the whole training, not since this process started."""
+        if self.monitor is not None:
+            self.monitor.resumed_at(step)
+        if self.watchdog is not None:
+            self.watchdog.resumed_at(step)
+
     def on_close(self, method: Callable[[], None]) -> None:
         """Run the bound `method` in close(), before the process groups are destroyed.
 

@@ -9,8 +9,9 @@ an auxiliary optimizer (a GAN's second net, a probe) is not the training's progr
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ class StepCounter:
 
     def __init__(self, on_step: Callable[[int], None]) -> None:
         self.count = 0
+        self._paused = False
         self._on_step = on_step
         self._params: set[int] = set()
         # optimizer → whether it updates a tracked model (decided at its first step)
@@ -36,7 +38,20 @@ class StepCounter:
         self._params.update(id(p) for p in model.parameters())
         self._verdicts = weakref.WeakKeyDictionary()  # an optimizer made earlier may now qualify
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Steps taken inside are not the training's: a restore's loading of optimizer state
+        steps every optimizer once with a zero learning rate to create its state (torch's
+        ``_init_optim_state``), which counted as step 1 and armed the watchdog early."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
     def _hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._paused:
+            return
         verdict = self._verdicts.get(optimizer)
         if verdict is None:
             verdict = any(

@@ -33,10 +33,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from ..contract import WATCHDOG_EXIT_CODE
@@ -44,66 +42,10 @@ from ..log import get_logger
 from ..runtime import patching
 from ..runtime.attempt import attempt_prefix
 from ..settings import Settings
+from .hang_diagnosis import diagnose, main_thread_where
 from .stop_job import FROZEN, stop_for_frozen
 
 _log = get_logger("watchdog")
-
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_DISTRAIN_DIR = str(Path(__file__).resolve().parent.parent)
-
-
-def _main_thread_where() -> tuple[str, bool]:
-    """("file:line in func" of the user's innermost frame, whether the main thread is inside torch)."""
-    frame = sys._current_frames().get(threading.main_thread().ident or 0)
-    if frame is None:
-        return "?", False
-    in_torch = frame.f_code.co_filename.startswith(_TORCH_DIR)
-    where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-    walk: Any = frame
-    while walk is not None:
-        name = walk.f_code.co_filename
-        if not name.startswith((_TORCH_DIR, _DISTRAIN_DIR)) and not name.startswith("<"):
-            where = f"{os.path.basename(name)}:{walk.f_lineno} in {walk.f_code.co_name}"
-            break
-        walk = walk.f_back
-    return where, in_torch
-
-
-def diagnose(
-    beats: dict[int, dict[str, Any]], silent: set[int], world_size: int
-) -> tuple[list[int], str]:
-    """Which ranks are stuck, and why, from every rank's last heartbeat.
-
-    `silent` are ranks whose heartbeat stopped changing (their process is frozen or gone).  Among
-    the others, the ranks furthest behind that are not waiting inside torch are the stuck ones:
-    a rank blocked in a collective is waiting *for* someone.
-    """
-    missing = [r for r in range(world_size) if r not in beats]
-    dead = sorted(set(silent) | set(missing))
-    alive = {r: b for r, b in beats.items() if r not in dead}
-    if alive:
-        low = min(int(b["step"]) for b in alive.values())
-        behind = sorted(r for r, b in alive.items() if int(b["step"]) == low)
-        outside = [r for r in behind if not _in_torch(alive[r])]
-    else:
-        behind, outside = [], []
-    if dead:
-        return dead, f"stopped answering (process {FROZEN})"
-    if world_size == 1:  # nobody waits for a lone rank: say where it is stuck, not who waits
-        return (
-            behind,
-            "is stuck outside torch (its own code)" if outside else "is stuck inside torch",
-        )
-    if outside:
-        return outside, "is not in a collective while the others wait for it" if len(
-            outside
-        ) == 1 else "are not in a collective while the others wait"
-    return behind, "all wait inside torch (a collective only some ranks called?)"
-
-
-def _in_torch(beat: dict[str, Any]) -> bool:
-    """True when that heartbeat says the rank's main thread was inside torch."""
-    return bool(beat.get("in_torch"))
 
 
 class Watchdog:
@@ -123,7 +65,10 @@ class Watchdog:
         self.settings = settings if settings is not None else Settings()
         self.poll = poll or max(0.2, min(2.0, seconds / 10))
         self._store_factory = store_factory
-        self.step = 0
+        self.step = 0  # optimizer steps of this process: the first one arms the verdicts
+        #: the training step this process resumed at (a checkpoint or a heal): what the
+        #: heartbeats and verdicts report is that plus this process's steps
+        self.resumed = 0
         self._last_progress = time.monotonic()
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the heartbeat thread's pause early (finish)
@@ -191,14 +136,23 @@ class Watchdog:
         self.step = step
         self._last_progress = time.monotonic()
 
+    def resumed_at(self, step: int) -> None:
+        """This process resumed training at `step`: the steps it reports count from there."""
+        self.resumed = int(step)
+
+    @property
+    def training_step(self) -> int:
+        """The step this rank last finished, counted over the whole training (resumes included)."""
+        return self.resumed + self.step
+
     def _beat(self, store: dist.Store, beat: int) -> None:
-        where, in_torch = _main_thread_where()
+        where, in_torch = main_thread_where()
         store.set(
             f"hb/{self.rank}",
             json.dumps(
                 {
                     "beat": beat,
-                    "step": self.step,
+                    "step": self.training_step,
                     "idle": round(time.monotonic() - self._last_progress, 1),
                     "where": where,
                     "in_torch": in_torch,
@@ -254,7 +208,7 @@ class Watchdog:
         else:  # the reporter's verdict first: stacks written at once would cut into its line
             time.sleep(0.3)
         sys.stderr.write(
-            f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.step}, stack:\n"
+            f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.training_step}, stack:\n"
         )
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -284,7 +238,7 @@ class Watchdog:
                 ended = self._ended
                 self._beat(store, beat)
                 if ended:
-                    store.set(f"end/{self.rank}", str(self.step))
+                    store.set(f"end/{self.rank}", str(self.training_step))
                 beats, silent = self._collect(
                     store
                 )  # every poll: a beat that stops changing means frozen

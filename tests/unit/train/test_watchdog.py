@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from distrain.train import watchdog
+from distrain.train import hang_diagnosis
 from distrain.train.nccl_debug import nccl_debug_defaults
 from distrain.train.watchdog import diagnose
 
@@ -55,7 +55,7 @@ def test_diagnose_when_every_rank_waits_in_torch() -> None:
 def test_diagnose_plural_wording() -> None:
     beats = {0: {"step": 3, "in_torch": False}, 1: {"step": 3}, 2: {"step": 4, "in_torch": True}}
     assert diagnose(beats, set(), 3) == ([0, 1], "are not in a collective while the others wait")
-    assert watchdog._in_torch({}) is False
+    assert hang_diagnosis._in_torch({}) is False
 
 
 def test_diagnose_a_lone_rank_names_where_it_is_stuck() -> None:

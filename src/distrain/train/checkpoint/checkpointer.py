@@ -149,15 +149,16 @@ class Checkpointer:
         then copies that group's state and returns its step (train/replicas.py).
         A refusal (a checkpoint that does not fit the job) recurs on every restart: marked so.
         """
-        try:
-            resumed = self._restore_from_disk(objects)
-        except CheckpointError as err:
-            if "recurs" not in vars(err):  # unless the raise site said otherwise
-                recurring(err)
-            raise
-        self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
-        if self.handles.replicas is not None:
-            resumed = self.handles.replicas.restore(self.objects, resumed)
+        with self.handles.uncounted():  # loading optimizer state steps each optimizer once
+            try:
+                resumed = self._restore_from_disk(objects)
+            except CheckpointError as err:
+                if "recurs" not in vars(err):  # unless the raise site said otherwise
+                    recurring(err)
+                raise
+            self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
+            if self.handles.replicas is not None:
+                resumed = self.handles.replicas.restore(self.objects, resumed)
         return self.handles.resumed(resumed)
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:

@@ -6,7 +6,9 @@ from a :class:`~distrain.runtime.process.ProcessInfo` alone.  Nothing here reach
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -75,6 +77,8 @@ class JobHandles:
       a stop signal with no reports); None: :class:`SaveAbandoned` reaches the caller.
     - ``on_resumed``: receives the step a restore resumed at (from disk or a live replica
       group), not called on a fresh start (the metrics recorder).
+    - ``uncounted``: a context in which optimizer steps are not the training's (the restore
+      steps each optimizer once to create its state; the step counter must not count that).
     """
 
     process: ProcessInfo = field(default_factory=ProcessInfo)
@@ -89,6 +93,7 @@ class JobHandles:
     shutdown: Callable[[], None] | None = None
     on_abandoned: Callable[[SaveAbandoned], NoReturn] | None = None
     on_resumed: Callable[[int], None] | None = None
+    uncounted: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
     def resumed(self, resumed: Resumed) -> Resumed:
         """Tell ``on_resumed`` where a restore ended, and hand `resumed` back."""

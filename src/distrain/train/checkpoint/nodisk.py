@@ -27,7 +27,9 @@ class NoDisk:
         """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
         register(self.objects, objects, self.handles.scaler)
         if self.handles.replicas is not None:
-            return self.handles.resumed(self.handles.replicas.restore(self.objects, Resumed()))
+            with self.handles.uncounted():  # a heal loads optimizer state: one uncounted step
+                healed = self.handles.replicas.restore(self.objects, Resumed())
+            return self.handles.resumed(healed)
         return Resumed()
 
     def maybe_save(self, step: int) -> bool:
