@@ -76,9 +76,11 @@ class Kind:
                     "--strategy", strategy, "--epochs", "4", "--step-sleep", "0.1",
                     "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
+            # 400 epochs: with 40 the training after the first snapshot took ~2 s of a ~11 s
+            # job, so most faults aimed at a rank found the job already past its ranks (missed)
             argv = [*launcher, "--cpu", "-n", "2", *restarts,
                     str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out),
-                    "--total-epochs", "40"]  # fmt: skip
+                    "--total-epochs", "400"]  # fmt: skip
             return Job(argv, None, out, run_dir, marker=out / "snapshot.pt")
         elif self.name in ("replicas", "replicas_fsdp"):
             fsdp = self.name == "replicas_fsdp"
