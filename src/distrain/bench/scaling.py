@@ -22,6 +22,7 @@ from typing import Any
 
 from ..contract import usable_cores
 from ..errors import UsageError, fail, raise_usage_errors
+from ..launch.command_line import split_at_separator
 from . import nodes, probe, report, runner, summary
 
 PROG = "distrain bench scaling"
@@ -321,9 +322,7 @@ def execute_all(
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
-    own, script_args = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    )
+    own, script_args = split_at_separator(argv)
     try:
         args = _parser().parse_args(own)
         nprocs = parse_nproc(args.nproc)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError, fail, raise_usage_errors
+from ..launch.command_line import split_at_separator
 from . import compose, docker, k8s, slurm
 from .install import resolve
 from .spec import DEFAULT_BASE_IMAGE, DEFAULT_PORT, JobSpec, dns_name, parse_nnodes
@@ -252,9 +253,7 @@ def _write(path: Path, text: str, executable: bool = False) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain export`."""
-    own, script_args = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    )
+    own, script_args = split_at_separator(argv)
     try:
         args = _parser().parse_args(own)
         spec = build_spec(args, script_args)

@@ -100,6 +100,15 @@ def script_tail(script_argv: list[str]) -> list[str]:
     return ["--", *script_argv] if script_argv and script_argv[0].startswith("-") else script_argv
 
 
+def split_at_separator(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(a tool's own options, the script's command line after the first ``--``; [] without one):
+    `distrain bench scaling` and `distrain export`, whose script comes after ``--``."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
 def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> CommandLine:
     """Split `argv` at the first token that is not an option (or at ``--``, which is dropped).
 
