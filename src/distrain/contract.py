@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
-import json
 import os
 import signal
 import sys
@@ -189,9 +188,10 @@ def stopped_by_rank(folder: str | None) -> str | None:
         return None
 
 
-# -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------
-#: one JSON object a line, appended by every writer (a single write: lines never interleave)
-FT_EVENTS_FILE = "events.jsonl"
+# -- replica groups: the folder the groups share (DISTRAIN_FT_EVENTS) ------------------------------
+# Its files coordinate the groups (each group's step, start and end, read by the others to decide
+# when to train and end); the reports to the launcher are ``replica`` events in the folder's
+# stream (distrain/events.py, the same API and reader as every job's).
 #: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
 REPLICA_EVENTS_FILE = "replicas.jsonl"
 
@@ -215,23 +215,6 @@ def mark_ft_start(folder: str, group: int) -> None:
 def ft_end_file(folder: str, group: int) -> str:
     """Exists once replica group `group`'s launcher ended for good (no replacement will come)."""
     return os.path.join(folder, f"end.{group}")
-
-
-def ft_final_file(folder: str, group: int, rank: int) -> str:
-    """Holds "STEP SHA256" of rank `rank` of group `group` once its script ended (the end check)."""
-    return os.path.join(folder, f"final.{group}.{rank}")
-
-
-def append_ft_event(folder: str, **fields: Any) -> None:
-    """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
-    line = (json.dumps(fields, sort_keys=True) + "\n").encode()
-    fd = os.open(
-        os.path.join(folder, FT_EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
-    )
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 # -- exit codes ----------------------------------------------------------------------------------

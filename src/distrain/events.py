@@ -41,6 +41,10 @@ KINDS = {
     "rehearsal": "counts",
     # the fast start's fallback to fresh interpreters, by the first worker that needed it: ``reason``
     "fallback": "reason",
+    # --replicas, in the groups' shared folder (DISTRAIN_FT_EVENTS): ``event`` "lost" (a group's
+    # agent saw a worker die), "joined" (a worker passed its first quorum, healed or not) or
+    # "final" (a process's last step and state digest, for the end check), and their fields
+    "replica": "event, ...",
 }
 
 

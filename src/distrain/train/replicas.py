@@ -13,7 +13,7 @@ step: a live group sends its state while its training loop waits, so what it sen
 its state between two steps (after the script's scheduler step and save), never one a forward
 pass is changing (BatchNorm's running stats).
 Events for the launcher (each group's last committed step, "joined" with the heal's source
-and duration) go to DISTRAIN_FT_EVENTS (:func:`distrain.contract.append_ft_event`).
+and duration) go to the stream in DISTRAIN_FT_EVENTS (``replica`` events, distrain/events.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..contract import append_ft_event, ft_step_file
+from ..contract import ft_step_file
 from ..errors import DistrainError
+from ..events import emit
 from ..log import get_logger
 from .ft_bind import manager_server_on
 from .ft_noise import first_forward_filtered, quiet_sequence_numbers
@@ -295,8 +296,8 @@ class Replicas:
         if self.size > 1:
             self._match_group()
         if self.rank == 0 and self.events:
-            append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
-                            source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
+            emit("replica", self.events, event="joined", group=self.group, rank=self.rank, step=step,
+                 source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
                 f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
