@@ -98,7 +98,14 @@ class ReplicaJob:
         """One line on stderr; with an `event` name also one JSON line in the run directory."""
         print(f"{PROG}: {text}", file=sys.stderr, flush=True)
         if event and self.run_dir:
-            record = {"t": round(time.time(), 3), "event": event, **fields, "text": text}
+            # the stream's form (a "replica" event), read by the one reader (`distrain top`)
+            record = {
+                "kind": "replica",
+                "t": round(time.time(), 3),
+                "event": event,
+                **fields,
+                "text": text,
+            }
             with contextlib.suppress(OSError):  # a full or vanished disk must not stop the job
                 os.makedirs(self.run_dir, exist_ok=True)
                 with open(os.path.join(self.run_dir, REPLICA_EVENTS_FILE), "a") as f:
