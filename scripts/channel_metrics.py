@@ -1,7 +1,7 @@
 """The ``worker_launcher_channels`` figure of scripts/structure_metrics.py, from the code.
 
 A channel is a file that the worker side and the launcher side both touch, named in one of the
-two modules that both sides share (``distrain/contract.py``, ``distrain/events.py``):
+two modules that both sides share (``distrain/contract.py``, ``distrain/events/stream.py``):
 
 1. the files: a module-level string constant that looks like a file name (``FILE =
    "events.jsonl"``, ``STOP_MARK = "stopped.txt"``), and a module-level function that joins a
@@ -36,7 +36,13 @@ WORKER_ROOTS = (
     "distrain.runtime.rehearse.boot.sitecustomize",
 )
 #: the modules both sides share: they define the names, and are on neither side
-SHARED = ("distrain.contract", "distrain.events", "distrain.settings", "distrain.errors")
+SHARED = (
+    "distrain.contract",
+    "distrain.events",
+    "distrain.events.stream",
+    "distrain.settings",
+    "distrain.errors",
+)
 #: a file name: ``x.json``/``.jsonl``/``.txt``, ``step.{}``-like (a number appended), ``watchdog-{rank}``
 _FILE_NAME = re.compile(r"^[\w{}<>-]+\.(json|jsonl|txt)$|^[a-z]+\.\{\}(\.\{\})*$|^[a-z]+-\{\w*\}$")
 
@@ -54,7 +60,7 @@ def shared_files(pkg: Path) -> dict[str, set[str]]:
     """{name in contract.py/events.py: the files it stands for}."""
     direct: dict[str, set[str]] = {}
     uses: dict[str, set[str]] = {}
-    for module in ("contract.py", "events.py"):
+    for module in ("contract.py", "events/stream.py"):
         source = pkg / module
         for node in ast.parse(source.read_text()).body if source.exists() else []:
             if isinstance(node, ast.Assign) and len(node.targets) == 1:

@@ -67,7 +67,7 @@ RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 #: the job's folder, made by `distrain run`: the event stream every process of the job reports to
-#: (distrain/events.py) and the stop claim (:data:`STOP_MARK`)
+#: (distrain/events/) and the stop claim (:data:`STOP_MARK`)
 JOB_DIR = "DISTRAIN_JOB_DIR"
 #: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
@@ -118,7 +118,7 @@ def boot_first(env: MutableMapping[str, str]) -> None:
         env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
 
 
-# -- the step breakdown: what a rank reports at its exit (a ``breakdown`` event, distrain/events.py)
+# -- the step breakdown: what a rank reports at its exit (a ``breakdown`` event, distrain/events/)
 #: the parts a training step's wall time is split into, in the order they are shown
 PHASES = ("data", "compute", "comm", "optimizer", "checkpoint", "other")
 
@@ -191,7 +191,7 @@ def stopped_by_rank(folder: str | None) -> str | None:
 # -- replica groups: the folder the groups share (DISTRAIN_FT_EVENTS) ------------------------------
 # Its files coordinate the groups (each group's step, start and end, read by the others to decide
 # when to train and end); the reports to the launcher are ``replica`` events in the folder's
-# stream (distrain/events.py, the same API and reader as every job's).
+# stream (distrain/events/, the same API and reader as every job's).
 #: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
 REPLICA_EVENTS_FILE = "replicas.jsonl"
 

@@ -130,7 +130,7 @@ def main(argv: Sequence[str]) -> int:
         if line:  # one write: under --replicas every group's launcher says it at the same moment
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
-    folder = job_summary.start(env)  # the job's event stream (distrain/events.py)
+    folder = job_summary.start(env)  # the job's event stream (distrain/events/)
     notice = watch_notice.start(launch, folder)  # --watchdog on a script without init()
     os.environ.update(env)
     try:

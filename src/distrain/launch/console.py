@@ -10,7 +10,7 @@ INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and
 The cause comes from the agent's own failure record; the attempt from its "N/M attempts left;
 will restart worker group" record (read through a logging filter: torch keeps the count in the
 agent, no public accessor); the step from the last ``checkpoint`` event the workers' checkpointer
-reported in the job's stream (distrain/events.py).  After a failure the same event gives
+reported in the job's stream (distrain/events/).  After a failure the same event gives
 :func:`resume_hint`.  ``DISTRAIN_LOG_LEVEL=debug`` keeps torch's lines as well.
 """
 

@@ -1,7 +1,7 @@
 """The end-of-job lines of `distrain run`: where a step's time went, a straggler, one piece of advice.
 
 :func:`start` makes the job's folder (``DISTRAIN_JOB_DIR``), whose one event stream every
-process of the job reports to (distrain/events.py; this side never imports the worker side:
+process of the job reports to (distrain/events/; this side never imports the worker side:
 the events are the contract).  Each worker's :class:`~distrain.monitor.breakdown.StepBreakdown`
 reports a ``breakdown`` event at shutdown.  After the job the launcher prints, on stderr:
 

@@ -50,7 +50,7 @@ def configure(
 
 def summary(folder: str | None) -> str | None:
     """One line: the GPU calls the workers mapped (their ``rehearsal`` events in the job's
-    stream, distrain/events.py), summed over processes (None: nothing mapped)."""
+    stream, distrain/events/), summed over processes (None: nothing mapped)."""
     total: Counter[str] = Counter()
     processes = 0
     for event in job_events(folder, "rehearsal"):

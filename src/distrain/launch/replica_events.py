@@ -1,6 +1,6 @@
 """`distrain run --replicas`: the launcher's view of its replica groups, one line per event.
 
-Workers and agents report ``replica`` events (distrain/events.py) in the stream of the groups'
+Workers and agents report ``replica`` events (distrain/events/) in the stream of the groups'
 shared folder (DISTRAIN_FT_EVENTS): "lost" (a group's agent saw a worker die), "joined" (a
 worker passed its first quorum, healed from a peer or not) and "final" (a process's last step
 and state digest).  :class:`ReplicaJob` reads them with the one reader

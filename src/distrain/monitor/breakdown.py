@@ -329,7 +329,7 @@ class StepBreakdown:
 
     def finish(self) -> None:
         """At shutdown: remove the hooks and report the summary to ``distrain run`` (a
-        ``breakdown`` event in the job's stream, distrain/events.py)."""
+        ``breakdown`` event in the job's stream, distrain/events/)."""
         self.close()
         if self.job_dir and self.snapshot()[0]:
             emit("breakdown", self.job_dir, rank=self.rank, summary=self.summary())

@@ -126,7 +126,7 @@ def write_error_message(path: str, message: str, callstack: str, settings: Setti
 
 
 def _note_cause(message: str, settings: Settings) -> None:
-    """Report the cause to the launcher too (a ``failure`` event, distrain/events.py).
+    """Report the cause to the launcher too (a ``failure`` event, distrain/events/).
 
     The agent names only the ranks that had exited when it noticed the first failure; a rank
     that raised can still be finalizing its interpreter then (its gloo connections close early

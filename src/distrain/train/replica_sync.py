@@ -111,7 +111,7 @@ def _update(digest: Any, value: Any) -> None:
 
 def write_final(replicas: Member) -> None:
     """Report this process's final step and state digest for the launcher's end-of-job check
-    (a ``replica`` event in the groups' shared folder, distrain/events.py)."""
+    (a ``replica`` event in the groups' shared folder, distrain/events/)."""
     if not replicas.events:
         return
     step = replicas.manager.current_step()

@@ -11,9 +11,8 @@ object given to ``ckpt.restore``) over TorchFT's PGTransport.
 The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
 step: a live group sends its state while its training loop waits, so what it sends is exactly
 its state between two steps (after the script's scheduler step and save), never one a forward
-pass is changing (BatchNorm's running stats).
-Events for the launcher (each group's last committed step, "joined" with the heal's source
-and duration) go to the stream in DISTRAIN_FT_EVENTS (``replica`` events, distrain/events.py).
+pass is changing (BatchNorm's running stats).  Each group's last committed step goes to its
+step file in DISTRAIN_FT_EVENTS; "joined" (a heal's source, duration) is a ``replica`` event.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ PYTHONPATH the launcher set, the moment they import torch.  The pieces:
 - :mod:`.refuse`: what needs a real GPU stops with one line naming the user's file:line.
 
 At exit each process reports its counts of mapped calls (a ``rehearsal`` event in the job's
-stream, distrain/events.py); the launcher prints the summary.
+stream, distrain/events/); the launcher prints the summary.
 """
 
 from __future__ import annotations

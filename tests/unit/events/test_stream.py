@@ -1,4 +1,4 @@
-"""distrain/events.py: one JSONL stream per job, written whole by concurrent processes, read on."""
+"""distrain/events/stream.py: one JSONL stream per job, written whole by concurrent processes, read on."""
 
 from __future__ import annotations
 
@@ -85,5 +85,5 @@ def test_reader_goes_on_from_its_offset_and_waits_for_whole_lines(tmp_path: Path
 
 
 def test_file_name_is_the_documented_one() -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "environment.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "environment.md").read_text()
     assert f"$DISTRAIN_JOB_DIR/{FILE}" in doc

@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from .settings import for_report
+from ..settings import for_report
 
 #: the stream's file name in the job's folder
 FILE = "events.jsonl"
