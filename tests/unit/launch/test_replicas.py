@@ -266,3 +266,19 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     node0.mark_silent(str(other))
     assert all(os.path.exists(ft_end_file(str(other), g)) for g in (2, 3))
     assert not os.path.exists(ft_end_file(str(other), 0))  # node 0's own groups are its own
+
+
+def test_run_dir_lines_are_what_distrain_top_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distrain.monitor.groups import read_events
+
+    job = ReplicaJob(2, str(tmp_path / "ft"), run_dir=str(tmp_path / "run"))
+    job.say("replica group 1 healed", "healed", group=1, source=0, step=4)
+    job.say("no event: stderr only")
+    with open(tmp_path / "run" / "replicas.jsonl", "a") as f:
+        f.write('{"kind": "replica", "event": "lo')  # the launcher still writing: left out
+    assert [(e["event"], e["group"], e["source"]) for e in read_events(tmp_path / "run")] == [
+        ("healed", 1, 0)
+    ]
+    assert capsys.readouterr().err.count("distrain run: ") == 2
