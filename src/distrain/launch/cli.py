@@ -73,7 +73,7 @@ def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, 
         )
     if not os.path.isfile(first.error_file):
         # a peer failed first (it lost this rank's connection) and the agent stopped the rank
-        # that raised while that one was still exiting: its cause is a "failure" event in the job's stream
+        # that raised while that one was still exiting: its cause is a "failure" event
         stopped = job_summary.cause(job_dir)
         if stopped is not None:
             return code or 1, stopped
