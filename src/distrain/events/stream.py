@@ -39,7 +39,7 @@ KINDS = {
     "checkpoint": "step, path",
     # a --cpu rehearsal process at exit: ``counts`` of the GPU calls it mapped
     "rehearsal": "counts",
-    # the fast start's fallback to fresh interpreters, by the first worker that needed it: ``reason``
+    # the fast start's fallback to fresh interpreters, by the first worker needing it: ``reason``
     "fallback": "reason",
     # --replicas, in the groups' shared folder (DISTRAIN_FT_EVENTS): ``event`` "lost" (a group's
     # agent saw a worker die), "joined" (a worker passed its first quorum, healed or not) or
