@@ -25,6 +25,9 @@ Figures:
   splitter's result.  Scanners of other programs' command lines count too (the workers' legacy
   `--local_rank`, the fork server's own command): the figure over-counts rather than hides;
   `-v` lists each;
+- worker_launcher_channels: files the worker side and `distrain run` both touch, named in
+  contract.py or events.py (scripts/channel_metrics.py says exactly how it counts; `-v` lists
+  each with the modules on either side);
 - type_ignores: `# type: ignore` comments in src/;
 - mypy_errors: errors of `mypy src/distrain` (when mypy is installed);
 - format_changes: files `ruff format --check src` would change.
@@ -40,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from channel_metrics import worker_launcher_channels
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -296,12 +301,15 @@ def main() -> None:
     )
     ignores = grep_count(r"#\s*type:\s*ignore")
     scanners = command_line_scanners()
+    graph = import_graph()
+    channels = worker_launcher_channels(PKG, graph, {module_name(p): p for p in PKG.rglob("*.py")})
     figures: dict[str, object] = {
         "import_cycles": len(cycles),
         "environ_reads": len(env_hits),
         "init_process_group_wrappers": len(wrappers),
         "type_ignores": len(ignores),
         "command_line_scanners": len(scanners),
+        "worker_launcher_channels": len(channels),
     }
     if not args.no_run:
         figures["modules_to_first_step"] = modules_to_first_step()
@@ -328,6 +336,8 @@ def main() -> None:
             print("  cycle:", " ".join(cycle))
         for where in env_hits + wrappers + scanners:
             print("  at:", where)
+        for channel in channels:
+            print("  channel:", channel)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     PYTHONPATH=src python3 benchmarks/train/straggler_noise.py [--runs 8 --steps 80]
 
 Runs the balanced 2-rank job of tests/scripts/breakdown_job.py `--runs` times under torchrun
-with DISTRAIN_SUMMARY_DIR set, and prints for each run both ranks' median compute per step as
+with DISTRAIN_JOB_DIR set, and prints for each run both ranks' median compute per step as
 wall time and as the training thread's CPU time (what the straggler rule compares on CPU;
 distrain.launch.job_summary), with the ratio slower/faster of each.
 """
@@ -11,7 +11,6 @@ distrain.launch.job_summary), with the ratio slower/faster of each.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
 from common import TESTS, TORCHRUN, env, loadavg  # noqa: E402
+
+from distrain.launch.job_summary import read  # noqa: E402
 
 
 def main() -> None:
@@ -35,12 +36,12 @@ def main() -> None:
                    "--steps", str(args.steps)]  # fmt: skip
             subprocess.run(
                 cmd,
-                env=env(DISTRAIN_SUMMARY_DIR=folder),
+                env=env(DISTRAIN_JOB_DIR=folder),
                 capture_output=True,
                 timeout=300,
                 check=True,
             )
-            ranks = [json.loads((Path(folder) / f"rank-{r}.json").read_text()) for r in (0, 1)]
+            ranks = read(folder)  # the ranks' breakdown events, by rank
         line = [f"run {run}:"]
         for name, key in (("wall", "compute_median_s"), ("cpu", "compute_cpu_median_s")):
             a, b = (r[key] for r in ranks)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
-import json
 import os
 import signal
 import sys
@@ -59,8 +58,6 @@ FORM_TIMEOUT = "DISTRAIN_FORM_TIMEOUT"
 FORM_DIR = "DISTRAIN_FORM_DIR"
 #: distrain run --cpu: how many CPU processes stand in for GPUs on this node (unset: no rehearsal)
 CPU_REHEARSAL = "DISTRAIN_CPU_REHEARSAL"
-#: distrain run --cpu: where workers leave the GPU calls they mapped (the end-of-job summary)
-REHEARSE_DIR = "DISTRAIN_REHEARSE_DIR"
 #: torch: give workers their own store instead of sharing the agent's (restarts; pytorch#135712)
 NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: seconds between two metrics records of one rank
@@ -69,8 +66,9 @@ METRICS_INTERVAL = "DISTRAIN_METRICS_INTERVAL"
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: torch: where a worker writes its root-cause error for the agent
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
-#: where each rank leaves its step breakdown at exit (the launcher's end-of-job summary)
-SUMMARY_DIR = "DISTRAIN_SUMMARY_DIR"
+#: the job's folder, made by `distrain run`: the event stream every process of the job reports to
+#: (distrain/events/) and the stop claim (:data:`STOP_MARK`)
+JOB_DIR = "DISTRAIN_JOB_DIR"
 #: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
 #: "1": a sharded model's large buffers get mappings of their own (distrain.train.strategies.heap)
@@ -120,7 +118,7 @@ def boot_first(env: MutableMapping[str, str]) -> None:
         env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")
 
 
-# -- the step breakdown: what a worker leaves in DISTRAIN_SUMMARY_DIR for the launcher -------------
+# -- the step breakdown: what a rank reports at its exit (a ``breakdown`` event, distrain/events/)
 #: the parts a training step's wall time is split into, in the order they are shown
 PHASES = ("data", "compute", "comm", "optimizer", "checkpoint", "other")
 
@@ -133,31 +131,6 @@ def breakdown_fractions(seconds: dict[str, float]) -> dict[str, float]:
     parts = {phase: max(0.0, float(seconds.get(phase, 0.0) or 0.0)) for phase in PHASES}
     total = sum(parts.values())
     return {phase: (value / total if total > 0 else 0.0) for phase, value in parts.items()}
-
-
-#: left in DISTRAIN_SUMMARY_DIR by a rank whose watchdog started (``distrain run --watchdog`` says
-#: when no rank of its node left one: the script never called ``distrain.init()``)
-WATCHDOG_MARK = "watchdog-{rank}"
-
-
-def mark_watchdog_started(folder: str | None, rank: int) -> None:
-    """Leave :data:`WATCHDOG_MARK` for `rank` in `folder` (nothing without a folder or on error)."""
-    if not folder:
-        return
-    try:
-        with open(os.path.join(folder, WATCHDOG_MARK.format(rank=rank)), "w"):
-            pass
-    except OSError:  # the launcher's folder is gone (it is exiting): nothing left to tell
-        pass
-
-
-def watchdog_started(folder: str) -> bool:
-    """Whether any rank left :data:`WATCHDOG_MARK` in `folder`."""
-    prefix = WATCHDOG_MARK.split("{")[0]
-    try:
-        return any(name.startswith(prefix) for name in os.listdir(folder))
-    except OSError:
-        return False
 
 
 def debug_logging() -> bool:
@@ -176,36 +149,9 @@ def replica_group_env() -> str | None:
     return os.environ.get(REPLICA_GROUP)
 
 
-#: left in DISTRAIN_SUMMARY_DIR by a rank that stopped a static job (why; `distrain run` says it last)
+#: left in DISTRAIN_JOB_DIR by the first rank (or node launcher) that stops a static job: why.  A
+#: claim, not a report: only the process whose hard link made it signals the launcher, once
 STOP_MARK = "stopped.txt"
-
-
-#: left in DISTRAIN_SUMMARY_DIR by each node's checkpoint leader: the last checkpoint (a JSON
-#: object: ``step``, None before the first save, and ``path``), for the launcher's restart lines
-CHECKPOINT_MARK = "checkpoint.json"
-
-
-def mark_checkpoint(folder: str | None, step: int | None, path: str) -> None:
-    """Leave :data:`CHECKPOINT_MARK` in `folder`: the checkpoint a restart resumes from (atomically)."""
-    if not folder:
-        return
-    target = os.path.join(folder, CHECKPOINT_MARK)
-    try:
-        with open(target + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"step": step, "path": path}, f)
-        os.replace(target + ".tmp", target)
-    except OSError:  # the launcher's folder is gone (it is exiting): nothing left to tell
-        pass
-
-
-def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
-    """What :func:`mark_checkpoint` left in `folder` (None: no checkpointer with a folder said anything)."""
-    try:
-        with open(os.path.join(folder or "", CHECKPOINT_MARK), encoding="utf-8") as f:
-            mark = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return mark if isinstance(mark, dict) else None
 
 
 def claim_stop(folder: str | None, reason: str) -> bool:
@@ -242,9 +188,10 @@ def stopped_by_rank(folder: str | None) -> str | None:
         return None
 
 
-# -- replica groups: what workers and agents leave in DISTRAIN_FT_EVENTS for the launcher ---------
-#: one JSON object a line, appended by every writer (a single write: lines never interleave)
-FT_EVENTS_FILE = "events.jsonl"
+# -- replica groups: the folder the groups share (DISTRAIN_FT_EVENTS) ------------------------------
+# Its files coordinate the groups (each group's step, start and end, read by the others to decide
+# when to train and end); the reports to the launcher are ``replica`` events in the folder's
+# stream (distrain/events/, the same API and reader as every job's).
 #: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
 REPLICA_EVENTS_FILE = "replicas.jsonl"
 
@@ -268,25 +215,6 @@ def mark_ft_start(folder: str, group: int) -> None:
 def ft_end_file(folder: str, group: int) -> str:
     """Exists once replica group `group`'s launcher ended for good (no replacement will come)."""
     return os.path.join(folder, f"end.{group}")
-
-
-def ft_final_file(folder: str, group: int, rank: int) -> str:
-    """Holds "STEP SHA256" of rank `rank` of group `group` once its script ended (the end check)."""
-    return os.path.join(folder, f"final.{group}.{rank}")
-
-
-def append_ft_event(folder: str, **fields: Any) -> None:
-    """Append one event (``event=`` "lost", "healed", …) to the folder's events file."""
-    import json
-
-    line = (json.dumps(fields, sort_keys=True) + "\n").encode()
-    fd = os.open(
-        os.path.join(folder, FT_EVENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
-    )
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 # -- exit codes ----------------------------------------------------------------------------------
@@ -351,6 +279,14 @@ class ForkJob:
     fallback_dir: str | None = None
     #: the script imports distrain at top level (whose import strips a legacy --local-rank)
     imports_distrain: bool = False
+
+
+def fallback_line(reason: str) -> str:
+    """The line that says why the fast start's workers run in fresh interpreters instead."""
+    return (
+        f"distrain run: {reason}; running workers in fresh interpreters instead "
+        "(--start-method spawn skips the fork)"
+    )
 
 
 def die_with_parent() -> None:

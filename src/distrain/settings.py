@@ -63,7 +63,6 @@ class Settings:
     #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in;
     #: off when the user set glibc's own MALLOC_MMAP_THRESHOLD_: their choice wins)
     map_large_buffers: bool = False  # DISTRAIN_MAP_LARGE_BUFFERS
-    summary_dir: str | None = None  # DISTRAIN_SUMMARY_DIR (set by distrain run)
     form_timeout_s: float = DEFAULT_FORM_TIMEOUT_S  # DISTRAIN_FORM_TIMEOUT
     rejoin_timeout_s: float = DEFAULT_REJOIN_TIMEOUT_S  # DISTRAIN_REJOIN_TIMEOUT
     ft_timeout_s: float = DEFAULT_FT_TIMEOUT_S  # DISTRAIN_FT_TIMEOUT
@@ -92,7 +91,9 @@ class Settings:
     slurm_job_id: str | None = None  # SLURM_JOB_ID (None: not under SLURM)
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES
     agent_world_size: str | None = None  # WORLD_SIZE, as the agent gave it
-    rehearse_dir: str | None = None  # DISTRAIN_REHEARSE_DIR (the --cpu rehearsal's folder)
+    job_dir: str | None = (
+        None  # DISTRAIN_JOB_DIR (the job's folder: its event stream, distrain.events)
+    )
     self_starting: bool = False  # DISTRAIN_SELF_STARTING (the script starts its own workers)
     form_dir: str | None = None  # DISTRAIN_FORM_DIR (set for a self-starting script's children)
     nccl_trace_buffer: str | None = None  # TORCH_NCCL_TRACE_BUFFER_SIZE (the user's, if set)
@@ -134,7 +135,6 @@ class Settings:
                 contract.MAP_LARGE_BUFFERS, text(contract.MAP_LARGE_BUFFERS), default=False
             )
             is True,
-            "summary_dir": text(contract.SUMMARY_DIR),
             "form_timeout_s": _seconds(contract.FORM_TIMEOUT, text(contract.FORM_TIMEOUT))
             or DEFAULT_FORM_TIMEOUT_S,
             "rejoin_timeout_s": _seconds(contract.REJOIN_TIMEOUT, text(contract.REJOIN_TIMEOUT))
@@ -167,7 +167,7 @@ class Settings:
             raise DistrainError(f"threads must be at least 1 (got {values['threads']})")
         if values["watchdog_s"] is not None and float(values["watchdog_s"]) <= 0:
             values["watchdog_s"] = None  # init(watchdog_seconds=0): off, as the variable's 0
-        for key in ("device", "run_dir", "log_dir", "summary_dir"):
+        for key in ("device", "run_dir", "log_dir"):
             if values[key] is not None:
                 values[key] = os.fspath(values[key]) if key != "device" else str(values[key])
         return cls(**values)
@@ -195,7 +195,7 @@ def _placement(text: Any) -> dict[str, Any]:
         "slurm_job_id": text("SLURM_JOB_ID"),
         "visible_devices": text("CUDA_VISIBLE_DEVICES"),
         "agent_world_size": text("WORLD_SIZE"),
-        "rehearse_dir": text(contract.REHEARSE_DIR),
+        "job_dir": text(contract.JOB_DIR),
         "self_starting": bool(text(contract.SELF_STARTING)),
         "form_dir": text(contract.FORM_DIR),
         "nccl_trace_buffer": text("TORCH_NCCL_TRACE_BUFFER_SIZE"),

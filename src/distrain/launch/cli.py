@@ -49,7 +49,7 @@ from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
 
-def _exit_code_of(err: BaseException, summary_dir: str | None = None) -> tuple[int, str]:
+def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, str]:
     failures = getattr(err, "failures", {}) or {}
     if not failures:
         return 1, str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -73,8 +73,8 @@ def _exit_code_of(err: BaseException, summary_dir: str | None = None) -> tuple[i
         )
     if not os.path.isfile(first.error_file):
         # a peer failed first (it lost this rank's connection) and the agent stopped the rank
-        # that raised while that one was still exiting: its cause is in the summary folder
-        stopped = job_summary.cause(summary_dir)
+        # that raised while that one was still exiting: its cause is a "failure" event
+        stopped = job_summary.cause(job_dir)
         if stopped is not None:
             return code or 1, stopped
     message = first.message.get("message", "") if isinstance(first.message, dict) else first.message
@@ -125,43 +125,40 @@ def main(argv: Sequence[str]) -> int:
         env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
         return 0
-    env = dict(launch.env)  # the plan's, and the folders this job's workers report to
-    folder = rehearsal.start(env) if launch.rehearsal_line else None
+    env = dict(launch.env)  # the plan's, and the job's folder its processes report to
     for line in (launch.rehearsal_line, launch.selfstart_line):
         if line:  # one write: under --replicas every group's launcher says it at the same moment
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
-    breakdowns = job_summary.start(env)  # the workers' step breakdowns, for the last lines
-    notice = watch_notice.start(launch, breakdowns)  # --watchdog on a script without init()
+    folder = job_summary.start(env)  # the job's event stream (distrain/events/)
+    notice = watch_notice.start(launch, folder)  # --watchdog on a script without init()
     os.environ.update(env)
     try:
-        return _launch(launch, env, breakdowns, notice, folder)
+        return _launch(launch, env, folder, notice)
     finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
         forkserver.stop_server()
-        _end_lines(breakdowns, notice, folder)  # printed already when the job failed (_launch)
+        _end_lines(folder, notice)  # printed already when the job failed (_launch)
 
 
-def _end_lines(
-    breakdowns: str | None,
-    notice: watch_notice.WatchNotice | None,
-    rehearsal_folder: str | None = None,
-) -> None:
-    """The end-of-job lines (once), all before a failure's verdict: what ``--cpu`` mapped (seen
-    after the verdict, as the job's last line, in the chaos campaign), the watchdog notice,
-    then the step breakdown."""
-    if rehearsal_folder:
-        rehearsal.finish(rehearsal_folder)  # removes the folder: a second call says nothing
+def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> None:
+    """The end-of-job lines from the job's event stream (once: the last call removes the
+    folder), all before a failure's verdict: the fast start's fallback, what ``--cpu`` mapped
+    (seen after the verdict, as the job's last line, in the chaos campaign), the watchdog
+    notice, then the step breakdown."""
+    fell_back = job_summary.fallback(folder)
+    if fell_back:
+        print(fell_back, file=sys.stderr, flush=True)
+    rehearsal.finish(folder)
     if notice is not None:
-        notice.finish()  # reads the marks in the folder job_summary.finish removes
-    job_summary.finish(breakdowns)
+        notice.finish()  # reads the stream in the folder job_summary.finish removes
+    job_summary.finish(folder)
 
 
 def _launch(
     launch: LaunchPlan,
     env: dict[str, str],
-    breakdowns: str | None = None,
+    job_dir: str | None = None,
     notice: watch_notice.WatchNotice | None = None,
-    rehearsal_folder: str | None = None,
 ) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
@@ -187,20 +184,20 @@ def _launch(
     from .replica_events import report_losses_from_agent
 
     # torch's known noise off the console, one line of ours per restart (launch/console.py)
-    console.install(breakdowns, rdzv.max_nodes > 1)
+    console.install(job_dir, rdzv.max_nodes > 1)
     report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
     rendezvous.pass_endpoint(rdzv)
     os.environ[LAUNCHER_PID] = str(
         os.getpid()
     )  # a static job's rank may stop this node (train/stop_job.py)
     # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
-    watch = stop_watch.start(rdzv, breakdowns)
+    watch = stop_watch.start(rdzv, job_dir)
     try:
         forkserver.run(launch.agent_args(rdzv), launch.start)
     except ChildFailedError as err:
-        code, summary = _exit_code_of(err, breakdowns)
-        resume = console.resume_hint(breakdowns)  # read before _end_lines removes the folder
-        _end_lines(breakdowns, notice, rehearsal_folder)
+        code, summary = _exit_code_of(err, job_dir)
+        resume = console.resume_hint(job_dir)  # read before _end_lines removes the folder
+        _end_lines(job_dir, notice)
         tip = local_rank_hint.hint(launch.args, PROG)
         if tip:  # before the last line: that one keeps the cause
             print(tip, file=sys.stderr, flush=True)
@@ -208,9 +205,9 @@ def _launch(
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
-        stopped = stopped_by_rank(breakdowns)  # a rank's reason: its peers never rejoined
-        resume = console.resume_hint(breakdowns, every_node=stopped is not None)
-        _end_lines(breakdowns, notice, rehearsal_folder)
+        stopped = stopped_by_rank(job_dir)  # a rank's reason: its peers never rejoined
+        resume = console.resume_hint(job_dir, every_node=stopped is not None)
+        _end_lines(job_dir, notice)
         if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest
             resume = (
                 resume
@@ -231,7 +228,7 @@ def _launch(
         return err.exit_code
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
         if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
-            _end_lines(breakdowns, notice, rehearsal_folder)
+            _end_lines(job_dir, notice)
             reason = rendezvous.stop_reason(rdzv) or "see the ranks' logs"
             why = "not restarted (a restart would fail the same way)"
             print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)

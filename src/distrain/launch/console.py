@@ -9,9 +9,9 @@ INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and
 
 The cause comes from the agent's own failure record; the attempt from its "N/M attempts left;
 will restart worker group" record (read through a logging filter: torch keeps the count in the
-agent, no public accessor); the step from the checkpoint mark the workers' checkpointer leaves
-in the job's summary folder (:func:`distrain.contract.mark_checkpoint`).  After a failure the
-same mark gives :func:`resume_hint`.  ``DISTRAIN_LOG_LEVEL=debug`` keeps torch's lines as well.
+agent, no public accessor); the step from the last ``checkpoint`` event the workers' checkpointer
+reported in the job's stream (distrain/events/).  After a failure the same event gives
+:func:`resume_hint`.  ``DISTRAIN_LOG_LEVEL=debug`` keeps torch's lines as well.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from .. import noise
-from ..contract import REPLICA_GROUP, checkpoint_mark
+from ..contract import REPLICA_GROUP
+from ..events import job_events
 
 PROG = "distrain run"
 #: torch's agent: its "attempts left; will restart worker group" record is at INFO
@@ -43,9 +45,16 @@ def cause(exitcode: int, rank: int | str, pid: int | str, who: str = "rank") -> 
     return f"{who} {rank} (pid {pid}) exited with code {exitcode}"
 
 
+def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
+    """The last ``checkpoint`` event in the job's stream (``step``: None before the first save,
+    ``path``); None when no checkpointer with a job folder ran."""
+    found = job_events(folder, "checkpoint")
+    return found[-1] if found else None
+
+
 def resume_from(folder: str | None) -> str | None:
     """``resuming from step 22`` (or ``from the start: no checkpoint saved yet``) when the
-    workers' checkpointer left a mark in `folder`; None when no checkpointer with a folder ran."""
+    workers' checkpointer reported one in the job's `folder`; None when no checkpointer with a folder ran."""
     mark = checkpoint_mark(folder)
     if mark is None:
         return None

@@ -1,8 +1,11 @@
 """The end-of-job lines of `distrain run`: where a step's time went, a straggler, one piece of advice.
 
-Each worker's :class:`~distrain.monitor.breakdown.StepBreakdown` leaves
-``DISTRAIN_SUMMARY_DIR/rank-<R>.json`` at shutdown (this side never imports the worker side:
-the files are the contract).  After the job the launcher prints, on stderr:
+:func:`start` makes the job's folder (``DISTRAIN_JOB_DIR``), whose one event stream every
+process of the job reports to (distrain/events/; this side never imports the worker side:
+the events are the contract).  Each worker's :class:`~distrain.monitor.breakdown.StepBreakdown`
+reports a ``breakdown`` event at shutdown.  After the job the launcher prints, on stderr:
+
+- the fast start's fallback (:func:`fallback`), when a worker needed fresh interpreters;
 
 - ``distrain: step time: ...``: rank 0's breakdown and the slowest rank's (by compute);
 - ``distrain: straggler: rank R (host H, pid P) computes N % slower than the median rank``
@@ -15,13 +18,12 @@ the files are the contract).  After the job the launcher prints, on stderr:
 
 Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
 
-A rank that raised also leaves ``cause-<R>.json`` (train/failure.py): :func:`cause` reads it
+A rank that raised also reports a ``failure`` event (train/failure.py): :func:`cause` reads it
 for the failed job's last line when the agent stopped that rank before it had exited.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -29,7 +31,8 @@ import sys
 import tempfile
 from typing import Any
 
-from ..contract import PHASES, REPLICA_GROUP, SUMMARY_DIR, breakdown_fractions
+from ..contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions, fallback_line
+from ..events import job_events
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
 #: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,
@@ -53,51 +56,49 @@ ADVICE_MIN_STEPS = 20
 
 
 def start(env: dict[str, str]) -> str:
-    """Create the folder the workers leave their breakdown in, and name it in `env`."""
-    folder = tempfile.mkdtemp(prefix="distrain-summary-")
-    env[SUMMARY_DIR] = folder
+    """Create the job's folder (its event stream, the stop claim) and name it in `env`."""
+    folder = tempfile.mkdtemp(prefix="distrain-job-")
+    env[JOB_DIR] = folder
     return folder
 
 
 def read(folder: str) -> list[dict[str, Any]]:
-    """Every rank's summary in `folder`, by rank (unreadable files are skipped)."""
+    """Every rank's step breakdown in the job's stream, by rank (the last one a rank reported)."""
     ranks: dict[int, dict[str, Any]] = {}
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if not (name.startswith("rank-") and name.endswith(".json")):
+    for event in job_events(folder, "breakdown"):
+        record = event.get("summary")
+        if not isinstance(record, dict):
             continue
         try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                record = json.load(f)
             ranks[int(record["rank"])] = record
-        except (OSError, ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             continue
     return [ranks[r] for r in sorted(ranks)]
 
 
 def cause(folder: str | None) -> str | None:
-    """``rank R (pid P) failed: <cause>`` from the first rank that noted its cause, or None.
+    """``rank R (pid P) failed: <cause>`` from the first rank that reported its cause, or None.
 
-    A rank that raised leaves ``cause-<R>.json`` here when it writes its error file
+    A rank that raised reports a ``failure`` event when it writes its error file
     (train/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
     """
-    if not folder or not os.path.isdir(folder):
-        return None
     found = []
-    for name in os.listdir(folder):
-        if not (name.startswith("cause-") and name.endswith(".json")):
-            continue
+    for event in job_events(folder, "failure"):
         try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                note = json.load(f)
-            found.append(
-                (float(note["time"]), str(note["rank"]), int(note["pid"]), str(note["message"]))
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            rank = "" if event.get("rank") is None else str(event["rank"])
+            found.append((float(event["time"]), rank, int(event["pid"]), str(event["message"])))
+        except (KeyError, TypeError, ValueError):
             continue
     if not found:
         return None
     _, rank, pid, message = min(found)  # the first to raise
     return f"rank {rank} (pid {pid}) failed: {message}"
+
+
+def fallback(folder: str | None) -> str | None:
+    """The fast start's fallback line from the first worker that needed fresh interpreters."""
+    found = job_events(folder, "fallback")
+    return fallback_line(str(found[0].get("reason", "?"))) if found else None
 
 
 def _percent(fraction: float) -> str:
@@ -228,7 +229,8 @@ def lines(records: list[dict[str, Any]], group: str | None = None) -> list[str]:
 
 
 def finish(folder: str | None) -> None:
-    """Print the end-of-job lines on stderr and remove the folder (a second call prints nothing)."""
+    """Print the step breakdown's lines on stderr and remove the job's folder (a second call
+    prints nothing)."""
     if not folder:
         return
     for line in lines(read(folder), os.environ.get(REPLICA_GROUP)):

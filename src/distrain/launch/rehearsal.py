@@ -1,9 +1,9 @@
 """`distrain run --cpu`, launcher side: the environment that makes workers rehearse on CPU.
 
 The workers do the mapping (distrain.runtime.rehearse, never imported here): this side only
-sets ``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs), ``DISTRAIN_REHEARSE_DIR`` and
-PYTHONPATH (the folder whose sitecustomize.py installs the rehearsal in fresh interpreters),
-prints the start line, and at the end the summary of the GPU calls the workers mapped.
+sets ``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs) and PYTHONPATH (the folder whose sitecustomize.py installs the rehearsal in fresh interpreters),
+prints the start line, and at the end the summary of the GPU calls the workers mapped (their
+``rehearsal`` events in the job's stream).
 
 A script that starts its own processes (the PyTorch DDP tutorial: ``world_size =
 torch.cuda.device_count(); mp.spawn(main, nprocs=world_size)``, or a loop of
@@ -13,14 +13,12 @@ children are the N processes.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
-import tempfile
 from collections import Counter
 
-from ..contract import CPU_REHEARSAL, REHEARSE_DIR, rehearse_boot_dir
+from ..contract import CPU_REHEARSAL, rehearse_boot_dir
+from ..events import job_events
 from . import selfstart
 
 PROG = "distrain run --cpu"
@@ -50,25 +48,17 @@ def configure(
     return 1, f"{line} ({name} starts them itself: {where}; it runs once)"
 
 
-def start(env: dict[str, str]) -> str:
-    """Create the folder workers report their mapped calls to; returns it."""
-    folder = tempfile.mkdtemp(prefix="distrain-rehearse-")
-    env[REHEARSE_DIR] = folder
-    return folder
-
-
-def summary(folder: str) -> str | None:
-    """One line: the GPU calls the workers mapped, summed over processes (None: nothing mapped)."""
+def summary(folder: str | None) -> str | None:
+    """One line: the GPU calls the workers mapped (their ``rehearsal`` events in the job's
+    stream, distrain/events/), summed over processes (None: nothing mapped)."""
     total: Counter[str] = Counter()
     processes = 0
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.startswith("counts-") and name.endswith(".json"):
-            try:
-                with open(os.path.join(folder, name)) as f:
-                    total.update({str(k): int(v) for k, v in json.load(f).items()})
-                processes += 1
-            except (OSError, ValueError, AttributeError):
-                continue
+    for event in job_events(folder, "rehearsal"):
+        try:
+            total.update({str(k): int(v) for k, v in event["counts"].items()})
+        except (KeyError, AttributeError, TypeError, ValueError):
+            continue
+        processes += 1
     if not total:
         return None
     calls = ", ".join(
@@ -77,10 +67,9 @@ def summary(folder: str) -> str | None:
     return f"{PROG}: mapped in {processes} process{'es' if processes != 1 else ''}: {calls}"
 
 
-def finish(folder: str) -> None:
-    """Print the summary and remove the folder."""
+def finish(folder: str | None) -> None:
+    """Print the summary (the job's folder goes with the breakdown's lines after it)."""
     line = summary(folder)
     if line:
         sys.stderr.write(line + "\n")  # one write: under --replicas every group says it at once
         sys.stderr.flush()
-    shutil.rmtree(folder, ignore_errors=True)

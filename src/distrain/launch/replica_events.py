@@ -1,9 +1,12 @@
 """`distrain run --replicas`: the launcher's view of its replica groups, one line per event.
 
-Workers and agents leave events in a folder (DISTRAIN_FT_EVENTS): each group's last committed
-step, "lost" (a group's agent saw a worker die) and "joined" (a worker passed its first quorum,
-healed from a peer or not).  :class:`ReplicaJob` turns them into one line each on stderr (and
-one JSON line each in the run directory, for `distrain top`).  Across nodes each node's
+Workers and agents report ``replica`` events (distrain/events/) in the stream of the groups'
+shared folder (DISTRAIN_FT_EVENTS): "lost" (a group's agent saw a worker die), "joined" (a
+worker passed its first quorum, healed from a peer or not) and "final" (a process's last step
+and state digest).  :class:`ReplicaJob` reads them with the one reader
+(:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
+line each in the run directory, for `distrain top`); a lost group's step comes from its step
+file (contract.ft_step_file, the groups' coordination).  Across nodes each node's
 launcher reports the groups it runs.
 """
 
@@ -21,15 +24,13 @@ from dataclasses import dataclass, field
 
 from ..contract import (
     FT_EVENTS,
-    FT_EVENTS_FILE,
     REPLICA_EVENTS_FILE,
     REPLICA_GROUP,
-    append_ft_event,
     ft_end_file,
-    ft_final_file,
     ft_step_file,
     mark_ft_start,
 )
+from ..events import emit, read_events, stream
 
 PROG = "distrain run"
 
@@ -56,7 +57,8 @@ class AgentLossReporter(logging.Filter):
         ):
             code, local_rank, pid = record.args[:3]
             try:
-                append_ft_event(
+                emit(
+                    "replica",
                     self.folder,
                     event="lost",
                     group=self.group,
@@ -96,7 +98,14 @@ class ReplicaJob:
         """One line on stderr; with an `event` name also one JSON line in the run directory."""
         print(f"{PROG}: {text}", file=sys.stderr, flush=True)
         if event and self.run_dir:
-            record = {"t": round(time.time(), 3), "event": event, **fields, "text": text}
+            # the stream's form (a "replica" event), read by the one reader (`distrain top`)
+            record = {
+                "kind": "replica",
+                "t": round(time.time(), 3),
+                "event": event,
+                **fields,
+                "text": text,
+            }
             with contextlib.suppress(OSError):  # a full or vanished disk must not stop the job
                 os.makedirs(self.run_dir, exist_ok=True)
                 with open(os.path.join(self.run_dir, REPLICA_EVENTS_FILE), "a") as f:
@@ -117,18 +126,11 @@ class ReplicaJob:
         return sum(1 for g in range(self.groups) if g not in self.lost and g not in self.finished)
 
     def read_events(self) -> None:
-        path = os.path.join(self.folder, FT_EVENTS_FILE)
-        try:
-            with open(path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        for line in complete.splitlines():
+        """Turn the replica events written since the last call into lines."""
+        events, self.offset = read_events(stream(self.folder), self.offset, "replica")
+        for ev in events:
             try:
-                self.on_event(json.loads(line))
+                self.on_event(ev)
             except (ValueError, KeyError, TypeError):
                 continue
 
@@ -173,20 +175,22 @@ class ReplicaJob:
             )  # fmt: skip
 
     def finals(self) -> dict[int, dict[int, tuple[int, str]]]:
-        """{group: {rank: (step, digest)}} left by the processes of the groups that ended with 0."""
-        out: dict[int, dict[int, tuple[int, str]]] = {}
-        for group, code in sorted(self.finished.items()):
-            ranks: dict[int, tuple[int, str]] = {}
-            for rank in range(1 << 16):
-                try:
-                    with open(ft_final_file(self.folder, group, rank)) as f:
-                        step, digest = f.read().split()
-                except (OSError, ValueError):
-                    break
-                ranks[rank] = (int(step), digest)
-            if code == 0 and ranks:
-                out[group] = ranks
-        return out
+        """{group: {rank: (step, digest)}} reported by the processes of the groups that ended
+        with 0 ("final" events; a rank's last one counts, as a restarted process reports again)."""
+        reported: dict[int, dict[int, tuple[int, str]]] = {}
+        for ev in read_events(stream(self.folder), kind="replica")[0]:
+            if ev.get("event") != "final":
+                continue
+            try:
+                group, rank = int(str(ev["group"])), int(str(ev["rank"]))
+                reported.setdefault(group, {})[rank] = (int(str(ev["step"])), str(ev["digest"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return {
+            group: dict(sorted(reported[group].items()))
+            for group, code in sorted(self.finished.items())
+            if code == 0 and reported.get(group)
+        }
 
     def check_finals(self) -> int:
         """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and one line.

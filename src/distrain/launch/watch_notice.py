@@ -3,9 +3,9 @@
 The watchdog runs inside the workers: ``distrain.init()`` starts it and ``ctx.step``/the
 optimizer steps feed it (train/watchdog.py).  A plain torch.distributed script has no such
 progress signal the launcher could watch instead (its output and CPU use say nothing about
-steps), so the launcher only makes the silence visible: every rank whose watchdog started leaves
-a mark in the job's summary folder (contract.WATCHDOG_MARK), and when no rank of this node has
-left one after the watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.
+steps), so the launcher only makes the silence visible: every rank whose watchdog started reports
+a ``watchdog`` event in the job's stream (distrain/events/), and when no rank of this node has
+reported one after the watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.
 From then on the launcher watches the one fault it can see from outside: a process of the job
 stopped (SIGSTOP) for longer than the watchdog's seconds is named and killed
 (launch/stopped_procs.py).
@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 
-from ..contract import WATCHDOG, watchdog_started
+from ..contract import WATCHDOG
+from ..events import job_events
 from .plan import PROG, LaunchPlan
 from .stopped_procs import StoppedProcesses
 
@@ -62,7 +63,7 @@ class WatchNotice:
 
     def _check(self, ending: bool) -> None:
         with self._lock:
-            if self._said or watchdog_started(self.folder):
+            if self._said or job_events(self.folder, "watchdog"):
                 return
             self._said = True
         print(self.line(ending), file=sys.stderr, flush=True)
@@ -70,7 +71,7 @@ class WatchNotice:
             self.stopped = StoppedProcesses(self.seconds).start()
 
     def finish(self) -> None:
-        """At the job's end (before the summary folder goes): the line, if it is still due."""
+        """At the job's end (before the job's folder goes): the line, if it is still due."""
         self._timer.cancel()
         if self.stopped is not None:
             self.stopped.stop()

@@ -26,12 +26,10 @@ end-of-job lines are made of) and :func:`~distrain.contract.breakdown_fractions`
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import statistics
 from collections import deque
-from pathlib import Path
 from time import perf_counter, thread_time
 from typing import Any
 
@@ -43,6 +41,7 @@ from torch.optim.optimizer import (
 )
 
 from ..contract import PHASES, breakdown_fractions
+from ..events import emit
 
 #: per-step compute times kept for the median the straggler rule compares
 KEPT_STEPS = 4096
@@ -97,12 +96,12 @@ class StepBreakdown:
     """One rank's step breakdown, fed by hooks; read with :meth:`snapshot` and :meth:`summary`."""
 
     def __init__(
-        self, rank: int = 0, world_size: int = 1, cuda: bool = False, summary_dir: str | None = None
+        self, rank: int = 0, world_size: int = 1, cuda: bool = False, job_dir: str | None = None
     ) -> None:
         self.rank = rank
         self.world_size = world_size
-        #: where finish() leaves the summary (DISTRAIN_SUMMARY_DIR, set by distrain run)
-        self.summary_dir = summary_dir
+        #: the job's folder, whose event stream finish() reports to (DISTRAIN_JOB_DIR)
+        self.job_dir = job_dir
         self._clock: Any = _CudaClock() if cuda else _HostClock()
         #: (steps counted, cumulative seconds per phase): replaced whole, so a reader sees one step's state
         self._totals: tuple[int, dict[str, float]] = (0, dict.fromkeys(PHASES, 0.0))
@@ -328,21 +327,12 @@ class StepBreakdown:
             "num_workers": self.num_workers,
         }
 
-    def write_summary(self, folder: str | os.PathLike[str]) -> None:
-        """Leave :meth:`summary` in ``folder/rank-<R>.json`` for the launcher (atomically)."""
-        path = Path(folder) / f"rank-{self.rank}.json"
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.summary()), encoding="utf-8")
-        os.replace(tmp, path)
-
     def finish(self) -> None:
-        """At shutdown: remove the hooks and leave the summary where ``distrain run`` reads it."""
+        """At shutdown: remove the hooks and report the summary to ``distrain run`` (a
+        ``breakdown`` event in the job's stream, distrain/events/)."""
         self.close()
-        if self.summary_dir and self.snapshot()[0]:
-            try:
-                self.write_summary(self.summary_dir)
-            except OSError:  # the launcher's folder is gone (it was stopped): nothing to report to
-                pass
+        if self.job_dir and self.snapshot()[0]:
+            emit("breakdown", self.job_dir, rank=self.rank, summary=self.summary())
 
     def close(self) -> None:
         """Remove every hook (the optimizer hooks are global to the process)."""
@@ -357,9 +347,9 @@ class StepBreakdown:
 
 
 def open_breakdown(
-    enabled: bool, rank: int, world_size: int, cuda: bool, summary_dir: str | None = None
+    enabled: bool, rank: int, world_size: int, cuda: bool, job_dir: str | None = None
 ) -> StepBreakdown | None:
     """A StepBreakdown for this rank (CUDA events when `cuda`), or None when turned off (``DISTRAIN_BREAKDOWN=0``)."""
     if not enabled:
         return None
-    return StepBreakdown(rank, world_size, cuda=cuda, summary_dir=summary_dir)
+    return StepBreakdown(rank, world_size, cuda=cuda, job_dir=job_dir)

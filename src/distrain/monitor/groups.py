@@ -8,12 +8,12 @@ directory, so `distrain top` needs no flag for it.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import events
 from ..contract import REPLICA_EVENTS_FILE
 from .recorder import METRICS_SUBDIR
 from .status import NoJobError, Thresholds, job_status
@@ -37,19 +37,10 @@ def group_dirs(run_dir: str | Path) -> dict[int, Path]:
 
 
 def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The launcher's replica events, oldest first (a torn last line is left out)."""
-    path = Path(run_dir) / REPLICA_EVENTS_FILE
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(ev, dict) and "event" in ev:
-            events.append(ev)
-    return events
+    """The launcher's replica events, oldest first (a torn last line is left out), read by
+    the one reader of event streams (:func:`distrain.events.read_events`)."""
+    found = events.read_events(str(Path(run_dir) / REPLICA_EVENTS_FILE), kind="replica")[0]
+    return [ev for ev in found if "event" in ev]
 
 
 def snapshot(
@@ -71,7 +62,7 @@ def snapshot(
     rows = [dict(r, group=g) for g, s in snaps.items() for r in s["ranks"]]
     totals = [s["totals"] for s in snaps.values()]
     rates = [t["samples_per_s"] for t in totals if t["samples_per_s"] is not None]
-    events = read_events(run_dir)
+    replica_events = read_events(run_dir)
     groups = [
         {"group": g, "status": s["status"], "ranks": s["totals"]["ranks"], "min_step": s["totals"]["min_step"],
          "max_step": s["totals"]["max_step"]}
@@ -102,9 +93,9 @@ def snapshot(
             "stragglers": [f"{g}:{r}" for g, s in snaps.items() for r in s["totals"]["stragglers"]],
             "elapsed": max(t["elapsed"] for t in totals),
             "groups": len(dirs),
-            "heals": sum(1 for ev in events if ev["event"] == "healed"),
+            "heals": sum(1 for ev in replica_events if ev["event"] == "healed"),
         },
         "groups": groups,
-        "events": events[-LAST_EVENTS:],
+        "events": replica_events[-LAST_EVENTS:],
         "ranks": rows,
     }

@@ -50,7 +50,7 @@ def checkpointer(
         store=functools.partial(shared_store, CHECKPOINT_STORE_PREFIX)
         if process.distributed
         else None,
-        summary_dir=settings.summary_dir,
+        job_dir=settings.job_dir,
         slurm_job_id=settings.slurm_job_id,
         replicas=replicas,
         on_close=services.on_close,

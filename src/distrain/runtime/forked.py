@@ -29,8 +29,10 @@ from ..contract import (
     SELF_STARTING,
     ForkJob,
     die_with_parent,
+    fallback_line,
     replica_group_env,
 )
+from ..events import emit
 from ..log import get_logger
 from . import patching
 from .fresh_child import run_fresh_child
@@ -341,16 +343,21 @@ def _fresh_marker(job: ForkJob) -> str | None:
 
 
 def _announce(marker: str, reason: str) -> None:
-    """Record that the script needs fresh interpreters; the first worker to do so says why."""
+    """Record that the script needs fresh interpreters; the first worker to do so says why.
+
+    The marker (made once, whoever is first) is coordination: it sends this node's later
+    workers and restarts to fresh interpreters.  The why is a report: a ``fallback`` event,
+    which `distrain run` prints with the job's last lines (launch/job_summary.py); said here
+    only when no launcher takes events.
+    """
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    _log.warning(
-        f"{PROG}: {first}; running workers in fresh interpreters instead (--start-method spawn skips the fork)"
-    )
+    if not emit("fallback", reason=first):
+        _log.warning(fallback_line(first))
 
 
 def _die_with_parent() -> None:

@@ -18,8 +18,9 @@ import torch.distributed as dist
 
 from .. import noise
 from ..cluster import ClusterEnvironment, ClusterError, detect_environment
-from ..contract import mark_watchdog_started, restarted_by_distrain_run
+from ..contract import restarted_by_distrain_run
 from ..errors import DistrainError, UsageError
+from ..events import emit
 from ..log import get_logger
 from ..monitor import open_monitor
 from ..monitor.breakdown import open_breakdown
@@ -168,7 +169,7 @@ def init(
         )  # under `run --cpu` NVML has nothing to say
         ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
         ctx.services.breakdown = open_breakdown(
-            settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.summary_dir
+            settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
         )
         ctx.services.monitor = open_monitor(
             settings.run_dir,
@@ -184,9 +185,7 @@ def init(
             ctx.services.watchdog = watchdog.start_watchdog(
                 ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
             )
-            mark_watchdog_started(
-                settings.summary_dir, ctx.rank
-            )  # distrain run --watchdog: watched
+            emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
         from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
 
         ctx.replicas = attach(ctx.process, settings, precision)

@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from ..cluster.base import ClusterError
 from ..errors import Abandoned, DistrainError, UsageError
+from ..events import emit
 from ..log import get_logger
 from ..monitor.status import NoJobError
 from ..runtime import patching
@@ -125,23 +126,14 @@ def write_error_message(path: str, message: str, callstack: str, settings: Setti
 
 
 def _note_cause(message: str, settings: Settings) -> None:
-    """Leave the cause in the launcher's summary folder too (``cause-<rank>.json``).
+    """Report the cause to the launcher too (a ``failure`` event, distrain/events/).
 
     The agent names only the ranks that had exited when it noticed the first failure; a rank
     that raised can still be finalizing its interpreter then (its gloo connections close early
     in that, so its peer fails and exits first), and the agent stops it with SIGTERM.  The
     launcher finds its cause here (launch/job_summary.py).
     """
-    folder = settings.summary_dir
-    if not folder or not os.path.isdir(folder):
-        return
-    rank = settings.agent_rank or ""
-    note = {"rank": rank, "pid": os.getpid(), "time": time.time(), "message": message}
-    with contextlib.suppress(OSError):
-        with open(
-            os.path.join(folder, f"cause-{rank or os.getpid()}.json"), "w", encoding="utf-8"
-        ) as f:
-            json.dump(note, f)
+    emit("failure", settings.job_dir, message=message)
 
 
 def print_traceback_block(rank: int | str, err: BaseException, header: str = "") -> None:

@@ -29,12 +29,12 @@ from torch import nn
 from ..contract import (
     FT_QUORUM_TIMEOUT,
     ft_end_file,
-    ft_final_file,
     ft_start_file,
     ft_step_file,
     mark_ft_start,
 )
 from ..errors import DistrainError
+from ..events import emit
 from ..log import get_logger
 from ..runtime import patching
 
@@ -110,15 +110,14 @@ def _update(digest: Any, value: Any) -> None:
 
 
 def write_final(replicas: Member) -> None:
-    """Leave this process's final step and state digest for the launcher's end-of-job check."""
+    """Report this process's final step and state digest for the launcher's end-of-job check
+    (a ``replica`` event in the groups' shared folder, distrain/events/)."""
     if not replicas.events:
         return
     step = replicas.manager.current_step()
-    text = f"{step} {state_digest(replicas.objects)}\n"
-    path = ft_final_file(replicas.events, replicas.group, replicas.rank)
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)  # the launcher never reads half a line
+    digest = state_digest(replicas.objects)
+    emit("replica", replicas.events, event="final", group=replicas.group, rank=replicas.rank,
+         step=step, digest=digest)  # fmt: skip
 
 
 def serve_stragglers(replicas: Member, device: torch.device) -> None:

@@ -11,9 +11,8 @@ object given to ``ckpt.restore``) over TorchFT's PGTransport.
 The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
 step: a live group sends its state while its training loop waits, so what it sends is exactly
 its state between two steps (after the script's scheduler step and save), never one a forward
-pass is changing (BatchNorm's running stats).
-Events for the launcher (each group's last committed step, "joined" with the heal's source
-and duration) go to DISTRAIN_FT_EVENTS (:func:`distrain.contract.append_ft_event`).
+pass is changing (BatchNorm's running stats).  Each group's last committed step goes to its
+step file in DISTRAIN_FT_EVENTS; "joined" (a heal's source, duration) is a ``replica`` event.
 """
 
 from __future__ import annotations
@@ -30,8 +29,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..contract import append_ft_event, ft_step_file
+from ..contract import ft_step_file
 from ..errors import DistrainError
+from ..events import emit
 from ..log import get_logger
 from .ft_bind import manager_server_on
 from .ft_noise import first_forward_filtered, quiet_sequence_numbers
@@ -295,8 +295,8 @@ class Replicas:
         if self.size > 1:
             self._match_group()
         if self.rank == 0 and self.events:
-            append_ft_event(self.events, event="joined", group=self.group, rank=self.rank, step=step,
-                            source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
+            emit("replica", self.events, event="joined", group=self.group, rank=self.rank, step=step,
+                 source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
                 f"distrain: replica group {self.group} healed from group {self.source} at step {step}"

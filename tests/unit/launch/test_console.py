@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import mark_checkpoint
+from distrain.events import emit
 from distrain.launch.console import RestartReporter, resume_hint
 
 
@@ -23,7 +23,7 @@ def test_restart_line_names_cause_attempt_and_step(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     reporter = RestartReporter(str(tmp_path), multinode=False)
-    mark_checkpoint(str(tmp_path), 22, "ckpt/step_00000022")
+    emit("checkpoint", str(tmp_path), step=22, path="ckpt/step_00000022")
     assert reporter.filter(
         _record(FAILED, -9, 1, 379, "run_script", "forkserver", level=logging.ERROR)
     )
@@ -50,7 +50,7 @@ def test_no_step_without_a_checkpointer_and_the_start_without_a_save(
         capsys.readouterr().err.strip()
         == "distrain run: a worker failed; restarting this node's ranks (attempt 1 of 1)"
     )
-    mark_checkpoint(str(tmp_path), None, "ckpt")
+    emit("checkpoint", str(tmp_path), step=None, path="ckpt")
     reporter.filter(_record(RESTART, "default", "FAILED", 1, 2))
     assert (
         capsys.readouterr()
@@ -61,9 +61,9 @@ def test_no_step_without_a_checkpointer_and_the_start_without_a_save(
 
 def test_resume_hint_only_with_a_saved_step(tmp_path: Path) -> None:
     assert resume_hint(str(tmp_path)) == "" and resume_hint(None) == ""
-    mark_checkpoint(str(tmp_path), None, "ckpt")
+    emit("checkpoint", str(tmp_path), step=None, path="ckpt")
     assert resume_hint(str(tmp_path)) == ""
-    mark_checkpoint(str(tmp_path), 40, "ckpt/step_00000040")
+    emit("checkpoint", str(tmp_path), step=40, path="ckpt/step_00000040")
     assert (
         resume_hint(str(tmp_path))
         == "; rerun the same command to resume from step 40 (ckpt/step_00000040)"

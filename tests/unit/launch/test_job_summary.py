@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from distrain.contract import SUMMARY_DIR
+from distrain.contract import JOB_DIR
+from distrain.events import emit
 from distrain.launch import job_summary
 from distrain.launch.job_summary import STRAGGLER_SLOWER, advice, lines, read, straggler
 
@@ -109,15 +109,16 @@ def test_lines_say_when_only_this_nodes_ranks_reported() -> None:
     assert lines([]) == [] and lines([{**rank(0), "steps": 0}]) == []
 
 
-def test_files_round_trip_and_bad_files_are_skipped(
+def test_events_round_trip_and_bad_events_are_skipped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env: dict[str, str] = {}
     folder = job_summary.start(env)
-    assert env[SUMMARY_DIR] == folder
-    Path(folder, "rank-1.json").write_text(json.dumps(rank(1, 30)))
-    Path(folder, "rank-0.json").write_text(json.dumps(rank(0, 10)))
-    Path(folder, "rank-2.json").write_text("{torn")
+    assert env[JOB_DIR] == folder
+    emit("breakdown", folder, summary=rank(1, 30))
+    emit("breakdown", folder, summary=rank(0, 10))
+    emit("breakdown", folder, summary="torn")
+    emit("breakdown", folder, summary={"no": "rank"})
     assert [r["rank"] for r in read(folder)] == [0, 1]
     job_summary.finish(folder)
     err = capsys.readouterr().err

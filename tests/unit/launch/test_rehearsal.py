@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
+from distrain.events import FILE, emit
 from distrain.launch.rehearsal import configure, summary
 from distrain.launch.selfstart import find
 
@@ -45,10 +45,12 @@ def test_configure_runs_a_self_spawning_script_once(tmp_path: Path) -> None:
 
 
 def test_summary_sums_counts_over_processes(tmp_path: Path) -> None:
-    (tmp_path / "counts-1.json").write_text(json.dumps({"set_device": 1, ".to(cuda)": 5}))
-    (tmp_path / "counts-2.json").write_text(json.dumps({"set_device": 1, "nccl → gloo": 1}))
-    (tmp_path / "counts-3.json").write_text("{broken")
-    (tmp_path / "other.json").write_text(json.dumps({"x": 100}))
+    emit("rehearsal", str(tmp_path), counts={"set_device": 1, ".to(cuda)": 5})
+    emit("rehearsal", str(tmp_path), counts={"set_device": 1, "nccl → gloo": 1})
+    emit("rehearsal", str(tmp_path), counts="broken")
+    emit("breakdown", str(tmp_path), summary={"x": 100})  # another kind: not counted
+    with open(tmp_path / FILE, "a") as f:
+        f.write('{"kind": "rehearsal", "counts": {"torn"')  # a line cut short: skipped
     assert (
         summary(str(tmp_path))
         == "distrain run --cpu: mapped in 2 processes: .to(cuda) ×5, set_device ×2, nccl → gloo ×1"

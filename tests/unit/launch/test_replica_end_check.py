@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import ft_end_file, ft_final_file
+from distrain.contract import ft_end_file
+from distrain.events import emit
 from distrain.launch.replica_events import ReplicaJob
 
 
 def _job(tmp_path: Path, finals: dict[tuple[int, int], str], codes: dict[int, int]) -> ReplicaJob:
     job = ReplicaJob(2, str(tmp_path))
     for (group, rank), text in finals.items():
-        Path(ft_final_file(str(tmp_path), group, rank)).write_text(text)
+        step, digest = text.split()
+        emit("replica", str(tmp_path), event="final", group=group, rank=rank, step=int(step),
+             digest=digest)  # fmt: skip
     for group, code in codes.items():
         job.on_exit(group, code)
     return job

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import append_ft_event, ft_start_file, ft_step_file
+from distrain.contract import ft_start_file, ft_step_file
 from distrain.errors import UsageError
+from distrain.events import emit
 from distrain.launch import lighthouse
 from distrain.launch.command_line import split
 from distrain.launch.replica_events import AgentLossReporter, ReplicaJob
@@ -126,15 +127,18 @@ def test_agent_record_becomes_a_lost_event(tmp_path: Path) -> None:
     )
     assert AgentLossReporter(str(tmp_path), 1).filter(record)
     event = json.loads((tmp_path / "events.jsonl").read_text())
-    assert event == {"event": "lost", "group": 1, "rank": 0, "pid": 4242, "exitcode": -9}
+    assert event.pop("time") > 0 and event.pop("node", None) is None
+    assert event == {
+        "kind": "replica", "event": "lost", "group": 1, "rank": 0, "pid": 4242, "exitcode": -9
+    }  # fmt: skip
 
 
 def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job = ReplicaJob(2, str(tmp_path))
     Path(ft_step_file(str(tmp_path), 1)).write_text("246        ")
-    append_ft_event(str(tmp_path), event="lost", group=1, rank=0, pid=4242, exitcode=-9)
-    append_ft_event(
-        str(tmp_path), event="joined", group=1, rank=0, step=250, source=0, seconds=0.91
+    emit("replica", str(tmp_path), event="lost", group=1, rank=0, pid=4242, exitcode=-9)
+    emit(
+        "replica", str(tmp_path), event="joined", group=1, rank=0, step=250, source=0, seconds=0.91
     )
     job.read_events()
     lines = capsys.readouterr().err.splitlines()
@@ -262,3 +266,19 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     node0.mark_silent(str(other))
     assert all(os.path.exists(ft_end_file(str(other), g)) for g in (2, 3))
     assert not os.path.exists(ft_end_file(str(other), 0))  # node 0's own groups are its own
+
+
+def test_run_dir_lines_are_what_distrain_top_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distrain.monitor.groups import read_events
+
+    job = ReplicaJob(2, str(tmp_path / "ft"), run_dir=str(tmp_path / "run"))
+    job.say("replica group 1 healed", "healed", group=1, source=0, step=4)
+    job.say("no event: stderr only")
+    with open(tmp_path / "run" / "replicas.jsonl", "a") as f:
+        f.write('{"kind": "replica", "event": "lo')  # the launcher still writing: left out
+    assert [(e["event"], e["group"], e["source"]) for e in read_events(tmp_path / "run")] == [
+        ("healed", 1, 0)
+    ]
+    assert capsys.readouterr().err.count("distrain run: ") == 2

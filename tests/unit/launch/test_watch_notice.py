@@ -1,4 +1,4 @@
-"""launch/watch_notice.py: one line when no rank left a watchdog mark, during the job or at its end."""
+"""launch/watch_notice.py: one line when no rank reported its watchdog, during the job or at its end."""
 
 from __future__ import annotations
 
@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import mark_watchdog_started, watchdog_started
+from distrain.events import emit, job_events
 from distrain.launch.watch_notice import MIN_DELAY_S, WatchNotice
 
 HEAD = "distrain run: warning: --watchdog watches scripts that call distrain.init(); "
 
 
-def test_marks_are_seen(tmp_path: Path) -> None:
-    assert not watchdog_started(str(tmp_path))
-    mark_watchdog_started(str(tmp_path), 3)
-    assert watchdog_started(str(tmp_path))
-    mark_watchdog_started(None, 0)  # outside distrain run: nothing to do
-    mark_watchdog_started(str(tmp_path / "gone"), 0)  # the launcher's folder removed: no error
-    assert not watchdog_started(str(tmp_path / "gone"))
+def test_watchdog_events_are_seen(tmp_path: Path) -> None:
+    assert not job_events(str(tmp_path), "watchdog")
+    assert emit("watchdog", str(tmp_path), rank=3)
+    assert [e["rank"] for e in job_events(str(tmp_path), "watchdog")] == [3]
+    assert not emit("watchdog", None)  # outside distrain run: nothing to do
+    assert not emit("watchdog", str(tmp_path / "gone"))  # the launcher's folder removed: no error
+    assert not job_events(str(tmp_path / "gone"), "watchdog")
 
 
 def test_unwatched_job_gets_one_line_at_its_end(
@@ -49,7 +49,7 @@ def test_line_during_the_job_then_nothing_at_the_end(
 
 def test_watched_job_says_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     notice = WatchNotice(str(tmp_path), 120, "train.py", delay=0)
-    mark_watchdog_started(str(tmp_path), 1)
+    emit("watchdog", str(tmp_path), rank=1)
     notice.start()._timer.join(10)
     notice.finish()
     assert capsys.readouterr().err == ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 from torch import nn
 
 from distrain.contract import PHASES, breakdown_fractions
+from distrain.events import job_events
 from distrain.monitor import breakdown as bd_module
 from distrain.monitor.breakdown import StepBreakdown, open_breakdown
 from distrain.monitor.status import window_breakdown
@@ -155,9 +155,10 @@ def test_real_model_and_optimizer_feed_it_and_summary_file(
     for _ in range(5):
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
-    bd.summary_dir = str(tmp_path)
+    bd.job_dir = str(tmp_path)
     bd.finish()
-    written = json.loads((tmp_path / "rank-3.json").read_text())
+    (event,) = job_events(str(tmp_path), "breakdown")
+    written = event["summary"]
     assert written["steps"] == 4 and written["rank"] == 3 and written["world_size"] == 4
     assert written["seconds"]["compute"] > 0 and written["compute_median_s"] > 0
     assert abs(sum(written["fractions"].values()) - 1) < 1e-3

@@ -12,14 +12,13 @@ PYTHONPATH the launcher set, the moment they import torch.  The pieces:
   ``torch.load``, DataLoader pinning;
 - :mod:`.refuse`: what needs a real GPU stops with one line naming the user's file:line.
 
-At exit each process leaves its counts of mapped calls in ``DISTRAIN_REHEARSE_DIR``; the
-launcher prints the summary.
+At exit each process reports its counts of mapped calls (a ``rehearsal`` event in the job's
+stream, distrain/events/); the launcher prints the summary.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import os
 
 from ...settings import for_report
@@ -54,14 +53,10 @@ def install() -> bool:
 
 
 def write_counts() -> None:
-    """Leave this process's mapped-call counts for the launcher's end-of-job summary."""
+    """Report this process's mapped-call counts for the launcher's end-of-job summary."""
+    from ...events import emit
     from .devices import MAPPED
 
-    folder = for_report().rehearse_dir
-    if not folder or os.getpid() != _installed_in or not MAPPED:
+    if os.getpid() != _installed_in or not MAPPED:
         return  # a forked child (DataLoader worker) inherits the counts: only the installer writes
-    try:
-        with open(os.path.join(folder, f"counts-{os.getpid()}.json"), "w") as f:
-            json.dump(dict(MAPPED), f)
-    except OSError:
-        pass
+    emit("rehearsal", counts=dict(MAPPED))

@@ -76,11 +76,14 @@ def say_once(key: str, line: str) -> None:
 
 
 def _first_to_say(key: str = "refused") -> bool:
-    folder = for_report().rehearse_dir
+    """Whether this process is the job's first to claim `key` (a ``said-<key>`` file in the
+    job's folder, made once: a claim between processes, not a report; docs/environment.md)."""
+    folder = for_report().job_dir
     if not folder:
         return True
     try:
-        os.close(os.open(os.path.join(folder, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        path = os.path.join(folder, f"said-{key}")
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False
     except OSError:

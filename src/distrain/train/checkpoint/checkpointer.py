@@ -25,8 +25,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...contract import mark_checkpoint
 from ...errors import recurring
+from ...events import emit
 from ..data import DistributedLoader
 from ..signals import Preemption
 from . import files, loading, nodes
@@ -186,7 +186,7 @@ class Checkpointer:
     def mark(self, step: int | None, path: str) -> None:
         """Tell `distrain run` which step a restart resumes from (the node's leader; not under --replicas)."""
         if self.handles.replicas is None and self.process.rank == self.topology.leader:
-            mark_checkpoint(self.handles.summary_dir, step, path)
+            emit("checkpoint", self.handles.job_dir, step=step, path=path)
 
     def _say_fresh(self) -> None:
         if self.handles.main:

@@ -65,8 +65,8 @@ class JobHandles:
       files there), asked at each save; None without a process group.  A function, not the
       store: a store held past ``destroy_process_group`` keeps rank 0's server thread alive
       into interpreter teardown (tests/scripts/exit_threads.py).
-    - ``summary_dir``: where the node's checkpoint leader tells `distrain run` the step a
-      restart resumes from (``DISTRAIN_SUMMARY_DIR``); None: not told.
+    - ``job_dir``: the job's folder, whose event stream the node's checkpoint leader tells
+      `distrain run` the step a restart resumes from (``DISTRAIN_JOB_DIR``); None: not told.
     - ``slurm_job_id``: the SLURM job a stop signal may requeue (``SLURM_JOB_ID``); None: not
       under SLURM (SIGUSR1 then stays the watchdog's stack dump).
     - ``replicas``: the replica groups under ``--replicas``, else None.
@@ -85,7 +85,7 @@ class JobHandles:
     is_main: bool | None = None
     scaler: torch.amp.GradScaler | None = None
     store: Callable[[], dist.Store] | None = None
-    summary_dir: str | None = None
+    job_dir: str | None = None
     slurm_job_id: str | None = None
     replicas: Healer | None = None
     on_close: Callable[[Callable[[], None]], None] = _ignore

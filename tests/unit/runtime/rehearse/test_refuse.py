@@ -13,10 +13,10 @@ from distrain.runtime.rehearse import refuse
 
 
 def test_only_the_first_process_says_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DISTRAIN_REHEARSE_DIR", str(tmp_path))
+    monkeypatch.setenv("DISTRAIN_JOB_DIR", str(tmp_path))
     assert refuse._first_to_say() is True
     assert refuse._first_to_say() is False
-    assert os.path.exists(tmp_path / "refused")
+    assert os.path.exists(tmp_path / "said-refused")
 
 
 def test_without_a_folder_every_process_says_it() -> None:

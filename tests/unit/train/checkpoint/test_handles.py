@@ -8,7 +8,6 @@ with no report), as when a peer dies during a save.
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
 import subprocess
 import time
@@ -19,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distrain.events import job_events
 from distrain.runtime.process import ProcessInfo
 from distrain.train.checkpoint import (
     Checkpointer,
@@ -51,12 +51,12 @@ def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: P
     ckpt_resumed: list[int] = []
     handles = JobHandles(
         process=ProcessInfo(),
-        summary_dir=str(tmp_path / "summary"),
+        job_dir=str(tmp_path / "job"),
         on_stall=stalls.append,
         on_close=closers.append,
         on_resumed=ckpt_resumed.append,
     )
-    (tmp_path / "summary").mkdir()
+    (tmp_path / "job").mkdir()
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -67,8 +67,8 @@ def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: P
     opt.step()
     assert ckpt.maybe_save(2) is True
     assert len(stalls) == 1 and stalls[0] >= 0  # the step breakdown's stall, through on_stall
-    marked = json.loads((tmp_path / "summary" / "checkpoint.json").read_text())
-    assert marked["step"] == 2  # what `distrain run` resumes from, through summary_dir
+    marked = job_events(str(tmp_path / "job"), "checkpoint")[-1]
+    assert marked["step"] == 2  # what `distrain run` resumes from, through job_dir
     ckpt.close()
 
     assert ckpt_resumed == []  # a fresh start tells on_resumed nothing
