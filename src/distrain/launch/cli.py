@@ -142,12 +142,9 @@ def main(argv: Sequence[str]) -> int:
 
 def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> None:
     """The end-of-job lines from the job's event stream (once: the last call removes the
-    folder), all before a failure's verdict: the fast start's fallback, what ``--cpu`` mapped
-    (seen after the verdict, as the job's last line, in the chaos campaign), the watchdog
-    notice, then the step breakdown."""
-    fell_back = job_summary.fallback(folder)
-    if fell_back:
-        print(fell_back, file=sys.stderr, flush=True)
+    folder), all before a failure's verdict: what ``--cpu`` mapped (seen after the verdict,
+    as the job's last line, in the chaos campaign), the watchdog notice, then the step
+    breakdown.  The fast start's fallback is said when it happens (runtime/forked.py)."""
     rehearsal.finish(folder)
     if notice is not None:
         notice.finish()  # reads the stream in the folder job_summary.finish removes

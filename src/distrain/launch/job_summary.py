@@ -5,8 +5,6 @@ process of the job reports to (distrain/events/; this side never imports the wor
 the events are the contract).  Each worker's :class:`~distrain.monitor.breakdown.StepBreakdown`
 reports a ``breakdown`` event at shutdown.  After the job the launcher prints, on stderr:
 
-- the fast start's fallback (:func:`fallback`), when a worker needed fresh interpreters;
-
 - ``distrain: step time: ...``: rank 0's breakdown and the slowest rank's (by compute);
 - ``distrain: straggler: rank R (host H, pid P) computes N % slower than the median rank``
   when one rank's median compute per step exceeds the median of the other ranks' by
@@ -31,7 +29,7 @@ import sys
 import tempfile
 from typing import Any
 
-from ..contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions, fallback_line
+from ..contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions
 from ..events import job_events
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
@@ -93,12 +91,6 @@ def cause(folder: str | None) -> str | None:
         return None
     _, rank, pid, message = min(found)  # the first to raise
     return f"rank {rank} (pid {pid}) failed: {message}"
-
-
-def fallback(folder: str | None) -> str | None:
-    """The fast start's fallback line from the first worker that needed fresh interpreters."""
-    found = job_events(folder, "fallback")
-    return fallback_line(str(found[0].get("reason", "?"))) if found else None
 
 
 def _percent(fraction: float) -> str:

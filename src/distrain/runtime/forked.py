@@ -346,9 +346,9 @@ def _announce(marker: str, reason: str) -> None:
     """Record that the script needs fresh interpreters; the first worker to do so says why.
 
     The marker (made once, whoever is first) is coordination: it sends this node's later
-    workers and restarts to fresh interpreters.  The why is a report: a ``fallback`` event,
-    which `distrain run` prints with the job's last lines (launch/job_summary.py); said here
-    only when no launcher takes events.
+    workers and restarts to fresh interpreters.  The why is said at once, on this worker's
+    stderr (a long job's user learns it when it happens, not at the end), and kept as a
+    ``fallback`` event in the job's stream.
     """
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -356,8 +356,8 @@ def _announce(marker: str, reason: str) -> None:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    if not emit("fallback", reason=first):
-        _log.warning(fallback_line(first))
+    _log.warning(fallback_line(first))
+    emit("fallback", reason=first)
 
 
 def _die_with_parent() -> None:
