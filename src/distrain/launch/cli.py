@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from ..contract import (
     BIND_ADDR,
     LAUNCHER_PID,
+    REPLICA_GROUP,
     WATCHDOG_EXIT_CODE,
     signal_exit_code,
     stopped_by_rank,
@@ -178,11 +179,12 @@ def _launch(
             fail(PROG, str(err), err.exit_code)
         os.environ.setdefault(BIND_ADDR, agent_store.address)
         rdzv = rdzv.on_port(agent_store.port)  # a free port is known once the store listens
-    from .replica_events import report_losses_from_agent
-
     # torch's known noise off the console, one line of ours per restart (launch/console.py)
     console.install(job_dir, rdzv.max_nodes > 1)
-    report_losses_from_agent()  # one group of `--replicas`: its dead workers reach the launcher above
+    if os.environ.get(REPLICA_GROUP) is not None:  # one group of `--replicas`
+        from .replica_events import report_losses_from_agent
+
+        report_losses_from_agent()  # its dead workers reach the launcher above
     rendezvous.pass_endpoint(rdzv)
     os.environ[LAUNCHER_PID] = str(
         os.getpid()

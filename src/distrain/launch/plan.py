@@ -19,7 +19,7 @@ from typing import Any
 
 from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
 from ..errors import UsageError
-from . import rehearsal, rendezvous, selfstart
+from . import rendezvous, selfstart
 from .agent_store import StoreSpec, plan_store
 from .command_line import PROG, CommandLine, run_parser, split
 from .forkserver import StartMethod, choose_start
@@ -198,6 +198,8 @@ def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]
     # a guess that depends on the script's arguments never wins silently (launch/selfstart.py)
     found, note = selfstart.decide(script, parsed.self_starting) if reads_script else (None, "")
     if parsed.cpu:
+        from . import rehearsal
+
         agents, line = rehearsal.configure(script, nproc, env, found)
         args["nproc_per_node"] = str(agents)
         once = f"{PROG}: {note}" if note else ""

@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from ..contract import WATCHDOG
 from ..events import job_events
 from .plan import PROG, LaunchPlan
-from .stopped_procs import StoppedProcesses
+
+if TYPE_CHECKING:
+    from .stopped_procs import StoppedProcesses
 
 #: the earliest the line comes during a job: a script that does call ``distrain.init()`` may take
 #: this long to reach it (imports, data, rendezvous) on a loaded machine, where a shorter
@@ -68,6 +71,8 @@ class WatchNotice:
             self._said = True
         print(self.line(ending), file=sys.stderr, flush=True)
         if not ending:
+            from .stopped_procs import StoppedProcesses
+
             self.stopped = StoppedProcesses(self.seconds).start()
 
     def finish(self) -> None:

@@ -25,13 +25,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..contract import breakdown_fractions
 from ..log import get_logger
 from ..settings import DEFAULT_METRICS_INTERVAL_S
 from .probes import GPUProbe, ProcessProbe
-from .tensorboard import ScalarWriter
+
+if TYPE_CHECKING:
+    from .tensorboard import ScalarWriter
 
 _log = get_logger("monitor")
 
@@ -193,6 +195,8 @@ class Monitor:
             # context on GPU 0 in every rank
             torch.cuda.set_device(self._gpu_index)
         if self._want_tensorboard:
+            from .tensorboard import ScalarWriter
+
             self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
         try:
             self._write("start")

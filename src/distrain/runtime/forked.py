@@ -35,7 +35,6 @@ from ..contract import (
 from ..events import emit
 from ..log import get_logger
 from . import patching
-from .fresh_child import run_fresh_child
 from .patching import Args
 from .stacks import dump_stacks_on_signal
 from .title import set_worker_title
@@ -378,6 +377,8 @@ def _run_fresh(script: str, script_args: tuple[str, ...]) -> None:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, forward)
+
+    from .fresh_child import run_fresh_child
 
     code = run_fresh_child([python, "-u", script, *script_args], _die_with_parent, forward_signals)
     if code < 0:  # killed by a signal: die by the same one so the agent reports it

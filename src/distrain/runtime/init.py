@@ -26,7 +26,7 @@ from ..monitor import open_monitor
 from ..monitor.breakdown import open_breakdown
 from ..monitor.progress import wanted as progress_wanted
 from ..settings import Settings
-from ..train import failure, nccl_debug, watchdog
+from ..train import failure, watchdog
 from .context import Context, _remember, current
 from .stacks import dump_stacks_on_signal
 from .store import restart_safe_store
@@ -144,6 +144,8 @@ def init(
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
+                from ..train import nccl_debug
+
                 nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
             _import_before_the_group()
             store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
@@ -186,9 +188,10 @@ def init(
                 ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
             )
             emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
-        from ..train.replicas import attach  # `distrain run --replicas`: TorchFT's manager
+        if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
+            from ..train.replicas import attach
 
-        ctx.replicas = attach(ctx.process, settings, precision)
+            ctx.replicas = attach(ctx.process, settings, precision)
         _remember(ctx)
         atexit.register(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts
