@@ -20,7 +20,7 @@ import sys
 import threading
 
 from ..errors import UsageError
-from .host_node import ADDR_TOKEN, PORT_TOKEN
+from .host_go import ADDR_TOKEN, PORT_TOKEN
 from .host_options import HostsOptions
 from .hostfile import HostSpec
 
