@@ -191,7 +191,9 @@ def _median_s(cmd: list[str], rounds: int = 5) -> float:
 def parts(c) -> None:  # type: ignore[no-untyped-def]
     """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
     ssh = ["ssh", "-F", str(c.config), "h0"]
-    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -m distrain.launch.host_node '{{}}' -- x"
+    # the host check alone (host_node itself now starts the node too, before it probes)
+    probe = "from distrain.launch.host_node import probe; probe({})"
+    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -c '{probe}'"
     pieces = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],

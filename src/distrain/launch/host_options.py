@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from . import env_file
 from .command_line import HOST_DESTS, UNKNOWN, CommandLine
 from .hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from .validate import node_range
@@ -48,7 +49,8 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
                           a lost host is a lost group, the others train on
   --ssh-opts "OPTS"       options for ssh (~/.ssh/config applies as always), e.g. "-F cfg -i key"
   -x NAME[=VALUE]         forward a variable (by default: NCCL_*, GLOO_*, CUDA_VISIBLE_DEVICES,
-                          PYTHONPATH, DISTRAIN_* when set)
+                          PYTHONPATH, DISTRAIN_* when set); NAME=VALUE lines of ~/.distrain_env,
+                          ./.distrain_env (and DeepSpeed's .deepspeed_env) are set on every host
   --iface NAME | H=NAME,… the network interface of every host, or per host
   --quiet-hosts           show only the first host's output
   --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
@@ -87,6 +89,9 @@ class HostsOptions:
     replicas: int | None = None
     #: with --replicas: processes per group
     per_group: int | None = None
+    #: the variables of ~/.distrain_env & co. (launch/env_file.py), and the files they came from
+    env_file: dict[str, str] = field(default_factory=dict)
+    env_files: list[str] = field(default_factory=list)
 
 
 def _nnodes(value: str, count: int) -> int | None:
@@ -167,6 +172,7 @@ def _build(
         if not name.isidentifier():
             raise UsageError(f"-x {item}: expected NAME or NAME=VALUE")
         opts.env[name] = value if sep else None
+    opts.env_file, opts.env_files = env_file.load()
     opts.container = _last(own, "container")
     opts.dry_run = command.has("dry_run")
     nnodes = _last(own, "nnodes")

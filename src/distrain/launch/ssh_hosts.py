@@ -42,13 +42,15 @@ ELASTIC_RESTARTS = "3"
 
 
 def forwarded_env(opts: HostsOptions, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables every host gets: DEFAULT_FORWARD's that are set here, then -x NAME[=VALUE]."""
+    """The variables every host gets: DEFAULT_FORWARD's that are set here, then those of the
+    environment files (launch/env_file.py), then -x NAME[=VALUE]."""
     environ = dict(os.environ if environ is None else environ)
     out = {
         k: v
         for k, v in sorted(environ.items())
         if any(fnmatch.fnmatchcase(k, p) for p in DEFAULT_FORWARD)
     }
+    out.update(opts.env_file)
     for name, value in opts.env.items():
         if value is not None:
             out[name] = value
@@ -221,6 +223,10 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     env, job = forwarded_env(opts), new_job_id()
     lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
              f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    if opts.env_files:
+        lines.append(
+            f"# set on every host from {', '.join(opts.env_files)}: {' '.join(sorted(opts.env_file)) or '(nothing)'}"
+        )
     for rank, host in enumerate(opts.hosts):
         lines.append(
             f"[{host.name}] "
