@@ -73,7 +73,9 @@ def test_the_node_runs_before_the_go_and_rendezvous_after_it(tmp_path: Path) -> 
         assert not _listening(port) and node.is_running()  # held: no rendezvous yet
         proc.stdin.write(json.dumps({"master_addr": "127.0.0.1", "master_port": port}) + "\n")
         proc.stdin.flush()
-        proc.wait(timeout=120)  # stdin stays open: its EOF would stop the job (the ssh session ended)
+        proc.wait(
+            timeout=120
+        )  # stdin stays open: its EOF would stop the job (the ssh session ended)
         out = proc.stdout.read()
     finally:
         kill_group(proc)
