@@ -18,6 +18,8 @@ from collections.abc import Sequence
 GO_FD = "DISTRAIN_HOST_GO_FD"
 #: stand-ins on the node's command line for what the launcher decides after the hosts' checks
 ADDR_TOKEN, PORT_TOKEN = "@MASTER_ADDR@", "@MASTER_PORT@"
+#: --replicas on hosts given without slots: processes per group, from the GPUs the hosts counted
+NPROC_TOKEN = "@NPROC@"
 #: exit code of a node stopped before it started (another host failed its check)
 NOT_STARTED = 3
 
@@ -48,6 +50,8 @@ def read_go(fd: int) -> dict[str, object] | None:
 
 
 def fill(argv: Sequence[str], go: dict[str, object]) -> list[str]:
-    """`argv` with the master's address and port in place of their tokens."""
-    addr, port = str(go["master_addr"]), str(go["master_port"])
-    return [t.replace(ADDR_TOKEN, addr).replace(PORT_TOKEN, port) for t in argv]
+    """`argv` with the master's address and port (and the processes per replica group) in place
+    of their tokens."""
+    addr, port, nproc = str(go["master_addr"]), str(go["master_port"]), str(go.get("nproc"))
+    out = [t.replace(ADDR_TOKEN, addr).replace(PORT_TOKEN, port) for t in argv]
+    return [nproc if t == NPROC_TOKEN else t for t in out]

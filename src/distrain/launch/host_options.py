@@ -87,7 +87,8 @@ class HostsOptions:
     restarts_given: bool = False
     #: --replicas R: R replica groups, R / len(hosts) on each host
     replicas: int | None = None
-    #: with --replicas: processes per group
+    #: with --replicas: processes per group (None until the hosts' checks counted their GPUs,
+    #: for hosts given without slots)
     per_group: int | None = None
     #: the variables of ~/.distrain_env & co. (launch/env_file.py), and the files they came from
     env_file: dict[str, str] = field(default_factory=dict)
@@ -217,7 +218,6 @@ def _replicas(opts: HostsOptions, value: str) -> None:
         raise UsageError(
             f"--replicas {groups} does not divide over {len(hosts)} hosts: each host runs the same number of whole groups"
         )
-    here = groups // len(hosts)
     if opts.nproc is not None:  # -n keeps its --replicas meaning: processes per group
         if not opts.nproc.isdigit() or int(opts.nproc) < 1:
             raise UsageError(
@@ -226,11 +226,21 @@ def _replicas(opts: HostsOptions, value: str) -> None:
         opts.replicas, opts.per_group = groups, int(opts.nproc)
         return
     slots = {h.name: h.nproc() for h in hosts}
-    sizes = {n // here for n in slots.values() if n is not None and n % here == 0}
-    if None in slots.values() or len(sizes) != 1 or any(n % here for n in slots.values() if n):
+    opts.replicas = groups
+    if None in slots.values():  # a host without slots: its GPUs, counted by its check (hosts_run)
+        return
+    opts.per_group = group_size(slots, groups)
+
+
+def group_size(slots: dict[str, int | None], groups: int) -> int:
+    """Processes per replica group when each host's slots (given, or its GPUs) split evenly into
+    its groups; UsageError otherwise."""
+    here = groups // len(slots)
+    sizes = {n // here for n in slots.values() if n and n % here == 0}
+    if None in slots.values() or len(sizes) != 1 or any(not n or n % here for n in slots.values()):
         given = ", ".join(f"{h}:{n if n is not None else '?'}" for h, n in slots.items())
         raise UsageError(
-            f"--replicas {groups} on {len(hosts)} hosts ({given}): every host needs the same slots, "
+            f"--replicas {groups} on {len(slots)} hosts ({given}): every host needs the same slots, "
             f"a multiple of its {here} group(s), or give -n (processes per group)"
         )
-    opts.replicas, opts.per_group = groups, sizes.pop()
+    return sizes.pop()

@@ -20,7 +20,7 @@ import sys
 import threading
 
 from ..errors import UsageError
-from .host_go import ADDR_TOKEN, PORT_TOKEN
+from .host_go import ADDR_TOKEN, NPROC_TOKEN, PORT_TOKEN
 from .host_options import HostsOptions
 from .hostfile import HostSpec
 
@@ -147,7 +147,8 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
         if not opts.restarts_given:
             out += ["--max-restarts", ELASTIC_RESTARTS]
     if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
-        out += ["--replicas", str(opts.replicas), "-n", str(opts.per_group)]
+        size = str(opts.per_group) if opts.per_group is not None else NPROC_TOKEN  # GPUs: at go
+        out += ["--replicas", str(opts.replicas), "-n", size]
     else:
         out += ["-n", str(nproc)]
     if host.slot_ids is not None and opts.replicas is None:  # replicas: CUDA_VISIBLE_DEVICES
@@ -223,6 +224,10 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     env, job = forwarded_env(opts), new_job_id()
     lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
              f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    if opts.per_group is None and opts.replicas is not None:
+        lines.append(
+            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the hosts' checks count"
+        )
     if opts.env_files:
         lines.append(
             f"# set on every host from {', '.join(opts.env_files)}: {' '.join(sorted(opts.env_file)) or '(nothing)'}"
