@@ -53,5 +53,12 @@ def fill(argv: Sequence[str], go: dict[str, object]) -> list[str]:
     """`argv` with the master's address and port (and the processes per replica group) in place
     of their tokens."""
     addr, port, nproc = str(go["master_addr"]), str(go["master_port"]), str(go.get("nproc"))
-    out = [t.replace(ADDR_TOKEN, addr).replace(PORT_TOKEN, port) for t in argv]
+    # HOST:PORT (the rendezvous endpoint) brackets an IPv6 address; --master-addr takes it bare
+    endpoint = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    out = [
+        t.replace(f"{ADDR_TOKEN}:{PORT_TOKEN}", endpoint)
+        .replace(ADDR_TOKEN, addr)
+        .replace(PORT_TOKEN, port)
+        for t in argv
+    ]
     return [nproc if t == NPROC_TOKEN else t for t in out]

@@ -163,6 +163,11 @@ def _check(
     for key in ("address_error", "port_error"):
         if first.get(key):
             raise UsageError(f"host {sessions[0].name}: {first[key]}")
+    if ":" in str(first["address"]):  # the hosts' own `distrain run` picks IPv4 interfaces
+        raise UsageError(
+            f"host {sessions[0].name}: the others reach it at IPv6 {first['address']}, but a job's "
+            "nodes talk IPv4: give --iface NAME, an interface with an IPv4 address"
+        )
     return str(first["address"]), int(first["port"])  # type: ignore[call-overload]
 
 

@@ -20,6 +20,7 @@ import sys
 import threading
 
 from ..errors import UsageError
+from ..net import is_loopback
 from .host_go import ADDR_TOKEN, NPROC_TOKEN, PORT_TOKEN
 from .host_options import HostsOptions
 from .hostfile import HostSpec
@@ -64,6 +65,9 @@ def ssh_argv(opts: HostsOptions, host: str, remote: str) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", *opts.ssh_opts, *SSH_DEFAULTS, host, remote]
 
 
+_FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
+
+
 def resolve(opts: HostsOptions) -> list[str]:
     """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in parallel;
     UsageError naming an unknown host."""
@@ -79,16 +83,14 @@ def resolve(opts: HostsOptions) -> list[str]:
             raise UsageError(
                 f"host {host.name}: ssh cannot use it: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
             )
-        name = next(
-            (
-                line.split(None, 1)[1]
-                for line in res.stdout.splitlines()
-                if line.startswith("hostname ")
-            ),
-            host.name,
+        config = dict(
+            line.split(None, 1) for line in res.stdout.splitlines() if len(line.split(None, 1)) == 2
         )
+        name = config.get("hostname", host.name)
+        # ssh's AddressFamily (-4, -6, ~/.ssh/config): the address it connects to is of that family
+        family = _FAMILIES.get(config.get("addressfamily", "any"), socket.AF_UNSPEC)
         try:
-            return str(socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+            return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
                 f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
@@ -174,7 +176,7 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
             spec.update(first=True, port=opts.master_port or 0, iface=iface, route_later=True)
             spec["ports"] = 2 if opts.replicas is not None else 1
             return spec
-        others = [a for a in addrs[1:] if not a.startswith("127.")]
+        others = [a for a in addrs[1:] if not is_loopback(a)]
         spec.update(
             first=True,
             port=opts.master_port or 0,
@@ -188,7 +190,7 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
 
 def route_line(addrs: list[str]) -> str:
     """The line the first host reads when its sessions started before the names were resolved."""
-    others = [a for a in addrs[1:] if not a.startswith("127.")]
+    others = [a for a in addrs[1:] if not is_loopback(a)]
     return json.dumps({"route_to": others[0] if others else None}) + "\n"
 
 
