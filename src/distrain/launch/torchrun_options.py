@@ -85,9 +85,11 @@ def _table_now() -> dict[str, tuple[str, bool]]:
     """The installed torch's table (imports torch)."""
     from torch.distributed.run import get_args_parser
 
-    from .command_line import takes_value
-
-    return takes_value(get_args_parser())
+    return {  # as command_line.takes_value reads a parser (not imported: that module imports this one)
+        name: (action.dest, action.nargs != 0)
+        for action in get_args_parser()._actions
+        for name in action.option_strings
+    }
 
 
 if __name__ == "__main__":  # prints this module's table for the installed torch
