@@ -256,9 +256,9 @@ def main() -> None:
             else:
                 two.append(two_commands(c, work, 29600 + r, only))
                 one.append(one_command(c, work, only))
+            step = "" if only else f"; first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s"
             print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
-                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s; "
-                  f"first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s", flush=True)  # fmt: skip
+                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}", flush=True)  # fmt: skip
     print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
     ends = ("start -> every host's distrain run running", "start -> both ranks running (rendezvous done)", "start -> last rank's first step")  # fmt: skip
     for k, what in enumerate(ends[:2] if only else ends):
