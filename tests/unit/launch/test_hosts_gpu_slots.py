@@ -42,6 +42,10 @@ def test_hosts_without_slots_split_their_gpus_among_their_groups() -> None:
     assert opts.replicas == 4 and opts.per_group is None  # not known before the hosts answer
     argv = ssh_hosts.node_argv(opts, 1, "job")
     assert argv[argv.index("--replicas") :][:4] == ["--replicas", "4", "-n", host_go.NPROC_TOKEN]
+    shown = ssh_hosts.dry_run_lines(opts, ["10.0.0.1", "10.0.0.2"])
+    assert (
+        "# @NPROC@: the processes per replica group, from the GPUs the hosts' checks count" in shown
+    )
     opts = _decide("a,b", {"a": 4, "b": 4})
     assert opts.per_group == 2  # 4 GPUs, 2 groups on each host
     go = {"master_addr": "10.0.0.1", "master_port": 29500, "nproc": opts.per_group}
