@@ -12,18 +12,20 @@ namespace as the launching machine.  Each round, in alternating order:
   got about twice the CPU of two nodes sharing the benchmark's session on a loaded machine;
 - **one command**: `distrain run --hosts h0:1,h1:1 -n 1` in the launching namespace.
 
-Time 0 is just before the command(s) start.  Two ends are timed: the moment both hosts'
-``distrain run --node-rank`` processes exist (what the fan-out adds: ssh, the hosts' checks, the
-go; from there on both forms run the same thing), and the last rank's first training step
+Time 0 is just before the command(s) start.  Three ends are timed: the moment both hosts'
+``distrain run --node-rank`` processes exist; the moment both ranks exist (a worker is titled
+``distrain rank R/W · …`` when its node's rendezvous is done: runtime/title.py), which is the
+fan-out's fair end, since its hosts start their `distrain run` before the launcher's go and hold
+it before the rendezvous (launch/host_go.py); and the last rank's first training step
 (examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py),
 which on a loaded 2-core machine varies by far more than the fan-out costs.  Prints each form's
 median and the median per-round difference.
 
-    python3 benchmarks/launch/hosts_fanout.py --start-only --rounds 9 --baseline-src /tmp/base/src
+    python3 benchmarks/launch/hosts_fanout.py --start-only --rounds 9 [--baseline-src /tmp/base/src]
 
-times only the first end (each job is stopped, Ctrl-C, as soon as both hosts' nodes run: a
-round takes seconds, not a training epoch) and adds a third form, the one command run from
-another checkout's ``src`` (an older distrain), so that a change to the fan-out is measured
+times only the first two ends (each job is stopped, Ctrl-C, as soon as both ranks run: a round
+takes seconds, not a training epoch); ``--baseline-src`` adds a third form, the one command run
+from another checkout's ``src`` (an older distrain), so that a change to the fan-out is measured
 against the code before it, round by round, under the same load.
 """
 
@@ -73,24 +75,47 @@ def _node_launchers(run_dir: Path) -> int:
     return found
 
 
+def _workers(run_dir: Path) -> int:
+    """How many ranks of this run exist now (on any host): a worker's title is
+    ``distrain rank R/W · train_digits.py … --out RUN_DIR/out`` (runtime/title.py), set when its
+    node's rendezvous is done and it starts."""
+    mark = str(run_dir)
+    found = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if cmd.startswith("distrain rank ") and mark in cmd:
+            found += 1
+    return found
+
+
 def _wait_first_step(
     run_dir: Path,
     procs: list[subprocess.Popen[str]],
     t0: float,
     timeout: float,
     start_only: bool = False,
-) -> tuple[float, float]:
-    """(seconds until both hosts' `distrain run` processes exist, seconds until the last rank's
-    first step; NaN with `start_only`, which returns at the first end)."""
-    deadline, started = time.monotonic() + timeout, None
+) -> tuple[float, float, float]:
+    """Seconds until (both hosts' `distrain run` processes exist, both ranks exist, the last
+    rank's first step); with `start_only` it returns once both ranks exist (first step NaN).
+
+    The ranks are the fair end for the fan-out: its hosts start their `distrain run` before the
+    launcher's go (host_go.py), so the node processes exist before they may rendezvous."""
+    deadline, started, ranks = time.monotonic() + timeout, None, None
     while time.monotonic() < deadline:
         if started is None and _node_launchers(run_dir) >= 2:
             started = time.time() - t0
+        if ranks is None and _workers(run_dir) >= 2:
+            ranks = time.time() - t0
             if start_only:
-                return started, float("nan")
+                return (started if started is not None else float("nan")), ranks, float("nan")
         stamps = first_steps(run_dir / "none", run_dir)
         if len(stamps) >= 2:
-            return (started if started is not None else float("nan")), max(stamps) - t0
+            nan = float("nan")
+            return (
+                started if started is not None else nan,
+                ranks if ranks is not None else nan,
+                max(stamps) - t0,
+            )
         if any(p.poll() not in (None, 0) for p in procs):
             raise RuntimeError("a job failed: " + " ".join(str(p.args) for p in procs))
         time.sleep(0.02)
@@ -106,8 +131,8 @@ def _end(procs: list[subprocess.Popen[str]], start_only: bool) -> None:
         p.wait(timeout=300)
 
 
-def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """(start → both nodes' launchers running, start → the last rank's first step), one command per host."""
+def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """(start → both nodes' launchers running, → both ranks running, → the last rank's first step), one command per host."""
     run_dir = work / f"two-{time.monotonic_ns()}"
     flags = [
         "--nnodes",
@@ -132,8 +157,8 @@ def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[fl
 
 def one_command(
     c, work: Path, start_only: bool = False, src: Path = REPO / "src"
-) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """The same two times for `--hosts` from the launching namespace (the distrain in `src`)."""
+) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+    """The same three times for `--hosts` from the launching namespace (the distrain in `src`)."""
     run_dir = work / f"one-{time.monotonic_ns()}"
     argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
                   *SCRIPT, str(run_dir / "out")]  # fmt: skip
@@ -166,7 +191,9 @@ def _median_s(cmd: list[str], rounds: int = 5) -> float:
 def parts(c) -> None:  # type: ignore[no-untyped-def]
     """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
     ssh = ["ssh", "-F", str(c.config), "h0"]
-    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -m distrain.launch.host_node '{{}}' -- x"
+    # the host check alone (host_node itself now starts the node too, before it probes)
+    probe = "from distrain.launch.host_node import probe; probe({})"
+    check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -c '{probe}'"
     pieces = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],
@@ -219,21 +246,22 @@ def main() -> None:
             print(f"# load {os.getloadavg()[0]:.1f} after")
             return
         work = Path(tmp)
-        one: list[tuple[float, float]] = []
-        two: list[tuple[float, float]] = []
+        one: list[tuple[float, float, float]] = []
+        two: list[tuple[float, float, float]] = []
+        only = args.start_only
         for r in range(args.rounds):
             if r % 2:
-                one.append(one_command(c, work))
-                two.append(two_commands(c, work, 29600 + r))
+                one.append(one_command(c, work, only))
+                two.append(two_commands(c, work, 29600 + r, only))
             else:
-                two.append(two_commands(c, work, 29600 + r))
-                one.append(one_command(c, work))
+                two.append(two_commands(c, work, 29600 + r, only))
+                one.append(one_command(c, work, only))
+            step = "" if only else f"; first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s"
             print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
-                  f"first step after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s", flush=True)  # fmt: skip
+                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}", flush=True)  # fmt: skip
     print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
-    for k, what in enumerate(
-        ("start -> every host's distrain run running", "start -> last rank's first step")
-    ):
+    ends = ("start -> every host's distrain run running", "start -> both ranks running (rendezvous done)", "start -> last rank's first step")  # fmt: skip
+    for k, what in enumerate(ends[:2] if only else ends):
         a, b = [x[k] for x in one], [x[k] for x in two]
         diffs = [x - y for x, y in zip(a, b, strict=True)]
         print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands {statistics.median(b):.2f} s, "
@@ -267,7 +295,7 @@ def compare(args: argparse.Namespace) -> None:
         names = list(forms)
         for r in range(args.rounds):
             for name in names[r % 3 :] + names[: r % 3]:
-                took[name].append(forms[name](r)[0])
+                took[name].append(forms[name](r)[1])
             print(
                 f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in took.items()),
                 flush=True,
@@ -278,7 +306,7 @@ def compare(args: argparse.Namespace) -> None:
     base = took["one command, baseline src"]
     for name, values in took.items():
         diffs = [x - y for x, y in zip(values, base, strict=True)]
-        print(f"start -> every host's distrain run running: {name} median {statistics.median(values):.2f} s, "
+        print(f"start -> both ranks running: {name} median {statistics.median(values):.2f} s, "
               f"vs baseline src median {statistics.median(diffs):+.2f} s")  # fmt: skip
 
 

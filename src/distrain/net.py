@@ -75,8 +75,9 @@ def route_address(target: str, port: int = 9) -> str:
 
     A connected UDP socket sends nothing but makes the kernel pick the route.
     """
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as sock:
-        sock.connect((socket.gethostbyname(target), port))
+    family, _, _, _, where = socket.getaddrinfo(target, port, 0, socket.SOCK_DGRAM)[0]
+    with contextlib.closing(socket.socket(family, socket.SOCK_DGRAM)) as sock:
+        sock.connect(where)  # IPv4 or IPv6, as `target` resolves
         return str(sock.getsockname()[0])
 
 

@@ -37,6 +37,7 @@ from ..errors import UsageError, fail
 from . import (
     console,
     forkserver,
+    host_go,
     job_summary,
     local_rank_hint,
     rehearsal,
@@ -44,7 +45,7 @@ from . import (
     stop_watch,
     watch_notice,
 )
-from .command_line import split
+from .command_line import split, split_without_torch
 from .host_options import HOST_LIST
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
@@ -96,12 +97,27 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
+    # the fan-out starts nothing here but ssh: its split needs no `import torch` (seconds under load)
+    quick = split_without_torch(argv)
+    if quick is not None and quick.has(*HOST_LIST) and not quick.unknown:
+        from . import hosts_run
+
+        return hosts_run.main(quick)
+    go_fd = host_go.take_fd()  # started by `distrain run --hosts` before its verdict
     command = split(argv)  # the one reading of the command line: every path below takes it
     if command.has(*HOST_LIST):  # many machines from this one: ssh fan-out
         from . import hosts_run
 
         return hosts_run.main(command)
     started = forkserver.early_start(command)  # its `import torch` overlaps ours
+    if go_fd is not None:  # torch is imported: now the master's address, or a stop
+        go = host_go.read_go(go_fd)
+        if go is None:
+            if started:
+                forkserver.stop_server()
+            return host_go.NOT_STARTED
+        argv = host_go.fill(argv, go)
+        command = split(argv)
     try:
         launch = plan(command)
         if launch.args.replicas is not None:  # each group's own launcher forks

@@ -116,7 +116,25 @@ def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
     splits its own arguments with its own parser.  An unknown name is kept as a switch with the
     dest UNKNOWN: the caller decides when to refuse it (``--help`` is still seen after it).
     """
-    table = takes_value(parser if parser is not None else run_parser())
+    return _split(argv, takes_value(parser if parser is not None else run_parser()))
+
+
+def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
+    """:func:`split` with torchrun's options from launch/torchrun_options.py instead of torch's
+    parser (no ``import torch``); None when the installed torch is not the one they come from."""
+    from .torch_version import torch_versions
+    from .torchrun_options import OPTIONS, TORCH_VERSION
+
+    version, _ = torch_versions()
+    if version is None or version.split("+")[0] != TORCH_VERSION:
+        return None
+    ours = argparse.ArgumentParser(add_help=False)
+    _add_run_options(ours)
+    _add_host_options(ours)
+    return _split(argv, {**OPTIONS, **takes_value(ours)})
+
+
+def _split(argv: Sequence[str], table: dict[str, tuple[str, bool]]) -> CommandLine:
     options: list[Option] = []
     i = 0
     while i < len(argv):

@@ -3,13 +3,14 @@
 The launching machine starts ``python -m distrain.launch.host_node …`` on every host over ssh.
 It does three things, in this order:
 
-1. **Probe** (no torch import, ~0.1 s): prints one ``DISTRAIN-HOST {json}`` line with the
-   versions of distrain, torch and CUDA here, the GPUs, whether the script exists in this
-   working directory and, on the first host, the address the others reach it by and a free
-   (or the named) master port.
+1. **Start and probe**: starts the node's ``distrain run`` at once, held before its rendezvous
+   (launch/host_go.py: it imports torch meanwhile), then prints one ``DISTRAIN-HOST {json}``
+   line (no torch import, ~0.1 s) with the versions of distrain, torch and CUDA here, the GPUs,
+   whether the script exists in this working directory and, on the first host, the address the
+   others reach it by and a free (or the named) master port.
 2. **Go**: waits for one line on stdin from the launcher — the master address and port to put
-   in place of ``@MASTER_ADDR@``/``@MASTER_PORT@`` — or ``abort`` when another host failed its
-   check.  Then starts ``distrain run`` with those arguments, its stdin closed.
+   in place of ``@MASTER_ADDR@``/``@MASTER_PORT@`` — and passes it to the held node; ``abort``
+   (another host failed its check) or EOF instead ends the held node before it started anything.
 3. **Watch**: the ssh session's stdin stays open and silent for the whole job.  When it reaches
    EOF (the launcher closed it for Ctrl-C, or the ssh connection dropped and sshd closed the
    channel) — or this process gets SIGTERM/SIGINT/SIGHUP — the node gets SIGTERM (its agent
@@ -27,7 +28,6 @@ and its EOF is reliable: sshd closes it whenever the session ends, however it en
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -37,28 +37,13 @@ import sys
 import threading
 import time
 
+from .host_go import GO_FD, NOT_STARTED
+from .torch_version import torch_versions
+
 #: how long a stopped node may take to exit before its remaining processes are SIGKILLed
 STOP_GRACE_S = 10.0
 #: the marker of the probe line on stdout
 PROBE_MARK = "DISTRAIN-HOST "
-ADDR_TOKEN, PORT_TOKEN = "@MASTER_ADDR@", "@MASTER_PORT@"
-
-
-def _torch_versions() -> tuple[str | None, str | None]:
-    """torch's version and the CUDA it was built for, read from torch/version.py (not imported)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.origin:
-        return None, None
-    try:
-        with open(
-            os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8"
-        ) as handle:
-            text = handle.read()
-    except OSError:
-        return None, None
-    version = re.search(r"^__version__\s*=\s*'([^']*)'", text, re.M)
-    cuda = re.search(r"^cuda(?::[^=]*)?=\s*'([^']*)'", text, re.M)
-    return (version.group(1) if version else None), (cuda.group(1) if cuda else None)
 
 
 def _gpus() -> int:
@@ -79,7 +64,7 @@ def fingerprint() -> dict[str, str | None]:
     """What must be the same on every host of a job."""
     from distrain import __version__
 
-    torch, cuda = _torch_versions()
+    torch, cuda = torch_versions()
     return {"distrain": __version__, "torch": torch, "cuda": cuda, "python": sys.version.split()[0]}
 
 
@@ -203,30 +188,55 @@ def _read_line() -> str:
     return data.decode()
 
 
+def _start_node(node_argv: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """The node's `distrain run`, started now and held before its rendezvous (launch/host_go.py):
+    (its process, the write end of its go pipe)."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distrain.cli", "run", *node_argv],
+        stdin=subprocess.DEVNULL,
+        pass_fds=(read_end,),
+        env={**os.environ, GO_FD: str(read_end)},
+    )
+    os.close(read_end)
+    return proc, write_end
+
+
+def _not_started(proc: subprocess.Popen[bytes], go: int) -> int:
+    """Another host failed its check (or the launcher went away): the held node reads EOF and
+    ends by itself; what is left of it after STOP_GRACE_S is killed."""
+    os.close(go)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _Tree(proc).kill()
+        proc.wait()
+    return NOT_STARTED
+
+
 def main(argv: list[str]) -> int:
-    """``host_node PROBE_JSON -- distrain run ARGV``: probe, wait for go, run and watch."""
+    """``host_node PROBE_JSON -- distrain run ARGV``: start the node held, probe, pass the go on,
+    then watch."""
     spec = json.loads(argv[0])
     node_argv = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
+    # its imports overlap the check and the launcher's verdict; if this process dies before the
+    # go, the kernel closes the pipe and the held node ends by itself
+    proc, go = _start_node(node_argv)
     if spec.pop("route_later", False):  # the launcher resolved the hosts while ssh connected
         line = _read_line()
         if not line.strip() or line.strip() == "abort":
-            return 3
+            return _not_started(proc, go)
         spec.update(json.loads(line))
     print(PROBE_MARK + json.dumps(probe(spec)), flush=True)
     line = _read_line()
     if not line.strip() or line.strip() == "abort":
-        return 3
-    go = json.loads(line)
-    node_argv = [
-        t.replace(ADDR_TOKEN, str(go["master_addr"])).replace(PORT_TOKEN, str(go["master_port"]))
-        for t in node_argv
-    ]
+        return _not_started(proc, go)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "distrain.cli", "run", *node_argv], stdin=subprocess.DEVNULL
-    )
+    with contextlib.suppress(OSError):  # a node that already ended: _watch returns its code
+        os.write(go, line.encode())
+    os.close(go)
     tree = _Tree(proc)
 
     def eof() -> None:

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from . import env_file
 from .command_line import HOST_DESTS, UNKNOWN, CommandLine
 from .hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from .validate import node_range
@@ -48,7 +49,8 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
                           a lost host is a lost group, the others train on
   --ssh-opts "OPTS"       options for ssh (~/.ssh/config applies as always), e.g. "-F cfg -i key"
   -x NAME[=VALUE]         forward a variable (by default: NCCL_*, GLOO_*, CUDA_VISIBLE_DEVICES,
-                          PYTHONPATH, DISTRAIN_* when set)
+                          PYTHONPATH, DISTRAIN_* when set); NAME=VALUE lines of ~/.distrain_env,
+                          ./.distrain_env (and DeepSpeed's .deepspeed_env) are set on every host
   --iface NAME | H=NAME,… the network interface of every host, or per host
   --quiet-hosts           show only the first host's output
   --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
@@ -85,8 +87,12 @@ class HostsOptions:
     restarts_given: bool = False
     #: --replicas R: R replica groups, R / len(hosts) on each host
     replicas: int | None = None
-    #: with --replicas: processes per group
+    #: with --replicas: processes per group (None until the hosts' checks counted their GPUs,
+    #: for hosts given without slots)
     per_group: int | None = None
+    #: the variables of ~/.distrain_env & co. (launch/env_file.py), and the files they came from
+    env_file: dict[str, str] = field(default_factory=dict)
+    env_files: list[str] = field(default_factory=list)
 
 
 def _nnodes(value: str, count: int) -> int | None:
@@ -167,6 +173,7 @@ def _build(
         if not name.isidentifier():
             raise UsageError(f"-x {item}: expected NAME or NAME=VALUE")
         opts.env[name] = value if sep else None
+    opts.env_file, opts.env_files = env_file.load()
     opts.container = _last(own, "container")
     opts.dry_run = command.has("dry_run")
     nnodes = _last(own, "nnodes")
@@ -211,7 +218,6 @@ def _replicas(opts: HostsOptions, value: str) -> None:
         raise UsageError(
             f"--replicas {groups} does not divide over {len(hosts)} hosts: each host runs the same number of whole groups"
         )
-    here = groups // len(hosts)
     if opts.nproc is not None:  # -n keeps its --replicas meaning: processes per group
         if not opts.nproc.isdigit() or int(opts.nproc) < 1:
             raise UsageError(
@@ -220,11 +226,21 @@ def _replicas(opts: HostsOptions, value: str) -> None:
         opts.replicas, opts.per_group = groups, int(opts.nproc)
         return
     slots = {h.name: h.nproc() for h in hosts}
-    sizes = {n // here for n in slots.values() if n is not None and n % here == 0}
-    if None in slots.values() or len(sizes) != 1 or any(n % here for n in slots.values() if n):
+    opts.replicas = groups
+    if None in slots.values():  # a host without slots: its GPUs, counted by its check (hosts_run)
+        return
+    opts.per_group = group_size(slots, groups)
+
+
+def group_size(slots: dict[str, int | None], groups: int) -> int:
+    """Processes per replica group when each host's slots (given, or its GPUs) split evenly into
+    its groups; UsageError otherwise."""
+    here = groups // len(slots)
+    sizes = {n // here for n in slots.values() if n and n % here == 0}
+    if None in slots.values() or len(sizes) != 1 or any(not n or n % here for n in slots.values()):
         given = ", ".join(f"{h}:{n if n is not None else '?'}" for h, n in slots.items())
         raise UsageError(
-            f"--replicas {groups} on {len(hosts)} hosts ({given}): every host needs the same slots, "
+            f"--replicas {groups} on {len(slots)} hosts ({given}): every host needs the same slots, "
             f"a multiple of its {here} group(s), or give -n (processes per group)"
         )
-    opts.replicas, opts.per_group = groups, sizes.pop()
+    return sizes.pop()

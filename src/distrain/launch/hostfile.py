@@ -3,8 +3,10 @@
 Three spellings, as the launchers people know read them:
 
 - ``--hosts h1:8,h2:8`` (horovodrun ``-H``); ``h1`` alone leaves the slots to the host (its GPUs,
-  else ``-n``/one process);
-- ``--hostfile FILE`` with lines ``host slots=N`` (mpirun, DeepSpeed); ``#`` starts a comment,
+  else ``-n``/one process); an IPv6 address in brackets, ``[fd00::2]:8`` (bare, ``fd00::2``, when
+  no slots are given);
+- ``--hostfile FILE`` with lines ``host slots=N`` (mpirun, DeepSpeed; ``fd00::2`` or
+  ``[fd00::2]`` for an IPv6 host); ``#`` starts a comment,
   blank lines are skipped, other ``key=value`` words (mpirun's ``max_slots=``) are ignored;
 - ``--include``/``--exclude`` as DeepSpeed: ``h1@h2:0,2`` keeps (drops) host h1, and slots 0 and
   2 of host h2.  Slot indices become the host's ``--gpus``.
@@ -40,9 +42,29 @@ def _slots(text: str, where: str) -> int:
 
 
 def _check_name(name: str, where: str) -> str:
-    if not name or name.startswith("-") or any(c.isspace() for c in name):
+    """`name` as ssh takes it: an IPv6 address loses its brackets (``[fd00::2]`` → ``fd00::2``)."""
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if (
+        not bare
+        or bare.startswith("-")
+        or any(c.isspace() or c in "[]" for c in bare)
+        or (bare != name and ":" not in bare)
+    ):
         raise UsageError(f"{where}: {name!r} is not a host name")
-    return name
+    return bare
+
+
+def split_port(item: str) -> tuple[str, str, str]:
+    """``host:N`` → (host, ":", N); ``[fd00::2]:N`` → ("[fd00::2]", ":", N); an IPv6 address
+    without brackets (``fd00::2``) or a name without ``:`` → (item, "", "")."""
+    if item.startswith("["):
+        close = item.find("]")
+        if close > 0 and item[close + 1 : close + 2] == ":":
+            return item[: close + 1], ":", item[close + 2 :]
+        return item, "", ""
+    if item.count(":") == 1:
+        return item.partition(":")
+    return item, "", ""
 
 
 def _no_duplicates(hosts: list[HostSpec], where: str) -> list[HostSpec]:
@@ -63,7 +85,7 @@ def parse_hosts(text: str) -> list[HostSpec]:
     hosts = []
     for item in text.split(","):
         item = item.strip()
-        name, sep, slots = item.rpartition(":") if ":" in item else (item, "", "")
+        name, sep, slots = split_port(item)
         where = f"--hosts {text}"
         hosts.append(HostSpec(_check_name(name, where), _slots(slots, where) if sep else None))
     return _no_duplicates(hosts, f"--hosts {text}")
@@ -100,8 +122,8 @@ def _selection(text: str, flag: str) -> dict[str, tuple[int, ...] | None]:
     """``h1@h2:0,2`` → {h1: None, h2: (0, 2)}."""
     chosen: dict[str, tuple[int, ...] | None] = {}
     for item in text.split("@"):
-        name, sep, ids = item.strip().partition(":")
-        _check_name(name, f"{flag} {text}")
+        name, sep, ids = split_port(item.strip())
+        name = _check_name(name, f"{flag} {text}")
         if name in chosen:
             raise UsageError(f"{flag} {text}: host {name} is named twice")
         if not sep:

@@ -155,12 +155,26 @@ def _check(
             raise UsageError(
                 f"host {s.name}: {opts.script_argv[0]} not found in {probe.get('cwd')}"
             )
+    if opts.replicas is not None and opts.per_group is None:  # hosts without slots: their GPUs
+        gpus = {s.name: h.nproc() or _gpus(s) for s, h in zip(sessions, opts.hosts, strict=True)}
+        opts.per_group = host_options.group_size(gpus, opts.replicas)
     first = sessions[0].probe
     assert first is not None
     for key in ("address_error", "port_error"):
         if first.get(key):
             raise UsageError(f"host {sessions[0].name}: {first[key]}")
+    if ":" in str(first["address"]):  # the hosts' own `distrain run` picks IPv4 interfaces
+        raise UsageError(
+            f"host {sessions[0].name}: the others reach it at IPv6 {first['address']}, but a job's "
+            "nodes talk IPv4: give --iface NAME, an interface with an IPv4 address"
+        )
     return str(first["address"]), int(first["port"])  # type: ignore[call-overload]
+
+
+def _gpus(session: Session) -> int | None:
+    """The GPUs a host's check counted (None for none: the group-size error names it with '?')."""
+    count = (session.probe or {}).get("gpus")
+    return count if isinstance(count, int) and count > 0 else None
 
 
 def _stop(sessions: list[Session]) -> None:
@@ -279,7 +293,7 @@ def main(argv: CommandLine | Sequence[str]) -> int:
     _say(
         f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master {sessions[0].name} at {master}:{port}"
     )
-    go = json.dumps({"master_addr": master, "master_port": port}) + "\n"
+    go = json.dumps({"master_addr": master, "master_port": port, "nproc": opts.per_group}) + "\n"
     for s in sessions:
         s.started = True
         s.send(go)

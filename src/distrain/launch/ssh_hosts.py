@@ -20,7 +20,8 @@ import sys
 import threading
 
 from ..errors import UsageError
-from .host_node import ADDR_TOKEN, PORT_TOKEN
+from ..net import is_loopback
+from .host_go import ADDR_TOKEN, NPROC_TOKEN, PORT_TOKEN
 from .host_options import HostsOptions
 from .hostfile import HostSpec
 
@@ -42,13 +43,15 @@ ELASTIC_RESTARTS = "3"
 
 
 def forwarded_env(opts: HostsOptions, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables every host gets: DEFAULT_FORWARD's that are set here, then -x NAME[=VALUE]."""
+    """The variables every host gets: DEFAULT_FORWARD's that are set here, then those of the
+    environment files (launch/env_file.py), then -x NAME[=VALUE]."""
     environ = dict(os.environ if environ is None else environ)
     out = {
         k: v
         for k, v in sorted(environ.items())
         if any(fnmatch.fnmatchcase(k, p) for p in DEFAULT_FORWARD)
     }
+    out.update(opts.env_file)
     for name, value in opts.env.items():
         if value is not None:
             out[name] = value
@@ -60,6 +63,9 @@ def forwarded_env(opts: HostsOptions, environ: dict[str, str] | None = None) -> 
 def ssh_argv(opts: HostsOptions, host: str, remote: str) -> list[str]:
     """The ssh command that runs `remote` (a shell command line) on `host`."""
     return ["ssh", "-o", "BatchMode=yes", *opts.ssh_opts, *SSH_DEFAULTS, host, remote]
+
+
+_FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
 
 def resolve(opts: HostsOptions) -> list[str]:
@@ -77,16 +83,14 @@ def resolve(opts: HostsOptions) -> list[str]:
             raise UsageError(
                 f"host {host.name}: ssh cannot use it: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
             )
-        name = next(
-            (
-                line.split(None, 1)[1]
-                for line in res.stdout.splitlines()
-                if line.startswith("hostname ")
-            ),
-            host.name,
+        config = dict(
+            line.split(None, 1) for line in res.stdout.splitlines() if len(line.split(None, 1)) == 2
         )
+        name = config.get("hostname", host.name)
+        # ssh's AddressFamily (-4, -6, ~/.ssh/config): the address it connects to is of that family
+        family = _FAMILIES.get(config.get("addressfamily", "any"), socket.AF_UNSPEC)
         try:
-            return str(socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+            return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
                 f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
@@ -145,7 +149,8 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
         if not opts.restarts_given:
             out += ["--max-restarts", ELASTIC_RESTARTS]
     if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
-        out += ["--replicas", str(opts.replicas), "-n", str(opts.per_group)]
+        size = str(opts.per_group) if opts.per_group is not None else NPROC_TOKEN  # GPUs: at go
+        out += ["--replicas", str(opts.replicas), "-n", size]
     else:
         out += ["-n", str(nproc)]
     if host.slot_ids is not None and opts.replicas is None:  # replicas: CUDA_VISIBLE_DEVICES
@@ -171,7 +176,7 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
             spec.update(first=True, port=opts.master_port or 0, iface=iface, route_later=True)
             spec["ports"] = 2 if opts.replicas is not None else 1
             return spec
-        others = [a for a in addrs[1:] if not a.startswith("127.")]
+        others = [a for a in addrs[1:] if not is_loopback(a)]
         spec.update(
             first=True,
             port=opts.master_port or 0,
@@ -185,7 +190,7 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
 
 def route_line(addrs: list[str]) -> str:
     """The line the first host reads when its sessions started before the names were resolved."""
-    others = [a for a in addrs[1:] if not a.startswith("127.")]
+    others = [a for a in addrs[1:] if not is_loopback(a)]
     return json.dumps({"route_to": others[0] if others else None}) + "\n"
 
 
@@ -221,6 +226,14 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     env, job = forwarded_env(opts), new_job_id()
     lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
              f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    if opts.per_group is None and opts.replicas is not None:
+        lines.append(
+            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the hosts' checks count"
+        )
+    if opts.env_files:
+        lines.append(
+            f"# set on every host from {', '.join(opts.env_files)}: {' '.join(sorted(opts.env_file)) or '(nothing)'}"
+        )
     for rank, host in enumerate(opts.hosts):
         lines.append(
             f"[{host.name}] "
