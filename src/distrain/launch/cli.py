@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from ..contract import (
     BIND_ADDR,
+    CPU_REHEARSAL,
     LAUNCHER_PID,
     REPLICA_GROUP,
     WATCHDOG_EXIT_CODE,
@@ -40,13 +41,11 @@ from . import (
     host_go,
     job_summary,
     local_rank_hint,
-    rehearsal,
     rendezvous,
     stop_watch,
     watch_notice,
 )
-from .command_line import split, split_without_torch
-from .host_options import HOST_LIST
+from .command_line import HOST_LIST, split, split_without_torch
 from .mpi import run_with_launcher
 from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -162,7 +161,10 @@ def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> N
     folder), all before a failure's verdict: what ``--cpu`` mapped (seen after the verdict,
     as the job's last line, in the chaos campaign), the watchdog notice, then the step
     breakdown.  The fast start's fallback is said when it happens (runtime/forked.py)."""
-    rehearsal.finish(folder)
+    if CPU_REHEARSAL in os.environ:  # --cpu set it for its workers (launch/rehearsal.py)
+        from . import rehearsal
+
+        rehearsal.finish(folder)
     if notice is not None:
         notice.finish()  # reads the stream in the folder job_summary.finish removes
     job_summary.finish(folder)

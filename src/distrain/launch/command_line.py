@@ -25,6 +25,10 @@ PROG = "distrain run"
 UNKNOWN = ""
 
 
+#: the options that make `distrain run` a launcher of many machines (launch/hosts_run.py)
+HOST_LIST = ("hosts", "hostfile")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option as given: its name, the parser's dest for it, its value and its tokens."""

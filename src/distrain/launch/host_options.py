@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from . import env_file
-from .command_line import HOST_DESTS, UNKNOWN, CommandLine
+from .command_line import HOST_DESTS, HOST_LIST, UNKNOWN, CommandLine
 from .hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from .validate import node_range
 
 #: the options (dests) that name the hosts: they make a `distrain run` a fan-out
-HOST_LIST = ("hosts", "hostfile")
 #: set by the fan-out for every host: giving them by hand contradicts --hosts
 _FORBIDDEN = {
     "node_rank": "each host's --node-rank is its place in the host list",

@@ -13,6 +13,13 @@ import pytest
 from distrain.launch import torchrun_options
 from distrain.launch.command_line import split, split_without_torch, takes_value
 
+#: the table is for one torch release; under another (a newer torch in CI) the launcher falls back
+#: to torch's parser, which test_the_recorded_table_is_the_installed_torchs checks instead
+recorded_torch = pytest.mark.skipif(
+    __import__("torch").__version__.split("+")[0] != torchrun_options.TORCH_VERSION,
+    reason=f"the recorded torchrun table is torch {torchrun_options.TORCH_VERSION}'s",
+)
+
 
 def test_the_recorded_table_is_the_installed_torchs() -> None:
     import torch
@@ -27,6 +34,7 @@ def test_the_recorded_table_is_the_installed_torchs() -> None:
     )
 
 
+@recorded_torch
 @pytest.mark.parametrize(
     "argv",
     [
@@ -42,6 +50,7 @@ def test_the_split_without_torch_is_the_full_one(argv: list[str]) -> None:
     assert split_without_torch(argv) == split(argv)
 
 
+@recorded_torch
 def test_the_fan_out_launcher_never_imports_torch(tmp_path: Path) -> None:
     code = (
         "import sys; from distrain.launch import cli; "
