@@ -4,6 +4,7 @@ and says so in one line without it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,13 @@ import pytest
 from helpers import python
 from helpers.ssh_cluster import assert_clean, ssh_cluster
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not os.path.exists("/proc/net/if_inet6"), reason="this kernel has no IPv6 (ipv6.disable=1)"
+    ),
+]
 
 SCRIPT = "import os\nprint('node', os.environ['GROUP_RANK'], 'master', os.environ['MASTER_ADDR'], flush=True)\n"  # fmt: skip
 
