@@ -4,8 +4,9 @@ The launcher makes one folder per job and names it in ``DISTRAIN_JOB_DIR``
 (:data:`distrain.contract.JOB_DIR`); every process of the job (ranks, a self-starting script's
 children, a rank's fresh-interpreter fallback) appends its reports to ``events.jsonl`` there
 with :func:`emit`, and the launcher reads them back with :func:`read_events`, from the start or
-from where it stopped reading.  The end-of-job lines (step breakdown, ``--cpu`` counts, the fast
-start's fallback, a rank's cause) and the restart lines are all made from this stream.
+from where it stopped reading.  The end-of-job lines (step breakdown, ``--cpu`` counts, a
+rank's cause) and the restart lines are all made from this stream; the fast start's fallback is
+said live by its worker and kept here as a record.
 
 Each line is one JSON object: ``kind`` (one of :data:`KINDS`) and the writer's identity
 (``rank``, ``node``, ``group``, ``pid``, ``time``), then the kind's own fields.  A line is
