@@ -30,10 +30,10 @@ from pathlib import Path
 #: the fork server, the --cpu rehearsal's boot, the fresh-interpreter fallback's child
 WORKER_ROOTS = (
     "distrain",
-    "distrain.runtime.init",
-    "distrain.runtime.forked",
-    "distrain.runtime.preload",
-    "distrain.runtime.rehearse.boot.sitecustomize",
+    "distrain.worker.init",
+    "distrain.worker.fast_start.forked",
+    "distrain.worker.fast_start.preload",
+    "distrain.worker.rehearse.boot.sitecustomize",
 )
 #: the modules both sides share: they define the names, and are on neither side
 SHARED = (

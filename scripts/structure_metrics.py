@@ -12,7 +12,7 @@ Figures:
   src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is
   the input by design) and the ENV_BOUNDARY modules (the fast start's forked child and fork server
   start, the rehearsal's boot sitecustomize, the fresh-interpreter fallback: each says why in a
-  comment starting "Environment boundary"), and the ENV_TOOLS doctor/ and bench/ (launcher-side
+  comment starting "Environment boundary"), and the ENV_TOOLS tools/doctor/ and tools/bench/ (launcher-side
   tools that report or forward the user's environment; their lines naming DISTRAIN_* count);
 - import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
   test leaves those out);
@@ -56,20 +56,20 @@ ENV_OWNERS = (
     "distrain/launch/",
 )
 #: worker-side modules that are by nature the process boundary, each saying why in a comment
-#: that starts "Environment boundary": the fast start's forked child (runtime/forked.py) and the
-#: fork server's start (runtime/preload.py), the rehearsal's boot sitecustomize (it runs before
+#: that starts "Environment boundary": the fast start's forked child (worker/fast_start/forked.py) and the
+#: fork server's start (worker/fast_start/preload.py), the rehearsal's boot sitecustomize (it runs before
 #: distrain is importable) and the fresh interpreter a forked worker falls back to
 ENV_BOUNDARY = (
-    "distrain/runtime/forked.py",
-    "distrain/runtime/preload.py",
-    "distrain/runtime/rehearse/boot/sitecustomize.py",
-    "distrain/runtime/fresh_child.py",
+    "distrain/worker/fast_start/forked.py",
+    "distrain/worker/fast_start/preload.py",
+    "distrain/worker/rehearse/boot/sitecustomize.py",
+    "distrain/worker/fast_start/fresh_child.py",
 )
 #: launcher-side tools whose job is the user's environment: `distrain doctor` reports it
 #: (container markers, CUDA/NVIDIA_VISIBLE_DEVICES, OMP_NUM_THREADS, NCCL's interface variables,
 #: COLUMNS) and `distrain bench` forwards it to the jobs it starts; a line of theirs that names a
 #: DISTRAIN_* variable or the contract still counts (distrain's own settings go through Settings)
-ENV_TOOLS = ("distrain/doctor/", "distrain/bench/")
+ENV_TOOLS = ("distrain/tools/doctor/", "distrain/tools/bench/")
 
 ONE_STEP = """
 import torch, distrain

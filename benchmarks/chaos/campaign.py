@@ -337,7 +337,7 @@ def main() -> int:
     drawn = [draw(seed, i, kinds, faults) for i in indexes]
     # imported now, not at the first fault: under load the import took seconds, and a fault
     # placed at a step fell that much later (at the end of a short job)
-    import distrain.train.checkpoint.files  # noqa: F401
+    import distrain.checkpoint.files  # noqa: F401
 
     load0 = os.getloadavg()
     done: list[Trial] = []

@@ -79,7 +79,7 @@ def trial_processes(trial: str) -> list[psutil.Process]:
     return list(found.values())
 
 
-#: a worker's title (runtime/title.py); a forked worker's /proc environ is its fork server's
+#: a worker's title (worker/title.py); a forked worker's /proc environ is its fork server's
 TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
 
 
@@ -303,7 +303,7 @@ def corrupt_newest(ctx: FaultContext) -> Shot:
     for launcher in ctx.launchers:
         _quiet(launcher.send_signal, signal.SIGKILL)
     ctx.wait_gone()
-    from distrain.train.checkpoint.files import step_dirs
+    from distrain.checkpoint.files import step_dirs
 
     dirs = step_dirs(str(ctx.job.ckpt)) if ctx.job.ckpt else []
     if not dirs:

@@ -59,7 +59,7 @@ def newest_valid_step(ckpt: Path | None) -> int | None:
     """The step of the newest checkpoint under `ckpt` that verifies (every file's sha256)."""
     if ckpt is None:
         return None
-    from distrain.train.checkpoint.files import step_dirs, verify
+    from distrain.checkpoint.files import step_dirs, verify
 
     return next((step for step, path in step_dirs(str(ckpt)) if verify(path) is None), None)
 

@@ -5,7 +5,7 @@ Run under a launcher (2 ranks on one machine):
     PYTHONPATH=src python3 -m distrain.cli run -n 2 benchmarks/comm/comm.py --rounds 7
 
 Each round times the same 64 MiB float32 all-reduce twice in the same processes, once through
-distrain.bench.comm.measure (what the CLI calls) and once with a plain loop, alternating which
+distrain.tools.bench.comm.measure (what the CLI calls) and once with a plain loop, alternating which
 goes first; rank 0 prints both busbw medians, the per-round ratio, and this machine's memory-copy
 bandwidth, the physical ceiling for loopback communication between processes.
 """
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 import distrain
-from distrain.bench.comm import measure
+from distrain.tools.bench.comm import measure
 
 
 def hand_loop(nbytes: int, warmup: int, iters: int) -> float:

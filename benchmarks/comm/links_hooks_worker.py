@@ -7,7 +7,7 @@ to 32x32.  `--model mlp`: 1024-2048-2048-2048-10 (10.5 M parameters); `--model r
 torchvision's ResNet-18 (11.2 M) on the images as 3 channels.  SGD with momentum, each rank
 takes every world-th sample of a shared per-epoch shuffle.  Steps after the first 15 are timed
 (PowerSGD compresses from step 10).  Rank 0 writes samples/s, ms/step and the test accuracy.
-For PowerSGD on gloo distrain puts the whole model in one bucket (see train/comm_hooks.py).
+For PowerSGD on gloo distrain puts the whole model in one bucket (see parallel/comm_hooks.py).
 """
 
 import argparse

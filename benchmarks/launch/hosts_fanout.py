@@ -14,9 +14,9 @@ namespace as the launching machine.  Each round, in alternating order:
 
 Time 0 is just before the command(s) start.  Three ends are timed: the moment both hosts'
 ``distrain run --node-rank`` processes exist; the moment both ranks exist (a worker is titled
-``distrain rank R/W · …`` when its node's rendezvous is done: runtime/title.py), which is the
+``distrain rank R/W · …`` when its node's rendezvous is done: worker/title.py), which is the
 fan-out's fair end, since its hosts start their `distrain run` before the launcher's go and hold
-it before the rendezvous (launch/host_go.py); and the last rank's first training step
+it before the rendezvous (launch/hosts/go.py); and the last rank's first training step
 (examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py),
 which on a loaded 2-core machine varies by far more than the fan-out costs.  Prints each form's
 median and the median per-round difference.
@@ -77,7 +77,7 @@ def _node_launchers(run_dir: Path) -> int:
 
 def _workers(run_dir: Path) -> int:
     """How many ranks of this run exist now (on any host): a worker's title is
-    ``distrain rank R/W · train_digits.py … --out RUN_DIR/out`` (runtime/title.py), set when its
+    ``distrain rank R/W · train_digits.py … --out RUN_DIR/out`` (worker/title.py), set when its
     node's rendezvous is done and it starts."""
     mark = str(run_dir)
     found = 0
@@ -192,7 +192,7 @@ def parts(c) -> None:  # type: ignore[no-untyped-def]
     """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
     ssh = ["ssh", "-F", str(c.config), "h0"]
     # the host check alone (host_node itself now starts the node too, before it probes)
-    probe = "from distrain.launch.host_node import probe; probe({})"
+    probe = "from distrain.launch.hosts.node import probe; probe({})"
     check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -c '{probe}'"
     pieces = {
         "python -c pass": [sys.executable, "-c", "pass"],

@@ -28,8 +28,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
 from common import env  # noqa: E402
 from first_step import env_for, first_steps  # noqa: E402
-from launch_bench import LAUNCHERS as ALL_LAUNCHERS  # noqa: E402
-from launch_bench import SCRIPTS as ALL_SCRIPTS  # noqa: E402
+from launch_bench import (
+    LAUNCHERS as ALL_LAUNCHERS,  # noqa: E402
+    SCRIPTS as ALL_SCRIPTS,  # noqa: E402
+)
 
 SCRIPTS = {name: ALL_SCRIPTS[name] for name in ("digits", "plain")}
 LAUNCHERS = {name: ALL_LAUNCHERS[name] for name in ("distrain-fast", "torchrun")}

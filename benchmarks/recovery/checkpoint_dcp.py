@@ -27,8 +27,8 @@ import torch.distributed as dist
 from torch import nn
 
 import distrain
-from distrain.train.checkpoint import rng_state
-from distrain.train.checkpoint.files import atomic_write, file_sha256
+from distrain.checkpoint import rng_state
+from distrain.checkpoint.files import atomic_write, file_sha256
 
 
 def slowest(ctx: distrain.Context, seconds: float) -> float:

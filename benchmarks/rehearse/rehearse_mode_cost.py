@@ -33,7 +33,7 @@ def main() -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from distrain.runtime.rehearse.devices import _with_cpu_device
+    from distrain.worker.rehearse.devices import _with_cpu_device
 
     x, y = torch.randn(8), torch.randn(8)
     zeros = _with_cpu_device(torch.zeros, "bench")

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/commo
 from common import SRC, loadavg  # noqa: E402
 
 sys.path.insert(0, str(SRC))
+from distrain.data.sampler import DistributedLoader, GlobalBatchSampler  # noqa: E402
 from distrain.monitor.breakdown import StepBreakdown  # noqa: E402
-from distrain.train.data import DistributedLoader, GlobalBatchSampler  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from metrics_overhead import make_model  # noqa: E402  (the digits CNN, as the metrics study uses)

@@ -74,7 +74,7 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-#: FSDP without distrain's heap setting (distrain.train.strategies.heap): the default; "fsdp"
+#: FSDP without distrain's heap setting (distrain.parallel.heap): the default; "fsdp"
 #: is measured with it (DISTRAIN_MAP_LARGE_BUFFERS=1, opt-in)
 GLIBC_DEFAULT = "fsdp-glibc"
 #: False in the "as users meet it" jobs: no malloc_trim anywhere, so the peak is what a script sees

@@ -1,4 +1,4 @@
-"""What per-sample seeding (distrain.train.sample_seeds) costs a DataLoader, per sample and per batch.
+"""What per-sample seeding (distrain.data.sample_seeds) costs a DataLoader, per sample and per batch.
 
     python3 benchmarks/train/sample_seed_cost.py --batches 300
 
@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import loadavg  # noqa: E402
 
-from distrain.train.data import DistributedLoader, GlobalBatchSampler  # noqa: E402
+from distrain.data.sampler import DistributedLoader, GlobalBatchSampler  # noqa: E402
 
 BATCH = 32
 

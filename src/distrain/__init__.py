@@ -13,38 +13,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
-from .errors import DistrainError
-from .launch.spawn import (
+from distrain.cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
+from distrain.errors import DistrainError
+from distrain.launch.spawn import (
     spawn,  # torch-free until called; eager so `distrain.spawn` stays the function
 )
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
 
 # `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
-# user's argparse sees it (ctx.local_rank has the value).  (runtime/forked.py repeats this in
+# user's argparse sees it (ctx.local_rank has the value).  (worker/fast_start/forked.py repeats this in
 # workers forked from a server that imported distrain before the worker's argv existed.)
 strip_launcher_argv()
 
 # The torch-importing parts load on first use (PEP 562): `distrain run` must be able to start
-# its preloading fork server before this process pays for `import torch` (see launch/forkserver.py).
+# its preloading fork server before this process pays for `import torch`
+# (launch/fast_start/forkserver.py).
 _LAZY: dict[str, str] = {
-    "Context": ".runtime.context",
-    "current": ".runtime.context",
-    "init": ".runtime.init",
-    "CPUSyncBatchNorm": ".train.nn",
-    "convert_sync_batchnorm": ".train.nn",
-    "DDP": ".train.strategies.options",
-    "FSDP": ".train.strategies.options",
-    "HSDP": ".train.strategies.options",
-    "Strategy": ".train.strategies.options",
+    "Context": "distrain.worker.context",
+    "current": "distrain.worker.context",
+    "init": "distrain.worker.init",
+    "CPUSyncBatchNorm": "distrain.parallel.batchnorm",
+    "convert_sync_batchnorm": "distrain.parallel.batchnorm",
+    "DDP": "distrain.parallel.options",
+    "FSDP": "distrain.parallel.options",
+    "HSDP": "distrain.parallel.options",
+    "Strategy": "distrain.parallel.options",
 }
 
 if TYPE_CHECKING:
-    from .runtime.context import Context, current
-    from .runtime.init import init
-    from .train.nn import CPUSyncBatchNorm, convert_sync_batchnorm
-    from .train.strategies.options import DDP, FSDP, HSDP, Strategy
+    from distrain.parallel.batchnorm import CPUSyncBatchNorm, convert_sync_batchnorm
+    from distrain.parallel.options import DDP, FSDP, HSDP, Strategy
+    from distrain.worker.context import Context, current
+    from distrain.worker.init import init
 
 
 def __getattr__(name: str) -> Any:
@@ -52,7 +53,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'distrain' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -9,22 +9,22 @@ from __future__ import annotations
 import importlib
 import sys
 
-from . import __version__
+from distrain import __version__
 
 #: subcommand → (module, one-line help); each module has main(argv) -> int
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("distrain.launch.cli", "launch a training script on N processes / GPUs / nodes"),
     "doctor": (
-        "distrain.doctor.cli",
+        "distrain.tools.doctor.cli",
         "check this machine (and every rank) and explain what is wrong",
     ),
     "bench": (
-        "distrain.bench.cli",
+        "distrain.tools.bench.cli",
         "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)",
     ),
     "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
     "export": (
-        "distrain.export.cli",
+        "distrain.tools.export.cli",
         "generate a Dockerfile, compose file, SLURM script or Kubernetes job",
     ),
 }

@@ -2,7 +2,7 @@
 
 Both sides import this module and nothing of each other: the launcher (``distrain.launch``)
 writes these environment variables and reads these exit codes; every worker
-(``distrain.runtime``, ``distrain.train``) reads the variables and exits with the codes.  It
+(``distrain.worker``, ``distrain.worker``) reads the variables and exits with the codes.  It
 imports no torch, so the launcher can start (and start its fork server) before paying for it.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from distrain.errors import UsageError
 
 # -- environment variables set by the launcher, read by the workers -------------------------------
 #: which distrain launcher started the job ("distrain-run")
@@ -35,12 +35,12 @@ TRAIN_TIMEOUT = "DISTRAIN_TRAIN_TIMEOUT"
 BIND_ADDR = "DISTRAIN_BIND_ADDR"
 #: the c10d rendezvous endpoint (host:port): a rank whose error would recur closes it (no restart)
 RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
-#: the pid of this node's `distrain run` (its agent): a static job's rank stops it (train/stop_job.py)
+#: the pid of this node's `distrain run` (its agent): a static job's rank stops it (worker/stop_job.py)
 LAUNCHER_PID = "DISTRAIN_LAUNCHER_PID"
 #: a static multi-node job's agent store (host:port, in node 0's `distrain run`): a rank that
 #: stops the job leaves why there, and every node's launcher stops on reading it (launch/stop_watch.py)
 STATIC_STORE = "DISTRAIN_STATIC_STORE"
-#: seconds a restarted attempt of a multi-node static job waits for its peers (runtime/rejoin.py)
+#: seconds a restarted attempt of a multi-node static job waits for its peers (worker/rejoin.py)
 REJOIN_TIMEOUT = "DISTRAIN_REJOIN_TIMEOUT"
 #: CPU threads per worker, overriding the cores ÷ processes split
 NUM_THREADS = "DISTRAIN_NUM_THREADS"
@@ -71,7 +71,7 @@ ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 JOB_DIR = "DISTRAIN_JOB_DIR"
 #: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
-#: "1": a sharded model's large buffers get mappings of their own (distrain.train.strategies.heap)
+#: "1": a sharded model's large buffers get mappings of their own (distrain.parallel.heap)
 MAP_LARGE_BUFFERS = "DISTRAIN_MAP_LARGE_BUFFERS"
 #: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)
 REPLICA_GROUP = "DISTRAIN_REPLICA_GROUP"
@@ -105,9 +105,9 @@ def rehearse_boot_dir() -> str:
     """The folder whose sitecustomize.py installs the --cpu rehearsal in every fresh interpreter.
 
     The launcher prepends it to PYTHONPATH; found beside this file, without importing the
-    worker side (runtime/rehearse/).
+    worker side (worker/rehearse/).
     """
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "rehearse", "boot")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker", "rehearse", "boot")
 
 
 def boot_first(env: MutableMapping[str, str]) -> None:
@@ -323,6 +323,6 @@ class WorkerEntrypoint:
         return getattr(importlib.import_module(self.module), self.function)(*args)
 
 
-#: the worker module a forked worker runs (runtime/forked.py) and the one the server preloads
-FORKED_WORKER = "distrain.runtime.forked"
-PRELOAD_MODULE = "distrain.runtime.preload"
+#: the worker module a forked worker runs (worker/fast_start/forked.py) and the one the server preloads
+FORKED_WORKER = "distrain.worker.fast_start.forked"
+PRELOAD_MODULE = "distrain.worker.fast_start.preload"

@@ -32,7 +32,7 @@ def recurring(err: E) -> E:
 class Abandoned(DistrainError):
     """A part gave up on work a restart redoes (a save whose writer died); it does not exit itself.
 
-    The worker's lifecycle (:func:`distrain.train.failure.exit_abandoned`) prints :attr:`line`
+    The worker's lifecycle (:func:`distrain.worker.failure.exit_abandoned`) prints :attr:`line`
     and ends the process with :attr:`exit_code`; uncaught, it is one ``distrain: error:`` line.
     """
 

@@ -26,7 +26,7 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from . import noise
+from distrain import noise
 
 ROOT = "distrain"
 

@@ -6,7 +6,7 @@ worker it is about to restart (``failed (exitcode: -9) … (start_method: forkse
 ``Terminating process … via signal SIGTERM`` for the survivors it stops on purpose, TorchFT's
 traceback of the gloo error that *is* the heal it is about to do, a deprecation inside TorchFT's
 own process groups.  distrain says what happened in its own lines instead (a restart: launch/
-console.py; a lost and healed replica group: launch/replica_events.py).
+console.py; a lost and healed replica group: launch/replicas/events.py).
 
 Everything here is matched exactly (logger name and message start, warning text and category),
 so an unknown line is never hidden.  ``DISTRAIN_LOG_LEVEL=debug`` turns every filter off (and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-from .contract import debug_logging
+from distrain.contract import debug_logging
 
 #: Python warnings distrain's own use of torch and TorchFT causes: (message start, category, why)
 KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
@@ -59,10 +59,10 @@ KNOWN_RECORDS: dict[str, tuple[str, ...]] = {
 _PREFIXED = ("torchft.manager",)
 
 #: lines torch's C++ side writes straight to stderr (no Python logger or warning to filter):
-#: matched in a window around the one place each is known to come from (train/ft_noise.py)
+#: matched in a window around the one place each is known to come from (worker/replicas/noise.py)
 KNOWN_CPP: tuple[str, ...] = (
     # distrain's --replicas DDP keeps its buckets as first built (find_unused_parameters=True,
-    # train/replicas.py): the warning that no parameter was unused is the expected case there
+    # worker/replicas/training.py): the warning that no parameter was unused is the expected case there
     "find_unused_parameters=True was specified in DDP constructor, but did not find any unused",
     # TorchFT's process groups call a deprecated no-op at every reconfiguration
     "setSequenceNumberForGroup() is deprecated",

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import contract
-from .errors import DistrainError
+from distrain import contract
+from distrain.errors import DistrainError
 
 #: the collective timeout once training runs (``DISTRAIN_TRAIN_TIMEOUT``)
 DEFAULT_TRAIN_TIMEOUT_S = 300.0

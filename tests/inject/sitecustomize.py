@@ -125,8 +125,8 @@ def _patch_ft_configure(process_group: Any) -> None:
 
 
 PATCHES: dict[str, Callable[[Any], None]] = {
-    "distrain.doctor.ranks": _patch_doctor,
-    "distrain.bench.comm": _patch_bench_comm,
+    "distrain.tools.doctor.ranks": _patch_doctor,
+    "distrain.tools.bench.comm": _patch_bench_comm,
     "torchft.process_group": _patch_ft_configure,
 }
 

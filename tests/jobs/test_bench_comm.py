@@ -9,8 +9,8 @@ import pytest
 from helpers import python, run
 from helpers.faults import fault_env
 
-from distrain.bench.comm import _parser, _validate, bus_factor, parse_bytes, sizes
 from distrain.errors import UsageError
+from distrain.tools.bench.comm import _parser, _validate, bus_factor, parse_bytes, sizes
 
 BENCH = [python(), "-m", "distrain.cli", "bench", "comm"]
 
@@ -92,7 +92,7 @@ def test_bad_input_is_one_line() -> None:
 
 
 def test_one_process_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from distrain.bench.comm import main
+    from distrain.tools.bench.comm import main
 
     with pytest.raises(SystemExit) as exc:
         main(["-n", "1"])
@@ -100,7 +100,7 @@ def test_one_process_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_dispatcher_rejects_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
-    from distrain.bench.cli import main
+    from distrain.tools.bench.cli import main
 
     assert main(["nope"]) == 2 and "unknown benchmark 'nope'" in capsys.readouterr().err
 

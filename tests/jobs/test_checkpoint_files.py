@@ -110,7 +110,7 @@ MALFORMED = {
 def test_corrupt_newest_falls_back_to_previous(
     kind: str, three_checkpoints: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from distrain.train.checkpoint import find_latest_valid
+    from distrain.checkpoint import find_latest_valid
 
     newest = three_checkpoints / "step_00000016"
     if kind.startswith("manifest-"):
@@ -158,7 +158,7 @@ def test_corrupt_newest_end_to_end_and_stray_temp(three_checkpoints: Path, tmp_p
     assert (
         d / "latest"
     ).read_text().strip() == "step_00000024"  # the bad step 16 was replaced by a good one
-    from distrain.train.checkpoint import verify
+    from distrain.checkpoint import verify
 
     assert verify(str(d / "step_00000016")) is None
 
@@ -177,7 +177,7 @@ def test_pickled_object_is_refused(three_checkpoints: Path, tmp_path: Path) -> N
     """A checkpoint whose payload needs unpickling a class is refused, even with valid checksums."""
     import json
 
-    from distrain.train.checkpoint import CheckpointError, file_sha256, load_file
+    from distrain.checkpoint import CheckpointError, file_sha256, load_file
 
     d = three_checkpoints / "step_00000016"
     state = torch.load(d / "shared.pt", weights_only=True)
@@ -207,8 +207,8 @@ def test_pickled_object_in_dcp_metadata_is_refused(three_checkpoints: Path, tmp_
     with valid checksums (loaded through a restricted unpickler, never plain pickle.load)."""
     import pickle
 
-    from distrain.train.checkpoint import file_sha256
-    from distrain.train.checkpoint.dcp_io import load_metadata
+    from distrain.checkpoint import file_sha256
+    from distrain.checkpoint.dcp_io import load_metadata
 
     d = three_checkpoints / "step_00000016"
     metadata = load_metadata(str(d / ".metadata"))  # the genuine one loads
@@ -245,8 +245,8 @@ def test_pickled_object_in_dcp_values_is_refused(tmp_path: Path) -> None:
     torch.load it with weights_only=False)."""
     import torch.distributed.checkpoint as dcp
 
-    from distrain.train.checkpoint import CheckpointError
-    from distrain.train.checkpoint.dcp_io import load
+    from distrain.checkpoint import CheckpointError
+    from distrain.checkpoint.dcp_io import load
 
     dcp.save(
         {"w": torch.ones(2), "note": {"lr": 0.1}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True
@@ -364,7 +364,7 @@ def test_async_save_and_extras_round_trip(tmp_path: Path, writes_environ: None) 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_cuda_rng_and_model_round_trip(tmp_path: Path, writes_environ: None) -> None:
     """GPU: CUDA RNG states are saved and restored; a CUDA model and optimizer resume exactly."""
-    from distrain.train.checkpoint import rng_state, set_rng_state
+    from distrain.checkpoint import rng_state, set_rng_state
 
     torch.cuda.manual_seed_all(1)
     torch.randn(3, device="cuda")

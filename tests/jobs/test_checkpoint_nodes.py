@@ -91,7 +91,7 @@ def test_per_node_disks_each_node_keeps_a_complete_checkpoint(
 ) -> None:
     """DDP on two nodes with private directories: each node's directory alone verifies and holds
     the whole model, optimizer and shared state plus its own ranks' RNG; the job resumes bitwise."""
-    from distrain.train.checkpoint import verify
+    from distrain.checkpoint import verify
 
     ckpt, part, final = tmp_path / "ckpt", tmp_path / "part.pt", tmp_path / "final.pt"
     codes, logs = static_job(

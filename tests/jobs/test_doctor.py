@@ -14,7 +14,7 @@ import pytest
 from helpers import python, run
 from helpers.faults import fault_env
 
-from distrain.doctor.compat import check_arch, check_driver
+from distrain.tools.doctor.compat import check_arch, check_driver
 
 DOCTOR = [python(), "-m", "distrain.cli", "doctor"]
 SCHEMA_KEYS = {
@@ -238,7 +238,7 @@ def test_all_ranks_three_processes_mismatch_and_straggler() -> None:
             "-n",
             "3",
             "-m",
-            "distrain.doctor",
+            "distrain.tools.doctor",
             "--json",
             "--timeout",
             "60",

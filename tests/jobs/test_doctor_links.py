@@ -30,7 +30,7 @@ def _doctor(hosts: Hosts, tmp_path: Path, tag: str) -> dict:
         "-n",
         "1",
         "-m",
-        "distrain.doctor",
+        "distrain.tools.doctor",
         "--json",
         "--timeout",
         "60",
@@ -88,7 +88,7 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
 
 
 def test_verdict_threshold_and_suggested_hook() -> None:
-    from distrain.doctor.links import verdict
+    from distrain.tools.doctor.links import verdict
 
     nodes = {
         i: {

@@ -22,7 +22,7 @@ from helpers import REPO, python, run
 from helpers.manifests import compose_errors, k8s_errors, need
 
 from distrain import __version__
-from distrain.export.cli import main as export_main
+from distrain.tools.export.cli import main as export_main
 
 SCRIPT = "examples/train_digits.py"
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import EXAMPLES, REPO, digits_accuracy, python, run
 
-from distrain.train import comm_hooks
-from distrain.train.comm_hooks import parse_hook
+from distrain.parallel import comm_hooks
+from distrain.parallel.comm_hooks import parse_hook
 
 SCRIPTS = REPO / "tests" / "fastboot_scripts"
 FALLBACK_LINE = "running workers in fresh interpreters instead"

@@ -1,7 +1,7 @@
 """The allocator change under FSDP is opt-in: a 2-rank FSDP job leaves glibc alone unless asked.
 
 ``DISTRAIN_MAP_LARGE_BUFFERS=1`` goes from the environment through ``Settings`` and
-``ctx.prepare_model`` to ``mallopt`` (train/strategies/heap.py) in every rank; without it no
+``ctx.prepare_model`` to ``mallopt`` (parallel/heap.py) in every rank; without it no
 rank changes the allocator (docs/sharding.md has the memory and step-time figures of both).
 """
 
@@ -14,7 +14,7 @@ from helpers import python, run
 
 SCRIPT = """
 import sys, torch, distrain
-from distrain.train.strategies import heap, is_sharded
+from distrain.parallel import heap, is_sharded
 
 ctx = distrain.init(verbose=False)
 model = ctx.prepare_model(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)), "fsdp")

@@ -1,5 +1,5 @@
 """A host's `distrain run` under the fan-out starts before the launcher's go and waits for it
-(launch/host_go.py, host_node.py): its imports overlap the hosts' checks, nothing reaches the
+(launch/hosts/go.py, host_node.py): its imports overlap the hosts' checks, nothing reaches the
 network before the go, and a stop instead of the go leaves nothing running.
 
 host_node is driven here directly through its stdin, as the ssh session does.
@@ -26,7 +26,7 @@ def _host_node(tmp_path: Path, port_arg: str) -> subprocess.Popen[str]:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     spec = json.dumps({"script": str(script)})
-    argv = [python(), "-m", "distrain.launch.host_node", spec, "--", "--nnodes", "1", "--node-rank", "0",
+    argv = [python(), "-m", "distrain.launch.hosts.node", spec, "--", "--nnodes", "1", "--node-rank", "0",
             "--master-addr", "@MASTER_ADDR@", "--master-port", port_arg, "-n", "1", str(script)]  # fmt: skip
     return subprocess.Popen(
         argv,

@@ -21,12 +21,16 @@ import psutil
 import pytest
 import torch
 from helpers import REPO, kill_group, python
-from helpers.ssh_cluster import CLEAN_BOUND_S, SshCluster, ssh_cluster
-from helpers.ssh_cluster import assert_clean as _assert_clean
-from helpers.ssh_cluster import ssh_of as _ssh_of
-from helpers.ssh_cluster import start_job as _start
-from helpers.ssh_cluster import until as _until
-from helpers.ssh_cluster import wait_job as _wait
+from helpers.ssh_cluster import (
+    CLEAN_BOUND_S,
+    SshCluster,
+    assert_clean as _assert_clean,
+    ssh_cluster,
+    ssh_of as _ssh_of,
+    start_job as _start,
+    until as _until,
+    wait_job as _wait,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(300)]
 

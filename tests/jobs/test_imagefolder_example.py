@@ -80,7 +80,7 @@ def test_two_processes_one_epoch(image_folder: Path, tmp_path: Path, sync_bn: bo
     assert state["fc.weight"].shape == (3, 512)
     assert (
         (tmp_path / "ckpt" / "latest").read_text().strip().startswith("step_")
-    )  # distrain.train.checkpoint
+    )  # distrain.checkpoint
 
 
 @pytest.mark.timeout(300)

@@ -117,20 +117,23 @@ def test_cycle_detector_sees_a_cycle() -> None:
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+#: the layers that run inside the training processes (worker/ holds the lifecycle and the worker
+#: side of each optional feature; parallel/, data/ and checkpoint/ are what a script trains with)
+WORKER_LAYERS = ("distrain.worker", "distrain.parallel", "distrain.data", "distrain.checkpoint")
+
+
 @pytest.mark.parametrize(
     ("side", "forbidden"),
     [
-        (
-            "distrain.launch",
-            ("distrain.runtime", "distrain.train", "distrain.cluster", "distrain.monitor"),
-        ),
-        ("distrain.runtime", ("distrain.launch",)),
-        ("distrain.train", ("distrain.launch",)),
-        ("distrain.cluster", ("distrain.launch", "distrain.runtime", "distrain.train")),
+        ("distrain.launch", (*WORKER_LAYERS, "distrain.cluster", "distrain.monitor")),
+        *((layer, ("distrain.launch", "distrain.tools")) for layer in WORKER_LAYERS),
+        ("distrain.cluster", ("distrain.launch", *WORKER_LAYERS)),
         (
             "distrain.contract",
-            ("distrain.launch", "distrain.train", "distrain.cluster", "distrain.monitor"),
+            ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"),
         ),
+        ("distrain.parallel", ("distrain.checkpoint",)),
+        ("distrain.data", ("distrain.parallel", "distrain.checkpoint")),
     ],
 )
 def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, ...]) -> None:

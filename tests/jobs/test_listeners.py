@@ -3,7 +3,7 @@
 Real jobs (tests/scripts/replica_job.py, endless), their listeners read from each process's
 sockets (/proc/<pid>/net and fds): the launcher, the agents' stores, rank 0's store, gloo, and under
 ``--replicas`` the TorchFT lighthouse and each group's manager server (which TorchFT binds on
-every interface: train/ft_bind.py).
+every interface: worker/replicas/bind.py).
 """
 
 from __future__ import annotations

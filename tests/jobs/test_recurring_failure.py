@@ -3,7 +3,7 @@
 The job resumes from a checkpoint saved with another global batch: the loader refuses it
 (``saved global batch 12 != current 24``) on every rank and would on every attempt.  Before,
 torch's agent restarted the job until ``--max-restarts`` ran out (each attempt refused again);
-now the refusing ranks close the c10d rendezvous (train/stop_job.py), no node restarts, and each
+now the refusing ranks close the c10d rendezvous (worker/stop_job.py), no node restarts, and each
 launcher's last line names the refusal.
 """
 

@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.utils.data import TensorDataset
 
 import distrain
-import distrain.train.checkpoint.writer as ckpt_writer
+import distrain.checkpoint.writer as ckpt_writer
 
 p = argparse.ArgumentParser()
 p.add_argument("--dir", default=None)

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from distrain.checkpoint.files import _warn
 from distrain.log import get_logger
-from distrain.train.checkpoint.files import _warn
 
 
 @pytest.fixture(autouse=True)

@@ -120,7 +120,7 @@ def test_replica_group_bounds_default_environment_and_bad_value(
 
 def test_node0_wait_default_environment_and_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
     from distrain.errors import UsageError
-    from distrain.launch.lighthouse import NODE0_WAIT_S, node0_wait_s
+    from distrain.launch.replicas.lighthouse import NODE0_WAIT_S, node0_wait_s
 
     monkeypatch.delenv("DISTRAIN_NODE0_WAIT", raising=False)
     assert node0_wait_s() == NODE0_WAIT_S == 120.0

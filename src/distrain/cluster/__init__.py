@@ -25,16 +25,20 @@ its own comes first.
 
 from __future__ import annotations
 
-from .base import ClusterEnvironment, ClusterError
-from .horovod import HorovodEnvironment
-from .kubeflow import KubeflowEnvironment
-from .legacy_launch import LegacyLaunchEnvironment, pop_local_rank_arg, strip_launcher_argv
-from .lsf import LSFEnvironment
-from .mpi import MPICHEnvironment, OpenMPIEnvironment
-from .single import SingleProcessEnvironment
-from .slurm import SLURMEnvironment, expand_nodelist
-from .spawn import SpawnEnvironment
-from .torchelastic import TorchElasticEnvironment
+from distrain.cluster.base import ClusterEnvironment, ClusterError
+from distrain.cluster.horovod import HorovodEnvironment
+from distrain.cluster.kubeflow import KubeflowEnvironment
+from distrain.cluster.legacy_launch import (
+    LegacyLaunchEnvironment,
+    pop_local_rank_arg,
+    strip_launcher_argv,
+)
+from distrain.cluster.lsf import LSFEnvironment
+from distrain.cluster.mpi import MPICHEnvironment, OpenMPIEnvironment
+from distrain.cluster.single import SingleProcessEnvironment
+from distrain.cluster.slurm import SLURMEnvironment, expand_nodelist
+from distrain.cluster.spawn import SpawnEnvironment
+from distrain.cluster.torchelastic import TorchElasticEnvironment
 
 DETECTION_ORDER: tuple[type[ClusterEnvironment], ...] = (
     LegacyLaunchEnvironment,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 
-from ..contract import RESTART_COUNT
-from ..errors import DistrainError
+from distrain.contract import RESTART_COUNT
+from distrain.errors import DistrainError
 
 
 class ClusterError(DistrainError):
@@ -145,7 +145,7 @@ class AgreedMasterEnvironment(ClusterEnvironment):
         if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
             self._master = (os.environ["MASTER_ADDR"], env_int("MASTER_PORT"))
             return self._master
-        from ..net import free_port, host_address
+        from distrain.net import free_port, host_address
 
         proposal = None
         if self.rank() == 0:

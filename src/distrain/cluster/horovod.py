@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .base import AgreedMasterEnvironment, ClusterError, env_int
+from distrain.cluster.base import AgreedMasterEnvironment, ClusterError, env_int
 
 
 class HorovodEnvironment(AgreedMasterEnvironment):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import ClusterEnvironment, ClusterError, env_int
+from distrain.cluster.base import ClusterEnvironment, ClusterError, env_int
 
 #: what the training operator sets in every pod of a PyTorchJob
 _OPERATOR_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")

@@ -6,7 +6,7 @@ import os
 import re
 import sys
 
-from .torchelastic import TorchElasticEnvironment
+from distrain.cluster.torchelastic import TorchElasticEnvironment
 
 _LOCAL_RANK_ARG = re.compile(r"^--local[-_]rank(?:=(\d+))?$")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import ClusterEnvironment, ClusterError, env_int
+from distrain.cluster.base import ClusterEnvironment, ClusterError, env_int
 
 
 def lsf_hosts() -> list[str]:

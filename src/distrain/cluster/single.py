@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ClusterEnvironment
+from distrain.cluster.base import ClusterEnvironment
 
 
 class SingleProcessEnvironment(ClusterEnvironment):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from .base import ClusterEnvironment, ClusterError, env_int
+from distrain.cluster.base import ClusterEnvironment, ClusterError, env_int
 
 
 def expand_nodelist(nodelist: str) -> list[str]:

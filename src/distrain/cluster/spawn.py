@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..contract import SPAWN as SPAWN_MARKER
-from .base import ClusterEnvironment, env_int
+from distrain.cluster.base import ClusterEnvironment, env_int
+from distrain.contract import SPAWN as SPAWN_MARKER
 
 
 class SpawnEnvironment(ClusterEnvironment):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import ClusterEnvironment, env_int
+from distrain.cluster.base import ClusterEnvironment, env_int
 
 
 class TorchElasticEnvironment(ClusterEnvironment):

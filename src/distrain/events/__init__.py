@@ -6,6 +6,6 @@ Imports no torch: both sides use it.
 
 from __future__ import annotations
 
-from .stream import FILE, KINDS, emit, identity, job_events, read_events, stream
+from distrain.events.stream import FILE, KINDS, emit, identity, job_events, read_events, stream
 
 __all__ = ["FILE", "KINDS", "emit", "identity", "job_events", "read_events", "stream"]

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from ..settings import for_report
+from distrain.settings import for_report
 
 #: the stream's file name in the job's folder
 FILE = "events.jsonl"
@@ -32,9 +32,9 @@ FILE = "events.jsonl"
 KINDS = {
     # a rank's step breakdown at its exit (monitor/breakdown.py): ``summary``
     "breakdown": "summary",
-    # a rank raised: ``message`` (train/failure.py), the verdict when its exit was not seen
+    # a rank raised: ``message`` (worker/failure.py), the verdict when its exit was not seen
     "failure": "message",
-    # a rank's watchdog started (runtime/init.py): the --watchdog notice stays quiet
+    # a rank's watchdog started (worker/init.py): the --watchdog notice stays quiet
     "watchdog": "",
     # the node's checkpoint leader saved: ``step``, ``path`` (the restart and resume lines)
     "checkpoint": "step, path",

@@ -14,7 +14,7 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 - the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
 - at the end, where a step's time went, a straggler and one piece of advice (launch/job_summary.py);
 - ``--start-method fast`` (default): workers are forked from a server that imported torch while
-  the launcher was starting, instead of each paying for ``import torch`` (see launch/forkserver.py).
+  the launcher was starting, instead of each paying for ``import torch`` (see launch/fast_start/forkserver.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ..contract import (
+from distrain.contract import (
     BIND_ADDR,
     CPU_REHEARSAL,
     LAUNCHER_PID,
@@ -34,20 +34,20 @@ from ..contract import (
     signal_exit_code,
     stopped_by_rank,
 )
-from ..errors import UsageError, fail
-from . import (
+from distrain.errors import UsageError, fail
+from distrain.launch import (
     console,
-    forkserver,
-    host_go,
     job_summary,
     local_rank_hint,
     rendezvous,
     stop_watch,
     watch_notice,
 )
-from .command_line import HOST_LIST, split, split_without_torch
-from .mpi import run_with_launcher
-from .plan import PROG, LaunchPlan, _visible_gpu_count, plan
+from distrain.launch.command_line import HOST_LIST, split, split_without_torch
+from distrain.launch.fast_start import forkserver
+from distrain.launch.hosts import go as host_go
+from distrain.launch.mpi import run_with_launcher
+from distrain.launch.plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
 
 def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, str]:
@@ -99,13 +99,13 @@ def main(argv: Sequence[str]) -> int:
     # the fan-out starts nothing here but ssh: its split needs no `import torch` (seconds under load)
     quick = split_without_torch(argv)
     if quick is not None and quick.has(*HOST_LIST) and not quick.unknown:
-        from . import hosts_run
+        from distrain.launch.hosts import run as hosts_run
 
         return hosts_run.main(quick)
     go_fd = host_go.take_fd()  # started by `distrain run --hosts` before its verdict
     command = split(argv)  # the one reading of the command line: every path below takes it
     if command.has(*HOST_LIST):  # many machines from this one: ssh fan-out
-        from . import hosts_run
+        from distrain.launch.hosts import run as hosts_run
 
         return hosts_run.main(command)
     started = forkserver.early_start(command)  # its `import torch` overlaps ours
@@ -120,7 +120,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         launch = plan(command)
         if launch.args.replicas is not None:  # each group's own launcher forks
-            from . import replicas as ft
+            from distrain.launch.replicas import groups as ft
 
             return ft.run(launch, _visible_gpu_count())
     except UsageError as err:
@@ -130,7 +130,7 @@ def main(argv: Sequence[str]) -> int:
     if launch.network is not None:
         _print_network(launch)
     if launch.args.dry_run and launch.args.launcher != "torchrun":
-        from .mpi import command_for
+        from distrain.launch.mpi import command_for
 
         try:
             print(shlex.join(command_for(launch.args, launch.env)))
@@ -160,9 +160,9 @@ def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> N
     """The end-of-job lines from the job's event stream (once: the last call removes the
     folder), all before a failure's verdict: what ``--cpu`` mapped (seen after the verdict,
     as the job's last line, in the chaos campaign), the watchdog notice, then the step
-    breakdown.  The fast start's fallback is said when it happens (runtime/forked.py)."""
-    if CPU_REHEARSAL in os.environ:  # --cpu set it for its workers (launch/rehearsal.py)
-        from . import rehearsal
+    breakdown.  The fast start's fallback is said when it happens (worker/fast_start/forked.py)."""
+    if CPU_REHEARSAL in os.environ:  # --cpu set it for its workers (launch/rehearse/environment.py)
+        from distrain.launch.rehearse import environment as rehearsal
 
         rehearsal.finish(folder)
     if notice is not None:
@@ -185,7 +185,7 @@ def _launch(
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from .agent_store import AgentStore
+    from distrain.launch.agent_store import AgentStore
 
     spec, rdzv = launch.agent_store, launch.rendezvous
     agent_store: AgentStore | None = None
@@ -200,13 +200,13 @@ def _launch(
     # torch's known noise off the console, one line of ours per restart (launch/console.py)
     console.install(job_dir, rdzv.max_nodes > 1)
     if os.environ.get(REPLICA_GROUP) is not None:  # one group of `--replicas`
-        from .replica_events import report_losses_from_agent
+        from distrain.launch.replicas.events import report_losses_from_agent
 
         report_losses_from_agent()  # its dead workers reach the launcher above
     rendezvous.pass_endpoint(rdzv)
     os.environ[LAUNCHER_PID] = str(
         os.getpid()
-    )  # a static job's rank may stop this node (train/stop_job.py)
+    )  # a static job's rank may stop this node (worker/stop_job.py)
     # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
     try:

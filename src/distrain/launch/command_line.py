@@ -17,15 +17,15 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import UsageError, raise_usage_errors
-from .mpi import LAUNCHERS
+from distrain.errors import UsageError, raise_usage_errors
+from distrain.launch.mpi import LAUNCHERS
 
 PROG = "distrain run"
 #: the dest of a token that names no option of the parser
 UNKNOWN = ""
 
 
-#: the options that make `distrain run` a launcher of many machines (launch/hosts_run.py)
+#: the options that make `distrain run` a launcher of many machines (launch/hosts/run.py)
 HOST_LIST = ("hosts", "hostfile")
 
 
@@ -124,10 +124,10 @@ def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
 
 
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
-    """:func:`split` with torchrun's options from launch/torchrun_options.py instead of torch's
+    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of torch's
     parser (no ``import torch``); None when the installed torch is not the one they come from."""
-    from .torch_version import torch_versions
-    from .torchrun_options import OPTIONS, TORCH_VERSION
+    from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION
+    from distrain.launch.torch_version import torch_versions
 
     version, _ = torch_versions()
     if version is None or version.split("+")[0] != TORCH_VERSION:
@@ -188,7 +188,7 @@ def run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: how workers start (launch/forkserver.py): distrain's fast start, then torch's three
+#: how workers start (launch/fast_start/forkserver.py): distrain's fast start, then torch's three
 START_METHODS = ("fast", "spawn", "fork", "forkserver")
 
 
@@ -280,7 +280,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: the fan-out's own options (launch/host_options.py; its help is host_options.HELP)
+#: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
 HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts", "container")  # fmt: skip
 
 
@@ -301,7 +301,7 @@ def _forward_usr1(parser: argparse.ArgumentParser) -> None:
     """Handle and forward SIGUSR1 too: SLURM's time-limit warning (`sbatch --signal=USR1@N`).
 
     Unhandled, SIGUSR1 kills the agent outright and orphans the workers; handled, the agent
-    passes it on and waits for them to checkpoint (train/signals.py), as it does for SIGTERM.
+    passes it on and waits for them to checkpoint (worker/signals.py), as it does for SIGTERM.
     """
     for action in parser._actions:
         if action.dest == "signals_to_handle" and "SIGUSR1" not in str(action.default).split(","):

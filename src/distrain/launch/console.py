@@ -23,9 +23,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .. import noise
-from ..contract import REPLICA_GROUP
-from ..events import job_events
+from distrain import noise
+from distrain.contract import REPLICA_GROUP
+from distrain.events import job_events
 
 PROG = "distrain run"
 #: torch's agent: its "attempts left; will restart worker group" record is at INFO

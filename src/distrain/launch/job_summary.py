@@ -16,7 +16,7 @@ reports a ``breakdown`` event at shutdown.  After the job the launcher prints, o
 
 Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
 
-A rank that raised also reports a ``failure`` event (train/failure.py): :func:`cause` reads it
+A rank that raised also reports a ``failure`` event (worker/failure.py): :func:`cause` reads it
 for the failed job's last line when the agent stopped that rank before it had exited.
 """
 
@@ -29,8 +29,8 @@ import sys
 import tempfile
 from typing import Any
 
-from ..contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions
-from ..events import job_events
+from distrain.contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions
+from distrain.events import job_events
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
 #: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,
@@ -78,7 +78,7 @@ def cause(folder: str | None) -> str | None:
     """``rank R (pid P) failed: <cause>`` from the first rank that reported its cause, or None.
 
     A rank that raised reports a ``failure`` event when it writes its error file
-    (train/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
+    (worker/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
     """
     found = []
     for event in job_events(folder, "failure"):

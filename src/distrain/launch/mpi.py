@@ -22,8 +22,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from ..contract import usable_cores
-from ..errors import UsageError
+from distrain.contract import usable_cores
+from distrain.errors import UsageError
 
 LAUNCHERS = ("torchrun", "mpirun", "horovodrun")
 
@@ -97,7 +97,7 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
 
 def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     """The launcher command line for `args.launcher`; UsageError when it cannot be used."""
-    from .network import max_nodes
+    from distrain.launch.network import max_nodes
 
     if max_nodes(args.nnodes) > 1:
         raise UsageError(

@@ -24,10 +24,10 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ..contract import BIND_ADDR
-from ..errors import UsageError
-from ..net import interface_addresses, is_loopback, route_to
-from .validate import node_range
+from distrain.contract import BIND_ADDR
+from distrain.errors import UsageError
+from distrain.launch.validate import node_range
+from distrain.net import interface_addresses, is_loopback, route_to
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,23 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ..contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG, parse_seconds, usable_cores
-from ..errors import UsageError
-from . import rendezvous, selfstart
-from .agent_store import StoreSpec, plan_store
-from .command_line import PROG, CommandLine, run_parser, split
-from .forkserver import StartMethod, choose_start
-from .network import NetworkChoice, loopback_interface, plan_network
-from .rendezvous import Rendezvous
-from .validate import check_launch_numbers, check_script
+from distrain.contract import (
+    LAUNCHER,
+    NO_SHARED_STORE,
+    RUN_DIR,
+    WATCHDOG,
+    parse_seconds,
+    usable_cores,
+)
+from distrain.errors import UsageError
+from distrain.launch import rendezvous
+from distrain.launch.agent_store import StoreSpec, plan_store
+from distrain.launch.command_line import PROG, CommandLine, run_parser, split
+from distrain.launch.fast_start.forkserver import StartMethod, choose_start
+from distrain.launch.network import NetworkChoice, loopback_interface, plan_network
+from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.self_start import detect as selfstart
+from distrain.launch.validate import check_launch_numbers, check_script
 
 
 class FrozenArgs(argparse.Namespace):
@@ -195,16 +203,18 @@ def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]
         env[RUN_DIR] = os.path.abspath(parsed.run_dir or parsed.log_dir)
     line = once = ""
     reads_script = not (parsed.module or parsed.no_python)
-    # a guess that depends on the script's arguments never wins silently (launch/selfstart.py)
+    # a guess that depends on the script's arguments never wins silently (launch/self_start/detect.py)
     found, note = selfstart.decide(script, parsed.self_starting) if reads_script else (None, "")
     if parsed.cpu:
-        from . import rehearsal
+        from distrain.launch.rehearse import environment as rehearsal
 
         agents, line = rehearsal.configure(script, nproc, env, found)
         args["nproc_per_node"] = str(agents)
         once = f"{PROG}: {note}" if note else ""
     elif reads_script and parsed.launcher == "torchrun":
-        if found is not None:  # run once: its own children are the job (launch/selfstart.py)
+        if (
+            found is not None
+        ):  # run once: its own children are the job (launch/self_start/detect.py)
             selfstart.mark(env)
             once = found.start_line(PROG, os.path.basename(script), nproc)
             args["nproc_per_node"] = "1"
@@ -266,7 +276,7 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 
 def _check_master_port(args: argparse.Namespace) -> None:
-    from ..net import port_in_use
+    from distrain.net import port_in_use
 
     try:
         port = int(args.master_port)

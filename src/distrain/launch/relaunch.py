@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .command_line import split
+from distrain.launch.command_line import split
 
 #: the tool's option (dest) that names its processes: the relaunched ranks must not launch again
 NPROC_DEST = ("nproc",)
@@ -23,7 +23,7 @@ def relaunch(
     module: str, argv: list[str], parser: argparse.ArgumentParser, nproc: str | int
 ) -> int:
     """Run ``distrain run -n <nproc> -m <module> <argv minus -n>``; returns the job's exit code."""
-    from .cli import main as launch_main
+    from distrain.launch.cli import main as launch_main
 
     return launch_main(["-n", str(nproc), "-m", module, *tool_argv(argv, parser)])
 
@@ -37,7 +37,7 @@ def relaunch_on_hosts(
 ) -> int:
     """Run ``distrain run --hosts … --quiet-hosts -n <nproc> -m <module> <argv>`` (argv without
     -n and the host options), so that the tool's ranks run on every host; rank 0's host prints."""
-    from .hosts_run import main as hosts_main
+    from distrain.launch.hosts.run import main as hosts_main
 
     return hosts_main(
         [

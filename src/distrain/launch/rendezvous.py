@@ -27,8 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from ..contract import RDZV_ENDPOINT, split_endpoint, stop_key
-from .validate import node_range
+from distrain.contract import RDZV_ENDPOINT, split_endpoint, stop_key
+from distrain.launch.validate import node_range
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
 NODE_LOSS_DEFAULTS = {
@@ -107,7 +107,7 @@ def torch_defaults(r: Rendezvous) -> Rendezvous:
 
 def pass_endpoint(r: Rendezvous) -> None:
     """Tell the workers the c10d endpoint: a rank whose error would recur closes the rendezvous
-    there (train/stop_job.py), so no node restarts the job."""
+    there (worker/stop_job.py), so no node restarts the job."""
     if r.backend == "c10d" and r.endpoint:
         os.environ[RDZV_ENDPOINT] = r.endpoint
 

@@ -6,8 +6,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..contract import SPAWN as SPAWN_MARKER
-from ..net import free_port
+from distrain.contract import SPAWN as SPAWN_MARKER
+from distrain.net import free_port
 
 
 def _worker(

@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from .plan import PROG
+from distrain.launch.plan import PROG
 
 #: how often the job's processes are looked at (seconds)
 POLL_S = 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import UsageError
+from distrain.errors import UsageError
 
 
 def _int(value: object, flag: str) -> int:

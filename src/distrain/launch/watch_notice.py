@@ -1,7 +1,7 @@
 """``distrain run --watchdog`` on a script that never starts the watchdog: say so, in one line.
 
 The watchdog runs inside the workers: ``distrain.init()`` starts it and ``ctx.step``/the
-optimizer steps feed it (train/watchdog.py).  A plain torch.distributed script has no such
+optimizer steps feed it (worker/watchdog.py).  A plain torch.distributed script has no such
 progress signal the launcher could watch instead (its output and CPU use say nothing about
 steps), so the launcher only makes the silence visible: every rank whose watchdog started reports
 a ``watchdog`` event in the job's stream (distrain/events/), and when no rank of this node has
@@ -18,12 +18,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from ..contract import WATCHDOG
-from ..events import job_events
-from .plan import PROG, LaunchPlan
+from distrain.contract import WATCHDOG
+from distrain.events import job_events
+from distrain.launch.plan import PROG, LaunchPlan
 
 if TYPE_CHECKING:
-    from .stopped_procs import StoppedProcesses
+    from distrain.launch.stopped_procs import StoppedProcesses
 
 #: the earliest the line comes during a job: a script that does call ``distrain.init()`` may take
 #: this long to reach it (imports, data, rendezvous) on a loaded machine, where a shorter
@@ -71,7 +71,7 @@ class WatchNotice:
             self._said = True
         print(self.line(ending), file=sys.stderr, flush=True)
         if not ending:
-            from .stopped_procs import StoppedProcesses
+            from distrain.launch.stopped_procs import StoppedProcesses
 
             self.stopped = StoppedProcesses(self.seconds).start()
 

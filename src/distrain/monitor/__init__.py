@@ -8,6 +8,6 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-from .recorder import Monitor, open_monitor, rank_file
+from distrain.monitor.recorder import Monitor, open_monitor, rank_file
 
 __all__ = ["Monitor", "open_monitor", "rank_file"]

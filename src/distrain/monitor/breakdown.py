@@ -40,8 +40,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from ..contract import PHASES, breakdown_fractions
-from ..events import emit
+from distrain.contract import PHASES, breakdown_fractions
+from distrain.events import emit
 
 #: per-step compute times kept for the median the straggler rule compares
 KEPT_STEPS = 4096

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import events
-from ..contract import REPLICA_EVENTS_FILE
-from .recorder import METRICS_SUBDIR
-from .status import NoJobError, Thresholds, job_status
+from distrain import events
+from distrain.contract import REPLICA_EVENTS_FILE
+from distrain.monitor.recorder import METRICS_SUBDIR
+from distrain.monitor.status import NoJobError, Thresholds, job_status
 
 #: how many of the newest events a snapshot carries
 LAST_EVENTS = 10

@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..contract import breakdown_fractions
-from ..log import get_logger
-from ..settings import DEFAULT_METRICS_INTERVAL_S
-from .probes import GPUProbe, ProcessProbe
+from distrain.contract import breakdown_fractions
+from distrain.log import get_logger
+from distrain.monitor.probes import GPUProbe, ProcessProbe
+from distrain.settings import DEFAULT_METRICS_INTERVAL_S
 
 if TYPE_CHECKING:
-    from .tensorboard import ScalarWriter
+    from distrain.monitor.tensorboard import ScalarWriter
 
 _log = get_logger("monitor")
 
@@ -195,7 +195,7 @@ class Monitor:
             # context on GPU 0 in every rank
             torch.cuda.set_device(self._gpu_index)
         if self._want_tensorboard:
-            from .tensorboard import ScalarWriter
+            from distrain.monitor.tensorboard import ScalarWriter
 
             self._tb = ScalarWriter.open(self.run_dir / TENSORBOARD_SUBDIR)
         try:

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contract import PHASES, breakdown_fractions
-from ..errors import DistrainError
-from .recorder import METRICS_SUBDIR
+from distrain.contract import PHASES, breakdown_fractions
+from distrain.errors import DistrainError
+from distrain.monitor.recorder import METRICS_SUBDIR
 
 #: bytes read from the end of each rank's file: plenty for the rate window, cheap to re-read
 TAIL_BYTES = 64 * 1024

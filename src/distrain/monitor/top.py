@@ -9,9 +9,9 @@ import sys
 import time
 from typing import Any
 
-from ..errors import UsageError, fail, raise_usage_errors
-from .groups import snapshot as read_snapshot
-from .status import NoJobError, Thresholds
+from distrain.errors import UsageError, fail, raise_usage_errors
+from distrain.monitor.groups import snapshot as read_snapshot
+from distrain.monitor.status import NoJobError, Thresholds
 
 PROG = "distrain top"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from distrain.bench.comm import _parser as comm_parser
-from distrain.doctor.cli import _parser as doctor_parser
 from distrain.launch.relaunch import HOST_DESTS, NPROC_DEST, tool_argv
+from distrain.tools.bench.comm import _parser as comm_parser
+from distrain.tools.doctor.cli import _parser as doctor_parser
 
 
 @pytest.mark.parametrize(

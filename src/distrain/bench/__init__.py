@@ -1,1 +1,0 @@
-"""Benchmarks: ``distrain bench <name>`` (see :mod:`distrain.bench.cli`)."""

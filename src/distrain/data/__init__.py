@@ -1,0 +1,1 @@
+"""Distributed data: the resumable global-batch sampler, eval shards, loaders."""

@@ -1,0 +1,300 @@
+"""Fast worker start for `distrain run`: fork workers from a server that already imported torch.
+
+A torchrun worker is a fresh interpreter that pays for ``import torch`` (~2 s here), the first
+optimizer's lazy ``import torch._dynamo`` (~1.5 s) and the script's own imports — every worker,
+on every start and every restart.  ``--start-method fast`` (the default) instead:
+
+1. starts Python's multiprocessing fork server at the beginning of `distrain run`, forked from
+   the launcher right after its ``import torch`` (:mod:`distrain.launch.fast_start.server_fork`), which
+   then preloads ``torch._dynamo``, distrain and the script's top-level imports
+   (:mod:`distrain.worker.fast_start.preload`) while the launcher goes on;
+2. hands torch's elastic agent a *callable* entrypoint (:func:`distrain.worker.fast_start.forked.run_script`, named by a
+   :class:`~distrain.contract.WorkerEntrypoint`) with
+   ``LaunchConfig.start_method = "forkserver"``: the agent's rendezvous, restarts, environment
+   (RANK, …), log redirection and error files are unchanged; each worker is forked from the warm
+   server and runs the script with ``runpy.run_path(script, run_name="__main__")``;
+3. falls back to a fresh interpreter, saying so once, when the script cannot run this way:
+   statically for ``-m``/``--no-python``/``--run-path`` or a file that is not Python source, and
+   at run time when the script raises an exception in a forked worker *before* it formed the
+   process group (then that worker reruns it in a fresh interpreter, which the other ranks still
+   meet at ``init_process_group``).
+
+``--start-method spawn`` is torchrun's normal path (fresh interpreters), ``forkserver`` is the
+fork server without fallback, ``fork`` forks workers from the launcher itself (which hosts the
+rendezvous store's threads: use with care).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from distrain import noise
+from distrain.contract import (
+    FORKED_WORKER,
+    PRELOAD,
+    PRELOAD_MODULE,
+    ForkJob,
+    WorkerEntrypoint,
+    boot_first,
+)
+from distrain.errors import UsageError
+from distrain.launch.command_line import CommandLine
+
+PROG = "distrain run"
+#: options (dests) after which nothing is forked now: no Python file, or nothing launched
+_NO_EARLY_START = ("module", "no_python", "run_path", "help", "dry_run", "replicas")
+
+
+#: first patch release per 3.x whose forkserver listens on a filesystem socket instead of the
+#: abstract namespace, which any local user could connect to (CVE-2022-42919); 3.12+ are fixed
+_SAFE_FORKSERVER = {7: 16, 8: 16, 9: 16, 10: 9, 11: 1}
+
+
+def forkserver_unsafe(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> str | None:
+    """Why this Python's fork server must not be used (CVE-2022-42919), or None when it is safe."""
+    major, minor, patch = (tuple(version) + (0, 0, 0))[:3]
+    needed = _SAFE_FORKSERVER.get(minor) if major == 3 else None
+    if needed is None or patch >= needed:
+        return None
+    return (
+        f"Python {major}.{minor}.{patch}'s fork server accepts any local user (CVE-2022-42919; "
+        f"fixed in {major}.{minor}.{needed})"
+    )
+
+
+# -- launcher side ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StartMethod:
+    """How the agent starts the workers (decided by the plan)."""
+
+    #: torch's start method: "spawn" (fresh interpreters), "forkserver" or "fork"
+    method: str
+    #: the fast start: a worker whose script fails before its process group reruns fresh
+    fallback: bool = False
+    #: why a fast start runs fresh interpreters instead (said when the job starts)
+    note: str = ""
+
+
+def choose_start(args: argparse.Namespace) -> StartMethod:
+    """The start method ``--start-method`` asks for, resolved; UsageError when it cannot be."""
+    method = args.start_method
+    if method == "forkserver" and forkserver_unsafe():
+        raise UsageError(f"--start-method forkserver: {forkserver_unsafe()}; use fast or spawn")
+    if method != "fast":
+        return StartMethod(method)
+    reason = forkserver_unsafe() or fresh_reason(args)
+    if reason is None:
+        return StartMethod("forkserver", fallback=True)
+    # distrain's own tools (doctor, bench comm) run as `-m distrain.…`: how their workers start
+    # is not the user's concern
+    quiet = args.module and str(args.training_script).startswith("distrain.")
+    return StartMethod(
+        "spawn", note="" if quiet else f"{reason}; starting workers in fresh interpreters"
+    )
+
+
+def fast_start_script(command: CommandLine) -> str | None:
+    """The Python file whose workers this command line forks, known before anything is parsed
+    further (so the server can start early); None when it forks none, or not yet."""
+    if command.unknown or command.has(*_NO_EARLY_START):
+        return None
+    if (command.value("start_method") or "fast") not in ("fast", "forkserver"):
+        return None
+    if (command.value("launcher") or "torchrun") != "torchrun":
+        return None
+    script = command.script
+    return script if script and script.endswith(".py") and os.path.isfile(script) else None
+
+
+def top_level_imports(script: str) -> list[str]:
+    """Absolute modules `script` imports at module level, minus its own neighbours (user code)."""
+    try:
+        with open(script, "rb") as f:
+            tree = ast.parse(f.read(), filename=script)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module != "__future__"
+        ):
+            names.append(node.module)
+    here = os.path.dirname(os.path.abspath(script))
+    keep: list[str] = []
+    for name in dict.fromkeys(names):
+        top = name.split(".")[0]
+        # a fresh `python script.py` has the script's folder first on sys.path: what is found
+        # there is the user's own code (it may read argv or start work), or a local package
+        # shadowing an installed one (a repo checkout's timm/), which the server must not import
+        if importlib.machinery.PathFinder.find_spec(top, [here]) is not None:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            keep.append(name)
+    return keep
+
+
+def start_server(script: str, self_starting: bool | None = None) -> None:
+    """Start the preloading fork server now: forked from this process once it imported torch.
+
+    The server then imports only what torch does not bring (``torch._dynamo``, distrain, the
+    script's imports) while the launcher goes on; a fresh server would import torch a second
+    time beside the launcher's own import (launch/fast_start/server_fork.py).
+    """
+    import multiprocessing.forkserver as forkserver
+
+    import torch  # noqa: F401 - the launcher imports it anyway; the forked server inherits it
+
+    from distrain.launch.fast_start.server_fork import forked_server
+    from distrain.launch.self_start import detect as selfstart
+
+    os.environ[PRELOAD] = ",".join(top_level_imports(script))
+    # the server and multiprocessing's resource tracker it starts inherit "ignore SIGUSR1": a
+    # scheduler's SIGUSR1 (SLURM's time-limit warning) reaches every process of the job, and
+    # must not kill those two (the tracker blocks SIGINT/SIGTERM itself; see worker/fast_start/preload.py)
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        forkserver.set_forkserver_preload([PRELOAD_MODULE])
+        # a script that starts its own workers keeps the exec'd server: the hang once blamed on
+        # the forked one was torch's Event.set() waiting for a worker the watch had ended (on
+        # either server; docs/fast_start.md), since fixed by the script's end waiting for it.
+        # The plan's decision: a starter under a condition runs as torchrun would
+        # (launch/self_start/detect.decide)
+        if selfstart.decide(script, self_starting)[0] is None:
+            with forked_server():
+                forkserver.ensure_running()
+        else:
+            forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        os.environ.pop(PRELOAD, None)
+
+
+def early_start(command: CommandLine) -> bool:
+    """Start the fork server now when `command` forks its workers from it (the plan may still
+    refuse the command line: then stop_server)."""
+    script = fast_start_script(command)
+    if script is None or forkserver_unsafe():
+        return False
+    forced = command.given("self_starting")
+    start_server(script, forced[-1].name == "--self-starting" if forced else None)
+    return True
+
+
+def stop_server() -> None:
+    """Stop a fork server started by this process (bad arguments found after early_start)."""
+    import multiprocessing.forkserver as forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # no public accessor
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def fresh_reason(args: argparse.Namespace) -> str | None:
+    """Why this launch cannot fork its workers (None when it can)."""
+    if args.module:
+        return "-m runs a module"
+    if args.no_python:
+        return "--no-python runs a program"
+    if args.run_path:
+        return "--run-path asks for torch's own runpy entrypoint"
+    try:
+        with open(args.training_script, "rb") as f:
+            compile(f.read(), args.training_script, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError) as err:
+        return (
+            f"{args.training_script} is not Python source distrain can fork ({type(err).__name__})"
+        )
+    return None
+
+
+def run(args: argparse.Namespace, start: StartMethod) -> None:
+    """Run torch's elastic agent with `args` (LaunchPlan.agent_args), workers started per `start`.
+
+    What ``torch.distributed.run.run(args)`` does, which cannot be called with a callable
+    entrypoint: its rendezvous defaults are already in the plan's options.
+    """
+    import torch.multiprocessing
+    from torch.distributed import run as torchrun
+    from torch.distributed.launcher.api import elastic_launch
+
+    if start.note:
+        print(f"{PROG}: {start.note}", file=sys.stderr, flush=True)
+    torch.multiprocessing._set_thread_name("pt_elastic")
+    config, entrypoint, cmd_args = torchrun.config_from_args(args)
+    if start.method == "spawn":
+        # a plain script's uncaught exception reaches the error file (the boot sitecustomize),
+        # so the last line names the cause as with the fast start
+        boot_first(os.environ)
+        elastic_launch(config=config, entrypoint=entrypoint)(*cmd_args)
+        return
+    if start.method != "fork":
+        start_server(cmd_args[0], args.self_starting)  # no-op when early_start() already did it
+    env = dict(os.environ)
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if start.fallback else None
+    imports = top_level_imports(cmd_args[0])
+    # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
+    job = ForkJob(
+        cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports)
+    )
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
+    try:
+        elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(
+            job, *cmd_args[1:]
+        )
+    finally:
+        if fallback_dir:
+            shutil.rmtree(fallback_dir, ignore_errors=True)
+
+
+class _QuietWorkerExit(logging.Filter):
+    """Drop the agent's report of a failed forked worker: its line and its traceback.
+
+    The worker already printed its own traceback (as a fresh interpreter would); the agent's
+    second one only shows torch.multiprocessing internals, and `distrain run`'s last line names
+    the failed rank, its exit code and the cause.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
+        # on its own last line (and a restart in its own line: launch/console.py); at
+        # DISTRAIN_LOG_LEVEL=debug torch's record stays, without the traceback of internals
+        if str(record.msg).startswith("failed (exitcode") and noise.verbose():
+            record.exc_info, record.exc_text = None, None
+            return True
+        if str(record.msg).startswith("failed (exitcode"):
+            # a worker killed by a signal printed nothing itself: keep torch's line (not its
+            # traceback of torch.multiprocessing internals) for that one
+            record.exc_info, record.exc_text = None, None
+            code = record.args[0] if isinstance(record.args, tuple) and record.args else 0
+            return isinstance(code, int) and code < 0
+        if record.exc_info:
+            # torch's log formatter imports torch._dynamo (~1 s) to format any exception: in the
+            # agent that import sat between a worker's death and the restart.  Formatted here,
+            # the text is the same and nothing is imported.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        return True

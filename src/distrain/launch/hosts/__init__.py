@@ -1,0 +1,1 @@
+"""`distrain run --hosts`: one command for many machines over ssh."""

@@ -1,0 +1,300 @@
+"""`distrain run --hosts h1:8,h2:8 train.py`: one command starts, watches and stops every host.
+
+One ssh session per host, kept for the whole job (launch/hosts/ssh.py builds it; the remote end
+is launch/hosts/node.py):
+
+1. every session starts at once, while the host names are resolved (``ssh -G``, for the first
+   host's route to the others, sent to it on its stdin); each host answers its checks in one
+   line (versions, script, and on the first host its address and a free master port); a host
+   that fails, or does not answer within PROBE_TIMEOUT_S, stops the job before anything trains,
+   in one line naming it;
+2. every host is told the master's address and port and starts its own `distrain run`;
+3. their output streams here, each line prefixed with ``[host]``; the launcher's own lines start
+   with ``distrain run:``;
+4. Ctrl-C or SIGTERM here closes every session's stdin: each host's watcher stops its node
+   (SIGTERM, then SIGKILL of what is left after host_node.STOP_GRACE_S).  Sessions still open
+   after STOP_BOUND_S are killed, which ends them as well.  A lost session (a dropped
+   connection, a killed ssh) is a node loss: an elastic job (``--nnodes MIN:N``) goes on while
+   MIN hosts are left, a static one stops with a line naming the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO
+
+from distrain.errors import UsageError, fail
+from distrain.launch.command_line import CommandLine, split
+from distrain.launch.hosts import options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts.node import PROBE_MARK, STOP_GRACE_S, fingerprint
+
+PROG = "distrain run"
+#: how long every host has to connect and answer its checks
+PROBE_TIMEOUT_S = 60.0
+#: from a stop to the moment the remaining ssh sessions are killed
+STOP_BOUND_S = STOP_GRACE_S + 5.0
+_PRINT = threading.Lock()
+
+
+def _say(line: str) -> None:
+    with _PRINT:
+        sys.stderr.write(f"{PROG}: {line}\n")
+        sys.stderr.flush()
+
+
+class Session:
+    """One host's ssh session: its process, its probe answer and its last lines of output."""
+
+    def __init__(self, name: str, argv: list[str], show: bool) -> None:
+        self.name, self.show = name, show
+        self.probe: dict[str, object] | None = None
+        self.probed = threading.Event()
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.started = False  # told to go: its output is the job's from then on
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.readers = [
+            threading.Thread(
+                target=self._read, args=(self.proc.stdout, sys.stdout, True), daemon=True
+            ),
+            threading.Thread(
+                target=self._read, args=(self.proc.stderr, sys.stderr, False), daemon=True
+            ),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, pipe: IO[bytes], out: IO[str], is_stdout: bool) -> None:
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            if is_stdout and self.probe is None and line.startswith(PROBE_MARK):
+                with contextlib.suppress(ValueError):
+                    self.probe = json.loads(line[len(PROBE_MARK) :])
+                self.probed.set()
+                continue
+            self.tail.append(line)
+            if self.show and (self.started or is_stdout):
+                with _PRINT:
+                    out.write(f"[{self.name}] {line}\n")
+                    out.flush()
+        self.probed.set()  # the session ended: nobody waits for a probe that cannot come
+
+    def send(self, text: str | None) -> None:
+        """Write `text` to the session's stdin; None closes it (the host then stops its node)."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            if text is None:
+                self.proc.stdin.close()
+            else:
+                self.proc.stdin.write(text.encode())
+                self.proc.stdin.flush()
+
+    def last_error(self) -> str:
+        """The last meaningful line this host printed (its own verdict, or ssh's)."""
+        lines = [t.strip() for t in self.tail if t.strip()]
+        return lines[-1] if lines else ""
+
+    def reason(self) -> str:
+        """Why this session ended, in a few words."""
+        code = self.proc.returncode
+        last = self.last_error()
+        if code is not None and code < 0:
+            return f"its ssh session was killed ({signal.Signals(-code).name})"
+        if code == 255:
+            return f"ssh connection lost ({last or 'exit 255'})"
+        return f"exited with code {code}" + (f": {last}" if last else "")
+
+
+def _check(
+    sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event
+) -> tuple[str, int]:
+    """(master address, port) from the first host's answer; UsageError naming a host that failed."""
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    mine = fingerprint()
+    for s in sessions:
+        while not s.probed.wait(0.1) and time.monotonic() < deadline:
+            if stop.is_set():
+                raise UsageError(
+                    f"stopped by {getattr(stop, 'signame', 'a signal')} while the hosts were checked",
+                    130,
+                )
+    for s in sessions:
+        if s.probe is None:
+            if s.proc.poll() is None:
+                raise UsageError(f"host {s.name}: no answer within {PROBE_TIMEOUT_S:.0f} s")
+            s.proc.wait()
+            last = s.last_error()
+            hint = (
+                " (ssh runs with BatchMode=yes: set up key login, no password)"
+                if "Permission denied" in last
+                else ""
+            )
+            raise UsageError(
+                f"host {s.name}: {last or f'ssh exited with code {s.proc.returncode}'}{hint}"
+            )
+        probe = s.probe
+        for key in ("distrain", "torch", "cuda", "python"):
+            if probe.get(key) != mine[key]:
+                raise UsageError(
+                    f"host {s.name}: {key} {probe.get(key)} there, {mine[key]} here (every host needs the same)"
+                )
+        if not probe.get("script_ok"):
+            raise UsageError(
+                f"host {s.name}: {opts.script_argv[0]} not found in {probe.get('cwd')}"
+            )
+    if opts.replicas is not None and opts.per_group is None:  # hosts without slots: their GPUs
+        gpus = {s.name: h.nproc() or _gpus(s) for s, h in zip(sessions, opts.hosts, strict=True)}
+        opts.per_group = host_options.group_size(gpus, opts.replicas)
+    first = sessions[0].probe
+    assert first is not None
+    for key in ("address_error", "port_error"):
+        if first.get(key):
+            raise UsageError(f"host {sessions[0].name}: {first[key]}")
+    if ":" in str(first["address"]):  # the hosts' own `distrain run` picks IPv4 interfaces
+        raise UsageError(
+            f"host {sessions[0].name}: the others reach it at IPv6 {first['address']}, but a job's "
+            "nodes talk IPv4: give --iface NAME, an interface with an IPv4 address"
+        )
+    return str(first["address"]), int(first["port"])  # type: ignore[call-overload]
+
+
+def _gpus(session: Session) -> int | None:
+    """The GPUs a host's check counted (None for none: the group-size error names it with '?')."""
+    count = (session.probe or {}).get("gpus")
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def _stop(sessions: list[Session]) -> None:
+    """Close every session (each host stops its node); kill the ssh of any still open after STOP_BOUND_S."""
+    for s in sessions:
+        s.send(None)
+    deadline = time.monotonic() + STOP_BOUND_S
+    for s in sessions:
+        try:
+            s.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait()
+    for s in sessions:
+        for reader in s.readers:
+            reader.join(timeout=2)
+
+
+def _supervise(
+    sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event
+) -> int:
+    """Wait for the job; returns its exit code (see the module docstring for what ends it)."""
+    live = set(range(len(sessions)))
+    lost: list[str] = []
+    failed = 0  # the exit code of a --replicas host that failed while the others trained on
+    while live:
+        if stop.is_set():
+            name = getattr(stop, "signame", "a signal")
+            _stop(sessions)
+            _say(
+                f"stopped by {name}: every host's processes were stopped ({', '.join(s.name for s in sessions)})"
+            )
+            return 143 if name == "SIGTERM" else 130
+        for i in sorted(live):
+            s = sessions[i]
+            code = s.proc.poll()
+            if code is None:
+                continue
+            live.discard(i)
+            for reader in s.readers:
+                reader.join(timeout=2)
+            if code == 0:
+                continue
+            # a session that ended without its node's own verdict (a dropped connection, a killed
+            # ssh) is a node loss, which an elastic job survives; a node that failed is a failure
+            dropped = code < 0 or code == 255
+            if dropped and opts.min_nodes is not None and i != 0 and len(live) >= opts.min_nodes:
+                lost.append(s.name)
+                _say(
+                    f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
+                )
+                continue
+            if opts.replicas is not None and i != 0 and 0 in live:
+                # its groups are lost (or failed for good); the lighthouse is on host 0: the others
+                # train on, as the groups of a one-node job do when one of them fails
+                lost.append(s.name)
+                if not dropped:
+                    failed = failed or code
+                per_host = opts.replicas // len(sessions)
+                groups = ", ".join(str(g) for g in range(i * per_host, (i + 1) * per_host))
+                _say(
+                    f"host {s.name} lost: {s.reason()}; its replica group(s) {groups} with it, the groups of {len(live)} host(s) train on"
+                )
+                continue
+            others = [sessions[j] for j in live]
+            _stop(others)
+            _say(f"job failed: host {s.name}: {s.reason()}")
+            return code if 0 < code < 256 else 1
+        stop.wait(0.1)
+    tail = f"; lost: {', '.join(lost)}" if lost else ""
+    _say(f"job finished on {len(sessions) - len(lost)} of {len(sessions)} host(s){tail}")
+    return failed if 0 < failed < 256 else (1 if failed else 0)
+
+
+def main(argv: CommandLine | Sequence[str]) -> int:
+    """Entry point of `distrain run --hosts/--hostfile` (its command line split or not);
+    returns the job's exit code."""
+    command = argv if isinstance(argv, CommandLine) else split(argv)
+    if command.has("help"):
+        print(host_options.HELP)
+        return 0
+    try:
+        opts = host_options.parse(command)
+        if opts.dry_run:
+            print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
+            return 0
+    except UsageError as err:
+        fail(PROG, str(err), err.exit_code)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.signame = signal.Signals(signum).name  # type: ignore[attr-defined]
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    env, job = ssh_hosts.forwarded_env(opts), ssh_hosts.new_job_id()
+    sessions = []
+    # every session starts at once, before the names are resolved (ssh -G, in parallel with
+    # the connections): the first host learns where to route to once they are
+    for rank, host in enumerate(opts.hosts):
+        remote = ssh_hosts.remote_command(opts, rank, None, env, job)
+        show = rank == 0 or not opts.quiet_hosts
+        sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
+    try:
+        sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
+        master, port = _check(sessions, opts, stop)
+    except UsageError as err:
+        for s in sessions:
+            s.send("abort\n")
+        _stop(sessions)
+        fail(PROG, str(err), err.exit_code)
+    kind = f"elastic {opts.min_nodes}:{len(sessions)}" if opts.min_nodes is not None else "static"
+    if opts.replicas is not None:
+        kind = f"{opts.replicas} replica groups of {opts.per_group}, {opts.replicas // len(sessions)} per host"
+    _say(
+        f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master {sessions[0].name} at {master}:{port}"
+    )
+    go = json.dumps({"master_addr": master, "master_port": port, "nproc": opts.per_group}) + "\n"
+    for s in sessions:
+        s.started = True
+        s.send(go)
+    return _supervise(sessions, opts, stop)

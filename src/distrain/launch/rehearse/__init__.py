@@ -1,0 +1,1 @@
+"""`distrain run --cpu`, launcher side: rehearse a GPU script on CPU."""

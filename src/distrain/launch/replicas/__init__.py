@@ -1,0 +1,1 @@
+"""`distrain run --replicas`, launcher side: TorchFT replica groups and lighthouse."""

@@ -1,0 +1,1 @@
+"""Self-start, launcher side: scripts that start their own workers, run once."""

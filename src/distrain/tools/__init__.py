@@ -1,0 +1,1 @@
+"""Launcher-side tools: `distrain doctor`, `distrain bench`, `distrain export`."""

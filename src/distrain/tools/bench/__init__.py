@@ -1,0 +1,1 @@
+"""Benchmarks: ``distrain bench <name>`` (see :mod:`distrain.tools.bench.cli`)."""

@@ -1,0 +1,65 @@
+"""The components a Context builds for its script, each from explicit parts: checkpointers.
+
+A component receives the frozen :class:`~distrain.worker.process.ProcessInfo` and the handles
+and callbacks it uses, never the Context: checkpoint/ does not reach back into worker/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from distrain.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
+from distrain.settings import Settings
+from distrain.worker.failure import exit_abandoned
+from distrain.worker.process import ProcessInfo
+from distrain.worker.services import Services
+from distrain.worker.store import shared_store
+
+#: the prefix of the checkpoint writers' keys in the default group's store
+CHECKPOINT_STORE_PREFIX = "distrain/ckpt"
+
+
+def checkpointer(
+    directory: str | os.PathLike[str] | None,
+    process: ProcessInfo,
+    *,
+    is_main: bool,
+    scaler: torch.amp.GradScaler | None,
+    settings: Settings,
+    replicas: Healer | None,
+    services: Services,
+    shutdown: Callable[[], None],
+    uncounted: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    **options: Any,
+) -> Checkpointer | NoDisk:
+    """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job.
+
+    The exit after a save abandoned by the writer is the lifecycle's (worker/failure.py).
+    """
+    handles = JobHandles(
+        process=process,
+        is_main=is_main,
+        scaler=scaler,
+        store=functools.partial(shared_store, CHECKPOINT_STORE_PREFIX)
+        if process.distributed
+        else None,
+        job_dir=settings.job_dir,
+        slurm_job_id=settings.slurm_job_id,
+        replicas=replicas,
+        on_close=services.on_close,
+        on_stall=services.checkpoint_stall,
+        shutdown=shutdown,
+        on_abandoned=exit_abandoned,
+        on_resumed=services.resumed_at,
+        uncounted=uncounted,
+    )
+    if directory is None:
+        return NoDisk(handles, **options)
+    return Checkpointer(handles, directory, **options)

@@ -1,0 +1,211 @@
+"""`distrain.init()`: find the launcher, pick the device and threads, form the process group.
+
+The order is the data flow of a worker's start: who launched me (:mod:`distrain.cluster`) →
+device → threads → store and process group (:mod:`distrain.worker.store`) → the
+:class:`~distrain.worker.context.Context` with failure reporting, metrics and watchdog attached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import importlib
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from distrain import noise
+from distrain.cluster import ClusterEnvironment, ClusterError, detect_environment
+from distrain.contract import restarted_by_distrain_run
+from distrain.errors import DistrainError, UsageError
+from distrain.events import emit
+from distrain.log import get_logger
+from distrain.monitor import open_monitor
+from distrain.monitor.breakdown import open_breakdown
+from distrain.monitor.progress import wanted as progress_wanted
+from distrain.settings import Settings
+from distrain.worker import failure, watchdog
+from distrain.worker.context import Context, _remember, current
+from distrain.worker.stacks import dump_stacks_on_signal
+from distrain.worker.store import restart_safe_store
+from distrain.worker.threads import choose_threads
+from distrain.worker.title import set_worker_title
+
+_log = get_logger("runtime")
+
+#: how long forming the group may take (slow nodes, container pulls, a late rank)
+DEFAULT_INIT_TIMEOUT = dt.timedelta(minutes=10)
+
+
+def _pick_device(
+    env: ClusterEnvironment, device: str | torch.device | None, visible: str | None = None
+) -> torch.device:
+    """The device of this rank; `visible` is CUDA_VISIBLE_DEVICES (from distrain.settings)."""
+    if device is not None:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", env.local_rank())
+        return dev
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if env.local_rank() >= count:
+            raise DistrainError(
+                f"local rank {env.local_rank()} but only {count} GPU(s) visible "
+                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} processes per node"
+            )
+        return torch.device("cuda", env.local_rank())
+    return torch.device("cpu")
+
+
+def _default_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+#: torch modules with ``group=group.WORLD`` as a default argument.  Imported after the group
+#: forms, their functions keep it (its gloo threads, rank 0's store) alive past
+#: destroy_process_group, and interpreter teardown then meets live threads: "terminate called
+#: without an active exception" (SIGABRT) on a rank whose training succeeded.  Imported
+#: before, the default is None.  distrain imports them anyway (FSDP's options), so no cost.
+GROUP_DEFAULT_MODULES = (
+    "torch.distributed.nn.functional",
+    "torch.distributed.optim",
+    "torch.distributed.fsdp.sharded_grad_scaler",
+)
+
+
+def _import_before_the_group() -> None:
+    for name in GROUP_DEFAULT_MODULES:
+        importlib.import_module(name)
+
+
+def init(
+    backend: str | None = None,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+    threads: int | None = None,
+    timeout: dt.timedelta = DEFAULT_INIT_TIMEOUT,
+    verbose: bool = True,
+    exit_on_error: bool = True,
+    run_dir: str | os.PathLike[str] | None = None,
+    watchdog_seconds: float | None = None,
+) -> Context:
+    """Find out how this process was launched, form the process group, and return the Context.
+
+    - ``backend``: None picks NCCL with a GPU, gloo otherwise.
+    - ``device``: None picks ``cuda:<local rank>`` when a GPU is visible, else CPU
+      (``DISTRAIN_DEVICE`` overrides).
+    - ``precision``: ``fp32``, ``bf16`` (CPU or CUDA) or ``fp16`` (CUDA, with a GradScaler).
+    - ``threads``: CPU threads per process; None divides the cores among local processes.
+    - ``exit_on_error``: a set-up mistake (too many ranks for the GPUs, an incomplete launcher
+      environment) prints one ``distrain: error:`` line and exits 1 instead of raising
+      :class:`DistrainError`.
+    - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
+      (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
+    - ``watchdog_seconds``: abort with every rank's stack when no step completes this long
+      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.worker.watchdog`.
+    Calling it again returns the same Context.
+    """
+    try:
+        active = current()
+        if active is not None:
+            return active
+        dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
+        noise.install()  # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        if precision not in ("fp32", "bf16", "fp16"):
+            raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
+        try:
+            env = detect_environment()
+            env.export_env()
+        except ClusterError as err:
+            raise DistrainError(str(err)) from None
+        settings = Settings.read(
+            device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds
+        )
+        dev = _pick_device(env, settings.device, settings.visible_devices)
+        if precision == "fp16" and dev.type != "cuda":
+            raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
+        if dev.type == "cuda":
+            try:
+                env.check_devices(torch.cuda.device_count())
+            except ClusterError as err:
+                raise DistrainError(str(err)) from None
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        n_threads = choose_threads(
+            env.local_world_size(), settings.threads, settings.omp_num_threads
+        )
+        torch.set_num_threads(n_threads)
+        chosen_backend: str | None = None
+        attempt = 0  # which attempt of the job, agreed by every rank (worker/attempt.py)
+        # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
+        # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
+        if env.forms_process_group():
+            chosen_backend = backend or _default_backend(dev)
+            if chosen_backend == "nccl":
+                from distrain.worker import nccl_debug
+
+                nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
+            _import_before_the_group()
+            store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
+            dist.init_process_group(
+                chosen_backend,
+                store=store,
+                rank=env.rank(),
+                world_size=env.world_size(),
+                timeout=timeout,
+                device_id=dev if dev.type == "cuda" else None,
+            )
+            chosen_backend = (
+                dist.get_backend()
+            )  # what really formed: under `run --cpu`, gloo for nccl
+        ctx = Context(env, dev, chosen_backend, precision, n_threads, settings)
+        if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
+            set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
+        failure.install(
+            ctx.rank, settings
+        )  # distrain errors in one line; a failed rank's root cause reported once
+        real_gpu = (
+            dev.type == "cuda" and settings.cpu_rehearsal is None
+        )  # under `run --cpu` NVML has nothing to say
+        ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
+        ctx.services.breakdown = open_breakdown(
+            settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
+        )
+        ctx.services.monitor = open_monitor(
+            settings.run_dir,
+            ctx.rank,
+            ctx.world_size,
+            dev.index if real_gpu else None,
+            interval=settings.metrics_interval_s,
+            breakdown=ctx.services.breakdown,
+            attempt=settings.restart_count,
+            visible_devices=settings.visible_devices,
+        )
+        if settings.watchdog_s is not None and ctx.distributed:
+            ctx.services.watchdog = watchdog.start_watchdog(
+                ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
+            )
+            emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
+        if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
+            from distrain.worker.replicas.training import attach
+
+            ctx.replicas = attach(ctx.process, settings, precision)
+        _remember(ctx)
+        atexit.register(ctx.shutdown)
+        # after a restart `distrain run` has said what happened and that every rank restarts
+        # (launch/console.py): the same start line again would say nothing new
+        if verbose and not restarted_by_distrain_run():
+            ctx.print(ctx.describe())
+        return ctx
+    except (
+        ClusterError,
+        UsageError,
+    ):  # DistrainErrors too, but not init's set-up errors: raised as they are
+        raise
+    except DistrainError as err:
+        if not exit_on_error:
+            raise
+        _log.error(f"distrain: error: {err}")
+        raise SystemExit(1) from None

@@ -1,0 +1,1 @@
+"""`--replicas`, worker side: training through failures with TorchFT."""

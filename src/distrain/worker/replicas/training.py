@@ -1,0 +1,398 @@
+"""Training through failures under `distrain run --replicas R` (TorchFT underneath).
+
+The job is R replica groups of N processes.  Inside a group the ranks are an ordinary
+process group (formed by ``distrain.init()``); across groups a ``torchft.Manager`` asks the
+lighthouse for the quorum of live groups at every step, all-reduces the gradients among them
+and lets a group apply an optimizer step only when the quorum commits it.  A group whose
+process died is restarted alone by its own agent; its first quorum finds it behind, and it
+copies the state of a live group (model, optimizer, scheduler, loader position, step: every
+object given to ``ckpt.restore``) over TorchFT's PGTransport.
+
+The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
+step: a live group sends its state while its training loop waits, so what it sends is exactly
+its state between two steps (after the script's scheduler step and save), never one a forward
+pass is changing (BatchNorm's running stats).  Each group's last committed step goes to its
+step file in DISTRAIN_FT_EVENTS; "joined" (a heal's source, duration) is a ``replica`` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
+
+from distrain.contract import ft_step_file
+from distrain.errors import DistrainError
+from distrain.events import emit
+from distrain.log import get_logger
+from distrain.parallel.fsdp import is_sharded_tensor
+from distrain.parallel.options import DDP, FSDP, Strategy
+from distrain.worker.replicas import sync
+from distrain.worker.replicas.bind import manager_server_on
+from distrain.worker.replicas.noise import first_forward_filtered, quiet_sequence_numbers
+
+if TYPE_CHECKING:
+    from distrain.checkpoint import Resumed
+    from distrain.settings import Settings
+    from distrain.worker.process import ProcessInfo
+
+_log = get_logger("train")
+
+#: a quorum or commit wait this long (seconds) after a stop signal waits for a dead peer
+STUCK_S = 1.0
+
+
+class Replicas:
+    """This process's replica group and its ``torchft.Manager``; what Context delegates to."""
+
+    def __init__(self, process: ProcessInfo, settings: Settings, precision: str) -> None:
+        from torchft import Manager, ProcessGroupGloo, ProcessGroupNCCL
+        from torchft.checkpointing.pg_transport import PGTransport
+
+        assert settings.replica_group is not None  # attach() makes one only under --replicas
+        group, self.groups = settings.replica_group, settings.replica_groups or 1
+        self.group, self.events = group, settings.ft_events
+        self.rank, self.size = process.rank, process.world_size
+        self.precision = precision
+        self.map_buffers = settings.map_large_buffers  # the opt-in allocator setting (heap.py)
+        self.objects: dict[str, Any] = {}
+        self.started = False
+        self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
+        self.source: int | None = None  # the group this process healed from
+        self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
+        self.in_step = False  # between a step's first forward and its commit vote
+        self.met_all_at: int | None = None  # step of the last quorums that held every group
+        self.met_all_times = 0  # how many quorums in a row held every group at that step
+        # each loader's position at the last step end: what a peer copies while a batch is in flight
+        self._positions: dict[str, Any] = {}
+        self._device = process.device
+        cuda = process.device.type == "cuda" and process.backend == "nccl"
+        # cross-group collectives and heal transfers (DISTRAIN_FT_TIMEOUT): short, so a dead
+        # group costs little; gloo's own timeout (how long survivors wait on a dead peer) half
+        ft_timeout = dt.timedelta(seconds=settings.ft_timeout_s)
+        self.quorum_timeout_s, self.start_wait_s = (
+            settings.ft_quorum_timeout_s,
+            settings.ft_start_wait_s,
+        )
+        self.linger_s = settings.ft_linger_s
+        # this agent's restarts (in the events); the lighthouse named when a quorum fails
+        self.restart_count, self.lighthouse = settings.restart_count, settings.lighthouse
+        pg = (
+            ProcessGroupNCCL(timeout=ft_timeout)
+            if cuda
+            else ProcessGroupGloo(timeout=ft_timeout / 2)
+        )
+        self._pg = pg
+        transport = PGTransport(pg, timeout=ft_timeout, device=process.device)
+        host = settings.ft_host or settings.bind_addr or "127.0.0.1"
+        # its server on the job's address only (TorchFT binds every interface: ft_bind.py)
+        with sync.real_accelerator(settings.cpu_rehearsal is not None), manager_server_on(host):
+            self.manager = Manager(
+                pg=pg,
+                load_state_dict=self._load,
+                state_dict=self._state,
+                min_replica_size=1,
+                use_async_quorum=False,
+                timeout=ft_timeout,
+                quorum_timeout=dt.timedelta(seconds=self.quorum_timeout_s),
+                connect_timeout=dt.timedelta(seconds=10),
+                rank=process.rank,
+                world_size=process.world_size,
+                replica_id=f"distrain_{group}",
+                hostname=host,
+                checkpoint_transport=transport,
+            )
+        self._step_fd: int | None = None
+        if self.events and process.rank == 0:
+            self._step_fd = os.open(
+                ft_step_file(self.events, group), os.O_WRONLY | os.O_CREAT, 0o644
+            )
+
+    # -- what is healed --------------------------------------------------------------------
+    def register(self, name: str, obj: Any) -> None:
+        """Include `obj` (state_dict/load_state_dict) in the state a replacement copies."""
+        for key, old in list(self.objects.items()):
+            if old is obj:
+                del self.objects[key]
+        self.objects[name] = obj
+
+    def _state(self) -> dict[str, Any]:
+        # at a step's first forward the loader's position counts the batch just drawn, which the
+        # model has not trained on: a peer copying it skipped a batch and ended its epochs a step
+        # early (this group then took the last step alone); send the position at the step's start
+        def state_of(name: str, obj: Any) -> Any:
+            if self.in_step and name in self._positions:
+                return self._positions[name]
+            return sync.plain(obj).state_dict()
+
+        return {
+            "group": self.group,
+            "objects": {name: state_of(name, obj) for name, obj in self.objects.items()},
+        }
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self.source = int(state["group"])
+        missing = [name for name in self.objects if name not in state["objects"]]
+        if missing:
+            raise RuntimeError(
+                f"group {self.source} sent no state for {', '.join(missing)} (scripts must register the same objects)"
+            )
+        for name, obj in self.objects.items():
+            if self.in_step and isinstance(obj, DataLoader):
+                # the script's loop holds a live iterator a new position cannot move (groups
+                # that consume batches in step are at the same position anyway)
+                if self._positions.get(name) != state["objects"][name]:
+                    _log.warning(
+                        f"distrain: replica group {self.group} healed mid-epoch; its loader stays at "
+                        f"{self._positions.get(name)}, group {self.source}'s is at {state['objects'][name]}"
+                    )
+                continue
+            sync.plain(obj).load_state_dict(state["objects"][name])
+
+    def _mark_positions(self) -> None:
+        for name, obj in self.objects.items():
+            if isinstance(obj, DataLoader):
+                self._positions[name] = obj.state_dict()  # type: ignore[attr-defined]  # our loaders
+
+    def quorum(self) -> None:
+        """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
+        with self._waiting():
+            try:
+                self.manager.start_quorum()
+            except Exception as err:  # TorchFT's own timeout: name what was waited for
+                raise sync.quorum_failed(self, err) from None
+        if self.size > 1:  # a heal that failed on some ranks only splits the group: restart it
+            sync.agree_in_group(self, self._device)
+        step, everyone = self.manager.current_step(), self.manager.num_participants() >= self.groups
+        self.met_all_times = (
+            (self.met_all_times + 1 if step == self.met_all_at else 1) if everyone else 0
+        )
+        self.met_all_at = step if everyone else None
+
+    # -- model and data --------------------------------------------------------------------
+    def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
+        """`model` on `device`, DDP or FSDP over this group, its gradients averaged over the live groups too.
+
+        `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
+        group, the reduce-scattered shards all-reduced across groups); an option this path would
+        not honour is refused, never dropped.
+        """
+        if type(spec) is FSDP:
+            return self._prepare_sharded(model, device, spec)
+        if type(spec) is not DDP:
+            raise DistrainError(
+                f"--replicas supports strategy='ddp' or 'fsdp' for now (got {spec.name!r})"
+            )
+        if spec != DDP(find_unused_parameters=spec.find_unused_parameters):
+            raise DistrainError(
+                f"--replicas takes DDP without options for now (sync_bn, comm_hook, bucket_cap_mb, "
+                f"activation_checkpointing, extra are not applied across groups); got {spec}"
+            )
+        model = model.to(device)
+        kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
+        # find_unused_parameters keeps the buckets as first built: every group must all-reduce
+        # the same buckets, and a replacement would otherwise rebuild them differently
+        wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True, **kwargs)
+        manager, size = self.manager, self.size
+
+        def hook(state, bucket):  # DDP refuses a string annotation here
+            if size > 1:  # inside the group first, then across groups (same rank in every group)
+                dist.all_reduce(bucket.buffer())
+                bucket.buffer().div_(size)
+            # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never raises)
+            work = manager.allreduce(bucket.buffer())
+            if work.wait():  # builds the chain that divides by the participants
+                averaged = work.get_future().wait()
+            else:  # a peer died mid-all-reduce: TorchFT noted the error and this step will not
+                # commit; the buffer may be half-reduced, and TorchFT's future was never set
+                averaged = bucket.buffer().zero_()
+            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            done.set_result(averaged)
+            return done
+
+        wrapped.register_comm_hook(None, hook)
+        self.register(f"__model{len(self.objects)}", wrapped)
+        wrapped.register_forward_pre_hook(self._first_forward)
+        first_forward_filtered(wrapped)  # after the quorum's hook: DDP's own warning only
+        return wrapped
+
+    def _prepare_sharded(self, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
+        from torch.distributed.fsdp import FSDPModule
+
+        from distrain.parallel import prepare
+
+        # FSDP over this group's ranks (its process group), as `distrain run -n N` would shard
+        sharded = prepare(
+            model,
+            spec,
+            device=device,
+            precision=self.precision,
+            distributed=True,
+            num_nodes=1,
+            map_buffers=self.map_buffers,
+        )
+        for module in sharded.modules():  # each unit's reduce-scattered shard, then across groups
+            if isinstance(module, FSDPModule):
+                module.set_all_reduce_hook(self._cross_group)
+        self.register(f"__model{len(self.objects)}", sharded)
+        sharded.register_forward_pre_hook(self._first_forward)
+        return sharded
+
+    def _cross_group(self, shard: torch.Tensor) -> None:
+        # the same rank of every live group holds the same shard: TorchFT's fault-tolerant average
+        work = self.manager.allreduce(shard)
+        if work.wait():
+            averaged = work.get_future().wait()
+            if averaged is not shard:
+                shard.copy_(averaged)
+        else:  # a peer died mid-all-reduce: this step will not commit (see the DDP hook)
+            shard.zero_()
+
+    def _first_forward(self, module: nn.Module, args: Any) -> None:
+        # the quorum of a step is taken at its first forward: after the script's own work between
+        # two steps (scheduler.step, maybe_save), so a live group sends all of it in one state
+        if not self.started:
+            self.begin(in_step=True)
+        elif not self.quorum_open:
+            self.in_step = True  # the script drew this step's batch already
+            self.quorum()
+            self.quorum_open = True
+
+    def data_rank(self) -> tuple[int, int]:
+        """(shard, shards) of the global batch for this process: groups × ranks."""
+        return self.group * self.size + self.rank, self.groups * self.size
+
+    def checkpoint_dir(self, directory: str) -> str:
+        """Each group saves into its own subfolder (a lost group's disk state stays its own)."""
+        return os.path.join(directory, f"replica_{self.group}")
+
+    # -- the step ----------------------------------------------------------------------------
+    def begin(self, in_step: bool = False) -> int:
+        """The first quorum of this process: heal from a live group if behind; the step reached."""
+        self.started = self.quorum_open = True
+        self.in_step = in_step
+        t0 = time.perf_counter()
+        if self.rank == 0 and self.events and self.groups > 1:
+            sync.start_together(self, self.events)
+        if not in_step:
+            self._mark_positions()
+        self.quorum()
+        if self.groups > 1:  # alone, and behind another group's known step: wait for it
+            sync.wait_for_further_groups(self, self._device)
+        if not in_step:
+            self._mark_positions()  # healed: the position it continues from
+        step = self.manager.current_step()
+        if self.size > 1:
+            self._match_group()
+        if self.rank == 0 and self.events:
+            emit("replica", self.events, event="joined", group=self.group, rank=self.rank, step=step,
+                 source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
+        if self.source is not None and step > 0:  # `distrain run` says it from the event above
+            (_log.debug if self.events else _log.info)(
+                f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
+            )
+        self._write_step(step)
+        return step
+
+    def _match_group(self) -> None:
+        # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at the
+        # first quorum of a job (init_sync) groups may start from different weights, and the
+        # ranks of one group then got different ones; DDP inside the group needs them equal
+        with torch.no_grad():
+            for obj in self.objects.values():
+                if isinstance(obj, nn.Module):
+                    for t in [*obj.parameters(), *obj.buffers()]:
+                        # an FSDP shard is this rank's part alone: nothing in the group to agree with
+                        # (rank r of every group heals from one source, so the groups still agree)
+                        if not is_sharded_tensor(t):
+                            dist.broadcast(t, src=0)
+
+    def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
+        """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""
+        for name, obj in objects.items():
+            self.register(name, obj)
+        if resumed.step:  # from disk: the quorum starts from this step (the furthest group leads)
+            self.manager.load_state_dict(
+                {"step": resumed.step, "batches_committed": resumed.step * self.groups}
+            )
+        step = self.begin()
+        if self.source is not None and step != resumed.step:
+            from distrain.checkpoint import Resumed as R
+
+            return R(
+                step=step, path=f"replica group {self.source} (live)", extra=dict(resumed.extra)
+            )
+        return resumed
+
+    def step(self, apply: Callable[[], None]) -> bool:
+        """Apply the optimizer step (`apply`) only when the quorum commits; True when the state moved on."""
+        if not self.started:
+            self.begin()
+        self.quorum_open = False
+        with self._waiting():
+            committed = self.manager.should_commit()
+        if committed:
+            apply()
+        self.in_step = False
+        self._mark_positions()  # the batch of this step is consumed, committed or not
+        self._write_step(self.manager.current_step())
+        return bool(committed)
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        self.waiting_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waiting_since = None
+
+    def stuck(self) -> bool:
+        """Whether this process has waited on its group's peers for a second or more (a stop then exits at once).
+
+        A quorum or commit vote takes milliseconds when every process of the group takes part;
+        one that lasts a second after a stop signal waits for a process that died.
+        """
+        since = self.waiting_since
+        return since is not None and time.monotonic() - since >= STUCK_S
+
+    def _write_step(self, step: int) -> None:
+        if self._step_fd is not None:
+            os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
+
+    def close(self) -> None:
+        """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        from distrain.worker.failure import failing
+        from distrain.worker.replicas.sync import serve_stragglers, write_final
+
+        try:
+            if not failing():  # a failing process's state is no one's to copy (nor to check)
+                serve_stragglers(self, self._device)
+                write_final(self)
+        except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
+            _log.warning(
+                f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"
+            )
+        if self._step_fd is not None:
+            os.close(self._step_fd)
+            self._step_fd = None
+        self.manager.shutdown(wait=False)
+        # drop the cross-group gloo group now: left to interpreter teardown, its threads meet a
+        # half-dismantled process (the exit abort release_ddp describes)
+        with contextlib.suppress(Exception):
+            self._pg.shutdown()
+
+
+def attach(process: ProcessInfo, settings: Settings, precision: str) -> Replicas | None:
+    """A Replicas for this process when `distrain run --replicas` started it, else None."""
+    if settings.replica_group is None or not process.distributed:
+        return None
+    quiet_sequence_numbers()  # TorchFT's process groups: a deprecation at every reconfiguration
+    return Replicas(process, settings, precision)

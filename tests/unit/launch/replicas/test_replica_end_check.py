@@ -1,0 +1,70 @@
+"""launch/replicas/events.py's end check: every group's final step and state, compared rank by rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distrain.contract import ft_end_file
+from distrain.events import emit
+from distrain.launch.replicas.events import ReplicaJob
+
+
+def _job(tmp_path: Path, finals: dict[tuple[int, int], str], codes: dict[int, int]) -> ReplicaJob:
+    job = ReplicaJob(2, str(tmp_path))
+    for (group, rank), text in finals.items():
+        step, digest = text.split()
+        emit("replica", str(tmp_path), event="final", group=group, rank=rank, step=int(step),
+             digest=digest)  # fmt: skip
+    for group, code in codes.items():
+        job.on_exit(group, code)
+    return job
+
+
+def test_equal_groups_pass_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    finals = {(g, r): f"60 {'ab' * 32 if r == 0 else 'cd' * 32}\n" for g in (0, 1) for r in (0, 1)}
+    assert _job(tmp_path, finals, {0: 0, 1: 0}).check_finals() == 0
+    assert (
+        "replica groups 0, 1 ended at step 60 with equal states (rank 0: sha256 abababababab)"
+        in capsys.readouterr().err
+    )
+    assert Path(
+        ft_end_file(str(tmp_path), 1)
+    ).exists()  # the groups still running stop waiting for it
+
+
+@pytest.mark.parametrize(
+    ("other", "said"),
+    [
+        (
+            "60 " + "ef" * 32,
+            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 60, state efefefefefef",
+        ),
+        (
+            "61 " + "cd" * 32,
+            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 61, state cdcdcdcdcdcd",
+        ),
+    ],
+)
+def test_a_different_state_or_step_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], other: str, said: str
+) -> None:
+    finals = {
+        (0, 0): "60 " + "ab" * 32,
+        (0, 1): "60 " + "cd" * 32,
+        (1, 0): "60 " + "ab" * 32,
+        (1, 1): other,
+    }
+    assert _job(tmp_path, finals, {0: 0, 1: 0}).check_finals() == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert lines == [f"distrain run: error: replica groups ended with different states: {said}"]
+
+
+def test_a_failed_group_is_not_compared(tmp_path: Path) -> None:
+    finals = {(0, 0): "60 " + "ab" * 32, (1, 0): "12 " + "ef" * 32}
+    assert (
+        _job(tmp_path, finals, {0: 0, 1: 1}).check_finals() == 0
+    )  # the job fails for group 1 anyway
