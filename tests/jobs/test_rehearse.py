@@ -21,7 +21,7 @@ import torch
 from helpers import REPO, python, run
 
 SCRIPTS = REPO / "tests" / "gpu_scripts"
-BOOT = REPO / "src" / "distrain" / "runtime" / "rehearse" / "boot"
+BOOT = REPO / "src" / "distrain" / "worker" / "rehearse" / "boot"
 pytestmark = pytest.mark.timeout(900)
 
 

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 import os
-import re
 import sys
+from typing import NoReturn
 
 from distrain.cluster.torchelastic import TorchElasticEnvironment
 
-_LOCAL_RANK_ARG = re.compile(r"^--local[-_]rank(?:=(\d+))?$")
+
+class _ArgvError(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting: argv is the script's."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
 
 
 def pop_local_rank_arg(argv: list[str]) -> int | None:
-    """Remove `--local-rank=N`, `--local_rank=N` or `--local_rank N` from argv; return N."""
-    for i, arg in enumerate(argv[1:], start=1):
-        match = _LOCAL_RANK_ARG.match(arg)
-        if not match:
-            continue
-        if match.group(1) is not None:
-            del argv[i]
-            return int(match.group(1))
-        if i + 1 < len(argv) and argv[i + 1].isdigit():
-            value = int(argv[i + 1])
-            del argv[i : i + 2]
-            return value
-    return None
+    """Remove `--local-rank=N`, `--local_rank=N` or `--local_rank N` from argv; return N.
+
+    argparse reads it, as torch's own docs have scripts do; everything else stays in order.
+    """
+    parser = _ArgvError(add_help=False, allow_abbrev=False)
+    parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int)
+    try:
+        found, rest = parser.parse_known_args(argv[1:])
+    except ValueError:  # `--local_rank x`: the script's own option, not the launcher's
+        return None
+    if found.local_rank is None or found.local_rank < 0:
+        return None
+    argv[1:] = rest
+    return int(found.local_rank)
 
 
 def strip_launcher_argv() -> int | None:

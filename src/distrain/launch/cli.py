@@ -115,8 +115,7 @@ def main(argv: Sequence[str]) -> int:
             if started:
                 forkserver.stop_server()
             return host_go.NOT_STARTED
-        argv = host_go.fill(argv, go)
-        command = split(argv)
+        command = host_go.fill(command, go)
     try:
         launch = plan(command)
         if launch.args.replicas is not None:  # each group's own launcher forks

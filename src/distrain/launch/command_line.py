@@ -14,8 +14,8 @@ fan-out to hosts, and the tools that relaunch themselves (split with their own p
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from distrain.errors import UsageError, raise_usage_errors
 from distrain.launch.mpi import LAUNCHERS
@@ -23,6 +23,8 @@ from distrain.launch.mpi import LAUNCHERS
 PROG = "distrain run"
 #: the dest of a token that names no option of the parser
 UNKNOWN = ""
+#: the dest of a tool's own positional before the script (:func:`split`'s `leading`)
+POSITIONAL = "<positional>"
 
 
 #: the options that make `distrain run` a launcher of many machines (launch/hosts/run.py)
@@ -94,6 +96,19 @@ class CommandLine:
         """The launcher's tokens without the options of these dests."""
         return [tok for opt in self.options if opt.dest not in dests for tok in opt.tokens]
 
+    def with_values(self, fill: Callable[[Option], str | None]) -> CommandLine:
+        """This command line with each option's value as `fill(option)` gives it, tokens rebuilt
+        in the form given (``--name=value`` or ``--name value``)."""
+        options = []
+        for opt in self.options:
+            value = fill(opt)
+            if value == opt.value or value is None:
+                options.append(opt)
+                continue
+            tokens = (f"{opt.name}={value}",) if len(opt.tokens) == 1 else (opt.name, value)
+            options.append(replace(opt, value=value, tokens=tokens))
+        return CommandLine(tuple(options), self.script_argv)
+
     def argv_without(self, *dests: str) -> list[str]:
         """The whole command line without the options of these dests (``--`` kept where needed)."""
         return self.launcher_without(*dests) + script_tail(list(self.script_argv))
@@ -104,23 +119,17 @@ def script_tail(script_argv: list[str]) -> list[str]:
     return ["--", *script_argv] if script_argv and script_argv[0].startswith("-") else script_argv
 
 
-def split_at_separator(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(a tool's own options, the script's command line after the first ``--``; [] without one):
-    `distrain bench scaling` and `distrain export`, whose script comes after ``--``."""
-    if "--" not in argv:
-        return argv, []
-    at = argv.index("--")
-    return argv[:at], argv[at + 1 :]
-
-
-def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> CommandLine:
+def split(
+    argv: Sequence[str], parser: argparse.ArgumentParser | None = None, leading: int = 0
+) -> CommandLine:
     """Split `argv` at the first token that is not an option (or at ``--``, which is dropped).
 
-    `parser` defaults to `distrain run`'s (:func:`run_parser`); a tool that relaunches itself
-    splits its own arguments with its own parser.  An unknown name is kept as a switch with the
-    dest UNKNOWN: the caller decides when to refuse it (``--help`` is still seen after it).
+    `parser` defaults to `distrain run`'s (:func:`run_parser`); a tool splits its own command
+    line with its own parser (`distrain export slurm train.py … -- --lr 1`: `leading` 2 keeps
+    its positionals, target and script, on its side).  An unknown name is kept as a switch with
+    the dest UNKNOWN: the caller decides when to refuse it (``--help`` is still seen after it).
     """
-    return _split(argv, takes_value(parser if parser is not None else run_parser()))
+    return _split(argv, takes_value(parser if parser is not None else run_parser()), leading)
 
 
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
@@ -138,7 +147,9 @@ def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
     return _split(argv, {**OPTIONS, **takes_value(ours)})
 
 
-def _split(argv: Sequence[str], table: dict[str, tuple[str, bool]]) -> CommandLine:
+def _split(
+    argv: Sequence[str], table: dict[str, tuple[str, bool]], leading: int = 0
+) -> CommandLine:
     options: list[Option] = []
     i = 0
     while i < len(argv):
@@ -146,7 +157,11 @@ def _split(argv: Sequence[str], table: dict[str, tuple[str, bool]]) -> CommandLi
         if tok == "--":
             return CommandLine(tuple(options), tuple(argv[i + 1 :]))
         if not tok.startswith("-") or tok == "-":
-            return CommandLine(tuple(options), tuple(argv[i:]))
+            if not leading:
+                return CommandLine(tuple(options), tuple(argv[i:]))
+            options.append(Option(tok, POSITIONAL, tok, (tok,)))  # the tool's own positional
+            leading, i = leading - 1, i + 1
+            continue
         name, eq, attached = tok.partition("=")
         dest, needs_value = table.get(name, (UNKNOWN, False))
         if eq or not needs_value:

@@ -140,3 +140,24 @@ def test_a_tool_splits_with_its_own_parser() -> None:
     parser.add_argument("--json", action="store_true")
     command = split(["--json", "-n", "4", "--json"], parser)
     assert command.value("nproc") == "4" and command.argv_without("nproc") == ["--json", "--json"]
+
+
+def test_a_tool_keeps_its_leading_positionals_and_the_script_follows_the_separator() -> None:
+    tool = argparse.ArgumentParser()
+    tool.add_argument("target")
+    tool.add_argument("script")
+    tool.add_argument("--port")
+    argv = ["slurm", "--port", "1", "train.py", "--", "--lr", "1"]
+    command = split(argv, tool, leading=2)
+    assert command.launcher_argv == ["slurm", "--port", "1", "train.py"]
+    assert list(command.script_argv) == ["--lr", "1"]
+    assert tool.parse_args(command.launcher_argv).script == "train.py"
+    # without `leading` the first positional already starts the script, as for `distrain run`
+    assert split(argv, tool).script_argv == tuple(argv)
+
+
+def test_with_values_rebuilds_each_option_in_the_form_given() -> None:
+    command = split(["--master-addr", "@A@", "--rdzv-endpoint=@A@:1", "-n", "2", "t.py", "@A@"])
+    filled = command.with_values(lambda o: o.value.replace("@A@", "h") if o.value else None)
+    assert filled.launcher_argv == ["--master-addr", "h", "--rdzv-endpoint=h:1", "-n", "2"]
+    assert filled.script_argv == ("t.py", "@A@")  # the script's own arguments are its own

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+
+from distrain.launch.command_line import CommandLine, Option
 
 #: the environment variable naming the go pipe's fd (set by host_node for its node only)
 GO_FD = "DISTRAIN_HOST_GO_FD"
@@ -49,16 +50,19 @@ def read_go(fd: int) -> dict[str, object] | None:
     return go if isinstance(go, dict) else None
 
 
-def fill(argv: Sequence[str], go: dict[str, object]) -> list[str]:
-    """`argv` with the master's address and port (and the processes per replica group) in place
-    of their tokens."""
+def fill(command: CommandLine, go: dict[str, object]) -> CommandLine:
+    """`command` with the master's address and port (and the processes per replica group) in
+    place of their tokens in the options' values."""
     addr, port, nproc = str(go["master_addr"]), str(go["master_port"]), str(go.get("nproc"))
     # HOST:PORT (the rendezvous endpoint) brackets an IPv6 address; --master-addr takes it bare
     endpoint = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-    out = [
-        t.replace(f"{ADDR_TOKEN}:{PORT_TOKEN}", endpoint)
-        .replace(ADDR_TOKEN, addr)
-        .replace(PORT_TOKEN, port)
-        for t in argv
-    ]
-    return [nproc if t == NPROC_TOKEN else t for t in out]
+
+    def filled(opt: Option) -> str | None:
+        if opt.value is None:
+            return None
+        if opt.value == NPROC_TOKEN:
+            return nproc
+        value = opt.value.replace(f"{ADDR_TOKEN}:{PORT_TOKEN}", endpoint)
+        return value.replace(ADDR_TOKEN, addr).replace(PORT_TOKEN, port)
+
+    return command.with_values(filled)

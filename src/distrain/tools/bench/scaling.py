@@ -22,7 +22,7 @@ from typing import Any
 
 from distrain.contract import usable_cores
 from distrain.errors import UsageError, fail, raise_usage_errors
-from distrain.launch.command_line import split_at_separator
+from distrain.launch.command_line import split
 from distrain.tools.bench import nodes, probe, report, runner, summary
 
 PROG = "distrain bench scaling"
@@ -322,9 +322,10 @@ def execute_all(
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
-    own, script_args = split_at_separator(argv)
+    command = split(argv, _parser(), leading=1)  # the script; its arguments after ``--``
+    script_args = list(command.script_argv)
     try:
-        args = _parser().parse_args(own)
+        args = _parser().parse_args(command.launcher_argv)
         nprocs = parse_nproc(args.nproc)
         if args.repeat < 1:
             raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")

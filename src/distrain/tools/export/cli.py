@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrain.errors import UsageError, fail, raise_usage_errors
-from distrain.launch.command_line import split_at_separator
+from distrain.launch.command_line import split
 from distrain.tools.export import compose, docker, k8s, slurm
 from distrain.tools.export.install import resolve
 from distrain.tools.export.spec import (
@@ -259,9 +259,10 @@ def _write(path: Path, text: str, executable: bool = False) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `distrain export`."""
-    own, script_args = split_at_separator(argv)
+    command = split(argv, _parser(), leading=2)  # target and script; its arguments after ``--``
+    script_args = list(command.script_argv)
     try:
-        args = _parser().parse_args(own)
+        args = _parser().parse_args(command.launcher_argv)
         spec = build_spec(args, script_args)
         result = generate(args.target, spec, args)
     except UsageError as err:

@@ -54,7 +54,7 @@ def test_hosts_without_slots_split_their_gpus_among_their_groups() -> None:
     opts = _decide("a,b", {"a": 4, "b": 4})
     assert opts.per_group == 2  # 4 GPUs, 2 groups on each host
     go = {"master_addr": "10.0.0.1", "master_port": 29500, "nproc": opts.per_group}
-    assert host_go.fill(argv, go)[argv.index("-n") + 1] == "2"
+    assert host_go.fill(split(argv), go).value("nproc") == "2"
     assert _decide("a:2,b", {"a": 8, "b": 2}).per_group == 1  # given slots win over GPUs
 
 

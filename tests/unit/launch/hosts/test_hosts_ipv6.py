@@ -63,10 +63,14 @@ def test_ssh_gets_the_bare_address_and_its_family() -> None:
 def test_the_rendezvous_endpoint_brackets_an_ipv6_master() -> None:
     opts = host_options.parse(split(["--hosts", "a:1,b:1", "--nnodes", "1:2", "t.py"]))
     argv = ssh_hosts.node_argv(opts, 1, "job")
-    filled = host_go.fill(argv, {"master_addr": "fd00::2", "master_port": 29400})
+    filled = host_go.fill(
+        split(argv), {"master_addr": "fd00::2", "master_port": 29400}
+    ).launcher_argv
     assert filled[filled.index("--rdzv-endpoint") + 1] == "[fd00::2]:29400"
     static = ssh_hosts.node_argv(host_options.parse(split(["--hosts", "a:1,b:1", "t.py"])), 1, "j")
-    filled = host_go.fill(static, {"master_addr": "fd00::2", "master_port": 29400})
+    filled = host_go.fill(
+        split(static), {"master_addr": "fd00::2", "master_port": 29400}
+    ).launcher_argv
     assert filled[filled.index("--master-addr") + 1] == "fd00::2"
 
 
