@@ -183,7 +183,8 @@ sched = torch.optim.lr_scheduler.CosineAnnealingLR(
     opt, T_max=args.epochs * len(train_loader), eta_min=lr * 0.01
 )
 
-# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position (distrain.checkpoint)
+# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position
+# (distrain.checkpoint)
 ckpt = (
     ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1)
     if args.checkpoint_dir

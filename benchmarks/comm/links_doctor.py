@@ -2,9 +2,9 @@
 
     sudo python3 benchmarks/comm/links_doctor.py --rates none,10gbit,1gbit,100mbit
 
-For each rate: a 2-node `distrain run ... -m distrain.tools.doctor --json` (one process per node) with the
-default model (25.6 M parameters, 0.25 s per step) and with --model-params/--step-time if given
-after `--`; prints the measured link (Mbit/s, round trip) and the verdict line.
+For each rate: a 2-node `distrain run ... -m distrain.tools.doctor --json` (one process per node)
+with the default model (25.6 M parameters, 0.25 s per step) and with --model-params/--step-time if
+given after `--`; prints the measured link (Mbit/s, round trip) and the verdict line.
 """
 
 from __future__ import annotations

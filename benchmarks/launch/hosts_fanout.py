@@ -6,10 +6,11 @@ Two network-namespace hosts, each with a real sshd (tests/helpers/ssh_cluster.py
 namespace as the launching machine.  Each round, in alternating order:
 
 - **two commands**: `distrain run --nnodes 2 --node-rank i --master-addr A --master-port P -n 1`
-  started in both hosts at the same instant (what a person types on each machine, minus typing), each in a session of its own as a login
-  is: with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled`` = 1
-  here) every session is a scheduling group, and nodes started under sshd (one session each)
-  got about twice the CPU of two nodes sharing the benchmark's session on a loaded machine;
+  started in both hosts at the same instant (what a person types on each machine, minus typing),
+  each in a session of its own as a login is: with the kernel's autogroup scheduling
+  (``/proc/sys/kernel/sched_autogroup_enabled`` = 1 here) every session is a scheduling group, and
+  nodes started under sshd (one session each) got about twice the CPU of two nodes sharing the
+  benchmark's session on a loaded machine;
 - **one command**: `distrain run --hosts h0:1,h1:1 -n 1` in the launching namespace.
 
 Time 0 is just before the command(s) start.  Three ends are timed: the moment both hosts'

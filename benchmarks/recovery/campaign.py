@@ -5,7 +5,8 @@
 
 Kinds (both real examples, under ``distrain run -n 2 --max-restarts 3``):
 
-- ``digits``: examples/train_digits.py, a CNN with plain BatchNorm, 8 epochs, checkpoint every 5 steps;
+- ``digits``: examples/train_digits.py, a CNN with plain BatchNorm, 8 epochs, checkpoint every 5
+  steps;
 - ``imagefolder``: examples/train_imagefolder.py (ResNet-18: BatchNorm, RandomResizedCrop and
   flip) on a generated folder of 48 small images, read by 2 DataLoader workers per rank.
 

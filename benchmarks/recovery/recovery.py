@@ -3,8 +3,8 @@
     python3 benchmarks/recovery/recovery.py --rounds 3                # a distrain script + its checkpointer
     python3 benchmarks/recovery/recovery.py --job plain --rounds 3    # a plain torchrun script: the launchers
 
-``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()`` and
-the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
+``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()``
+and the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
 kill to rank 0's first completed step after the restart (the job's own timeline) is measured for:
 
 - ``distrain run`` + checkpoint resume (restore, then continue mid-epoch);
@@ -19,8 +19,8 @@ checkpoint load time the script measured is printed beside it.  Every launcher g
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restart_tally.py counts how often torchrun restarts fail
 without it).
 
-Variants are interleaved round by round so machine load hits them alike.  ``--control N`` first
-runs restart_tally.py's tally: N kill-restarts of a plain torch.distributed script per store setting.
+Variants are interleaved round by round so machine load hits them alike.  ``--control N`` first runs
+restart_tally.py's tally: N kill-restarts of a plain torch.distributed script per store setting.
 """
 
 from __future__ import annotations

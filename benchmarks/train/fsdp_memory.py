@@ -4,14 +4,15 @@
     PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 2 --layers 6 --width 384 --heads 6 \
         --steps 5 --timing-rounds 3                                                  # step time, 10.8 M
 
-Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).
-Every rank measures its resident memory (RSS) after start-up and warm-up (baseline), after
-building and preparing the model (under ``ctx.init_model()``), and after the first optimizer
-step (parameters, gradients and AdamW state all exist then); the growth over the baseline is
-the model state it holds.  "live" readings come after glibc's malloc_trim(0): freed transient
-buffers (all-gathered weights, activations) otherwise stay in the process's heap and count as
-resident ("raw").  It also counts the tensors' bytes (for a sharded model: the local shards).  Then it times --steps more steps (the slowest rank's median); the 2-rank jobs are
-repeated --timing-rounds more times, DDP and FSDP alternating, for the step-time ratio.
+Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).  Every
+rank measures its resident memory (RSS) after start-up and warm-up (baseline), after building and
+preparing the model (under ``ctx.init_model()``), and after the first optimizer step (parameters,
+gradients and AdamW state all exist then); the growth over the baseline is the model state it holds.
+"live" readings come after glibc's malloc_trim(0): freed transient buffers (all-gathered weights,
+activations) otherwise stay in the process's heap and count as resident ("raw").  It also counts the
+tensors' bytes (for a sharded model: the local shards).  Then it times --steps more steps (the
+slowest rank's median); the 2-rank jobs are repeated --timing-rounds more times, DDP and FSDP
+alternating, for the step-time ratio.
 """
 
 from __future__ import annotations

@@ -2,14 +2,13 @@
 
     python3 benchmarks/train/scaling_vs_torchrun.py --rounds 3 --epochs 3
 
-The probe of the built-in `cnn` workload (distrain.tools.bench.probe) picks the image size once on this
-machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of the built-in
-workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py under
-`torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both
-record when every optimizer step ends and are timed by the same code (distrain.tools.bench.steps:
-median over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed:
-samples/s per round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and
-of the speedups.
+The probe of the built-in `cnn` workload (distrain.tools.bench.probe) picks the image size once on
+this machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of the
+built-in workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py under
+`torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both record
+when every optimizer step ends and are timed by the same code (distrain.tools.bench.steps: median
+over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed: samples/s per
+round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and of the speedups.
 """
 
 from __future__ import annotations

@@ -2,15 +2,15 @@
 
 Each "host" is a namespace with its own network stack: ``lo`` plus ``eth0`` = 10.200.S.(i+1)/24,
 plugged into a bridge that lives in a hub namespace of its own (nothing is added to the root
-namespace).  ``rate="1gbit"`` (or :meth:`Hosts.shape` later) makes every link a slow one: a
-``tc ... tbf`` qdisc on both ends of each host's veth, so traffic between two hosts is limited
-in both directions (netem, for delay and loss, does not exist on every kernel; tbf does).  The hostname still resolves to 127.0.0.1 inside them, exactly the trap real
-clusters have.  Names carry the pid and a counter so parallel xdist workers never collide, and
-everything is deleted afterwards, also when the test fails.  Traffic only ever goes to
-addresses inside these namespaces.
+namespace).  ``rate="1gbit"`` (or :meth:`Hosts.shape` later) makes every link a slow one: a ``tc ...
+tbf`` qdisc on both ends of each host's veth, so traffic between two hosts is limited in both
+directions (netem, for delay and loss, does not exist on every kernel; tbf does).  The hostname
+still resolves to 127.0.0.1 inside them, exactly the trap real clusters have.  Names carry the pid
+and a counter so parallel xdist workers never collide, and everything is deleted afterwards, also
+when the test fails.  Traffic only ever goes to addresses inside these namespaces.
 
-Benchmarks use it too: ``sys.path.insert(0, "tests")``, ``from helpers.netns_hosts import hosts``, then
-``with hosts(2, rate="100mbit")``;
+Benchmarks use it too: ``sys.path.insert(0, "tests")``, ``from helpers.netns_hosts import hosts``,
+then ``with hosts(2, rate="100mbit")``;
 :func:`make_hosts` is the pytest flavour (it skips where namespaces cannot be made).
 """
 

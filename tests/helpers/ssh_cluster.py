@@ -1,13 +1,13 @@
 """Namespace "machines" that each run a real sshd with key login: hosts for `distrain run --hosts`.
 
-``with ssh_cluster(2, tmp_path) as c`` makes 3 namespaces on one bridge (helpers.netns_hosts):
-hosts ``h0``, ``h1`` (each with its own sshd on port 2222: root logs in by key; passwords are asked, so
-that a login without the key meets a password prompt, which BatchMode refuses) and a third
-one, the launching machine, that runs the command under test (``c.launch(argv)``).  The ssh
-aliases are in ``c.config`` (an ssh_config: HostName, Port, the key, no host-key prompts), passed
-as ``--ssh-opts "-F CONFIG"``, so the same file that a user's ~/.ssh/config would be is what
-`distrain run` honours.  Namespaces share the filesystem: every host sees this checkout.
-Teardown SIGKILLs every process left in every namespace, then deletes them.
+``with ssh_cluster(2, tmp_path) as c`` makes 3 namespaces on one bridge (helpers.netns_hosts): hosts
+``h0``, ``h1`` (each with its own sshd on port 2222: root logs in by key; passwords are asked, so
+that a login without the key meets a password prompt, which BatchMode refuses) and a third one, the
+launching machine, that runs the command under test (``c.launch(argv)``).  The ssh aliases are in
+``c.config`` (an ssh_config: HostName, Port, the key, no host-key prompts), passed as ``--ssh-opts
+"-F CONFIG"``, so the same file that a user's ~/.ssh/config would be is what `distrain run` honours.
+Namespaces share the filesystem: every host sees this checkout.  Teardown SIGKILLs every process
+left in every namespace, then deletes them.
 """
 
 from __future__ import annotations

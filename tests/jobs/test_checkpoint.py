@@ -34,8 +34,8 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # -- SIGKILL under distrain run: bitwise resume ----------------------------------------------
-#: fixed points of a SIGKILL; a kill at a random step (mid-epoch, of a rank, a DataLoader worker or a
-#: rank halfway through a save) is test_kill_matrix.py's, for DDP and FSDP and several model kinds
+#: fixed points of a SIGKILL; a kill at a random step (mid-epoch, of a rank, a DataLoader worker or
+#: a rank halfway through a save) is test_kill_matrix.py's, for DDP and FSDP and several model kinds
 FAULTS = {
     "kill-before-first-save": ["--kill-at", "2"],
     "kill-right-after-save": ["--kill-after-save", "8"],

@@ -87,7 +87,8 @@ def test_restart_and_failure_say_what_happened(tmp_path: Path) -> None:
     said = len(restart) == 1 and re.fullmatch(
         r"distrain run: rank 1 \(pid \d+\) was killed by SIGKILL; restarting every rank \(attempt 1 of 1\), "
         r"resuming from step (\d+)", restart[0])  # fmt: skip
-    # 22: the end of epoch 1 (40 if 18 more steps ran before the kill landed), the step the workers resumed from
+    # 22: the end of epoch 1 (40 if 18 more steps ran before the kill landed), the step the workers
+    # resumed from
     assert said and said[1] in ("22", "40") and f"(step {said[1]}, saved on 2 rank(s))" in text, (
         restart
     )

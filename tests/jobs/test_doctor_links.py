@@ -1,8 +1,8 @@
 """The all-ranks doctor's link check across two namespace "nodes": a 100 Mbit/s link is named, an unlimited one is not.
 
 Each node is a network namespace; its veth is rate-limited with ``tc ... tbf`` on both ends
-(tests/helpers/netns_hosts.py).  The doctor runs as a real 2-node ``distrain run`` job, one process per
-node, and judges the link for an 11 M-parameter model at 1 s of computation per step: 44 MB of
+(tests/helpers/netns_hosts.py).  The doctor runs as a real 2-node ``distrain run`` job, one process
+per node, and judges the link for an 11 M-parameter model at 1 s of computation per step: 44 MB of
 fp32 gradients take ~3.7 s over 100 Mbit/s (a warning), ~0.3 s or less over the unlimited veth.
 """
 

@@ -175,7 +175,8 @@ def test_suggested_interface_follows_the_route_not_the_alphabet(
     assert (
         checks["host_address"]["data"] == "10.231.0.2"
     )  # cluster/base.py's master address when the hostname is loopback
-    # with --master-addr, the route to it decides (here through the second veth, not the default route)
+    # with --master-addr, the route to it decides (here through the second veth, not the default
+    # route)
     checks = _doctor_as_loopback_host(n1, str(hosts), "--master-addr", "10.233.0.9")
     assert checks["network.interfaces"]["data"]["outward"] == {
         "interface": second,

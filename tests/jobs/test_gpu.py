@@ -1,6 +1,7 @@
 """GPU paths (NCCL, DDP device_ids, torch SyncBatchNorm, fp16 GradScaler). Skipped without CUDA.
 
-CI has no GPU; these run on a lent GPU machine (see benchmarks/train/RESULTS.md, "GPU checks", for what was seen).
+CI has no GPU; these run on a lent GPU machine (see benchmarks/train/RESULTS.md, "GPU checks", for
+what was seen).
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
                 "Permission denied (publickey,password" in res.stderr
                 and "BatchMode=yes" in res.stderr
             ), res.stderr
-    # another torch on the hosts (a stand-in package first on their PYTHONPATH), and a master port in use
+    # another torch on the hosts (a stand-in package first on their PYTHONPATH), and a master port
+    # in use
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(

@@ -1,8 +1,8 @@
 """The TorchFT lighthouse's start (launch/replicas/lighthouse.py): fast under load, and bounded with a cause.
 
-TorchFT's own ``torchft_lighthouse`` command imports torch before its Rust server starts (6.8–16.2
-s at load 4–6 on 2 cores; ``distrain run --replicas`` gave up after 10 s in 2 of 3 starts).
-distrain starts it through launch/replicas/torchft_lighthouse.py, which loads only the extension module.
+TorchFT's own ``torchft_lighthouse`` command imports torch before its Rust server starts (6.8–16.2 s
+at load 4–6 on 2 cores; ``distrain run --replicas`` gave up after 10 s in 2 of 3 starts).  distrain
+starts it through launch/replicas/torchft_lighthouse.py, which loads only the extension module.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
 @pytest.mark.slow
 def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None:
     """--local_rank on argv, torch.device("cuda", i), DDP(output_device); workers are fresh
-    interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on PYTHONPATH."""
+    interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on
+    PYTHONPATH."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     flags = ("--legacy-local-rank", "--start-method", "spawn")
     _, err = distrain_run(

@@ -54,7 +54,8 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     # group 1 loads 2 s longer: group 0's first quorum waits for it (without the start marks it
-    # trained alone for those 2 s and its first step had 1 participant), so both take step 0 together
+    # trained alone for those 2 s and its first step had 1 participant), so both take step 0
+    # together
     assert [(out / f"first.{g}.0").read_text() for g in (0, 1)] == ["0 2\n", "0 2\n"]
     starts = _starts(out)
     survivor = [pid for pid, group in starts if group == 0]

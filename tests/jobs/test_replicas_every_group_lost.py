@@ -1,13 +1,13 @@
 """Every replica group lost at once: the group back first waits for the one with the newer state.
 
-Each group restarts from its own newest checkpoint, and those differ: a group that healed after
-its last save has an older one.  The group back first used to train alone from its older step,
-so the other, back later with a newer state, found it at the same step with another history
-(two states, no heal: `test_two_by_two_…_every_group_killed` ended with "replica groups ended
-with different states" once under load) or ahead (the newer state thrown away).  Here the order
-is forced: group 1 is killed at step 12 (its last save: step 10), comes back after group 0
-saved step 40 (group 0 waits at step 42 until it restores) and heals from group 0, then both are killed at their first step together at or
-after 45; group 0's restart is held 10 s, so group 1 (disk: step 10) is back first.
+Each group restarts from its own newest checkpoint, and those differ: a group that healed after its
+last save has an older one.  The group back first used to train alone from its older step, so the
+other, back later with a newer state, found it at the same step with another history (two states, no
+heal: `test_two_by_two_…_every_group_killed` ended with "replica groups ended with different states"
+once under load) or ahead (the newer state thrown away).  Here the order is forced: group 1 is
+killed at step 12 (its last save: step 10), comes back after group 0 saved step 40 (group 0 waits at
+step 42 until it restores) and heals from group 0, then both are killed at their first step together
+at or after 45; group 0's restart is held 10 s, so group 1 (disk: step 10) is back first.
 """
 
 from __future__ import annotations

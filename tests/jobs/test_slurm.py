@@ -142,7 +142,8 @@ def test_srun_tasks_detect_slurm_from_slurmd_environment(
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["launcher"] for r in ranks] == ["slurm", "slurm"]
     assert [(r["rank"], r["world_size"], r["local_rank"]) for r in ranks] == [(0, 2, 0), (1, 2, 1)]
-    # one process group over both tasks: DDP made the different initial weights equal and kept them so
+    # one process group over both tasks: DDP made the different initial weights equal and kept them
+    # so
     assert ranks[0]["initial"] == ranks[1]["initial"] and ranks[0]["final"] == ranks[1]["final"]
     assert ranks[0]["final"] != ranks[0]["initial"]
 
@@ -208,7 +209,8 @@ def test_time_limit_warning_then_preemption_requeue_and_resume_exactly(
         timeout=120,
     )
     _wait_requeued(slurm, job_id, restarts=1)
-    # 2. a real preemption: a job in the higher-priority partition needs the CPUs; SLURM sends SIGTERM
+    # 2. a real preemption: a job in the higher-priority partition needs the CPUs; SLURM sends
+    #    SIGTERM
     seen = _wait_output(slurm, work, job_id, r"resumed from .*step_\d+", seen, timeout=300)
     seen = _wait_output(slurm, work, job_id, r"epoch \d+/", seen, timeout=300)
     urgent = slurm.sbatch_wrap("true", "--partition=high", "--cpus-per-task=2", cwd=work)

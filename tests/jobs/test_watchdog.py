@@ -65,7 +65,8 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
     elapsed = time.monotonic() - start
     console0, console1 = (log.read_text() for log in logs)
     assert codes[0] == 124 and codes[1] != 0, (codes, console0, console1)
-    # the launching console (node 0, where rank 0 runs) names the rank on the other node and its step
+    # the launching console (node 0, where rank 0 runs) names the rank on the other node and its
+    # step
     summary = [
         line
         for line in console0.splitlines()

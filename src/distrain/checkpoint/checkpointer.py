@@ -41,7 +41,8 @@ from distrain.errors import recurring
 from distrain.events import emit
 from distrain.worker.signals import Preemption
 
-#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective in effect)
+#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective
+#: in effect)
 _instances = itertools.count()
 
 #: how long DCP's collectives (and rank 0's wait for the other ranks' files) may take

@@ -25,7 +25,8 @@ def load(
     path: str, reg: Registered, rank: int, is_main: bool, group: dist.ProcessGroup | None
 ) -> dict[str, Any]:
     """Load the verified checkpoint at `path` into `reg` (DCP collectively over `group`, or
-    alone) and this rank's RNG state; return rank 0's shared part (step, loader positions, extra)."""
+    alone) and this rank's RNG state; return rank 0's shared part (step, loader positions, extra).
+    """
     manifest, problem = read_manifest(path)
     if manifest is None:  # verified by the leader a moment ago; changed since?
         err = CheckpointError(f"cannot resume: {problem}")

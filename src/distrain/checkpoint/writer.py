@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 #: how long the leader waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0
-#: after a stop signal, how long the leader still waits for missing reports before assuming a dead peer
+#: after a stop signal, how long the leader still waits for missing reports before assuming a dead
+#: peer
 PEER_GONE_S = 5.0
 
 

@@ -145,7 +145,8 @@ class DistributedLoader(DataLoader):
         kwargs.setdefault("generator", torch.Generator())
         if seed_samples is None:
             seed_samples = not draws_nothing(dataset)
-        #: whether every sample's random draws are seeded by (seed, epoch, index): data/sample_seeds.py
+        #: whether every sample's random draws are seeded by (seed, epoch, index):
+        #: data/sample_seeds.py
         self.seeds_samples = seed_samples
         if seed_samples:
             super().__init__(

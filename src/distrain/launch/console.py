@@ -54,7 +54,8 @@ def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
 
 def resume_from(folder: str | None) -> str | None:
     """``resuming from step 22`` (or ``from the start: no checkpoint saved yet``) when the
-    workers' checkpointer reported one in the job's `folder`; None when no checkpointer with a folder ran."""
+    workers' checkpointer reported one in the job's `folder`; None when no checkpointer with a
+    folder ran."""
     mark = checkpoint_mark(folder)
     if mark is None:
         return None

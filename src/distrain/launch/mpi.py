@@ -27,7 +27,8 @@ from distrain.errors import UsageError
 
 LAUNCHERS = ("torchrun", "mpirun", "horovodrun")
 
-#: variables passed on to MPI ranks explicitly (Open MPI forwards only what -x names to remote hosts)
+#: variables passed on to MPI ranks explicitly (Open MPI forwards only what -x names to remote
+#: hosts)
 _FORWARD_PREFIXES = (
     "DISTRAIN_",
     "OMP_NUM_THREADS",

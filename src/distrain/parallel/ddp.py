@@ -29,7 +29,8 @@ def wrap_ddp(
             parse_hook(comm_hook)[0] == "powersgd"
             and dist.get_backend(ddp_kwargs.get("process_group")) == "gloo"
         ):
-            # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
+            # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked
+            # for stays
             ddp_kwargs["bucket_cap_mb"] = max(
                 ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model)
             )

@@ -46,7 +46,8 @@ def post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield from visit(module)
 
 
-#: torch containers whose ``layers`` are deep copies of one layer (``torch.nn.modules.transformer._get_clones``)
+#: torch containers whose ``layers`` are deep copies of one layer
+#: (``torch.nn.modules.transformer._get_clones``)
 CLONING_CONTAINERS: tuple[type[nn.Module], ...] = (nn.TransformerEncoder, nn.TransformerDecoder)
 
 

@@ -156,9 +156,12 @@ def _parameters_of(function: Any) -> set[str]:
 class DDP(Strategy):
     """Replicated: every rank holds the whole model; DistributedDataParallel all-reduces gradients.
 
-    - ``sync_bn``: cross-process BatchNorm (torch's SyncBatchNorm on CUDA, CPUSyncBatchNorm elsewhere).
-    - ``comm_hook``: compress the all-reduce: ``"bf16"``, ``"fp16"``, ``"powersgd[:rank=N,start=N]"``.
-    - ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``: DistributedDataParallel's own.
+    - ``sync_bn``: cross-process BatchNorm (torch's SyncBatchNorm on CUDA, CPUSyncBatchNorm
+      elsewhere).
+    - ``comm_hook``: compress the all-reduce: ``"bf16"``, ``"fp16"``,
+      ``"powersgd[:rank=N,start=N]"``.
+    - ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``: DistributedDataParallel's
+      own.
     - ``shard`` only says which blocks ``activation_checkpointing`` wraps.
     """
 

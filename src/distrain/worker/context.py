@@ -148,14 +148,15 @@ class Context(Reductions):
         ``distrain.DDP(sync_bn=True, comm_hook="bf16")`` (the default, replicated; SyncBN and
         all-reduce compression), ``distrain.FSDP(reshard_after_forward=False, cpu_offload=...)``
         (FSDP2 shards parameters, gradients and optimizer state over all ranks; each block of
-        ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards
-        inside each replica group, default one per node, replicates across them).  The names
-        ``"ddp"``, ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with
-        any other one for DistributedDataParallel or fully_shard) build the same object:
-        ``prepare_model(m, "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
+        ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards inside
+        each replica group, default one per node, replicates across them).  The names ``"ddp"``,
+        ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with any other one
+        for DistributedDataParallel or fully_shard) build the same object: ``prepare_model(m,
+        "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
         ``activation_checkpointing=True`` (any strategy) recomputes each block's activations in
-        backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A model
-        built under :meth:`init_model` is materialised here.  Create the optimizer after this call.
+        backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A
+        model built under :meth:`init_model` is materialised here.  Create the optimizer after this
+        call.
         """
         from distrain import parallel as strategies
 
@@ -273,10 +274,10 @@ class Context(Reductions):
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """optimizer.step() (through the GradScaler for fp16); counted in :attr:`steps`.
 
-        A plain ``optimizer.step()`` over a prepared model counts too; this method adds only
-        what torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients),
-        and an optimizer over a model that was not prepared.  Returns True; under
-        `distrain run --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
+        A plain ``optimizer.step()`` over a prepared model counts too; this method adds only what
+        torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients), and an
+        optimizer over a model that was not prepared.  Returns True; under `distrain run
+        --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
         """
         if self.replicas is not None:
             return bool(self.replicas.step(lambda: self._optimizer_step(optimizer)))

@@ -7,7 +7,8 @@ each restart.  A first attempt keeps that timeout (nodes may start minutes apart
 one (this node's agent counted a restart) waits ``DISTRAIN_REJOIN_TIMEOUT`` seconds (default
 60) for every rank to check in under the attempt's prefix.  On expiry the rank names the ranks
 (and nodes) that never came back and stops its node's `distrain run`, and every other node's
-(worker/stop_job.py), whose last lines say so: a restart could only wait again.  Rerunning the job on every node resumes it.
+(worker/stop_job.py), whose last lines say so: a restart could only wait again.  Rerunning the job
+on every node resumes it.
 """
 
 from __future__ import annotations

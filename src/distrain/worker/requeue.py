@@ -9,9 +9,10 @@ queue under the same id, and the next start resumes from the checkpoint.
 Which stop signals requeue:
 
 - ``SIGUSR1``: the time-limit warning (or ``scancel --signal=USR1``): always.
-- ``SIGTERM`` while SLURM preempts the job (``scontrol show job`` has a ``PreemptTime``) or ends
-  it at its time limit (``Reason=TimeLimit``; both seen with slurm 22.05).  A job that exits within its preemption grace time
-  counts as *completed* to SLURM, not requeued, even under ``PreemptMode=REQUEUE``.
+- ``SIGTERM`` while SLURM preempts the job (``scontrol show job`` has a ``PreemptTime``) or ends it
+  at its time limit (``Reason=TimeLimit``; both seen with slurm 22.05).  A job that exits within its
+  preemption grace time counts as *completed* to SLURM, not requeued, even under
+  ``PreemptMode=REQUEUE``.
 - any other ``SIGTERM`` (``scancel``) and ``SIGINT``: never; cancelling must cancel.
 """
 
@@ -63,8 +64,9 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
     """On rank 0 after the stop checkpoint: requeue this SLURM job when the signal calls for it.
 
     `job_id`: this job's SLURM id (``SLURM_JOB_ID``, the array task's own id for job arrays; from
-    distrain.settings), None outside SLURM.  Returns the one line to print (None outside SLURM or for signals that never requeue).
-    Never raises: the checkpoint is written, so a failed requeue costs a manual resubmit only.
+    distrain.settings), None outside SLURM.  Returns the one line to print (None outside SLURM or
+    for signals that never requeue).  Never raises: the checkpoint is written, so a failed requeue
+    costs a manual resubmit only.
     """
     if job_id is None or signum not in (REQUEUE_SIGNAL, signal.SIGTERM):
         return None

@@ -1,9 +1,10 @@
 """Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at the end of this step, then exit".
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
-grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).
-Under SLURM, rank 0 then requeues the job (:mod:`distrain.worker.requeue`).  :class:`StopRequest` turns the signal into a flag that the training loop
-polls at step boundaries (the checkpointer all-reduces it so every rank stops at the *same* step).
+grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).  Under
+SLURM, rank 0 then requeues the job (:mod:`distrain.worker.requeue`).  :class:`StopRequest` turns
+the signal into a flag that the training loop polls at step boundaries (the checkpointer all-reduces
+it so every rank stops at the *same* step).
 
 Python runs signal handlers only in the main thread, between bytecodes: a main thread stuck in a
 collective whose peer is gone would never see the flag.  So a watchdog thread, woken through

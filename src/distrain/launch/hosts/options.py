@@ -89,7 +89,8 @@ class HostsOptions:
     #: with --replicas: processes per group (None until the hosts' checks counted their GPUs,
     #: for hosts given without slots)
     per_group: int | None = None
-    #: the variables of ~/.distrain_env & co. (launch/hosts/env_file.py), and the files they came from
+    #: the variables of ~/.distrain_env & co. (launch/hosts/env_file.py), and the files they came
+    #: from
     env_file: dict[str, str] = field(default_factory=dict)
     env_files: list[str] = field(default_factory=list)
 

@@ -180,7 +180,8 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
         spec.update(
             first=True,
             port=opts.master_port or 0,
-            # --replicas: the lighthouse on the port, the nodes' roll call one above (replica_nodes.py)
+            # --replicas: the lighthouse on the port, the nodes' roll call one above
+            # (replica_nodes.py)
             ports=2 if opts.replicas is not None else 1,
             iface=iface,
             route_to=others[0] if others else None,

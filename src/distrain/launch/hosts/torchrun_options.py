@@ -1,9 +1,9 @@
 """torchrun's options, as ``torch.distributed.run.get_args_parser()`` of torch TORCH_VERSION has them.
 
-`distrain run --hosts` splits its command line with this table instead of torch's parser: it
-starts nothing on this machine but ssh, and ``import torch`` (which building torch's parser
-needs) took 3.5-6 s of the fan-out's start on a loaded 2-core machine (benchmarks/launch/RESULTS.md).
-The table is used only when the installed torch is TORCH_VERSION (command_line.split_without_torch);
+`distrain run --hosts` splits its command line with this table instead of torch's parser: it starts
+nothing on this machine but ssh, and ``import torch`` (which building torch's parser needs) took
+3.5-6 s of the fan-out's start on a loaded 2-core machine (benchmarks/launch/RESULTS.md).  The table
+is used only when the installed torch is TORCH_VERSION (command_line.split_without_torch);
 tests/unit/launch/hosts/test_torchrun_options.py checks it against the installed torch's parser.
 Regenerate it with ``python3 -m distrain.launch.hosts.torchrun_options`` after a torch upgrade.
 """

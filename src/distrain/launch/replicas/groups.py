@@ -1,13 +1,13 @@
 """`distrain run --replicas R -n N`: R fault-tolerant replica groups of N processes (TorchFT).
 
 The launcher starts TorchFT's lighthouse (launch/replicas/lighthouse.py), then one ordinary
-`distrain run -n N` per group, each a child process with its own elastic agent, store, free
-port and restart budget (``--max-restarts``, 3 by default here).  The workers learn their group
-from the environment (:mod:`distrain.contract`: DISTRAIN_REPLICA_GROUP, …) and train through
-``torchft.Manager`` (worker/replicas/training.py): when a process of one group dies only that group's
-agent restarts it, the other groups go on, and the replacement heals from a live group.
-Across nodes (``--nnodes M``) each node's launcher runs R/M of the groups and node 0 the
-lighthouse (launch/replicas/nodes.py).  The events become lines in launch/replicas/events.py.
+`distrain run -n N` per group, each a child process with its own elastic agent, store, free port and
+restart budget (``--max-restarts``, 3 by default here).  The workers learn their group from the
+environment (:mod:`distrain.contract`: DISTRAIN_REPLICA_GROUP, …) and train through
+``torchft.Manager`` (worker/replicas/training.py): when a process of one group dies only that
+group's agent restarts it, the other groups go on, and the replacement heals from a live group.
+Across nodes (``--nnodes M``) each node's launcher runs R/M of the groups and node 0 the lighthouse
+(launch/replicas/nodes.py).  The events become lines in launch/replicas/events.py.
 """
 
 from __future__ import annotations

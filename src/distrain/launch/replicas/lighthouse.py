@@ -64,7 +64,8 @@ def lighthouse_program() -> list[str]:
     return [sys.executable, RUNNER]
 
 
-#: how long another node waits for node 0's lighthouse and roll call, unless DISTRAIN_NODE0_WAIT says
+#: how long another node waits for node 0's lighthouse and roll call, unless DISTRAIN_NODE0_WAIT
+#: says
 NODE0_WAIT_S = 120.0
 
 

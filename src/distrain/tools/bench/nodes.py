@@ -19,8 +19,8 @@ reach nodes a prefix like ssh would not forward them to.  Everything else (timin
 report) is the scaling bench's: a K-node run is one more row, named ``Knodes-...``, whose process
 count is K × NPROC.
 
-``python -m distrain.tools.bench.nodes combine DIR...`` prints one Markdown table from several studies
-(one per link speed): 1 node against K nodes at each speed.
+``python -m distrain.tools.bench.nodes combine DIR...`` prints one Markdown table from several
+studies (one per link speed): 1 node against K nodes at each speed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Run one training job of a scaling study under `distrain run` and collect what it reports.
 
-Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the
-whole tree can be killed), one CPU thread per process, with its run directory set
-(``DISTRAIN_RUN_DIR``): what the script reports through ``ctx.log(...)`` lands in
-``metrics/rank-<R>.jsonl`` there, and the per-epoch summaries the monitor writes (``event:
-epoch``) are the bench's data, with the step times of the bench's own workload
-(:mod:`distrain.tools.bench.steps`) when the script wrote them.  While it runs, the process tree is polled with psutil for peak
-memory and the epoch count is read back for the progress bar.
+Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the whole
+tree can be killed), one CPU thread per process, with its run directory set (``DISTRAIN_RUN_DIR``):
+what the script reports through ``ctx.log(...)`` lands in ``metrics/rank-<R>.jsonl`` there, and the
+per-epoch summaries the monitor writes (``event: epoch``) are the bench's data, with the step times
+of the bench's own workload (:mod:`distrain.tools.bench.steps`) when the script wrote them.  While
+it runs, the process tree is polled with psutil for peak memory and the epoch count is read back for
+the progress bar.
 """
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ class RunResult:
     load_average_start: list[float] = field(default_factory=list)
     load_average_end: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
-    #: the job's timed steps (distrain.tools.bench.steps.read_steps): empty for a script that writes none
+    #: the job's timed steps (distrain.tools.bench.steps.read_steps): empty for a script that writes
+    #: none
     steps: list[dict[str, Any]] = field(default_factory=list)
-    #: {rank: {phase: ms per step}} (distrain.tools.bench.breakdown): empty where the records carry none
+    #: {rank: {phase: ms per step}} (distrain.tools.bench.breakdown): empty where the records carry
+    #: none
     breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
     log: str = ""
     all_cores: bool = False

@@ -4,9 +4,10 @@
     distrain bench scaling --workload imagefolder --data flower_photos --nproc 1,2
     distrain bench scaling --nproc 1,2 my_train.py -- --lr 0.1    # your script, your flags
 
-Each run is a real ``distrain run`` job, one process per device (on CPU one thread per
-process).  The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step
-and ``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.tools.bench.runner` and docs/bench.md).
+Each run is a real ``distrain run`` job, one process per device (on CPU one thread per process).
+The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step and
+``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.tools.bench.runner` and
+docs/bench.md).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 WORKLOAD = Path(__file__).resolve().with_name("workload.py")
 #: built-in workloads: name → (script, its arguments, what one step computes)
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
-    # compute-bound: the image size is chosen by a probe on this machine (tools/bench/probe.py), so a
-    # step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to it
+    # compute-bound: the image size is chosen by a probe on this machine (tools/bench/probe.py), so
+    # a step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to
+    # it
     "cnn": (
         str(WORKLOAD),
         [],

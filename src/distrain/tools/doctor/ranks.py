@@ -240,7 +240,8 @@ def run_all_ranks(
         )
     )
 
-    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU then
+    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU
+    # then
     use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
     device = torch.device("cuda", env.local_rank()) if use_cuda else torch.device("cpu")
     if use_cuda:

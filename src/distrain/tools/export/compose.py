@@ -66,7 +66,8 @@ def services(
     out: dict[str, Any] = {}
     for node in range(spec.max_nodes):
         service: dict[str, Any] = {"image": spec.image}
-        # host: each machine builds the image itself (or pulls it, when pushed); bridge: node0 builds it once
+        # host: each machine builds the image itself (or pulls it, when pushed); bridge: node0
+        # builds it once
         if network == "host" or node == 0:
             service["build"] = {"context": context, "dockerfile": dockerfile}
         if network == "host":

@@ -67,7 +67,8 @@ def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> st
         "# the batch shell outlives a signal sent to it too (scancel --full): srun's tasks finish their checkpoint",
         "trap 'echo \"job $SLURM_JOB_ID: batch shell got a stop signal; the training checkpoints and exits\"' USR1 TERM",
         "# one distrain run (torchrun agent) per node; it starts the node's worker processes",
-        # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into exit 141
+        # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into
+        # exit 141
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "# a port per job: two jobs sharing a node do not collide",
         port_line(spec.port),

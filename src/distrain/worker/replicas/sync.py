@@ -2,12 +2,12 @@
 
 Two things make "every group ends with the same state at the same step" hold:
 
-- :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every
-  other group has been in two quorums in a row with it (a group that was lost and is coming back copies
-  the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a survivor
-  that finished while a replacement was still starting left the replacement without a live
-  group: it resumed from its own older checkpoint and trained the last steps alone, ending
-  with another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
+- :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every other
+  group has been in two quorums in a row with it (a group that was lost and is coming back copies
+  the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a
+  survivor that finished while a replacement was still starting left the replacement without a live
+  group: it resumed from its own older checkpoint and trained the last steps alone, ending with
+  another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
 - :func:`state_digest`: a hash of this process's part of the state, left for the launcher,
   which compares the groups rank by rank and fails the job when they differ
   (launch/replicas/events.py).

@@ -207,7 +207,8 @@ class Replicas:
             if size > 1:  # inside the group first, then across groups (same rank in every group)
                 dist.all_reduce(bucket.buffer())
                 bucket.buffer().div_(size)
-            # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never raises)
+            # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never
+            # raises)
             work = manager.allreduce(bucket.buffer())
             if work.wait():  # builds the chain that divides by the participants
                 averaged = work.get_future().wait()
@@ -310,8 +311,9 @@ class Replicas:
             for obj in self.objects.values():
                 if isinstance(obj, nn.Module):
                     for t in [*obj.parameters(), *obj.buffers()]:
-                        # an FSDP shard is this rank's part alone: nothing in the group to agree with
-                        # (rank r of every group heals from one source, so the groups still agree)
+                        # an FSDP shard is this rank's part alone: nothing in the group to agree
+                        # with (rank r of every group heals from one source, so the groups still
+                        # agree)
                         if not is_sharded_tensor(t):
                             dist.broadcast(t, src=0)
 

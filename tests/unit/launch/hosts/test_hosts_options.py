@@ -1,5 +1,6 @@
 """`distrain run --hosts/--hostfile`: host lists, hostfiles, --include/--exclude, the option
-scanner, and the command each host is sent (launch/hosts/hostfile.py, host_options.py, ssh_hosts.py).
+scanner, and the command each host is sent (launch/hosts/hostfile.py, host_options.py,
+ssh_hosts.py).
 
 No ssh is started here; tests/jobs/test_hosts.py runs the real thing.
 """
