@@ -60,7 +60,8 @@ if typing.TYPE_CHECKING:
 PY = sys.executable
 STEP_DIR = re.compile(r"step_(\d+)$")
 #: the checkout's commit, recorded with every trial (a trial replays against the same code)
-COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                        capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
 #: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
@@ -99,8 +100,8 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     two-node kind one launcher per node, inside its namespace (logs `…-nI.out/.err`)."""
     job.out.mkdir(parents=True, exist_ok=True)
     if made is not None:
-        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
-                            err_log=_node_logs(logs, i).with_suffix(".err"))
+        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"),
+                            _env(trial, job), err_log=_node_logs(logs, i).with_suffix(".err"))
                  for i, argv in enumerate(job.nodes)]  # fmt: skip
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
@@ -122,7 +123,8 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
 
 
 def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, t0: float,
-           made: Hosts | None = None, lost: set[int] | None = None, elastic: bool = False) -> RunRecord:  # fmt: skip
+           made: Hosts | None = None, lost: set[int] | None = None,
+           elastic: bool = False) -> RunRecord:  # fmt: skip
     """Wait for the run until `bound` seconds after t0; past it, dump the stacks of and kill
     every process of the trial (hung). Two nodes: exit 0 when every node not taken away by the
     fault (`lost`) exited 0, an elastic job when one node finished and the others ended;
@@ -146,7 +148,8 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
             read(logs.with_suffix(".out")),
             read(logs.with_suffix(".err")),
         )
-    texts = [(read(_node_logs(logs, i).with_suffix(".out")), read(_node_logs(logs, i).with_suffix(".err")))
+    texts = [(read(_node_logs(logs, i).with_suffix(".out")),
+              read(_node_logs(logs, i).with_suffix(".err")))
              for i in range(len(procs))]  # fmt: skip
     kept = [i for i in range(len(procs)) if i not in (lost or set())] or list(range(len(procs)))
     if None in rcs:
@@ -257,7 +260,8 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
                 launchers = [psutil.Process(proc.pid) for proc in procs]
                 ctx = FaultContext(trial, launchers[0], job, rng, watchdog,
                                    lambda: leftovers(trial, grace=30, made=made),
-                                   launchers=launchers, hosts=made, lost=lost, logs=logs)  # fmt: skip
+                                   launchers=launchers, hosts=made, lost=lost,
+                                   logs=logs)  # fmt: skip
                 at = progress(job)
                 shot = FAULTS[t.fault][0](ctx)
                 shot.what += f" (newest checkpoint: step {at})" if job.ckpt else ""

@@ -149,8 +149,11 @@ def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[fl
     ]
     env = _env()
     t0 = time.time()
-    procs = [subprocess.Popen(c.hosts.cmd(i, RUN + flags + ["--node-rank", str(i), *SCRIPT, str(run_dir / "out")]), env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, start_new_session=True) for i in range(2)]  # fmt: skip
+    procs = [subprocess.Popen(c.hosts.cmd(i,
+                                          RUN + flags + ["--node-rank", str(i), *SCRIPT,
+                                                         str(run_dir / "out")]), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True) for i in range(2)]  # fmt: skip
     took = _wait_first_step(run_dir, procs, t0, 300, start_only)
     _end(procs, start_only)
     return took
@@ -161,8 +164,8 @@ def one_command(
 ) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
     """The same three times for `--hosts` from the launching namespace (the distrain in `src`)."""
     run_dir = work / f"one-{time.monotonic_ns()}"
-    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
-                  *SCRIPT, str(run_dir / "out")]  # fmt: skip
+    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS",
+                  "--run-dir", str(run_dir), *SCRIPT, str(run_dir / "out")]  # fmt: skip
     t0 = time.time()
     proc = subprocess.Popen(
         c.launch_cmd(argv),
@@ -197,7 +200,9 @@ def parts(c) -> None:  # type: ignore[no-untyped-def]
     check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -c '{probe}'"
     pieces = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],
+        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1",
+                                                                    "--ssh-opts", f"-F {c.config}",
+                                                                    "--dry-run", *SCRIPT, "x"],
         "ssh session running true": [*ssh, "true"],
         "ssh session running the host check": [*ssh, check],
     }  # fmt: skip
@@ -259,9 +264,12 @@ def main() -> None:
                 one.append(one_command(c, work, only))
             step = "" if only else f"; first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s"
             print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
-                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}", flush=True)  # fmt: skip
+                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}",
+                  flush=True)  # fmt: skip
     print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
-    ends = ("start -> every host's distrain run running", "start -> both ranks running (rendezvous done)", "start -> last rank's first step")  # fmt: skip
+    ends = ("start -> every host's distrain run running",
+            "start -> both ranks running (rendezvous done)",
+            "start -> last rank's first step")  # fmt: skip
     for k, what in enumerate(ends[:2] if only else ends):
         a, b = [x[k] for x in one], [x[k] for x in two]
         diffs = [x - y for x, y in zip(a, b, strict=True)]

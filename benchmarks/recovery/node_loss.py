@@ -56,7 +56,8 @@ def one(variant: str, round_no: int, timeout: float) -> float:
         names, addrs = veth_pair(tag, f"10.201.{10 + (os.getpid() + round_no) % 200}")
         with tempfile.TemporaryDirectory(prefix="distrain-nodeloss-") as tmp:
             marker = Path(tmp) / "first_steps"
-            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400", "--rdzv-id", tag,
+            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"{addrs[0]}:29400", "--rdzv-id", tag,
                      "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
             for i, name in enumerate(names):
                 job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))

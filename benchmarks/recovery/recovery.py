@@ -51,8 +51,8 @@ PLAIN_LAUNCHERS = {
 def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
     """--job distrain: name -> command; {d} holds the checkpoint dir and timeline of one run.
     The last rank is the one killed (rank 0 on a one-GPU machine, where `nproc` is 1)."""
-    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2",
-              "--fault-rank", str(nproc - 1)]  # fmt: skip
+    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs",
+              "2", "--fault-rank", str(nproc - 1)]  # fmt: skip
     n = str(nproc)
     torchrun = TORCHRUN + [
         "--nproc-per-node",

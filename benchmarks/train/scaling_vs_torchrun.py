@@ -33,8 +33,10 @@ PLAIN = Path(__file__).resolve().with_name("plain_ddp_cnn.py")
 def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
     """samples/s of the built-in bench at 1 and 2 processes (its own results.json)."""
     out = work / "bench"
-    cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1,2", "--no-all-cores", "--epochs", str(args.epochs),
-           "--batch-size", str(args.batch_size), "--out", str(out), "--", "--image-size", str(size)]  # fmt: skip
+    cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1,2", "--no-all-cores",
+           "--epochs", str(args.epochs),
+           "--batch-size", str(args.batch_size), "--out", str(out), "--", "--image-size",
+           str(size)]  # fmt: skip
     subprocess.run(
         cmd,
         check=True,
@@ -54,9 +56,12 @@ def torchrun_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
     got = {}
     for n in (1, 2):
         out = work / f"torchrun-n{n}"
-        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(n), str(PLAIN), "--image-size", str(size),
-               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--out", str(out)]  # fmt: skip
-        subprocess.run(cmd, check=True, env=env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.DEVNULL,
+        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(n), str(PLAIN), "--image-size",
+               str(size),
+               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--out",
+               str(out)]  # fmt: skip
+        subprocess.run(cmd, check=True, env=env(OMP_NUM_THREADS="1"), cwd=REPO,
+                       stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
         got[n] = steady_stats(read_steps(out))["step_samples_per_s"]
     return got
@@ -80,7 +85,8 @@ def main() -> None:
     }
     for k in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="scaling-vs-torchrun-") as tmp:
-            for name, fn in (("distrain", distrain_round), ("torchrun", torchrun_round)) if k % 2 else (
+            for name, fn in (("distrain", distrain_round),
+                             ("torchrun", torchrun_round)) if k % 2 else (
                     ("torchrun", torchrun_round), ("distrain", distrain_round)):  # fmt: skip
                 got = fn(Path(tmp), size, args)
                 for n in (1, 2):

@@ -226,9 +226,10 @@ def start_cluster(
         f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
         for n in nodes
     )
-    for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(), "@CTLD_ADDR@": nodes[0].addr,
-                         "@NODES@": node_lines, "@GRACE@": "40",
-                         "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
+    for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(),
+                         "@CTLD_ADDR@": nodes[0].addr, "@NODES@": node_lines, "@GRACE@": "40",
+                         "@CTLD_PORT@": str(_free_port()),
+                         "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
         text = text.replace(token, value)
     conf.write_text(text)
     env = {**os.environ, "SLURM_CONF": str(conf)}

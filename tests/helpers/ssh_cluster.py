@@ -130,9 +130,12 @@ def ssh_cluster(
         try:
             for i in range(n):
                 log = folder / f"sshd{i}.log"
-                argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E", str(log),
-                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=yes",
-                        "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o", f"PidFile={folder / f'sshd{i}.pid'}",
+                argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E",
+                        str(log),
+                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o",
+                        "PasswordAuthentication=yes",
+                        "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o",
+                        f"PidFile={folder / f'sshd{i}.pid'}",
                         "-o", "UsePAM=no", "-o", "MaxStartups=100", *sshd_opts]  # fmt: skip
                 cluster._sshd.append(hosts.start(i, argv, folder / f"sshd{i}.out"))
             deadline = time.monotonic() + 60

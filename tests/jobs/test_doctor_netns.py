@@ -148,12 +148,16 @@ def test_suggested_interface_follows_the_route_not_the_alphabet(
     n0, n1 = two_nodes
     tag = n1[3:]
     bridge, second, veth = f"aaa{tag}", f"dw1{tag}", f"dv1{tag}"
-    for step in [("-n", n1, "link", "add", bridge, "type", "bridge"), ("-n", n1, "addr", "add", "10.232.0.1/24", "dev", bridge),
+    for step in [("-n", n1, "link", "add", bridge, "type", "bridge"),
+                 ("-n", n1, "addr", "add", "10.232.0.1/24", "dev", bridge),
                  ("-n", n1, "link", "set", bridge, "up"),
-                 ("-n", n1, "link", "add", second, "type", "veth", "peer", "name", f"dw0{tag}", "netns", n0),
-                 ("-n", n1, "addr", "add", "10.233.0.2/24", "dev", second), ("-n", n1, "link", "set", second, "up"),
+                 ("-n", n1, "link", "add", second, "type", "veth", "peer", "name", f"dw0{tag}",
+                  "netns", n0),
+                 ("-n", n1, "addr", "add", "10.233.0.2/24", "dev", second),
+                 ("-n", n1, "link", "set", second, "up"),
                  ("-n", n0, "link", "set", f"dw0{tag}", "up"),
-                 ("-n", n1, "route", "add", "default", "via", "10.231.0.1", "dev", veth)]:  # fmt: skip
+                 ("-n", n1, "route", "add", "default", "via", "10.231.0.1", "dev",
+                  veth)]:  # fmt: skip
         res = _ip(*step)
         if res.returncode != 0:
             pytest.skip(f"ip {' '.join(step)}: {res.stderr.strip()}")

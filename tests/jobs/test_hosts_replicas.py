@@ -33,8 +33,10 @@ def test_a_lost_host_is_a_lost_replica_group_and_the_other_trains_on(tmp_path: P
     out, log = tmp_path / "out", tmp_path / "job.log"
     out.mkdir()
     with ssh_cluster(2, tmp_path) as c:
-        argv = RUN + ["--hosts", "h0:1,h1:1", "--replicas", "2", *c.ssh_opts, SCRIPT, "--out", str(out),
-                      "--dir", str(tmp_path / "ckpt"), "--steps", str(STEPS), "--step-sleep", "0.1"]  # fmt: skip
+        argv = RUN + ["--hosts", "h0:1,h1:1", "--replicas", "2", *c.ssh_opts, SCRIPT, "--out",
+                      str(out),
+                      "--dir", str(tmp_path / "ckpt"), "--steps", str(STEPS), "--step-sleep",
+                      "0.1"]  # fmt: skip
         proc = start_job(c, argv, log)
         # both groups took their first step together, across the hosts' link
         # (TorchFT's start takes minutes at load 20 on 2 cores: 120 s were once not enough)

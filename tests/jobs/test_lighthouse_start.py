@@ -87,7 +87,8 @@ def test_a_lighthouse_that_never_listens_ends_at_the_bound_naming_it(
 @pytest.mark.timeout(120)
 def test_a_malformed_bound_is_one_line(tmp_path: Path) -> None:
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
-           str(SCRIPTS / "replica_job.py"), "--out", str(tmp_path), "--dir", str(tmp_path)]  # fmt: skip
+           str(SCRIPTS / "replica_job.py"), "--out", str(tmp_path), "--dir",
+           str(tmp_path)]  # fmt: skip
     res = run(cmd, timeout=100, env={"DISTRAIN_LIGHTHOUSE_START_TIMEOUT": "soon"})
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()

@@ -146,9 +146,12 @@ def test_two_node_replicas_listen_on_their_node_address_only(tmp_path: Path) -> 
     with make_hosts(2) as hosts:
         procs = []
         for node in range(2):
-            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes", "2",
-                   "--node-rank", str(node), "--master-addr", hosts.addrs[0], "--master-port", "29500",
-                   SCRIPT, "--out", str(out), "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "1000000"]  # fmt: skip
+            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes",
+                   "2",
+                   "--node-rank", str(node), "--master-addr", hosts.addrs[0], "--master-port",
+                   "29500",
+                   SCRIPT, "--out", str(out), "--dir", str(tmp_path / f"ckpt{node}"), "--steps",
+                   "1000000"]  # fmt: skip
             procs.append(hosts.start(node, cmd, tmp_path / f"node{node}.log"))
         try:
             deadline = time.monotonic() + 200

@@ -30,9 +30,11 @@ def test_the_group_back_first_heals_from_the_newer_state(tmp_path: Path) -> None
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     out.mkdir()
     group0_saved_40 = ckpt / "replica_0" / "step_00000040"
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", str(SCRIPTS / "replica_job.py"),
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
+           str(SCRIPTS / "replica_job.py"),
            "--out", str(out), "--dir", str(ckpt), "--steps", "80", "--every", "10",
-           "--kill", "12:1:0", "--hold-start", f"1:1:{group0_saved_40}", "--hold", f"42:0:{out}/restoring.1.0.1",
+           "--kill", "12:1:0", "--hold-start", f"1:1:{group0_saved_40}", "--hold",
+           f"42:0:{out}/restoring.1.0.1",
            "--kill", "45:0:0", "--kill", "45:1:0", "--hold-start", "0:1:10"]  # fmt: skip
     res = run(cmd, timeout=360, env={"DISTRAIN_FT_START_WAIT": "120"})
     assert res.returncode == 0, res.stderr[-4000:]

@@ -65,9 +65,12 @@ def _export_digits(
     shutil.copy(EXAMPLES / "train_digits.py", work / "train_digits.py")
     script = work / "digits.sbatch"
     fixed = ["--port", str(_free_port())] if port else []
-    run([python(), "-m", "distrain.cli", "export", "slurm", str(work / "train_digits.py"), "--nnodes", str(nodes), "--nproc-per-node",
-         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", *fixed, "--name", "digits",
-         "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir", str(ckpt)],
+    run([python(), "-m", "distrain.cli", "export", "slurm", str(work / "train_digits.py"),
+         "--nnodes", str(nodes), "--nproc-per-node",
+         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", *fixed, "--name",
+         "digits",
+         "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir",
+         str(ckpt)],
         timeout=120, cwd=work, check=True)  # fmt: skip
     return script
 
@@ -136,7 +139,8 @@ def test_srun_tasks_detect_slurm_from_slurmd_environment(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     out = tmp_path / "ranks"
-    res = slurm.cmd("srun", "-n", "2", "--cpus-per-task=1", python(), str(REPO / "tests" / "scripts" / "core_job.py"),
+    res = slurm.cmd("srun", "-n", "2", "--cpus-per-task=1", python(),
+                    str(REPO / "tests" / "scripts" / "core_job.py"),
                     "--out", str(out), "--mode", "train", timeout=300, check=False)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:] + slurm.logs()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -46,7 +46,8 @@ def _start(
         "DISTRAIN_NUM_THREADS": "1",
     }
     procs = [
-        hosts.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
+        hosts.start(i,
+                    [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
                         "--dir", str(ckpt), "--steps", str(steps), "--sleep", "0.2"], logs[i],
                     env={**env, "BENCH_NODE": f"n{i}"})
         for i in range(2)

@@ -51,8 +51,10 @@ def _start(
         "DISTRAIN_NUM_THREADS": "1",
     }
     procs = [
-        hosts.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
-                        "--dir", str(ckpt), "--steps", "40", "--sleep", "0.2"], logs[i], env={**env, "BENCH_NODE": f"n{i}"})
+        hosts.start(i,
+                    [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
+                        "--dir", str(ckpt), "--steps", "40", "--sleep", "0.2"], logs[i],
+                    env={**env, "BENCH_NODE": f"n{i}"})
         for i in range(2)
     ]  # fmt: skip
     return procs, logs

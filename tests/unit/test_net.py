@@ -11,8 +11,11 @@ import pytest
 from distrain import net
 
 
-@pytest.mark.parametrize(("address", "loopback"), [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("localhost", True),
-                                                    ("10.0.0.1", False), ("1270.0.0.1", False), ("0.0.0.0", False)])  # fmt: skip
+@pytest.mark.parametrize(("address", "loopback"),
+                         [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True),
+                          ("localhost", True),
+                                                    ("10.0.0.1", False), ("1270.0.0.1", False),
+                          ("0.0.0.0", False)])  # fmt: skip
 def test_is_loopback(address: str, loopback: bool) -> None:
     assert net.is_loopback(address) is loopback
 
@@ -23,7 +26,8 @@ def _addr(family: int, address: str) -> SimpleNamespace:
 
 @pytest.fixture
 def interfaces(monkeypatch: pytest.MonkeyPatch) -> None:
-    table = {"lo": [_addr(socket.AF_INET, "127.0.0.1")], "eth0": [_addr(socket.AF_INET6, "fe80::1"), _addr(socket.AF_INET, "10.0.0.2")],
+    table = {"lo": [_addr(socket.AF_INET, "127.0.0.1")],
+             "eth0": [_addr(socket.AF_INET6, "fe80::1"), _addr(socket.AF_INET, "10.0.0.2")],
              "docker0": [_addr(socket.AF_INET6, "fe80::2")]}  # fmt: skip
     import psutil  # net imports it where it is used (not at its top: `import distrain` stays light)
 

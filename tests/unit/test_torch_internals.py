@@ -182,5 +182,6 @@ class Mine:
         return module._parameters, ctx._monitor, module._distrain_state
 """
     assert private_uses(ast.parse(source)) == {
-        "_checkpoint", "_get_default_store", "_dynamo", "_inductor", "_reset_parameters", "_parameters", "_monitor",
+        "_checkpoint", "_get_default_store", "_dynamo", "_inductor", "_reset_parameters",
+                                               "_parameters", "_monitor",
     }  # fmt: skip

@@ -281,7 +281,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 #: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
-HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts", "container")  # fmt: skip
+HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts",
+              "container")  # fmt: skip
 
 
 def _add_host_options(parser: argparse.ArgumentParser) -> None:

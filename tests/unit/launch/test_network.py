@@ -40,7 +40,8 @@ def tables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _args(**over: object) -> argparse.Namespace:
-    values = {"nnodes": "2", "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": "", "master_addr": "node0",
+    values = {"nnodes": "2", "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": "",
+              "master_addr": "node0",
               "master_port": "29500", "node_rank": "1", "local_addr": None}  # fmt: skip
     values.update(over)
     return argparse.Namespace(**values)

@@ -206,8 +206,8 @@ def remote_command(
     tail = ["-m", "distrain.launch.hosts.node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
         name = f"distrain-{rdzv_id}-{rank}"
-        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host", "--net=host",
-                  "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host",
+                  "--net=host", "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
         for key, value in env.items():
             docker += ["-e", f"{key}={value}"]
         return f"cd {shlex.quote(cwd)} && exec " + shlex.join(

@@ -144,7 +144,8 @@ class ReplicaJob:
             self.say(
                 f"replica group {group} lost at step {step} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
                 f"{self.continuing()}/{self.groups} groups continue",
-                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"], how=how,
+                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"],
+                     how=how,
             )  # fmt: skip
         elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
             src, at = ev.get("source"), int(str(ev.get("step", 0)))

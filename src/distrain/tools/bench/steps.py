@@ -84,7 +84,8 @@ def _quantile(values: list[float], q: float) -> float:
 
 def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Steady-state timing of one run's timed steps (None values when there are none)."""
-    stats: dict[str, Any] = {"timed_steps": 0, "warmup_steps": 0, "step_seconds_median": None, "step_seconds_p10": None,
+    stats: dict[str, Any] = {"timed_steps": 0, "warmup_steps": 0, "step_seconds_median": None,
+                             "step_seconds_p10": None,
                              "step_seconds_p90": None, "step_samples_per_s": None}  # fmt: skip
     timed = [
         s for s in steps if float(s.get("seconds") or 0) > 0 and float(s.get("samples") or 0) > 0

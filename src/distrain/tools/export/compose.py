@@ -27,7 +27,8 @@ MASTER = "${MASTER_ADDR:?set MASTER_ADDR to node0's machine address (127.0.0.1 w
 def _launcher(spec: JobSpec, node: int, master: str) -> list[str]:
     port = str(spec.port or DEFAULT_PORT)
     if spec.elastic:  # c10d rendezvous hosted by node0; nodes may come and go
-        return ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{master}:{port}", "--rdzv-id", spec.name,
+        return ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                f"{master}:{port}", "--rdzv-id", spec.name,
                 "--max-restarts", str(spec.max_restarts)]  # fmt: skip
     # static: node ranks fixed, node0's address is the master
     return [

@@ -87,7 +87,8 @@ def test_group_argv_drops_replicas_and_gives_a_restart_budget() -> None:
     argv = group_argv(
         split(["--replicas", "2", "-n", "1", "--run-dir=runs", "train.py", "--lr", "1"]), 1
     )
-    assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py", "--lr", "1"]  # fmt: skip
+    assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py",
+                    "--lr", "1"]  # fmt: skip
     assert group_argv(split(["--replicas=2", "--max-restarts", "5", "--", "-m", "pkg"]), 0) == [
         "--max-restarts",
         "5",
@@ -208,8 +209,8 @@ def test_groups_are_placed_whole_on_nodes() -> None:
 def test_group_argv_drops_the_multi_node_options() -> None:
     # each group is a one-node job: the node options are the replicas launcher's, not the group's
     argv = group_argv(
-        split(["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master_port", "29500",
-               "--iface", "eth0", "-n", "1", "t.py"]), 1,
+        split(["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1",
+               "--master_port", "29500", "--iface", "eth0", "-n", "1", "t.py"]), 1,
     )  # fmt: skip
     assert argv == ["-n", "1", "--max-restarts", "3", "t.py"]
 

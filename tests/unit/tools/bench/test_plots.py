@@ -19,8 +19,10 @@ def _run(
     threads: int = 1,
 ) -> dict[str, Any]:
     return {
-        "name": name, "nproc": nproc, "sync_bn": sync_bn, "all_cores": all_cores, "threads": threads, "status": "ok",
-        "samples_per_s": sps, "efficiency": sps / (nproc * 1000.0) if not all_cores else sps / 2000.0,
+        "name": name, "nproc": nproc, "sync_bn": sync_bn, "all_cores": all_cores,
+            "threads": threads, "status": "ok",
+        "samples_per_s": sps,
+            "efficiency": sps / (nproc * 1000.0) if not all_cores else sps / 2000.0,
         "time_per_epoch_mean": 1400 / sps, "time_per_epoch_std": 0.01,
         "epochs": [{"epoch": e, "test_acc": 0.5 + 0.1 * e} for e in (1, 2, 3)],
     }  # fmt: skip

@@ -52,7 +52,8 @@ def test_kubernetes_wins_over_docker_and_every_clue_is_listed(
      (set(), "", {"APPTAINER_CONTAINER": "/img.sif"}, "apptainer")],
 )  # fmt: skip
 def test_runtime_from_one_clue(bare_metal: dict[str, object], monkeypatch: pytest.MonkeyPatch,
-                               exists: set[str], cgroup: str, env: dict[str, str], runtime: str) -> None:  # fmt: skip
+                               exists: set[str], cgroup: str, env: dict[str, str],
+                               runtime: str) -> None:  # fmt: skip
     bare_metal["exists"], bare_metal["cgroup"] = exists, cgroup
     for k, v in env.items():
         monkeypatch.setenv(k, v)

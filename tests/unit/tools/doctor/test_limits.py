@@ -65,7 +65,8 @@ def test_locked_memory_matters_with_gpus_or_rdma(machine: dict[str, object]) -> 
 @pytest.mark.parametrize(
     ("omp", "local", "status", "seen"),
     [("4", "2", "ok", "OMP_NUM_THREADS=4 x 2 local process(es), 8 usable core(s)"),
-     ("4", "4", "warn", "OMP_NUM_THREADS=4 x 4 local process(es) > 8 usable core(s): oversubscribed"),
+     ("4", "4", "warn",
+      "OMP_NUM_THREADS=4 x 4 local process(es) > 8 usable core(s): oversubscribed"),
      ("0", "1", "warn", "OMP_NUM_THREADS='0' is not a positive integer"),
      ("many", "1", "warn", "OMP_NUM_THREADS='many' is not a positive integer")],
 )  # fmt: skip
