@@ -121,7 +121,8 @@ ckpt = (
 )
 step = ckpt.restore(model=model, optimizer=opt, loader=train_loader).step if ckpt else 0  # resume
 ctx.print(
-    f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, strategy {args.strategy}"
+    f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, "
+    f"strategy {args.strategy}"
 )
 
 
@@ -168,7 +169,8 @@ while step < args.steps:
     if step % args.log_every == 0 or step == args.steps:
         rate = tokens / (time.perf_counter() - t0)
         ctx.print(
-            f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm {norm.item():.2f}  {rate:,.0f} tokens/s"
+            f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm "
+            f"{norm.item():.2f}  {rate:,.0f} tokens/s"
         )
     if ckpt:
         ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit

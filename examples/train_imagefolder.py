@@ -163,7 +163,8 @@ if args.pretrained:
     net.load_state_dict(matching, strict=False)
     ctx.print(
         f"pretrained: loaded {len(matching)} of {len(own)} tensors from {args.pretrained} "
-        f"({len(state) - len(matching)} skipped: other name or shape, e.g. the {len(classes)}-class fc)"
+        f"({len(state) - len(matching)} skipped: other name or shape, e.g. the "
+        f"{len(classes)}-class fc)"
     )
 if args.freeze_layers:
     for name, param in net.named_parameters():
@@ -220,7 +221,8 @@ def evaluate() -> tuple[float, float]:
 
 
 ctx.print(
-    f"{len(classes)} classes, {len(train_set)} train / {len(val_set)} val images, {args.arch}, lr {lr:g} "
+    f"{len(classes)} classes, {len(train_set)} train / {len(val_set)} val images, "
+    f"{args.arch}, lr {lr:g} "
     f"({args.lr:g} × {ctx.world_size}), sync_bn={args.sync_bn}, freeze_layers={args.freeze_layers}"
 )
 for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts where it stopped
@@ -246,7 +248,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts whe
     val_loss, val_acc = evaluate()
     ctx.log(advance=False, accuracy=val_acc, test_loss=val_loss, train_loss=train_loss)
     ctx.print(
-        f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  val acc {val_acc:.4f}  {seconds:.1f} s"
+        f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
+        f"val acc {val_acc:.4f}  {seconds:.1f} s"
     )
 if ckpt:
     ckpt.save(step)  # the final state: a rerun finds nothing left to do

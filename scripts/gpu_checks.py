@@ -214,7 +214,8 @@ def main(argv: list[str]) -> int:
             else ", MFU: device not in the peak table"
         )
         print(
-            f"{fig['tokens_per_s']:,.0f} tokens/s, {fig['flops_per_token'] / 1e6:.0f} MFLOP/token, {fig['achieved_tflops']:.1f} TFLOP/s{mfu}"
+            f"{fig['tokens_per_s']:,.0f} tokens/s, {fig['flops_per_token'] / 1e6:.0f} MFLOP/token, "
+            f"{fig['achieved_tflops']:.1f} TFLOP/s{mfu}"
         )
         return 0
     if cmd == "ratio":

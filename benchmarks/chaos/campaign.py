@@ -370,7 +370,8 @@ def main() -> int:
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)
     print(
-        f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}"
+        f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after\n{text}"
     )
     for t in bad:
         print(f"BROKE THE ORACLE: trial {t.index} ({t.kind}, {t.fault}): replay with "

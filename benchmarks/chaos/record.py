@@ -50,12 +50,14 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
         cmd += f" --seed {seed}"
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"\n## Seed {seed}, {len(trials)} trials ({when})", "",
-             f"Command: `{cmd.replace(' --record', '')}`. CPU: {cpu_model()}, {os.cpu_count()} cores; "
+             f"Command: `{cmd.replace(' --record', '')}`. CPU: {cpu_model()}, "
+             f"{os.cpu_count()} cores; "
              f"load average {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after.", "", table,
              ""]  # fmt: skip
     if bad:
         lines.append("Trials that broke the oracle (replay each with `--seed S --only I`):\n")
-        lines += [f"- trial {t.index} ({t.kind}, {t.fault}, {t.what}): {t.verdict.word}: {t.verdict.detail[:300]}"
+        lines += [f"- trial {t.index} ({t.kind}, {t.fault}, {t.what}): {t.verdict.word}: "
+                  f"{t.verdict.detail[:300]}"
                   for t in bad]  # fmt: skip
     if not RESULTS.exists():
         RESULTS.write_text(

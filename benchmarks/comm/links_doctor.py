@@ -73,7 +73,8 @@ def main() -> int:
             links = next(c for c in doc["checks"] if c["id"] == "ranks.links")
             (link,) = links["data"]["links"]
             print(
-                f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} us  {links['status']}: {links['seen']}",
+                f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} "
+                f"us  {links['status']}: {links['seen']}",
                 flush=True,
             )
             if links["fix"]:

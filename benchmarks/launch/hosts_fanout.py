@@ -214,7 +214,8 @@ def parts(c) -> None:  # type: ignore[no-untyped-def]
         subprocess.run(["bash", "-c", "source ~/.bashrc >/dev/null 2>&1"], timeout=120)
         took.append(time.time() - t0)
     print(
-        f"this user's ~/.bashrc alone (bash sources it for commands run by sshd): {', '.join(f'{t:.2f}' for t in took)} s"
+        "this user's ~/.bashrc alone (bash sources it for commands run by sshd): "
+        f"{', '.join(f'{t:.2f}' for t in took)} s"
     )
 
 
@@ -263,7 +264,8 @@ def main() -> None:
                 two.append(two_commands(c, work, 29600 + r, only))
                 one.append(one_command(c, work, only))
             step = "" if only else f"; first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s"
-            print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
+            print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / "
+                  f"{two[-1][0]:.2f} s (two); "
                   f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}",
                   flush=True)  # fmt: skip
     print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
@@ -273,8 +275,10 @@ def main() -> None:
     for k, what in enumerate(ends[:2] if only else ends):
         a, b = [x[k] for x in one], [x[k] for x in two]
         diffs = [x - y for x, y in zip(a, b, strict=True)]
-        print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands {statistics.median(b):.2f} s, "
-              f"difference median {statistics.median(diffs):+.2f} s (per round: {', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
+        print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands "
+              f"{statistics.median(b):.2f} s, "
+              f"difference median {statistics.median(diffs):+.2f} s (per round: "
+              f"{', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
 
 
 def _sshd_opts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -310,7 +314,8 @@ def compare(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print(
-        f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}; baseline {args.baseline_src}"
+        f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}; "
+        f"baseline {args.baseline_src}"
     )
     base = took["one command, baseline src"]
     for name, values in took.items():

@@ -51,7 +51,8 @@ for step in range(start_step, args.steps):
     if step == start_step and os.environ.get("BENCH_FIRST_STEP_FILE"):
         with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
             f.write(
-                f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} {load_s} {os.getpid()}\n"
+                f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} "
+                f"{load_s} {os.getpid()}\n"
             )
     if args.ckpt and rank == 0:
         tmp = args.ckpt + ".tmp"

@@ -128,7 +128,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     if ctx.is_main:
         print(
-            f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + momentum, DCP checkpoint {size / 1e6:.0f} MB, "
+            f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + "
+            f"momentum, DCP checkpoint {size / 1e6:.0f} MB, "
             f"{args.rounds} interleaved rounds, medians of the slowest rank"
         )
         for key, value in med.items():

@@ -129,8 +129,8 @@ def main() -> None:
     for v, xs in results.items():
         med = statistics.median(xs)
         print(
-            f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio {med / base:4.2f}  all "
-            + " ".join(f"{x:.2f}" for x in xs)
+            f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio "
+            f"{med / base:4.2f}  all " + " ".join(f"{x:.2f}" for x in xs)
         )
 
 

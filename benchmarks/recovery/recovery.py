@@ -79,7 +79,8 @@ def one(cmd: list[str], d: str, timeout: float) -> float:
     )
     if res.returncode != 0:
         raise SystemExit(
-            f"job failed (exit {res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
+            f"job failed (exit {res.returncode}): "
+            f"{' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
         )
     events = dict(line.split() for line in Path(d, "timeline").read_text().splitlines())
     return float(events["resumed_step"]) - float(events["fault"])
@@ -158,12 +159,14 @@ def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
 
     where = f"nccl, {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "gloo, CPU"
     print(
-        f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} ranks, {where}):"
+        f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} "
+        f"ranks, {where}):"
     )
     for name, ts in results.items():
         med = statistics.median(ts)
         print(
-            f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)"
+            f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x "
+            "torchrun's own restart)"
         )
 
 
@@ -181,7 +184,8 @@ def plain_job(rounds: int, timeout: float) -> None:
                     continue
                 res[launcher].append((t, load))
                 print(
-                    f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint load {load:.3f} s)",
+                    f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint "
+                    f"load {load:.3f} s)",
                     flush=True,
                 )
     base = statistics.median(t for t, _ in res["torchrun"]) if res["torchrun"] else float("nan")
@@ -190,8 +194,10 @@ def plain_job(rounds: int, timeout: float) -> None:
         if res[n]:
             ts = [t for t, _ in res[n]]
             print(
-                f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio {statistics.median(ts) / base:5.2f}"
-                f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all {' '.join(f'{t:.2f}' for t in ts)}"
+                f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio "
+                f"{statistics.median(ts) / base:5.2f}"
+                f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all "
+                f"{' '.join(f'{t:.2f}' for t in ts)}"
             )
 
 
@@ -210,7 +216,8 @@ def main() -> None:
         "--control",
         type=int,
         default=0,
-        help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)",
+        help="first N kill-restarts per setting of a plain torch.distributed script "
+        "(restart_tally.py)",
     )
     p.add_argument("--control-timeout", type=float, default=90)
     p.add_argument(

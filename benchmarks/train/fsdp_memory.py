@@ -215,14 +215,16 @@ def main() -> None:
     p.add_argument(
         "--user-peak",
         action="store_true",
-        help="also run every configuration without any malloc_trim and report whole-process peak RSS per rank",
+        help="also run every configuration without any malloc_trim and report whole-process "
+        "peak RSS per rank",
     )
     p.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
     p.add_argument(
         "--heap-timing",
         type=int,
         default=0,
-        help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for its step-time cost",
+        help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for "
+        "its step-time cost",
     )
     p.add_argument(
         "--worlds",
@@ -250,7 +252,8 @@ def main() -> None:
         worker(args)
         return
     print(
-        f"# torch {torch.__version__}, {os.cpu_count()} cores, load before {open('/proc/loadavg').read().split()[:3]}",
+        f"# torch {torch.__version__}, {os.cpu_count()} cores, load before "
+        f"{open('/proc/loadavg').read().split()[:3]}",
         flush=True,
     )
     mem: dict[tuple[int, str], list[dict]] = {}
@@ -263,16 +266,20 @@ def main() -> None:
                 step_times[strategy].append(max(r["step_s"] for r in ranks))
             worst = max(ranks, key=lambda r: r["state_live_mib"])
             print(
-                f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks), RSS growth "
-                f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} MiB, after first step "
-                f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
+                f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over "
+                "ranks), RSS growth "
+                f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} "
+                "MiB, after first step "
+                f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak "
+                f"+{worst['peak_mib']:.0f} MiB; "
                 f"tensors counted {worst['counted_mib']:.0f} MiB"
                 + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""),
                 flush=True,
             )
     if args.user_peak:
         print(
-            "\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any malloc_trim | live after the "
+            "\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any "
+            "malloc_trim | live after the "
             "first step (trimmed job above)"
         )
         for world in args.worlds:
@@ -288,14 +295,16 @@ def main() -> None:
                 start = max(r["start_abs_mib"] for r in ranks)
                 step = f", step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""
                 print(
-                    f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} (process at start {start:.0f}{step})",
+                    f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} "
+                    f"(process at start {start:.0f}{step})",
                     flush=True,
                 )
             live_ratio = max(r["step_live_abs_mib"] for r in mem[(world, "fsdp")]) / max(
                 r["step_live_abs_mib"] for r in mem[(world, "ddp")]
             )
             print(
-                f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's default heap behaviour "
+                f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's "
+                "default heap behaviour "
                 f"{peaks[GLIBC_DEFAULT] / peaks['ddp']:.3f}), live {live_ratio:.3f}",
                 flush=True,
             )
@@ -314,7 +323,8 @@ def main() -> None:
             }
             ratios.append(t["fsdp"] / t[GLIBC_DEFAULT])
             print(
-                f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, {t[GLIBC_DEFAULT]:.3f} s without",
+                f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, "
+                f"{t[GLIBC_DEFAULT]:.3f} s without",
                 flush=True,
             )
         print(
@@ -323,7 +333,8 @@ def main() -> None:
             flush=True,
         )
     print(
-        "\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors"
+        "\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS "
+        "growth  counted tensors"
     )
     for world in args.worlds:
         d, f = mem[(world, "ddp")], mem[(world, "fsdp")]
@@ -335,8 +346,10 @@ def main() -> None:
     if step_times["ddp"]:
         ratios = [f / d for d, f in zip(step_times["ddp"], step_times["fsdp"], strict=True)]
         print(
-            f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP {statistics.median(step_times['fsdp']):.2f} s, "
-            f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+            f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP "
+            f"{statistics.median(step_times['fsdp']):.2f} s, "
+            f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)})"
         )
     print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
 

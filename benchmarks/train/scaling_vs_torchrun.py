@@ -92,7 +92,8 @@ def main() -> None:
                 for n in (1, 2):
                     rows[name][n].append(got[n])
                 print(
-                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s, 2 processes {got[2]:7.1f} "
+                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s, 2 "
+                    f"processes {got[2]:7.1f} "
                     f"(speedup {got[2] / got[1]:.2f}×)  load {loadavg().split()[0]}",
                     flush=True,
                 )
@@ -105,7 +106,8 @@ def main() -> None:
     per_round = [a / b for a, b in zip(rows["distrain"][2], rows["torchrun"][2], strict=True)]
     print(
         f"distrain / torchrun: 1 process {d[1] / t[1]:.3f}, 2 processes {d[2] / t[2]:.3f} "
-        f"(per round: {', '.join(f'{r:.3f}' for r in per_round)}), speedup {(d[2] / d[1]) / (t[2] / t[1]):.3f}"
+        f"(per round: {', '.join(f'{r:.3f}' for r in per_round)}), speedup "
+        f"{(d[2] / d[1]) / (t[2] / t[1]):.3f}"
     )
     print(f"# load after: {loadavg()}")
 

@@ -221,7 +221,8 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
             detail = getattr(err, "stderr", "") or str(err)
             raise Unavailable(
-                f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): {str(detail).strip()}"
+                f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): "
+                f"{str(detail).strip()}"
             ) from None
         made_hosts = Hosts(names, addrs, hub, ports=[f"{tag}b{i}" for i in range(n)])
         try:

@@ -93,7 +93,8 @@ class SlurmCluster:
         )
         if check and out.returncode != 0:
             raise AssertionError(
-                f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}"
+                f"{' '.join(argv)} exited {out.returncode}: "
+                f"{out.stderr.strip() or out.stdout.strip()}"
             )
         return out
 
@@ -126,7 +127,8 @@ class SlurmCluster:
                 return info
             time.sleep(0.5)
         raise AssertionError(
-            f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} {info.get('Reason')}\n{self.logs()}"
+            f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} "
+            f"{info.get('Reason')}\n{self.logs()}"
         )
 
     def logs(self, tail: int = 2500) -> str:
@@ -197,7 +199,8 @@ def start_cluster(
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
     if missing:
         raise SlurmUnavailable(
-            f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)"
+            f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd "
+            "slurm-client munge)"
         )
     try:
         import pwd

@@ -144,7 +144,8 @@ def ssh_cluster(
                 while "Server listening" not in (log.read_text() if log.exists() else ""):
                     if time.monotonic() > deadline or cluster._sshd[i].poll() is not None:
                         pytest.skip(
-                            f"sshd did not start in a namespace here: {(log.read_text() if log.exists() else '')[-500:]}"
+                            "sshd did not start in a namespace here: "
+                            f"{(log.read_text() if log.exists() else '')[-500:]}"
                         )
                     time.sleep(0.1)
             yield cluster

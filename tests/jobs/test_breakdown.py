@@ -19,7 +19,8 @@ from distrain.monitor import rank_file
 CLI = [python(), "-m", "distrain.cli"]
 PHASES = {"data", "compute", "comm", "optimizer", "checkpoint", "other"}
 STRAGGLER = re.compile(
-    r"^distrain: straggler: rank (\d+) \(host (\S+), pid (\d+)\) computes (\d+) % slower than the median rank$",
+    r"^distrain: straggler: rank (\d+) \(host (\S+), pid (\d+)\) computes (\d+) % slower than "
+    r"the median rank$",
     re.M,
 )
 

@@ -89,14 +89,16 @@ def test_restart_and_failure_say_what_happened(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGKILL, text[-3000:]
     restart = [ln for ln in lines if "restarting" in ln]
     said = len(restart) == 1 and re.fullmatch(
-        r"distrain run: rank 1 \(pid \d+\) was killed by SIGKILL; restarting every rank \(attempt 1 of 1\), "
+        r"distrain run: rank 1 \(pid \d+\) was killed by SIGKILL; restarting every rank "
+        r"\(attempt 1 of 1\), "
         r"resuming from step (\d+)", restart[0])  # fmt: skip
     # 22: the end of epoch 1 (40 if 18 more steps ran before the kill landed), the step the workers
     # resumed from
     assert said and said[1] in ("22", "40") and f"(step {said[1]}, saved on 2 rank(s))" in text, (
         restart
     )
-    last = re.fullmatch(r"distrain run: job failed: rank 1 \(pid \d+\) was killed by SIGKILL; rerun the same command "
+    last = re.fullmatch(r"distrain run: job failed: rank 1 \(pid \d+\) was killed by SIGKILL; "
+                        r"rerun the same command "
                         r"to resume from step (\d+) \(ckpt/step_(\d+)\)", lines[-1])  # fmt: skip
     assert last and int(last[1]) >= 22 and int(last[2]) == int(last[1]), lines[-1]
     assert not [ln for ln in lines if any(n in ln for n in NOISE)], text

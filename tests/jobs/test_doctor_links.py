@@ -58,7 +58,8 @@ def _doctor(hosts: Hosts, tmp_path: Path, tag: str) -> dict:
         doc = json.loads(text[text.index("{") :])
     except ValueError:
         pytest.fail(
-            f"exit codes {codes}; node 0 printed no JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}"
+            f"exit codes {codes}; node 0 printed no "
+            f"JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}"
         )
     return {c["id"]: c for c in doc["checks"]}
 

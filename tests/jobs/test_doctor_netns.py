@@ -74,7 +74,8 @@ def test_master_reachability_across_namespaces(two_nodes: tuple[str, str]) -> No
             n0,
             python(),
             "-c",
-            "import socket,time; s=socket.socket(); s.bind(('10.231.0.1', 29511)); s.listen(); time.sleep(300)",
+            "import socket,time; s=socket.socket(); s.bind(('10.231.0.1', 29511)); "
+            "s.listen(); time.sleep(300)",
         ],
         start_new_session=True,
     )

@@ -148,7 +148,8 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
     path = f"{fake.parent}:{os.environ['PYTHONPATH']}"
     listener = c.hosts.start(0,
                              [python(), "-c",
-                              "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29533)); s.listen(); time.sleep(600)"],
+                              "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29533)); "
+                              "s.listen(); time.sleep(600)"],
                              tmp_path / "listener.log")  # fmt: skip
     deadline = time.monotonic() + 60
     while (
@@ -224,8 +225,8 @@ def test_elastic_job_goes_on_when_a_hosts_session_dies(tmp_path: Path) -> None:
         text = log.read_text()
         assert code == 0, text[-4000:]
         assert (
-            "distrain run: host h2 lost: its ssh session was killed (SIGKILL); the job goes on with 2 host(s)"
-            in text
+            "distrain run: host h2 lost: its ssh session was killed (SIGKILL); the job goes "
+            "on with 2 host(s)" in text
         )
         assert "[h0] finished at step 40" in text, text[-4000:]
         assert text.rstrip().endswith("distrain run: job finished on 2 of 3 host(s); lost: h2")

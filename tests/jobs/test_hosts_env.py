@@ -29,7 +29,8 @@ def test_environment_files_reach_the_script_on_every_host(tmp_path: Path) -> Non
                 "show_env.py"]  # fmt: skip
         shown = subprocess.run(c.launch_cmd([*argv[:-1], "--dry-run", "show_env.py"]), cwd=work,
                                capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert f"# set on every host from {work / '.deepspeed_env'}, {work / '.distrain_env'}: FROM_DS FROM_FILE" in shown.stdout, shown.stdout + shown.stderr  # fmt: skip
+        assert (f"# set on every host from {work / '.deepspeed_env'}, {work / '.distrain_env'}: "
+                "FROM_DS FROM_FILE") in shown.stdout, shown.stdout + shown.stderr  # fmt: skip
         res = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True,
                              timeout=240)  # fmt: skip
         out = res.stdout + res.stderr
@@ -40,6 +41,7 @@ def test_environment_files_reach_the_script_on_every_host(tmp_path: Path) -> Non
         bad = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True,
                              timeout=120)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr == (
-            f"distrain run: error: {work / '.distrain_env'}:1: 'FROM_FILE hello' is not NAME=VALUE\n"
+            f"distrain run: error: {work / '.distrain_env'}:1: 'FROM_FILE hello' is "
+            "not NAME=VALUE\n"
         ), bad.stderr
         assert_clean(c)

@@ -20,7 +20,8 @@ pytestmark = [
     ),
 ]
 
-SCRIPT = "import os\nprint('node', os.environ['GROUP_RANK'], 'master', os.environ['MASTER_ADDR'], flush=True)\n"  # fmt: skip
+SCRIPT = ("import os\nprint('node', os.environ['GROUP_RANK'], 'master', "
+          "os.environ['MASTER_ADDR'], flush=True)\n")  # fmt: skip
 
 
 def test_ipv6_hosts_start_a_job_whose_nodes_talk_ipv4(tmp_path: Path) -> None:
@@ -40,7 +41,8 @@ def test_ipv6_hosts_start_a_job_whose_nodes_talk_ipv4(tmp_path: Path) -> None:
         bad = subprocess.run(c.launch_cmd([*argv, str(script)]), capture_output=True, text=True,
                              timeout=120)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr == (
-            f"distrain run: error: host {v6[0]}: the others reach it at IPv6 {v6[0]}, but a job's nodes "
+            f"distrain run: error: host {v6[0]}: the others reach it at IPv6 {v6[0]}, "
+            "but a job's nodes "
             "talk IPv4: give --iface NAME, an interface with an IPv4 address\n"
         ), bad.stderr
         res = subprocess.run(c.launch_cmd([*argv, "--iface", "eth0", str(script)]),

@@ -53,7 +53,8 @@ def test_a_lost_host_is_a_lost_replica_group_and_the_other_trains_on(tmp_path: P
         ), text[-3000:]
         assert f"(groups 0–0 on node 0/2); TorchFT lighthouse on {first_host}:" in text
         assert (
-            "distrain run: host h1 lost: its ssh session was killed (SIGKILL); its replica group(s) 1 "
+            "distrain run: host h1 lost: its ssh session was killed (SIGKILL); its "
+            "replica group(s) 1 "
             "with it, the groups of 1 host(s) train on" in text
         ), text[-3000:]
         assert text.rstrip().endswith("distrain run: job finished on 1 of 2 host(s); lost: h1")

@@ -97,7 +97,8 @@ def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) 
     ]
     result = run(cmd, timeout=JOB_TIMEOUT)
     assert result.returncode == 0, (
-        f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+        f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- "
+        f"stderr\n{result.stderr[-5000:]}"
     )
     return out, result.stdout
 

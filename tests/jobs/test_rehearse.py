@@ -125,7 +125,8 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     )
     check_lines(err, n, ("DDP(device_ids=...)",))
     assert re.search(
-        r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line \d+; it runs once",
+        r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line "
+        r"\d+; it runs once",
         err,
     ), err[-2000:]
     assert f"mapped in {n} processes" in err
@@ -212,11 +213,13 @@ def rehearsed_python(code: str, tmp_path: Path, count: int = 2) -> tuple[int, st
         ("import torch\ng = torch.cuda.CUDAGraph()\n", "torch.cuda.CUDAGraph() (CUDA graphs)"),
         ("import torch\nimport pynvml\npynvml.nvmlInit()\n", "pynvml.nvmlInit() (NVML)"),
         (
-            "import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n",
+            "import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', "
+            "cpp_sources='', cuda_sources='__global__ void k() {}')\n",
             "torch.utils.cpp_extension.load_inline() of a CUDA extension",
         ),
         (
-            "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
+            "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef "
+            "k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
             "Triton kernel k",
         ),
     ],

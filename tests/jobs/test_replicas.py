@@ -94,7 +94,8 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     assert snap["totals"]["heals"] == sum(e[0] == "healed" for e in events) >= 1
     once = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--once"], timeout=60)
     assert re.search(
-        rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals [12] \(last: group 1 from group 0",
+        rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals "
+        r"[12] \(last: group 1 from group 0",
         once.stdout,
     ), once.stdout
 
@@ -314,7 +315,8 @@ def test_groups_that_end_with_different_states_fail_the_job_in_one_line(tmp_path
     assert res.returncode == 1, res.stderr[-3000:]
     errors = [line for line in res.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith(
-        "distrain run: error: replica groups ended with different states: rank 0 of group 0 at step 10, state "
+        "distrain run: error: replica groups ended with different states: rank 0 of group 0 "
+        "at step 10, state "
     ), res.stderr[-3000:]
 
 

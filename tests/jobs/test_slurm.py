@@ -93,7 +93,8 @@ def _wait_output(
             break
         time.sleep(0.2)
     raise AssertionError(
-        f"no {pattern!r} in the output of job {job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}"
+        f"no {pattern!r} in the output of job "
+        f"{job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}"
     )
 
 

@@ -79,7 +79,8 @@ def test_static_node_launcher_killed_survivor_stops_and_rerun_resumes(
         code = procs[0].wait(timeout=STOP_BOUND_S)
     except subprocess.TimeoutExpired:
         pytest.fail(
-            f"node 0 still waiting {STOP_BOUND_S} s after node 1's launcher died\n{logs[0].read_text()[-4000:]}"
+            f"node 0 still waiting {STOP_BOUND_S} s after node 1's launcher "
+            f"died\n{logs[0].read_text()[-4000:]}"
         )
     took = time.monotonic() - killed
     text = logs[0].read_text()

@@ -41,7 +41,8 @@ while step < args.steps:
         if step == start + 1:
             with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
                 f.write(
-                    f"{os.environ.get('BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
+                    f"{os.environ.get('BENCH_NODE', '?')} "
+                    f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
                     f"{ctx.world_size} {time.time()} {step}\n"
                 )
         time.sleep(args.sleep)

@@ -152,8 +152,10 @@ def test_every_private_torch_or_python_name_is_listed() -> None:
         if names - listed.get(f, set())
     }
     assert not missing, (
-        f"private names used but not in docs/torch_internals.md: {missing}. If torch's or Python's, add a row "
-        "(what, why, what breaks, which test catches it); if distrain's own, reach it through a public method or property"
+        f"private names used but not in docs/torch_internals.md: {missing}. If torch's or "
+        "Python's, add a row "
+        "(what, why, what breaks, which test catches it); if distrain's own, reach it through a "
+        "public method or property"
     )
 
 

@@ -221,7 +221,8 @@ class Checkpointer:
                 self._reg.load_dcp_state(state)
                 loading.load_plain(self._reg, shared, f"rank {src}'s copy of step {best}")
                 _warn(
-                    f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state"
+                    f"step {best} is not on this node's disk: received it from rank {src}; this "
+                    "rank keeps its own RNG state"
                 )
                 resumed = self._resumed(
                     shared, f"{self.directory}/step_{best:08d} (from rank {src})"
@@ -239,7 +240,8 @@ class Checkpointer:
         self._last_saved = step
         if self.handles.main:
             print(
-                f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))",
+                f"distrain: resumed from {where} (step {step}, saved on "
+                f"{shared['world_size']} rank(s))",
                 flush=True,
             )
         self.extra.update(shared.get("extra", {}))

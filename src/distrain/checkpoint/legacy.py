@@ -28,7 +28,8 @@ def load(path: str, reg: Registered) -> dict[str, Any]:
     states = shared.get("objects") if isinstance(shared, dict) else None
     if not isinstance(states, dict):
         raise CheckpointError(
-            f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with an empty directory"
+            f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with "
+            "an empty directory"
         )
     wanted = [*reg.modules, *reg.optimizers, *reg.plain]
     missing = [name for name in wanted if name not in states]

@@ -41,7 +41,8 @@ def load(
         missing = [n for n in reg.modules | reg.optimizers if n not in shared.get("dcp", [])]
         if missing:
             raise CheckpointError(
-                f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})"
+                f"{path} has no state for {', '.join(missing)} (saved: "
+                f"{', '.join(shared.get('dcp', []))})"
             )
         if reg.modules:
             state = reg.dcp_target(dcp_io.saved_keys(path))
@@ -61,12 +62,14 @@ def load(
         missing = reg.load_local_buffers(own["buffers"]) if "buffers" in own else []
         if missing and is_main:
             _warn(
-                f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
+                f"{path}/{name} has no own copy of "
+                f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
                 "those buffers are rank 0's saved copy"
             )
     else:
         _warn(
-            f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state"
+            f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank "
+            "keeps its own RNG state"
         )
     return shared
 

@@ -164,13 +164,15 @@ class Writer:
                     raise SaveAbandoned(message, exit_code=1)
             if self.foreground and preemption.peer_gone(PEER_GONE_S):
                 raise SaveAbandoned(
-                    f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s",
+                    f"save of step {self.step} abandoned: stop signal and no report from the other "
+                    f"ranks for {PEER_GONE_S:g} s",
                     exit_code=preemption.request.exit_code,
                 )
             if time.monotonic() > deadline:
                 late = ", ".join(k.rsplit("/", 1)[-1] for k in keys if not store.check([k]))
                 raise CheckpointError(
-                    f"rank(s) {late} did not report their files for step {self.step} within {STORE_WAIT_S:g} s"
+                    f"rank(s) {late} did not report their files for step {self.step} within "
+                    f"{STORE_WAIT_S:g} s"
                 )
 
     def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:

@@ -52,7 +52,8 @@ class HorovodEnvironment(AgreedMasterEnvironment):
             import horovod.torch as hvd
         except ImportError:
             raise ClusterError(
-                "horovod: HOROVOD_RANK is set but horovod.torch does not import; set MASTER_ADDR/MASTER_PORT"
+                "horovod: HOROVOD_RANK is set but horovod.torch does not import; set "
+                "MASTER_ADDR/MASTER_PORT"
             ) from None
         hvd.init()
         return hvd.broadcast_object(proposal, root_rank=0, name="distrain.master")

@@ -55,6 +55,8 @@ class KubeflowEnvironment(ClusterEnvironment):
         per_pod = os.environ.get("PET_NPROC_PER_NODE", "")
         if per_pod.isdigit() and int(per_pod) > 1:
             raise ClusterError(
-                f"kubeflow: the PyTorchJob asks for {per_pod} processes per pod (nprocPerNode) but this pod "
-                "started one; run `distrain run train.py` (or torchrun) as the container command, or set nprocPerNode: 1"
+                f"kubeflow: the PyTorchJob asks for {per_pod} processes per pod "
+                "(nprocPerNode) but this pod "
+                "started one; run `distrain run train.py` (or torchrun) as the container command, "
+                "or set nprocPerNode: 1"
             )

@@ -55,12 +55,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
             raise ValueError("the dataset is empty")
         if not drop_last:
             raise ValueError(
-                "drop_last=False is not supported: padding the last global batch duplicates samples and an "
-                "uneven split is averaged wrongly by DDP; the short last global batch is always dropped"
+                "drop_last=False is not supported: padding the last global batch "
+                "duplicates samples and an "
+                "uneven split is averaged wrongly by DDP; the short last global batch "
+                "is always dropped"
             )
         if dataset_len < batch_size * world_size:
             raise ValueError(
-                f"the dataset has {dataset_len} samples, fewer than one global batch of {batch_size * world_size} "
+                f"the dataset has {dataset_len} samples, fewer than one global batch of "
+                f"{batch_size * world_size} "
                 f"(batch_size {batch_size} × {world_size} process(es)); use a smaller batch_size"
             )
         self.dataset_len = dataset_len
@@ -217,18 +220,21 @@ class DistributedLoader(DataLoader):
         if gbs != self.global_sampler.global_batch_size:
             raise ValueError(
                 f"saved global batch {gbs} != current {self.global_sampler.global_batch_size} "
-                f"(batch_size {self.global_sampler.batch_size} × world {self.global_sampler.world_size})"
+                f"(batch_size {self.global_sampler.batch_size} × world "
+                f"{self.global_sampler.world_size})"
             )
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
         changed = []
         if "seed" in state and int(state["seed"]) != self.global_sampler.seed:
             changed.append(
-                f"seed {state['seed']} → {self.global_sampler.seed} (another sample order from here on)"
+                f"seed {state['seed']} → {self.global_sampler.seed} (another sample "
+                "order from here on)"
             )
         if bool(state.get("seed_samples", False)) != self.seeds_samples:
             changed.append(
-                f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
+                f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → "
+                f"{'on' if self.seeds_samples else 'off'} "
                 "(other augmentation draws from here on)"
             )
         if (

@@ -71,7 +71,8 @@ def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, 
     if code == WATCHDOG_EXIT_CODE:
         return (
             code,
-            f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)",
+            f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain "
+            "watchdog:' above)",
         )
     if not os.path.isfile(first.error_file):
         # a peer failed first (it lost this rank's connection) and the agent stopped the rank

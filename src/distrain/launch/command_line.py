@@ -179,7 +179,10 @@ def run_parser() -> argparse.ArgumentParser:
     parser.prog = PROG
     parser.allow_abbrev = False
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
-    parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
+    parser.epilog = (
+        "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see "
+        "distrain run --hosts h --help)."
+    )
     _add_run_options(parser)
     _add_host_options(parser)
     raise_usage_errors(parser)
@@ -199,7 +202,8 @@ def _fast_start_default(parser: argparse.ArgumentParser) -> None:
             action.choices = START_METHODS
             action.default = "fast"
             action.help = (
-                "how workers start: fast (fork from a preloaded server, fresh interpreter as fallback; "
+                "how workers start: fast (fork from a preloaded server, fresh "
+                "interpreter as fallback; "
                 "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
             )
 
@@ -263,7 +267,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const=True,
         default=None,
-        help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
+        help="the script starts its own workers (mp.spawn, Process): run it once (default: read "
+        "from the script)",
     )
     add(
         "--no-self-starting",
@@ -276,7 +281,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--replicas",
         default=None,
         metavar="R",
-        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')",
+        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip "
+        "install 'distrain[ft]')",
     )
 
 

@@ -73,7 +73,10 @@ def resume_hint(folder: str | None, every_node: bool = False) -> str:
     if mark is None or mark.get("step") is None:
         return ""
     where = " on every node" if every_node else ""
-    return f"; rerun the same command{where} to resume from step {mark['step']} ({mark.get('path', '?')})"
+    return (
+        f"; rerun the same command{where} to resume from step {mark['step']} "
+        f"({mark.get('path', '?')})"
+    )
 
 
 @dataclass

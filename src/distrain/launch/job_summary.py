@@ -205,13 +205,17 @@ def lines(records: list[dict[str, Any]], group: str | None = None) -> list[str]:
     timed = [r for r in records if compute_s(r)]
     slowest = max(timed, key=lambda r: compute_s(r) or 0.0) if len(timed) > 1 else None
     if slowest is not None and slowest is not first:
-        text += f"; slowest rank {slowest['rank']} (compute {_ms(slowest['compute_median_s'])}/step): {_parts(slowest)}"
+        text += (
+            f"; slowest rank {slowest['rank']} (compute "
+            f"{_ms(slowest['compute_median_s'])}/step): {_parts(slowest)}"
+        )
     out = [text]
     found = straggler(records)
     if found is not None:
         rank, slower = found
         out.append(
-            f"distrain: straggler: rank {rank['rank']} (host {rank.get('host', '?')}, pid {rank.get('pid', '?')}) "
+            f"distrain: straggler: rank {rank['rank']} (host {rank.get('host', '?')}, pid "
+            f"{rank.get('pid', '?')}) "
             f"computes {100 * slower:.0f} % slower than the median rank"
         )
     tip = advice(records, has_straggler=found is not None)

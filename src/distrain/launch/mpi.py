@@ -90,7 +90,8 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
     horovodrun = shutil.which("horovodrun")
     if horovodrun is None:
         raise UsageError(
-            "--launcher horovodrun: horovodrun not found (Horovod is optional: scripts/install-horovod.sh)"
+            "--launcher horovodrun: horovodrun not found (Horovod is optional: "
+            "scripts/install-horovod.sh)"
         )
     n = int(args.nproc_per_node)
     return [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}"] + _program(args)
@@ -102,7 +103,8 @@ def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
 
     if max_nodes(args.nnodes) > 1:
         raise UsageError(
-            f"--launcher {args.launcher} runs on one node here; use the default launcher for --nnodes > 1"
+            f"--launcher {args.launcher} runs on one node here; use the default launcher "
+            "for --nnodes > 1"
         )
     if args.launcher == "mpirun":
         return mpirun_command(args, env)

@@ -128,7 +128,8 @@ class Monitor:
         for key, value in scalars.items():
             if not hasattr(value, "__float__"):
                 raise TypeError(
-                    f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}"
+                    f"ctx.log({key}=...) needs a number or a one-element tensor, got "
+                    f"{type(value).__name__}"
                 )
         with self._lock:
             before = self._step

@@ -83,7 +83,8 @@ def prepare(
     sharded = isinstance(spec, FSDP)
     if isinstance(spec, FSDP) and spec.cpu_offload and device.type != "cuda":
         raise DistrainError(
-            "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)"
+            "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters "
+            "already live in host memory)"
         )
     blocks = find_blocks(model, spec.shard) if (sharded or spec.activation_checkpointing) else []
     if spec.activation_checkpointing:

@@ -45,7 +45,8 @@ def build_mesh(
     replicas = num_nodes if replicate is None else replicate
     if replicas < 1 or world_size % replicas:
         raise DistrainError(
-            f"hsdp: {world_size} processes cannot form {replicas} equal replicas (replicate={replicas})"
+            f"hsdp: {world_size} processes cannot form {replicas} equal replicas "
+            f"(replicate={replicas})"
         )
     return init_device_mesh(
         device_type, (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard")

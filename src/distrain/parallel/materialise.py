@@ -125,7 +125,8 @@ def materialise_own(module: nn.Module, memo: dict[int, torch.Tensor]) -> None:
     if reset is None:
         if fresh:
             raise DistrainError(
-                f"{type(module).__name__} built under init_model() has tensors but no reset_parameters(): "
+                f"{type(module).__name__} built under init_model() has tensors but no "
+                "reset_parameters(): "
                 "give it one that initialises its own parameters and buffers"
             )
         return

@@ -38,14 +38,20 @@ LOOSE_DEFAULTS: dict[str, Any] = {
 def _misplaced(option: str, name: str) -> str:
     """Why `option` is no option of strategy `name` (the texts prepare_model has always given)."""
     if option == "sync_bn":
-        return f"sync_bn=True cannot be used with strategy={name!r}: use strategy='ddp' for SyncBatchNorm"
+        return (
+            f"sync_bn=True cannot be used with strategy={name!r}: use strategy='ddp' "
+            "for SyncBatchNorm"
+        )
     if option == "comm_hook":
         return f"comm_hook is a DDP feature; strategy={name!r} has none"
     if option == "cpu_offload":
         return f"cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU, not strategy={name!r}"
     if option == "replicate":
         return f"replicate= needs strategy='hsdp', got strategy={name!r}"
-    return f"{option}= is no option of strategy {name!r} ({STRATEGIES[name].__name__}); its options: {', '.join(_own_fields(STRATEGIES[name]))}, extra="
+    return (
+        f"{option}= is no option of strategy {name!r} ({STRATEGIES[name].__name__}); its "
+        f"options: {', '.join(_own_fields(STRATEGIES[name]))}, extra="
+    )
 
 
 def _own_fields(cls: type[Strategy]) -> list[str]:
@@ -110,7 +116,8 @@ class Strategy:
             self._require(
                 key in accepted,
                 "extra",
-                f"names {key!r}, which {self.callee} does not take (it takes {', '.join(sorted(accepted - set(_own_fields(type(self)))))})",
+                f"names {key!r}, which {self.callee} does not take (it takes "
+                f"{', '.join(sorted(accepted - set(_own_fields(type(self)))))})",
             )
 
     def _require(self, ok: bool, option: str, problem: str) -> None:
@@ -290,12 +297,14 @@ def resolve(strategy: str | Strategy, **options: Any) -> Strategy:
         for key, value in options.items():
             if key not in LOOSE_DEFAULTS or value is not LOOSE_DEFAULTS[key]:
                 raise DistrainError(
-                    f"{key}= goes inside the strategy object ({type(strategy).__name__}(...)), not beside it in prepare_model"
+                    f"{key}= goes inside the strategy object ({type(strategy).__name__}(...)), not "
+                    "beside it in prepare_model"
                 )
         return strategy
     cls = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
     if cls is None:
         raise DistrainError(
-            f"strategy must be one of {', '.join(STRATEGIES)} or a distrain.DDP/FSDP/HSDP object, got {strategy!r}"
+            f"strategy must be one of {', '.join(STRATEGIES)} or a distrain.DDP/FSDP/HSDP object, "
+            f"got {strategy!r}"
         )
     return cls.from_kwargs(**options)

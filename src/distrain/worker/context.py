@@ -124,8 +124,8 @@ class Context(Reductions):
         procs = f"{self.world_size} process" + ("es" if self.world_size != 1 else "")
         return (
             f"distrain: {procs} on {nodes} · launcher {self.env.name} · backend "
-            f"{self.backend or 'none'} · device {self.device.type} · {self.threads} thread(s)/process"
-            + (f" · {self.precision}" if self.precision != "fp32" else "")
+            f"{self.backend or 'none'} · device {self.device.type} · {self.threads} "
+            "thread(s)/process" + (f" · {self.precision}" if self.precision != "fp32" else "")
         )
 
     # -- model and data -------------------------------------------------------------------

@@ -53,7 +53,8 @@ def _pick_device(
         if env.local_rank() >= count:
             raise DistrainError(
                 f"local rank {env.local_rank()} but only {count} GPU(s) visible "
-                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} processes per node"
+                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} "
+                "processes per node"
             )
         return torch.device("cuda", env.local_rank())
     return torch.device("cpu")

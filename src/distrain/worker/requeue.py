@@ -71,13 +71,20 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
     if job_id is None or signum not in (REQUEUE_SIGNAL, signal.SIGTERM):
         return None
     if shutil.which("scontrol") is None:
-        return f"distrain: SLURM job {job_id} not requeued: no scontrol on this node; resubmit it to resume"
+        return (
+            f"distrain: SLURM job {job_id} not requeued: no scontrol on this node; "
+            "resubmit it to resume"
+        )
     fields = job_fields(job_id)
     why = _why_stopped(signum, fields)
     if why is None:
-        return f"distrain: SLURM job {job_id} not requeued: SIGTERM without preemption or time limit (scancel?)"
+        return (
+            f"distrain: SLURM job {job_id} not requeued: SIGTERM without preemption or time "
+            "limit (scancel?)"
+        )
     if fields.get("Requeue") == "0":
-        return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue or JobRequeue=0): "
+        return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue "
+                "or JobRequeue=0): "
                 "not requeued; resubmit it to resume from the checkpoint")  # fmt: skip
     try:
         out = subprocess.run(
@@ -87,7 +94,10 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
         return f"distrain: SLURM job {job_id} not requeued: scontrol requeue: {err}"
     if out.returncode != 0:
         detail = (out.stderr.strip() or out.stdout.strip()).splitlines()
-        return f"distrain: SLURM job {job_id} not requeued ({why}): {detail[-1] if detail else f'exit {out.returncode}'}"
+        return (
+            f"distrain: SLURM job {job_id} not requeued ({why}): "
+            f"{detail[-1] if detail else f'exit {out.returncode}'}"
+        )
     return (
         f"distrain: SLURM job {job_id} requeued after its checkpoint ({why}); it resumes from there"
     )

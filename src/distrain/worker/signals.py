@@ -115,7 +115,8 @@ class StopRequest:
             self.received_at = time.monotonic()
             _received.set()
             _log.warning(
-                f"distrain: received {signal.Signals(signum).name}: checkpointing at the end of this step, "
+                f"distrain: received {signal.Signals(signum).name}: checkpointing at the "
+                "end of this step, "
                 f"then exiting (grace {self.grace_s:g} s)"
             )
         elif signum == signal.SIGINT:
@@ -137,12 +138,14 @@ class StopRequest:
             # waits for a dead peer of its own group: no step end will come to checkpoint at
             if self.stuck is not None and self.stuck():
                 _log.warning(
-                    "distrain: stop signal while waiting on a replica-group peer that is gone; exiting now"
+                    "distrain: stop signal while waiting on a replica-group peer that is "
+                    "gone; exiting now"
                 )
                 os._exit(self.exit_code)
             time.sleep(0.1)
         _log.error(
-            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now"
+            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a "
+            "collective?); exiting now"
         )
         os._exit(self.exit_code)
 

@@ -160,7 +160,8 @@ def test_c10d_without_endpoint_is_refused() -> None:
 def test_summary_line() -> None:
     choice = NetworkChoice("eth0", "10.0.0.2", "node0", "10.0.0.1", 29500, "store on node0")
     assert choice.summary("node 1/2") == (
-        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 · store on node0"
+        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 "
+        "· store on node0"
     )
     same = NetworkChoice("eth0", "10.0.0.2", "10.0.0.1", "10.0.0.1", None, "s")
     assert "routes to 10.0.0.1 · s" in same.summary("n")

@@ -40,7 +40,8 @@ def test_line_during_the_job_then_nothing_at_the_end(
     assert (
         capsys.readouterr().err
         == HEAD
-        + "train.py has not in its first 0 s, so only a process stopped (SIGSTOP) for over 120 s is watched\n"
+        + "train.py has not in its first 0 s, so only a process stopped (SIGSTOP) for over "
+        "120 s is watched\n"
     )
     assert (
         notice.stopped is not None and not notice.stopped._thread.is_alive()

@@ -130,7 +130,8 @@ def test_cause_line_of_a_self_started_childs_failure_is_the_childs() -> None:
     from torch.multiprocessing.spawn import ProcessRaisedException
 
     msg = (
-        "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        "\n\n-- Process 1 terminated with the following error:\nTraceback (most "
+        "recent call last):\n"
         '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
     )
     assert failure.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"

@@ -77,7 +77,8 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
         if iface not in table:
             return (
                 None,
-                f"--iface {iface}: no such interface with an IPv4 address (have: {', '.join(sorted(table))})",
+                f"--iface {iface}: no such interface with an IPv4 address (have: "
+                f"{', '.join(sorted(table))})",
             )
         return table[iface][0], None
     if route_to:

@@ -81,7 +81,8 @@ def resolve(opts: HostsOptions) -> list[str]:
         )
         if res.returncode != 0:
             raise UsageError(
-                f"host {host.name}: ssh cannot use it: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+                f"host {host.name}: ssh cannot use it: "
+                f"{(res.stderr.strip().splitlines() or ['?'])[-1]}"
             )
         config = dict(
             line.split(None, 1) for line in res.stdout.splitlines() if len(line.split(None, 1)) == 2
@@ -93,7 +94,8 @@ def resolve(opts: HostsOptions) -> list[str]:
             return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
-                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
+                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, "
+                "/etc/hosts or DNS)"
             ) from None
 
     # plain threads, not concurrent.futures: this runs while the ssh sessions connect, and the
@@ -225,15 +227,19 @@ def new_job_id() -> str:
 def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
-    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
-             f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
+             f"{opts.hosts[0].name} "
+             "reaches the others by, and "
+             f"{'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
     if opts.per_group is None and opts.replicas is not None:
         lines.append(
-            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the hosts' checks count"
+            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the "
+            "hosts' checks count"
         )
     if opts.env_files:
         lines.append(
-            f"# set on every host from {', '.join(opts.env_files)}: {' '.join(sorted(opts.env_file)) or '(nothing)'}"
+            f"# set on every host from {', '.join(opts.env_files)}: "
+            f"{' '.join(sorted(opts.env_file)) or '(nothing)'}"
         )
     for rank, host in enumerate(opts.hosts):
         lines.append(

@@ -142,7 +142,8 @@ class ReplicaJob:
             self.lost.add(group)
             step = self.step_of(group)
             self.say(
-                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
+                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid "
+                f"{ev['pid']}, {how}); "
                 f"{self.continuing()}/{self.groups} groups continue",
                 "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"],
                      how=how,
@@ -157,7 +158,8 @@ class ReplicaJob:
                 )  # fmt: skip
             elif group in self.lost:
                 self.say(
-                    f"replica group {group} rejoined at step {at} from its own state (no live group was ahead)",
+                    f"replica group {group} rejoined at step {at} from its own state (no live "
+                    "group was ahead)",
                     "rejoined", group=group, step=at,
                 )  # fmt: skip
             self.lost.discard(group)
@@ -171,7 +173,8 @@ class ReplicaJob:
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(
-                f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue",
+                f"replica group {group} failed ({how}); "
+                f"{self.continuing()}/{self.groups} groups continue",
                 "failed", group=group, how=how,
             )  # fmt: skip
 
@@ -208,7 +211,8 @@ class ReplicaJob:
                 if ref is None or ref != (step, digest):
                     want = f"step {ref[0]}, state {ref[1][:12]}" if ref else "no such rank"
                     self.say(
-                        f"error: replica groups ended with different states: rank {rank} of group {first} at "
+                        f"error: replica groups ended with different states: rank {rank} of "
+                        f"group {first} at "
                         f"{want}, of group {group} at step {step}, state {digest[:12]}",
                     )  # fmt: skip
                     return 1

@@ -122,7 +122,8 @@ class Lighthouse:
                 pid = self.proc.pid
                 self.stop()
                 raise UsageError(
-                    f"the TorchFT lighthouse (pid {pid}) ran but did not listen on {self.host}:{self.port} "
+                    f"the TorchFT lighthouse (pid {pid}) ran but did not listen on "
+                    f"{self.host}:{self.port} "
                     f"within {bound:g} s (set {LIGHTHOUSE_START_TIMEOUT} to wait longer)"
                 )
             time.sleep(0.05)
@@ -187,7 +188,8 @@ class RemoteLighthouse:
         while not self._reachable():
             if time.monotonic() > deadline:
                 raise UsageError(
-                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:g} s "
+                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable "
+                    f"after {wait_s:g} s "
                     f"(set {NODE0_WAIT} to wait longer)"
                 )
             time.sleep(0.2)

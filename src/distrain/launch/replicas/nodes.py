@@ -70,7 +70,8 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
         return Placement(groups, per_group)
     if groups % nodes:
         raise UsageError(
-            f"--replicas {groups} does not divide over --nnodes {nodes}: each node runs the same number of whole groups"
+            f"--replicas {groups} does not divide over --nnodes {nodes}: each node runs the same "
+            "number of whole groups"
         )
     if not 0 <= node < nodes:
         raise UsageError(f"--node-rank must be 0…{nodes - 1} (got {node})")
@@ -81,7 +82,8 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
         raise UsageError(f"--master-addr {master}: cannot resolve it") from None
     if loopback:
         raise UsageError(
-            "--replicas across nodes needs --master-addr: node 0's address, where the lighthouse listens"
+            "--replicas across nodes needs --master-addr: node 0's address, where the "
+            "lighthouse listens"
         )
     port = int(args.master_port) if getattr(args, "master_port", None) else DEFAULT_PORT
     return Placement(groups, per_group, nodes, node, master, port)
@@ -132,7 +134,8 @@ class RollCall:
             if first:
                 raise UsageError(f"--replicas: node 0 cannot listen on {where}: {err}") from None
             raise UsageError(
-                f"--replicas: node 0 is not reachable at {where} after {wait_s:g} s (set {NODE0_WAIT} to wait longer)"
+                f"--replicas: node 0 is not reachable at {where} after {wait_s:g} s (set "
+                f"{NODE0_WAIT} to wait longer)"
             ) from None
 
     def beat(self) -> None:
@@ -241,7 +244,8 @@ class RollCall:
                 return
             if not said:
                 say(
-                    f"node 0's groups ended; the lighthouse stays up for node(s) {', '.join(map(str, waiting))}"
+                    "node 0's groups ended; the lighthouse stays up for node(s) "
+                    f"{', '.join(map(str, waiting))}"
                 )
                 said = True
             time.sleep(0.2)

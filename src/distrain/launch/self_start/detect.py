@@ -61,11 +61,13 @@ class SelfStart:
         if not self.line:
             return (
                 f"{prog}: {script_name} starts its own workers (--self-starting); "
-                f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
+                f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its "
+                "children are the job"
             )
         return (
             f"{prog}: {script_name} starts its own workers ({self.kind} at line {self.line}); "
-            f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
+            f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its "
+            "children are the job"
         )
 
 

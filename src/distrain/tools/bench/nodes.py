@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--node-exec",
-        help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip netns exec ns{node}')",
+        help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip "
+        "netns exec ns{node}')",
     )
     p.add_argument(
         "--hosts",
@@ -227,7 +228,8 @@ def launch(argv: list[str]) -> int:
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
                 print(
-                    f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; stopping the others",
+                    f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; "
+                    "stopping the others",
                     file=sys.stderr,
                 )
                 return failed[0]

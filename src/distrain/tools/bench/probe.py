@@ -90,7 +90,10 @@ def describe(sizing: dict[str, Any]) -> str:
     """One sentence for the report: how the workload was sized."""
     (s0, t0), (s1, t1) = sizing["probe"]
     return (
-        f"sized on this machine: one step of {sizing['batch_size']} samples on {sizing['threads']} thread(s) took "
-        f"{t0 * 1000:.0f} ms at {s0}×{s0}; for a step of about {sizing['target_seconds'] * 1000:.0f} ms the images are "
-        f"{s1}×{s1} ({t1 * 1000:.0f} ms measured, {sizing['mflop_per_sample']:.0f} MFLOP per sample forward + backward)"
+        f"sized on this machine: one step of {sizing['batch_size']} samples on "
+        f"{sizing['threads']} thread(s) took "
+        f"{t0 * 1000:.0f} ms at {s0}×{s0}; for a step of about "
+        f"{sizing['target_seconds'] * 1000:.0f} ms the images are "
+        f"{s1}×{s1} ({t1 * 1000:.0f} ms measured, {sizing['mflop_per_sample']:.0f} MFLOP per "
+        "sample forward + backward)"
     )

@@ -248,7 +248,8 @@ def execute(
     elif not epochs:
         status, error = (
             "failed",
-            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; see docs/bench.md)",
+            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; "
+            "see docs/bench.md)",
         )
     return RunResult(
         name=spec.name,

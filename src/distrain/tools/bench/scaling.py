@@ -62,8 +62,10 @@ def _advance(progress: Any, task: Any, epochs_done: int) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Run the same training at several process counts and write a report with charts.",
-        epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) every step (docs/bench.md).",
+        description="Run the same training at several process counts and write a "
+        "report with charts.",
+        epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) "
+        "every step (docs/bench.md).",
     )
     p.add_argument(
         "script", nargs="?", help="your training script (default: the built-in --workload)"
@@ -72,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workload",
         choices=sorted(WORKLOADS),
         default="cnn",
-        help="built-in workload when no script is given: cnn (compute-bound, default), digits (all-reduce-bound), imagefolder",
+        help="built-in workload when no script is given: cnn (compute-bound, default), digits "
+        "(all-reduce-bound), imagefolder",
     )
     p.add_argument("--data", help="image folder (class subfolders) for --workload imagefolder")
     p.add_argument(
@@ -96,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         "--step-target",
         type=float,
         default=probe.TARGET_STEP_S,
-        help=f"--workload cnn: size the images so one step takes about this many seconds on this machine "
+        help="--workload cnn: size the images so one step takes about this many seconds "
+        "on this machine "
         f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
     )
     p.add_argument(
@@ -315,7 +319,10 @@ def execute_all(
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-            line = f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            line = (
+                f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in "
+                f"{res.wall_seconds:.1f} s"
+            )
             progress.console.print(line + (f" — {res.error}" if res.error else ""))
             results.append(data)
             progress.advance(overall)
@@ -341,7 +348,8 @@ def main(argv: list[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     if max(nprocs) * args.threads > usable_cores():
         print(
-            f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the {usable_cores()} usable cores; "
+            f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the "
+            f"{usable_cores()} usable cores; "
             "those runs time-share cores and cannot scale",
             file=sys.stderr,
         )
@@ -388,7 +396,8 @@ def main(argv: list[str]) -> int:
     failed = [r["name"] for r in runs if r["status"] != "ok"]
     if failed:
         print(
-            f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see {shlex.quote(str(path))}",
+            f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see "
+            f"{shlex.quote(str(path))}",
             file=sys.stderr,
         )
         return 1

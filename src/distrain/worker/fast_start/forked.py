@@ -106,7 +106,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _run_atexit()
             _announce(
                 fresh,
-                f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}",
+                f"{job.script} failed in a forked worker before training: "
+                f"{type(exc).__name__}: {exc}",
             )
             _run_fresh(job.script, script_args)
             return

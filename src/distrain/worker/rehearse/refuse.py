@@ -128,7 +128,8 @@ def _triton(module: ModuleType) -> None:
 
     def launch(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
         refuse(
-            f"Triton kernel {getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}"
+            "Triton kernel "
+            f"{getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}"
         )
 
     jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)

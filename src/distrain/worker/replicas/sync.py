@@ -144,7 +144,8 @@ def serve_stragglers(replicas: Member, device: torch.device) -> None:
             if missing and timed_out and replicas.rank == 0:
                 _log.warning(
                     f"distrain: replica group {replicas.group} ended without meeting group(s) "
-                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s (DISTRAIN_FT_LINGER); they may end "
+                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s "
+                    "(DISTRAIN_FT_LINGER); they may end "
                     f"with another state"
                 )
             return
@@ -175,7 +176,8 @@ def start_together(replicas: Member, folder: str) -> None:
         missing = not_started()
     if missing:
         _log.warning(
-            f"distrain: replica group {replicas.group} starts without group(s) {', '.join(map(str, missing))}, "
+            f"distrain: replica group {replicas.group} starts without group(s) "
+            f"{', '.join(map(str, missing))}, "
             f"not at their first step after {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
         )
 
@@ -207,7 +209,8 @@ def wait_for_further_groups(replicas: Member, device: torch.device) -> None:
                 _log.warning(
                     f"distrain: replica group {replicas.group} trains from step "
                     f"{replicas.manager.current_step()} without the group(s) that reached step "
-                    f"{furthest}: none came back within {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
+                    f"{furthest}: none came back within {replicas.start_wait_s:g} s "
+                    "(DISTRAIN_FT_START_WAIT)"
                 )
             return
         time.sleep(_PAUSE_S)
@@ -235,7 +238,8 @@ def quorum_failed(replicas: Member, err: BaseException) -> DistrainError:
     first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     return DistrainError(
         f"replica group {replicas.group} rank {replicas.rank}: no quorum at step "
-        f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, {FT_QUORUM_TIMEOUT}): "
+        f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, "
+        f"{FT_QUORUM_TIMEOUT}): "
         f"waited for the TorchFT lighthouse ({replicas.lighthouse or '?'}) and the other ranks "
         f"of group {replicas.group}; {type(err).__name__}: {first}"
     )
@@ -272,7 +276,8 @@ def agree_in_group(replicas: Member, device: torch.device) -> None:
         else ""
     )
     raise GroupSplit(
-        f"replica group {replicas.group}: its ranks are at different steps after a quorum ({low} to "
+        f"replica group {replicas.group}: its ranks are at different steps after a "
+        f"quorum ({low} to "
         f"{high}; rank {replicas.rank} at {step}{cause}): a heal failed on some of its ranks only; "
         f"the group restarts as a whole and heals from a live group"
     )

@@ -143,7 +143,8 @@ class Replicas:
         missing = [name for name in self.objects if name not in state["objects"]]
         if missing:
             raise RuntimeError(
-                f"group {self.source} sent no state for {', '.join(missing)} (scripts must register the same objects)"
+                f"group {self.source} sent no state for {', '.join(missing)} (scripts must "
+                "register the same objects)"
             )
         for name, obj in self.objects.items():
             if self.in_step and isinstance(obj, DataLoader):
@@ -151,8 +152,10 @@ class Replicas:
                 # that consume batches in step are at the same position anyway)
                 if self._positions.get(name) != state["objects"][name]:
                     _log.warning(
-                        f"distrain: replica group {self.group} healed mid-epoch; its loader stays at "
-                        f"{self._positions.get(name)}, group {self.source}'s is at {state['objects'][name]}"
+                        f"distrain: replica group {self.group} healed mid-epoch; its "
+                        "loader stays at "
+                        f"{self._positions.get(name)}, group {self.source}'s is at "
+                        f"{state['objects'][name]}"
                     )
                 continue
             sync.plain(obj).load_state_dict(state["objects"][name])
@@ -300,7 +303,8 @@ class Replicas:
                  attempt=self.restart_count)  # fmt: skip
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
-                f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
+                f"distrain: replica group {self.group} healed from group "
+                f"{self.source} at step {step}"
             )
         self._write_step(step)
         return step
@@ -382,7 +386,8 @@ class Replicas:
                 write_final(self)
         except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
             _log.warning(
-                f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"
+                f"distrain: replica group {self.group} rank {self.rank}: no "
+                f"end-of-run check ({err})"
             )
         if self._step_fd is not None:
             os.close(self._step_fd)

@@ -313,7 +313,10 @@ def test_the_hosts_check_reads_versions_script_and_port_without_torch(
         port = host_node.probe({"first": True, "port": 0, "ports": 2})["port"]
         assert host_node._port(port, 2) == (port, None)
     assert not host_node.probe({"script": "missing.py"})["script_ok"]
-    code = "import sys; from distrain.launch.hosts import node as host_node; host_node.fingerprint(); print('torch' in sys.modules)"
+    code = (
+        "import sys; from distrain.launch.hosts import node as host_node; "
+        "host_node.fingerprint(); print('torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert (
         subprocess.run(

@@ -144,7 +144,8 @@ def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtu
     job.read_events()
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        "distrain run: replica group 1 lost at step 246 (rank 0, pid 4242, SIGKILL); 1/2 groups continue",
+        "distrain run: replica group 1 lost at step 246 (rank 0, pid 4242, SIGKILL); "
+        "1/2 groups continue",
         "distrain run: replica group 1 healed from group 0 at step 250 in 0.9 s",
     ]
     assert job.lost == set()

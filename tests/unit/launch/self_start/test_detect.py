@@ -37,7 +37,8 @@ LOOP = "for rank in range(2):\n    p = {call}(target=f, args=(rank, 2))\n    p.s
       SelfStart("multiprocessing.Process", 3)),
      ("import multiprocessing\nctx = multiprocessing.get_context('spawn')\n" + LOOP.format(call="ctx.Process"),
       SelfStart("multiprocessing.Process", 4)),
-     ("import multiprocessing as mp\nps = [mp.get_context('fork').Process(target=f) for _ in range(2)]\n",
+     ("import multiprocessing as mp\nps = [mp.get_context('fork').Process(target=f) for "
+      "_ in range(2)]\n",
       SelfStart("multiprocessing.Process", 2)),
      ("import multiprocessing as mp\nwith mp.Pool(2) as pool:\n    pool.map(f, range(2))\n",
       SelfStart("multiprocessing.Pool", 2)),
@@ -91,7 +92,8 @@ _IMAGENET = (
       ""),
      ("import torch.multiprocessing as mp\nif '__main__' == __name__:\n    mp.spawn(f, nprocs=2)\n",
       ""),
-     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    pass\nelse:\n    mp.spawn(f, nprocs=2)\n",
+     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    pass\nelse:\n    "
+      "mp.spawn(f, nprocs=2)\n",
       "__name__ == '__main__'"),
      ("import torch.multiprocessing as mp\ntry:\n    x()\nexcept E:\n    mp.spawn(f, nprocs=2)\n",
       "an exception was raised"),

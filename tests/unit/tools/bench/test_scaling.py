@@ -49,7 +49,8 @@ def test_read_epochs_of_an_empty_run(tmp_path: Path) -> None:
 
 
 def test_last_error_line_skips_launcher_noise() -> None:
-    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"
+    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n  File "
+           "\"t.py\", line 1\n"
            "ValueError: bad batch\ndistrain run: job failed: rank 0 exited with code 1\n")  # fmt: skip
     assert _last_error_line(log) == "ValueError: bad batch"
     assert _last_error_line("") == "no output"

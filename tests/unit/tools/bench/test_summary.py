@@ -132,10 +132,12 @@ def test_interpret_states_the_numbers() -> None:
             _run("n4", 4, 380.0, time_per_epoch_mean=2.1, final_test_acc=0.94)]  # fmt: skip
     add_scaling(runs)
     out = interpret(runs, {"usable_cores": 8, "load_average": [0.5]})
-    assert out["time_per_epoch"] == ("Time per epoch falls from 8.00 s on 1 process to 2.10 s on 4 processes: "
+    assert out["time_per_epoch"] == ("Time per epoch falls from 8.00 s on 1 process to 2.10 s "
+                                     "on 4 processes: "
                                      "3.81× faster where 4× is ideal.")  # fmt: skip
     assert out["throughput"].startswith(
-        "Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at 4: close to ideal"
+        "Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at "
+        "4: close to ideal"
     )
     assert "94.0 % on 4 processes (-1.0 points)" in out["accuracy_scaling"]
     assert "failed" not in out

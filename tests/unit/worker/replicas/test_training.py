@@ -72,8 +72,8 @@ def test_first_quorum_goes_on_without_a_group_that_never_arrives(
     start_together(_group(1, 3), str(tmp_path))
     said = capsys.readouterr().err
     assert (
-        "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s (DISTRAIN_FT_START_WAIT)"
-        in said
+        "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 "
+        "s (DISTRAIN_FT_START_WAIT)" in said
     )
 
 
@@ -111,6 +111,8 @@ def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_boun
     r.manager = SimpleNamespace(current_step=lambda: 32)
     err = quorum_failed(r, RuntimeError("Timeout expired\nmore detail"))
     assert str(err) == (
-        "replica group 1 rank 1: no quorum at step 32 (bound 60 s, DISTRAIN_FT_QUORUM_TIMEOUT): waited for the "
-        "TorchFT lighthouse (http://127.0.0.1:29510) and the other ranks of group 1; RuntimeError: Timeout expired"
+        "replica group 1 rank 1: no quorum at step 32 (bound 60 s, "
+        "DISTRAIN_FT_QUORUM_TIMEOUT): waited for the "
+        "TorchFT lighthouse (http://127.0.0.1:29510) and the other ranks of group 1; "
+        "RuntimeError: Timeout expired"
     )
