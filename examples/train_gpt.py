@@ -1,4 +1,4 @@
-"""A small GPT (nanoGPT-like) learning Python source code character by character, on 1 or N processes.
+"""A small GPT (nanoGPT-like) learning Python source character by character, on 1 or N processes.
 
     python examples/train_gpt.py                                  # one process, ~1 M parameters
     distrain run -n 2 examples/train_gpt.py --strategy fsdp       # weights, grads, AdamW state sharded
@@ -127,7 +127,7 @@ ctx.print(
 
 
 def evaluate(batches: int = 8) -> float:
-    """Mean validation loss over `batches` batches per rank (the same count everywhere: FSDP's forward is collective)."""
+    """Mean validation loss over `batches` batches per rank (same count: FSDP is collective)."""
     model.eval()
     losses = []
     with torch.no_grad(), ctx.autocast():

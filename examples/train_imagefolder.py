@@ -76,7 +76,7 @@ args = p.parse_args()
 
 # -- data: one split, written once by rank 0, read by everyone ---------------------------------
 def make_split(root: Path, seed: int) -> dict:
-    """Per class, a fixed-seed shuffle: 80 % train, 20 % validation (at least one each when possible)."""
+    """Per class, a fixed-seed shuffle: 80 % train, 20 % validation (one of each when possible)."""
     classes = sorted(d.name for d in root.iterdir() if d.is_dir())
     split = {"root": str(root.resolve()), "seed": seed, "classes": classes, "train": [], "val": []}
     for label, name in enumerate(classes):

@@ -116,7 +116,7 @@ def gpt_figures(
 def speed_ratio(
     ours: list[str], theirs: list[str], gpus: int, batch: int, block: int
 ) -> tuple[bool, str]:
-    """Median steady tokens/s of the `ours` logs against the `theirs` logs (same script, same loop)."""
+    """Median steady tokens/s of the `ours` logs against the `theirs` logs (same script, loop)."""
     import statistics
 
     def rates(logs: list[str]) -> list[float]:

@@ -68,7 +68,7 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
 
 
 def table(trials: list[Trial]) -> str:
-    """Markdown: kind × fault with trials, healed, stopped, missed and each way to break the oracle."""
+    """Markdown: kind × fault with trials, healed, stopped, missed, each way to break the oracle."""
     cols = ["trials", "healed", "stopped", "hung", "diverged", "leftovers", "other bad", "missed"]
     rows: dict[tuple[str, str], dict[str, int]] = {}
     for t in trials:

@@ -1,4 +1,4 @@
-"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) against the two-command form.
+"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) vs the two-command form.
 
     python3 benchmarks/launch/hosts_fanout.py --rounds 5
 
@@ -133,7 +133,7 @@ def _end(procs: list[subprocess.Popen[str]], start_only: bool) -> None:
 
 
 def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
-    """(start → both nodes' launchers running, → both ranks running, → the last rank's first step), one command per host."""
+    """(start → both launchers up, → both ranks up, → last rank's first step), one command/host."""
     run_dir = work / f"two-{time.monotonic_ns()}"
     flags = [
         "--nnodes",
@@ -193,7 +193,7 @@ def _median_s(cmd: list[str], rounds: int = 5) -> float:
 
 
 def parts(c) -> None:  # type: ignore[no-untyped-def]
-    """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
+    """Where the fan-out's time goes: each piece alone, median of 5, from the launching netns."""
     ssh = ["ssh", "-F", str(c.config), "h0"]
     # the host check alone (host_node itself now starts the node too, before it probes)
     probe = "from distrain.launch.hosts.node import probe; probe({})"

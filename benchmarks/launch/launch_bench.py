@@ -1,4 +1,4 @@
-"""Launch → first training step: `distrain run` (fast), `distrain run --start-method spawn`, torchrun.
+"""Launch → first step: `distrain run` (fast), `distrain run --start-method spawn`, torchrun.
 
     python3 benchmarks/launch/launch_bench.py --rounds 4
     python3 benchmarks/launch/launch_bench.py --scripts overhead --launchers distrain-fast,torchrun
@@ -78,7 +78,7 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
 def measure(
     scripts: list[str], launchers: list[str], rounds: int, timeout: float
 ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
-    """Interleaved rounds: ({(script, launcher): seconds per round}, {(script, launcher): job CPU s per round})."""
+    """Interleaved rounds: ({(script, launcher): s per round}, {same: job CPU s per round})."""
     results: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Random-kill campaign: N jobs SIGKILLed at a random moment, each compared bit for bit with one uninterrupted run.
+"""Random-kill campaign: N jobs SIGKILLed at random, each compared bit for bit with a clean run.
 
     python3 benchmarks/recovery/campaign.py --kind digits --kills 20
     python3 benchmarks/recovery/campaign.py --kind imagefolder --kills 20

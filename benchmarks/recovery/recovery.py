@@ -146,7 +146,7 @@ def one_plain(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
 
 
 def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
-    """Interleave the three variants for `rounds` rounds; print medians against torchrun from scratch."""
+    """Interleave the three variants for `rounds` rounds; print medians vs torchrun from scratch."""
     results: dict[str, list[float]] = {}
     for r in range(rounds):
         for name in variants("-"):

@@ -166,7 +166,7 @@ def under_fire(
 
 
 def pauses(result: dict[str, object]) -> list[tuple[float, float, float]]:
-    """Per kill of the replicas run: (survivor's longest gap, its median interval, kill -> replacement's first step)."""
+    """Per kill: (survivor's longest gap, its median interval, kill -> replacement's first step)."""
     logs: dict[int, list[tuple[float, int, int, int, int]]] = result["logs"]  # type: ignore[assignment]
     out = []
     for t_kill, group, pid in result["kills"]:  # type: ignore[attr-defined]

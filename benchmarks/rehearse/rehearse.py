@@ -1,4 +1,4 @@
-"""Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU hand conversion.
+"""Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU conversion.
 
     python3 benchmarks/rehearse/rehearse.py [--rounds 5] [--nproc 2] [--steps 60] [--models cnn,mlp]
 

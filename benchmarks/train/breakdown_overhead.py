@@ -63,7 +63,7 @@ class StepHook:
 
 
 class Attached:
-    """A StepBreakdown wired to the model, loader and optimizer as init() and the Context wire it."""
+    """A StepBreakdown wired to the model, loader and optimizer as init() and the Context do it."""
 
     def __init__(
         self, model: nn.Module, loader: DistributedLoader | None, counter: StepHook
@@ -105,7 +105,7 @@ def endless(loader: DistributedLoader):
 
 
 def hooks_cost(params: int, calls: int = 20_000) -> float:
-    """CPU nanoseconds of one step's hook calls (data, forward, one per gradient, backward, optimizer, step).
+    """CPU ns of one step's hook calls (data, forward, one per gradient, backward, optimizer, step).
 
     Thread CPU time, not wall time: on a shared machine a tight loop's wall time counts the
     moments other processes held the core."""

@@ -1,4 +1,4 @@
-"""What per-sample seeding (distrain.data.sample_seeds) costs a DataLoader, per sample and per batch.
+"""What per-sample seeding (distrain.data.sample_seeds) costs a DataLoader, per sample and batch.
 
     python3 benchmarks/train/sample_seed_cost.py --batches 300
 

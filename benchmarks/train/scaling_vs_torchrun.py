@@ -1,4 +1,4 @@
-"""Does `distrain bench scaling` tell the truth?  Its figures beside a plain torchrun loop of the same model.
+"""Does `distrain bench scaling` tell the truth?  Its figures beside a plain torchrun loop.
 
     python3 benchmarks/train/scaling_vs_torchrun.py --rounds 3 --epochs 3
 
@@ -52,7 +52,7 @@ def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
 
 
 def torchrun_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
-    """samples/s of the plain torchrun script at 1 and 2 processes, timed by the bench's own code."""
+    """samples/s of the plain torchrun script at 1 and 2 processes, timed by the bench's code."""
     got = {}
     for n in (1, 2):
         out = work / f"torchrun-n{n}"

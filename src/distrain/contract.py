@@ -205,7 +205,7 @@ def ft_step_file(folder: str, group: int) -> str:
 
 
 def ft_start_file(folder: str, group: int) -> str:
-    """Exists once replica group `group` reached its first quorum, or ended (its start holds nobody up)."""
+    """Exists once replica group `group` reached its first quorum or ended (holds no start up)."""
     return os.path.join(folder, f"start.{group}")
 
 

@@ -102,7 +102,7 @@ class Settings:
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
-        """Settings from `arguments` (those not None), else `environ` (default: os.environ), else defaults.
+        """Settings from `arguments` (not None), else `environ` (default os.environ), else defaults.
 
         Raises :class:`~distrain.errors.DistrainError` with one line for a malformed value.
         """

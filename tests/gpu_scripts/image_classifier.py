@@ -1,4 +1,4 @@
-"""GPU-only image classifier: SyncBatchNorm, mixed precision with GradScaler, pinned DataLoader workers.
+"""GPU-only image classifier: SyncBatchNorm, mixed precision with GradScaler, pinned loader workers.
 
 torchrun --nproc-per-node 2 image_classifier.py --out DIR
 distrain run --cpu -n 2 image_classifier.py --out DIR

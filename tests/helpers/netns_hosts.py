@@ -44,7 +44,7 @@ def _ip(*argv: str) -> None:
 
 
 def tbf_args(rate: str) -> list[str]:
-    """``tc qdisc replace`` arguments after the device for a token bucket of `rate` (tc units, e.g. 100mbit).
+    """``tc qdisc replace`` arguments after the device: a token bucket of `rate` (tc units).
 
     The bucket holds 10 ms of traffic (at least 128 KiB, more than one 64 KiB GSO packet, which
     tbf would otherwise drop) and the queue 100 ms.
@@ -76,7 +76,7 @@ class Hosts:
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def shape(self, rate: str | None) -> None:
-        """Limit every host's link to `rate` (tc units: 100mbit, 1gbit, 10gbit), both ways; None lifts the limit."""
+        """Limit each host's link to `rate` (tc units: 100mbit, 1gbit), both ways; None: none."""
         ends = [(name, self.iface) for name in self.names] + [
             (self.hub, port) for port in self.ports
         ]
@@ -112,7 +112,7 @@ class Hosts:
         env: dict[str, str] | None = None,
         err_log: Path | None = None,
     ) -> subprocess.Popen[str]:
-        """Start `argv` in host i in a new session, stdout+stderr to `log` (stderr to `err_log` if given); killed at teardown."""
+        """Start `argv` in host i, new session, output in `log`/`err_log`; killed at teardown."""
         full = {**os.environ, "DTEST_NODE": self.names[i], **(env or {})}
         handle = open(log, "w")  # noqa: SIM115 - closed right after the child has inherited it
         err = open(err_log, "w") if err_log else None  # noqa: SIM115 - likewise
@@ -173,7 +173,7 @@ class Hosts:
 
 @contextmanager
 def make_hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
-    """Create `n` hosts on one bridge (links limited to `rate` if given); skip the test when that cannot be done here."""
+    """Create `n` hosts on one bridge (links limited to `rate` if given); else skip the test."""
     try:
         with hosts(n, rate) as made:
             yield made
@@ -183,7 +183,7 @@ def make_hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
 
 @contextmanager
 def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
-    """Create `n` hosts on one bridge, links limited to `rate` (None: unlimited); Unavailable where that cannot be done."""
+    """Create `n` hosts on one bridge, links limited to `rate` (None: no limit); Unavailable."""
     if os.geteuid() != 0:
         raise Unavailable("multi-node tests need root to create network namespaces")
     if shutil.which("ip") is None:

@@ -118,7 +118,7 @@ class SlurmCluster:
         return fields
 
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict[str, str]:
-        """Poll until the job's JobState is one of `states`; AssertionError with the log on timeout."""
+        """Poll until the job's JobState is one of `states`; AssertionError with the log if not."""
         deadline = time.monotonic() + timeout
         info: dict[str, str] = {}
         while time.monotonic() < deadline:
@@ -192,7 +192,7 @@ def _hosts_file(directory: Path, nodes: list[SlurmNode]) -> str:
 def start_cluster(
     nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: float = 60
 ) -> SlurmCluster:
-    """Start munged, slurmctld and the nodes' slurmds; SlurmUnavailable (with the reason) if impossible."""
+    """Start munged, slurmctld and the slurmds; SlurmUnavailable (with the reason) if impossible."""
     nodes = nodes or [SlurmNode(NODE)]
     if os.geteuid() != 0:
         raise SlurmUnavailable("SLURM tests need root (the daemons run as root here)")

@@ -76,7 +76,7 @@ class SshCluster:
         return res.stdout
 
     def wait_clean(self, timeout: float) -> dict[int, str]:
-        """Wait until no host has a process besides its sshd; what is left on each host otherwise."""
+        """Wait until no host has a process besides its sshd; what is left on each host otherwise"""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not any(self.pids(i) for i in range(len(self.names))):

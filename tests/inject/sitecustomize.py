@@ -42,7 +42,7 @@ HANG_S = 120.0
 
 
 def _target(var: str, rank: int | None = None) -> str | None:
-    """The value after 'RANK:' in `var` (or 'yes' for a bare rank) when it names this process's rank."""
+    """The value after 'RANK:' in `var` (or 'yes' for a bare rank) when it names this rank."""
     raw = os.environ.get(var, "")
     who, _, value = raw.partition(":")
     me = rank if rank is not None else int(os.environ.get("RANK", "-1"))

@@ -1,4 +1,4 @@
-"""`distrain bench scaling`: real `distrain run` jobs at 1 and 2 processes, the report, the charts."""
+"""`distrain bench scaling`: real `distrain run` jobs at 1 and 2 processes, report, charts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The step breakdown in real 2-rank jobs: the end-of-job lines, `distrain top --json`, records, TensorBoard.
+"""The step breakdown in real 2-rank jobs: end-of-job lines, `top --json`, records, TensorBoard.
 
 Three short jobs of tests/scripts/breakdown_job.py: rank 1 made slow in forward (a straggler,
 with a plain ``loss.backward()`` / ``opt.step()`` loop), a dataset that sleeps with no loader

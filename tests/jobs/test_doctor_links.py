@@ -1,4 +1,6 @@
-"""The all-ranks doctor's link check across two namespace "nodes": a 100 Mbit/s link is named, an unlimited one is not.
+"""The all-ranks doctor's link check across two namespace "nodes": a 100 Mbit/s link is named.
+
+An unlimited link is not named.
 
 Each node is a network namespace; its veth is rate-limited with ``tc ... tbf`` on both ends
 (tests/helpers/netns_hosts.py).  The doctor runs as a real 2-node ``distrain run`` job, one process

@@ -117,7 +117,7 @@ def test_master_reachability_across_namespaces(two_nodes: tuple[str, str]) -> No
 
 
 def _doctor_as_loopback_host(ns: str, hosts: str, *args: str, host_address: bool = False) -> dict:
-    """`distrain doctor --json` in `ns` on a host whose name resolves to 127.0.1.1 (Debian's default).
+    """`distrain doctor --json` in `ns` on a host whose name resolves to 127.0.1.1 (Debian's).
 
     Own UTS and mount namespaces: the hostname and /etc/hosts are this test's, nobody else's.
     """

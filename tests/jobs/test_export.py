@@ -297,7 +297,7 @@ def test_slurm_requeue_time_warning_elastic(capsys: pytest.CaptureFixture[str]) 
 def test_repo_docker_files_are_the_generated_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docker/Dockerfile, its .dockerignore and docker/compose.yaml are exactly what `distrain export` writes."""
+    """docker/Dockerfile, .dockerignore, compose.yaml are exactly what `distrain export` writes."""
     (tmp_path / "examples").mkdir()
     (tmp_path / SCRIPT).write_text((REPO / SCRIPT).read_text())
     for argv, files in (

@@ -202,7 +202,7 @@ def test_comm_hook_names_are_checked() -> None:
 
 @pytest.mark.slow
 def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
-    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise resume."""
+    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise."""
     worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
     # the uninterrupted reference starts fast too: that a fast start equals a fresh one bit for
     # bit is test_digits_forked_start_is_bitwise_equal_to_fresh_start's job

@@ -1,4 +1,4 @@
-"""`distrain run` is torchrun for the script's eyes (issue 31): the job launched is the job that runs.
+"""`distrain run` is torchrun for the script's eyes (issue 31): the job launched is the job run.
 
 - flag_spawn.py (pytorch/examples imagenet's shape: ``mp.spawn`` only under
   ``if args.multiprocessing_distributed``) run the torchrun way (``--dist-url env://``) is N

@@ -1,4 +1,4 @@
-"""`distrain run --hosts … --replicas R`: replica groups spread over ssh hosts; a lost host is a lost group.
+"""`distrain run --hosts … --replicas R`: groups over ssh hosts; a lost host is a lost group.
 
 Two namespace hosts with a real sshd each (helpers/ssh_cluster.py), one replica group per host,
 TorchFT's lighthouse on host 0 at the address host 1 reaches it by.  Host 1's ssh session is

@@ -1,4 +1,4 @@
-"""A one-node job listens on loopback only: every listening socket of its process tree, while it trains.
+"""A one-node job listens on loopback only: every listening socket of its process tree, in training.
 
 Real jobs (tests/scripts/replica_job.py, endless), their listeners read from each process's
 sockets (/proc/<pid>/net and fds): the launcher, the agents' stores, rank 0's store, gloo, and under

@@ -1,4 +1,4 @@
-"""The same distrain script under real `mpirun` and `horovodrun`, directly and via `distrain run --launcher`."""
+"""The same distrain script under real `mpirun` and `horovodrun`, directly and via `--launcher`."""
 
 from __future__ import annotations
 

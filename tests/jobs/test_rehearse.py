@@ -64,7 +64,7 @@ def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("n", [3])
 def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
-    """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), a reduced metric."""
+    """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), metric."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     _, err = distrain_run(
         "--cpu", "-n", str(n), str(SCRIPTS / "ddp_torchrun.py"), "--out", str(tmp_path / "gpu")

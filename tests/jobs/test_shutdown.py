@@ -1,4 +1,4 @@
-"""gloo + DDP/FSDP can hang or abort at interpreter exit: a 2-rank job must exit with its group gone.
+"""gloo + DDP/FSDP can hang or abort at exit: a 2-rank job must exit with its group gone.
 
 An exit abort ("terminate called without an active exception") is rare (about 2 suite runs in 10 had
 one rank of ~100 jobs abort), so a count of jobs cannot catch it.  Its cause can be seen every time:

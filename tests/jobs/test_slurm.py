@@ -83,7 +83,7 @@ def _output(work: Path, job_id: str) -> str:
 def _wait_output(
     slurm: SlurmCluster, work: Path, job_id: str, pattern: str, after: int, timeout: float
 ) -> int:
-    """Wait for `pattern` in the job's output past offset `after`; the offset just past the match."""
+    """Wait for `pattern` in the job's output past offset `after`; the offset just past the match"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         match = re.compile(pattern).search(_output(work, job_id), after)

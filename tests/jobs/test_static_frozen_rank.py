@@ -1,4 +1,4 @@
-"""A static two-node job with a rank frozen for good: every node stops within a bound, a rerun resumes.
+"""A static two-node job with a rank frozen for good: every node stops in a bound, a rerun resumes.
 
 A SIGSTOPped rank looks alive to its own node's agent, and a static rendezvous tells that agent
 nothing about the other node: the watchdog's verdict (on the other node) stopped or restarted

@@ -1,4 +1,4 @@
-"""A static two-node job loses one node's launcher: the survivor stops within a bound, a rerun resumes.
+"""A static two-node job loses a node's launcher: the survivor stops in a bound, a rerun resumes.
 
 A static rendezvous has no membership signal.  When node 1's `distrain run` is SIGKILLed, node
 0's rank fails (its peer's connections reset) and node 0's agent restarts it; the restarted rank

@@ -122,7 +122,7 @@ PLAIN = str(REPO / "tests" / "scripts" / "plain_step_hang.py")
 
 @pytest.mark.timeout(200)
 def test_watchdog_arms_on_a_bare_optimizer_step() -> None:
-    """The README's converted script steps with opt.step(), not ctx.step(): the watchdog must see it."""
+    """The README's converted script steps with opt.step(), not ctx.step(): the watchdog sees it."""
     from helpers import run
 
     res = run(

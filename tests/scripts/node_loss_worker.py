@@ -1,4 +1,6 @@
-"""Elastic training job for tests/jobs/test_node_loss.py and benchmarks/recovery/node_loss.py: a small MLP, checkpoint every 5 steps.
+"""Elastic training job for test_node_loss.py and benchmarks/recovery/node_loss.py: a small MLP.
+
+It checkpoints every 5 steps.
 
 Every rank appends "host restart_count world_size time step" to BENCH_FIRST_STEP_FILE after
 the first optimizer step of each start (the resumed step is the one after the checkpoint);

@@ -1,4 +1,4 @@
-"""cli.py: the `distrain` command's dispatch: help, version, unknown commands, exit codes of subcommands."""
+"""cli.py: the `distrain` command's dispatch: help, version, unknown commands, subcommand exits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""net.py: loopback recognition, the interface table and this host's reachable address (facts patched)."""
+"""net.py: loopback recognition, the interface table and this host's reachable address (patched)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""distrain/noise.py: the list of torch's and TorchFT's known lines matches exactly, and debug shows all."""
+"""distrain/noise.py: the list of torch's and TorchFT's known lines matches exactly; debug: all."""
 
 from __future__ import annotations
 

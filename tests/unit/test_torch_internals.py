@@ -41,7 +41,7 @@ def _module_names(module: str) -> set[str]:
 
 
 def _attributes_defined(tree: ast.AST) -> set[str]:
-    """Attributes a module gives its own objects: ``self._x = ...``, ``cls._x = ...``, class-body names."""
+    """Attributes a module gives its own objects: ``self._x = ...``, ``cls._x = ...``, class."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):

@@ -1,4 +1,4 @@
-"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
+"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable exactly.
 
 The files and their layout are :mod:`distrain.checkpoint.files`.  Models and their
 optimizers are saved with torch.distributed.checkpoint (DCP) from
@@ -133,7 +133,7 @@ class Checkpointer:
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
-        """The gloo group DCP saves and loads over (None before restore() and without a process group).
+        """The gloo group DCP saves and loads over (None before restore() or without a group).
 
         Its own group, not the default one: a background save's collectives cannot interleave
         with the training loop's.
@@ -185,7 +185,7 @@ class Checkpointer:
         return self._restore_per_node(found)
 
     def mark(self, step: int | None, path: str) -> None:
-        """Tell `distrain run` which step a restart resumes from (the node's leader; not under --replicas)."""
+        """Tell `distrain run` the step a restart resumes from (node leader; not --replicas)."""
         if self.handles.replicas is None and self.process.rank == self.topology.leader:
             emit("checkpoint", self.handles.job_dir, step=step, path=path)
 

@@ -1,4 +1,4 @@
-"""The checkpoint directory on disk: atomic files, checksums, the manifest, finding the newest valid one.
+"""The checkpoint directory on disk: atomic files, checksums, the manifest, the newest valid one.
 
 Layout of a checkpoint directory (format 2)::
 

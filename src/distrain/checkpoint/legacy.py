@@ -57,7 +57,7 @@ def load(path: str, reg: Registered) -> dict[str, Any]:
 
 
 def _by_name(saved: dict[str, Any], opt: Any, model: nn.Module) -> dict[str, Any]:
-    """torch's ``optimizer.state_dict()`` (parameters numbered in group order) keyed by parameter names."""
+    """torch's ``optimizer.state_dict()`` (parameters numbered in group order) keyed by name."""
     names = {id(p): name for name, p in _unwrap(model).named_parameters()}
     state: dict[str, Any] = {}
     groups = []

@@ -69,7 +69,7 @@ class Owner(Protocol):
 
 
 class Writer:
-    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own.
+    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's.
 
     `foreground`: the training loop waits for this save (a synchronous one).  Then a save that
     cannot complete (a writer died, a stop signal with no reports) raises :class:`SaveAbandoned`,

@@ -50,7 +50,7 @@ class KubeflowEnvironment(ClusterEnvironment):
         return os.environ["MASTER_ADDR"]
 
     def validate(self) -> None:
-        """Also refuse nprocPerNode > 1: the operator then counts processes this pod never starts."""
+        """Also refuse nprocPerNode > 1: the operator then counts processes this pod never starts"""
         super().validate()
         per_pod = os.environ.get("PET_NPROC_PER_NODE", "")
         if per_pod.isdigit() and int(per_pod) > 1:

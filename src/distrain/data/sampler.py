@@ -111,7 +111,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
 
 class ShardedEvalSampler(Sampler[int]):
-    """Contiguous, unpadded shards: rank r gets indices [r·N/W, (r+1)·N/W); sizes may differ by 1."""
+    """Contiguous, unpadded shards: rank r gets indices [r·N/W, (r+1)·N/W); sizes may differ by 1"""
 
     def __init__(self, dataset_len: int, rank: int = 0, world_size: int = 1) -> None:
         self.start = dataset_len * rank // world_size

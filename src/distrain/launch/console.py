@@ -87,7 +87,7 @@ class _Failure:
 
 
 class RestartReporter(logging.Filter):
-    """On the agent's loggers: remember the failed worker, print one line when the agent restarts."""
+    """On the agent's loggers: remember the failed worker, print one line when the agent restarts"""
 
     def __init__(self, folder: str | None, multinode: bool) -> None:
         super().__init__()

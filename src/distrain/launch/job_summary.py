@@ -1,4 +1,4 @@
-"""The end-of-job lines of `distrain run`: where a step's time went, a straggler, one piece of advice.
+"""The end-of-job lines of `distrain run`: where a step's time went, a straggler, one advice.
 
 :func:`start` makes the job's folder (``DISTRAIN_JOB_DIR``), whose one event stream every
 process of the job reports to (distrain/events/; this side never imports the worker side:
@@ -120,7 +120,7 @@ def compute_s(record: dict[str, Any]) -> float | None:
 
 
 def straggler(records: list[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:
-    """The rank whose compute is clearly slower than the others', with how much slower (0.38 = 38 %).
+    """The rank whose compute is clearly slower than the others', and how much slower (0.38 = 38 %).
 
     Each rank's median compute per step is compared with the median of the *other* ranks' (with
     two ranks, the other one): the slowest rank is named when it is at least

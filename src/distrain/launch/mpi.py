@@ -65,7 +65,7 @@ def is_open_mpi(mpirun: str) -> bool:
 
 
 def mpirun_command(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
-    """The mpirun command line that starts `args.nproc_per_node` ranks of the script on this node."""
+    """The mpirun command line that starts `args.nproc_per_node` ranks of the script on this node"""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise UsageError("--launcher mpirun: mpirun not found (apt-get install openmpi-bin)")

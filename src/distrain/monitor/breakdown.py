@@ -350,7 +350,7 @@ class StepBreakdown:
 def open_breakdown(
     enabled: bool, rank: int, world_size: int, cuda: bool, job_dir: str | None = None
 ) -> StepBreakdown | None:
-    """A StepBreakdown for this rank (CUDA events when `cuda`), or None when turned off (``DISTRAIN_BREAKDOWN=0``)."""
+    """A StepBreakdown for this rank (CUDA events if `cuda`); None if ``DISTRAIN_BREAKDOWN=0``."""
     if not enabled:
         return None
     return StepBreakdown(rank, world_size, cuda=cuda, job_dir=job_dir)

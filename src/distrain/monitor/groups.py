@@ -1,4 +1,4 @@
-"""`distrain top` on a `distrain run --replicas R --run-dir DIR` job: every group's ranks and its heals.
+"""`distrain top` on a `distrain run --replicas R --run-dir DIR` job: each group's ranks and heals.
 
 Under ``--replicas`` each group writes its metrics into ``DIR/group<g>/`` (its ranks are numbered
 0..N-1 inside the group) and the launcher appends one JSON line per event (a group lost, healed,

@@ -373,7 +373,7 @@ def open_monitor(
     attempt: int = 0,
     visible_devices: str | None = None,
 ) -> Monitor | None:
-    """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
+    """A Monitor for this rank given a run directory (init(): argument, else DISTRAIN_RUN_DIR)."""
     if run_dir is None:
         return None
     return Monitor(

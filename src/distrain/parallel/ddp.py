@@ -15,7 +15,7 @@ from distrain.parallel.batchnorm import convert_sync_batchnorm
 def wrap_ddp(
     model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any
 ) -> nn.Module:
-    """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a comm hook if asked.
+    """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a hook if asked.
 
     DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts from
     identical weights.

@@ -54,7 +54,7 @@ def build_mesh(
 
 
 def repeated_block_classes(model: nn.Module) -> set[type]:
-    """Classes with ≥ 2 parameter-holding instances side by side in one ModuleList/Sequential/ModuleDict."""
+    """Classes with ≥ 2 parameter-holding instances side by side in one ModuleList/Sequential/…"""
     found: set[type] = set()
     for module in model.modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
@@ -68,7 +68,7 @@ def repeated_block_classes(model: nn.Module) -> set[type]:
 
 
 def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
-    """The block classes `shard` names (None for None or a function); DistrainError if it is neither."""
+    """The block classes `shard` names (None for None or a function); DistrainError otherwise."""
     if shard is None:
         return None
     if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):

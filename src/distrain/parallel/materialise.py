@@ -85,7 +85,7 @@ def init_order(module: nn.Module) -> Iterator[nn.Module]:
 
 
 def _initialiser(module: nn.Module) -> Any:
-    """The module's ``reset_parameters``, or the private ``_reset_parameters`` of a class torch defines."""
+    """The module's ``reset_parameters``, or the private ``_reset_parameters`` of a torch class."""
     reset = getattr(module, "reset_parameters", None)
     if callable(reset):
         return reset

@@ -1,4 +1,4 @@
-"""Strategy objects: ``DDP(...)``, ``FSDP(...)``, ``HSDP(...)`` hold a strategy's options and check them.
+"""Strategy objects: ``DDP(...)``, ``FSDP(...)``, ``HSDP(...)`` hold a strategy's options, checked.
 
     model = ctx.prepare_model(model, strategy=distrain.FSDP(reshard_after_forward=False))
 
@@ -129,7 +129,7 @@ class Strategy:
         raise NotImplementedError
 
     def callee_options(self) -> dict[str, Any]:
-        """The keyword arguments for the torch call underneath: options set away from their default, then extra."""
+        """Keyword arguments of the torch call: options set away from their default, then extra."""
         raise NotImplementedError
 
     @classmethod
@@ -253,7 +253,7 @@ class FSDP(Strategy):
         return _parameters_of(fully_shard)
 
     def callee_options(self) -> dict[str, Any]:
-        """fully_shard's keyword arguments: the ones set here, then ``extra`` (mesh and precision are distrain's)."""
+        """fully_shard's keywords: those set here, then ``extra`` (mesh, precision: distrain's)."""
         options: dict[str, Any] = {}
         if self.reshard_after_forward is not None:
             options["reshard_after_forward"] = self.reshard_after_forward
@@ -263,7 +263,7 @@ class FSDP(Strategy):
 @_named_options
 @dataclass(frozen=True, kw_only=True)
 class HSDP(FSDP):
-    """FSDP on a 2-D mesh: ``replicate`` groups (default: one per node), each sharding over its ranks.
+    """FSDP on a 2-D mesh: ``replicate`` groups (default: one per node), each sharding its ranks.
 
     Gradients are reduce-scattered inside a group and all-reduced across groups; the world size
     must divide by ``replicate``.

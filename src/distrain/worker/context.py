@@ -222,7 +222,7 @@ class Context(Reductions):
         seed_samples: bool | None = None,
         **kwargs: Any,
     ) -> DistributedLoader:
-        """A training DataLoader: ``batch_size`` samples **per process**, epochs advance by themselves.
+        """A training DataLoader: ``batch_size`` samples **per process**; epochs advance alone.
 
         The global batch is ``batch_size × world_size``; its contents do not depend on the
         world size, and the short last global batch of each epoch is dropped on every world size
@@ -361,7 +361,7 @@ class Context(Reductions):
         yield from track(iterable, total=total, description=description, transient=True)
 
     def log(self, step: int | None = None, **values: Any) -> None:
-        """The one metrics call: `distrain top`, TensorBoard and `distrain bench` read what it records.
+        """The one metrics call: `distrain top`, TensorBoard, `distrain bench` read what it records.
 
         ``step`` defaults to :attr:`steps` (optimizer steps so far; under ``--replicas`` the
         job's committed step, which a healed group took over); in a script with no

@@ -25,7 +25,7 @@ _NS = "distrain/rejoined"
 
 
 def rejoin_bound(seconds: float, settings: Settings) -> float | None:
-    """`seconds` in a restarted attempt of a multi-node static job under `distrain run`, else None."""
+    """`seconds` in a restarted attempt of a multi-node static job under `distrain run`; None."""
     if settings.launcher != "distrain-run" or settings.rdzv_endpoint:
         return None  # not distrain run, or a c10d rendezvous (its agents see membership changes)
     if settings.restart_count == 0:
@@ -50,7 +50,7 @@ def missing_ranks(store: dist.Store | None, world: int) -> list[int]:
 
 
 def describe(missing: list[int], local_world: int) -> str:
-    """``node 1 (rank 1)`` / ``node 1 (ranks 2, 3), node 2 (rank 4)`` (static: contiguous ranks per node)."""
+    """``node 1 (rank 1)`` / ``node 1 (ranks 2, 3), node 2 (rank 4)`` (static: in order)."""
     nodes: dict[int, list[int]] = {}
     for r in missing:
         nodes.setdefault(r // max(1, local_world), []).append(r)

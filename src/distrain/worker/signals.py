@@ -1,4 +1,4 @@
-"""Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at the end of this step, then exit".
+"""Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at this step's end, then exit".
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
 grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).  Under

@@ -1,4 +1,4 @@
-"""The c10d store a worker's process group forms on: restart-safe, and listening only where asked."""
+"""The c10d store a worker's process group forms on: restart-safe, listening only where asked."""
 
 from __future__ import annotations
 

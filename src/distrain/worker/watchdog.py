@@ -268,7 +268,7 @@ class Watchdog:
                 time.sleep(self.poll)
 
     def _watch_after_end(self, store: dist.Store, beats: dict[int, dict[str, Any]]) -> None:
-        """After this rank's end: done when every rank ended; a verdict for a peer frozen before its end."""
+        """After this rank's end: done when all ranks ended; a verdict for a peer frozen earlier."""
         ended = {r for r in range(self.world_size) if store.check([f"end/{r}"])}
         if len(ended) == self.world_size:
             self._all_ended.set()
@@ -347,7 +347,7 @@ def warn_unarmed(rank: int) -> None:
 
 
 def on_step(ctx: Any, step: int) -> None:
-    """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout."""
+    """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout"""
     wd = ctx.services.watchdog
     if wd is not None:
         wd.progress(step)

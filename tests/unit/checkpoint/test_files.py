@@ -1,4 +1,4 @@
-"""checkpoint/files.py: manifest verification, corruption detection, finding the newest valid checkpoint.
+"""checkpoint/files.py: manifest verification, corruption detection, the newest valid checkpoint.
 
 Checkpoint directories are built by hand in tmp_path (small byte files plus a manifest) and then
 truncated, flipped, extended or mangled; nothing here uses a process group or DCP.

@@ -1,4 +1,4 @@
-"""cluster/base.py: integer parsing of launcher variables, the validation and export of every environment."""
+"""cluster/base.py: parsing launcher variables, the validation and export of every environment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cluster/mpi.py: Open MPI (OMPI_COMM_WORLD_*) and MPICH/Intel MPI (PMI_*, MPI_LOCAL*), and the agreed master."""
+"""cluster/mpi.py: Open MPI (OMPI_COMM_WORLD_*), MPICH/Intel MPI (PMI_*, MPI_LOCAL*), the master."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cluster/slurm.py: srun tasks (SLURM_PROCID/NTASKS/LOCALID/NODEID), host lists, master address and port."""
+"""cluster/slurm.py: srun tasks (SLURM_PROCID/NTASKS/LOCALID/NODEID), host lists, master address."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/cli.py: the exit code and one-line summary `distrain run` derives from torch's failure records."""
+"""launch/cli.py: the exit code and one-line summary `distrain run` derives from torch's records."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/mpi.py: the mpirun / horovodrun command lines `distrain run --launcher` builds (not run)."""
+"""launch/mpi.py: the mpirun / horovodrun command lines `run --launcher` builds (not run)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/network.py: which interface and address a multi-node `distrain run` uses, from fixed tables.
+"""launch/network.py: which interface and address a multi-node `distrain run` uses (fixed tables).
 
 interface_addresses/route_to/name resolution are replaced by monkeypatch: no socket is opened.
 """

@@ -1,4 +1,4 @@
-"""launch/watch_notice.py: one line when no rank reported its watchdog, during the job or at its end."""
+"""launch/watch_notice.py: one line when no rank reported its watchdog (during or at end)."""
 
 from __future__ import annotations
 

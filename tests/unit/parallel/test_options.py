@@ -25,7 +25,7 @@ def _prepare_model_keywords() -> dict[str, Any]:
 
 
 def test_loose_defaults_are_prepare_models() -> None:
-    """The keywords resolve() takes as 'not asked for' are exactly prepare_model's, at its defaults."""
+    """The keywords resolve() takes as 'not asked for' are exactly prepare_model's defaults."""
     assert _prepare_model_keywords() == LOOSE_DEFAULTS
 
 
@@ -157,7 +157,7 @@ def test_an_object_passes_through_and_refuses_loose_keywords_beside_it() -> None
 def test_bad_options_refused_on_any_world_size(
     strategy: Any, options: dict[str, Any], message: str
 ) -> None:
-    """Options that cannot apply fail before any process group is involved (also with one process)."""
+    """Options that cannot apply fail before any process group is involved (one process too)."""
     with _refused(message):
         prepare(nn.Sequential(nn.Linear(2, 2)), strategy, device=torch.device("cpu"),
                 precision="fp32", distributed=False, num_nodes=1, **options)  # fmt: skip

@@ -1,4 +1,4 @@
-"""worker/failure.py: which errors only say "a peer went away" (so they are not reported as the cause)."""
+"""worker/failure.py: which errors only say "a peer went away" (not reported as the cause)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_torch_distributed_network_errors_are_peer_failures() -> None:
 
 @pytest.fixture
 def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
-    """failure.install()'s excepthook over the plain one; the signal handlers it resets come back."""
+    """failure.install()'s excepthook over the plain one; the signal handlers it resets come back"""
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     monkeypatch.setattr(patching, "APPLIED", [])  # whatever an earlier test registered
     monkeypatch.setattr(patching, "_uncaught", {})

@@ -1,4 +1,4 @@
-"""The remote end of `distrain run --hosts`: check this host, then run its node and watch the session.
+"""The remote end of `distrain run --hosts`: check this host, run its node, watch the session.
 
 The launching machine starts ``python -m distrain.launch.hosts.node …`` on every host over ssh.
 It does three things, in this order:
@@ -123,7 +123,7 @@ def probe(args: dict[str, object]) -> dict[str, object]:
 
 
 class _Tree:
-    """A node's process and every descendant seen so far (pid and start time, so a reused pid is safe)."""
+    """A node's process and every descendant seen so far (pid and start time: reused pids safe)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         import psutil
@@ -179,7 +179,7 @@ def _watch(tree: _Tree, stop: threading.Event) -> int:
 
 
 def _read_line() -> str:
-    """One line from stdin's fd, byte by byte: nothing after it is buffered away from the EOF watch."""
+    """One line from stdin's fd, byte by byte: nothing after it is buffered away from EOF watch."""
     data = b""
     while not data.endswith(b"\n"):
         chunk = os.read(0, 1)

@@ -180,7 +180,7 @@ def _gpus(session: Session) -> int | None:
 
 
 def _stop(sessions: list[Session]) -> None:
-    """Close every session (each host stops its node); kill the ssh of any still open after STOP_BOUND_S."""
+    """Close every session (each host stops its node); kill ssh still open after STOP_BOUND_S."""
     for s in sessions:
         s.send(None)
     deadline = time.monotonic() + STOP_BOUND_S

@@ -1,4 +1,4 @@
-"""torchrun's options, as ``torch.distributed.run.get_args_parser()`` of torch TORCH_VERSION has them.
+"""torchrun's options as torch TORCH_VERSION's ``torch.distributed.run.get_args_parser()``.
 
 `distrain run --hosts` splits its command line with this table instead of torch's parser: it starts
 nothing on this machine but ssh, and ``import torch`` (which building torch's parser needs) took

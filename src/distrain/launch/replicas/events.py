@@ -43,7 +43,7 @@ def _signal_name(code: int) -> str:
 
 
 class AgentLossReporter(logging.Filter):
-    """In a group's `distrain run`: turn the agent's "failed (exitcode …)" record into a "lost" event."""
+    """In a group's `distrain run`: the agent's "failed (exitcode …)" record → a "lost" event."""
 
     def __init__(self, folder: str, group: int) -> None:
         super().__init__()
@@ -122,7 +122,7 @@ class ReplicaJob:
         self.local = self.local or list(range(self.groups))
 
     def continuing(self) -> int:
-        """Groups still training, as far as this node knows (another node's groups count as live)."""
+        """Groups still training, as far as this node knows (another node's groups count as live)"""
         return sum(1 for g in range(self.groups) if g not in self.lost and g not in self.finished)
 
     def read_events(self) -> None:
@@ -165,7 +165,7 @@ class ReplicaJob:
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:
-        """Record that group's end (and report a failure); the others' first step no longer waits for it."""
+        """Record that group's end (report a failure); others' first step no longer waits on it."""
         self.finished[group] = code
         mark_ft_start(self.folder, group)
         with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
@@ -197,7 +197,7 @@ class ReplicaJob:
         }
 
     def check_finals(self) -> int:
-        """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and one line.
+        """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and a line.
 
         A run whose groups end with different models must never pass for a good one.
         """
@@ -224,7 +224,7 @@ class ReplicaJob:
         return 0
 
     def stop_all(self, grace_s: float = 30) -> None:
-        """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""
+        """SIGTERM each group's launcher (its agent passes it on); SIGKILL it after `grace_s`."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # the agent passes it on and waits for its workers

@@ -57,7 +57,7 @@ def answers(host: str, port: int, timeout_s: float) -> bool:
 
 
 def lighthouse_program() -> list[str]:
-    """The command that runs TorchFT's lighthouse (this Python, torchft_lighthouse.py); UsageError without torchft."""
+    """The command running TorchFT's lighthouse (torchft_lighthouse.py); UsageError sans torchft."""
     if importlib.util.find_spec("torchft") is None:
         raise UsageError(f"--replicas needs TorchFT, which is not installed ({EXTRA_HINT})")
     # not TorchFT's own torchft_lighthouse command: it imports torch first (seconds under load)
@@ -76,7 +76,7 @@ def node0_wait_s() -> float:
 
 
 def start_timeout_s() -> float:
-    """DISTRAIN_LIGHTHOUSE_START_TIMEOUT in seconds, else START_TIMEOUT_S; UsageError if malformed."""
+    """DISTRAIN_LIGHTHOUSE_START_TIMEOUT in s, else START_TIMEOUT_S; UsageError if malformed."""
     text = os.environ.get(LIGHTHOUSE_START_TIMEOUT, "").strip()
     return parse_seconds(text, LIGHTHOUSE_START_TIMEOUT) if text else START_TIMEOUT_S
 
@@ -207,7 +207,7 @@ class RemoteLighthouse:
         return f"on node 0 ({self.host}:{self.port})"
 
     def died(self) -> str | None:
-        """ "unreachable for 3 s" once node 0's lighthouse stopped answering, else None (checked once a second)."""
+        """ "unreachable for 3 s" once node 0's lighthouse stopped answering, else None (each s)."""
         now = time.monotonic()
         if now - self._checked < 1.0:
             return None

@@ -90,7 +90,7 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
 
 
 def node_address(placement: Placement, iface: str | None) -> tuple[str, str | None]:
-    """This node's address (and interface) for the other nodes: ``--iface``'s, else the route to the master."""
+    """This node's address (and interface) for other nodes: ``--iface``'s, else master's route."""
     if iface:
         addrs = interface_addresses().get(iface)
         if not addrs:
@@ -146,7 +146,7 @@ class RollCall:
             self.store.set(f"node{self.placement.node}", f"running {now}")
 
     def share_starts(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' start marks (contract.ft_start_file) between this node's folder and the store.
+        """Carry the groups' start marks (contract.ft_start_file) between node folder and store.
 
         A group's first quorum waits until every group's mark is in its node's folder; a group
         on another node marks its own folder, so each launcher publishes its groups' marks and
@@ -158,7 +158,7 @@ class RollCall:
                     lambda g: mark_ft_start(folder, g), local)  # fmt: skip
 
     def share_ends(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like the start marks.
+        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like start marks.
 
         A group that ended waits for the others to meet it (train/replica_end.py) unless they
         ended too; a group on another node ends there.
@@ -202,7 +202,7 @@ class RollCall:
         self.finished()
 
     def mark_silent(self, folder: str) -> None:
-        """The groups of another node whose beat stopped for SILENT_S (a lost machine) ended for good."""
+        """Another node's groups whose beat stopped for SILENT_S (a lost machine) ended for good."""
         now = time.monotonic()
         if now - self._last_look < BEAT_S:
             return

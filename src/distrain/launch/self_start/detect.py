@@ -57,7 +57,7 @@ class SelfStart:
         return not self.condition
 
     def start_line(self, prog: str, script_name: str, nproc: int) -> str:
-        """The line `distrain run` prints when it runs such a script once instead of `nproc` times."""
+        """The line `distrain run` prints when it runs such a script once, not `nproc` times."""
         if not self.line:
             return (
                 f"{prog}: {script_name} starts its own workers (--self-starting); "
@@ -72,7 +72,7 @@ class SelfStart:
 
 
 def _module_names(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:
-    """(names bound to a multiprocessing module → module, names bound to a starter → dotted name)."""
+    """(names bound to a multiprocessing module → module, names bound to a starter → dotted name)"""
     modules: dict[str, str] = {}
     direct: dict[str, str] = {}
     for node in ast.walk(tree):

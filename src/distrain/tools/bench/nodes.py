@@ -110,7 +110,7 @@ def node_counts(args: argparse.Namespace) -> list[int]:
 
 
 def expand(specs: list[RunSpec], args: argparse.Namespace) -> list[RunSpec]:
-    """Each run once per node count, in place (so rounds stay interleaved); K-node runs go through the wrapper."""
+    """Each run once per node count, in place (rounds interleaved); K-node runs use the wrapper."""
     counts = node_counts(args)
     out: list[RunSpec] = []
     for spec in specs:
@@ -198,7 +198,7 @@ def _node_argv(args: argparse.Namespace, node: int, command: list[str]) -> list[
 
 
 def launch(argv: list[str]) -> int:
-    """Start every node's launcher, wait for all; the first failure stops the rest and is the exit code."""
+    """Start every node's launcher, wait for all; the first failure stops the rest, is the exit."""
     p = argparse.ArgumentParser(prog="python -m distrain.tools.bench.nodes launch")
     p.add_argument("--nnodes", type=int, required=True)
     p.add_argument("--node-exec", required=True)

@@ -23,7 +23,7 @@ MIN_SIZE, MAX_SIZE = 32, 160
 
 
 def time_step(image_size: int, batch: int, repeats: int = 5) -> float:
-    """Median seconds of one training step of the workload's CNN on a random batch (2 warm-up steps first)."""
+    """Median seconds of a training step of the workload's CNN on a random batch (2 warm-ups)."""
     import torch
     import torch.nn.functional as F
 
@@ -61,7 +61,7 @@ def mflop_per_sample(image_size: int) -> float:
 
 
 def pick_size(measured_size: int, measured_s: float, target_s: float) -> int:
-    """The image side whose step should take `target_s`, from one measurement (time ∝ area), a multiple of 8 in range."""
+    """The image side (multiple of 8, in range) whose step takes `target_s`, from one timing."""
     if measured_s <= 0:
         return MIN_SIZE
     side = measured_size * math.sqrt(target_s / measured_s)

@@ -95,7 +95,7 @@ def timing_note(runs: list[dict[str, Any]]) -> str:
 
 
 def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
-    """The stacked-bar chart of where a step's time goes, with one line per configuration ([] without data)."""
+    """The stacked-bar chart of a step's time, one line per configuration ([] without data)."""
     from distrain.tools.bench.breakdown import ordered
 
     rows = [r for r in runs if r.get("breakdown_ms")]

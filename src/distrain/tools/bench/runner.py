@@ -177,7 +177,7 @@ _NOISE = re.compile(r"^([WEI]\d{4} |distrain run: |\$ |Traceback |File |\[W|\^+$
 
 
 def _last_error_line(text: str) -> str:
-    """The script's own last error line (an exception or a SystemExit message), launcher noise skipped."""
+    """The script's own last error line (an exception or SystemExit message), launcher noise off."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     own = [ln for ln in lines if not _NOISE.match(ln)]
     for ln in reversed(own):
@@ -193,7 +193,7 @@ def execute(
     timeout: float,
     on_epoch: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Run `spec` to completion (or `timeout` seconds), writing into `run_dir`; never raises for a failing run."""
+    """Run `spec` to the end (or `timeout` s), writing into `run_dir`; never raises on failure."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path, metrics_dir = run_dir / "log.txt", run_dir / "job"
     shutil.rmtree(metrics_dir, ignore_errors=True)

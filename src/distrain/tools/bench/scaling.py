@@ -204,7 +204,7 @@ def resolve_script(
 def size_workload(
     args: argparse.Namespace, extra: list[str], label: str
 ) -> tuple[list[str], str, dict[str, Any] | None]:
-    """(script arguments, label, sizing): the cnn workload's image size picked by the probe on this machine.
+    """(script arguments, label, sizing): the cnn workload's image size from this machine's probe.
 
     No probe for other workloads, with ``--step-target 0``, or when the script arguments
     already give ``--image-size``.
@@ -237,7 +237,7 @@ def plan_runs(
     repeat: int = 1,
     all_cores: int = 0,
 ) -> list[runner.RunSpec]:
-    """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
+    """The study's runs in order: `repeat` rounds of (each N: BN, then SyncBN if asked, N > 1).
 
     Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
     load from elsewhere on the machine hits every configuration instead of one.  With

@@ -26,7 +26,7 @@ WARMUP_FRACTION = 0.1
 
 
 def rank_intervals(steps: list[list[Any]]) -> list[tuple[Any, float, float]]:
-    """(epoch, seconds, samples) of each timed step of one rank: consecutive step ends in one epoch."""
+    """(epoch, seconds, samples) of each timed step of a rank: consecutive step ends in an epoch."""
     out = []
     for (ep_a, t_a, _), (ep_b, t_b, n_b) in zip(steps, steps[1:], strict=False):
         if ep_a == ep_b and t_b > t_a:
@@ -35,7 +35,7 @@ def rank_intervals(steps: list[list[Any]]) -> list[tuple[Any, float, float]]:
 
 
 def combine(ranks: list[list[tuple[Any, float, float]]]) -> list[dict[str, Any]]:
-    """The job's timed steps: per step index, the slowest rank's seconds and the ranks' summed samples.
+    """The job's timed steps: per step index, the slowest rank's seconds and the summed samples.
 
     Steps beyond the shortest rank's list are left out (a rank that stopped early).
     """
@@ -54,7 +54,7 @@ def combine(ranks: list[list[tuple[Any, float, float]]]) -> list[dict[str, Any]]
 
 
 def read_steps(run_dir: Path) -> list[dict[str, Any]]:
-    """The job's timed steps from ``RUN_DIR/bench/steps-rank-*.json`` ([] when the script wrote none)."""
+    """The job's timed steps from ``RUN_DIR/bench/steps-rank-*.json`` ([] when none written)."""
     ranks = []
     for path in (
         sorted((run_dir / STEPS_SUBDIR).glob("steps-rank-*.json"))

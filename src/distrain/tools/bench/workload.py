@@ -1,4 +1,4 @@
-"""The built-in workload of `distrain bench scaling`: a small CNN on the digits, with every step timed.
+"""The built-in workload of `distrain bench scaling`: a small CNN on the digits, each step timed.
 
     distrain run -n 2 src/distrain/tools/bench/workload.py --image-size 48 --epochs 3
 
@@ -47,7 +47,7 @@ class Net(nn.Module):
 
 
 def digits(image_size: int) -> tuple[TensorDataset, TensorDataset]:
-    """(train, test): the digits in [0, 1], upsampled to `image_size`, split 80/20 with a fixed seed."""
+    """(train, test): the digits in [0, 1], upsampled to `image_size`, split 80/20, fixed seed."""
     from sklearn.datasets import load_digits
 
     raw = load_digits()
@@ -70,7 +70,7 @@ class StepClock:
         self.steps: list[list[Any]] = []
 
     def tick(self, epoch: int, samples: int) -> None:
-        """Note that a step of `samples` samples just ended (waits for the GPU: the bench times work done)."""
+        """Note a step of `samples` samples just ended (waits for the GPU: the bench times work)."""
         if self.cuda:
             torch.cuda.synchronize()
         self.steps.append([epoch, time.perf_counter(), samples])

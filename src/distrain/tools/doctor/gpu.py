@@ -105,7 +105,7 @@ def nvml_snapshot(timeout: float = NVML_TIMEOUT_S) -> dict[str, Any]:
 
 
 def visible_devices(count: int) -> tuple[list[int] | None, str | None]:
-    """Indices CUDA_VISIBLE_DEVICES selects out of `count` GPUs (None: unset), and a problem if any."""
+    """Indices CUDA_VISIBLE_DEVICES selects of `count` GPUs (None: unset), and a problem if any."""
     raw = os.environ.get("CUDA_VISIBLE_DEVICES")
     if raw is None:
         return None, None

@@ -74,7 +74,7 @@ def _ping(peer: int, sender: bool) -> float:
 
 
 def _stream(peer: int, sender: bool) -> tuple[int, float]:
-    """(bytes, seconds) of the counted bandwidth message; the sender chooses sizes and tells the receiver."""
+    """(bytes, seconds) of the counted bandwidth message; the sender picks sizes, tells receiver."""
     import torch
     import torch.distributed as dist
 
@@ -111,7 +111,7 @@ def _stream(peer: int, sender: bool) -> tuple[int, float]:
 
 
 def measure_links(rank: int, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every rank calls this; node leaders measure each pair in turn.  Rank 0 gets the list of links."""
+    """Every rank calls this; node leaders measure each pair in turn.  Rank 0 gets the links."""
     import torch.distributed as dist
 
     heads = leaders(entries)

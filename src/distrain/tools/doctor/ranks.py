@@ -148,7 +148,7 @@ def _report(checks: list[Check], start: float, ranks_doc: dict[str, Any], as_jso
 
 
 def node_identity(env: Any) -> dict[str, Any]:
-    """Which node this rank is on: node rank, local rank, and the address it reaches the master from."""
+    """Which node this rank is on: node rank, local rank, the address it reaches the master from."""
     try:
         address = route_to(env.master_addr())[0]
     except OSError:

@@ -1,4 +1,4 @@
-"""A Dockerfile on an official PyTorch image that installs distrain and runs the script, and its .dockerignore."""
+"""A Dockerfile (official PyTorch image, installs distrain, runs the script), its .dockerignore."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How the exported image gets distrain: a wheel built from this distrain's source, never an index name.
+"""How the exported image gets distrain: a wheel built from this distrain's source, never an index.
 
 No package named ``distrain`` on a public index belongs to this project: ``pip install distrain``
 in a Dockerfile would install whatever someone registered under that name. So ``--install`` is
@@ -67,7 +67,7 @@ def distrain_source() -> Path | None:
 
 
 def build_wheel(source: Path, dest: Path) -> Path:
-    """Build distrain's wheel from `source` into `dest` (a copy is built: the tree gets no build/ files)."""
+    """Build distrain's wheel from `source` into `dest` (from a copy: the tree gets no build/)."""
     with tempfile.TemporaryDirectory(prefix="distrain-wheel-") as tmp:
         copy = Path(tmp) / "src"
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")

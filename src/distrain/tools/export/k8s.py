@@ -1,4 +1,4 @@
-"""A Kubeflow PyTorchJob (kubeflow.org/v1): Master + Workers, or an elastic Worker group, and its volume.
+"""A Kubeflow PyTorchJob (kubeflow.org/v1): Master + Workers or an elastic Worker group; its volume.
 
 Every pod mounts one ReadWriteMany PersistentVolumeClaim on ``/workspace/runs``: the run
 directory (metrics for `distrain top`) and the place for checkpoints, which every node must see
@@ -19,7 +19,7 @@ DEFAULT_PVC_SIZE = "100Gi"
 
 
 def claim_name(spec: JobSpec, pvc: str | None) -> str:
-    """The PersistentVolumeClaim the pods mount: `pvc`, else ``<job>-runs`` (written with the job)."""
+    """The PersistentVolumeClaim the pods mount: `pvc`, else ``<job>-runs`` (written with job)."""
     return pvc or f"{spec.name}-runs"
 
 

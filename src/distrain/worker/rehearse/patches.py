@@ -202,7 +202,7 @@ def cpu_flags() -> set[str]:
 
 
 def fp16_cost_line(flags: set[str]) -> str:
-    """What rehearsing CUDA fp16 autocast costs on this CPU (measured: benchmarks/rehearse/RESULTS.md).
+    """What rehearsing CUDA fp16 autocast costs here (measured: benchmarks/rehearse/RESULTS.md).
 
     fp16 stays fp16, so overflows and GradScaler's skipped steps are rehearsed as on a GPU; a
     CPU without native fp16 arithmetic emulates it, and bf16 is no cure there (emulated too).

@@ -38,7 +38,7 @@ _NOT_USER_PACKAGES = {"torch", "triton", "pynvml"}
 
 
 def user_frame() -> str:
-    """'file:line' of the innermost caller outside torch, triton, pynvml, distrain and the stdlib."""
+    """'file:line' of the innermost caller outside torch, triton, pynvml, distrain and the stdlib"""
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

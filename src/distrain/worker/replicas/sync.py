@@ -1,4 +1,4 @@
-"""Helpers of worker/replicas/training.py: the end of a group's run, and what building a Manager needs.
+"""Helpers of worker/replicas/training.py: a group's run's end, and what building a Manager needs.
 
 Two things make "every group ends with the same state at the same step" hold:
 
@@ -45,7 +45,7 @@ _log = get_logger("train")
 
 
 class Member(Protocol):
-    """What these helpers use of one process of a replica group (worker/replicas/training.py's Replicas)."""
+    """What these helpers use of a replica group's process (replicas/training.py's Replicas)."""
 
     group: int
     groups: int
@@ -121,7 +121,7 @@ def write_final(replicas: Member) -> None:
 
 
 def serve_stragglers(replicas: Member, device: torch.device) -> None:
-    """Answer quorums until every group met this one at its final step (or ended, or the linger bound).
+    """Answer quorums until every group met this one at its final step (or ended, or linger).
 
     Every rank of the group takes the same quorums (its ranks' requests form one member of
     the lighthouse's quorum), so the ranks agree on each decision through the group.
@@ -293,7 +293,7 @@ def _not_ended(replicas: Member) -> list[int]:
 
 @contextlib.contextmanager
 def real_accelerator(rehearsing: bool) -> Iterator[None]:
-    """Inside: torch.accelerator says no accelerator under `run --cpu` (TorchFT's Manager asks it)."""
+    """Inside: torch.accelerator says none under `run --cpu` (TorchFT's Manager asks it)."""
     # under `run --cpu` torch.accelerator answers for stand-in GPUs (for the user's script);
     # TorchFT's Manager asks it once to make a recovery stream, a real CUDA call on a CPU machine
     if not rehearsing:

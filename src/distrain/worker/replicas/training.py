@@ -166,7 +166,7 @@ class Replicas:
                 self._positions[name] = obj.state_dict()  # type: ignore[attr-defined]  # our loaders
 
     def quorum(self) -> None:
-        """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
+        """Take one quorum (synchronous: a copy from a peer ahead is applied before returning)."""
         with self._waiting():
             try:
                 self.manager.start_quorum()
@@ -182,7 +182,7 @@ class Replicas:
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
-        """`model` on `device`, DDP or FSDP over this group, its gradients averaged over the live groups too.
+        """`model` on `device`, DDP or FSDP over this group, gradients averaged over live groups.
 
         `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
         group, the reduce-scattered shards all-reduced across groups); an option this path would
@@ -324,7 +324,7 @@ class Replicas:
                             dist.broadcast(t, src=0)
 
     def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
-        """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""
+        """After a disk restore: register `objects`, join the quorum, heal if a group is ahead."""
         for name, obj in objects.items():
             self.register(name, obj)
         if resumed.step:  # from disk: the quorum starts from this step (the furthest group leads)
@@ -341,7 +341,7 @@ class Replicas:
         return resumed
 
     def step(self, apply: Callable[[], None]) -> bool:
-        """Apply the optimizer step (`apply`) only when the quorum commits; True when the state moved on."""
+        """Apply the optimizer step (`apply`) only if the quorum commits; True if state moved on."""
         if not self.started:
             self.begin()
         self.quorum_open = False
@@ -363,7 +363,7 @@ class Replicas:
             self.waiting_since = None
 
     def stuck(self) -> bool:
-        """Whether this process has waited on its group's peers for a second or more (a stop then exits at once).
+        """Whether this process waited on its group's peers for a second or more (a stop exits).
 
         A quorum or commit vote takes milliseconds when every process of the group takes part;
         one that lasts a second after a stop signal waits for a process that died.
@@ -376,7 +376,7 @@ class Replicas:
             os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
 
     def close(self) -> None:
-        """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""
         from distrain.worker.failure import failing
         from distrain.worker.replicas.sync import serve_stragglers, write_final
 

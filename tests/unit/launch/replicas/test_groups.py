@@ -1,4 +1,4 @@
-"""launch/replicas/groups.py and launch/replicas/lighthouse.py: `--replicas` refused in one line, group command lines, event lines."""
+"""launch/replicas/groups.py, lighthouse.py: `--replicas` refusals, command and event lines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/replicas/events.py's end check: every group's final step and state, compared rank by rank."""
+"""launch/replicas/events.py's end check: every group's final step and state, rank by rank."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/self_start/detect.py: a script that starts its own workers is found however it imports them."""
+"""launch/self_start/detect.py: a script that starts its own workers is found however imported."""
 
 from __future__ import annotations
 

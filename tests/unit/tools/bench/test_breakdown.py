@@ -1,4 +1,4 @@
-"""tools/bench/breakdown.py and the report's section: ms per step by phase from the ranks' metrics records."""
+"""tools/bench/breakdown.py and the report's section: ms per step by phase from metrics records."""
 
 from __future__ import annotations
 

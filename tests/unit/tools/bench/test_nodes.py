@@ -1,4 +1,4 @@
-"""`distrain bench scaling --nodes 1,2 --hosts …`: the K-node rows go through `distrain run --hosts`.
+"""`distrain bench scaling --nodes 1,2 --hosts …`: K-node rows go through `distrain run --hosts`.
 
 The real thing (two namespace hosts with sshd) is tests/jobs/test_bench_nodes.py.
 """

@@ -1,4 +1,4 @@
-"""tools/bench/plots.py: the scaling charts say what they show (issue 34's defects, each checked on the figure)."""
+"""tools/bench/plots.py: the scaling charts say what they show (issue 34's defects checked)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_accuracy_lines_have_distinct_labels(figures: list[Any]) -> None:
 
 
 def test_throughput_legend_covers_no_point(figures: list[Any]) -> None:
-    """2 processes at 30 % efficiency (a small model on a loaded 2-core machine): its point sat under the legend."""
+    """2 processes at 30 % efficiency (small model, loaded 2 cores): its point sat under legend."""
     slow = [RUNS[0], RUNS[1], _run("n2-bn", 2, 600.0)]
     plots.throughput(slow, slow[0], Path("unused.png"))
     fig = figures[0]

@@ -1,4 +1,4 @@
-"""tools/bench/scaling.py and tools/bench/runner.py: process-count lists, per-epoch records read from run directories."""
+"""tools/bench/scaling.py and runner.py: process-count lists, per-epoch records from run dirs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/bench/summary.py: per-run statistics, aggregation over rounds, speedup and efficiency, and their sentences."""
+"""tools/bench/summary.py: per-run statistics, rounds, speedup and efficiency, their sentences."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/doctor/check.py and tools/doctor/report.py: a finding's statuses, the summary, the worst status, the JSON document."""
+"""tools/doctor/check.py and report.py: statuses, the summary, the worst status, the JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/doctor/container.py: container runtime evidence and the /dev/shm size rule, from patched facts."""
+"""tools/doctor/container.py: container runtime evidence and the /dev/shm size rule (patched)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from distrain.tools.doctor import container
 
 @pytest.fixture
 def bare_metal(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """No marker files, a plain cgroup; the returned dict sets which paths exist and the cgroup text."""
+    """No marker files, a plain cgroup; the returned dict sets which paths exist, cgroup text."""
     facts: dict[str, object] = {"exists": set(), "cgroup": "0::/init.scope\n"}
     fake_path = SimpleNamespace(exists=lambda p: p in facts["exists"])  # type: ignore[operator]
     monkeypatch.setattr(

@@ -1,4 +1,4 @@
-"""tools/doctor/gpu.py: the pure GPU rules: CUDA_VISIBLE_DEVICES against the GPU count, and whether a GPU is expected."""
+"""tools/doctor/gpu.py: CUDA_VISIBLE_DEVICES vs the GPU count, and whether a GPU is expected."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/doctor/limits.py: open files, locked memory and OMP threads vs cores, from patched limits (not this machine's)."""
+"""tools/doctor/limits.py: open files, locked memory, OMP threads vs cores (patched limits)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/doctor/network.py: interface-name variables and port findings, from patched interface and port facts."""
+"""tools/doctor/network.py: interface-name variables and port findings, from patched facts."""
 
 from __future__ import annotations
 

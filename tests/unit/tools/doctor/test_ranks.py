@@ -1,4 +1,4 @@
-"""tools/doctor/ranks.py and rank_checks.py: the all-ranks rules that turn gathered facts into findings (no process group)."""
+"""tools/doctor/ranks.py and rank_checks.py: all-ranks rules from gathered facts to findings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/export/slurm.py: the requeue-able sbatch script with one `distrain run` per node through srun."""
+"""tools/export/slurm.py: the requeue-able sbatch script, one `distrain run` per node via srun."""
 
 from __future__ import annotations
 

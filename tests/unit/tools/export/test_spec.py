@@ -1,4 +1,4 @@
-"""tools/export/spec.py: the JobSpec every export target renders, --nnodes parsing and DNS-safe names."""
+"""tools/export/spec.py: the JobSpec every export target renders, --nnodes parsing, DNS names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""worker/rehearse/refuse.py: what needs a real GPU stops with one line, once per job, naming the user's line."""
+"""worker/rehearse/refuse.py: what needs a real GPU stops with one line per job, naming the line."""
 
 from __future__ import annotations
 

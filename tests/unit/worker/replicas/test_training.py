@@ -1,4 +1,4 @@
-"""worker/replicas/training.py: what prepare_model refuses under `distrain run --replicas` (no TorchFT needed)."""
+"""worker/replicas/training.py: what prepare_model refuses under `run --replicas` (no TorchFT)."""
 
 from __future__ import annotations
 

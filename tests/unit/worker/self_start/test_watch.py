@@ -1,4 +1,4 @@
-"""worker/self_start/watch.py: when a self-starting script's children stop waiting for each other."""
+"""worker/self_start/watch.py: when a self-starting script's children stop waiting for each other"""
 
 from __future__ import annotations
 
