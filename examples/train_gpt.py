@@ -1,7 +1,7 @@
 """A small GPT (nanoGPT-like) learning Python source character by character, on 1 or N processes.
 
     python examples/train_gpt.py                                  # one process, ~1 M parameters
-    distrain run -n 2 examples/train_gpt.py --strategy fsdp       # weights, grads, AdamW state sharded
+    distrain run -n 2 examples/train_gpt.py --strategy fsdp       # weights, grads, AdamW sharded
     distrain run -n 2 examples/train_gpt.py --size 100m --strategy fsdp --steps 20
 
 The text is this Python's own standard library (the .py files next to os.py): on every machine,

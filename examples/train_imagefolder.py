@@ -2,11 +2,14 @@
 
     python examples/train_imagefolder.py --data flower_photos
     distrain run -n 2 examples/train_imagefolder.py --data flower_photos --sync-bn
-    distrain run -n 2 examples/train_imagefolder.py --data flower_photos --pretrained resnet34.pth --freeze-layers
+    distrain run -n 2 examples/train_imagefolder.py --data flower_photos \
+        --pretrained resnet34.pth --freeze-layers
     python examples/train_imagefolder.py --data tiny --image-size 32 --epochs 1   # quick, on CPU
-    distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos --checkpoint-dir ckpt
-    distrain run -n 2 --run-dir runs/flowers examples/train_imagefolder.py --data flower_photos   # + distrain top,
-    tensorboard --logdir runs/flowers/tensorboard                                                 #   TensorBoard
+    distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos \
+        --checkpoint-dir ckpt
+    # + distrain top, TensorBoard:
+    distrain run -n 2 --run-dir runs/flowers examples/train_imagefolder.py --data flower_photos
+    tensorboard --logdir runs/flowers/tensorboard
 
 DIR/<class>/<image> in any format PIL reads (grayscale and RGBA files are converted to RGB).
 Rank 0 writes a fixed-seed 80/20 split per class to OUT/split.json once; every rank reads it.

@@ -246,8 +246,10 @@ def command_line_scanners() -> list[str]:
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            inner = {id(n) for d in ast.walk(fn) if d is not fn and isinstance(d,
-                                                                               ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) for n in ast.walk(d)}  # fmt: skip
+            inner = {id(n) for d in ast.walk(fn)
+                     if d is not fn
+                     and isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                     for n in ast.walk(d)}  # fmt: skip
             if any(_scans(n) for n in ast.walk(fn) if id(n) not in inner):
                 found.append(f"{path.relative_to(SRC).as_posix()}:{fn.name}")
     return found

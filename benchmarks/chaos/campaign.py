@@ -3,8 +3,9 @@
     python3 benchmarks/chaos/campaign.py --trials 20 --seed 1
     python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
     python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
-    python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + benchmarks/chaos/RESULTS.md
-    python3 benchmarks/chaos/campaign.py --trials 30 --seed 17 --tsv benchmarks/chaos/trials/seed17.tsv \
+    python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + chaos/RESULTS.md
+    python3 benchmarks/chaos/campaign.py --trials 30 --seed 17 \
+        --tsv benchmarks/chaos/trials/seed17.tsv \
         --work /var/tmp/chaos17    # keep every trial's logs (and a hung trial's stacks) there
 
 Each trial draws, from its own seed (`SEED:INDEX`, so any trial replays alone), a job kind
@@ -327,7 +328,8 @@ def main() -> int:
         "--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md"
     )
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
-                   help="print the table of trials recorded with --json (several runs add up)")  # fmt: skip
+                   help="print the table of trials recorded with --json "
+                   "(several runs add up)")  # fmt: skip
     args = p.parse_args()
     if args.summarize:
         print(table(load_trials(args.summarize)))

@@ -132,7 +132,9 @@ def _end(procs: list[subprocess.Popen[str]], start_only: bool) -> None:
         p.wait(timeout=300)
 
 
-def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
+def two_commands(  # type: ignore[no-untyped-def]
+    c, work: Path, port: int, start_only: bool = False
+) -> tuple[float, float, float]:
     """(start → both launchers up, → both ranks up, → last rank's first step), one command/host."""
     run_dir = work / f"two-{time.monotonic_ns()}"
     flags = [

@@ -62,5 +62,7 @@ for step in range(start_step, args.steps):
         os.replace(tmp, args.ckpt)
     time.sleep(args.sleep)
 
-del model  # release the DDP reducer before the process group (gloo exit hang/abort: benchmarks/recovery/exit_tally.py)
+# release the DDP reducer before the process group (gloo exit hang/abort:
+# benchmarks/recovery/exit_tally.py)
+del model
 dist.destroy_process_group()

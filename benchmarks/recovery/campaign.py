@@ -205,7 +205,11 @@ def main() -> None:
                     False,
                     [
                         "error: "
-                        f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+                        + (
+                            str(err).strip().splitlines()[0]
+                            if str(err).strip()
+                            else type(err).__name__
+                        )
                     ],
                 )
             finally:

@@ -1,6 +1,7 @@
 """Async vs sync checkpointing: training-loop stall per save, and write throughput vs `dd`.
 
-    PYTHONPATH=src python3 benchmarks/recovery/checkpoint_async.py --params 25e6 --rounds 4 --dir /tmp/ckbench
+    PYTHONPATH=src python3 benchmarks/recovery/checkpoint_async.py --params 25e6 --rounds 4 \
+        --dir /tmp/ckbench
 
 One process, an MLP of about --params parameters with SGD momentum (so a checkpoint holds
 about 2 × 4 × params bytes).  Rounds interleave a sync save and an async save; the stall is the

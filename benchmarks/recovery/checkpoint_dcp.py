@@ -1,7 +1,8 @@
 """DCP checkpoints (format 2) against the 0.1 format, and async stall against sync, side by side.
 
     PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 --rounds 3
-    PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 --strategy fsdp
+    PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 \
+        --strategy fsdp
 
 An MLP of about --params parameters with SGD momentum (a checkpoint holds ~2 × 4 × params
 bytes), DDP or FSDP2.  Each round, interleaved:

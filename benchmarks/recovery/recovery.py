@@ -1,7 +1,7 @@
 """Recovery time: SIGKILL of one worker -> first training step of the restarted group, in seconds.
 
-    python3 benchmarks/recovery/recovery.py --rounds 3                # a distrain script + its checkpointer
-    python3 benchmarks/recovery/recovery.py --job plain --rounds 3    # a plain torchrun script: the launchers
+    python3 benchmarks/recovery/recovery.py --rounds 3              # distrain script + checkpointer
+    python3 benchmarks/recovery/recovery.py --job plain --rounds 3  # plain torchrun: launchers
 
 ``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()``
 and the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the

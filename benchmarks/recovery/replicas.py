@@ -167,7 +167,8 @@ def under_fire(
 
 def pauses(result: dict[str, object]) -> list[tuple[float, float, float]]:
     """Per kill: (survivor's longest gap, its median interval, kill -> replacement's first step)."""
-    logs: dict[int, list[tuple[float, int, int, int, int]]] = result["logs"]  # type: ignore[assignment]
+    logs: dict[int, list[tuple[float, int, int, int, int]]]
+    logs = result["logs"]  # type: ignore[assignment]
     out = []
     for t_kill, group, pid in result["kills"]:  # type: ignore[attr-defined]
         other = [r[0] for r in logs[1 - group]]
@@ -223,7 +224,8 @@ def main() -> None:
                     t = step_time(variant, args.steps, work, 600, hidden)
                     times.setdefault((hidden, variant), []).append(t)
                     print(
-                        f"width {hidden} round {r + 1}: {variant:<9} median step {t * 1000:8.2f} ms",
+                        f"width {hidden} round {r + 1}: {variant:<9} "
+                        f"median step {t * 1000:8.2f} ms",
                         flush=True,
                     )
         fire = {}
@@ -253,9 +255,12 @@ def main() -> None:
         f"\ngoodput, one SIGKILL every {args.period:g} s for {args.minutes:g} min (useful "
         "steps per minute):"
     )
-    torch_rate = fire["torchrun"]["useful"] / args.minutes if "torchrun" in fire else math.nan  # type: ignore[operator]
+    torch_rate = math.nan
+    if "torchrun" in fire:
+        torch_rate = fire["torchrun"]["useful"] / args.minutes  # type: ignore[operator]
     for variant, res in fire.items():
-        rate, full = res["useful"] / args.minutes, res["full"] / args.minutes  # type: ignore[operator]
+        rate = res["useful"] / args.minutes  # type: ignore[operator]
+        full = res["full"] / args.minutes  # type: ignore[operator]
         print(
             f"  {variant:<9} {rate:8.1f} steps/min  ({full:8.1f} full-batch)   "
             f"{rate / torch_rate:5.2f}x torchrun   kills {len(res['kills'])}"

@@ -1,8 +1,10 @@
 """FSDP vs DDP: model-state memory per rank and step time, for a ≥ 100 M-parameter GPT on CPU.
 
-    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 1 2 3 --steps 0     # memory, 113.8 M GPT
-    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 2 --layers 6 --width 384 --heads 6 \
-        --steps 5 --timing-rounds 3                                                  # step time, 10.8 M
+    # memory, 113.8 M GPT:
+    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 1 2 3 --steps 0
+    # step time, 10.8 M:
+    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 2 --layers 6 --width 384 \
+        --heads 6 --steps 5 --timing-rounds 3
 
 Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).  Every
 rank measures its resident memory (RSS) after start-up and warm-up (baseline), after building and

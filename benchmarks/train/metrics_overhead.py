@@ -1,6 +1,7 @@
 """Step time of the digits CNN with and without per-rank metrics, measured side by side.
 
-    PYTHONPATH=src python3 benchmarks/train/metrics_overhead.py [--rounds 60 --steps 50 --interval 1.0]
+    PYTHONPATH=src python3 benchmarks/train/metrics_overhead.py \
+        [--rounds 60 --steps 50 --interval 1.0]
 
 Short blocks of `--steps` training steps alternate between "off" (no ``log`` calls) and "on"
 (``log(loss=..., lr=..., samples=..., epoch=...)`` every step, as in examples/train_digits.py,

@@ -1,6 +1,7 @@
 """Where does the time go when the digits CNN runs on 2 processes instead of 1 (1 thread each)?
 
-    PYTHONPATH=src python3 benchmarks/train/profile_digits.py --rounds 3 --steps 150 --out benchmarks/reports/digits/profile.json
+    PYTHONPATH=src python3 benchmarks/train/profile_digits.py --rounds 3 --steps 150 \
+        --out benchmarks/reports/digits/profile.json
 
 Three set-ups, interleaved round by round so that load from elsewhere hits them alike:
 - ``solo``: one process alone (the 1-process baseline);

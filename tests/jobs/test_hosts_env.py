@@ -36,7 +36,8 @@ def test_environment_files_reach_the_script_on_every_host(tmp_path: Path) -> Non
         out = res.stdout + res.stderr
         assert res.returncode == 0, out[-3000:]
         for host in (0, 1):
-            assert f"[h{host}] node {host} FROM_FILE=hello world FROM_DS=deepspeed file" in out, out[-3000:]  # fmt: skip
+            line = f"[h{host}] node {host} FROM_FILE=hello world FROM_DS=deepspeed file"
+            assert line in out, out[-3000:]
         (work / ".distrain_env").write_text("FROM_FILE hello\n")
         bad = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True,
                              timeout=120)  # fmt: skip

@@ -78,7 +78,8 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen[str], bound_s: float) ->
     deadline = time.monotonic() + bound_s
     while not all(p.exists() for p in paths):
         if proc.poll() is not None:
-            pytest.fail(f"the job ended (exit {proc.returncode}):\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            err = proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+            pytest.fail(f"the job ended (exit {proc.returncode}):\n{err}")
         assert time.monotonic() < deadline, f"not training after {bound_s:.0f} s: {paths}"
         time.sleep(0.3)
 

@@ -154,7 +154,8 @@ def test_hsdp_defaults_to_one_replica_per_node(jobs: Path) -> None:
 SYNC_BN = """
 import torch, distrain
 ctx = distrain.init(verbose=False)
-ctx.prepare_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)), strategy="fsdp", sync_bn=True)
+model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+ctx.prepare_model(model, strategy="fsdp", sync_bn=True)
 print("not refused")
 """
 

@@ -51,7 +51,8 @@ def test_default_route_is_the_lowest_metric_default_not_the_first_name(tmp_path:
     table = tmp_path / "route"
     table.write_text(
         "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
-        "docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"  # a subnet route, not a default
+        # a subnet route, not a default:
+        "docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
         "wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\t0\t0\t0\n"
         "eth1\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
         "aaa0\t00000000\t0100000A\t0002\t0\t0\t0\t00000000\t0\t0\t0\n"  # not up

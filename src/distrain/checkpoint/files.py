@@ -5,9 +5,9 @@ Layout of a checkpoint directory (format 2)::
     DIR/step_00000120/.metadata        DCP's index of the sharded state (written by rank 0)
     DIR/step_00000120/__0_0.distcp     DCP: model + optimizer tensors written by rank 0
     DIR/step_00000120/__1_0.distcp     … by rank 1 (its FSDP shard, or its part of a DDP replica)
-    DIR/step_00000120/shared.pt        rank 0: scheduler, GradScaler, loader, step, world size, extras
+    DIR/step_00000120/shared.pt        rank 0: scheduler, GradScaler, loaders, step, world, extras
     DIR/step_00000120/rank_00001.pt    every rank: its RNG states (Python, NumPy, torch CPU, CUDA)
-    DIR/step_00000120/manifest.json    sha256 and size of EVERY file above; written after all of them
+    DIR/step_00000120/manifest.json    sha256 and size of EVERY file above; written after them
     DIR/latest                         "step_00000120", written last (for people and tools)
 
 A ``step_…`` directory is complete or absent: files are written into ``DIR/.tmp-step_…`` and

@@ -87,7 +87,8 @@ class Writer:
         foreground: bool = True,
     ) -> None:
         self.ckpt = ckpt
-        self.key = key  # this save's store-key prefix: another checkpointer's save of the same step never matches
+        # this save's store-key prefix: another checkpointer's save of the same step never matches
+        self.key = key
         self.process = ckpt.process
         self.foreground = foreground
         self.step = step

@@ -169,7 +169,8 @@ class DistributedLoader(DataLoader):
     #: rank 0's progress bar (distrain.monitor.progress.EpochBar); None: no bar
     bar: Any = None
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not torch's iterator object
+    # batches, not torch's iterator object
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)

@@ -124,8 +124,9 @@ def split(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) ->
 
 
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
-    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of torch's
-    parser (no ``import torch``); None when the installed torch is not the one they come from."""
+    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of
+    torch's parser (no ``import torch``); None when the installed torch is not the one they come
+    from."""
     from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION
     from distrain.launch.torch_version import torch_versions
 

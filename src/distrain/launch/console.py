@@ -3,9 +3,11 @@
 torch's agent reports a failed worker in its own words (``failed (exitcode: -9) local_rank: 1
 (pid: 379) of fn: run_script (start_method: forkserver)``, then ``Terminating process … via
 signal SIGTERM`` for each survivor) and says nothing when it restarts the workers, unless its
-INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and says instead:
+INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and says instead (one
+line, wrapped here):
 
-    distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of 3), resuming from step 22
+    distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of 3),
+        resuming from step 22
 
 The cause comes from the agent's own failure record; the attempt from its "N/M attempts left;
 will restart worker group" record (read through a logging filter: torch keeps the count in the

@@ -155,8 +155,7 @@ class Context(Reductions):
         "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
         ``activation_checkpointing=True`` (any strategy) recomputes each block's activations in
         backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A
-        model built under :meth:`init_model` is materialised here.  Create the optimizer after this
-        call.
+        model built under :meth:`init_model` is materialised here.  Then create the optimizer.
         """
         from distrain import parallel as strategies
 

@@ -113,7 +113,8 @@ def init(
         if active is not None:
             return active
         dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
-        noise.install()  # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        noise.install()
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
         try:

@@ -317,7 +317,8 @@ def like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
         bound = signature.bind(*args, **kwargs)
         return impl(*bound.args, **bound.kwargs)
 
-    call.__signature__ = signature  # type: ignore[attr-defined]  # what inspect reports: every call binds it
+    # what inspect reports: every call binds it
+    call.__signature__ = signature  # type: ignore[attr-defined]
     call.__name__, call.__qualname__ = original.__name__, original.__qualname__
     call.__doc__ = impl.__doc__ or f"distrain run --cpu stand-in for {original.__qualname__}"
     if hasattr(original, "__wrapped__"):

@@ -114,4 +114,4 @@ def test_export_env_gives_torch_the_env_contract(
     assert {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                        "MASTER_PORT")} == {
         "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "a",
-                                                           "MASTER_PORT": str(15000 + 123456 % 20000)}  # fmt: skip
+        "MASTER_PORT": str(15000 + 123456 % 20000)}  # fmt: skip

@@ -270,7 +270,8 @@ def test_cuda_events_are_read_only_once_done_and_reused_after(
         )  # nothing done on the GPU yet: nothing read, nothing waited for
         gpu.done_until = gpu.now
         bd._on_forward(nn.Module(), ())
-        bd.step_done()  # the next step's end reads every finished one (itself included: no GPU time)
+        # the next step's end reads every finished one (itself included: no GPU time)
+        bd.step_done()
         steps, totals = bd.snapshot()
         assert steps == 4
         assert totals["compute"] == pytest.approx(6.0) and totals["comm"] == pytest.approx(3.0)

@@ -35,7 +35,8 @@ _OWN = (*HOST_DESTS, "nnodes", "iface", *_NPROC, "master_port", "replicas")
 
 
 #: `distrain run --hosts … --help`
-HELP = """usage: distrain run (--hosts H1[:N],H2[:N] | --hostfile FILE) [options] script.py [script args]
+HELP = """usage: distrain run (--hosts H1[:N],H2[:N] | --hostfile FILE) [options]
+                    script.py [script args]
 
 Start the job on every host over ssh, from this machine (docs/multinode.md).
 

@@ -69,8 +69,8 @@ _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
 
 def resolve(opts: HostsOptions) -> list[str]:
-    """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in parallel;
-    UsageError naming an unknown host."""
+    """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in
+    parallel; UsageError naming an unknown host."""
 
     def one(host: HostSpec) -> str:
         res = subprocess.run(
@@ -227,10 +227,9 @@ def new_job_id() -> str:
 def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
+    port = f"port {opts.master_port}" if opts.master_port else "a free port there"
     lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
-             f"{opts.hosts[0].name} "
-             "reaches the others by, and "
-             f"{'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+             f"{opts.hosts[0].name} reaches the others by, and {port}"]  # fmt: skip
     if opts.per_group is None and opts.replicas is not None:
         lines.append(
             f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the "

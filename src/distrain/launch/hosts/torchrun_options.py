@@ -85,7 +85,8 @@ def _table_now() -> dict[str, tuple[str, bool]]:
     """The installed torch's table (imports torch)."""
     from torch.distributed.run import get_args_parser
 
-    return {  # as command_line.takes_value reads a parser (not imported: that module imports this one)
+    # as command_line.takes_value reads a parser (not imported: that module imports this one)
+    return {
         name: (action.dest, action.nargs != 0)
         for action in get_args_parser()._actions
         for name in action.option_strings

@@ -153,7 +153,8 @@ class ReplicaJob:
             if src is not None and (at > 0 or group in self.lost):
                 seconds = float(str(ev["seconds"]))
                 self.say(
-                    f"replica group {group} healed from group {src} at step {at} in {seconds:.1f} s",
+                    f"replica group {group} healed from group {src} at step {at} "
+                    f"in {seconds:.1f} s",
                     "healed", group=group, source=src, step=at, seconds=seconds,
                 )  # fmt: skip
             elif group in self.lost:

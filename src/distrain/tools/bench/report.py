@@ -150,8 +150,8 @@ def render(results: dict[str, Any]) -> str:
         "without SyncBN, "
         "i.e. throughput_N / (N × throughput_1) for one-thread processes. "
         "With several rounds (run interleaved in time), samples/s and time/epoch are medians "
-        "over rounds and "
-        "± std is over every timed epoch of every round; step (ms) is the median steady-state step.",
+        "over rounds and ± std is over every timed epoch of every round; "
+        "step (ms) is the median steady-state step.",
         "",
     ]
     failed = [r for r in runs if r["status"] != "ok"]

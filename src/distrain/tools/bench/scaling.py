@@ -6,8 +6,7 @@
 
 Each run is a real ``distrain run`` job, one process per device (on CPU one thread per process).
 The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step and
-``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.tools.bench.runner` and
-docs/bench.md).
+``ctx.log(accuracy=...)`` after evaluating (:mod:`distrain.tools.bench.runner`, docs/bench.md).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ WORKLOAD = Path(__file__).resolve().with_name("workload.py")
 #: built-in workloads: name → (script, its arguments, what one step computes)
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
     # compute-bound: the image size is chosen by a probe on this machine (tools/bench/probe.py), so
-    # a step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to
-    # it
+    # a step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small beside it
     "cnn": (
         str(WORKLOAD),
         [],
@@ -99,9 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         "--step-target",
         type=float,
         default=probe.TARGET_STEP_S,
-        help="--workload cnn: size the images so one step takes about this many seconds "
-        "on this machine "
-        f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
+        help="--workload cnn: size the images so one step takes about this many seconds on this "
+        f"machine (default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
     )
     p.add_argument(
         "--threads",
@@ -319,10 +316,8 @@ def execute_all(
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-            line = (
-                f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in "
-                f"{res.wall_seconds:.1f} s"
-            )
+            took = f"{len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            line = f"{spec.name} round {spec.round}: {res.status}, {took}"
             progress.console.print(line + (f" — {res.error}" if res.error else ""))
             results.append(data)
             progress.advance(overall)
@@ -349,8 +344,7 @@ def main(argv: list[str]) -> int:
     if max(nprocs) * args.threads > usable_cores():
         print(
             f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the "
-            f"{usable_cores()} usable cores; "
-            "those runs time-share cores and cannot scale",
+            f"{usable_cores()} usable cores; those runs time-share cores and cannot scale",
             file=sys.stderr,
         )
     try:

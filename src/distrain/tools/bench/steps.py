@@ -98,6 +98,7 @@ def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     stats.update(
         timed_steps=len(steady), warmup_steps=skip, step_seconds_median=statistics.median(secs),
         step_seconds_p10=_quantile(secs, 0.1), step_seconds_p90=_quantile(secs, 0.9),
-        step_samples_per_s=statistics.median(float(s["samples"]) / float(s["seconds"]) for s in steady),
+        step_samples_per_s=statistics.median(float(s["samples"]) / float(s["seconds"])
+                                             for s in steady),
     )  # fmt: skip
     return stats

@@ -278,7 +278,8 @@ def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_dist
         old = getattr(sys, name)
         old.flush()
         stream = io.TextIOWrapper(
-            open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115 - lives as long as the process
+            # the file lives as long as the process (hence no `with`)
+            open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115
             encoding=old.encoding,
             errors=old.errors,
             write_through=True,

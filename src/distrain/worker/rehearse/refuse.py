@@ -127,10 +127,10 @@ def _triton(module: ModuleType) -> None:
     jit = importlib.import_module("triton.runtime.jit")
 
     def launch(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        refuse(
-            "Triton kernel "
-            f"{getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}"
+        name = getattr(self, "__name__", None) or getattr(
+            getattr(self, "fn", None), "__name__", "?"
         )
+        refuse(f"Triton kernel {name}")
 
     jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)
     jit.JITFunction.run = launch

@@ -1,5 +1,5 @@
-"""launch/fast_start/forkserver.py: the fast-start decisions that need no server: CVE check, preloads
-(which script is forked: tests/unit/launch/test_command_line.py)."""
+"""launch/fast_start/forkserver.py: the fast-start decisions that need no server: CVE check,
+preloads (which script is forked: tests/unit/launch/test_command_line.py)."""
 
 from __future__ import annotations
 

@@ -241,7 +241,8 @@ def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
     ("argv", "message"),
     [
         (["--replicas", "3"],
-         "--replicas 3 does not divide over 2 hosts: each host runs the same number of whole groups"),
+         "--replicas 3 does not divide over 2 hosts: "
+         "each host runs the same number of whole groups"),
         (["--replicas", "2", "--nnodes", "1:2"],
          "--replicas needs a fixed --nnodes 2, not a range"),
         (["--replicas", "0"], "--replicas expects a number of replica groups (got '0')"),

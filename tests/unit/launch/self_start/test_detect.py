@@ -35,7 +35,8 @@ LOOP = "for rank in range(2):\n    p = {call}(target=f, args=(rank, 2))\n    p.s
       SelfStart("torch.multiprocessing.Process", 3)),
      ("from multiprocessing import Process as P\n" + LOOP.format(call="P"),
       SelfStart("multiprocessing.Process", 3)),
-     ("import multiprocessing\nctx = multiprocessing.get_context('spawn')\n" + LOOP.format(call="ctx.Process"),
+     ("import multiprocessing\nctx = multiprocessing.get_context('spawn')\n"
+      + LOOP.format(call="ctx.Process"),
       SelfStart("multiprocessing.Process", 4)),
      ("import multiprocessing as mp\nps = [mp.get_context('fork').Process(target=f) for "
       "_ in range(2)]\n",

@@ -49,9 +49,9 @@ def test_read_epochs_of_an_empty_run(tmp_path: Path) -> None:
 
 
 def test_last_error_line_skips_launcher_noise() -> None:
-    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n  File "
-           "\"t.py\", line 1\n"
-           "ValueError: bad batch\ndistrain run: job failed: rank 0 exited with code 1\n")  # fmt: skip
+    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n"
+           "  File \"t.py\", line 1\nValueError: bad batch\n"
+           "distrain run: job failed: rank 0 exited with code 1\n")  # fmt: skip
     assert _last_error_line(log) == "ValueError: bad batch"
     assert _last_error_line("") == "no output"
     assert _last_error_line("just words\n") == "just words"

@@ -21,7 +21,8 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
         "rdma": False,
     }
     monkeypatch.setattr(resource, "getrlimit",
-                        lambda which: knobs["nofile"] if which == resource.RLIMIT_NOFILE else knobs["memlock"])  # fmt: skip
+                        lambda which: knobs["nofile"] if which == resource.RLIMIT_NOFILE
+                        else knobs["memlock"])  # fmt: skip
     monkeypatch.setattr(limits, "usable_cores", lambda: knobs["cores"])
     fake_path = SimpleNamespace(isdir=lambda path: bool(knobs["rdma"]))
     monkeypatch.setattr(

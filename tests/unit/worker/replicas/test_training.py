@@ -48,7 +48,9 @@ def _group(group: int, groups: int) -> Replicas:
     return r
 
 
-def test_first_quorum_waits_until_every_group_reached_its_own(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_first_quorum_waits_until_every_group_reached_its_own(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:
     folder = str(tmp_path)
     waited = []
 
@@ -77,7 +79,9 @@ def test_first_quorum_goes_on_without_a_group_that_never_arrives(
     )
 
 
-def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_peer_copies_the_loader_position_of_the_steps_start(  # type: ignore[no-untyped-def]
+    monkeypatch,
+) -> None:
     """At a step's first forward the loader already counts the batch in flight: a replacement
     copying that position skipped one batch and ended its epochs a step before the others."""
     from torch.utils.data import TensorDataset
