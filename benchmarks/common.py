@@ -32,7 +32,7 @@ TORCHRUN = [PY, "-m", "torch.distributed.run"]
 
 
 def env(**extra: str) -> dict[str, str]:
-    """os.environ with this checkout's src/ first on PYTHONPATH, plus `extra`: for the jobs a driver starts."""
+    """os.environ with this checkout's src/ first on PYTHONPATH, plus `extra` (a driver's jobs)."""
     path = [str(SRC), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **extra}
 
@@ -86,7 +86,7 @@ def _ip(*argv: str) -> None:
 
 
 def veth_pair(tag: str, subnet: str) -> tuple[list[str], list[str]]:
-    """Two network namespaces `tag`n0, `tag`n1 joined by one veth pair, addresses `subnet`.1 and .2 (root needed).
+    """Namespaces `tag`n0, `tag`n1 joined by a veth pair, addresses `subnet`.1 and .2 (as root).
 
     Returns (names, addresses); remove them with delete_pair(tag).  The tests' fixture
     (tests/helpers/netns_hosts.py) joins hosts through a bridge instead and can shape the links.

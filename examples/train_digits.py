@@ -143,7 +143,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts mid
     test_loss, test_acc = evaluate()
     ctx.log(advance=False, accuracy=test_acc, test_loss=test_loss)
     ctx.print(
-        f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss {test_loss:.4f}  test acc {test_acc:.4f}"
+        f"epoch {epoch + 1}/{args.epochs}  train loss {loss.item():.4f}  test loss "
+        f"{test_loss:.4f}  test acc {test_acc:.4f}"
         f"  ({str(logits.dtype).removeprefix('torch.')} compute)"
     )
 test_loss, test_acc = evaluate()  # also defined when a resumed run had nothing left to train

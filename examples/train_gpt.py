@@ -1,7 +1,7 @@
-"""A small GPT (nanoGPT-like) learning Python source code character by character, on 1 or N processes.
+"""A small GPT (nanoGPT-like) learning Python source character by character, on 1 or N processes.
 
     python examples/train_gpt.py                                  # one process, ~1 M parameters
-    distrain run -n 2 examples/train_gpt.py --strategy fsdp       # weights, grads, AdamW state sharded
+    distrain run -n 2 examples/train_gpt.py --strategy fsdp       # weights, grads, AdamW sharded
     distrain run -n 2 examples/train_gpt.py --size 100m --strategy fsdp --steps 20
 
 The text is this Python's own standard library (the .py files next to os.py): on every machine,
@@ -121,12 +121,13 @@ ckpt = (
 )
 step = ckpt.restore(model=model, optimizer=opt, loader=train_loader).step if ckpt else 0  # resume
 ctx.print(
-    f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, strategy {args.strategy}"
+    f"GPT {n_params / 1e6:.1f} M parameters, {len(data) / 1e6:.1f} M characters of Python, "
+    f"strategy {args.strategy}"
 )
 
 
 def evaluate(batches: int = 8) -> float:
-    """Mean validation loss over `batches` batches per rank (the same count everywhere: FSDP's forward is collective)."""
+    """Mean validation loss over `batches` batches per rank (same count: FSDP is collective)."""
     model.eval()
     losses = []
     with torch.no_grad(), ctx.autocast():
@@ -168,7 +169,8 @@ while step < args.steps:
     if step % args.log_every == 0 or step == args.steps:
         rate = tokens / (time.perf_counter() - t0)
         ctx.print(
-            f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm {norm.item():.2f}  {rate:,.0f} tokens/s"
+            f"step {step}/{args.steps}  loss {loss.item() * args.accum:.3f}  grad norm "
+            f"{norm.item():.2f}  {rate:,.0f} tokens/s"
         )
     if ckpt:
         ckpt.maybe_save(step)  # every N steps; on SIGTERM/SIGINT: save, then exit

@@ -2,11 +2,14 @@
 
     python examples/train_imagefolder.py --data flower_photos
     distrain run -n 2 examples/train_imagefolder.py --data flower_photos --sync-bn
-    distrain run -n 2 examples/train_imagefolder.py --data flower_photos --pretrained resnet34.pth --freeze-layers
+    distrain run -n 2 examples/train_imagefolder.py --data flower_photos \
+        --pretrained resnet34.pth --freeze-layers
     python examples/train_imagefolder.py --data tiny --image-size 32 --epochs 1   # quick, on CPU
-    distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos --checkpoint-dir ckpt
-    distrain run -n 2 --run-dir runs/flowers examples/train_imagefolder.py --data flower_photos   # + distrain top,
-    tensorboard --logdir runs/flowers/tensorboard                                                 #   TensorBoard
+    distrain run -n 2 --max-restarts 3 examples/train_imagefolder.py --data flower_photos \
+        --checkpoint-dir ckpt
+    # + distrain top, TensorBoard:
+    distrain run -n 2 --run-dir runs/flowers examples/train_imagefolder.py --data flower_photos
+    tensorboard --logdir runs/flowers/tensorboard
 
 DIR/<class>/<image> in any format PIL reads (grayscale and RGBA files are converted to RGB).
 Rank 0 writes a fixed-seed 80/20 split per class to OUT/split.json once; every rank reads it.
@@ -76,7 +79,7 @@ args = p.parse_args()
 
 # -- data: one split, written once by rank 0, read by everyone ---------------------------------
 def make_split(root: Path, seed: int) -> dict:
-    """Per class, a fixed-seed shuffle: 80 % train, 20 % validation (at least one each when possible)."""
+    """Per class, a fixed-seed shuffle: 80 % train, 20 % validation (one of each when possible)."""
     classes = sorted(d.name for d in root.iterdir() if d.is_dir())
     split = {"root": str(root.resolve()), "seed": seed, "classes": classes, "train": [], "val": []}
     for label, name in enumerate(classes):
@@ -163,7 +166,8 @@ if args.pretrained:
     net.load_state_dict(matching, strict=False)
     ctx.print(
         f"pretrained: loaded {len(matching)} of {len(own)} tensors from {args.pretrained} "
-        f"({len(state) - len(matching)} skipped: other name or shape, e.g. the {len(classes)}-class fc)"
+        f"({len(state) - len(matching)} skipped: other name or shape, e.g. the "
+        f"{len(classes)}-class fc)"
     )
 if args.freeze_layers:
     for name, param in net.named_parameters():
@@ -183,7 +187,8 @@ sched = torch.optim.lr_scheduler.CosineAnnealingLR(
     opt, T_max=args.epochs * len(train_loader), eta_min=lr * 0.01
 )
 
-# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position (distrain.checkpoint)
+# -- checkpoints: atomic, checksummed, resumed mid-epoch with RNG and sampler position
+# (distrain.checkpoint)
 ckpt = (
     ctx.checkpointer(args.checkpoint_dir, every_steps=args.checkpoint_every, every_epochs=1)
     if args.checkpoint_dir
@@ -219,7 +224,8 @@ def evaluate() -> tuple[float, float]:
 
 
 ctx.print(
-    f"{len(classes)} classes, {len(train_set)} train / {len(val_set)} val images, {args.arch}, lr {lr:g} "
+    f"{len(classes)} classes, {len(train_set)} train / {len(val_set)} val images, "
+    f"{args.arch}, lr {lr:g} "
     f"({args.lr:g} × {ctx.world_size}), sync_bn={args.sync_bn}, freeze_layers={args.freeze_layers}"
 )
 for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts where it stopped
@@ -245,7 +251,8 @@ for epoch in range(train_loader.epoch, args.epochs):  # a resumed run starts whe
     val_loss, val_acc = evaluate()
     ctx.log(advance=False, accuracy=val_acc, test_loss=val_loss, train_loss=train_loss)
     ctx.print(
-        f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  val acc {val_acc:.4f}  {seconds:.1f} s"
+        f"epoch {epoch + 1}/{args.epochs}  train loss {train_loss:.4f}  val loss {val_loss:.4f}  "
+        f"val acc {val_acc:.4f}  {seconds:.1f} s"
     )
 if ckpt:
     ckpt.save(step)  # the final state: a rerun finds nothing left to do

@@ -43,7 +43,8 @@ SHARED = (
     "distrain.settings",
     "distrain.errors",
 )
-#: a file name: ``x.json``, ``.jsonl``, ``.txt``, ``step.{}`` (a number appended), ``watchdog-{rank}``
+#: a file name: ``x.json``, ``.jsonl``, ``.txt``, ``step.{}`` (a number appended),
+#: ``watchdog-{rank}``
 _FILE_NAME = re.compile(r"^[\w{}<>-]+\.(json|jsonl|txt)$|^[a-z]+\.\{\}(\.\{\})*$|^[a-z]+-\{\w*\}$")
 
 

@@ -2,12 +2,12 @@
 the output folder, says in one line whether it holds, and exits non-zero when it does not.
 
     python3 scripts/gpu_checks.py gpu-tests                  # the GPU-only test ids, one a line
-    python3 scripts/gpu_checks.py compare GPU.pt CPU.pt      # a script's parameters, native vs --cpu
+    python3 scripts/gpu_checks.py compare GPU.pt CPU.pt      # script's parameters, native vs --cpu
     python3 scripts/gpu_checks.py gpt LOG --device NAME --gpus N --batch B --block T
     python3 scripts/gpu_checks.py ratio A.log... -- B.log... --gpus N --batch B --block T
     python3 scripts/gpu_checks.py top TOP.json               # NVML columns on every rank
     python3 scripts/gpu_checks.py watchdog LOG               # the watchdog named the hung rank
-    python3 scripts/gpu_checks.py report OUT                 # OUT/report.md from OUT/steps.tsv and the logs
+    python3 scripts/gpu_checks.py report OUT                 # OUT/report.md: OUT/steps.tsv, logs
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def gpt_figures(
 def speed_ratio(
     ours: list[str], theirs: list[str], gpus: int, batch: int, block: int
 ) -> tuple[bool, str]:
-    """Median steady tokens/s of the `ours` logs against the `theirs` logs (same script, same loop)."""
+    """Median steady tokens/s of the `ours` logs against the `theirs` logs (same script, loop)."""
     import statistics
 
     def rates(logs: list[str]) -> list[float]:
@@ -214,7 +214,8 @@ def main(argv: list[str]) -> int:
             else ", MFU: device not in the peak table"
         )
         print(
-            f"{fig['tokens_per_s']:,.0f} tokens/s, {fig['flops_per_token'] / 1e6:.0f} MFLOP/token, {fig['achieved_tflops']:.1f} TFLOP/s{mfu}"
+            f"{fig['tokens_per_s']:,.0f} tokens/s, {fig['flops_per_token'] / 1e6:.0f} MFLOP/token, "
+            f"{fig['achieved_tflops']:.1f} TFLOP/s{mfu}"
         )
         return 0
     if cmd == "ratio":
@@ -228,7 +229,8 @@ def main(argv: list[str]) -> int:
         print(line)
         return 0 if ok else 1
     ok, line = {"compare": lambda: compare(*args), "top": lambda: top_nvml(args[0]),
-                "watchdog": lambda: watchdog(Path(args[0]).read_text(errors="replace"))}[cmd]()  # fmt: skip
+                "watchdog": lambda: watchdog(Path(args[0]).read_text(errors="replace")),
+                }[cmd]()  # fmt: skip
     print(line)
     return 0 if ok else 1
 

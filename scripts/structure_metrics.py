@@ -9,11 +9,12 @@ Figures:
   is inherited by every child);
 - environ_reads: lines that read the environment (`os.getenv`, `os.environ` other than a write:
   setting, deleting or `setdefault`-exporting a variable for torch or a child is no read) in
-  src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is
-  the input by design) and the ENV_BOUNDARY modules (the fast start's forked child and fork server
+  src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is the
+  input by design) and the ENV_BOUNDARY modules (the fast start's forked child and fork server
   start, the rehearsal's boot sitecustomize, the fresh-interpreter fallback: each says why in a
-  comment starting "Environment boundary"), and the ENV_TOOLS tools/doctor/ and tools/bench/ (launcher-side
-  tools that report or forward the user's environment; their lines naming DISTRAIN_* count);
+  comment starting "Environment boundary"), and the ENV_TOOLS tools/doctor/ and tools/bench/
+  (launcher-side tools that report or forward the user's environment; their lines naming DISTRAIN_*
+  count);
 - import_cycles: cycles in the import graph counting `if TYPE_CHECKING:` imports too (the layout
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
@@ -55,10 +56,10 @@ ENV_OWNERS = (
     "distrain/cluster/",
     "distrain/launch/",
 )
-#: worker-side modules that are by nature the process boundary, each saying why in a comment
-#: that starts "Environment boundary": the fast start's forked child (worker/fast_start/forked.py) and the
-#: fork server's start (worker/fast_start/preload.py), the rehearsal's boot sitecustomize (it runs before
-#: distrain is importable) and the fresh interpreter a forked worker falls back to
+#: worker-side modules that are by nature the process boundary, each saying why in a comment that
+#: starts "Environment boundary": the fast start's forked child (worker/fast_start/forked.py) and
+#: the fork server's start (worker/fast_start/preload.py), the rehearsal's boot sitecustomize (it
+#: runs before distrain is importable) and the fresh interpreter a forked worker falls back to
 ENV_BOUNDARY = (
     "distrain/worker/fast_start/forked.py",
     "distrain/worker/fast_start/preload.py",
@@ -245,7 +246,10 @@ def command_line_scanners() -> list[str]:
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            inner = {id(n) for d in ast.walk(fn) if d is not fn and isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) for n in ast.walk(d)}  # fmt: skip
+            inner = {id(n) for d in ast.walk(fn)
+                     if d is not fn
+                     and isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                     for n in ast.walk(d)}  # fmt: skip
             if any(_scans(n) for n in ast.walk(fn) if id(n) not in inner):
                 found.append(f"{path.relative_to(SRC).as_posix()}:{fn.name}")
     return found

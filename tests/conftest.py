@@ -1,4 +1,4 @@
-"""Fixtures and the environment every test starts with; the helpers themselves are in tests/helpers/.
+"""Fixtures and the environment every test starts with; the helpers are in tests/helpers/.
 
 Both layers run under it: tests/unit/ (in-process, fast) and tests/jobs/ (real multi-process
 jobs, which import ``from helpers import run, python, REPO, ...``).

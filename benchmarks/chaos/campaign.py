@@ -3,8 +3,9 @@
     python3 benchmarks/chaos/campaign.py --trials 20 --seed 1
     python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
     python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
-    python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + benchmarks/chaos/RESULTS.md
-    python3 benchmarks/chaos/campaign.py --trials 30 --seed 17 --tsv benchmarks/chaos/trials/seed17.tsv \
+    python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + chaos/RESULTS.md
+    python3 benchmarks/chaos/campaign.py --trials 30 --seed 17 \
+        --tsv benchmarks/chaos/trials/seed17.tsv \
         --work /var/tmp/chaos17    # keep every trial's logs (and a hung trial's stacks) there
 
 Each trial draws, from its own seed (`SEED:INDEX`, so any trial replays alone), a job kind
@@ -60,7 +61,8 @@ if typing.TYPE_CHECKING:
 PY = sys.executable
 STEP_DIR = re.compile(r"step_(\d+)$")
 #: the checkout's commit, recorded with every trial (a trial replays against the same code)
-COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                        capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
 #: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
@@ -99,8 +101,8 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     two-node kind one launcher per node, inside its namespace (logs `…-nI.out/.err`)."""
     job.out.mkdir(parents=True, exist_ok=True)
     if made is not None:
-        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
-                            err_log=_node_logs(logs, i).with_suffix(".err"))
+        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"),
+                            _env(trial, job), err_log=_node_logs(logs, i).with_suffix(".err"))
                  for i, argv in enumerate(job.nodes)]  # fmt: skip
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
@@ -122,7 +124,8 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
 
 
 def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, t0: float,
-           made: Hosts | None = None, lost: set[int] | None = None, elastic: bool = False) -> RunRecord:  # fmt: skip
+           made: Hosts | None = None, lost: set[int] | None = None,
+           elastic: bool = False) -> RunRecord:  # fmt: skip
     """Wait for the run until `bound` seconds after t0; past it, dump the stacks of and kill
     every process of the trial (hung). Two nodes: exit 0 when every node not taken away by the
     fault (`lost`) exited 0, an elastic job when one node finished and the others ended;
@@ -146,7 +149,8 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
             read(logs.with_suffix(".out")),
             read(logs.with_suffix(".err")),
         )
-    texts = [(read(_node_logs(logs, i).with_suffix(".out")), read(_node_logs(logs, i).with_suffix(".err")))
+    texts = [(read(_node_logs(logs, i).with_suffix(".out")),
+              read(_node_logs(logs, i).with_suffix(".err")))
              for i in range(len(procs))]  # fmt: skip
     kept = [i for i in range(len(procs)) if i not in (lost or set())] or list(range(len(procs)))
     if None in rcs:
@@ -257,7 +261,8 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
                 launchers = [psutil.Process(proc.pid) for proc in procs]
                 ctx = FaultContext(trial, launchers[0], job, rng, watchdog,
                                    lambda: leftovers(trial, grace=30, made=made),
-                                   launchers=launchers, hosts=made, lost=lost, logs=logs)  # fmt: skip
+                                   launchers=launchers, hosts=made, lost=lost,
+                                   logs=logs)  # fmt: skip
                 at = progress(job)
                 shot = FAULTS[t.fault][0](ctx)
                 shot.what += f" (newest checkpoint: step {at})" if job.ckpt else ""
@@ -323,7 +328,8 @@ def main() -> int:
         "--record", action="store_true", help="append the table to benchmarks/chaos/RESULTS.md"
     )
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
-                   help="print the table of trials recorded with --json (several runs add up)")  # fmt: skip
+                   help="print the table of trials recorded with --json "
+                   "(several runs add up)")  # fmt: skip
     args = p.parse_args()
     if args.summarize:
         print(table(load_trials(args.summarize)))
@@ -366,7 +372,8 @@ def main() -> int:
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)
     print(
-        f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n{text}"
+        f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after\n{text}"
     )
     for t in bad:
         print(f"BROKE THE ORACLE: trial {t.index} ({t.kind}, {t.fault}): replay with "

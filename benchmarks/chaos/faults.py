@@ -318,7 +318,7 @@ def corrupt_newest(ctx: FaultContext) -> Shot:
 
 
 def disk_full(ctx: FaultContext) -> Shot:
-    """The checkpoint filesystem (a small tmpfs) filled up by another writer; freed before the rerun."""
+    """The checkpoint filesystem (a small tmpfs) filled by another writer; freed before a rerun."""
     if ctx.job.ckpt is None or not os.path.ismount(ctx.job.ckpt):
         raise Missed("the checkpoint folder is not on its own filesystem")
     filler = ctx.job.ckpt / ".filler"
@@ -357,7 +357,7 @@ def threading_timer(seconds: float, fn: Callable[[], None]) -> None:
 
 @dataclass
 class FaultContext:
-    """What a fault may touch: the trial's id, its launcher, its job and the trial's random draws."""
+    """What a fault may touch: the trial's id, its launcher, its job and the trial's draws."""
 
     trial: str
     launcher: psutil.Process

@@ -74,7 +74,8 @@ class Kind:
             strategy = "fsdp" if self.name == "fsdp" else "ddp"
             argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "ckpt_worker.py"),
                     "--strategy", strategy, "--epochs", "4", "--step-sleep", "0.1",
-                    "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+                    "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank",
+                    "-1"]  # fmt: skip
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
             # 400 epochs: with 40 the training after the first snapshot took ~2 s of a ~11 s
             # job, so most faults aimed at a rank found the job already past its ranks (missed)
@@ -109,12 +110,12 @@ class Kind:
         """One launcher per node (`-n 1` each), static or elastic; ckpt_worker.py, DDP, 2 ranks."""
         out, ckpt, run_dir = work / f"{name}-out", work / f"{name}-ckpt", work / f"{name}-run"
         if self.elastic:
-            rdzv = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400",
-                    "--rdzv-id", name]  # fmt: skip
+            rdzv = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                    f"{addrs[0]}:29400", "--rdzv-id", name]  # fmt: skip
         else:
             rdzv = ["--nnodes", "2", "--master-addr", addrs[0], "--master-port", "29500"]
-        script = [str(SCRIPTS / "ckpt_worker.py"), "--epochs", "6", "--step-sleep", "0.15", "--dir", str(ckpt),
-                  "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+        script = [str(SCRIPTS / "ckpt_worker.py"), "--epochs", "6", "--step-sleep", "0.15", "--dir",
+                  str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
         nodes = []
         for i in range(len(addrs)):
             launcher = [

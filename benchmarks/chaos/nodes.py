@@ -1,4 +1,4 @@
-"""The two-node kinds' machines: network namespaces joined by veth links (tests/helpers/netns_hosts.py).
+"""The two-node kinds' machines: network namespaces joined by veth (tests/helpers/netns_hosts.py).
 
 Each trial of a two-node kind gets its own pair of namespaces, made before its first start and
 deleted after its verdict. Every namespace made is also kept in ``LIVE`` until deleted, so the
@@ -80,7 +80,7 @@ def link(made: Hosts, i: int, up: bool) -> None:
 
 
 def throttle(made: Hosts, i: int, on: bool) -> None:
-    """Host i's link limited to 1 Mbit/s both ways (a tbf qdisc at each end), or the limit lifted."""
+    """Host i's link limited to 1 Mbit/s both ways (a tbf qdisc at each end), or the limit off."""
     for ns, dev in ((made.names[i], made.iface), (made.hub, made.ports[i])):
         if on:
             argv = ["tc", "qdisc", "add", "dev", dev, *TBF]

@@ -50,11 +50,14 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
         cmd += f" --seed {seed}"
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"\n## Seed {seed}, {len(trials)} trials ({when})", "",
-             f"Command: `{cmd.replace(' --record', '')}`. CPU: {cpu_model()}, {os.cpu_count()} cores; "
-             f"load average {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after.", "", table, ""]  # fmt: skip
+             f"Command: `{cmd.replace(' --record', '')}`. CPU: {cpu_model()}, "
+             f"{os.cpu_count()} cores; "
+             f"load average {load0[0]:.2f} before, {os.getloadavg()[0]:.2f} after.", "", table,
+             ""]  # fmt: skip
     if bad:
         lines.append("Trials that broke the oracle (replay each with `--seed S --only I`):\n")
-        lines += [f"- trial {t.index} ({t.kind}, {t.fault}, {t.what}): {t.verdict.word}: {t.verdict.detail[:300]}"
+        lines += [f"- trial {t.index} ({t.kind}, {t.fault}, {t.what}): {t.verdict.word}: "
+                  f"{t.verdict.detail[:300]}"
                   for t in bad]  # fmt: skip
     if not RESULTS.exists():
         RESULTS.write_text(
@@ -65,7 +68,7 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
 
 
 def table(trials: list[Trial]) -> str:
-    """Markdown: kind × fault with trials, healed, stopped, missed and each way to break the oracle."""
+    """Markdown: kind × fault with trials, healed, stopped, missed, each way to break the oracle."""
     cols = ["trials", "healed", "stopped", "hung", "diverged", "leftovers", "other bad", "missed"]
     rows: dict[tuple[str, str], dict[str, int]] = {}
     for t in trials:
@@ -111,10 +114,11 @@ def report(t: Trial, seed: int, args: argparse.Namespace, commit: str) -> None:
     v = t.verdict
     assert v is not None
     print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
-          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}", flush=True)  # fmt: skip
+          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}",
+          flush=True)  # fmt: skip
     row = {"seed": seed, "index": t.index, "commit": commit, "kind": t.kind, "fault": t.fault,
-           "moment": round(t.moment, 4), "what": t.what, "verdict": v.word, "seconds": round(t.seconds, 1),
-           "detail": v.detail}  # fmt: skip
+           "moment": round(t.moment, 4), "what": t.what, "verdict": v.word,
+           "seconds": round(t.seconds, 1), "detail": v.detail}  # fmt: skip
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -61,7 +61,7 @@ def kill_all(trial: str, made: Hosts | None = None) -> list[str]:
 
 
 def leftovers(trial: str, grace: float = 10.0, made: Hosts | None = None) -> list[str]:
-    """Processes of the trial (or in its namespaces) alive `grace` s after its launchers ended (then killed)."""
+    """The trial's processes (or its namespaces') alive `grace` s after its launchers ended."""
     deadline = time.monotonic() + grace
     while _live(trial, made) and time.monotonic() < deadline:
         time.sleep(0.2)

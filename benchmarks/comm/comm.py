@@ -92,7 +92,8 @@ def main() -> None:
     ratios = [o / h for o, h in zip(ours, plain, strict=True)]
     copy = copy_bandwidth()
     print(
-        f"world {ctx.world_size} · {ctx.backend} · {args.bytes // 2**20} MiB float32 all-reduce · {args.rounds} interleaved rounds x {args.iters} iters"
+        f"world {ctx.world_size} · {ctx.backend} · {args.bytes // 2**20} MiB float32 all-reduce · "
+        f"{args.rounds} interleaved rounds x {args.iters} iters"
     )
     print(
         "distrain bench comm busbw GB/s: "
@@ -110,7 +111,8 @@ def main() -> None:
         + f"  median {statistics.median(ratios):.3f}"
     )
     print(
-        f"memory copy (256 MiB, best of 5): numpy {copy['numpy_copy_gbps']:.2f} GB/s, torch {copy['torch_copy_gbps']:.2f} GB/s"
+        f"memory copy (256 MiB, best of 5): numpy {copy['numpy_copy_gbps']:.2f} GB/s, torch "
+        f"{copy['torch_copy_gbps']:.2f} GB/s"
     )
 
 

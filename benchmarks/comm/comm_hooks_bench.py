@@ -64,7 +64,8 @@ def main() -> None:
         for config in names:
             med = statistics.median(res[(model, config)])
             print(
-                f"  {model} {config:20s} {med:8.0f}  vs 1 process {med / one_proc:5.2f}  vs no hook {med / plain:5.2f}"
+                f"  {model} {config:20s} {med:8.0f}  vs 1 process {med / one_proc:5.2f}  vs no "
+                f"hook {med / plain:5.2f}"
             )
 
 

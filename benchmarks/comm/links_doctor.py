@@ -2,9 +2,9 @@
 
     sudo python3 benchmarks/comm/links_doctor.py --rates none,10gbit,1gbit,100mbit
 
-For each rate: a 2-node `distrain run ... -m distrain.tools.doctor --json` (one process per node) with the
-default model (25.6 M parameters, 0.25 s per step) and with --model-params/--step-time if given
-after `--`; prints the measured link (Mbit/s, round trip) and the verdict line.
+For each rate: a 2-node `distrain run ... -m distrain.tools.doctor --json` (one process per node)
+with the default model (25.6 M parameters, 0.25 s per step) and with --model-params/--step-time if
+given after `--`; prints the measured link (Mbit/s, round trip) and the verdict line.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def main() -> int:
             links = next(c for c in doc["checks"] if c["id"] == "ranks.links")
             (link,) = links["data"]["links"]
             print(
-                f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} us  {links['status']}: {links['seen']}",
+                f"{rate:8s} {link['bytes_per_s'] * 8 / 1e6:8.0f} Mbit/s  rtt {link['rtt_us']:6.0f} "
+                f"us  {links['status']}: {links['seen']}",
                 flush=True,
             )
             if links["fix"]:

@@ -98,7 +98,8 @@ def main() -> int:
                 v = one(net, hook, args, Path(tmp), port)
                 res[hook].append(v)
                 print(
-                    f"round {r + 1} {hook:16s} {v['samples_per_s']:7.1f} samples/s {v['step_ms']:7.1f} ms/step "
+                    f"round {r + 1} {hook:16s} {v['samples_per_s']:7.1f} samples/s "
+                    f"{v['step_ms']:7.1f} ms/step "
                     f"acc {v['test_acc']:.4f} ({v['params'] / 1e6:.1f} M params)",
                     flush=True,
                 )
@@ -106,7 +107,8 @@ def main() -> int:
     base = statistics.median(v["samples_per_s"] for v in res["none"]) if "none" in res else None
     base_acc = statistics.median(v["test_acc"] for v in res["none"]) if "none" in res else None
     print(
-        f"\n{args.model} over {args.rate}, 2 nodes x 1 process: median samples/s, ratio to no hook, median test accuracy"
+        f"\n{args.model} over {args.rate}, 2 nodes x 1 process: median samples/s, ratio to no "
+        "hook, median test accuracy"
     )
     for hook in configs:
         sps = statistics.median(v["samples_per_s"] for v in res[hook])

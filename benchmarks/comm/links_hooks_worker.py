@@ -1,6 +1,7 @@
 """One run for links_hooks.py: an ~11 M-parameter model on the digits, one DDP comm hook.
 
-    distrain run --nnodes 2 --node-rank K ... benchmarks/comm/links_hooks_worker.py --model mlp --hook powersgd:rank=2 --out r.json
+    distrain run --nnodes 2 --node-rank K ... benchmarks/comm/links_hooks_worker.py \
+        --model mlp --hook powersgd:rank=2 --out r.json
 
 Data: scikit-learn's digits (1797 8x8 images, no download), a fixed 1437/360 split, upsampled
 to 32x32.  `--model mlp`: 1024-2048-2048-2048-10 (10.5 M parameters); `--model resnet18`:

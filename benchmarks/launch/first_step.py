@@ -19,7 +19,7 @@ def env_for(marker: Path, run_dir: Path) -> dict[str, str]:
 
 
 def first_steps(marker: Path, run_dir: Path) -> list[float]:
-    """Every rank's first-step wall time found so far (from the marker file or the run directory)."""
+    """Every rank's first-step wall time found so far (from the marker file or the run dir)."""
     stamps: list[float] = []
     if marker.exists():
         stamps += [

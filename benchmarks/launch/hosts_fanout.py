@@ -1,4 +1,4 @@
-"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) against the two-command form.
+"""Launch → first step: `distrain run --hosts` (one command, ssh fan-out) vs the two-command form.
 
     python3 benchmarks/launch/hosts_fanout.py --rounds 5
 
@@ -6,10 +6,11 @@ Two network-namespace hosts, each with a real sshd (tests/helpers/ssh_cluster.py
 namespace as the launching machine.  Each round, in alternating order:
 
 - **two commands**: `distrain run --nnodes 2 --node-rank i --master-addr A --master-port P -n 1`
-  started in both hosts at the same instant (what a person types on each machine, minus typing), each in a session of its own as a login
-  is: with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled`` = 1
-  here) every session is a scheduling group, and nodes started under sshd (one session each)
-  got about twice the CPU of two nodes sharing the benchmark's session on a loaded machine;
+  started in both hosts at the same instant (what a person types on each machine, minus typing),
+  each in a session of its own as a login is: with the kernel's autogroup scheduling
+  (``/proc/sys/kernel/sched_autogroup_enabled`` = 1 here) every session is a scheduling group, and
+  nodes started under sshd (one session each) got about twice the CPU of two nodes sharing the
+  benchmark's session on a loaded machine;
 - **one command**: `distrain run --hosts h0:1,h1:1 -n 1` in the launching namespace.
 
 Time 0 is just before the command(s) start.  Three ends are timed: the moment both hosts'
@@ -131,8 +132,10 @@ def _end(procs: list[subprocess.Popen[str]], start_only: bool) -> None:
         p.wait(timeout=300)
 
 
-def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
-    """(start → both nodes' launchers running, → both ranks running, → the last rank's first step), one command per host."""
+def two_commands(  # type: ignore[no-untyped-def]
+    c, work: Path, port: int, start_only: bool = False
+) -> tuple[float, float, float]:
+    """(start → both launchers up, → both ranks up, → last rank's first step), one command/host."""
     run_dir = work / f"two-{time.monotonic_ns()}"
     flags = [
         "--nnodes",
@@ -148,8 +151,11 @@ def two_commands(c, work: Path, port: int, start_only: bool = False) -> tuple[fl
     ]
     env = _env()
     t0 = time.time()
-    procs = [subprocess.Popen(c.hosts.cmd(i, RUN + flags + ["--node-rank", str(i), *SCRIPT, str(run_dir / "out")]), env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, start_new_session=True) for i in range(2)]  # fmt: skip
+    procs = [subprocess.Popen(c.hosts.cmd(i,
+                                          RUN + flags + ["--node-rank", str(i), *SCRIPT,
+                                                         str(run_dir / "out")]), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True) for i in range(2)]  # fmt: skip
     took = _wait_first_step(run_dir, procs, t0, 300, start_only)
     _end(procs, start_only)
     return took
@@ -160,8 +166,8 @@ def one_command(
 ) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
     """The same three times for `--hosts` from the launching namespace (the distrain in `src`)."""
     run_dir = work / f"one-{time.monotonic_ns()}"
-    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS", "--run-dir", str(run_dir),
-                  *SCRIPT, str(run_dir / "out")]  # fmt: skip
+    argv = RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "-x", "OMP_NUM_THREADS",
+                  "--run-dir", str(run_dir), *SCRIPT, str(run_dir / "out")]  # fmt: skip
     t0 = time.time()
     proc = subprocess.Popen(
         c.launch_cmd(argv),
@@ -189,14 +195,16 @@ def _median_s(cmd: list[str], rounds: int = 5) -> float:
 
 
 def parts(c) -> None:  # type: ignore[no-untyped-def]
-    """Where the fan-out's time goes: each piece alone, median of 5, from the launching namespace."""
+    """Where the fan-out's time goes: each piece alone, median of 5, from the launching netns."""
     ssh = ["ssh", "-F", str(c.config), "h0"]
     # the host check alone (host_node itself now starts the node too, before it probes)
     probe = "from distrain.launch.hosts.node import probe; probe({})"
     check = f"cd {REPO} && exec env PYTHONPATH={_env()['PYTHONPATH']} {sys.executable} -c '{probe}'"
     pieces = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1", "--ssh-opts", f"-F {c.config}", "--dry-run", *SCRIPT, "x"],
+        "launcher start + ssh -G of both hosts (--dry-run)": RUN + ["--hosts", "h0:1,h1:1",
+                                                                    "--ssh-opts", f"-F {c.config}",
+                                                                    "--dry-run", *SCRIPT, "x"],
         "ssh session running true": [*ssh, "true"],
         "ssh session running the host check": [*ssh, check],
     }  # fmt: skip
@@ -208,7 +216,8 @@ def parts(c) -> None:  # type: ignore[no-untyped-def]
         subprocess.run(["bash", "-c", "source ~/.bashrc >/dev/null 2>&1"], timeout=120)
         took.append(time.time() - t0)
     print(
-        f"this user's ~/.bashrc alone (bash sources it for commands run by sshd): {', '.join(f'{t:.2f}' for t in took)} s"
+        "this user's ~/.bashrc alone (bash sources it for commands run by sshd): "
+        f"{', '.join(f'{t:.2f}' for t in took)} s"
     )
 
 
@@ -257,15 +266,21 @@ def main() -> None:
                 two.append(two_commands(c, work, 29600 + r, only))
                 one.append(one_command(c, work, only))
             step = "" if only else f"; first step after {one[-1][2]:.2f} s / {two[-1][2]:.2f} s"
-            print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / {two[-1][0]:.2f} s (two); "
-                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}", flush=True)  # fmt: skip
+            print(f"round {r}: nodes running after {one[-1][0]:.2f} s (one command) / "
+                  f"{two[-1][0]:.2f} s (two); "
+                  f"both ranks running after {one[-1][1]:.2f} s / {two[-1][1]:.2f} s{step}",
+                  flush=True)  # fmt: skip
     print(f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}")
-    ends = ("start -> every host's distrain run running", "start -> both ranks running (rendezvous done)", "start -> last rank's first step")  # fmt: skip
+    ends = ("start -> every host's distrain run running",
+            "start -> both ranks running (rendezvous done)",
+            "start -> last rank's first step")  # fmt: skip
     for k, what in enumerate(ends[:2] if only else ends):
         a, b = [x[k] for x in one], [x[k] for x in two]
         diffs = [x - y for x, y in zip(a, b, strict=True)]
-        print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands {statistics.median(b):.2f} s, "
-              f"difference median {statistics.median(diffs):+.2f} s (per round: {', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
+        print(f"{what}: one command (--hosts) {statistics.median(a):.2f} s, two commands "
+              f"{statistics.median(b):.2f} s, "
+              f"difference median {statistics.median(diffs):+.2f} s (per round: "
+              f"{', '.join(f'{d:+.2f}' for d in diffs)})")  # fmt: skip
 
 
 def _sshd_opts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -301,7 +316,8 @@ def compare(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print(
-        f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}; baseline {args.baseline_src}"
+        f"# load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; rounds {args.rounds}; "
+        f"baseline {args.baseline_src}"
     )
     base = took["one command, baseline src"]
     for name, values in took.items():

@@ -1,4 +1,4 @@
-"""Launch → first training step: `distrain run` (fast), `distrain run --start-method spawn`, torchrun.
+"""Launch → first step: `distrain run` (fast), `distrain run --start-method spawn`, torchrun.
 
     python3 benchmarks/launch/launch_bench.py --rounds 4
     python3 benchmarks/launch/launch_bench.py --scripts overhead --launchers distrain-fast,torchrun
@@ -78,7 +78,7 @@ def one(launcher: str, script: str, work: Path, timeout: float) -> tuple[float, 
 def measure(
     scripts: list[str], launchers: list[str], rounds: int, timeout: float
 ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
-    """Interleaved rounds: ({(script, launcher): seconds per round}, {(script, launcher): job CPU s per round})."""
+    """Interleaved rounds: ({(script, launcher): s per round}, {same: job CPU s per round})."""
     results: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,7 +90,8 @@ def measure(
                     results.setdefault((script, launcher), []).append(t)
                     cpus.setdefault((script, launcher), []).append(cpu)
                     print(
-                        f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job CPU {cpu:6.2f} s)",
+                        f"round {r + 1} {script:6s} {launcher:15s} {t:6.2f} s  (job "
+                        f"CPU {cpu:6.2f} s)",
                         flush=True,
                     )
     return results, cpus
@@ -112,7 +113,8 @@ def main() -> None:
     results, cpus = measure(scripts, names, a.rounds, a.timeout)
     base_name = "torchrun" if "torchrun" in names else names[0]
     print(
-        f"\nlaunch → first step, median over rounds (seconds); ratio vs {base_name}; CPU s of the whole job"
+        f"\nlaunch → first step, median over rounds (seconds); ratio vs {base_name}; CPU s "
+        "of the whole job"
     )
     for script in scripts:
         base = statistics.median(results[(script, base_name)])
@@ -122,8 +124,10 @@ def main() -> None:
             med = statistics.median(vals)
             cpu = statistics.median(cpus[(script, launcher)])
             print(
-                f"  {script:6s} {launcher:15s} median {med:6.2f}  min {min(vals):6.2f}  ratio {med / base:5.2f}"
-                f"  CPU {cpu:6.2f} (ratio {cpu / cpu_base:4.2f})  all {' '.join(f'{v:.2f}' for v in vals)}"
+                f"  {script:6s} {launcher:15s} median {med:6.2f}  min {min(vals):6.2f}  ratio "
+                f"{med / base:5.2f}"
+                f"  CPU {cpu:6.2f} (ratio {cpu / cpu_base:4.2f})  all "
+                f"{' '.join(f'{v:.2f}' for v in vals)}"
             )
 
 

@@ -105,7 +105,8 @@ def main() -> None:
                     cp, wall = one(launcher, script, Path(tmp))
                     res.setdefault((script, launcher), []).append((cp, wall))
                     print(
-                        f"round {r + 1} {script:6s} {launcher:14s} critical-path CPU {cp:6.2f} s   wall {wall:6.2f} s",
+                        f"round {r + 1} {script:6s} {launcher:14s} critical-path CPU {cp:6.2f} s   "
+                        f"wall {wall:6.2f} s",
                         flush=True,
                     )
     print("\nmedians: critical-path CPU seconds (ratio fast/torchrun), wall seconds (ratio)")
@@ -113,8 +114,10 @@ def main() -> None:
         cps = {n: statistics.median(c for c, _ in res[(script, n)]) for n in names}
         walls = {n: statistics.median(w for _, w in res[(script, n)]) for n in names}
         print(
-            f"  {script:6s} fast {cps['distrain-fast']:6.2f}  torchrun {cps['torchrun']:6.2f}  ratio {cps['distrain-fast'] / cps['torchrun']:4.2f}"
-            f"   | wall fast {walls['distrain-fast']:6.2f} torchrun {walls['torchrun']:6.2f} ratio {walls['distrain-fast'] / walls['torchrun']:4.2f}"
+            f"  {script:6s} fast {cps['distrain-fast']:6.2f}  torchrun {cps['torchrun']:6.2f}  "
+            f"ratio {cps['distrain-fast'] / cps['torchrun']:4.2f}"
+            f"   | wall fast {walls['distrain-fast']:6.2f} torchrun {walls['torchrun']:6.2f} ratio "
+            f"{walls['distrain-fast'] / walls['torchrun']:4.2f}"
         )
 
 

@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument("--no-launch", action="store_true", help="step time only (part 1)")
     args = parser.parse_args()
     print(
-        f"# machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; rounds {args.rounds}, steps {args.steps}"
+        f"# machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; rounds {args.rounds}, "
+        f"steps {args.steps}"
     )
     for model in ("digits", "large"):
         ratios, d_times, h_times = [], [], []
@@ -68,8 +69,10 @@ def main() -> None:
             d_times.append(d)
             ratios.append(d / h)
         print(
-            f"step time [{model}]: distrain {statistics.median(d_times) * 1e3:.2f} ms, hand-written DDP "
-            f"{statistics.median(h_times) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
+            f"step time [{model}]: distrain {statistics.median(d_times) * 1e3:.2f} ms, "
+            "hand-written DDP "
+            f"{statistics.median(h_times) * 1e3:.2f} ms, ratio median "
+            f"{statistics.median(ratios):.3f} "
             f"(per round: {', '.join(f'{r:.3f}' for r in ratios)})"
         )
     if args.no_launch:
@@ -78,8 +81,10 @@ def main() -> None:
     dr, tr = res[("overhead", "distrain-fast")], res[("overhead", "torchrun")]
     ratios = [d / t for d, t in zip(dr, tr, strict=True)]
     print(
-        f"launch → first step: distrain run {statistics.median(dr):.2f} s, torchrun {statistics.median(tr):.2f} s, "
-        f"ratio median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+        f"launch → first step: distrain run {statistics.median(dr):.2f} s, torchrun "
+        f"{statistics.median(tr):.2f} s, "
+        f"ratio median {statistics.median(ratios):.3f} (per round: "
+        f"{', '.join(f'{r:.3f}' for r in ratios)})"
     )
 
 

@@ -1,4 +1,4 @@
-"""One training job for overhead.py (and launch_bench.py): the distrain loop or a hand-written DDP loop.
+"""One training job for overhead.py (and launch_bench.py): the distrain loop or a plain DDP loop.
 
 Same model, data and seeds either way; rank 0 prints one JSON line with the mean step time
 (after warm-up).  With BENCH_FIRST_STEP_FILE set, every rank appends "rank restart_count time"

@@ -51,7 +51,8 @@ for step in range(start_step, args.steps):
     if step == start_step and os.environ.get("BENCH_FIRST_STEP_FILE"):
         with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
             f.write(
-                f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} {load_s} {os.getpid()}\n"
+                f"{rank} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} {time.time()} "
+                f"{load_s} {os.getpid()}\n"
             )
     if args.ckpt and rank == 0:
         tmp = args.ckpt + ".tmp"
@@ -61,5 +62,7 @@ for step in range(start_step, args.steps):
         os.replace(tmp, args.ckpt)
     time.sleep(args.sleep)
 
-del model  # release the DDP reducer before the process group (gloo exit hang/abort: benchmarks/recovery/exit_tally.py)
+# release the DDP reducer before the process group (gloo exit hang/abort:
+# benchmarks/recovery/exit_tally.py)
+del model
 dist.destroy_process_group()

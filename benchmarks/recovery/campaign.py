@@ -1,11 +1,12 @@
-"""Random-kill campaign: N jobs SIGKILLed at a random moment, each compared bit for bit with one uninterrupted run.
+"""Random-kill campaign: N jobs SIGKILLed at random, each compared bit for bit with a clean run.
 
     python3 benchmarks/recovery/campaign.py --kind digits --kills 20
     python3 benchmarks/recovery/campaign.py --kind imagefolder --kills 20
 
 Kinds (both real examples, under ``distrain run -n 2 --max-restarts 3``):
 
-- ``digits``: examples/train_digits.py, a CNN with plain BatchNorm, 8 epochs, checkpoint every 5 steps;
+- ``digits``: examples/train_digits.py, a CNN with plain BatchNorm, 8 epochs, checkpoint every 5
+  steps;
 - ``imagefolder``: examples/train_imagefolder.py (ResNet-18: BatchNorm, RandomResizedCrop and
   flip) on a generated folder of 48 small images, read by 2 DataLoader workers per rank.
 
@@ -112,7 +113,8 @@ def wait_for_checkpoint(proc: subprocess.Popen[str], ckpt: Path) -> float:
     while not (ckpt / "latest").exists():
         if proc.poll() is not None:
             raise RuntimeError(
-                f"the job ended (exit {proc.returncode}) before its first checkpoint:\n{proc.stderr.read()[-2000:]}"
+                f"the job ended (exit {proc.returncode}) before its first "
+                f"checkpoint:\n{proc.stderr.read()[-2000:]}"
             )
         time.sleep(0.01)
     return time.monotonic()
@@ -167,7 +169,8 @@ def main() -> None:
         finish(ref)
         span = time.monotonic() - first  # how long training goes on after the first checkpoint
         print(
-            f"{args.kind}: uninterrupted run trains {span:.1f} s after its first checkpoint; campaign seed {seed}",
+            f"{args.kind}: uninterrupted run trains {span:.1f} s after its first checkpoint; "
+            f"campaign seed {seed}",
             flush=True,
         )
         equal = trial = missed = 0
@@ -186,7 +189,8 @@ def main() -> None:
                 ):  # the span includes the end: a late draw can miss
                     missed += 1
                     print(
-                        f"  (a kill {delay:.2f} s after the first checkpoint came after rank {rank} finished: drawn again)",
+                        f"  (a kill {delay:.2f} s after the first checkpoint came after rank "
+                        f"{rank} finished: drawn again)",
                         flush=True,
                     )
                     finish(proc)
@@ -200,7 +204,12 @@ def main() -> None:
                 resumed, diff = (
                     False,
                     [
-                        f"error: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+                        "error: "
+                        + (
+                            str(err).strip().splitlines()[0]
+                            if str(err).strip()
+                            else type(err).__name__
+                        )
                     ],
                 )
             finally:
@@ -215,11 +224,13 @@ def main() -> None:
                 else ("DIFFERS in " + ", ".join(diff[:4]) if diff else "did not resume")
             )
             print(
-                f"  kill {trial:2d}: {what} SIGKILLed {delay:.2f} s after the first checkpoint -> {verdict}",
+                f"  kill {trial:2d}: {what} SIGKILLed {delay:.2f} s after the first "
+                f"checkpoint -> {verdict}",
                 flush=True,
             )
     print(
-        f"{args.kind}: {equal}/{args.kills} finished bitwise equal ({missed} draws fell after the rank finished and were "
+        f"{args.kind}: {equal}/{args.kills} finished bitwise equal ({missed} draws fell after the "
+        "rank finished and were "
         f"drawn again; campaign seed {seed})"
     )
 

@@ -1,6 +1,7 @@
 """Async vs sync checkpointing: training-loop stall per save, and write throughput vs `dd`.
 
-    PYTHONPATH=src python3 benchmarks/recovery/checkpoint_async.py --params 25e6 --rounds 4 --dir /tmp/ckbench
+    PYTHONPATH=src python3 benchmarks/recovery/checkpoint_async.py --params 25e6 --rounds 4 \
+        --dir /tmp/ckbench
 
 One process, an MLP of about --params parameters with SGD momentum (so a checkpoint holds
 about 2 × 4 × params bytes).  Rounds interleave a sync save and an async save; the stall is the
@@ -80,18 +81,22 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in stalls.items()}
     mb = size / 1e6
     print(
-        f"checkpoint: {n_params / 1e6:.1f} M params + momentum = {mb:.0f} MB, {args.rounds} interleaved rounds (medians)"
+        f"checkpoint: {n_params / 1e6:.1f} M params + momentum = {mb:.0f} MB, {args.rounds} "
+        "interleaved rounds (medians)"
     )
     print(
-        f"  sync  stall per save : {med['sync'] * 1000:8.1f} ms   ({mb / med['sync']:.0f} MB/s incl. sha256 + fsync)"
+        f"  sync  stall per save : {med['sync'] * 1000:8.1f} ms   ({mb / med['sync']:.0f} MB/s "
+        "incl. sha256 + fsync)"
     )
     print(f"  async stall per save : {med['async'] * 1000:8.1f} ms   (snapshot to CPU memory)")
     print(f"  async / sync stall   : {med['async'] / med['sync']:.3f}")
     print(
-        f"  async background write: {statistics.median(write_s) * 1000:.1f} ms ({mb / statistics.median(write_s):.0f} MB/s)"
+        f"  async background write: {statistics.median(write_s) * 1000:.1f} ms "
+        f"({mb / statistics.median(write_s):.0f} MB/s)"
     )
     print(
-        f"  dd bs=1M conv=fsync  : {statistics.median(dd):.0f} MB/s  -> sync save reaches {mb / med['sync'] / statistics.median(dd):.2f} of dd"
+        f"  dd bs=1M conv=fsync  : {statistics.median(dd):.0f} MB/s  -> sync save reaches "
+        f"{mb / med['sync'] / statistics.median(dd):.2f} of dd"
     )
     sync.close()
     asyn.close()

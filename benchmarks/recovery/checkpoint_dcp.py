@@ -1,7 +1,8 @@
 """DCP checkpoints (format 2) against the 0.1 format, and async stall against sync, side by side.
 
     PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 --rounds 3
-    PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 --strategy fsdp
+    PYTHONPATH=src distrain run -n 2 benchmarks/recovery/checkpoint_dcp.py --params 25e6 \
+        --strategy fsdp
 
 An MLP of about --params parameters with SGD momentum (a checkpoint holds ~2 × 4 × params
 bytes), DDP or FSDP2.  Each round, interleaved:
@@ -128,7 +129,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     if ctx.is_main:
         print(
-            f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + momentum, DCP checkpoint {size / 1e6:.0f} MB, "
+            f"{args.strategy} on {ctx.world_size} rank(s): {n_params / 1e6:.1f} M params + "
+            f"momentum, DCP checkpoint {size / 1e6:.0f} MB, "
             f"{args.rounds} interleaved rounds, medians of the slowest rank"
         )
         for key, value in med.items():

@@ -52,7 +52,8 @@ def main() -> None:
             print(f"  run {i + 1} {mode}: {outcome}", flush=True)
     for mode, counts in tally.items():
         print(
-            f"{mode}: {counts.get('clean', 0)}/{a.runs} clean, {counts.get('abort', 0)} aborted, {counts.get('hung', 0)} hung"
+            f"{mode}: {counts.get('clean', 0)}/{a.runs} clean, {counts.get('abort', 0)} aborted, "
+            f"{counts.get('hung', 0)} hung"
         )
     print(f"load after: {loadavg()}; {time.monotonic() - start:.0f} s")
 

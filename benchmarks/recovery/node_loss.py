@@ -1,13 +1,13 @@
 """Node loss: SIGKILL a whole node of a 1:2 elastic job → the survivor's first resumed step.
 
-Two "nodes" are Linux network namespaces joined by a veth pair (root needed).  Each runs
-`distrain run --nnodes 1:2 --rdzv-backend c10d -n 1` (node 0 hosts the rendezvous) with
+Two "nodes" are Linux network namespaces joined by a veth pair (root needed).  Each runs `distrain
+run --nnodes 1:2 --rdzv-backend c10d -n 1` (node 0 hosts the rendezvous) with
 tests/scripts/node_loss_worker.py (checkpoint every 5 steps; tests/jobs/test_node_loss.py runs it
-too).  Once both nodes trained together for a second, every process in node 1's namespace
-(agent, workers, fork server) is SIGKILLed at once; the time is from the kill to the survivor's first optimizer step of its restart (world
-size 1, resumed from the checkpoint).  Rounds alternate distrain's rendezvous defaults
-(launch/rendezvous.py) with torch's own (keep_alive_interval=5, keep_alive_max_attempt=3,
-last_call_timeout=30, given explicitly), so machine load hits both alike.
+too).  Once both nodes trained together for a second, every process in node 1's namespace (agent,
+workers, fork server) is SIGKILLed at once; the time is from the kill to the survivor's first
+optimizer step of its restart (world size 1, resumed from the checkpoint).  Rounds alternate
+distrain's rendezvous defaults (launch/rendezvous.py) with torch's own (keep_alive_interval=5,
+keep_alive_max_attempt=3, last_call_timeout=30, given explicitly), so machine load hits both alike.
 
     sudo python3 benchmarks/recovery/node_loss.py --rounds 3
 """
@@ -56,7 +56,8 @@ def one(variant: str, round_no: int, timeout: float) -> float:
         names, addrs = veth_pair(tag, f"10.201.{10 + (os.getpid() + round_no) % 200}")
         with tempfile.TemporaryDirectory(prefix="distrain-nodeloss-") as tmp:
             marker = Path(tmp) / "first_steps"
-            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{addrs[0]}:29400", "--rdzv-id", tag,
+            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"{addrs[0]}:29400", "--rdzv-id", tag,
                      "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
             for i, name in enumerate(names):
                 job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))
@@ -128,8 +129,8 @@ def main() -> None:
     for v, xs in results.items():
         med = statistics.median(xs)
         print(
-            f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio {med / base:4.2f}  all "
-            + " ".join(f"{x:.2f}" for x in xs)
+            f"  {v:15s} median {med:6.2f}  min {min(xs):6.2f}  max {max(xs):6.2f}  ratio "
+            f"{med / base:4.2f}  all " + " ".join(f"{x:.2f}" for x in xs)
         )
 
 

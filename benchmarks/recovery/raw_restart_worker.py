@@ -1,4 +1,6 @@
-"""Job of restart_tally.py (and recovery.py --control): plain torch.distributed, no distrain (what pytorch#135712 hits).
+"""Job of restart_tally.py (and recovery.py --control): plain torch.distributed, no distrain.
+
+What pytorch#135712 hits.
 
 init_process_group("gloo") from torchrun's environment, a few all-reduces; rank 1 SIGKILLs itself
 at step 3 on the first attempt.

@@ -1,10 +1,10 @@
 """Recovery time: SIGKILL of one worker -> first training step of the restarted group, in seconds.
 
-    python3 benchmarks/recovery/recovery.py --rounds 3                # a distrain script + its checkpointer
-    python3 benchmarks/recovery/recovery.py --job plain --rounds 3    # a plain torchrun script: the launchers
+    python3 benchmarks/recovery/recovery.py --rounds 3              # distrain script + checkpointer
+    python3 benchmarks/recovery/recovery.py --job plain --rounds 3  # plain torchrun: launchers
 
-``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()`` and
-the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
+``--job distrain`` (the default): a 2-rank job (tests/scripts/ckpt_worker.py: ``distrain.init()``
+and the Checkpointer) kills rank 1 with SIGKILL at step 6 on the first attempt; the time from the
 kill to rank 0's first completed step after the restart (the job's own timeline) is measured for:
 
 - ``distrain run`` + checkpoint resume (restore, then continue mid-epoch);
@@ -19,8 +19,8 @@ checkpoint load time the script measured is printed beside it.  Every launcher g
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restart_tally.py counts how often torchrun restarts fail
 without it).
 
-Variants are interleaved round by round so machine load hits them alike.  ``--control N`` first
-runs restart_tally.py's tally: N kill-restarts of a plain torch.distributed script per store setting.
+Variants are interleaved round by round so machine load hits them alike.  ``--control N`` first runs
+restart_tally.py's tally: N kill-restarts of a plain torch.distributed script per store setting.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ PLAIN_LAUNCHERS = {
 def variants(d: str, nproc: int = 2) -> dict[str, list[str]]:
     """--job distrain: name -> command; {d} holds the checkpoint dir and timeline of one run.
     The last rank is the one killed (rank 0 on a one-GPU machine, where `nproc` is 1)."""
-    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs", "2",
-              "--fault-rank", str(nproc - 1)]  # fmt: skip
+    common = ["--out", f"{d}/final.pt", "--kill-at", "6", "--timeline", f"{d}/timeline", "--epochs",
+              "2", "--fault-rank", str(nproc - 1)]  # fmt: skip
     n = str(nproc)
     torchrun = TORCHRUN + [
         "--nproc-per-node",
@@ -79,7 +79,8 @@ def one(cmd: list[str], d: str, timeout: float) -> float:
     )
     if res.returncode != 0:
         raise SystemExit(
-            f"job failed (exit {res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
+            f"job failed (exit {res.returncode}): "
+            f"{' '.join(cmd)}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
         )
     events = dict(line.split() for line in Path(d, "timeline").read_text().splitlines())
     return float(events["resumed_step"]) - float(events["fault"])
@@ -145,7 +146,7 @@ def one_plain(launcher: str, work: Path, timeout: float) -> tuple[float, float]:
 
 
 def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
-    """Interleave the three variants for `rounds` rounds; print medians against torchrun from scratch."""
+    """Interleave the three variants for `rounds` rounds; print medians vs torchrun from scratch."""
     results: dict[str, list[float]] = {}
     for r in range(rounds):
         for name in variants("-"):
@@ -158,12 +159,14 @@ def distrain_job(rounds: int, timeout: float, nproc: int = 2) -> None:
 
     where = f"nccl, {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "gloo, CPU"
     print(
-        f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} ranks, {where}):"
+        f"\nSIGKILL -> first training step after restart, median of {rounds} ({nproc} "
+        f"ranks, {where}):"
     )
     for name, ts in results.items():
         med = statistics.median(ts)
         print(
-            f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x torchrun's own restart)"
+            f"  {name:<24} {med:6.2f} s   (min {min(ts):.2f}, max {max(ts):.2f}; {med / base:.2f}x "
+            "torchrun's own restart)"
         )
 
 
@@ -181,7 +184,8 @@ def plain_job(rounds: int, timeout: float) -> None:
                     continue
                 res[launcher].append((t, load))
                 print(
-                    f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint load {load:.3f} s)",
+                    f"round {r + 1} {launcher:15s} kill → resumed step {t:6.2f} s (checkpoint "
+                    f"load {load:.3f} s)",
                     flush=True,
                 )
     base = statistics.median(t for t, _ in res["torchrun"]) if res["torchrun"] else float("nan")
@@ -190,8 +194,10 @@ def plain_job(rounds: int, timeout: float) -> None:
         if res[n]:
             ts = [t for t, _ in res[n]]
             print(
-                f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio {statistics.median(ts) / base:5.2f}"
-                f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all {' '.join(f'{t:.2f}' for t in ts)}"
+                f"  {n:15s} median {statistics.median(ts):6.2f}  min {min(ts):6.2f}  ratio "
+                f"{statistics.median(ts) / base:5.2f}"
+                f"  load {statistics.median(lo for _, lo in res[n]):.3f}  all "
+                f"{' '.join(f'{t:.2f}' for t in ts)}"
             )
 
 
@@ -210,7 +216,8 @@ def main() -> None:
         "--control",
         type=int,
         default=0,
-        help="first N kill-restarts per setting of a plain torch.distributed script (restart_tally.py)",
+        help="first N kill-restarts per setting of a plain torch.distributed script "
+        "(restart_tally.py)",
     )
     p.add_argument("--control-timeout", type=float, default=90)
     p.add_argument(

@@ -140,7 +140,8 @@ def main() -> None:
     for v in variants:
         print(f"  {v:<9} {means[v]:.4f}   ({', '.join(f'{a:.4f}' for a in acc[v])})")
     print(
-        f"  killed - replicas: {means['killed'] - means['replicas']:+.4f}   replicas - plain: {means['replicas'] - means['plain']:+.4f}"
+        f"  killed - replicas: {means['killed'] - means['replicas']:+.4f}   replicas - plain: "
+        f"{means['replicas'] - means['plain']:+.4f}"
     )
     print(f"load after: {loadavg()}")
 

@@ -166,8 +166,9 @@ def under_fire(
 
 
 def pauses(result: dict[str, object]) -> list[tuple[float, float, float]]:
-    """Per kill of the replicas run: (survivor's longest gap, its median interval, kill -> replacement's first step)."""
-    logs: dict[int, list[tuple[float, int, int, int, int]]] = result["logs"]  # type: ignore[assignment]
+    """Per kill: (survivor's longest gap, its median interval, kill -> replacement's first step)."""
+    logs: dict[int, list[tuple[float, int, int, int, int]]]
+    logs = result["logs"]  # type: ignore[assignment]
     out = []
     for t_kill, group, pid in result["kills"]:  # type: ignore[attr-defined]
         other = [r[0] for r in logs[1 - group]]
@@ -223,7 +224,8 @@ def main() -> None:
                     t = step_time(variant, args.steps, work, 600, hidden)
                     times.setdefault((hidden, variant), []).append(t)
                     print(
-                        f"width {hidden} round {r + 1}: {variant:<9} median step {t * 1000:8.2f} ms",
+                        f"width {hidden} round {r + 1}: {variant:<9} "
+                        f"median step {t * 1000:8.2f} ms",
                         flush=True,
                     )
         fire = {}
@@ -231,32 +233,41 @@ def main() -> None:
             fire[variant] = under_fire(variant, args.minutes, args.period, work, args.restarts)
             res = fire[variant]
             print(
-                f"{variant:<9} {args.minutes:g} min: {res['useful']} useful steps, {len(res['kills'])} kills, alive at the end: {res['alive']}",
+                f"{variant:<9} {args.minutes:g} min: {res['useful']} useful steps, "
+                f"{len(res['kills'])} kills, alive at the end: {res['alive']}",
                 flush=True,
             )  # type: ignore[arg-type]
     print(
-        f"\nper-step time, no fault (median of {args.rounds} runs x {args.steps} steps, first {WARMUP} left out):"
+        f"\nper-step time, no fault (median of {args.rounds} runs x {args.steps} steps, first "
+        f"{WARMUP} left out):"
     )
     for hidden in widths:
         rep, base = (statistics.median(times[hidden, v]) for v in ("replicas", "distrain"))
         print(
-            f"  width {hidden:>5}: distrain run -n 2 {base * 1000:8.2f} ms | --replicas 2 {rep * 1000:8.2f} ms"
+            f"  width {hidden:>5}: distrain run -n 2 {base * 1000:8.2f} ms | --replicas 2 "
+            f"{rep * 1000:8.2f} ms"
             f" | overhead {100 * (rep / base - 1):+6.1f} % ({(rep - base) * 1000:+.2f} ms a step)"
         )
     if not fire:
         print(f"load after: {loadavg()}")
         return
     print(
-        f"\ngoodput, one SIGKILL every {args.period:g} s for {args.minutes:g} min (useful steps per minute):"
+        f"\ngoodput, one SIGKILL every {args.period:g} s for {args.minutes:g} min (useful "
+        "steps per minute):"
     )
-    torch_rate = fire["torchrun"]["useful"] / args.minutes if "torchrun" in fire else math.nan  # type: ignore[operator]
+    torch_rate = math.nan
+    if "torchrun" in fire:
+        torch_rate = fire["torchrun"]["useful"] / args.minutes  # type: ignore[operator]
     for variant, res in fire.items():
-        rate, full = res["useful"] / args.minutes, res["full"] / args.minutes  # type: ignore[operator]
+        rate = res["useful"] / args.minutes  # type: ignore[operator]
+        full = res["full"] / args.minutes  # type: ignore[operator]
         print(
-            f"  {variant:<9} {rate:8.1f} steps/min  ({full:8.1f} full-batch)   {rate / torch_rate:5.2f}x torchrun   kills {len(res['kills'])}"
+            f"  {variant:<9} {rate:8.1f} steps/min  ({full:8.1f} full-batch)   "
+            f"{rate / torch_rate:5.2f}x torchrun   kills {len(res['kills'])}"
         )  # type: ignore[arg-type]
     print(
-        "\nreplicas, per kill: survivors' longest step gap (median step) | kill -> replacement's first committed step"
+        "\nreplicas, per kill: survivors' longest step gap (median step) | kill -> replacement's "
+        "first committed step"
     )
     for i, (gap, med, back) in enumerate(pauses(fire["replicas"]) if "replicas" in fire else []):
         print(f"  kill {i + 1}: {gap:6.2f} s ({med * 1000:6.1f} ms) | {back:6.2f} s")

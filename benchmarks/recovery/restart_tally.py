@@ -52,7 +52,8 @@ def tally(runs: int, timeout: float) -> None:
             print(f"  run {i + 1} {name}: {outcome} in {seconds:.0f} s", flush=True)
     for name, c in counts.items():
         print(
-            f"{name}: {c.get('good', 0)}/{runs} good, {c.get('failed', 0)} failed, {c.get('hung', 0)} hung (> {timeout:.0f} s)"
+            f"{name}: {c.get('good', 0)}/{runs} good, {c.get('failed', 0)} failed, "
+            f"{c.get('hung', 0)} hung (> {timeout:.0f} s)"
         )
 
 

@@ -1,4 +1,4 @@
-"""Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU hand conversion.
+"""Does `distrain run --cpu` cost step time? A GPU-style script rehearsed vs its CPU conversion.
 
     python3 benchmarks/rehearse/rehearse.py [--rounds 5] [--nproc 2] [--steps 60] [--models cnn,mlp]
 
@@ -69,8 +69,10 @@ def main() -> None:
             converted.append(times[False])
             ratios.append(times[True] / times[False])
         print(
-            f"step time [{model}]: --cpu {statistics.median(rehearsed) * 1e3:.2f} ms, hand-converted "
-            f"{statistics.median(converted) * 1e3:.2f} ms, ratio median {statistics.median(ratios):.3f} "
+            f"step time [{model}]: --cpu {statistics.median(rehearsed) * 1e3:.2f} "
+            "ms, hand-converted "
+            f"{statistics.median(converted) * 1e3:.2f} ms, ratio median "
+            f"{statistics.median(ratios):.3f} "
             f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})",
             flush=True,
         )

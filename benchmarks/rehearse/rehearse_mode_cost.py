@@ -52,8 +52,10 @@ def main() -> None:
     print(f"# torch {torch.__version__}; load {open('/proc/loadavg').read().split()[:3]}")
     print("  ".join(f"{k} {v:.2f} µs" for k, v in best.items()))
     print(
-        f"a TorchFunctionMode: add ×{best['add+mode'] / best['add']:.2f}, zeros ×{best['zeros+mode'] / best['zeros']:.2f}; "
-        f"the rehearsal's wrapper: zeros ×{best['zeros+wrapper'] / best['zeros']:.2f}, add ×1 (not wrapped)"
+        f"a TorchFunctionMode: add ×{best['add+mode'] / best['add']:.2f}, zeros "
+        f"×{best['zeros+mode'] / best['zeros']:.2f}; "
+        f"the rehearsal's wrapper: zeros ×{best['zeros+wrapper'] / best['zeros']:.2f}, add "
+        "×1 (not wrapped)"
     )
 
 

@@ -63,7 +63,7 @@ class StepHook:
 
 
 class Attached:
-    """A StepBreakdown wired to the model, loader and optimizer as init() and the Context wire it."""
+    """A StepBreakdown wired to the model, loader and optimizer as init() and the Context do it."""
 
     def __init__(
         self, model: nn.Module, loader: DistributedLoader | None, counter: StepHook
@@ -105,7 +105,7 @@ def endless(loader: DistributedLoader):
 
 
 def hooks_cost(params: int, calls: int = 20_000) -> float:
-    """CPU nanoseconds of one step's hook calls (data, forward, one per gradient, backward, optimizer, step).
+    """CPU ns of one step's hook calls (data, forward, one per gradient, backward, optimizer, step).
 
     Thread CPU time, not wall time: on a shared machine a tight loop's wall time counts the
     moments other processes held the core."""
@@ -184,18 +184,22 @@ def main() -> None:
     for name, data in (("wall", wall), ("CPU", cpu)):
         off, on = statistics.median(data["off"]), statistics.median(data["on"])
         pairs = [a / b for a, b in zip(data["on"], data["off"], strict=True)]
-        print(f"{name:4s} per step: off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms; ratio of medians {on / off:.4f}; "
-              f"median of per-round ratios {statistics.median(pairs):.4f}  ({args.rounds} rounds × {args.steps} steps)")  # fmt: skip
+        print(f"{name:4s} per step: off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms; ratio of medians "
+              f"{on / off:.4f}; "
+              f"median of per-round ratios {statistics.median(pairs):.4f}  ({args.rounds} rounds × "
+              f"{args.steps} steps)")  # fmt: skip
     ns = hooks_cost(1)  # after the first step one gradient hook is left (StepBreakdown._slim)
     off = statistics.median(cpu["off"])
     print(
-        f"one step's hook calls (data, one gradient, backward, optimizer, step): {ns / 1e3:.1f} us = "
+        "one step's hook calls (data, one gradient, backward, optimizer, step): "
+        f"{ns / 1e3:.1f} us = "
         f"{ns / (off * 1e9) * 100:.3f} % of a step's CPU"
     )
     tiny_off, tiny_on = tiny_step_cost()
     extra = tiny_on - tiny_off
     print(
-        f"12-parameter model: {tiny_off:.1f} us CPU per step off, {tiny_on:.1f} us on: +{extra:.1f} us = "
+        f"12-parameter model: {tiny_off:.1f} us CPU per step off, {tiny_on:.1f} us on: "
+        f"+{extra:.1f} us = "
         f"{extra / (off * 1e6) * 100:.3f} % of a digits step's CPU"
     )
     print(f"load after: {loadavg()}")

@@ -1,17 +1,20 @@
 """FSDP vs DDP: model-state memory per rank and step time, for a ≥ 100 M-parameter GPT on CPU.
 
-    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 1 2 3 --steps 0     # memory, 113.8 M GPT
-    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 2 --layers 6 --width 384 --heads 6 \
-        --steps 5 --timing-rounds 3                                                  # step time, 10.8 M
+    # memory, 113.8 M GPT:
+    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 1 2 3 --steps 0
+    # step time, 10.8 M:
+    PYTHONPATH=src python3 benchmarks/train/fsdp_memory.py --worlds 2 --layers 6 --width 384 \
+        --heads 6 --steps 5 --timing-rounds 3
 
-Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).
-Every rank measures its resident memory (RSS) after start-up and warm-up (baseline), after
-building and preparing the model (under ``ctx.init_model()``), and after the first optimizer
-step (parameters, gradients and AdamW state all exist then); the growth over the baseline is
-the model state it holds.  "live" readings come after glibc's malloc_trim(0): freed transient
-buffers (all-gathered weights, activations) otherwise stay in the process's heap and count as
-resident ("raw").  It also counts the tensors' bytes (for a sharded model: the local shards).  Then it times --steps more steps (the slowest rank's median); the 2-rank jobs are
-repeated --timing-rounds more times, DDP and FSDP alternating, for the step-time ratio.
+Each configuration is one real `distrain run -n N` job, run one at a time (memory is shared).  Every
+rank measures its resident memory (RSS) after start-up and warm-up (baseline), after building and
+preparing the model (under ``ctx.init_model()``), and after the first optimizer step (parameters,
+gradients and AdamW state all exist then); the growth over the baseline is the model state it holds.
+"live" readings come after glibc's malloc_trim(0): freed transient buffers (all-gathered weights,
+activations) otherwise stay in the process's heap and count as resident ("raw").  It also counts the
+tensors' bytes (for a sharded model: the local shards).  Then it times --steps more steps (the
+slowest rank's median); the 2-rank jobs are repeated --timing-rounds more times, DDP and FSDP
+alternating, for the step-time ratio.
 """
 
 from __future__ import annotations
@@ -214,14 +217,16 @@ def main() -> None:
     p.add_argument(
         "--user-peak",
         action="store_true",
-        help="also run every configuration without any malloc_trim and report whole-process peak RSS per rank",
+        help="also run every configuration without any malloc_trim and report whole-process "
+        "peak RSS per rank",
     )
     p.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
     p.add_argument(
         "--heap-timing",
         type=int,
         default=0,
-        help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for its step-time cost",
+        help="pairs of 2-rank FSDP jobs with and without distrain's heap setting, alternating, for "
+        "its step-time cost",
     )
     p.add_argument(
         "--worlds",
@@ -249,7 +254,8 @@ def main() -> None:
         worker(args)
         return
     print(
-        f"# torch {torch.__version__}, {os.cpu_count()} cores, load before {open('/proc/loadavg').read().split()[:3]}",
+        f"# torch {torch.__version__}, {os.cpu_count()} cores, load before "
+        f"{open('/proc/loadavg').read().split()[:3]}",
         flush=True,
     )
     mem: dict[tuple[int, str], list[dict]] = {}
@@ -262,16 +268,20 @@ def main() -> None:
                 step_times[strategy].append(max(r["step_s"] for r in ranks))
             worst = max(ranks, key=lambda r: r["state_live_mib"])
             print(
-                f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over ranks), RSS growth "
-                f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} MiB, after first step "
-                f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak +{worst['peak_mib']:.0f} MiB; "
+                f"{strategy:4s} x{world}: {worst['params'] / 1e6:.1f} M params; per rank (max over "
+                "ranks), RSS growth "
+                f"live/raw: after prepare +{worst['model_live_mib']:.0f}/{worst['model_mib']:.0f} "
+                "MiB, after first step "
+                f"+{worst['state_live_mib']:.0f}/{worst['state_mib']:.0f} MiB, peak "
+                f"+{worst['peak_mib']:.0f} MiB; "
                 f"tensors counted {worst['counted_mib']:.0f} MiB"
                 + (f"; step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""),
                 flush=True,
             )
     if args.user_peak:
         print(
-            "\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any malloc_trim | live after the "
+            "\nwhole-process RSS per rank (MiB, max over ranks): peak of a job without any "
+            "malloc_trim | live after the "
             "first step (trimmed job above)"
         )
         for world in args.worlds:
@@ -287,14 +297,16 @@ def main() -> None:
                 start = max(r["start_abs_mib"] for r in ranks)
                 step = f", step {max(r['step_s'] for r in ranks):.2f} s" if args.steps else ""
                 print(
-                    f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} (process at start {start:.0f}{step})",
+                    f"{strategy:10s} x{world}: peak {peaks[strategy]:.0f} | live {live:.0f} "
+                    f"(process at start {start:.0f}{step})",
                     flush=True,
                 )
             live_ratio = max(r["step_live_abs_mib"] for r in mem[(world, "fsdp")]) / max(
                 r["step_live_abs_mib"] for r in mem[(world, "ddp")]
             )
             print(
-                f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's default heap behaviour "
+                f"FSDP/DDP x{world}: peak {peaks['fsdp'] / peaks['ddp']:.3f} (with glibc's "
+                "default heap behaviour "
                 f"{peaks[GLIBC_DEFAULT] / peaks['ddp']:.3f}), live {live_ratio:.3f}",
                 flush=True,
             )
@@ -313,7 +325,8 @@ def main() -> None:
             }
             ratios.append(t["fsdp"] / t[GLIBC_DEFAULT])
             print(
-                f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, {t[GLIBC_DEFAULT]:.3f} s without",
+                f"2-rank FSDP step: {t['fsdp']:.3f} s with the heap setting, "
+                f"{t[GLIBC_DEFAULT]:.3f} s without",
                 flush=True,
             )
         print(
@@ -322,7 +335,8 @@ def main() -> None:
             flush=True,
         )
     print(
-        "\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS growth  counted tensors"
+        "\nFSDP/DDP per rank  world  RSS growth live  RSS growth raw  peak RSS "
+        "growth  counted tensors"
     )
     for world in args.worlds:
         d, f = mem[(world, "ddp")], mem[(world, "fsdp")]
@@ -334,8 +348,10 @@ def main() -> None:
     if step_times["ddp"]:
         ratios = [f / d for d, f in zip(step_times["ddp"], step_times["fsdp"], strict=True)]
         print(
-            f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP {statistics.median(step_times['fsdp']):.2f} s, "
-            f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)})"
+            f"\n2-rank step time: DDP {statistics.median(step_times['ddp']):.2f} s, FSDP "
+            f"{statistics.median(step_times['fsdp']):.2f} s, "
+            f"FSDP/DDP median {statistics.median(ratios):.3f} (per round: "
+            f"{', '.join(f'{r:.3f}' for r in ratios)})"
         )
     print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
 

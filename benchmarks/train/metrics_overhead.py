@@ -1,6 +1,7 @@
 """Step time of the digits CNN with and without per-rank metrics, measured side by side.
 
-    PYTHONPATH=src python3 benchmarks/train/metrics_overhead.py [--rounds 60 --steps 50 --interval 1.0]
+    PYTHONPATH=src python3 benchmarks/train/metrics_overhead.py \
+        [--rounds 60 --steps 50 --interval 1.0]
 
 Short blocks of `--steps` training steps alternate between "off" (no ``log`` calls) and "on"
 (``log(loss=..., lr=..., samples=..., epoch=...)`` every step, as in examples/train_digits.py,
@@ -108,13 +109,17 @@ def main() -> None:
     for name, data in (("wall", wall), ("CPU", cpu)):
         off, on = statistics.median(data["off"]), statistics.median(data["on"])
         pairs = [a / b for a, b in zip(data["on"], data["off"], strict=True)]
-        print(f"{name:4s} per step: off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms; ratio of medians {on / off:.4f}; "
-              f"median of per-round ratios {statistics.median(pairs):.4f}  ({args.rounds} rounds × {args.steps} steps)")  # fmt: skip
+        print(f"{name:4s} per step: off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms; ratio of medians "
+              f"{on / off:.4f}; "
+              f"median of per-round ratios {statistics.median(pairs):.4f}  ({args.rounds} rounds × "
+              f"{args.steps} steps)")  # fmt: skip
     off = statistics.median(cpu["off"])
     print(
-        f"one Monitor.log(loss=tensor, lr, samples, epoch) call: {ns:.0f} ns ({ns / (off * 1e9) * 100:.3f} % of a step's CPU)"
+        f"one Monitor.log(loss=tensor, lr, samples, epoch) call: {ns:.0f} ns "
+        f"({ns / (off * 1e9) * 100:.3f} % of a step's CPU)"
     )
-    print(f"one record (heartbeat, every {args.interval:g} s): {us_record:.0f} us CPU = {us_record / (args.interval * 1e6) * 100:.3f} % of one core; "
+    print(f"one record (heartbeat, every {args.interval:g} s): {us_record:.0f} us CPU = "
+          f"{us_record / (args.interval * 1e6) * 100:.3f} % of one core; "
           f"{lines} records written in the run")  # fmt: skip
 
 

@@ -96,14 +96,17 @@ def main() -> int:
                 loop.append(loopback(Path(tmp) / f"l{r}.json", args.steps))
                 net.append(two_nodes(names, addrs, Path(tmp) / f"n{r}.json", args.steps))
                 print(
-                    f"round {r + 1}: loopback {loop[-1]['samples_per_s']:.0f} samples/s ({loop[-1]['step_ms']:.1f} ms/step) · "
-                    f"veth {net[-1]['samples_per_s']:.0f} samples/s ({net[-1]['step_ms']:.1f} ms/step)",
+                    f"round {r + 1}: loopback {loop[-1]['samples_per_s']:.0f} samples/s "
+                    f"({loop[-1]['step_ms']:.1f} ms/step) · "
+                    f"veth {net[-1]['samples_per_s']:.0f} samples/s "
+                    f"({net[-1]['step_ms']:.1f} ms/step)",
                     flush=True,
                 )
         ml = statistics.median(x["samples_per_s"] for x in loop)
         mn = statistics.median(x["samples_per_s"] for x in net)
         print(
-            f"median: 1 node × 2 procs (loopback) {ml:.0f} samples/s · 2 nodes × 1 proc (veth) {mn:.0f} samples/s · "
+            f"median: 1 node × 2 procs (loopback) {ml:.0f} samples/s · 2 nodes × 1 proc (veth) "
+            f"{mn:.0f} samples/s · "
             f"ratio veth/loopback {mn / ml:.2f} ({loop[0]['params'] / 1e6:.1f} M params)"
         )
     finally:

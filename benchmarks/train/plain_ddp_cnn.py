@@ -1,6 +1,7 @@
 """The bench's `cnn` workload as a plain torchrun DDP script: no distrain in the training loop.
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 benchmarks/train/plain_ddp_cnn.py --image-size 56 --out DIR
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 benchmarks/train/plain_ddp_cnn.py \
+        --image-size 56 --out DIR
 
 The model and the data are the built-in workload's own (distrain.tools.bench.workload's Net and
 digits split, imported so they are the same); everything else is what a torchrun tutorial

@@ -1,6 +1,7 @@
 """Where does the time go when the digits CNN runs on 2 processes instead of 1 (1 thread each)?
 
-    PYTHONPATH=src python3 benchmarks/train/profile_digits.py --rounds 3 --steps 150 --out benchmarks/reports/digits/profile.json
+    PYTHONPATH=src python3 benchmarks/train/profile_digits.py --rounds 3 --steps 150 \
+        --out benchmarks/reports/digits/profile.json
 
 Three set-ups, interleaved round by round so that load from elsewhere hits them alike:
 - ``solo``: one process alone (the 1-process baseline);
@@ -202,20 +203,25 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2))
     print(
-        f"{'mode':<6} {'step ms':>8} {'data':>7} {'fwd+bwd':>8} {'opt':>6} {'allreduce':>9} {'samples/s':>10}"
+        f"{'mode':<6} {'step ms':>8} {'data':>7} {'fwd+bwd':>8} {'opt':>6} {'allreduce':>9} "
+        f"{'samples/s':>10}"
     )
     for m in rows:
         s = summary["per_step_ms"][m]
         ar = "" if s["allreduce_ms"] != s["allreduce_ms"] else f"{s['allreduce_ms']:.2f}"
         print(
-            f"{m:<6} {s['step_ms']:>8.2f} {s['data_ms']:>7.2f} {s['fwd_bwd_ms']:>8.2f} {s['opt_ms']:>6.2f} {ar:>9} {sps[m]:>10.0f}"
+            f"{m:<6} {s['step_ms']:>8.2f} {s['data_ms']:>7.2f} {s['fwd_bwd_ms']:>8.2f} "
+            f"{s['opt_ms']:>6.2f} {ar:>9} {sps[m]:>10.0f}"
         )
     print(
-        f"2 independent processes vs 1: {summary['speedup_pair_vs_solo']:.2f}x; 2-process DDP vs 1: "
-        f"{summary['speedup_ddp_vs_solo']:.2f}x; DDP vs independent pair: {summary['ddp_vs_pair']:.2f}"
+        f"2 independent processes vs 1: {summary['speedup_pair_vs_solo']:.2f}x; "
+        "2-process DDP vs 1: "
+        f"{summary['speedup_ddp_vs_solo']:.2f}x; DDP vs independent pair: "
+        f"{summary['ddp_vs_pair']:.2f}"
     )
     print(
-        f"load average {summary['load_average_start']} -> {summary['load_average_end']}; wrote {args.out}"
+        f"load average {summary['load_average_start']} -> {summary['load_average_end']}; "
+        f"wrote {args.out}"
     )
 
 

@@ -1,4 +1,4 @@
-"""What per-sample seeding (distrain.data.sample_seeds) costs a DataLoader, per sample and per batch.
+"""What per-sample seeding (distrain.data.sample_seeds) costs a DataLoader, per sample and batch.
 
     python3 benchmarks/train/sample_seed_cost.py --batches 300
 
@@ -65,7 +65,8 @@ def main() -> None:
             off.append(per_sample_us(False, workers, args.batches))
             on.append(per_sample_us(True, workers, args.batches))
         print(
-            f"num_workers={workers}: seeded {statistics.median(on):.1f} µs/sample, unseeded {statistics.median(off):.1f} µs/sample, "
+            f"num_workers={workers}: seeded {statistics.median(on):.1f} µs/sample, unseeded "
+            f"{statistics.median(off):.1f} µs/sample, "
             f"ratio {statistics.median(a / b for a, b in zip(on, off, strict=True)):.3f} (rounds: "
             + ", ".join(f"{a / b:.3f}" for a, b in zip(on, off, strict=True))
             + ")"

@@ -1,15 +1,14 @@
-"""Does `distrain bench scaling` tell the truth?  Its figures beside a plain torchrun loop of the same model.
+"""Does `distrain bench scaling` tell the truth?  Its figures beside a plain torchrun loop.
 
     python3 benchmarks/train/scaling_vs_torchrun.py --rounds 3 --epochs 3
 
-The probe of the built-in `cnn` workload (distrain.tools.bench.probe) picks the image size once on this
-machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of the built-in
-workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py under
-`torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both
-record when every optimizer step ends and are timed by the same code (distrain.tools.bench.steps:
-median over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed:
-samples/s per round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and
-of the speedups.
+The probe of the built-in `cnn` workload (distrain.tools.bench.probe) picks the image size once on
+this machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of the
+built-in workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py under
+`torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both record
+when every optimizer step ends and are timed by the same code (distrain.tools.bench.steps: median
+over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed: samples/s per
+round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and of the speedups.
 """
 
 from __future__ import annotations
@@ -34,8 +33,10 @@ PLAIN = Path(__file__).resolve().with_name("plain_ddp_cnn.py")
 def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
     """samples/s of the built-in bench at 1 and 2 processes (its own results.json)."""
     out = work / "bench"
-    cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1,2", "--no-all-cores", "--epochs", str(args.epochs),
-           "--batch-size", str(args.batch_size), "--out", str(out), "--", "--image-size", str(size)]  # fmt: skip
+    cmd = [PY, "-m", "distrain.cli", "bench", "scaling", "--nproc", "1,2", "--no-all-cores",
+           "--epochs", str(args.epochs),
+           "--batch-size", str(args.batch_size), "--out", str(out), "--", "--image-size",
+           str(size)]  # fmt: skip
     subprocess.run(
         cmd,
         check=True,
@@ -51,13 +52,16 @@ def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
 
 
 def torchrun_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
-    """samples/s of the plain torchrun script at 1 and 2 processes, timed by the bench's own code."""
+    """samples/s of the plain torchrun script at 1 and 2 processes, timed by the bench's code."""
     got = {}
     for n in (1, 2):
         out = work / f"torchrun-n{n}"
-        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(n), str(PLAIN), "--image-size", str(size),
-               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--out", str(out)]  # fmt: skip
-        subprocess.run(cmd, check=True, env=env(OMP_NUM_THREADS="1"), cwd=REPO, stdout=subprocess.DEVNULL,
+        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(n), str(PLAIN), "--image-size",
+               str(size),
+               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--out",
+               str(out)]  # fmt: skip
+        subprocess.run(cmd, check=True, env=env(OMP_NUM_THREADS="1"), cwd=REPO,
+                       stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
         got[n] = steady_stats(read_steps(out))["step_samples_per_s"]
     return got
@@ -81,13 +85,15 @@ def main() -> None:
     }
     for k in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="scaling-vs-torchrun-") as tmp:
-            for name, fn in (("distrain", distrain_round), ("torchrun", torchrun_round)) if k % 2 else (
+            for name, fn in (("distrain", distrain_round),
+                             ("torchrun", torchrun_round)) if k % 2 else (
                     ("torchrun", torchrun_round), ("distrain", distrain_round)):  # fmt: skip
                 got = fn(Path(tmp), size, args)
                 for n in (1, 2):
                     rows[name][n].append(got[n])
                 print(
-                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s, 2 processes {got[2]:7.1f} "
+                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s, 2 "
+                    f"processes {got[2]:7.1f} "
                     f"(speedup {got[2] / got[1]:.2f}×)  load {loadavg().split()[0]}",
                     flush=True,
                 )
@@ -100,7 +106,8 @@ def main() -> None:
     per_round = [a / b for a, b in zip(rows["distrain"][2], rows["torchrun"][2], strict=True)]
     print(
         f"distrain / torchrun: 1 process {d[1] / t[1]:.3f}, 2 processes {d[2] / t[2]:.3f} "
-        f"(per round: {', '.join(f'{r:.3f}' for r in per_round)}), speedup {(d[2] / d[1]) / (t[2] / t[1]):.3f}"
+        f"(per round: {', '.join(f'{r:.3f}' for r in per_round)}), speedup "
+        f"{(d[2] / d[1]) / (t[2] / t[1]):.3f}"
     )
     print(f"# load after: {loadavg()}")
 

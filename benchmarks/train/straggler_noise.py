@@ -32,7 +32,8 @@ def main() -> None:
     worst = {"wall": 1.0, "cpu": 1.0}
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory() as folder:
-            cmd = [*TORCHRUN, "--nproc-per-node", "2", "--standalone", str(TESTS / "scripts" / "breakdown_job.py"),
+            cmd = [*TORCHRUN, "--nproc-per-node", "2", "--standalone",
+                   str(TESTS / "scripts" / "breakdown_job.py"),
                    "--steps", str(args.steps)]  # fmt: skip
             subprocess.run(
                 cmd,

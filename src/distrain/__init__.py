@@ -19,10 +19,11 @@ from distrain.launch.spawn import (
     spawn,  # torch-free until called; eager so `distrain.spawn` stays the function
 )
 
-__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
+# the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
+__version__ = "0.1.0"
 
-# `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the
-# user's argparse sees it (ctx.local_rank has the value).  (worker/fast_start/forked.py repeats this in
+# `python -m torch.distributed.launch` appends --local-rank=N to argv; remove it before the user's
+# argparse sees it (ctx.local_rank has the value).  (worker/fast_start/forked.py repeats this in
 # workers forked from a server that imported distrain before the worker's argv existed.)
 strip_launcher_argv()
 

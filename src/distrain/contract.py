@@ -35,10 +35,11 @@ TRAIN_TIMEOUT = "DISTRAIN_TRAIN_TIMEOUT"
 BIND_ADDR = "DISTRAIN_BIND_ADDR"
 #: the c10d rendezvous endpoint (host:port): a rank whose error would recur closes it (no restart)
 RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
-#: the pid of this node's `distrain run` (its agent): a static job's rank stops it (worker/stop_job.py)
+#: the pid of this node's `distrain run` (its agent): a static job's rank stops it
+#: (worker/stop_job.py)
 LAUNCHER_PID = "DISTRAIN_LAUNCHER_PID"
-#: a static multi-node job's agent store (host:port, in node 0's `distrain run`): a rank that
-#: stops the job leaves why there, and every node's launcher stops on reading it (launch/stop_watch.py)
+#: a static multi-node job's agent store (host:port, in node 0's `distrain run`): a rank that stops
+#: the job leaves why there, and every node's launcher stops on reading it (launch/stop_watch.py)
 STATIC_STORE = "DISTRAIN_STATIC_STORE"
 #: seconds a restarted attempt of a multi-node static job waits for its peers (worker/rejoin.py)
 REJOIN_TIMEOUT = "DISTRAIN_REJOIN_TIMEOUT"
@@ -85,7 +86,8 @@ FT_HOST = "DISTRAIN_FT_HOST"
 LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 #: distrain run --replicas: seconds the launcher waits for its lighthouse to listen (default 60)
 LIGHTHOUSE_START_TIMEOUT = "DISTRAIN_LIGHTHOUSE_START_TIMEOUT"
-#: --replicas --nnodes: seconds another node waits for node 0's lighthouse and roll call (default 120)
+#: --replicas --nnodes: seconds another node waits for node 0's lighthouse and roll call (default
+#: 120)
 NODE0_WAIT = "DISTRAIN_NODE0_WAIT"
 #: --replicas: seconds a cross-group collective or a heal's transfer may take (default 10)
 FT_TIMEOUT = "DISTRAIN_FT_TIMEOUT"
@@ -97,7 +99,8 @@ FT_START_WAIT = "DISTRAIN_FT_START_WAIT"
 FT_LINGER = "DISTRAIN_FT_LINGER"
 #: ``debug``: every line torch and TorchFT print, unfiltered (distrain's noise filters off)
 LOG_LEVEL = "DISTRAIN_LOG_LEVEL"
-#: ``1``/``0``: rank 0's progress bar over prepared loaders on or off (default: on when stdout is a terminal)
+#: ``1``/``0``: rank 0's progress bar over prepared loaders on or off (default: on when stdout is a
+#: terminal)
 PROGRESS = "DISTRAIN_PROGRESS"
 
 
@@ -202,7 +205,7 @@ def ft_step_file(folder: str, group: int) -> str:
 
 
 def ft_start_file(folder: str, group: int) -> str:
-    """Exists once replica group `group` reached its first quorum, or ended (its start holds nobody up)."""
+    """Exists once replica group `group` reached its first quorum or ended (holds no start up)."""
     return os.path.join(folder, f"start.{group}")
 
 
@@ -323,6 +326,7 @@ class WorkerEntrypoint:
         return getattr(importlib.import_module(self.module), self.function)(*args)
 
 
-#: the worker module a forked worker runs (worker/fast_start/forked.py) and the one the server preloads
+#: the worker module a forked worker runs (worker/fast_start/forked.py) and the one the server
+#: preloads
 FORKED_WORKER = "distrain.worker.fast_start.forked"
 PRELOAD_MODULE = "distrain.worker.fast_start.preload"

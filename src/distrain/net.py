@@ -96,7 +96,7 @@ _RTF_UP = 0x1
 
 
 def default_route(table: str = PROC_ROUTE) -> str | None:
-    """The interface of the IPv4 default route with the lowest metric (`ip route show default`), or None.
+    """The interface of the IPv4 default route of lowest metric (`ip route show default`), or None.
 
     The interface other hosts reach this one through; alphabetical order would pick a Docker
     bridge (``docker0``) or a VPN before ``eth0``.

@@ -62,7 +62,8 @@ _PREFIXED = ("torchft.manager",)
 #: matched in a window around the one place each is known to come from (worker/replicas/noise.py)
 KNOWN_CPP: tuple[str, ...] = (
     # distrain's --replicas DDP keeps its buckets as first built (find_unused_parameters=True,
-    # worker/replicas/training.py): the warning that no parameter was unused is the expected case there
+    # worker/replicas/training.py): the warning that no parameter was unused is the expected case
+    # there
     "find_unused_parameters=True was specified in DDP constructor, but did not find any unused",
     # TorchFT's process groups call a deprecated no-op at every reconfiguration
     "setSequenceNumberForGroup() is deprecated",

@@ -22,7 +22,8 @@ from distrain.errors import DistrainError
 DEFAULT_TRAIN_TIMEOUT_S = 300.0
 #: how long a self-starting script's children have to form their group (``DISTRAIN_FORM_TIMEOUT``)
 DEFAULT_FORM_TIMEOUT_S = 60.0
-#: how long a restarted attempt of a multi-node static job waits for its peers (``DISTRAIN_REJOIN_TIMEOUT``)
+#: how long a restarted attempt of a multi-node static job waits for its peers
+#: (``DISTRAIN_REJOIN_TIMEOUT``)
 DEFAULT_REJOIN_TIMEOUT_S = 60.0
 #: seconds between two metrics records of one rank (``DISTRAIN_METRICS_INTERVAL``)
 DEFAULT_METRICS_INTERVAL_S = 1.0
@@ -101,7 +102,7 @@ class Settings:
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None, **arguments: Any) -> Settings:
-        """Settings from `arguments` (those not None), else `environ` (default: os.environ), else defaults.
+        """Settings from `arguments` (not None), else `environ` (default os.environ), else defaults.
 
         Raises :class:`~distrain.errors.DistrainError` with one line for a malformed value.
         """
@@ -149,7 +150,8 @@ class Settings:
             or DEFAULT_FT_START_WAIT_S,
             "ft_linger_s": _seconds(contract.FT_LINGER, text(contract.FT_LINGER))
             or DEFAULT_FT_LINGER_S,
-            # unset: none in CI (its log is no terminal worth redrawing), else rank 0's terminal decides
+            # unset: none in CI (its log is no terminal worth redrawing), else rank 0's terminal
+            # decides
             "progress": _switch(
                 contract.PROGRESS,
                 text(contract.PROGRESS),

@@ -1,4 +1,4 @@
-"""Reports how it was started (for tests/jobs/test_fastboot.py); --exit CODE|none or --raise at the end."""
+"""Reports how it was started (for tests/jobs/test_fastboot.py); --exit CODE|none or --raise."""
 
 import json
 import multiprocessing

@@ -51,7 +51,8 @@ def main() -> None:
         torch.cuda.synchronize()
         if rank == 0:
             print(
-                f"epoch {epoch}: loss {total.item() / len(loader):.4f}, peak memory {torch.cuda.max_memory_allocated() >> 20} MiB"
+                f"epoch {epoch}: loss {total.item() / len(loader):.4f}, peak memory "
+                f"{torch.cuda.max_memory_allocated() >> 20} MiB"
             )
     if rank == 0:
         torch.save(model.module.state_dict(), os.path.join(args.out, "final.pt"))

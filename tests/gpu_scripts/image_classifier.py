@@ -1,4 +1,4 @@
-"""GPU-only image classifier: SyncBatchNorm, mixed precision with GradScaler, pinned DataLoader workers.
+"""GPU-only image classifier: SyncBatchNorm, mixed precision with GradScaler, pinned loader workers.
 
 torchrun --nproc-per-node 2 image_classifier.py --out DIR
 distrain run --cpu -n 2 image_classifier.py --out DIR
@@ -90,7 +90,8 @@ def main():
         dist.all_reduce(correct)
         if dist.get_rank() == 0:
             print(
-                f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale {scaler.get_scale()}"
+                f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale "
+                f"{scaler.get_scale()}"
             )
 
     if dist.get_rank() == 0:

@@ -85,7 +85,8 @@ def main():
         dist.all_reduce(correct)
         if dist.get_rank() == 0:
             print(
-                f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale {scaler.get_scale()}"
+                f"epoch {epoch}: accuracy {correct[0].item() / correct[1].item():.3f}, scale "
+                f"{scaler.get_scale()}"
             )
 
     if dist.get_rank() == 0:

@@ -47,7 +47,8 @@ def assert_bitwise(a: str | Path, b: str | Path) -> None:
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert result.returncode == 0, (
-        f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+        f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- "
+        f"stderr\n{result.stderr[-5000:]}"
     )
     return result
 

@@ -9,7 +9,7 @@ INJECT = Path(__file__).resolve().parents[1] / "inject"
 
 
 def fault_env(**variables: str) -> dict[str, str]:
-    """`variables` (DTEST_FAULT_* names, see tests/inject/sitecustomize.py) plus the PYTHONPATH that loads the injector."""
+    """`variables` (DTEST_FAULT_*: tests/inject/sitecustomize.py) plus the injector's PYTHONPATH."""
     path = os.pathsep.join(
         [str(INJECT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     )

@@ -1,4 +1,4 @@
-"""A small generated image-folder data set (flower_photos layout) for examples/train_imagefolder.py."""
+"""A small generated image-folder data set (flower_photos layout) for train_imagefolder.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ CLASSES = ("daisy", "roses", "tulips")
 
 
 def class_folders(root: Path, per_class: int, seed: int) -> np.random.Generator:
-    """`per_class` 44×36 JPEGs in root/<class>/, classes differing in brightness; returns the RNG for extras."""
+    """`per_class` 44×36 JPEGs in root/<class>/, classes differing in brightness; the RNG."""
     rng = np.random.default_rng(seed)
     for c, name in enumerate(CLASSES):
         (root / name).mkdir(parents=True, exist_ok=True)

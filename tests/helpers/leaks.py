@@ -44,7 +44,7 @@ def scrub(environ: os._Environ[str]) -> None:
 
 
 def environment_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """The variables added, removed or changed between two copies of the environment (pytest's own aside)."""
+    """The variables added, removed or changed between two environment copies (pytest's aside)."""
     changed = []
     for key in sorted(set(before) | set(after)):
         ignored = key == "PYTEST_CURRENT_TEST" or key in TORCH_ONCE

@@ -30,7 +30,7 @@ def need(module: str, package: str) -> None:
 
 
 def compose_errors(path: Path) -> str | None:
-    """None when the compose file validates against the Compose Specification schema, else the report."""
+    """None when the compose file validates against the Compose Spec schema, else the report."""
     tool = shutil.which("check-jsonschema")
     if tool is None:
         pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")

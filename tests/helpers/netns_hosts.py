@@ -2,15 +2,15 @@
 
 Each "host" is a namespace with its own network stack: ``lo`` plus ``eth0`` = 10.200.S.(i+1)/24,
 plugged into a bridge that lives in a hub namespace of its own (nothing is added to the root
-namespace).  ``rate="1gbit"`` (or :meth:`Hosts.shape` later) makes every link a slow one: a
-``tc ... tbf`` qdisc on both ends of each host's veth, so traffic between two hosts is limited
-in both directions (netem, for delay and loss, does not exist on every kernel; tbf does).  The hostname still resolves to 127.0.0.1 inside them, exactly the trap real
-clusters have.  Names carry the pid and a counter so parallel xdist workers never collide, and
-everything is deleted afterwards, also when the test fails.  Traffic only ever goes to
-addresses inside these namespaces.
+namespace).  ``rate="1gbit"`` (or :meth:`Hosts.shape` later) makes every link a slow one: a ``tc ...
+tbf`` qdisc on both ends of each host's veth, so traffic between two hosts is limited in both
+directions (netem, for delay and loss, does not exist on every kernel; tbf does).  The hostname
+still resolves to 127.0.0.1 inside them, exactly the trap real clusters have.  Names carry the pid
+and a counter so parallel xdist workers never collide, and everything is deleted afterwards, also
+when the test fails.  Traffic only ever goes to addresses inside these namespaces.
 
-Benchmarks use it too: ``sys.path.insert(0, "tests")``, ``from helpers.netns_hosts import hosts``, then
-``with hosts(2, rate="100mbit")``;
+Benchmarks use it too: ``sys.path.insert(0, "tests")``, ``from helpers.netns_hosts import hosts``,
+then ``with hosts(2, rate="100mbit")``;
 :func:`make_hosts` is the pytest flavour (it skips where namespaces cannot be made).
 """
 
@@ -44,7 +44,7 @@ def _ip(*argv: str) -> None:
 
 
 def tbf_args(rate: str) -> list[str]:
-    """``tc qdisc replace`` arguments after the device for a token bucket of `rate` (tc units, e.g. 100mbit).
+    """``tc qdisc replace`` arguments after the device: a token bucket of `rate` (tc units).
 
     The bucket holds 10 ms of traffic (at least 128 KiB, more than one 64 KiB GSO packet, which
     tbf would otherwise drop) and the queue 100 ms.
@@ -76,7 +76,7 @@ class Hosts:
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def shape(self, rate: str | None) -> None:
-        """Limit every host's link to `rate` (tc units: 100mbit, 1gbit, 10gbit), both ways; None lifts the limit."""
+        """Limit each host's link to `rate` (tc units: 100mbit, 1gbit), both ways; None: none."""
         ends = [(name, self.iface) for name in self.names] + [
             (self.hub, port) for port in self.ports
         ]
@@ -112,7 +112,7 @@ class Hosts:
         env: dict[str, str] | None = None,
         err_log: Path | None = None,
     ) -> subprocess.Popen[str]:
-        """Start `argv` in host i in a new session, stdout+stderr to `log` (stderr to `err_log` if given); killed at teardown."""
+        """Start `argv` in host i, new session, output in `log`/`err_log`; killed at teardown."""
         full = {**os.environ, "DTEST_NODE": self.names[i], **(env or {})}
         handle = open(log, "w")  # noqa: SIM115 - closed right after the child has inherited it
         err = open(err_log, "w") if err_log else None  # noqa: SIM115 - likewise
@@ -173,7 +173,7 @@ class Hosts:
 
 @contextmanager
 def make_hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
-    """Create `n` hosts on one bridge (links limited to `rate` if given); skip the test when that cannot be done here."""
+    """Create `n` hosts on one bridge (links limited to `rate` if given); else skip the test."""
     try:
         with hosts(n, rate) as made:
             yield made
@@ -183,7 +183,7 @@ def make_hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
 
 @contextmanager
 def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
-    """Create `n` hosts on one bridge, links limited to `rate` (None: unlimited); Unavailable where that cannot be done."""
+    """Create `n` hosts on one bridge, links limited to `rate` (None: no limit); Unavailable."""
     if os.geteuid() != 0:
         raise Unavailable("multi-node tests need root to create network namespaces")
     if shutil.which("ip") is None:
@@ -221,7 +221,8 @@ def hosts(n: int, rate: str | None = None) -> Iterator[Hosts]:
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
             detail = getattr(err, "stderr", "") or str(err)
             raise Unavailable(
-                f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): {str(detail).strip()}"
+                f"network namespace setup failed here ({' '.join(map(str, err.cmd))}): "
+                f"{str(detail).strip()}"
             ) from None
         made_hosts = Hosts(names, addrs, hub, ports=[f"{tag}b{i}" for i in range(n)])
         try:

@@ -38,7 +38,8 @@ def run(
         kill_group(proc)
         out, err = proc.communicate()
         pytest.fail(
-            f"timed out after {timeout}s: {cmd}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}"
+            f"timed out after {timeout}s: {cmd}\n--- stdout\n{out[-4000:]}\n--- "
+            f"stderr\n{err[-4000:]}"
         )
     finally:
         kill_group(proc)

@@ -93,7 +93,8 @@ class SlurmCluster:
         )
         if check and out.returncode != 0:
             raise AssertionError(
-                f"{' '.join(argv)} exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}"
+                f"{' '.join(argv)} exited {out.returncode}: "
+                f"{out.stderr.strip() or out.stdout.strip()}"
             )
         return out
 
@@ -117,7 +118,7 @@ class SlurmCluster:
         return fields
 
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict[str, str]:
-        """Poll until the job's JobState is one of `states`; AssertionError with the log on timeout."""
+        """Poll until the job's JobState is one of `states`; AssertionError with the log if not."""
         deadline = time.monotonic() + timeout
         info: dict[str, str] = {}
         while time.monotonic() < deadline:
@@ -126,7 +127,8 @@ class SlurmCluster:
                 return info
             time.sleep(0.5)
         raise AssertionError(
-            f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} {info.get('Reason')}\n{self.logs()}"
+            f"job {job_id} not in {sorted(states)} after {timeout}s: {info.get('JobState')} "
+            f"{info.get('Reason')}\n{self.logs()}"
         )
 
     def logs(self, tail: int = 2500) -> str:
@@ -190,14 +192,15 @@ def _hosts_file(directory: Path, nodes: list[SlurmNode]) -> str:
 def start_cluster(
     nodes: list[SlurmNode] | None = None, cpus: int = 2, timeout: float = 60
 ) -> SlurmCluster:
-    """Start munged, slurmctld and the nodes' slurmds; SlurmUnavailable (with the reason) if impossible."""
+    """Start munged, slurmctld and the slurmds; SlurmUnavailable (with the reason) if impossible."""
     nodes = nodes or [SlurmNode(NODE)]
     if os.geteuid() != 0:
         raise SlurmUnavailable("SLURM tests need root (the daemons run as root here)")
     missing = [tool for tool in DAEMONS if shutil.which(tool) is None]
     if missing:
         raise SlurmUnavailable(
-            f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)"
+            f"not installed: {', '.join(missing)} (apt-get install slurmctld slurmd "
+            "slurm-client munge)"
         )
     try:
         import pwd
@@ -226,9 +229,10 @@ def start_cluster(
         f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
         for n in nodes
     )
-    for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(), "@CTLD_ADDR@": nodes[0].addr,
-                         "@NODES@": node_lines, "@GRACE@": "40",
-                         "@CTLD_PORT@": str(_free_port()), "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
+    for token, value in {"@DIR@": str(directory), "@CTLD_HOST@": socket.gethostname(),
+                         "@CTLD_ADDR@": nodes[0].addr, "@NODES@": node_lines, "@GRACE@": "40",
+                         "@CTLD_PORT@": str(_free_port()),
+                         "@SLURMD_PORT@": str(_free_port())}.items():  # fmt: skip
         text = text.replace(token, value)
     conf.write_text(text)
     env = {**os.environ, "SLURM_CONF": str(conf)}

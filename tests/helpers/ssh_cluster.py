@@ -1,13 +1,13 @@
 """Namespace "machines" that each run a real sshd with key login: hosts for `distrain run --hosts`.
 
-``with ssh_cluster(2, tmp_path) as c`` makes 3 namespaces on one bridge (helpers.netns_hosts):
-hosts ``h0``, ``h1`` (each with its own sshd on port 2222: root logs in by key; passwords are asked, so
-that a login without the key meets a password prompt, which BatchMode refuses) and a third
-one, the launching machine, that runs the command under test (``c.launch(argv)``).  The ssh
-aliases are in ``c.config`` (an ssh_config: HostName, Port, the key, no host-key prompts), passed
-as ``--ssh-opts "-F CONFIG"``, so the same file that a user's ~/.ssh/config would be is what
-`distrain run` honours.  Namespaces share the filesystem: every host sees this checkout.
-Teardown SIGKILLs every process left in every namespace, then deletes them.
+``with ssh_cluster(2, tmp_path) as c`` makes 3 namespaces on one bridge (helpers.netns_hosts): hosts
+``h0``, ``h1`` (each with its own sshd on port 2222: root logs in by key; passwords are asked, so
+that a login without the key meets a password prompt, which BatchMode refuses) and a third one, the
+launching machine, that runs the command under test (``c.launch(argv)``).  The ssh aliases are in
+``c.config`` (an ssh_config: HostName, Port, the key, no host-key prompts), passed as ``--ssh-opts
+"-F CONFIG"``, so the same file that a user's ~/.ssh/config would be is what `distrain run` honours.
+Namespaces share the filesystem: every host sees this checkout.  Teardown SIGKILLs every process
+left in every namespace, then deletes them.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class SshCluster:
         return res.stdout
 
     def wait_clean(self, timeout: float) -> dict[int, str]:
-        """Wait until no host has a process besides its sshd; what is left on each host otherwise."""
+        """Wait until no host has a process besides its sshd; what is left on each host otherwise"""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not any(self.pids(i) for i in range(len(self.names))):
@@ -130,9 +130,12 @@ def ssh_cluster(
         try:
             for i in range(n):
                 log = folder / f"sshd{i}.log"
-                argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E", str(log),
-                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o", "PasswordAuthentication=yes",
-                        "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o", f"PidFile={folder / f'sshd{i}.pid'}",
+                argv = [SSHD, "-D", "-f", "/dev/null", "-h", str(host_key), "-p", str(PORT), "-E",
+                        str(log),
+                        "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password", "-o",
+                        "PasswordAuthentication=yes",
+                        "-o", f"AuthorizedKeysFile={folder / 'authorized_keys'}", "-o",
+                        f"PidFile={folder / f'sshd{i}.pid'}",
                         "-o", "UsePAM=no", "-o", "MaxStartups=100", *sshd_opts]  # fmt: skip
                 cluster._sshd.append(hosts.start(i, argv, folder / f"sshd{i}.out"))
             deadline = time.monotonic() + 60
@@ -141,7 +144,8 @@ def ssh_cluster(
                 while "Server listening" not in (log.read_text() if log.exists() else ""):
                     if time.monotonic() > deadline or cluster._sshd[i].poll() is not None:
                         pytest.skip(
-                            f"sshd did not start in a namespace here: {(log.read_text() if log.exists() else '')[-500:]}"
+                            "sshd did not start in a namespace here: "
+                            f"{(log.read_text() if log.exists() else '')[-500:]}"
                         )
                     time.sleep(0.1)
             yield cluster

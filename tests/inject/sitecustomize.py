@@ -1,10 +1,10 @@
 """Fault injection for the test-suite, from outside the shipped package.
 
-A test puts this directory first on ``PYTHONPATH`` (``helpers.faults.fault_env`` in tests/helpers/faults.py does
-it), so Python imports this file at start-up in every process of the job: launcher, agent and
-workers.  When one of the variables below is set it installs an import hook that wraps a few
-functions of distrain's modules as they are first imported; the code under test runs unchanged
-and has to detect the fault on its own.
+A test puts this directory first on ``PYTHONPATH`` (``helpers.faults.fault_env`` in
+tests/helpers/faults.py does it), so Python imports this file at start-up in every process of the
+job: launcher, agent and workers.  When one of the variables below is set it installs an import hook
+that wraps a few functions of distrain's modules as they are first imported; the code under test
+runs unchanged and has to detect the fault on its own.
 
 - ``DTEST_FAULT_DOCTOR_VERSION=RANK:VERSION``: the doctor's ``fingerprint`` on that rank reports
   VERSION as its torch version;
@@ -42,7 +42,7 @@ HANG_S = 120.0
 
 
 def _target(var: str, rank: int | None = None) -> str | None:
-    """The value after 'RANK:' in `var` (or 'yes' for a bare rank) when it names this process's rank."""
+    """The value after 'RANK:' in `var` (or 'yes' for a bare rank) when it names this rank."""
     raw = os.environ.get(var, "")
     who, _, value = raw.partition(":")
     me = rank if rank is not None else int(os.environ.get("RANK", "-1"))

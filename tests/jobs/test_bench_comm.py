@@ -30,7 +30,8 @@ def test_sizes_and_factors() -> None:
 
 def test_all_ops_positive_and_correct(tmp_path: Path) -> None:
     plot = tmp_path / "comm.png"
-    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-b", "8", "-e", "64K", "-f", "64", "--iters", "3", "--warmup", "1",
+    res = run(BENCH + ["-n", "2", "--device", "cpu", "--json", "-b", "8", "-e", "64K", "-f", "64",
+                       "--iters", "3", "--warmup", "1",
                        "--plot", str(plot)], timeout=240)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     # the plot (busbw per size and op), and nothing about how the tool's own ranks start

@@ -83,8 +83,10 @@ def test_one_node_against_two_ssh_hosts(tmp_path: Path) -> None:
     on the launching machine, beside the two namespace hosts with sshd)."""
     out = tmp_path / "report"
     with ssh_cluster(2, tmp_path, rate="100mbit") as c:
-        args = ["--nproc", "1", "--no-all-cores", "--nodes", "1,2", "--hosts", "h0,h1", "--ssh-opts", f"-F {c.config}",
-                "--link-label", "100 Mbit/s", "--epochs", "1", "--out", str(out), str(SCRIPTS / "bench_steps.py")]  # fmt: skip
+        args = ["--nproc", "1", "--no-all-cores", "--nodes", "1,2", "--hosts", "h0,h1",
+                "--ssh-opts", f"-F {c.config}",
+                "--link-label", "100 Mbit/s", "--epochs", "1", "--out", str(out),
+                str(SCRIPTS / "bench_steps.py")]  # fmt: skip
         res = subprocess.run(
             c.launch_cmd(BENCH + args), capture_output=True, text=True, timeout=470
         )

@@ -1,4 +1,4 @@
-"""`distrain bench scaling`: real `distrain run` jobs at 1 and 2 processes, the report, the charts."""
+"""`distrain bench scaling`: real `distrain run` jobs at 1 and 2 processes, report, charts."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _close(cell: str, value: float | None, digits: int) -> bool:
 @pytest.mark.slow
 def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    # one epoch: the timed steps come from inside an epoch, and every per-epoch field is checked on it
+    # one epoch: the timed steps come from inside an epoch, and every per-epoch field is checked on
+    # it
     args = [
         "--workload",
         "digits",
@@ -82,8 +83,9 @@ def test_digits_report_1_and_2_processes(tmp_path: Path) -> None:
             and r["peak_rss_mb_per_process"] > 0
         )
         assert 0.0 <= r["final_test_acc"] <= 1.0
-        # every training sample of the split is seen once per epoch, whatever the process count
-        # full global batches only (the short last one is dropped on every world size): 1438 // 64 * 64 = 1438 // 128 * 128
+        # every training sample of the split is seen once per epoch, whatever the process count full
+        # global batches only (the short last one is dropped on every world size): 1438 // 64 * 64 =
+        # 1438 // 128 * 128
         assert r["epochs"][0]["samples"] == 1408
     assert runs["n1-bn"]["efficiency"] == pytest.approx(1.0)
     # the baseline a CPU user has: one process on every core; efficiency is per core used

@@ -1,4 +1,4 @@
-"""The step breakdown in real 2-rank jobs: the end-of-job lines, `distrain top --json`, records, TensorBoard.
+"""The step breakdown in real 2-rank jobs: end-of-job lines, `top --json`, records, TensorBoard.
 
 Three short jobs of tests/scripts/breakdown_job.py: rank 1 made slow in forward (a straggler,
 with a plain ``loss.backward()`` / ``opt.step()`` loop), a dataset that sleeps with no loader
@@ -19,7 +19,8 @@ from distrain.monitor import rank_file
 CLI = [python(), "-m", "distrain.cli"]
 PHASES = {"data", "compute", "comm", "optimizer", "checkpoint", "other"}
 STRAGGLER = re.compile(
-    r"^distrain: straggler: rank (\d+) \(host (\S+), pid (\d+)\) computes (\d+) % slower than the median rank$",
+    r"^distrain: straggler: rank (\d+) \(host (\S+), pid (\d+)\) computes (\d+) % slower than "
+    r"the median rank$",
     re.M,
 )
 

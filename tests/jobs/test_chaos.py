@@ -18,7 +18,8 @@ FAULTS = "kill_rank,kill_launcher,sigterm_launcher,corrupt_newest,double_kill,st
 @pytest.mark.timeout(900)
 def test_a_seeded_slice_keeps_the_promise() -> None:
     res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5",
-               "--trials", "6", "--kinds", "ddp_small", "--faults", FAULTS], timeout=840)  # fmt: skip
+               "--trials", "6", "--kinds", "ddp_small", "--faults", FAULTS],
+              timeout=840)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "| **all** | | **6** |" in res.stdout, res.stdout[-3000:]
 
@@ -33,8 +34,10 @@ def test_a_two_node_trial_keeps_the_promise() -> None:
     open, benchmarks/chaos/RESULTS.md.)"""
     if os.geteuid() != 0:
         pytest.skip("two-node chaos trials need root to create network namespaces")
-    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5", "--trials", "1",
-               "--kinds", "nodes_static", "--faults", "kill_node_launcher,link_down"], timeout=540)  # fmt: skip
+    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5",
+               "--trials", "1",
+               "--kinds", "nodes_static", "--faults", "kill_node_launcher,link_down"],
+              timeout=540)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "SIGKILL node " in res.stdout and "then [0, 0]" in res.stdout, res.stdout[-3000:]
     assert "| nodes_static | kill_node_launcher | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in res.stdout, (

@@ -1,4 +1,6 @@
-"""Checkpoints and fault tolerance, with real jobs: SIGKILL, SIGTERM, restarts, other world sizes (the files themselves: test_checkpoint_files.py).
+"""Checkpoints and fault tolerance in real jobs (SIGKILL, SIGTERM, restarts, other world sizes).
+
+The checkpoint files themselves: tests/jobs/test_checkpoint_files.py.
 
 Every resume is compared with an uninterrupted run of the same job (tests/scripts/ckpt_worker.py),
 bit for bit on the same world size and to 1e-6 (float64) on another world size.  Faults are
@@ -34,8 +36,8 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # -- SIGKILL under distrain run: bitwise resume ----------------------------------------------
-#: fixed points of a SIGKILL; a kill at a random step (mid-epoch, of a rank, a DataLoader worker or a
-#: rank halfway through a save) is test_kill_matrix.py's, for DDP and FSDP and several model kinds
+#: fixed points of a SIGKILL; a kill at a random step (mid-epoch, of a rank, a DataLoader worker or
+#: a rank halfway through a save) is test_kill_matrix.py's, for DDP and FSDP and several model kinds
 FAULTS = {
     "kill-before-first-save": ["--kill-at", "2"],
     "kill-right-after-save": ["--kill-after-save", "8"],
@@ -72,7 +74,7 @@ FSDP_FAULTS = ["kill-during-async-write"]
 def test_sigkill_under_fsdp_resumes_bitwise(
     fault: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    """FSDP2-sharded model and optimizer: each rank's shard in its own DCP file, resumed bit for bit."""
+    """FSDP2-sharded model and optimizer: each rank's shard in its own DCP file, resumed exactly."""
     reference = shared_baseline(tmp_path_factory, "f32-fsdp", "--strategy", "fsdp")
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"
     result = ok(

@@ -23,7 +23,7 @@ V01 = REPO / "tests" / "data" / "ckpt_v0_1"
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path: Path) -> None:
-    """A 0.1 checkpoint (shared.pt + rank_*.pt, step 6 of the default job) loads bit for bit and resumes exactly.
+    """A 0.1 checkpoint (shared.pt + rank_*.pt, step 6 of the default job) loads, resumes exactly.
 
     The fixture was computed on another CPU, whose float rounding may differ from this one's, so
     nothing is compared with a run trained here from scratch: the restored tensors must equal the

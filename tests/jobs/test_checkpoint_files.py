@@ -125,7 +125,7 @@ def test_corrupt_newest_falls_back_to_previous(
 
 
 def test_unlisted_rank_file_is_never_loaded(three_checkpoints: Path, tmp_path: Path) -> None:
-    """2 ranks on a 1-rank checkpoint plus a planted rank_00001.pt: the step is refused, not half-checked."""
+    """2 ranks on a 1-rank checkpoint plus a planted rank_00001.pt: the step is refused whole."""
     d = three_checkpoints
     shutil.copy(d / "step_00000016" / "rank_00000.pt", d / "step_00000016" / "rank_00001.pt")
     result = ok(distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "u.pt"), "--epochs", "3"))

@@ -49,7 +49,7 @@ def hosts2(tmp_path: Path) -> Iterator[Hosts]:
 
 
 def own_disk(disk: Path, mountpoint: Path, argv: list[str]) -> list[str]:
-    """`argv` run with `mountpoint` showing this node's private `disk` (in its own mount namespace)."""
+    """`argv` run with `mountpoint` showing this node's private `disk` (own mount namespace)."""
     disk.mkdir(parents=True, exist_ok=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
     return [
@@ -146,7 +146,7 @@ def test_per_node_disks_each_node_keeps_a_complete_checkpoint(
 
 
 def test_per_node_disks_refuse_fsdp_at_start(hosts2: Hosts, tmp_path: Path) -> None:
-    """FSDP shards on private disks could never be reassembled: one line at start, before training."""
+    """FSDP shards on private disks could never be reassembled: one line at start, no training."""
     codes, logs = static_job(
         hosts2,
         tmp_path,

@@ -21,7 +21,8 @@ from helpers import EXAMPLES, SCRIPTS, kill_group, python, run
 
 DIGITS = str(EXAMPLES / "train_digits.py")
 #: lines of torch's and TorchFT's that distrain folds into its own or leaves out
-NOISE = ("Terminating process", "failed (exitcode", "start_method", "Traceback", "setSequenceNumberForGroup",
+NOISE = ("Terminating process", "failed (exitcode", "start_method", "Traceback",
+         "setSequenceNumberForGroup",
          "not writable", "find_unused_parameters", "got exception", "Warning:")  # fmt: skip
 
 
@@ -58,7 +59,8 @@ def _titled(launcher: int, prefix: str, contains: str = "") -> psutil.Process:
 
 def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     with open(log, "w") as out:  # stdout and stderr interleaved, as a terminal shows them
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True,
                                 cwd=log.parent, env={**os.environ, **(env or {})})  # fmt: skip
 
 
@@ -69,8 +71,10 @@ def test_restart_and_failure_say_what_happened(tmp_path: Path) -> None:
     fails with the cause and "rerun the same command to resume from step N" on its last line.
     None of torch's agent lines, and no progress bar in a pipe."""
     log = tmp_path / "console.txt"
-    proc = _start([python(), "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "1", DIGITS, "--epochs", "3",
-                   "--checkpoint-dir", "ckpt", "--checkpoint-every", "20", "--out", "model"], log)  # fmt: skip
+    proc = _start([python(), "-m", "distrain.cli", "run", "-n", "2", "--max-restarts", "1", DIGITS,
+                   "--epochs", "3",
+                   "--checkpoint-dir", "ckpt", "--checkpoint-every", "20", "--out", "model"],
+                  log)  # fmt: skip
     try:
         at = _wait_for(log, "epoch 1/3", proc)
         _titled(proc.pid, "distrain rank 1/2").kill()
@@ -85,13 +89,16 @@ def test_restart_and_failure_say_what_happened(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGKILL, text[-3000:]
     restart = [ln for ln in lines if "restarting" in ln]
     said = len(restart) == 1 and re.fullmatch(
-        r"distrain run: rank 1 \(pid \d+\) was killed by SIGKILL; restarting every rank \(attempt 1 of 1\), "
+        r"distrain run: rank 1 \(pid \d+\) was killed by SIGKILL; restarting every rank "
+        r"\(attempt 1 of 1\), "
         r"resuming from step (\d+)", restart[0])  # fmt: skip
-    # 22: the end of epoch 1 (40 if 18 more steps ran before the kill landed), the step the workers resumed from
+    # 22: the end of epoch 1 (40 if 18 more steps ran before the kill landed), the step the workers
+    # resumed from
     assert said and said[1] in ("22", "40") and f"(step {said[1]}, saved on 2 rank(s))" in text, (
         restart
     )
-    last = re.fullmatch(r"distrain run: job failed: rank 1 \(pid \d+\) was killed by SIGKILL; rerun the same command "
+    last = re.fullmatch(r"distrain run: job failed: rank 1 \(pid \d+\) was killed by SIGKILL; "
+                        r"rerun the same command "
                         r"to resume from step (\d+) \(ckpt/step_(\d+)\)", lines[-1])  # fmt: skip
     assert last and int(last[1]) >= 22 and int(last[2]) == int(last[1]), lines[-1]
     assert not [ln for ln in lines if any(n in ln for n in NOISE)], text
@@ -118,8 +125,8 @@ def test_replica_heal_says_what_happened(tmp_path: Path) -> None:
     a step-time line per group that names its group, a title per process that names its group;
     no deprecation warnings, gloo tracebacks or duplicated heal line."""
     log = tmp_path / "console.txt"
-    proc = _start([python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", DIGITS, "--epochs", "3",
-                   "--out", "model"], log)  # fmt: skip
+    proc = _start([python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", DIGITS,
+                   "--epochs", "3", "--out", "model"], log)  # fmt: skip
     try:
         _wait_for(log, "epoch 1/3", proc)
         _titled(
@@ -168,8 +175,10 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
         "DISTRAIN_PROGRESS",
     ):
         env.pop(name, None)
-    proc = subprocess.Popen([python(), "-m", "distrain.cli", "run", "-n", "2", DIGITS, "--epochs", "1", "--out", "model"],
-                            stdout=worker_side, stderr=subprocess.PIPE, env=env, cwd=tmp_path, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen([python(), "-m", "distrain.cli", "run", "-n", "2", DIGITS, "--epochs",
+                             "1", "--out", "model"],
+                            stdout=worker_side, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+                            start_new_session=True)  # fmt: skip
     os.close(worker_side)
     seen = b""
     try:

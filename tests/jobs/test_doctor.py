@@ -37,7 +37,8 @@ def _doc(res: subprocess.CompletedProcess[str]) -> dict:
         return json.loads(res.stdout)
     except json.JSONDecodeError:
         pytest.fail(
-            f"not JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n--- stderr\n{res.stderr[-3000:]}"
+            f"not JSON (exit {res.returncode}):\n{res.stdout[-3000:]}\n--- "
+            f"stderr\n{res.stderr[-3000:]}"
         )
 
 

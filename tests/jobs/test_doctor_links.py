@@ -1,8 +1,10 @@
-"""The all-ranks doctor's link check across two namespace "nodes": a 100 Mbit/s link is named, an unlimited one is not.
+"""The all-ranks doctor's link check across two namespace "nodes": a 100 Mbit/s link is named.
+
+An unlimited link is not named.
 
 Each node is a network namespace; its veth is rate-limited with ``tc ... tbf`` on both ends
-(tests/helpers/netns_hosts.py).  The doctor runs as a real 2-node ``distrain run`` job, one process per
-node, and judges the link for an 11 M-parameter model at 1 s of computation per step: 44 MB of
+(tests/helpers/netns_hosts.py).  The doctor runs as a real 2-node ``distrain run`` job, one process
+per node, and judges the link for an 11 M-parameter model at 1 s of computation per step: 44 MB of
 fp32 gradients take ~3.7 s over 100 Mbit/s (a warning), ~0.3 s or less over the unlimited veth.
 """
 
@@ -58,7 +60,8 @@ def _doctor(hosts: Hosts, tmp_path: Path, tag: str) -> dict:
         doc = json.loads(text[text.index("{") :])
     except ValueError:
         pytest.fail(
-            f"exit codes {codes}; node 0 printed no JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}"
+            f"exit codes {codes}; node 0 printed no "
+            f"JSON:\n{text[-2000:]}\n{errs[0].read_text()[-3000:]}"
         )
     return {c["id"]: c for c in doc["checks"]}
 

@@ -74,7 +74,8 @@ def test_master_reachability_across_namespaces(two_nodes: tuple[str, str]) -> No
             n0,
             python(),
             "-c",
-            "import socket,time; s=socket.socket(); s.bind(('10.231.0.1', 29511)); s.listen(); time.sleep(300)",
+            "import socket,time; s=socket.socket(); s.bind(('10.231.0.1', 29511)); "
+            "s.listen(); time.sleep(300)",
         ],
         start_new_session=True,
     )
@@ -116,7 +117,7 @@ def test_master_reachability_across_namespaces(two_nodes: tuple[str, str]) -> No
 
 
 def _doctor_as_loopback_host(ns: str, hosts: str, *args: str, host_address: bool = False) -> dict:
-    """`distrain doctor --json` in `ns` on a host whose name resolves to 127.0.1.1 (Debian's default).
+    """`distrain doctor --json` in `ns` on a host whose name resolves to 127.0.1.1 (Debian's).
 
     Own UTS and mount namespaces: the hostname and /etc/hosts are this test's, nobody else's.
     """
@@ -148,12 +149,16 @@ def test_suggested_interface_follows_the_route_not_the_alphabet(
     n0, n1 = two_nodes
     tag = n1[3:]
     bridge, second, veth = f"aaa{tag}", f"dw1{tag}", f"dv1{tag}"
-    for step in [("-n", n1, "link", "add", bridge, "type", "bridge"), ("-n", n1, "addr", "add", "10.232.0.1/24", "dev", bridge),
+    for step in [("-n", n1, "link", "add", bridge, "type", "bridge"),
+                 ("-n", n1, "addr", "add", "10.232.0.1/24", "dev", bridge),
                  ("-n", n1, "link", "set", bridge, "up"),
-                 ("-n", n1, "link", "add", second, "type", "veth", "peer", "name", f"dw0{tag}", "netns", n0),
-                 ("-n", n1, "addr", "add", "10.233.0.2/24", "dev", second), ("-n", n1, "link", "set", second, "up"),
+                 ("-n", n1, "link", "add", second, "type", "veth", "peer", "name", f"dw0{tag}",
+                  "netns", n0),
+                 ("-n", n1, "addr", "add", "10.233.0.2/24", "dev", second),
+                 ("-n", n1, "link", "set", second, "up"),
                  ("-n", n0, "link", "set", f"dw0{tag}", "up"),
-                 ("-n", n1, "route", "add", "default", "via", "10.231.0.1", "dev", veth)]:  # fmt: skip
+                 ("-n", n1, "route", "add", "default", "via", "10.231.0.1", "dev",
+                  veth)]:  # fmt: skip
         res = _ip(*step)
         if res.returncode != 0:
             pytest.skip(f"ip {' '.join(step)}: {res.stderr.strip()}")
@@ -175,7 +180,8 @@ def test_suggested_interface_follows_the_route_not_the_alphabet(
     assert (
         checks["host_address"]["data"] == "10.231.0.2"
     )  # cluster/base.py's master address when the hostname is loopback
-    # with --master-addr, the route to it decides (here through the second veth, not the default route)
+    # with --master-addr, the route to it decides (here through the second veth, not the default
+    # route)
     checks = _doctor_as_loopback_host(n1, str(hosts), "--master-addr", "10.233.0.9")
     assert checks["network.interfaces"]["data"]["outward"] == {
         "interface": second,

@@ -237,7 +237,8 @@ def _slurm_standins(tmp_path: Path) -> dict[str, str]:
     (bin_dir / "srun").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {tmp_path}/srun.args\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_JOB_ID="4242",
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
+                SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_JOB_ID="4242",
                 SLURM_JOB_NUM_NODES="2", SLURM_CPUS_PER_TASK="8")  # fmt: skip
 
 
@@ -296,13 +297,15 @@ def test_slurm_requeue_time_warning_elastic(capsys: pytest.CaptureFixture[str]) 
 def test_repo_docker_files_are_the_generated_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docker/Dockerfile, its .dockerignore and docker/compose.yaml are exactly what `distrain export` writes."""
+    """docker/Dockerfile, .dockerignore, compose.yaml are exactly what `distrain export` writes."""
     (tmp_path / "examples").mkdir()
     (tmp_path / SCRIPT).write_text((REPO / SCRIPT).read_text())
     for argv, files in (
-        (["docker", SCRIPT, "--install", ".[examples]", "--image", "distrain:latest", "--out", "docker/Dockerfile"],
+        (["docker", SCRIPT, "--install", ".[examples]", "--image", "distrain:latest", "--out",
+          "docker/Dockerfile"],
          ["docker/Dockerfile", "docker/Dockerfile.dockerignore"]),
-        (["compose", SCRIPT, "--image", "distrain:latest", "--context", "..", "--dockerfile", "docker/Dockerfile", "--out", "docker/compose.yaml"],
+        (["compose", SCRIPT, "--image", "distrain:latest", "--context", "..", "--dockerfile",
+          "docker/Dockerfile", "--out", "docker/compose.yaml"],
          ["docker/compose.yaml"]),
     ):  # fmt: skip
         assert export(capsys, *argv, cwd=tmp_path) == ""  # went to the files

@@ -46,7 +46,8 @@ def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> Non
     assert [r["preloaded"] for r in seen["fast"]] == [True, True]  # really forked from the server
     assert [r["preloaded"] for r in seen["spawn"]] == [False, False]
     # the fork server is forked from the launcher after its `import torch` (one import, not two):
-    # its command line is the launcher's, not the stdlib's `python -c "from multiprocessing.forkserver …"`
+    # its command line is the launcher's, not the stdlib's `python -c "from
+    # multiprocessing.forkserver …"`
     assert all(
         "distrain.cli run" in r["parent"] and "forkserver" not in r["parent"] for r in seen["fast"]
     ), seen["fast"]
@@ -159,8 +160,8 @@ def test_compression_hooks_train_digits_within_one_percent(
 
 @pytest.mark.parametrize("rehearsal", [[], ["--cpu"]], ids=["cpu", "rehearsed-cuda"])
 def test_powersgd_on_gloo_trains_when_the_model_spans_several_buckets(rehearsal: list[str]) -> None:
-    # torch's hook on gloo aborts with "Received data size doesn't match" unless one bucket holds all;
-    # under --cpu the script's device is a stand-in cuda one, and the group is still gloo
+    # torch's hook on gloo aborts with "Received data size doesn't match" unless one bucket holds
+    # all; under --cpu the script's device is a stand-in cuda one, and the group is still gloo
     res = run(
         [
             *RUN,
@@ -201,7 +202,7 @@ def test_comm_hook_names_are_checked() -> None:
 
 @pytest.mark.slow
 def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
-    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise resume."""
+    """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise."""
     worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
     # the uninterrupted reference starts fast too: that a fast start equals a fresh one bit for
     # bit is test_digits_forked_start_is_bitwise_equal_to_fresh_start's job

@@ -1,4 +1,4 @@
-"""`distrain run` is torchrun for the script's eyes (issue 31): the job launched is the job that runs.
+"""`distrain run` is torchrun for the script's eyes (issue 31): the job launched is the job run.
 
 - flag_spawn.py (pytorch/examples imagenet's shape: ``mp.spawn`` only under
   ``if args.multiprocessing_distributed``) run the torchrun way (``--dist-url env://``) is N
@@ -114,7 +114,8 @@ def test_a_local_rank_tutorial_that_fails_gets_the_legacy_hint(tmp_path, cpu: bo
     assert "the following arguments are required: --local_rank" in res.stderr, res.stderr[-3000:]
     assert re.fullmatch(
         r"distrain run: hint: old_style\.py parses --local_rank \(line \d+\), which "
-        r"torch\.distributed\.launch passed and torchrun does not; add --legacy-local-rank to pass it",
+        r"torch\.distributed\.launch passed and torchrun does not; add "
+        r"--legacy-local-rank to pass it",
         lines[-2],
     ), lines[-3:]
     assert lines[-1].startswith("distrain run: job failed: rank "), lines[-1]

@@ -19,8 +19,10 @@ PROBE = str(SCRIPTS / "shadowed" / "fidelity_probe.py")
 ARGS = ["positional", "--flag", "value", "--local_rank-looking=x"]
 
 #: environment variables only distrain's workers have
-ADDED = {"DISTRAIN_BIND_ADDR", "DISTRAIN_LAUNCHER", "DISTRAIN_LAUNCHER_PID", "DISTRAIN_RDZV_ENDPOINT",
-         "DISTRAIN_JOB_DIR", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}  # fmt: skip
+ADDED = {"DISTRAIN_BIND_ADDR", "DISTRAIN_LAUNCHER", "DISTRAIN_LAUNCHER_PID",
+         "DISTRAIN_RDZV_ENDPOINT",
+         "DISTRAIN_JOB_DIR", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}  # fmt: skip
 #: variables both have, whose value distrain sets differently on purpose
 CHANGED = {"MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE",
            "OMP_NUM_THREADS"}  # fmt: skip

@@ -1,6 +1,7 @@
 """GPU paths (NCCL, DDP device_ids, torch SyncBatchNorm, fp16 GradScaler). Skipped without CUDA.
 
-CI has no GPU; these run on a lent GPU machine (see benchmarks/train/RESULTS.md, "GPU checks", for what was seen).
+CI has no GPU; these run on a lent GPU machine (see benchmarks/train/RESULTS.md, "GPU checks", for
+what was seen).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def test_syncbn_is_torchs_on_cuda(tmp_path: Path) -> None:
     script.write_text(
         "import torch, distrain\n"
         "ctx = distrain.init()\n"
-        "m = ctx.prepare_model(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4)), sync_bn=True)\n"
+        "m = ctx.prepare_model(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), "
+        "torch.nn.BatchNorm2d(4)), sync_bn=True)\n"
         "y = m(torch.randn(8, 3, 5, 5, device=ctx.device)); y.sum().backward()\n"
         "print('BN', type(ctx.unwrap(m)[1]).__name__, y.device, ctx.backend)\n"
     )
@@ -83,7 +85,8 @@ def test_more_ranks_than_gpus_is_a_clear_error() -> None:
 def test_gpus_flag_selects_devices(tmp_path: Path) -> None:
     script = tmp_path / "vis.py"
     script.write_text(
-        "import os, torch, distrain\nctx = distrain.init()\nprint('VIS', os.environ['CUDA_VISIBLE_DEVICES'], ctx.device)\n"
+        "import os, torch, distrain\nctx = distrain.init()\nprint('VIS', "
+        "os.environ['CUDA_VISIBLE_DEVICES'], ctx.device)\n"
     )
     res = run(
         [python(), "-m", "distrain.cli", "run", "--gpus", "0", str(script)], timeout=300, check=True

@@ -63,13 +63,15 @@ def test_gpt_throughput_is_the_steady_interval_and_mfu_uses_the_device_peak(tmp_
     (the start-up before step 1 stays out, as it must for MFU)."""
     log = tmp_path / "gpt.log"
     log.write_text("GPT 100.0 M parameters, 30.0 M characters of Python, strategy ddp\n"
-                   "step 20/40  loss 2.0  grad norm 1.0  1,000 tokens/s\nstep 40/40  loss 1.5  grad norm 1.0  1,500 tokens/s\n")  # fmt: skip
-    res = run([python(), HELPER, "gpt", str(log), "--device", "NVIDIA H100 80GB HBM3", "--gpus", "1", "--batch", "2",
-               "--block", "500"], timeout=60, check=True)  # fmt: skip
+                   "step 20/40  loss 2.0  grad norm 1.0  1,000 tokens/s\nstep 40/40  loss 1.5  "
+                   "grad norm 1.0  1,500 tokens/s\n")  # fmt: skip
+    res = run([python(), HELPER, "gpt", str(log), "--device", "NVIDIA H100 80GB HBM3", "--gpus",
+               "1", "--batch", "2", "--block", "500"], timeout=60, check=True)  # fmt: skip
     flops = 6 * 100e6 + 12 * 16 * 768 * 500  # the 100m size: 16 layers, width 768
     assert res.stdout.startswith("3,000 tokens/s, "), res.stdout
     assert f"MFU {3000 * flops / 989.4e12:.1%} of 989 TFLOP/s" in res.stdout, res.stdout
-    res = run([python(), HELPER, "gpt", str(log), "--device", "Tesla T4", "--gpus", "1", "--batch", "2", "--block", "500"],
+    res = run([python(), HELPER, "gpt", str(log), "--device", "Tesla T4", "--gpus", "1", "--batch",
+               "2", "--block", "500"],
               timeout=60, check=True)  # fmt: skip
     assert "device not in the peak table" in res.stdout
 

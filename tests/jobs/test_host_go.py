@@ -26,8 +26,10 @@ def _host_node(tmp_path: Path, port_arg: str) -> subprocess.Popen[str]:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     spec = json.dumps({"script": str(script)})
-    argv = [python(), "-m", "distrain.launch.hosts.node", spec, "--", "--nnodes", "1", "--node-rank", "0",
-            "--master-addr", "@MASTER_ADDR@", "--master-port", port_arg, "-n", "1", str(script)]  # fmt: skip
+    argv = [python(), "-m", "distrain.launch.hosts.node", spec, "--", "--nnodes", "1",
+            "--node-rank", "0",
+            "--master-addr", "@MASTER_ADDR@", "--master-port", port_arg, "-n", "1",
+            str(script)]  # fmt: skip
     return subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,

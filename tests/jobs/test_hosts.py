@@ -123,7 +123,8 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
     }
     for hosts, message in cases.items():
         start = time.monotonic()
-        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", hosts, *c.ssh_opts, CKPT, "--out", str(tmp_path / "never.pt")]),
+        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", hosts, *c.ssh_opts, CKPT, "--out",
+                                                 str(tmp_path / "never.pt")]),
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), (
@@ -136,7 +137,8 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
                 "Permission denied (publickey,password" in res.stderr
                 and "BatchMode=yes" in res.stderr
             ), res.stderr
-    # another torch on the hosts (a stand-in package first on their PYTHONPATH), and a master port in use
+    # another torch on the hosts (a stand-in package first on their PYTHONPATH), and a master port
+    # in use
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
@@ -144,7 +146,10 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
     )
     (fake / "version.py").write_text("__version__ = '1.0.0'\ncuda = None\n")
     path = f"{fake.parent}:{os.environ['PYTHONPATH']}"
-    listener = c.hosts.start(0, [python(), "-c", "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29533)); s.listen(); time.sleep(600)"],
+    listener = c.hosts.start(0,
+                             [python(), "-c",
+                              "import socket,time; s=socket.socket(); s.bind(('0.0.0.0', 29533)); "
+                              "s.listen(); time.sleep(600)"],
                              tmp_path / "listener.log")  # fmt: skip
     deadline = time.monotonic() + 60
     while (
@@ -162,7 +167,8 @@ def test_a_host_that_cannot_be_used_stops_the_job_in_one_line(
             "distrain run: error: host h0: master port 29533 is already in use there",
         ),
     ]:
-        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", "h0:1,h1:1", *c.ssh_opts, *flags, CKPT, "--out", str(tmp_path / "never.pt")]),
+        res = subprocess.run(c.launch_cmd(RUN + ["--hosts", "h0:1,h1:1", *c.ssh_opts, *flags, CKPT,
+                                                 "--out", str(tmp_path / "never.pt")]),
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert (
             res.returncode == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith(message)
@@ -205,8 +211,10 @@ def test_elastic_job_goes_on_when_a_hosts_session_dies(tmp_path: Path) -> None:
     with ssh_cluster(3, tmp_path) as c:
         log, ckpt = tmp_path / "job.log", tmp_path / "ckpt"
         # a global batch of 12 divides among 3, 2 and 1 ranks: the same steps whatever is left
-        argv = RUN + ["--hosts", "h0:1,h1:1,h2:1", "--nnodes", "1:3", *c.ssh_opts, CKPT, "--dir", str(ckpt), "--every", "4",
-                      "--global-batch", "12", "--samples", "96", "--epochs", "5", "--step-sleep", "0.1", "--out", str(tmp_path / "out.pt")]  # fmt: skip
+        argv = RUN + ["--hosts", "h0:1,h1:1,h2:1", "--nnodes", "1:3", *c.ssh_opts, CKPT, "--dir",
+                      str(ckpt), "--every", "4",
+                      "--global-batch", "12", "--samples", "96", "--epochs", "5", "--step-sleep",
+                      "0.1", "--out", str(tmp_path / "out.pt")]  # fmt: skip
         proc = _start(c, argv, log)
         _until(lambda: list(ckpt.glob("step_*")), proc, log)
         _ssh_of(proc, "h2").kill()
@@ -217,8 +225,8 @@ def test_elastic_job_goes_on_when_a_hosts_session_dies(tmp_path: Path) -> None:
         text = log.read_text()
         assert code == 0, text[-4000:]
         assert (
-            "distrain run: host h2 lost: its ssh session was killed (SIGKILL); the job goes on with 2 host(s)"
-            in text
+            "distrain run: host h2 lost: its ssh session was killed (SIGKILL); the job goes "
+            "on with 2 host(s)" in text
         )
         assert "[h0] finished at step 40" in text, text[-4000:]
         assert text.rstrip().endswith("distrain run: job finished on 2 of 3 host(s); lost: h2")

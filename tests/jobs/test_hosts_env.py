@@ -25,18 +25,24 @@ def test_environment_files_reach_the_script_on_every_host(tmp_path: Path) -> Non
     (work / ".deepspeed_env").write_text("FROM_DS=deepspeed file\nFROM_FILE=overridden\n")
     (work / ".distrain_env").write_text("# distrain's own wins\nexport FROM_FILE='hello world'\n")
     with ssh_cluster(2, tmp_path) as c:
-        argv = [python(), "-m", "distrain.cli", "run", "--hosts", "h0:1,h1:1", *c.ssh_opts, "show_env.py"]  # fmt: skip
+        argv = [python(), "-m", "distrain.cli", "run", "--hosts", "h0:1,h1:1", *c.ssh_opts,
+                "show_env.py"]  # fmt: skip
         shown = subprocess.run(c.launch_cmd([*argv[:-1], "--dry-run", "show_env.py"]), cwd=work,
                                capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert f"# set on every host from {work / '.deepspeed_env'}, {work / '.distrain_env'}: FROM_DS FROM_FILE" in shown.stdout, shown.stdout + shown.stderr  # fmt: skip
-        res = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert (f"# set on every host from {work / '.deepspeed_env'}, {work / '.distrain_env'}: "
+                "FROM_DS FROM_FILE") in shown.stdout, shown.stdout + shown.stderr  # fmt: skip
+        res = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True,
+                             timeout=240)  # fmt: skip
         out = res.stdout + res.stderr
         assert res.returncode == 0, out[-3000:]
         for host in (0, 1):
-            assert f"[h{host}] node {host} FROM_FILE=hello world FROM_DS=deepspeed file" in out, out[-3000:]  # fmt: skip
+            line = f"[h{host}] node {host} FROM_FILE=hello world FROM_DS=deepspeed file"
+            assert line in out, out[-3000:]
         (work / ".distrain_env").write_text("FROM_FILE hello\n")
-        bad = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True, timeout=120)  # fmt: skip
+        bad = subprocess.run(c.launch_cmd(argv), cwd=work, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr == (
-            f"distrain run: error: {work / '.distrain_env'}:1: 'FROM_FILE hello' is not NAME=VALUE\n"
+            f"distrain run: error: {work / '.distrain_env'}:1: 'FROM_FILE hello' is "
+            "not NAME=VALUE\n"
         ), bad.stderr
         assert_clean(c)

@@ -1,4 +1,4 @@
-"""`distrain run --hosts … --replicas R`: replica groups spread over ssh hosts; a lost host is a lost group.
+"""`distrain run --hosts … --replicas R`: groups over ssh hosts; a lost host is a lost group.
 
 Two namespace hosts with a real sshd each (helpers/ssh_cluster.py), one replica group per host,
 TorchFT's lighthouse on host 0 at the address host 1 reaches it by.  Host 1's ssh session is
@@ -33,8 +33,10 @@ def test_a_lost_host_is_a_lost_replica_group_and_the_other_trains_on(tmp_path: P
     out, log = tmp_path / "out", tmp_path / "job.log"
     out.mkdir()
     with ssh_cluster(2, tmp_path) as c:
-        argv = RUN + ["--hosts", "h0:1,h1:1", "--replicas", "2", *c.ssh_opts, SCRIPT, "--out", str(out),
-                      "--dir", str(tmp_path / "ckpt"), "--steps", str(STEPS), "--step-sleep", "0.1"]  # fmt: skip
+        argv = RUN + ["--hosts", "h0:1,h1:1", "--replicas", "2", *c.ssh_opts, SCRIPT, "--out",
+                      str(out),
+                      "--dir", str(tmp_path / "ckpt"), "--steps", str(STEPS), "--step-sleep",
+                      "0.1"]  # fmt: skip
         proc = start_job(c, argv, log)
         # both groups took their first step together, across the hosts' link
         # (TorchFT's start takes minutes at load 20 on 2 cores: 120 s were once not enough)
@@ -51,7 +53,8 @@ def test_a_lost_host_is_a_lost_replica_group_and_the_other_trains_on(tmp_path: P
         ), text[-3000:]
         assert f"(groups 0–0 on node 0/2); TorchFT lighthouse on {first_host}:" in text
         assert (
-            "distrain run: host h1 lost: its ssh session was killed (SIGKILL); its replica group(s) 1 "
+            "distrain run: host h1 lost: its ssh session was killed (SIGKILL); its "
+            "replica group(s) 1 "
             "with it, the groups of 1 host(s) train on" in text
         ), text[-3000:]
         assert text.rstrip().endswith("distrain run: job finished on 1 of 2 host(s); lost: h1")

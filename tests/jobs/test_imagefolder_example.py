@@ -1,4 +1,4 @@
-"""examples/train_imagefolder.py on a generated class-subfolder dataset, on 1 and 2 real processes."""
+"""examples/train_imagefolder.py on a generated class-subfolder dataset, on 1 and 2 processes."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ WORLD = 2
 
 
 def _listeners(pids: set[int]) -> list[tuple[int, str, int]]:
-    """(pid, ip, port) of every TCP socket listening in `pids` (seen by the kernel, like ss -ltnp)."""
+    """(pid, ip, port) of each TCP socket listening in `pids` (seen by the kernel, as ss -ltnp)."""
     return [
         (c.pid, c.laddr.ip, c.laddr.port)
         for c in psutil.net_connections(kind="tcp")

@@ -1,13 +1,13 @@
 """The kill matrix: a SIGKILL at a random step resumes bit for bit, for the models users train.
 
-Each row is one model/loader kind (tests/scripts/matrix_job.py), run twice with ``distrain run -n 2``:
-once uninterrupted, once with a SIGKILL at a random step after the first checkpoint (of a rank, of
-one of its DataLoader workers, or of a rank halfway through writing a checkpoint) under
+Each row is one model/loader kind (tests/scripts/matrix_job.py), run twice with ``distrain run -n
+2``: once uninterrupted, once with a SIGKILL at a random step after the first checkpoint (of a rank,
+of one of its DataLoader workers, or of a rank halfway through writing a checkpoint) under
 ``--max-restarts 2``.  Both must end with the same model, optimizer state, LR, every rank's own
-buffers (BatchNorm statistics) and every rank's next random number, bit for bit.  The rows
-combine the factors so a few jobs cover them all: DDP and FSDP, plain BatchNorm and SyncBN (DDP only: distrain refuses sync_bn under FSDP),
-dropout, 0 and 2 workers (persistent too) with random augmentation, bf16 autocast, a OneCycle LR
-schedule, gradient accumulation.
+buffers (BatchNorm statistics) and every rank's next random number, bit for bit.  The rows combine
+the factors so a few jobs cover them all: DDP and FSDP, plain BatchNorm and SyncBN (DDP only:
+distrain refuses sync_bn under FSDP), dropout, 0 and 2 workers (persistent too) with random
+augmentation, bf16 autocast, a OneCycle LR schedule, gradient accumulation.
 
 The kill step and rank are drawn at random; the failure message gives the seed, and
 ``DTEST_SEED=N`` replays it.
@@ -53,7 +53,8 @@ pytestmark = pytest.mark.slow
 
 #: micro-batches each rank reads per epoch (matrix_job.py: 160 samples, 2 ranks, batches of 8)
 BATCHES_PER_EPOCH = 10
-#: batches a rank's 2 DataLoader workers hold ready ahead of the loop (torch's prefetch_factor 2 each)
+#: batches a rank's 2 DataLoader workers hold ready ahead of the loop (torch's prefetch_factor 2
+#: each)
 PREFETCHED = 4
 
 
@@ -96,7 +97,8 @@ def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) 
     ]
     result = run(cmd, timeout=JOB_TIMEOUT)
     assert result.returncode == 0, (
-        f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-5000:]}"
+        f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- "
+        f"stderr\n{result.stderr[-5000:]}"
     )
     return out, result.stdout
 

@@ -372,8 +372,9 @@ def test_torchrun_inside_a_pod_stays_torchrun(tmp_path: Path, reference: dict) -
     """A PyTorchJob whose command is torchrun (what `distrain export k8s` writes, through distrain
     run): the pod's operator variables are overwritten for the workers, LOCAL_RANK is added, and
     the workers are torchrun's, not one process per pod."""
-    pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_slurm_job_id() + 15000)}  # fmt: skip
-    run([python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", JOB, "--out", str(tmp_path),
+    pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "RANK": "0", "WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_slurm_job_id() + 15000)}  # fmt: skip
+    run([python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", JOB,
+         "--out", str(tmp_path),
          "--batch-size", str(GLOBAL_BATCH // 2)], timeout=180, env=pod, check=True)  # fmt: skip
     check_job(tmp_path, 2, "torchelastic", reference)

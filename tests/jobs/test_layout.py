@@ -151,7 +151,8 @@ def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, .
 def test_contract_and_launcher_import_no_torch() -> None:
     code = (
         "import sys, distrain.contract, distrain.launch.plan, distrain.launch.cli, distrain.cli\n"
-        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if "
+        "m.startswith('torch'))[:5]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -1,8 +1,8 @@
-"""The TorchFT lighthouse's start (launch/replicas/lighthouse.py): fast under load, and bounded with a cause.
+"""The TorchFT lighthouse's start (launch/replicas/lighthouse.py): fast under load, bounded, named.
 
-TorchFT's own ``torchft_lighthouse`` command imports torch before its Rust server starts (6.8–16.2
-s at load 4–6 on 2 cores; ``distrain run --replicas`` gave up after 10 s in 2 of 3 starts).
-distrain starts it through launch/replicas/torchft_lighthouse.py, which loads only the extension module.
+TorchFT's own ``torchft_lighthouse`` command imports torch before its Rust server starts (6.8–16.2 s
+at load 4–6 on 2 cores; ``distrain run --replicas`` gave up after 10 s in 2 of 3 starts).  distrain
+starts it through launch/replicas/torchft_lighthouse.py, which loads only the extension module.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.timeout(120)
 def test_lighthouse_listens_without_importing_torch() -> None:
-    """The real lighthouse listens, answers, and never loads libtorch (the cause of its slow start)."""
+    """The real lighthouse listens, answers, never loads libtorch (the cause of its slow start)."""
     started = time.monotonic()
     house = Lighthouse(lighthouse_program())
     took = time.monotonic() - started
@@ -65,7 +65,7 @@ def test_a_lighthouse_that_exits_is_reported_at_once_with_its_error() -> None:
 def test_a_lighthouse_that_never_listens_ends_at_the_bound_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A process that runs but never listens: stopped at DISTRAIN_LIGHTHOUSE_START_TIMEOUT, named."""
+    """A process that runs but never listens: stopped at DISTRAIN_LIGHTHOUSE_START_TIMEOUT, named"""
     monkeypatch.setenv("DISTRAIN_LIGHTHOUSE_START_TIMEOUT", "1.5")
     mute = [sys.executable, "-c", "import time; time.sleep(600)"]  # ignores the lighthouse flags
     started = time.monotonic()
@@ -87,7 +87,8 @@ def test_a_lighthouse_that_never_listens_ends_at_the_bound_naming_it(
 @pytest.mark.timeout(120)
 def test_a_malformed_bound_is_one_line(tmp_path: Path) -> None:
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
-           str(SCRIPTS / "replica_job.py"), "--out", str(tmp_path), "--dir", str(tmp_path)]  # fmt: skip
+           str(SCRIPTS / "replica_job.py"), "--out", str(tmp_path), "--dir",
+           str(tmp_path)]  # fmt: skip
     res = run(cmd, timeout=100, env={"DISTRAIN_LIGHTHOUSE_START_TIMEOUT": "soon"})
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()

@@ -1,4 +1,4 @@
-"""A one-node job listens on loopback only: every listening socket of its process tree, while it trains.
+"""A one-node job listens on loopback only: every listening socket of its process tree, in training.
 
 Real jobs (tests/scripts/replica_job.py, endless), their listeners read from each process's
 sockets (/proc/<pid>/net and fds): the launcher, the agents' stores, rank 0's store, gloo, and under
@@ -78,7 +78,8 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen[str], bound_s: float) ->
     deadline = time.monotonic() + bound_s
     while not all(p.exists() for p in paths):
         if proc.poll() is not None:
-            pytest.fail(f"the job ended (exit {proc.returncode}):\n{proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            err = proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+            pytest.fail(f"the job ended (exit {proc.returncode}):\n{err}")
         assert time.monotonic() < deadline, f"not training after {bound_s:.0f} s: {paths}"
         time.sleep(0.3)
 
@@ -146,9 +147,12 @@ def test_two_node_replicas_listen_on_their_node_address_only(tmp_path: Path) -> 
     with make_hosts(2) as hosts:
         procs = []
         for node in range(2):
-            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes", "2",
-                   "--node-rank", str(node), "--master-addr", hosts.addrs[0], "--master-port", "29500",
-                   SCRIPT, "--out", str(out), "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "1000000"]  # fmt: skip
+            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes",
+                   "2",
+                   "--node-rank", str(node), "--master-addr", hosts.addrs[0], "--master-port",
+                   "29500",
+                   SCRIPT, "--out", str(out), "--dir", str(tmp_path / f"ckpt{node}"), "--steps",
+                   "1000000"]  # fmt: skip
             procs.append(hosts.start(node, cmd, tmp_path / f"node{node}.log"))
         try:
             deadline = time.monotonic() + 200

@@ -107,7 +107,8 @@ def test_straggler_and_stopped_rank_flagged(tmp_path: Path) -> None:
     env = dict(os.environ, DISTRAIN_METRICS_INTERVAL="0.25")
     log = open(tmp_path / "job.log", "w")  # a file, not a pipe: nothing can block on it
     job = subprocess.Popen(
-        [*CLI, "run", "-n", "3", "--run-dir", str(run_dir), str(REPO / "tests" / "scripts" / "monitor_job.py"), "--seconds", "90"],
+        [*CLI, "run", "-n", "3", "--run-dir", str(run_dir),
+         str(REPO / "tests" / "scripts" / "monitor_job.py"), "--seconds", "90"],
         stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
     )  # fmt: skip
     stopped: int | None = None
@@ -262,8 +263,8 @@ def test_live_view_in_a_terminal_and_leftover_ranks(tmp_path: Path) -> None:
     assert [r["rank"] for r in snap["ranks"]] == [0, 1] and snap["status"] == "finished"
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([*CLI, "top", str(tmp_path), "--refresh", "0.3"], stdin=follower, stdout=follower,
-                            stderr=follower, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen([*CLI, "top", str(tmp_path), "--refresh", "0.3"], stdin=follower,
+                            stdout=follower, stderr=follower, start_new_session=True)  # fmt: skip
     os.close(follower)
     output = b""
     try:

@@ -1,4 +1,4 @@
-"""The same distrain script under real `mpirun` and `horovodrun`, directly and via `distrain run --launcher`."""
+"""The same distrain script under real `mpirun` and `horovodrun`, directly and via `--launcher`."""
 
 from __future__ import annotations
 
@@ -135,7 +135,8 @@ def test_horovodrun(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "horovodrun --gloo -np 2 -H localhost:2" in res.stderr
     _result(out, 2, "horovod")  # gloo mode: HOROVOD_RANK/SIZE, store address agreed through Horovod
-    # started directly; Horovod built with MPI runs mpirun underneath: the Open MPI environment applies
+    # started directly; Horovod built with MPI runs mpirun underneath: the Open MPI environment
+    # applies
     res = run(
         ["horovodrun", "-np", "2", "-H", "localhost:2", python(), SCRIPT, "--out", str(out)],
         timeout=240,

@@ -166,7 +166,8 @@ def test_wrong_iface_fails_fast(hosts2: Hosts) -> None:
         "29500",
     ]
     cases = {
-        "lo": f"--iface lo (127.0.0.1) cannot reach --master-addr {master} ({master}): this node routes it via eth0",
+        "lo": f"--iface lo (127.0.0.1) cannot reach --master-addr {master} ({master}): this node "
+        "routes it via eth0",
         "nope0": "--iface nope0: no such interface",
     }
     for iface, message in cases.items():

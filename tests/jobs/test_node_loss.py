@@ -44,7 +44,8 @@ def _rows(marker: Path) -> list[tuple[str, int, float]]:
 @pytest.mark.slow
 def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_path: Path) -> None:
     marker, ckpt = tmp_path / "first_steps", tmp_path / "ckpt"
-    flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts2.addrs[0]}:29400",
+    flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+             f"{hosts2.addrs[0]}:29400",
              "--rdzv-id", "nodeloss", "--max-restarts", "3", "-n", "1"]  # fmt: skip
     argv = [
         python(),
@@ -61,7 +62,8 @@ def test_whole_node_sigkill_survivor_resumes_within_bound(hosts2: Hosts, tmp_pat
         "0.2",
     ]
     logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
-    procs = [hosts2.start(i, argv, logs[i], env={"BENCH_NODE": f"n{i}", "BENCH_FIRST_STEP_FILE": str(marker)})
+    procs = [hosts2.start(i, argv, logs[i],
+                          env={"BENCH_NODE": f"n{i}", "BENCH_FIRST_STEP_FILE": str(marker)})
              for i in range(2)]  # fmt: skip
     deadline = time.monotonic() + 240
     while not (

@@ -64,7 +64,7 @@ def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("n", [3])
 def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
-    """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), a reduced metric."""
+    """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), metric."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     _, err = distrain_run(
         "--cpu", "-n", str(n), str(SCRIPTS / "ddp_torchrun.py"), "--out", str(tmp_path / "gpu")
@@ -81,7 +81,8 @@ def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
 @pytest.mark.slow
 def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None:
     """--local_rank on argv, torch.device("cuda", i), DDP(output_device); workers are fresh
-    interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on PYTHONPATH."""
+    interpreters (--start-method spawn), so the rehearsal comes from the sitecustomize on
+    PYTHONPATH."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     flags = ("--legacy-local-rank", "--start-method", "spawn")
     _, err = distrain_run(
@@ -124,7 +125,8 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     )
     check_lines(err, n, ("DDP(device_ids=...)",))
     assert re.search(
-        r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line \d+; it runs once",
+        r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line "
+        r"\d+; it runs once",
         err,
     ), err[-2000:]
     assert f"mapped in {n} processes" in err
@@ -211,11 +213,13 @@ def rehearsed_python(code: str, tmp_path: Path, count: int = 2) -> tuple[int, st
         ("import torch\ng = torch.cuda.CUDAGraph()\n", "torch.cuda.CUDAGraph() (CUDA graphs)"),
         ("import torch\nimport pynvml\npynvml.nvmlInit()\n", "pynvml.nvmlInit() (NVML)"),
         (
-            "import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', cpp_sources='', cuda_sources='__global__ void k() {}')\n",
+            "import torch\nfrom torch.utils.cpp_extension import load_inline\nload_inline('k', "
+            "cpp_sources='', cuda_sources='__global__ void k() {}')\n",
             "torch.utils.cpp_extension.load_inline() of a CUDA extension",
         ),
         (
-            "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
+            "import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\ndef "
+            "k(x):\n    pass\n\nk[(1,)](torch.zeros(1, device='cuda'))\n",
             "Triton kernel k",
         ),
     ],
@@ -238,7 +242,8 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
     rc, out, err = rehearsed_python(
         """
         import torch
-        assert torch.cuda.is_available() and torch.cuda.device_count() == 3 and torch.cuda.is_initialized()
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 3
+        assert torch.cuda.is_initialized()
         torch.cuda.set_device(2)
         assert torch.cuda.current_device() == 2
         with torch.cuda.device(1):
@@ -249,7 +254,8 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
             raise SystemExit("set_device(3) of 3 devices worked")
         except torch.AcceleratorError:
             pass
-        assert torch.cuda.get_device_name(0).startswith("CPU") and torch.cuda.get_device_properties(0).total_memory > 0
+        assert torch.cuda.get_device_name(0).startswith("CPU")
+        assert torch.cuda.get_device_properties(0).total_memory > 0
         assert torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated() == 0
         torch.cuda.reset_peak_memory_stats(); torch.cuda.empty_cache(); torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -259,7 +265,8 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
         torch.manual_seed(0); a = torch.rand(2)
         torch.manual_seed(0); torch.cuda.manual_seed_all(123); b = torch.rand(2)
         assert torch.equal(a, b), "cuda seeding changed the CPU stream"
-        state = torch.cuda.get_rng_state(); torch.cuda.manual_seed(7); torch.cuda.set_rng_state(state)
+        state = torch.cuda.get_rng_state(); torch.cuda.manual_seed(7)
+        torch.cuda.set_rng_state(state)
         assert torch.cuda.initial_seed() == 123
         for dev in ("cuda", "cuda:1", torch.device("cuda", 2), 0):
             assert torch.zeros(2, device=dev).device.type == "cpu"
@@ -267,9 +274,11 @@ def test_torch_cuda_answers_consistently(tmp_path: Path) -> None:
         with torch.device("cuda"):
             assert torch.nn.Linear(2, 2).weight.device.type == "cpu"
         torch.save({"w": torch.ones(2)}, "w.pt")
-        for loc in ("cuda:1", torch.device("cuda:0"), {"cpu": "cuda:2"}, lambda s, loc: s.cuda(1), None):
+        for loc in ("cuda:1", torch.device("cuda:0"), {"cpu": "cuda:2"},
+                    lambda s, loc: s.cuda(1), None):
             assert torch.load("w.pt", map_location=loc)["w"].device.type == "cpu"
-        assert torch.accelerator.current_accelerator().type == "cuda" and torch.accelerator.device_count() == 3
+        assert torch.accelerator.current_accelerator().type == "cuda"
+        assert torch.accelerator.device_count() == 3
         print("ok")
         """,
         tmp_path,
@@ -284,17 +293,22 @@ def test_legacy_types_generators_and_custom_autograd_functions(tmp_path: Path) -
         import torch
         from torch.amp import custom_bwd, custom_fwd
         x = torch.cuda.FloatTensor(3).zero_()
-        assert isinstance(x, torch.cuda.FloatTensor) and torch.cuda.LongTensor([1, 2]).dtype == torch.int64
-        assert x.type(torch.cuda.HalfTensor).dtype == torch.float16 and x.type("torch.cuda.DoubleTensor").dtype == torch.float64
+        assert isinstance(x, torch.cuda.FloatTensor)
+        assert torch.cuda.LongTensor([1, 2]).dtype == torch.int64
+        assert x.type(torch.cuda.HalfTensor).dtype == torch.float16
+        assert x.type("torch.cuda.DoubleTensor").dtype == torch.float64
         g = torch.Generator(device="cuda").manual_seed(5)
-        assert isinstance(g, torch.Generator) and isinstance(torch.default_generator, torch.Generator) and g.device.type == "cpu"
-        assert torch.equal(torch.randn(4, device="cuda", generator=g), torch.randn(4, generator=torch.Generator().manual_seed(5)))
+        assert isinstance(g, torch.Generator) and g.device.type == "cpu"
+        assert isinstance(torch.default_generator, torch.Generator)
+        assert torch.equal(torch.randn(4, device="cuda", generator=g),
+                           torch.randn(4, generator=torch.Generator().manual_seed(5)))
 
         class Exact(torch.autograd.Function):  # the usual fp32 island inside mixed precision
             @staticmethod
             @custom_fwd(device_type="cuda", cast_inputs=torch.float32)
             def forward(ctx, a):
-                assert a.dtype == torch.float32 and (a @ a.T).dtype == torch.float32, "cast_inputs/autocast-off not honoured"
+                honoured = a.dtype == torch.float32 and (a @ a.T).dtype == torch.float32
+                assert honoured, "cast_inputs/autocast-off not honoured"
                 return a * 2
 
             @staticmethod

@@ -76,7 +76,7 @@ def test_fsdp2_on_a_cuda_device_mesh_rehearses(tmp_path: Path, mode: str) -> Non
 
 @pytest.mark.timeout(300)
 def test_a_compiled_flex_attention_block_mask_rehearses(tmp_path: Path) -> None:
-    """create_block_mask(..., device="cuda", _compile=True) under --cpu: the mask a CPU run builds."""
+    """create_block_mask(..., device="cuda", _compile=True) under --cpu: a CPU run's mask."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     rehearse(tmp_path, "block_mask_compiled.py", 240)

@@ -48,13 +48,16 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     steps = 80
     # --cpu too: under a rehearsal torch.accelerator answers for stand-in GPUs, and TorchFT's
     # Manager must still not touch CUDA (it made a CUDA stream and failed on this CPU machine)
-    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", "--run-dir", str(tmp_path / "run"),
-           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", str(steps), "--kill-at", "25", "--kill-group", "1", "--kill-in-backward",
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1",
+           "--run-dir", str(tmp_path / "run"),
+           SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", str(steps),
+           "--kill-at", "25", "--kill-group", "1", "--kill-in-backward",
            "--late-group", "1", "--late", "2"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     # group 1 loads 2 s longer: group 0's first quorum waits for it (without the start marks it
-    # trained alone for those 2 s and its first step had 1 participant), so both take step 0 together
+    # trained alone for those 2 s and its first step had 1 participant), so both take step 0
+    # together
     assert [(out / f"first.{g}.0").read_text() for g in (0, 1)] == ["0 2\n", "0 2\n"]
     starts = _starts(out)
     survivor = [pid for pid, group in starts if group == 0]
@@ -91,7 +94,8 @@ def test_survivor_trains_through_a_sigkill(tmp_path: Path) -> None:
     assert snap["totals"]["heals"] == sum(e[0] == "healed" for e in events) >= 1
     once = run([python(), "-m", "distrain.cli", "top", str(tmp_path / "run"), "--once"], timeout=60)
     assert re.search(
-        rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals [12] \(last: group 1 from group 0",
+        rf"replica groups: group 0 finished step {steps} · group 1 finished step {steps} · heals "
+        r"[12] \(last: group 1 from group 0",
         once.stdout,
     ), once.stdout
 
@@ -145,7 +149,8 @@ def test_two_by_two_one_process_killed_then_every_group_killed(tmp_path: Path) -
     out.mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT,
            "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "100", "--every", "5",
-           "--kill", "20:1:1", "--kill", "42:0:0", "--kill", "42:1:0", "--hold-for-restart", "30"]  # fmt: skip
+           "--kill", "20:1:1", "--kill", "42:0:0", "--kill", "42:1:0", "--hold-for-restart",
+           "30"]  # fmt: skip
     res = run(cmd, timeout=380)
     assert res.returncode == 0, res.stderr[-3000:]
     resumed = _resumed(out)
@@ -187,8 +192,10 @@ def test_fsdp_inside_groups_survivor_trains_through_a_sigkill(tmp_path: Path) ->
     every rank ends with the same shard as its peer in the other group."""
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT, "--strategy", "fsdp",
-           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--every", "10", "--kill", "25:1:1"]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", SCRIPT,
+           "--strategy", "fsdp",
+           "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60", "--every", "10",
+           "--kill", "25:1:1"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     starts = _starts(out)
@@ -226,9 +233,12 @@ def test_groups_on_two_nodes_survivor_trains_through_a_sigkill(tmp_path: Path) -
     with make_hosts(2) as hosts:
         procs, logs = [], [tmp_path / "node0.log", tmp_path / "node1.log"]
         for node in range(2):
-            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes", "2", "--node-rank", str(node),
-                   "--master-addr", hosts.addrs[0], "--master-port", "29500", SCRIPT, "--out", str(out),
-                   "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "60", "--kill-at", "25", "--kill-group", "1"]  # fmt: skip
+            cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", "--nnodes",
+                   "2", "--node-rank", str(node),
+                   "--master-addr", hosts.addrs[0], "--master-port", "29500", SCRIPT, "--out",
+                   str(out),
+                   "--dir", str(tmp_path / f"ckpt{node}"), "--steps", "60", "--kill-at", "25",
+                   "--kill-group", "1"]  # fmt: skip
             procs.append(hosts.start(node, cmd, logs[node]))
         codes = hosts.wait(procs, 240, logs)
     texts = [log.read_text() for log in logs]
@@ -270,9 +280,10 @@ def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_
     alone: another model, exit code 0); both end at step 40, equal rank by rank."""
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", "--run-dir", str(tmp_path / "run"),
-           SCRIPT, "--strategy", "fsdp", "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "40",
-           "--every", "10", "--kill", "25:1:1", "--late-restart", "8"]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", "--run-dir",
+           str(tmp_path / "run"),
+           SCRIPT, "--strategy", "fsdp", "--out", str(out), "--dir", str(tmp_path / "ckpt"),
+           "--steps", "40", "--every", "10", "--kill", "25:1:1", "--late-restart", "8"]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     finals = _finals_2(out)
@@ -297,13 +308,15 @@ def test_a_replacement_back_after_the_survivor_ended_copies_its_final_state(tmp_
 def test_groups_that_end_with_different_states_fail_the_job_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", SCRIPT, "--out", str(out),
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", SCRIPT, "--out",
+           str(out),
            "--dir", str(tmp_path / "ckpt"), "--steps", "10", "--perturb-group", "1"]  # fmt: skip
     res = run(cmd, timeout=180)
     assert res.returncode == 1, res.stderr[-3000:]
     errors = [line for line in res.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith(
-        "distrain run: error: replica groups ended with different states: rank 0 of group 0 at step 10, state "
+        "distrain run: error: replica groups ended with different states: rank 0 of group 0 "
+        "at step 10, state "
     ), res.stderr[-3000:]
 
 
@@ -316,7 +329,8 @@ def test_docs_first_command_without_a_checkpoint_dir_ends_groups_equal(tmp_path:
     import psutil
 
     log = tmp_path / "stdout"
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", str(EXAMPLES / "train_digits.py"),
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
+           str(EXAMPLES / "train_digits.py"),
            "--epochs", "6", "--out", str(tmp_path / "model")]  # fmt: skip
     with open(log, "w") as stdout:
         proc = subprocess.Popen(

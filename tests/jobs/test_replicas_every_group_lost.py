@@ -1,13 +1,13 @@
 """Every replica group lost at once: the group back first waits for the one with the newer state.
 
-Each group restarts from its own newest checkpoint, and those differ: a group that healed after
-its last save has an older one.  The group back first used to train alone from its older step,
-so the other, back later with a newer state, found it at the same step with another history
-(two states, no heal: `test_two_by_two_…_every_group_killed` ended with "replica groups ended
-with different states" once under load) or ahead (the newer state thrown away).  Here the order
-is forced: group 1 is killed at step 12 (its last save: step 10), comes back after group 0
-saved step 40 (group 0 waits at step 42 until it restores) and heals from group 0, then both are killed at their first step together at or
-after 45; group 0's restart is held 10 s, so group 1 (disk: step 10) is back first.
+Each group restarts from its own newest checkpoint, and those differ: a group that healed after its
+last save has an older one.  The group back first used to train alone from its older step, so the
+other, back later with a newer state, found it at the same step with another history (two states, no
+heal: `test_two_by_two_…_every_group_killed` ended with "replica groups ended with different states"
+once under load) or ahead (the newer state thrown away).  Here the order is forced: group 1 is
+killed at step 12 (its last save: step 10), comes back after group 0 saved step 40 (group 0 waits at
+step 42 until it restores) and heals from group 0, then both are killed at their first step together
+at or after 45; group 0's restart is held 10 s, so group 1 (disk: step 10) is back first.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ def test_the_group_back_first_heals_from_the_newer_state(tmp_path: Path) -> None
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     out.mkdir()
     group0_saved_40 = ckpt / "replica_0" / "step_00000040"
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1", str(SCRIPTS / "replica_job.py"),
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
+           str(SCRIPTS / "replica_job.py"),
            "--out", str(out), "--dir", str(ckpt), "--steps", "80", "--every", "10",
-           "--kill", "12:1:0", "--hold-start", f"1:1:{group0_saved_40}", "--hold", f"42:0:{out}/restoring.1.0.1",
+           "--kill", "12:1:0", "--hold-start", f"1:1:{group0_saved_40}", "--hold",
+           f"42:0:{out}/restoring.1.0.1",
            "--kill", "45:0:0", "--kill", "45:1:0", "--hold-start", "0:1:10"]  # fmt: skip
     res = run(cmd, timeout=360, env={"DISTRAIN_FT_START_WAIT": "120"})
     assert res.returncode == 0, res.stderr[-4000:]

@@ -30,9 +30,10 @@ def test_a_heal_that_fails_on_one_rank_restarts_the_group(tmp_path: Path) -> Non
     out.mkdir()
     # rank 1 of group 1 is killed at step 25; its replacement (attempt 1) fails to configure the
     # cross-group group at its first quorum, so only rank 0 of group 1 heals
-    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2", str(SCRIPTS / "replica_job.py"),
-           "--strategy", "fsdp", "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", "60",
-           "--every", "10", "--kill", "25:1:1"]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "2",
+           str(SCRIPTS / "replica_job.py"),
+           "--strategy", "fsdp", "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps",
+           "60", "--every", "10", "--kill", "25:1:1"]  # fmt: skip
     res = run(cmd, timeout=240, env=fault_env(DTEST_FAULT_FT_CONFIGURE="1:1:1"))
     assert res.returncode == 0, res.stderr[-4000:]
     assert "DTEST_FAULT_FT_CONFIGURE: injected" in res.stderr, res.stderr[-4000:]  # the fault fired

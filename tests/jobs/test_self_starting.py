@@ -47,7 +47,8 @@ def test_process_loop_runs_once_and_trains(cpu: bool) -> None:
         ), err[-2000:]
     else:
         assert re.search(
-            r"distrain run: process_tutorial\.py starts its own workers \(torch\.multiprocessing\.Process "
+            r"distrain run: process_tutorial\.py starts its own workers "
+            r"\(torch\.multiprocessing\.Process "
             r"at line \d+\); running it once \(not 2 copies\)",
             err,
         ), err[-2000:]

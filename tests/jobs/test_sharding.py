@@ -99,7 +99,7 @@ def test_init_model_equals_one_process_init(jobs: Path) -> None:
 
 
 def test_strategy_object_options_reach_fully_shard(jobs: Path) -> None:
-    """fsdp-seeded passes distrain.FSDP(reshard_after_forward=False): backward gathers nothing again.
+    """fsdp-seeded passes distrain.FSDP(reshard_after_forward=False): backward gathers nothing again
 
     Were the object's option dropped on the way to fully_shard, it would gather as often as the
     "fsdp" run (each unit again in backward); its training equals one process (tested above).
@@ -110,7 +110,7 @@ def test_strategy_object_options_reach_fully_shard(jobs: Path) -> None:
 
 
 def test_activation_checkpointing_under_fsdp(jobs: Path) -> None:
-    """Each block recomputed in backward (checkpoint_wrapper, then sharded): same training, same names."""
+    """Each block recomputed in backward (checkpoint_wrapper, then sharded): same training."""
     ref = results(jobs, "plain")[0]
     rank0 = results(jobs, "fsdp-ac")[0]
     assert rank0["checkpointed_blocks"] == 5  # 3 Blocks, 2 nn.TransformerEncoderLayers
@@ -154,7 +154,8 @@ def test_hsdp_defaults_to_one_replica_per_node(jobs: Path) -> None:
 SYNC_BN = """
 import torch, distrain
 ctx = distrain.init(verbose=False)
-ctx.prepare_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2)), strategy="fsdp", sync_bn=True)
+model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+ctx.prepare_model(model, strategy="fsdp", sync_bn=True)
 print("not refused")
 """
 

@@ -1,12 +1,12 @@
-"""gloo + DDP/FSDP can hang or abort at interpreter exit: a 2-rank job must exit with its group gone.
+"""gloo + DDP/FSDP can hang or abort at exit: a 2-rank job must exit with its group gone.
 
 An exit abort ("terminate called without an active exception") is rare (about 2 suite runs in 10 had
 one rank of ~100 jobs abort), so a count of jobs cannot catch it.  Its cause can be seen every time:
 the group's native threads (gloo's loops, rank 0's store) still alive after distrain's exit handler,
-because something still references the group (torch.distributed.nn's `group=group.WORLD` defaults when
-imported after the group formed; FSDP's device mesh held by the optimizer's parameters; the
-checkpointer's DCP group held by the script's checkpointer).  Each job
-prints those threads at its very end; any left fails the test, and so does an exit that hangs."""
+because something still references the group (torch.distributed.nn's `group=group.WORLD` defaults
+when imported after the group formed; FSDP's device mesh held by the optimizer's parameters; the
+checkpointer's DCP group held by the script's checkpointer).  Each job prints those threads at its
+very end; any left fails the test, and so does an exit that hangs."""
 
 from __future__ import annotations
 

@@ -65,9 +65,12 @@ def _export_digits(
     shutil.copy(EXAMPLES / "train_digits.py", work / "train_digits.py")
     script = work / "digits.sbatch"
     fixed = ["--port", str(_free_port())] if port else []
-    run([python(), "-m", "distrain.cli", "export", "slurm", str(work / "train_digits.py"), "--nnodes", str(nodes), "--nproc-per-node",
-         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", *fixed, "--name", "digits",
-         "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir", str(ckpt)],
+    run([python(), "-m", "distrain.cli", "export", "slurm", str(work / "train_digits.py"),
+         "--nnodes", str(nodes), "--nproc-per-node",
+         str(2 // nodes), "--gpus-per-node", "0", "--cpus-per-node", "2", *fixed, "--name",
+         "digits",
+         "--out", str(script), "--", "--epochs", str(epochs), "--out", str(out), "--checkpoint-dir",
+         str(ckpt)],
         timeout=120, cwd=work, check=True)  # fmt: skip
     return script
 
@@ -80,7 +83,7 @@ def _output(work: Path, job_id: str) -> str:
 def _wait_output(
     slurm: SlurmCluster, work: Path, job_id: str, pattern: str, after: int, timeout: float
 ) -> int:
-    """Wait for `pattern` in the job's output past offset `after`; the offset just past the match."""
+    """Wait for `pattern` in the job's output past offset `after`; the offset just past the match"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         match = re.compile(pattern).search(_output(work, job_id), after)
@@ -90,7 +93,8 @@ def _wait_output(
             break
         time.sleep(0.2)
     raise AssertionError(
-        f"no {pattern!r} in the output of job {job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}"
+        f"no {pattern!r} in the output of job "
+        f"{job_id}:\n{_output(work, job_id)[-4000:]}\n{slurm.logs()}"
     )
 
 
@@ -136,13 +140,15 @@ def test_srun_tasks_detect_slurm_from_slurmd_environment(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
     out = tmp_path / "ranks"
-    res = slurm.cmd("srun", "-n", "2", "--cpus-per-task=1", python(), str(REPO / "tests" / "scripts" / "core_job.py"),
+    res = slurm.cmd("srun", "-n", "2", "--cpus-per-task=1", python(),
+                    str(REPO / "tests" / "scripts" / "core_job.py"),
                     "--out", str(out), "--mode", "train", timeout=300, check=False)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:] + slurm.logs()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["launcher"] for r in ranks] == ["slurm", "slurm"]
     assert [(r["rank"], r["world_size"], r["local_rank"]) for r in ranks] == [(0, 2, 0), (1, 2, 1)]
-    # one process group over both tasks: DDP made the different initial weights equal and kept them so
+    # one process group over both tasks: DDP made the different initial weights equal and kept them
+    # so
     assert ranks[0]["initial"] == ranks[1]["initial"] and ranks[0]["final"] == ranks[1]["final"]
     assert ranks[0]["final"] != ranks[0]["initial"]
 
@@ -208,7 +214,8 @@ def test_time_limit_warning_then_preemption_requeue_and_resume_exactly(
         timeout=120,
     )
     _wait_requeued(slurm, job_id, restarts=1)
-    # 2. a real preemption: a job in the higher-priority partition needs the CPUs; SLURM sends SIGTERM
+    # 2. a real preemption: a job in the higher-priority partition needs the CPUs; SLURM sends
+    #    SIGTERM
     seen = _wait_output(slurm, work, job_id, r"resumed from .*step_\d+", seen, timeout=300)
     seen = _wait_output(slurm, work, job_id, r"epoch \d+/", seen, timeout=300)
     urgent = slurm.sbatch_wrap("true", "--partition=high", "--cpus-per-task=2", cwd=work)

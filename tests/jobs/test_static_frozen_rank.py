@@ -1,4 +1,4 @@
-"""A static two-node job with a rank frozen for good: every node stops within a bound, a rerun resumes.
+"""A static two-node job with a rank frozen for good: every node stops in a bound, a rerun resumes.
 
 A SIGSTOPped rank looks alive to its own node's agent, and a static rendezvous tells that agent
 nothing about the other node: the watchdog's verdict (on the other node) stopped or restarted
@@ -46,7 +46,8 @@ def _start(
         "DISTRAIN_NUM_THREADS": "1",
     }
     procs = [
-        hosts.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
+        hosts.start(i,
+                    [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
                         "--dir", str(ckpt), "--steps", str(steps), "--sleep", "0.2"], logs[i],
                     env={**env, "BENCH_NODE": f"n{i}"})
         for i in range(2)

@@ -1,4 +1,4 @@
-"""A static two-node job loses one node's launcher: the survivor stops within a bound, a rerun resumes.
+"""A static two-node job loses a node's launcher: the survivor stops in a bound, a rerun resumes.
 
 A static rendezvous has no membership signal.  When node 1's `distrain run` is SIGKILLed, node
 0's rank fails (its peer's connections reset) and node 0's agent restarts it; the restarted rank
@@ -51,8 +51,10 @@ def _start(
         "DISTRAIN_NUM_THREADS": "1",
     }
     procs = [
-        hosts.start(i, [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
-                        "--dir", str(ckpt), "--steps", "40", "--sleep", "0.2"], logs[i], env={**env, "BENCH_NODE": f"n{i}"})
+        hosts.start(i,
+                    [python(), "-m", "distrain.cli", "run", *flags, "--node-rank", str(i), SCRIPT,
+                        "--dir", str(ckpt), "--steps", "40", "--sleep", "0.2"], logs[i],
+                    env={**env, "BENCH_NODE": f"n{i}"})
         for i in range(2)
     ]  # fmt: skip
     return procs, logs
@@ -77,7 +79,8 @@ def test_static_node_launcher_killed_survivor_stops_and_rerun_resumes(
         code = procs[0].wait(timeout=STOP_BOUND_S)
     except subprocess.TimeoutExpired:
         pytest.fail(
-            f"node 0 still waiting {STOP_BOUND_S} s after node 1's launcher died\n{logs[0].read_text()[-4000:]}"
+            f"node 0 still waiting {STOP_BOUND_S} s after node 1's launcher "
+            f"died\n{logs[0].read_text()[-4000:]}"
         )
     took = time.monotonic() - killed
     text = logs[0].read_text()

@@ -65,7 +65,8 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
     elapsed = time.monotonic() - start
     console0, console1 = (log.read_text() for log in logs)
     assert codes[0] == 124 and codes[1] != 0, (codes, console0, console1)
-    # the launching console (node 0, where rank 0 runs) names the rank on the other node and its step
+    # the launching console (node 0, where rank 0 runs) names the rank on the other node and its
+    # step
     summary = [
         line
         for line in console0.splitlines()
@@ -121,7 +122,7 @@ PLAIN = str(REPO / "tests" / "scripts" / "plain_step_hang.py")
 
 @pytest.mark.timeout(200)
 def test_watchdog_arms_on_a_bare_optimizer_step() -> None:
-    """The README's converted script steps with opt.step(), not ctx.step(): the watchdog must see it."""
+    """The README's converted script steps with opt.step(), not ctx.step(): the watchdog sees it."""
     from helpers import run
 
     res = run(

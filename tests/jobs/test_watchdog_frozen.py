@@ -61,9 +61,10 @@ def test_a_frozen_rank_0_is_named_and_the_job_stops(tmp_path: Path) -> None:
 def test_a_rank_frozen_after_its_training_is_named_and_the_job_stops(tmp_path: Path) -> None:
     """Rank 1 SIGSTOPs itself after its training loop (chaos campaign, seed 16 trial 8): rank 0's
     script ends, and its watchdog, which used to end with it, names rank 1 and stops the job."""
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", "--max-restarts", "0",
-           str(SCRIPTS / "ckpt_worker.py"), "--epochs", "4", "--step-sleep", "0.05", "--freeze-after-loop",
-           "--out", str(tmp_path / "final.pt")]  # fmt: skip
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", "--max-restarts",
+           "0",
+           str(SCRIPTS / "ckpt_worker.py"), "--epochs", "4", "--step-sleep", "0.05",
+           "--freeze-after-loop", "--out", str(tmp_path / "final.pt")]  # fmt: skip
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)  # fmt: skip
     try:

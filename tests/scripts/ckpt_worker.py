@@ -13,11 +13,12 @@ Faults are injected deterministically, never by racing a timer:
   --hang-at K          sleep for good right after optimizer step K, on any attempt (the watchdog)
   --linger S           the other ranks sleep S seconds at that step (they outlive the fault, so
                        their node's agent sees a membership change, not a failure of its own)
---strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp", shard=nn.Linear)``: each Linear, then the root) instead
-of DDP.  --out (and --dump-restored) hold the full, unsharded model and optimizer state in
-DCP's naming (parameter names as keys), the same for every strategy.
-Faults fire on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0) and only when the
-checkpoint directory has no FAULT_DONE marker, so a fresh start after a fault trains normally.
+--strategy fsdp shards the model with FSDP2 (``ctx.prepare_model(strategy="fsdp",
+shard=nn.Linear)``: each Linear, then the root) instead of DDP.  --out (and --dump-restored) hold
+the full, unsharded model and optimizer state in DCP's naming (parameter names as keys), the same
+for every strategy.  Faults fire on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0) and
+only when the checkpoint directory has no FAULT_DONE marker, so a fresh start after a fault trains
+normally.
 """
 
 import argparse

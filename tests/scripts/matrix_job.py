@@ -1,4 +1,4 @@
-"""Test-only training job for the kill matrix (tests/jobs/test_kill_matrix.py): one model/loader kind per run.
+"""Test-only job for the kill matrix (tests/jobs/test_kill_matrix.py): one model/loader kind a run.
 
 The kinds users train, chosen by flags: a small CNN with plain BatchNorm (or ``--sync-bn``), or an
 MLP with dropout; DDP or FSDP (``--strategy``); a dataset whose ``__getitem__`` augments with

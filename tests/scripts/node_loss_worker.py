@@ -1,4 +1,6 @@
-"""Elastic training job for tests/jobs/test_node_loss.py and benchmarks/recovery/node_loss.py: a small MLP, checkpoint every 5 steps.
+"""Elastic training job for test_node_loss.py and benchmarks/recovery/node_loss.py: a small MLP.
+
+It checkpoints every 5 steps.
 
 Every rank appends "host restart_count world_size time step" to BENCH_FIRST_STEP_FILE after
 the first optimizer step of each start (the resumed step is the one after the checkpoint);
@@ -41,7 +43,8 @@ while step < args.steps:
         if step == start + 1:
             with open(os.environ["BENCH_FIRST_STEP_FILE"], "a") as f:
                 f.write(
-                    f"{os.environ.get('BENCH_NODE', '?')} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
+                    f"{os.environ.get('BENCH_NODE', '?')} "
+                    f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
                     f"{ctx.world_size} {time.time()} {step}\n"
                 )
         time.sleep(args.sleep)

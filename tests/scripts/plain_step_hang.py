@@ -1,4 +1,4 @@
-"""Steps with a bare `opt.step()` (the README's converted script style); rank --hang-rank sleeps at --hang-step.
+"""Steps with a bare `opt.step()` (the README's converted style); --hang-rank sleeps at --hang-step.
 
 --unprepared: the optimizer updates a model that was never given to ctx.prepare_model.
 """

@@ -38,7 +38,8 @@ p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK, rep
 p.add_argument(
     "--kill-in-backward",
     action="store_true",
-    help="--kill-at fires inside the backward of the next step, while the other groups wait in its all-reduce",
+    help="--kill-at fires inside the backward of the next step, while the other groups wait "
+    "in its all-reduce",
 )
 p.add_argument("--strategy", default="ddp", help="ddp or fsdp inside each group")
 p.add_argument(
@@ -72,14 +73,16 @@ p.add_argument(
     action="append",
     default=[],
     help="STEP:GROUP:FILE (repeatable): at STEP the processes of GROUP wait (<= 120 s) until FILE "
-    "exists (each process leaves restoring.<group>.<rank>.<attempt> in --out just before its restore)",
+    "exists (each process leaves restoring.<group>.<rank>.<attempt> in --out just "
+    "before its restore)",
 )
 p.add_argument(
     "--hold-for-restart",
     type=int,
     default=-1,
     help="at this step, a process whose group was not restarted waits (<= 120 s) until some "
-    "process started again (the replacement of a fault), so a slow replacement still finds it training",
+    "process started again (the replacement of a fault), so a slow replacement still "
+    "finds it training",
 )
 p.add_argument(
     "--trace",
@@ -189,7 +192,8 @@ def _trace(step: int, committed: bool) -> None:
     m = ctx.replicas.manager
     with open(os.path.join(args.out, f"trace.{group}.{ctx.rank}.{os.getpid()}"), "a") as f:
         f.write(
-            f"{step} {m.current_step()} {int(committed)} {m.num_participants()} {loader.state_dict()} {_digest()}\n"
+            f"{step} {m.current_step()} {int(committed)} {m.num_participants()} "
+            f"{loader.state_dict()} {_digest()}\n"
         )
 
 

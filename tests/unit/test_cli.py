@@ -1,4 +1,4 @@
-"""cli.py: the `distrain` command's dispatch: help, version, unknown commands, exit codes of subcommands."""
+"""cli.py: the `distrain` command's dispatch: help, version, unknown commands, subcommand exits."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_unknown_command_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["train"]) == 2
     assert (
         capsys.readouterr().err
-        == "distrain: error: unknown command 'train' (choose from run, doctor, bench, top, export)\n"
+        == "distrain: error: unknown command 'train' (choose from run, doctor, "
+        "bench, top, export)\n"
     )
 
 

@@ -1,4 +1,4 @@
-"""distrain.contract and distrain.errors: the launcher↔worker names, exit codes, parsers, CLI errors."""
+"""distrain.contract and distrain.errors: launcher↔worker names, exit codes, parsers, CLI errors."""
 
 from __future__ import annotations
 

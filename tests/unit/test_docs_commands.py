@@ -77,7 +77,7 @@ def shell_lines(page: Path) -> list[tuple[int, str]]:
 
 
 def tool_commands(page: Path) -> list[tuple[int, list[str]]]:
-    """(line, argv after `distrain`) for the tool commands (not `run`) among the page's shell lines."""
+    """(line, argv after `distrain`) for the tool commands (not `run`) in the page's shell lines."""
     found = []
     for number, text in shell_lines(page):
         match = re.match(r"\s*(?:\S+=\S+\s+)*distrain\s+(?!run\b)(\S.*)", text)

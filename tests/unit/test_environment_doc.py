@@ -47,7 +47,8 @@ def test_tests_and_benchmarks_use_no_undocumented_product_names() -> None:
             found.setdefault(name, set()).update(files)
     unknown = {name: sorted(files) for name, files in found.items() if name not in documented()}
     assert not unknown, (
-        f"not product variables (test-only ones are named DTEST_*, documented ones have a row): {unknown}"
+        "not product variables (test-only ones are named DTEST_*, documented ones have "
+        f"a row): {unknown}"
     )
 
 

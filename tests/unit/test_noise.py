@@ -1,4 +1,4 @@
-"""distrain/noise.py: the list of torch's and TorchFT's known lines matches exactly, and debug shows all."""
+"""distrain/noise.py: the list of torch's and TorchFT's known lines matches exactly; debug: all."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def test_known_lines_are_matched_and_nothing_else() -> None:
         "torch.multiprocessing.spawn", "Terminating process 32428 via signal SIGTERM"
     )
     assert noise.known("torch.distributed.elastic.multiprocessing.api",
-                       "failed (exitcode: -9) local_rank: 1 (pid: 379) of fn: run_script (start_method: forkserver)")  # fmt: skip
+                       "failed (exitcode: -9) local_rank: 1 (pid: 379) of fn: run_script "
+                       "(start_method: forkserver)")  # fmt: skip
     assert noise.known(
         "torchft.manager",
         "[distrain_0:959b/0 - step 24] got exception waiting for work [...] Read error",

@@ -46,7 +46,8 @@ SECTIONS = {
 #: claims the Chinese page once made that the English docs contradict: (pattern, why it is wrong)
 RETRACTED = [
     (r"检查点目录必须是各节点共享的",
-     "docs/checkpointing.md, 'Per-node disks': DDP jobs keep a complete checkpoint on each node's own disk"),
+     "docs/checkpointing.md, 'Per-node disks': DDP jobs keep a complete checkpoint on "
+     "each node's own disk"),
 ]  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""settings.py: a worker's DISTRAIN_* settings, read once; argument > environment > default; one-line errors."""
+"""settings.py: a worker's DISTRAIN_* settings: argument > environment > default; errors."""
 
 from __future__ import annotations
 

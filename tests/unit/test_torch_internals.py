@@ -41,7 +41,7 @@ def _module_names(module: str) -> set[str]:
 
 
 def _attributes_defined(tree: ast.AST) -> set[str]:
-    """Attributes a module gives its own objects: ``self._x = ...``, ``cls._x = ...``, class-body names."""
+    """Attributes a module gives its own objects: ``self._x = ...``, ``cls._x = ...``, class."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -152,8 +152,10 @@ def test_every_private_torch_or_python_name_is_listed() -> None:
         if names - listed.get(f, set())
     }
     assert not missing, (
-        f"private names used but not in docs/torch_internals.md: {missing}. If torch's or Python's, add a row "
-        "(what, why, what breaks, which test catches it); if distrain's own, reach it through a public method or property"
+        f"private names used but not in docs/torch_internals.md: {missing}. If torch's or "
+        "Python's, add a row "
+        "(what, why, what breaks, which test catches it); if distrain's own, reach it through a "
+        "public method or property"
     )
 
 
@@ -182,5 +184,6 @@ class Mine:
         return module._parameters, ctx._monitor, module._distrain_state
 """
     assert private_uses(ast.parse(source)) == {
-        "_checkpoint", "_get_default_store", "_dynamo", "_inductor", "_reset_parameters", "_parameters", "_monitor",
+        "_checkpoint", "_get_default_store", "_dynamo", "_inductor", "_reset_parameters",
+                                               "_parameters", "_monitor",
     }  # fmt: skip

@@ -1,4 +1,4 @@
-"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
+"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable exactly.
 
 :class:`Checkpointer` (what ``ctx.checkpointer(...)`` returns) saves and restores, from the
 :class:`JobHandles` it is given (the process, the store, callbacks: never the Context itself);

@@ -1,4 +1,4 @@
-"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable bit for bit.
+"""Checkpoints that never lose work: atomic, checksummed, sharded through DCP, resumable exactly.
 
 The files and their layout are :mod:`distrain.checkpoint.files`.  Models and their
 optimizers are saved with torch.distributed.checkpoint (DCP) from
@@ -41,7 +41,8 @@ from distrain.errors import recurring
 from distrain.events import emit
 from distrain.worker.signals import Preemption
 
-#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective in effect)
+#: numbers Checkpointer instances in creation order (the same on every rank: creation is collective
+#: in effect)
 _instances = itertools.count()
 
 #: how long DCP's collectives (and rank 0's wait for the other ranks' files) may take
@@ -132,7 +133,7 @@ class Checkpointer:
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
-        """The gloo group DCP saves and loads over (None before restore() and without a process group).
+        """The gloo group DCP saves and loads over (None before restore() or without a group).
 
         Its own group, not the default one: a background save's collectives cannot interleave
         with the training loop's.
@@ -184,7 +185,7 @@ class Checkpointer:
         return self._restore_per_node(found)
 
     def mark(self, step: int | None, path: str) -> None:
-        """Tell `distrain run` which step a restart resumes from (the node's leader; not under --replicas)."""
+        """Tell `distrain run` the step a restart resumes from (node leader; not --replicas)."""
         if self.handles.replicas is None and self.process.rank == self.topology.leader:
             emit("checkpoint", self.handles.job_dir, step=step, path=path)
 
@@ -220,7 +221,8 @@ class Checkpointer:
                 self._reg.load_dcp_state(state)
                 loading.load_plain(self._reg, shared, f"rank {src}'s copy of step {best}")
                 _warn(
-                    f"step {best} is not on this node's disk: received it from rank {src}; this rank keeps its own RNG state"
+                    f"step {best} is not on this node's disk: received it from rank {src}; this "
+                    "rank keeps its own RNG state"
                 )
                 resumed = self._resumed(
                     shared, f"{self.directory}/step_{best:08d} (from rank {src})"
@@ -238,7 +240,8 @@ class Checkpointer:
         self._last_saved = step
         if self.handles.main:
             print(
-                f"distrain: resumed from {where} (step {step}, saved on {shared['world_size']} rank(s))",
+                f"distrain: resumed from {where} (step {step}, saved on "
+                f"{shared['world_size']} rank(s))",
                 flush=True,
             )
         self.extra.update(shared.get("extra", {}))

@@ -65,7 +65,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def load_metadata(path: str) -> Metadata:
-    """Unpickle a DCP ``.metadata`` file with the restricted unpickler (one-line error if refused)."""
+    """Unpickle a DCP ``.metadata`` file with the restricted unpickler (one line if refused)."""
     try:
         with open(path, "rb") as f:
             metadata = _MetadataUnpickler(f).load()
@@ -101,7 +101,7 @@ class SafeReader(FileSystemReader):
 
 
 class WeightsOnlyPlanner(DefaultLoadPlanner):
-    """DCP's default load planner, reading non-tensor values with ``torch.load(weights_only=True)``."""
+    """DCP's default load planner; non-tensor values load with ``torch.load(weights_only=True)``."""
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         """Load one non-tensor value (an lr, a step count) without unpickling objects."""

@@ -1,13 +1,13 @@
-"""The checkpoint directory on disk: atomic files, checksums, the manifest, finding the newest valid one.
+"""The checkpoint directory on disk: atomic files, checksums, the manifest, the newest valid one.
 
 Layout of a checkpoint directory (format 2)::
 
     DIR/step_00000120/.metadata        DCP's index of the sharded state (written by rank 0)
     DIR/step_00000120/__0_0.distcp     DCP: model + optimizer tensors written by rank 0
     DIR/step_00000120/__1_0.distcp     … by rank 1 (its FSDP shard, or its part of a DDP replica)
-    DIR/step_00000120/shared.pt        rank 0: scheduler, GradScaler, loader, step, world size, extras
+    DIR/step_00000120/shared.pt        rank 0: scheduler, GradScaler, loaders, step, world, extras
     DIR/step_00000120/rank_00001.pt    every rank: its RNG states (Python, NumPy, torch CPU, CUDA)
-    DIR/step_00000120/manifest.json    sha256 and size of EVERY file above; written after all of them
+    DIR/step_00000120/manifest.json    sha256 and size of EVERY file above; written after them
     DIR/latest                         "step_00000120", written last (for people and tools)
 
 A ``step_…`` directory is complete or absent: files are written into ``DIR/.tmp-step_…`` and
@@ -130,7 +130,8 @@ def load_file(path: str) -> Any:
             detail[0] if detail else "",
         )
         raise CheckpointError(
-            f"refusing to load {path}: it contains a pickled Python object, not only tensors and plain data "
+            f"refusing to load {path}: it contains a pickled Python object, not only "
+            "tensors and plain data "
             f"(torch.load weights_only=True: {hint})"
         ) from None
 
@@ -156,7 +157,8 @@ def read_manifest(ckpt_dir: str) -> tuple[dict[str, Any] | None, str | None]:
     if manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
         return (
             None,
-            f"{path} has an unknown format {manifest.get('format')!r} (this distrain reads {LEGACY_FORMAT} and {FORMAT})",
+            f"{path} has an unknown format {manifest.get('format')!r} (this distrain reads "
+            f"{LEGACY_FORMAT} and {FORMAT})",
         )
     if type(manifest.get("step")) is not int or type(manifest.get("world_size", 1)) is not int:
         return None, f"{path} is malformed (step/world_size not integers)"
@@ -194,7 +196,10 @@ def verify(ckpt_dir: str) -> str | None:
     files: dict[str, dict[str, Any]] = manifest["files"]
     for name in sorted(os.listdir(ckpt_dir)):
         if name != MANIFEST and name not in files:
-            return f"{os.path.join(ckpt_dir, name)} is not listed in {MANIFEST} (added after the save?)"
+            return (
+                f"{os.path.join(ckpt_dir, name)} is not listed in {MANIFEST} (added "
+                "after the save?)"
+            )
     for name, meta in files.items():
         path = os.path.join(ckpt_dir, name)
         if not os.path.isfile(path):

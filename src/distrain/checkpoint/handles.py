@@ -1,7 +1,7 @@
 """What a checkpointer takes from the job around it, given explicitly: :class:`JobHandles`.
 
-The Context builds one (``ctx.checkpointer``); a test or an embedding program can build one
-from a :class:`~distrain.worker.process.ProcessInfo` alone.  Nothing here reaches back into the Context.
+The Context builds one (``ctx.checkpointer``); a test or an embedding program can build one from a
+:class:`~distrain.worker.process.ProcessInfo` alone.  Nothing here reaches back into the Context.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Resumed:
 
 
 class Healer(Protocol):
-    """What a checkpointer asks of the replica groups of `distrain run --replicas` (worker/replicas/training.py)."""
+    """What a checkpointer asks of `run --replicas`'s groups (worker/replicas/training.py)."""
 
     def checkpoint_dir(self, directory: str) -> str:
         """This group's own folder inside `directory`."""
@@ -55,7 +55,7 @@ def _ignore(_method: Callable[[], None]) -> None:
 
 @dataclass(frozen=True)
 class JobHandles:
-    """The process, handles, settings and callbacks a checkpointer uses (defaults: one plain process).
+    """The process, handles, settings and callbacks a checkpointer uses (default: a plain process).
 
     - ``process``: rank, world, node, device, backend; its collectives run over the default group.
     - ``is_main``: whether this is the process that prints (None: rank 0; under ``--replicas``

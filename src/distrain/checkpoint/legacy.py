@@ -28,7 +28,8 @@ def load(path: str, reg: Registered) -> dict[str, Any]:
     states = shared.get("objects") if isinstance(shared, dict) else None
     if not isinstance(states, dict):
         raise CheckpointError(
-            f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with an empty directory"
+            f"{path}: not a distrain 0.1 checkpoint (no 'objects' in {SHARED_FILE}); start with "
+            "an empty directory"
         )
     wanted = [*reg.modules, *reg.optimizers, *reg.plain]
     missing = [name for name in wanted if name not in states]
@@ -56,7 +57,7 @@ def load(path: str, reg: Registered) -> dict[str, Any]:
 
 
 def _by_name(saved: dict[str, Any], opt: Any, model: nn.Module) -> dict[str, Any]:
-    """torch's ``optimizer.state_dict()`` (parameters numbered in group order) keyed by parameter names."""
+    """torch's ``optimizer.state_dict()`` (parameters numbered in group order) keyed by name."""
     names = {id(p): name for name, p in _unwrap(model).named_parameters()}
     state: dict[str, Any] = {}
     groups = []

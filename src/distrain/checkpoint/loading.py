@@ -25,7 +25,8 @@ def load(
     path: str, reg: Registered, rank: int, is_main: bool, group: dist.ProcessGroup | None
 ) -> dict[str, Any]:
     """Load the verified checkpoint at `path` into `reg` (DCP collectively over `group`, or
-    alone) and this rank's RNG state; return rank 0's shared part (step, loader positions, extra)."""
+    alone) and this rank's RNG state; return rank 0's shared part (step, loader positions, extra).
+    """
     manifest, problem = read_manifest(path)
     if manifest is None:  # verified by the leader a moment ago; changed since?
         err = CheckpointError(f"cannot resume: {problem}")
@@ -40,7 +41,8 @@ def load(
         missing = [n for n in reg.modules | reg.optimizers if n not in shared.get("dcp", [])]
         if missing:
             raise CheckpointError(
-                f"{path} has no state for {', '.join(missing)} (saved: {', '.join(shared.get('dcp', []))})"
+                f"{path} has no state for {', '.join(missing)} (saved: "
+                f"{', '.join(shared.get('dcp', []))})"
             )
         if reg.modules:
             state = reg.dcp_target(dcp_io.saved_keys(path))
@@ -60,12 +62,14 @@ def load(
         missing = reg.load_local_buffers(own["buffers"]) if "buffers" in own else []
         if missing and is_main:
             _warn(
-                f"{path}/{name} has no own copy of {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
+                f"{path}/{name} has no own copy of "
+                f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}: "
                 "those buffers are rank 0's saved copy"
             )
     else:
         _warn(
-            f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank keeps its own RNG state"
+            f"{os.path.join(path, name)} absent (saved on {shared['world_size']} ranks): this rank "
+            "keeps its own RNG state"
         )
     return shared
 

@@ -78,7 +78,10 @@ def refuse_sharded(directory: str, sharded: list[str], topology: Topology) -> No
     """FSDP shards with per-node directories: no node could resume alone, so stop now."""
     if topology.per_node and sharded:
         raise CheckpointError(
-            f"checkpoint directory {directory} is not shared between nodes (each node sees its own), and "
-            f"{', '.join(sharded)} is sharded (FSDP): no node would hold the whole model. Put the directory "
-            "on storage every node can read (NFS, Lustre, a mounted bucket), or train with strategy='ddp'"
+            f"checkpoint directory {directory} is not shared between nodes (each node "
+            "sees its own), and "
+            f"{', '.join(sharded)} is sharded (FSDP): no node would hold the whole model. "
+            "Put the directory "
+            "on storage every node can read (NFS, Lustre, a mounted bucket), or train "
+            "with strategy='ddp'"
         )

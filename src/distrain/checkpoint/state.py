@@ -104,7 +104,7 @@ def strategy_of(module: nn.Module) -> str:
 
 @dataclass
 class Registered:
-    """The objects given to restore(): models and their optimizers go through DCP, the rest is plain."""
+    """The objects given to restore(): models and optimizers go through DCP, the rest is plain."""
 
     modules: dict[str, nn.Module] = field(default_factory=dict)
     optimizers: dict[str, tuple[torch.optim.Optimizer, str]] = field(
@@ -135,7 +135,7 @@ class Registered:
         return [name for name, m in self.modules.items() if strategy_of(m) == "fsdp"]
 
     def dcp_state(self, share: tuple[int, int] | None = None) -> dict[str, Any]:
-        """Model and optimizer state in DCP's form: FQN keys without wrapper prefixes, DTensor shards.
+        """Model and optimizer state in DCP's form: FQN keys without wrapper prefixes, DTensors.
 
         ``share=(rank, world)`` keeps, of a replicated (plain/DDP) model, only the tensors this
         rank saves: each parameter goes to one rank, balanced by size, so the ranks snapshot and
@@ -205,7 +205,7 @@ class Registered:
         }
 
     def load_local_buffers(self, saved: Mapping[str, Mapping[str, torch.Tensor]]) -> list[str]:
-        """Copy what :meth:`local_buffers` saved back in place; returns the names it had no value for."""
+        """Copy what :meth:`local_buffers` saved back in place; returns the names with no value."""
         missing: list[str] = []
         for name, m in self.modules.items():
             mine = saved.get(name, {})

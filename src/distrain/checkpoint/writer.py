@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 #: how long the leader waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0
-#: after a stop signal, how long the leader still waits for missing reports before assuming a dead peer
+#: after a stop signal, how long the leader still waits for missing reports before assuming a dead
+#: peer
 PEER_GONE_S = 5.0
 
 
@@ -68,7 +69,7 @@ class Owner(Protocol):
 
 
 class Writer:
-    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's own.
+    """One save of step `step`: DCP tensors (or None), rank 0's shared state (or None), this rank's.
 
     `foreground`: the training loop waits for this save (a synchronous one).  Then a save that
     cannot complete (a writer died, a stop signal with no reports) raises :class:`SaveAbandoned`,
@@ -86,7 +87,8 @@ class Writer:
         foreground: bool = True,
     ) -> None:
         self.ckpt = ckpt
-        self.key = key  # this save's store-key prefix: another checkpointer's save of the same step never matches
+        # this save's store-key prefix: another checkpointer's save of the same step never matches
+        self.key = key
         self.process = ckpt.process
         self.foreground = foreground
         self.step = step
@@ -163,13 +165,15 @@ class Writer:
                     raise SaveAbandoned(message, exit_code=1)
             if self.foreground and preemption.peer_gone(PEER_GONE_S):
                 raise SaveAbandoned(
-                    f"save of step {self.step} abandoned: stop signal and no report from the other ranks for {PEER_GONE_S:g} s",
+                    f"save of step {self.step} abandoned: stop signal and no report from the other "
+                    f"ranks for {PEER_GONE_S:g} s",
                     exit_code=preemption.request.exit_code,
                 )
             if time.monotonic() > deadline:
                 late = ", ".join(k.rsplit("/", 1)[-1] for k in keys if not store.check([k]))
                 raise CheckpointError(
-                    f"rank(s) {late} did not report their files for step {self.step} within {STORE_WAIT_S:g} s"
+                    f"rank(s) {late} did not report their files for step {self.step} within "
+                    f"{STORE_WAIT_S:g} s"
                 )
 
     def _dead_writer(self, store: dist.Store, missing: list[str]) -> int | None:

@@ -1,4 +1,4 @@
-"""`horovodrun --gloo` (Horovod's own launcher without MPI): HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE.
+"""`horovodrun --gloo` (Horovod's launcher without MPI): HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE.
 
 In MPI mode horovodrun is mpirun and the Open MPI environment applies.  In gloo mode there is
 no MPI to agree on a store address, so rank 0 proposes one (127.0.0.1 on one node, its routable
@@ -52,7 +52,8 @@ class HorovodEnvironment(AgreedMasterEnvironment):
             import horovod.torch as hvd
         except ImportError:
             raise ClusterError(
-                "horovod: HOROVOD_RANK is set but horovod.torch does not import; set MASTER_ADDR/MASTER_PORT"
+                "horovod: HOROVOD_RANK is set but horovod.torch does not import; set "
+                "MASTER_ADDR/MASTER_PORT"
             ) from None
         hvd.init()
         return hvd.broadcast_object(proposal, root_rank=0, name="distrain.master")

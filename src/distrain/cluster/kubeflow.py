@@ -50,11 +50,13 @@ class KubeflowEnvironment(ClusterEnvironment):
         return os.environ["MASTER_ADDR"]
 
     def validate(self) -> None:
-        """Also refuse nprocPerNode > 1: the operator then counts processes this pod never starts."""
+        """Also refuse nprocPerNode > 1: the operator then counts processes this pod never starts"""
         super().validate()
         per_pod = os.environ.get("PET_NPROC_PER_NODE", "")
         if per_pod.isdigit() and int(per_pod) > 1:
             raise ClusterError(
-                f"kubeflow: the PyTorchJob asks for {per_pod} processes per pod (nprocPerNode) but this pod "
-                "started one; run `distrain run train.py` (or torchrun) as the container command, or set nprocPerNode: 1"
+                f"kubeflow: the PyTorchJob asks for {per_pod} processes per pod "
+                "(nprocPerNode) but this pod "
+                "started one; run `distrain run train.py` (or torchrun) as the container command, "
+                "or set nprocPerNode: 1"
             )

@@ -46,12 +46,12 @@ def strip_launcher_argv() -> int | None:
 
 
 def forget_launcher_argv() -> None:
-    """Forget the `--local-rank=N` taken off argv: the caller put argv back for a script that reads it."""
+    """Forget the `--local-rank=N` taken off argv: the caller restored argv for the script."""
     LegacyLaunchEnvironment._argv_local_rank = None
 
 
 class LegacyLaunchEnvironment(TorchElasticEnvironment):
-    """The deprecated launcher: local rank on argv (stripped so the user's argparse never sees it)."""
+    """The deprecated launcher: local rank on argv (stripped: the user's argparse never sees it)."""
 
     name = "torch.distributed.launch"
     _argv_local_rank: int | None = None

@@ -8,7 +8,7 @@ from distrain.cluster.base import ClusterEnvironment, ClusterError, env_int
 
 
 def lsf_hosts() -> list[str]:
-    """The job's hosts in LSF's order, once each: LSB_DJOB_HOSTFILE (a line per slot), else LSB_MCPU_HOSTS.
+    """The job's hosts in LSF's order, once each: LSB_DJOB_HOSTFILE (per slot), else LSB_MCPU_HOSTS.
 
     LSB_MCPU_HOSTS reads ``"hostA 1 hostB 42 hostC 42"``: pairs of a host and its slot count.
     """

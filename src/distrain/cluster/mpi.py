@@ -40,7 +40,8 @@ class _MPIEnvironment(AgreedMasterEnvironment):
             from mpi4py import MPI
         except ImportError:
             raise ClusterError(
-                f"{self.name}: set MASTER_ADDR and MASTER_PORT (e.g. mpirun -x MASTER_ADDR=<rank 0 host>"
+                f"{self.name}: set MASTER_ADDR and MASTER_PORT (e.g. mpirun -x "
+                "MASTER_ADDR=<rank 0 host>"
                 " -x MASTER_PORT=29500 ...) or pip install mpi4py so the ranks can agree on them"
             ) from None
         return MPI.COMM_WORLD.bcast(proposal, root=0)

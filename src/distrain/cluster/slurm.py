@@ -104,7 +104,7 @@ class SLURMEnvironment(ClusterEnvironment):
         return hosts[0] if self.num_nodes() > 1 else "127.0.0.1"
 
     def master_port(self) -> int:
-        """MASTER_PORT when set, else derived from the job id (same on every task, like Lightning)."""
+        """MASTER_PORT when set, else derived from the job id (same on all tasks, as Lightning)."""
         if "MASTER_PORT" in os.environ:
             return env_int("MASTER_PORT")
         job_id = env_int("SLURM_JOB_ID", 0)

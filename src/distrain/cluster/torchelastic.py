@@ -8,7 +8,7 @@ from distrain.cluster.base import ClusterEnvironment, env_int
 
 
 class TorchElasticEnvironment(ClusterEnvironment):
-    """Started by torch's elastic agent: RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, TORCHELASTIC_*."""
+    """Started by torch's elastic agent: RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK, TORCHELASTIC_*"""
 
     name = "torchelastic"
 

@@ -55,12 +55,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
             raise ValueError("the dataset is empty")
         if not drop_last:
             raise ValueError(
-                "drop_last=False is not supported: padding the last global batch duplicates samples and an "
-                "uneven split is averaged wrongly by DDP; the short last global batch is always dropped"
+                "drop_last=False is not supported: padding the last global batch "
+                "duplicates samples and an "
+                "uneven split is averaged wrongly by DDP; the short last global batch "
+                "is always dropped"
             )
         if dataset_len < batch_size * world_size:
             raise ValueError(
-                f"the dataset has {dataset_len} samples, fewer than one global batch of {batch_size * world_size} "
+                f"the dataset has {dataset_len} samples, fewer than one global batch of "
+                f"{batch_size * world_size} "
                 f"(batch_size {batch_size} × {world_size} process(es)); use a smaller batch_size"
             )
         self.dataset_len = dataset_len
@@ -108,7 +111,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
 
 class ShardedEvalSampler(Sampler[int]):
-    """Contiguous, unpadded shards: rank r gets indices [r·N/W, (r+1)·N/W); sizes may differ by 1."""
+    """Contiguous, unpadded shards: rank r gets indices [r·N/W, (r+1)·N/W); sizes may differ by 1"""
 
     def __init__(self, dataset_len: int, rank: int = 0, world_size: int = 1) -> None:
         self.start = dataset_len * rank // world_size
@@ -145,7 +148,8 @@ class DistributedLoader(DataLoader):
         kwargs.setdefault("generator", torch.Generator())
         if seed_samples is None:
             seed_samples = not draws_nothing(dataset)
-        #: whether every sample's random draws are seeded by (seed, epoch, index): data/sample_seeds.py
+        #: whether every sample's random draws are seeded by (seed, epoch, index):
+        #: data/sample_seeds.py
         self.seeds_samples = seed_samples
         if seed_samples:
             super().__init__(
@@ -165,7 +169,8 @@ class DistributedLoader(DataLoader):
     #: rank 0's progress bar (distrain.monitor.progress.EpochBar); None: no bar
     bar: Any = None
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not torch's iterator object
+    # batches, not torch's iterator object
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
@@ -216,18 +221,21 @@ class DistributedLoader(DataLoader):
         if gbs != self.global_sampler.global_batch_size:
             raise ValueError(
                 f"saved global batch {gbs} != current {self.global_sampler.global_batch_size} "
-                f"(batch_size {self.global_sampler.batch_size} × world {self.global_sampler.world_size})"
+                f"(batch_size {self.global_sampler.batch_size} × world "
+                f"{self.global_sampler.world_size})"
             )
         self.epoch = int(state["epoch"])
         self.step_in_epoch = int(state["step_in_epoch"])
         changed = []
         if "seed" in state and int(state["seed"]) != self.global_sampler.seed:
             changed.append(
-                f"seed {state['seed']} → {self.global_sampler.seed} (another sample order from here on)"
+                f"seed {state['seed']} → {self.global_sampler.seed} (another sample "
+                "order from here on)"
             )
         if bool(state.get("seed_samples", False)) != self.seeds_samples:
             changed.append(
-                f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → {'on' if self.seeds_samples else 'off'} "
+                f"per-sample seeding {'on' if state.get('seed_samples') else 'off'} → "
+                f"{'on' if self.seeds_samples else 'off'} "
                 "(other augmentation draws from here on)"
             )
         if (

@@ -13,8 +13,9 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
 - the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
 - at the end, where a step's time went, a straggler and one piece of advice (launch/job_summary.py);
-- ``--start-method fast`` (default): workers are forked from a server that imported torch while
-  the launcher was starting, instead of each paying for ``import torch`` (see launch/fast_start/forkserver.py).
+- ``--start-method fast`` (default): workers are forked from a server that imported torch while the
+  launcher was starting, instead of each paying for ``import torch`` (see
+  launch/fast_start/forkserver.py).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, 
     if code == WATCHDOG_EXIT_CODE:
         return (
             code,
-            f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain watchdog:' above)",
+            f"stopped by the watchdog (rank {rank} exited with {code}; see 'distrain "
+            "watchdog:' above)",
         )
     if not os.path.isfile(first.error_file):
         # a peer failed first (it lost this rank's connection) and the agent stopped the rank
@@ -96,7 +98,8 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
-    # the fan-out starts nothing here but ssh: its split needs no `import torch` (seconds under load)
+    # the fan-out starts nothing here but ssh: its split needs no `import torch` (seconds under
+    # load)
     quick = split_without_torch(argv)
     if quick is not None and quick.has(*HOST_LIST) and not quick.unknown:
         from distrain.launch.hosts import run as hosts_run

@@ -133,8 +133,9 @@ def split(
 
 
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
-    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of torch's
-    parser (no ``import torch``); None when the installed torch is not the one they come from."""
+    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of
+    torch's parser (no ``import torch``); None when the installed torch is not the one they come
+    from."""
     from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION
     from distrain.launch.torch_version import torch_versions
 
@@ -194,7 +195,10 @@ def run_parser() -> argparse.ArgumentParser:
     parser.prog = PROG
     parser.allow_abbrev = False
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
-    parser.epilog = "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see distrain run --hosts h --help)."
+    parser.epilog = (
+        "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see "
+        "distrain run --hosts h --help)."
+    )
     _add_run_options(parser)
     _add_host_options(parser)
     raise_usage_errors(parser)
@@ -214,7 +218,8 @@ def _fast_start_default(parser: argparse.ArgumentParser) -> None:
             action.choices = START_METHODS
             action.default = "fast"
             action.help = (
-                "how workers start: fast (fork from a preloaded server, fresh interpreter as fallback; "
+                "how workers start: fast (fork from a preloaded server, fresh "
+                "interpreter as fallback; "
                 "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
             )
 
@@ -278,7 +283,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const=True,
         default=None,
-        help="the script starts its own workers (mp.spawn, Process): run it once (default: read from the script)",
+        help="the script starts its own workers (mp.spawn, Process): run it once (default: read "
+        "from the script)",
     )
     add(
         "--no-self-starting",
@@ -291,12 +297,14 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--replicas",
         default=None,
         metavar="R",
-        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip install 'distrain[ft]')",
+        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip "
+        "install 'distrain[ft]')",
     )
 
 
 #: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
-HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts", "container")  # fmt: skip
+HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts",
+              "container")  # fmt: skip
 
 
 def _add_host_options(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,11 @@
 torch's agent reports a failed worker in its own words (``failed (exitcode: -9) local_rank: 1
 (pid: 379) of fn: run_script (start_method: forkserver)``, then ``Terminating process … via
 signal SIGTERM`` for each survivor) and says nothing when it restarts the workers, unless its
-INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and says instead:
+INFO lines are on.  distrain keeps those off the console (distrain/noise.py) and says instead (one
+line, wrapped here):
 
-    distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of 3), resuming from step 22
+    distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of 3),
+        resuming from step 22
 
 The cause comes from the agent's own failure record; the attempt from its "N/M attempts left;
 will restart worker group" record (read through a logging filter: torch keeps the count in the
@@ -54,7 +56,8 @@ def checkpoint_mark(folder: str | None) -> dict[str, Any] | None:
 
 def resume_from(folder: str | None) -> str | None:
     """``resuming from step 22`` (or ``from the start: no checkpoint saved yet``) when the
-    workers' checkpointer reported one in the job's `folder`; None when no checkpointer with a folder ran."""
+    workers' checkpointer reported one in the job's `folder`; None when no checkpointer with a
+    folder ran."""
     mark = checkpoint_mark(folder)
     if mark is None:
         return None
@@ -72,7 +75,10 @@ def resume_hint(folder: str | None, every_node: bool = False) -> str:
     if mark is None or mark.get("step") is None:
         return ""
     where = " on every node" if every_node else ""
-    return f"; rerun the same command{where} to resume from step {mark['step']} ({mark.get('path', '?')})"
+    return (
+        f"; rerun the same command{where} to resume from step {mark['step']} "
+        f"({mark.get('path', '?')})"
+    )
 
 
 @dataclass
@@ -83,7 +89,7 @@ class _Failure:
 
 
 class RestartReporter(logging.Filter):
-    """On the agent's loggers: remember the failed worker, print one line when the agent restarts."""
+    """On the agent's loggers: remember the failed worker, print one line when the agent restarts"""
 
     def __init__(self, folder: str | None, multinode: bool) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""The end-of-job lines of `distrain run`: where a step's time went, a straggler, one piece of advice.
+"""The end-of-job lines of `distrain run`: where a step's time went, a straggler, one advice.
 
 :func:`start` makes the job's folder (``DISTRAIN_JOB_DIR``), whose one event stream every
 process of the job reports to (distrain/events/; this side never imports the worker side:
@@ -120,7 +120,7 @@ def compute_s(record: dict[str, Any]) -> float | None:
 
 
 def straggler(records: list[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:
-    """The rank whose compute is clearly slower than the others', with how much slower (0.38 = 38 %).
+    """The rank whose compute is clearly slower than the others', and how much slower (0.38 = 38 %).
 
     Each rank's median compute per step is compared with the median of the *other* ranks' (with
     two ranks, the other one): the slowest rank is named when it is at least
@@ -205,13 +205,17 @@ def lines(records: list[dict[str, Any]], group: str | None = None) -> list[str]:
     timed = [r for r in records if compute_s(r)]
     slowest = max(timed, key=lambda r: compute_s(r) or 0.0) if len(timed) > 1 else None
     if slowest is not None and slowest is not first:
-        text += f"; slowest rank {slowest['rank']} (compute {_ms(slowest['compute_median_s'])}/step): {_parts(slowest)}"
+        text += (
+            f"; slowest rank {slowest['rank']} (compute "
+            f"{_ms(slowest['compute_median_s'])}/step): {_parts(slowest)}"
+        )
     out = [text]
     found = straggler(records)
     if found is not None:
         rank, slower = found
         out.append(
-            f"distrain: straggler: rank {rank['rank']} (host {rank.get('host', '?')}, pid {rank.get('pid', '?')}) "
+            f"distrain: straggler: rank {rank['rank']} (host {rank.get('host', '?')}, pid "
+            f"{rank.get('pid', '?')}) "
             f"computes {100 * slower:.0f} % slower than the median rank"
         )
     tip = advice(records, has_straggler=found is not None)

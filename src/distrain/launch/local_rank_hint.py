@@ -18,7 +18,7 @@ _FLAGS = ("--local_rank", "--local-rank")
 
 
 def parses_local_rank(script: str) -> int | None:
-    """The line where `script` adds a ``--local_rank``/``--local-rank`` argument (None: it does not)."""
+    """The line where `script` adds a ``--local_rank``/``--local-rank`` argument (None: none)."""
     try:
         with open(script, "rb") as f:
             tree = ast.parse(f.read(), filename=script)

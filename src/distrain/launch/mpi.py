@@ -27,7 +27,8 @@ from distrain.errors import UsageError
 
 LAUNCHERS = ("torchrun", "mpirun", "horovodrun")
 
-#: variables passed on to MPI ranks explicitly (Open MPI forwards only what -x names to remote hosts)
+#: variables passed on to MPI ranks explicitly (Open MPI forwards only what -x names to remote
+#: hosts)
 _FORWARD_PREFIXES = (
     "DISTRAIN_",
     "OMP_NUM_THREADS",
@@ -64,7 +65,7 @@ def is_open_mpi(mpirun: str) -> bool:
 
 
 def mpirun_command(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
-    """The mpirun command line that starts `args.nproc_per_node` ranks of the script on this node."""
+    """The mpirun command line that starts `args.nproc_per_node` ranks of the script on this node"""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise UsageError("--launcher mpirun: mpirun not found (apt-get install openmpi-bin)")
@@ -89,7 +90,8 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
     horovodrun = shutil.which("horovodrun")
     if horovodrun is None:
         raise UsageError(
-            "--launcher horovodrun: horovodrun not found (Horovod is optional: scripts/install-horovod.sh)"
+            "--launcher horovodrun: horovodrun not found (Horovod is optional: "
+            "scripts/install-horovod.sh)"
         )
     n = int(args.nproc_per_node)
     return [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}"] + _program(args)
@@ -101,7 +103,8 @@ def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
 
     if max_nodes(args.nnodes) > 1:
         raise UsageError(
-            f"--launcher {args.launcher} runs on one node here; use the default launcher for --nnodes > 1"
+            f"--launcher {args.launcher} runs on one node here; use the default launcher "
+            "for --nnodes > 1"
         )
     if args.launcher == "mpirun":
         return mpirun_command(args, env)

@@ -50,7 +50,10 @@ class NetworkChoice:
         target = (
             self.target if self.target == self.target_ip else f"{self.target} ({self.target_ip})"
         )
-        return f"distrain run: {node} · interface {self.iface} ({self.address}) routes to {target}{port} · {self.store}"
+        return (
+            f"distrain run: {node} · interface {self.iface} ({self.address}) routes to "
+            f"{target}{port} · {self.store}"
+        )
 
 
 def max_nodes(nnodes: str) -> int:
@@ -139,7 +142,8 @@ def plan_network(
         if iface not in table:
             known = ", ".join(f"{n} ({','.join(a)})" for n, a in sorted(table.items())) or "none"
             raise UsageError(
-                f"--iface {iface}: no such interface with an IPv4 address on this node (have: {known})"
+                f"--iface {iface}: no such interface with an IPv4 address on this "
+                f"node (have: {known})"
             )
         address = table[iface][0]
         own = _own_interface(target_ip, table)
@@ -152,7 +156,8 @@ def plan_network(
         if not reaches:
             via = f"{routed_iface} ({routed_local})" if routed_iface else routed_local
             raise UsageError(
-                f"--iface {iface} ({address}) cannot reach {what} {host} ({target_ip}): this node routes it via {via}; "
+                f"--iface {iface} ({address}) cannot reach {what} {host} ({target_ip}): this node "
+                f"routes it via {via}; "
                 f"use --iface {routed_iface} or leave --iface out"
             )
     elif is_loopback(target_ip) and (is_loopback(host) or host == target_ip):
@@ -169,14 +174,18 @@ def plan_network(
             iface, addrs = next(iter(outward.items()))
             address = addrs[0]
             warnings.append(
-                f"{what} {host} resolves to loopback {target_ip} on this node (a /etc/hosts entry?); "
-                f"the other nodes must use {address}; advertising {iface} ({address}) instead of loopback"
+                f"{what} {host} resolves to loopback {target_ip} on this node (a "
+                "/etc/hosts entry?); "
+                f"the other nodes must use {address}; advertising {iface} ({address}) "
+                "instead of loopback"
             )
         else:
             choices = ", ".join(f"{n} ({a[0]})" for n, a in sorted(outward.items())) or "none"
             raise UsageError(
-                f"{what} {host} resolves to loopback {target_ip} on this node, so this {nodes}-node job "
-                f"would only ever talk to itself; pass the master's real IP address (this node has: {choices})"
+                f"{what} {host} resolves to loopback {target_ip} on this node, so this "
+                f"{nodes}-node job "
+                "would only ever talk to itself; pass the master's real IP address (this "
+                f"node has: {choices})"
             )
     else:
         own = _own_interface(target_ip, table)
@@ -186,7 +195,8 @@ def plan_network(
             address, routed = route_to(target_ip)
             if routed is None:
                 raise UsageError(
-                    f"no interface of this node holds {address}, the address routing to {host}; use --iface"
+                    f"no interface of this node holds {address}, the address routing to "
+                    f"{host}; use --iface"
                 )
             iface = routed
 
@@ -197,18 +207,22 @@ def plan_network(
         and _own_interface(target_ip, table) is None
     ):
         warnings.append(
-            f"{what} {host} ({target_ip}) is not an address of this node, yet node 0 hosts the store: "
-            "the other nodes reach it only if that address forwards here (NAT); otherwise run node 0 on that host"
+            f"{what} {host} ({target_ip}) is not an address of this node, yet node 0 "
+            "hosts the store: "
+            "the other nodes reach it only if that address forwards here (NAT); otherwise run "
+            "node 0 on that host"
         )
     if _public(target_ip):
         warnings.append(
-            f"{what} {host} is a public address: torch's store has no authentication, so keep its port "
+            f"{what} {host} is a public address: torch's store has no authentication, "
+            "so keep its port "
             "firewalled (or use a private network)"
         )
     loop_name = _hostname_loopback()
     if loop_name and iface != "lo":
         warnings.append(
-            f"this node's hostname {socket.gethostname()!r} resolves to {loop_name}; gloo/NCCL and the agent "
+            f"this node's hostname {socket.gethostname()!r} resolves to {loop_name}; "
+            "gloo/NCCL and the agent "
             f"would advertise loopback, so distrain pins them to {iface} ({address})"
         )
 

@@ -203,7 +203,8 @@ def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]
         env[RUN_DIR] = os.path.abspath(parsed.run_dir or parsed.log_dir)
     line = once = ""
     reads_script = not (parsed.module or parsed.no_python)
-    # a guess that depends on the script's arguments never wins silently (launch/self_start/detect.py)
+    # a guess that depends on the script's arguments never wins silently
+    # (launch/self_start/detect.py)
     found, note = selfstart.decide(script, parsed.self_starting) if reads_script else (None, "")
     if parsed.cpu:
         from distrain.launch.rehearse import environment as rehearsal

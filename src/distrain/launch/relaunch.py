@@ -1,4 +1,4 @@
-"""Tools that need several ranks re-launch themselves through `distrain run` when started plainly."""
+"""Tools that need several ranks re-launch themselves through `distrain run` when run plainly."""
 
 from __future__ import annotations
 

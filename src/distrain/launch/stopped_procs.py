@@ -37,7 +37,7 @@ def describe(proc: psutil.Process) -> str:
 
 
 class StoppedProcesses:
-    """Kills the launcher's descendants that stay stopped for `seconds`; see the module docstring."""
+    """Kills the launcher's descendants that stay stopped for `seconds`; see the module docstring"""
 
     def __init__(self, seconds: float, root: int | None = None, poll: float = POLL_S) -> None:
         self.seconds, self.poll = seconds, poll

@@ -1,14 +1,13 @@
 """``distrain run --watchdog`` on a script that never starts the watchdog: say so, in one line.
 
-The watchdog runs inside the workers: ``distrain.init()`` starts it and ``ctx.step``/the
-optimizer steps feed it (worker/watchdog.py).  A plain torch.distributed script has no such
-progress signal the launcher could watch instead (its output and CPU use say nothing about
-steps), so the launcher only makes the silence visible: every rank whose watchdog started reports
-a ``watchdog`` event in the job's stream (distrain/events/), and when no rank of this node has
-reported one after the watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.
-From then on the launcher watches the one fault it can see from outside: a process of the job
-stopped (SIGSTOP) for longer than the watchdog's seconds is named and killed
-(launch/stopped_procs.py).
+The watchdog runs inside the workers: ``distrain.init()`` starts it and ``ctx.step``/the optimizer
+steps feed it (worker/watchdog.py).  A plain torch.distributed script has no such progress signal
+the launcher could watch instead (its output and CPU use say nothing about steps), so the launcher
+only makes the silence visible: every rank whose watchdog started reports a ``watchdog`` event in
+the job's stream (distrain/events/), and when no rank of this node has reported one after the
+watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.  From
+then on the launcher watches the one fault it can see from outside: a process of the job stopped
+(SIGSTOP) for longer than the watchdog's seconds is named and killed (launch/stopped_procs.py).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ class StepBreakdown:
         #: the job's folder, whose event stream finish() reports to (DISTRAIN_JOB_DIR)
         self.job_dir = job_dir
         self._clock: Any = _CudaClock() if cuda else _HostClock()
-        #: (steps counted, cumulative seconds per phase): replaced whole, so a reader sees one step's state
+        #: (steps counted, cumulative seconds per phase): replaced whole, so a reader sees one
+        #: step's state
         self._totals: tuple[int, dict[str, float]] = (0, dict.fromkeys(PHASES, 0.0))
         self._compute_steps: deque[float] = deque(maxlen=KEPT_STEPS)
         self._wall_steps: deque[float] = deque(maxlen=KEPT_STEPS)
@@ -349,7 +350,7 @@ class StepBreakdown:
 def open_breakdown(
     enabled: bool, rank: int, world_size: int, cuda: bool, job_dir: str | None = None
 ) -> StepBreakdown | None:
-    """A StepBreakdown for this rank (CUDA events when `cuda`), or None when turned off (``DISTRAIN_BREAKDOWN=0``)."""
+    """A StepBreakdown for this rank (CUDA events if `cuda`); None if ``DISTRAIN_BREAKDOWN=0``."""
     if not enabled:
         return None
     return StepBreakdown(rank, world_size, cuda=cuda, job_dir=job_dir)

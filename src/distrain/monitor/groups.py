@@ -1,4 +1,4 @@
-"""`distrain top` on a `distrain run --replicas R --run-dir DIR` job: every group's ranks and its heals.
+"""`distrain top` on a `distrain run --replicas R --run-dir DIR` job: each group's ranks and heals.
 
 Under ``--replicas`` each group writes its metrics into ``DIR/group<g>/`` (its ranks are numbered
 0..N-1 inside the group) and the launcher appends one JSON line per event (a group lost, healed,
@@ -64,8 +64,8 @@ def snapshot(
     rates = [t["samples_per_s"] for t in totals if t["samples_per_s"] is not None]
     replica_events = read_events(run_dir)
     groups = [
-        {"group": g, "status": s["status"], "ranks": s["totals"]["ranks"], "min_step": s["totals"]["min_step"],
-         "max_step": s["totals"]["max_step"]}
+        {"group": g, "status": s["status"], "ranks": s["totals"]["ranks"],
+         "min_step": s["totals"]["min_step"], "max_step": s["totals"]["max_step"]}
         for g, s in snaps.items()
     ]  # fmt: skip
     statuses = {s["status"] for s in snaps.values()}

@@ -34,7 +34,7 @@ class EpochBar:
         self._task: Any = None
 
     def start(self, epoch: int, done: int, total: int) -> None:
-        """Show the bar for `epoch` (0-based; shown 1-based), `done` of `total` steps already done."""
+        """Show the bar for `epoch` (0-based; shown 1-based), `done` of `total` steps done."""
         from rich.console import Console
         from rich.progress import (
             BarColumn,

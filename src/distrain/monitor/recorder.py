@@ -1,12 +1,12 @@
 """Per-rank metrics: what ``ctx.log(...)`` feeds.
 
-The training thread only updates a few counters under a lock (well under a microsecond per
-call: no I/O, no ``.item()``, one monotonic clock read when the step changes).  A daemon thread wakes every ``interval`` seconds,
-turns the latest values into one JSON line in ``RUN_DIR/metrics/rank-<R>.jsonl`` (with the
-process's RSS and, where NVML answers, its GPU's utilisation and memory) and, on rank 0, into
-TensorBoard scalars.  Because the heartbeat runs beside training, a rank whose records stop
-arriving is frozen or dead, while a rank whose records keep arriving with the same step is
-alive but waiting (typically for a frozen peer in a collective).
+The training thread only updates a few counters under a lock (well under a microsecond per call: no
+I/O, no ``.item()``, one monotonic clock read when the step changes).  A daemon thread wakes every
+``interval`` seconds, turns the latest values into one JSON line in
+``RUN_DIR/metrics/rank-<R>.jsonl`` (with the process's RSS and, where NVML answers, its GPU's
+utilisation and memory) and, on rank 0, into TensorBoard scalars.  Because the heartbeat runs beside
+training, a rank whose records stop arriving is frozen or dead, while a rank whose records keep
+arriving with the same step is alive but waiting (typically for a frozen peer in a collective).
 
 When ``epoch=`` changes, the finished epoch becomes one ``event: epoch`` record: its training
 time (first to last step of the epoch, scaled by steps/(steps-1) to include the first step,
@@ -128,7 +128,8 @@ class Monitor:
         for key, value in scalars.items():
             if not hasattr(value, "__float__"):
                 raise TypeError(
-                    f"ctx.log({key}=...) needs a number or a one-element tensor, got {type(value).__name__}"
+                    f"ctx.log({key}=...) needs a number or a one-element tensor, got "
+                    f"{type(value).__name__}"
                 )
         with self._lock:
             before = self._step
@@ -372,7 +373,7 @@ def open_monitor(
     attempt: int = 0,
     visible_devices: str | None = None,
 ) -> Monitor | None:
-    """A Monitor for this rank when a run directory is given (init() resolves it: argument, else DISTRAIN_RUN_DIR)."""
+    """A Monitor for this rank given a run directory (init(): argument, else DISTRAIN_RUN_DIR)."""
     if run_dir is None:
         return None
     return Monitor(

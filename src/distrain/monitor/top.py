@@ -37,7 +37,8 @@ _STATE_STYLE = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Live view of a distrain job's ranks from its run directory (distrain run --run-dir DIR).",
+        description="Live view of a distrain job's ranks from its run directory (distrain "
+        "run --run-dir DIR).",
         allow_abbrev=False,
     )
     parser.add_argument("run_dir", help="the job's run directory (holds metrics/rank-*.jsonl)")
@@ -50,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
         "--stall-after",
         type=float,
         default=Thresholds.stall_after,
-        help="seconds without a record (or a new step) before a rank is flagged stalled (or waiting); default 10",
+        help="seconds without a record (or a new step) before a rank is flagged stalled (or "
+        "waiting); default 10",
     )
     parser.add_argument(
         "--straggler-ratio",
@@ -109,11 +111,15 @@ def render(snapshot: dict[str, Any]) -> Any:
         line += f" · heals {totals['heals']}"
         if heals:
             last = heals[-1]
-            line += f" (last: group {last['group']} from group {last.get('source')} at step {last.get('step')})"
+            line += (
+                f" (last: group {last['group']} from group {last.get('source')} at step "
+                f"{last.get('step')})"
+            )
         header.append("\nreplica groups: " + line)
     if totals["missing_ranks"]:
         header.append(
-            f"\nno records from rank(s) {totals['missing_ranks']} (other nodes need a shared run directory)",
+            f"\nno records from rank(s) {totals['missing_ranks']} (other nodes need a "
+            "shared run directory)",
             style="yellow",
         )
     gpu = any(r["gpu_util"] is not None for r in snapshot["ranks"])
@@ -183,7 +189,8 @@ def main(argv: list[str]) -> int:
             or not 0 < args.straggler_ratio < 1
         ):
             raise UsageError(
-                "--refresh, --stall-after and --window must be positive and --straggler-ratio in (0, 1)"
+                "--refresh, --stall-after and --window must be positive and "
+                "--straggler-ratio in (0, 1)"
             )
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)

@@ -83,7 +83,8 @@ def prepare(
     sharded = isinstance(spec, FSDP)
     if isinstance(spec, FSDP) and spec.cpu_offload and device.type != "cuda":
         raise DistrainError(
-            "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters already live in host memory)"
+            "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters "
+            "already live in host memory)"
         )
     blocks = find_blocks(model, spec.shard) if (sharded or spec.activation_checkpointing) else []
     if spec.activation_checkpointing:
@@ -161,7 +162,7 @@ def clip_grad_norm(model: nn.Module, max_norm: float, norm_type: float = 2.0) ->
 
 
 def full_state_dict(model: nn.Module) -> dict[str, Any]:
-    """The whole unsharded state dict on CPU on rank 0; {} on other ranks (collective when distributed)."""
+    """The whole unsharded state dict on CPU on rank 0; {} elsewhere (collective if distributed)."""
     if not (dist.is_available() and dist.is_initialized()):
         return {k: v.detach().to("cpu", copy=True) for k, v in unwrap(model).state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -43,7 +43,7 @@ POWERSGD_DEFAULTS = {"rank": 1, "start": 10}
 
 
 def parse_hook(spec: str) -> tuple[str, dict[str, int]]:
-    """``"powersgd:rank=2,start=100"`` → ``("powersgd", {"rank": 2, "start": 100})``; ValueError if bad."""
+    """``"powersgd:rank=2,start=100"`` → ``("powersgd", {"rank": 2, "start": 100})``; ValueError."""
     name, _, opts = spec.strip().lower().partition(":")
     if name not in HOOKS:
         raise ValueError(f"comm_hook must be one of {', '.join(HOOKS)} (got {spec!r})")
@@ -79,7 +79,7 @@ class _FastLowRankProducts:
     def bmm(
         input: torch.Tensor, mat2: torch.Tensor, *, out: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``torch.bmm``, rerouted when `input` is a transposed contiguous CPU batch and `mat2` is narrow."""
+        """``torch.bmm``, rerouted for a transposed contiguous CPU batch `input`, narrow `mat2`."""
         transposed = (
             input.dim() == 3 and input.transpose(1, 2).is_contiguous() and not input.is_contiguous()
         )

@@ -15,7 +15,7 @@ from distrain.parallel.batchnorm import convert_sync_batchnorm
 def wrap_ddp(
     model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any
 ) -> nn.Module:
-    """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a comm hook if asked.
+    """`model` (already on `device`) in DistributedDataParallel, with SyncBN and a hook if asked.
 
     DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts from
     identical weights.
@@ -29,7 +29,8 @@ def wrap_ddp(
             parse_hook(comm_hook)[0] == "powersgd"
             and dist.get_backend(ddp_kwargs.get("process_group")) == "gloo"
         ):
-            # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked for stays
+            # gloo needs PowerSGD's all-reduces in one bucket (see comm_hooks); a larger cap asked
+            # for stays
             ddp_kwargs["bucket_cap_mb"] = max(
                 ddp_kwargs.get("bucket_cap_mb") or 25.0, one_bucket_mb(model)
             )

@@ -45,7 +45,8 @@ def build_mesh(
     replicas = num_nodes if replicate is None else replicate
     if replicas < 1 or world_size % replicas:
         raise DistrainError(
-            f"hsdp: {world_size} processes cannot form {replicas} equal replicas (replicate={replicas})"
+            f"hsdp: {world_size} processes cannot form {replicas} equal replicas "
+            f"(replicate={replicas})"
         )
     return init_device_mesh(
         device_type, (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard")
@@ -53,7 +54,7 @@ def build_mesh(
 
 
 def repeated_block_classes(model: nn.Module) -> set[type]:
-    """Classes with ≥ 2 parameter-holding instances side by side in one ModuleList/Sequential/ModuleDict."""
+    """Classes with ≥ 2 parameter-holding instances side by side in one ModuleList/Sequential/…"""
     found: set[type] = set()
     for module in model.modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
@@ -67,7 +68,7 @@ def repeated_block_classes(model: nn.Module) -> set[type]:
 
 
 def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
-    """The block classes `shard` names (None for None or a function); DistrainError if it is neither."""
+    """The block classes `shard` names (None for None or a function); DistrainError otherwise."""
     if shard is None:
         return None
     if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):

@@ -1,4 +1,4 @@
-"""glibc's heap under a sharded model: large buffers get mappings of their own, so freeing them returns the memory.
+"""glibc's heap under a sharded model: large buffers get own mappings, so freeing returns memory.
 
 Opt-in (``DISTRAIN_MAP_LARGE_BUFFERS=1``, ``Settings.map_large_buffers``): it changes the
 allocator of the whole process and costs step time, so a job gets it only when asked for.

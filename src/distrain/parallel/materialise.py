@@ -46,7 +46,8 @@ def post_order(module: nn.Module) -> Iterator[nn.Module]:
     yield from visit(module)
 
 
-#: torch containers whose ``layers`` are deep copies of one layer (``torch.nn.modules.transformer._get_clones``)
+#: torch containers whose ``layers`` are deep copies of one layer
+#: (``torch.nn.modules.transformer._get_clones``)
 CLONING_CONTAINERS: tuple[type[nn.Module], ...] = (nn.TransformerEncoder, nn.TransformerDecoder)
 
 
@@ -84,7 +85,7 @@ def init_order(module: nn.Module) -> Iterator[nn.Module]:
 
 
 def _initialiser(module: nn.Module) -> Any:
-    """The module's ``reset_parameters``, or the private ``_reset_parameters`` of a class torch defines."""
+    """The module's ``reset_parameters``, or the private ``_reset_parameters`` of a torch class."""
     reset = getattr(module, "reset_parameters", None)
     if callable(reset):
         return reset
@@ -124,7 +125,8 @@ def materialise_own(module: nn.Module, memo: dict[int, torch.Tensor]) -> None:
     if reset is None:
         if fresh:
             raise DistrainError(
-                f"{type(module).__name__} built under init_model() has tensors but no reset_parameters(): "
+                f"{type(module).__name__} built under init_model() has tensors but no "
+                "reset_parameters(): "
                 "give it one that initialises its own parameters and buffers"
             )
         return

@@ -1,4 +1,4 @@
-"""Strategy objects: ``DDP(...)``, ``FSDP(...)``, ``HSDP(...)`` hold a strategy's options and check them.
+"""Strategy objects: ``DDP(...)``, ``FSDP(...)``, ``HSDP(...)`` hold a strategy's options, checked.
 
     model = ctx.prepare_model(model, strategy=distrain.FSDP(reshard_after_forward=False))
 
@@ -38,14 +38,20 @@ LOOSE_DEFAULTS: dict[str, Any] = {
 def _misplaced(option: str, name: str) -> str:
     """Why `option` is no option of strategy `name` (the texts prepare_model has always given)."""
     if option == "sync_bn":
-        return f"sync_bn=True cannot be used with strategy={name!r}: use strategy='ddp' for SyncBatchNorm"
+        return (
+            f"sync_bn=True cannot be used with strategy={name!r}: use strategy='ddp' "
+            "for SyncBatchNorm"
+        )
     if option == "comm_hook":
         return f"comm_hook is a DDP feature; strategy={name!r} has none"
     if option == "cpu_offload":
         return f"cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU, not strategy={name!r}"
     if option == "replicate":
         return f"replicate= needs strategy='hsdp', got strategy={name!r}"
-    return f"{option}= is no option of strategy {name!r} ({STRATEGIES[name].__name__}); its options: {', '.join(_own_fields(STRATEGIES[name]))}, extra="
+    return (
+        f"{option}= is no option of strategy {name!r} ({STRATEGIES[name].__name__}); its "
+        f"options: {', '.join(_own_fields(STRATEGIES[name]))}, extra="
+    )
 
 
 def _own_fields(cls: type[Strategy]) -> list[str]:
@@ -110,7 +116,8 @@ class Strategy:
             self._require(
                 key in accepted,
                 "extra",
-                f"names {key!r}, which {self.callee} does not take (it takes {', '.join(sorted(accepted - set(_own_fields(type(self)))))})",
+                f"names {key!r}, which {self.callee} does not take (it takes "
+                f"{', '.join(sorted(accepted - set(_own_fields(type(self)))))})",
             )
 
     def _require(self, ok: bool, option: str, problem: str) -> None:
@@ -122,7 +129,7 @@ class Strategy:
         raise NotImplementedError
 
     def callee_options(self) -> dict[str, Any]:
-        """The keyword arguments for the torch call underneath: options set away from their default, then extra."""
+        """Keyword arguments of the torch call: options set away from their default, then extra."""
         raise NotImplementedError
 
     @classmethod
@@ -156,9 +163,12 @@ def _parameters_of(function: Any) -> set[str]:
 class DDP(Strategy):
     """Replicated: every rank holds the whole model; DistributedDataParallel all-reduces gradients.
 
-    - ``sync_bn``: cross-process BatchNorm (torch's SyncBatchNorm on CUDA, CPUSyncBatchNorm elsewhere).
-    - ``comm_hook``: compress the all-reduce: ``"bf16"``, ``"fp16"``, ``"powersgd[:rank=N,start=N]"``.
-    - ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``: DistributedDataParallel's own.
+    - ``sync_bn``: cross-process BatchNorm (torch's SyncBatchNorm on CUDA, CPUSyncBatchNorm
+      elsewhere).
+    - ``comm_hook``: compress the all-reduce: ``"bf16"``, ``"fp16"``,
+      ``"powersgd[:rank=N,start=N]"``.
+    - ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``: DistributedDataParallel's
+      own.
     - ``shard`` only says which blocks ``activation_checkpointing`` wraps.
     """
 
@@ -243,7 +253,7 @@ class FSDP(Strategy):
         return _parameters_of(fully_shard)
 
     def callee_options(self) -> dict[str, Any]:
-        """fully_shard's keyword arguments: the ones set here, then ``extra`` (mesh and precision are distrain's)."""
+        """fully_shard's keywords: those set here, then ``extra`` (mesh, precision: distrain's)."""
         options: dict[str, Any] = {}
         if self.reshard_after_forward is not None:
             options["reshard_after_forward"] = self.reshard_after_forward
@@ -253,7 +263,7 @@ class FSDP(Strategy):
 @_named_options
 @dataclass(frozen=True, kw_only=True)
 class HSDP(FSDP):
-    """FSDP on a 2-D mesh: ``replicate`` groups (default: one per node), each sharding over its ranks.
+    """FSDP on a 2-D mesh: ``replicate`` groups (default: one per node), each sharding its ranks.
 
     Gradients are reduce-scattered inside a group and all-reduced across groups; the world size
     must divide by ``replicate``.
@@ -287,12 +297,14 @@ def resolve(strategy: str | Strategy, **options: Any) -> Strategy:
         for key, value in options.items():
             if key not in LOOSE_DEFAULTS or value is not LOOSE_DEFAULTS[key]:
                 raise DistrainError(
-                    f"{key}= goes inside the strategy object ({type(strategy).__name__}(...)), not beside it in prepare_model"
+                    f"{key}= goes inside the strategy object ({type(strategy).__name__}(...)), not "
+                    "beside it in prepare_model"
                 )
         return strategy
     cls = STRATEGIES.get(strategy) if isinstance(strategy, str) else None
     if cls is None:
         raise DistrainError(
-            f"strategy must be one of {', '.join(STRATEGIES)} or a distrain.DDP/FSDP/HSDP object, got {strategy!r}"
+            f"strategy must be one of {', '.join(STRATEGIES)} or a distrain.DDP/FSDP/HSDP object, "
+            f"got {strategy!r}"
         )
     return cls.from_kwargs(**options)

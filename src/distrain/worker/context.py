@@ -124,8 +124,8 @@ class Context(Reductions):
         procs = f"{self.world_size} process" + ("es" if self.world_size != 1 else "")
         return (
             f"distrain: {procs} on {nodes} · launcher {self.env.name} · backend "
-            f"{self.backend or 'none'} · device {self.device.type} · {self.threads} thread(s)/process"
-            + (f" · {self.precision}" if self.precision != "fp32" else "")
+            f"{self.backend or 'none'} · device {self.device.type} · {self.threads} "
+            "thread(s)/process" + (f" · {self.precision}" if self.precision != "fp32" else "")
         )
 
     # -- model and data -------------------------------------------------------------------
@@ -148,14 +148,14 @@ class Context(Reductions):
         ``distrain.DDP(sync_bn=True, comm_hook="bf16")`` (the default, replicated; SyncBN and
         all-reduce compression), ``distrain.FSDP(reshard_after_forward=False, cpu_offload=...)``
         (FSDP2 shards parameters, gradients and optimizer state over all ranks; each block of
-        ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards
-        inside each replica group, default one per node, replicates across them).  The names
-        ``"ddp"``, ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with
-        any other one for DistributedDataParallel or fully_shard) build the same object:
-        ``prepare_model(m, "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
+        ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards inside
+        each replica group, default one per node, replicates across them).  The names ``"ddp"``,
+        ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with any other one
+        for DistributedDataParallel or fully_shard) build the same object: ``prepare_model(m,
+        "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
         ``activation_checkpointing=True`` (any strategy) recomputes each block's activations in
-        backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A model
-        built under :meth:`init_model` is materialised here.  Create the optimizer after this call.
+        backward; ``precision="bf16"`` in init() computes in bf16 and reduces gradients in fp32.  A
+        model built under :meth:`init_model` is materialised here.  Then create the optimizer.
         """
         from distrain import parallel as strategies
 
@@ -221,7 +221,7 @@ class Context(Reductions):
         seed_samples: bool | None = None,
         **kwargs: Any,
     ) -> DistributedLoader:
-        """A training DataLoader: ``batch_size`` samples **per process**, epochs advance by themselves.
+        """A training DataLoader: ``batch_size`` samples **per process**; epochs advance alone.
 
         The global batch is ``batch_size × world_size``; its contents do not depend on the
         world size, and the short last global batch of each epoch is dropped on every world size
@@ -273,10 +273,10 @@ class Context(Reductions):
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """optimizer.step() (through the GradScaler for fp16); counted in :attr:`steps`.
 
-        A plain ``optimizer.step()`` over a prepared model counts too; this method adds only
-        what torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients),
-        and an optimizer over a model that was not prepared.  Returns True; under
-        `distrain run --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
+        A plain ``optimizer.step()`` over a prepared model counts too; this method adds only what
+        torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients), and an
+        optimizer over a model that was not prepared.  Returns True; under `distrain run
+        --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
         """
         if self.replicas is not None:
             return bool(self.replicas.step(lambda: self._optimizer_step(optimizer)))
@@ -360,7 +360,7 @@ class Context(Reductions):
         yield from track(iterable, total=total, description=description, transient=True)
 
     def log(self, step: int | None = None, **values: Any) -> None:
-        """The one metrics call: `distrain top`, TensorBoard and `distrain bench` read what it records.
+        """The one metrics call: `distrain top`, TensorBoard, `distrain bench` read what it records.
 
         ``step`` defaults to :attr:`steps` (optimizer steps so far; under ``--replicas`` the
         job's committed step, which a healed group took over); in a script with no

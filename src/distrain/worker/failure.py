@@ -49,7 +49,7 @@ _failing: list[bool] = []  # set once this process is going down with an error
 
 
 def mark_failing() -> None:
-    """Note that this process is ending with an error (its watchdog then does not wait for peers)."""
+    """Note that this process is ending with an error (its watchdog then does not wait for peers)"""
     _failing.append(True)
 
 
@@ -160,7 +160,7 @@ def print_traceback_block(rank: int | str, err: BaseException, header: str = "")
 
 
 def report_uncaught(err: BaseException, settings: Settings) -> None:
-    """What the interpreter does with an uncaught exception, for a worker that runs the script itself.
+    """What the interpreter does with an uncaught exception, for a worker running the script itself.
 
     The agent's error file names the cause (unless a peer's failure caused this one), whoever
     installed the hook: torch's ``init_process_group`` installs its ``[rankN]`` hook in every
@@ -188,7 +188,7 @@ def report_uncaught(err: BaseException, settings: Settings) -> None:
 
 
 def install(rank: int, settings: Settings) -> None:
-    """Install the excepthook: one line for distrain's own errors; root cause once under torchelastic."""
+    """Install the excepthook: one line for distrain's errors; root cause once (torchelastic)."""
     error_file = settings.error_file
 
     def hook(

@@ -21,7 +21,7 @@ _DISTRAIN_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 def main_thread_where() -> tuple[str, bool]:
-    """("file:line in func" of the user's innermost frame, whether the main thread is inside torch)."""
+    """("file:line in func" of the user's innermost frame, whether the main thread is in torch)."""
     frame = sys._current_frames().get(threading.main_thread().ident or 0)
     if frame is None:
         return "?", False

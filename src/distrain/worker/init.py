@@ -53,7 +53,8 @@ def _pick_device(
         if env.local_rank() >= count:
             raise DistrainError(
                 f"local rank {env.local_rank()} but only {count} GPU(s) visible "
-                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} processes per node"
+                f"(CUDA_VISIBLE_DEVICES={visible or '<unset>'}); start at most {count} "
+                "processes per node"
             )
         return torch.device("cuda", env.local_rank())
     return torch.device("cpu")
@@ -112,7 +113,8 @@ def init(
         if active is not None:
             return active
         dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
-        noise.install()  # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        noise.install()
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
         try:

@@ -109,7 +109,7 @@ def replace(
 
 
 def wrap(owner: Any, name: str, make: Callable[[Any], Any], *, feature: str) -> Patch:
-    """Replace ``owner.name`` by ``make(original)``, a forwarding wrapper with the original's name."""
+    """Replace ``owner.name`` by ``make(original)``, a forwarding wrapper of the original's name."""
     current = None if _recorder is not None else _active(owner, name)
     if current is not None and current.feature == feature:
         return current  # not wrapped twice
@@ -256,7 +256,7 @@ def hooked() -> dict[str, list[str]]:
 
 
 def on_uncaught(feature: str, handler: Handler) -> None:
-    """Add `feature`'s handler to the one ``sys.excepthook`` (installed with the first; once each)."""
+    """Add `feature`'s handler to the one ``sys.excepthook`` (set with the first; once each)."""
     if feature not in UNCAUGHT_ORDER:
         raise PatchError(f"no place for {feature!r} in UNCAUGHT_ORDER")
     if _recorder is None:
@@ -307,7 +307,7 @@ def recording_active() -> bool:
 
 
 def like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
-    """`impl` under `original`'s signature: arguments bind (or raise TypeError) as they would there."""
+    """`impl` under `original`'s signature: arguments bind (or raise TypeError) as there."""
     try:
         signature = inspect.signature(original)
     except (TypeError, ValueError):
@@ -317,7 +317,8 @@ def like(original: Any, impl: Callable[..., Any]) -> Callable[..., Any]:
         bound = signature.bind(*args, **kwargs)
         return impl(*bound.args, **bound.kwargs)
 
-    call.__signature__ = signature  # type: ignore[attr-defined]  # what inspect reports: every call binds it
+    # what inspect reports: every call binds it
+    call.__signature__ = signature  # type: ignore[attr-defined]
     call.__name__, call.__qualname__ = original.__name__, original.__qualname__
     call.__doc__ = impl.__doc__ or f"distrain run --cpu stand-in for {original.__qualname__}"
     if hasattr(original, "__wrapped__"):

@@ -7,7 +7,8 @@ each restart.  A first attempt keeps that timeout (nodes may start minutes apart
 one (this node's agent counted a restart) waits ``DISTRAIN_REJOIN_TIMEOUT`` seconds (default
 60) for every rank to check in under the attempt's prefix.  On expiry the rank names the ranks
 (and nodes) that never came back and stops its node's `distrain run`, and every other node's
-(worker/stop_job.py), whose last lines say so: a restart could only wait again.  Rerunning the job on every node resumes it.
+(worker/stop_job.py), whose last lines say so: a restart could only wait again.  Rerunning the job
+on every node resumes it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _NS = "distrain/rejoined"
 
 
 def rejoin_bound(seconds: float, settings: Settings) -> float | None:
-    """`seconds` in a restarted attempt of a multi-node static job under `distrain run`, else None."""
+    """`seconds` in a restarted attempt of a multi-node static job under `distrain run`; None."""
     if settings.launcher != "distrain-run" or settings.rdzv_endpoint:
         return None  # not distrain run, or a c10d rendezvous (its agents see membership changes)
     if settings.restart_count == 0:
@@ -49,7 +50,7 @@ def missing_ranks(store: dist.Store | None, world: int) -> list[int]:
 
 
 def describe(missing: list[int], local_world: int) -> str:
-    """``node 1 (rank 1)`` / ``node 1 (ranks 2, 3), node 2 (rank 4)`` (static: contiguous ranks per node)."""
+    """``node 1 (rank 1)`` / ``node 1 (ranks 2, 3), node 2 (rank 4)`` (static: in order)."""
     nodes: dict[int, list[int]] = {}
     for r in missing:
         nodes.setdefault(r // max(1, local_world), []).append(r)

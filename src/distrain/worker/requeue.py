@@ -9,9 +9,10 @@ queue under the same id, and the next start resumes from the checkpoint.
 Which stop signals requeue:
 
 - ``SIGUSR1``: the time-limit warning (or ``scancel --signal=USR1``): always.
-- ``SIGTERM`` while SLURM preempts the job (``scontrol show job`` has a ``PreemptTime``) or ends
-  it at its time limit (``Reason=TimeLimit``; both seen with slurm 22.05).  A job that exits within its preemption grace time
-  counts as *completed* to SLURM, not requeued, even under ``PreemptMode=REQUEUE``.
+- ``SIGTERM`` while SLURM preempts the job (``scontrol show job`` has a ``PreemptTime``) or ends it
+  at its time limit (``Reason=TimeLimit``; both seen with slurm 22.05).  A job that exits within its
+  preemption grace time counts as *completed* to SLURM, not requeued, even under
+  ``PreemptMode=REQUEUE``.
 - any other ``SIGTERM`` (``scancel``) and ``SIGINT``: never; cancelling must cancel.
 """
 
@@ -63,19 +64,27 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
     """On rank 0 after the stop checkpoint: requeue this SLURM job when the signal calls for it.
 
     `job_id`: this job's SLURM id (``SLURM_JOB_ID``, the array task's own id for job arrays; from
-    distrain.settings), None outside SLURM.  Returns the one line to print (None outside SLURM or for signals that never requeue).
-    Never raises: the checkpoint is written, so a failed requeue costs a manual resubmit only.
+    distrain.settings), None outside SLURM.  Returns the one line to print (None outside SLURM or
+    for signals that never requeue).  Never raises: the checkpoint is written, so a failed requeue
+    costs a manual resubmit only.
     """
     if job_id is None or signum not in (REQUEUE_SIGNAL, signal.SIGTERM):
         return None
     if shutil.which("scontrol") is None:
-        return f"distrain: SLURM job {job_id} not requeued: no scontrol on this node; resubmit it to resume"
+        return (
+            f"distrain: SLURM job {job_id} not requeued: no scontrol on this node; "
+            "resubmit it to resume"
+        )
     fields = job_fields(job_id)
     why = _why_stopped(signum, fields)
     if why is None:
-        return f"distrain: SLURM job {job_id} not requeued: SIGTERM without preemption or time limit (scancel?)"
+        return (
+            f"distrain: SLURM job {job_id} not requeued: SIGTERM without preemption or time "
+            "limit (scancel?)"
+        )
     if fields.get("Requeue") == "0":
-        return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue or JobRequeue=0): "
+        return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue "
+                "or JobRequeue=0): "
                 "not requeued; resubmit it to resume from the checkpoint")  # fmt: skip
     try:
         out = subprocess.run(
@@ -85,7 +94,10 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
         return f"distrain: SLURM job {job_id} not requeued: scontrol requeue: {err}"
     if out.returncode != 0:
         detail = (out.stderr.strip() or out.stdout.strip()).splitlines()
-        return f"distrain: SLURM job {job_id} not requeued ({why}): {detail[-1] if detail else f'exit {out.returncode}'}"
+        return (
+            f"distrain: SLURM job {job_id} not requeued ({why}): "
+            f"{detail[-1] if detail else f'exit {out.returncode}'}"
+        )
     return (
         f"distrain: SLURM job {job_id} requeued after its checkpoint ({why}); it resumes from there"
     )

@@ -28,9 +28,11 @@ class Services:
     monitor: Monitor | None = None
     #: aborts with every rank's stack when no step completes in time (on with watchdog_seconds)
     watchdog: Watchdog | None = None
-    #: where each step's time goes, fed by the Context's hook points (on unless DISTRAIN_BREAKDOWN=0)
+    #: where each step's time goes, fed by the Context's hook points (on unless
+    #: DISTRAIN_BREAKDOWN=0)
     breakdown: StepBreakdown | None = None
-    #: rank 0's progress bar over prepared loaders (monitor/progress.py: DISTRAIN_PROGRESS, a terminal)
+    #: rank 0's progress bar over prepared loaders (monitor/progress.py: DISTRAIN_PROGRESS, a
+    #: terminal)
     progress: bool = False
     #: bound methods (held weakly) run first in close(): a checkpointer finishes its background
     #: save and lets go of its process group before the groups are destroyed

@@ -1,9 +1,10 @@
-"""Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at the end of this step, then exit".
+"""Preemption signals: SIGTERM/SIGINT/SIGUSR1 become "checkpoint at this step's end, then exit".
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
-grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).
-Under SLURM, rank 0 then requeues the job (:mod:`distrain.worker.requeue`).  :class:`StopRequest` turns the signal into a flag that the training loop
-polls at step boundaries (the checkpointer all-reduces it so every rank stops at the *same* step).
+grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).  Under
+SLURM, rank 0 then requeues the job (:mod:`distrain.worker.requeue`).  :class:`StopRequest` turns
+the signal into a flag that the training loop polls at step boundaries (the checkpointer all-reduces
+it so every rank stops at the *same* step).
 
 Python runs signal handlers only in the main thread, between bytecodes: a main thread stuck in a
 collective whose peer is gone would never see the flag.  So a watchdog thread, woken through
@@ -114,7 +115,8 @@ class StopRequest:
             self.received_at = time.monotonic()
             _received.set()
             _log.warning(
-                f"distrain: received {signal.Signals(signum).name}: checkpointing at the end of this step, "
+                f"distrain: received {signal.Signals(signum).name}: checkpointing at the "
+                "end of this step, "
                 f"then exiting (grace {self.grace_s:g} s)"
             )
         elif signum == signal.SIGINT:
@@ -136,12 +138,14 @@ class StopRequest:
             # waits for a dead peer of its own group: no step end will come to checkpoint at
             if self.stuck is not None and self.stuck():
                 _log.warning(
-                    "distrain: stop signal while waiting on a replica-group peer that is gone; exiting now"
+                    "distrain: stop signal while waiting on a replica-group peer that is "
+                    "gone; exiting now"
                 )
                 os._exit(self.exit_code)
             time.sleep(0.1)
         _log.error(
-            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a collective?); exiting now"
+            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a "
+            "collective?); exiting now"
         )
         os._exit(self.exit_code)
 

@@ -34,7 +34,7 @@ class StepCounter:
         self._handle = register_optimizer_step_post_hook(self._hook)
 
     def track(self, model: nn.Module) -> None:
-        """Count steps of optimizers that update `model`'s parameters (as they are after wrapping)."""
+        """Count steps of optimizers that update `model`'s parameters (as after wrapping)."""
         self._params.update(id(p) for p in model.parameters())
         self._verdicts = weakref.WeakKeyDictionary()  # an optimizer made earlier may now qualify
 

@@ -59,9 +59,10 @@ def stop_the_job(reason: str, settings: Settings) -> bool:
 def stop_this_node(reason: str, settings: Settings) -> bool:
     """Stop this node's `distrain run` so its agent restarts nothing; False when there is none.
 
-    A static rendezvous has no shared state to close.  The reason goes to the job's folder
-    (the stop claim, contract.STOP_MARK; the launcher's last line says it), then the launcher gets SIGTERM: torch's agent stops
-    its workers and ends, as on a user's SIGTERM.  Only an ancestor of this process is signalled.
+    A static rendezvous has no shared state to close.  The reason goes to the job's folder (the stop
+    claim, contract.STOP_MARK; the launcher's last line says it), then the launcher gets SIGTERM:
+    torch's agent stops its workers and ends, as on a user's SIGTERM.  Only an ancestor of this
+    process is signalled.
     """
     pid, folder = settings.launcher_pid or "", settings.job_dir
     if not pid.isdigit():

@@ -1,4 +1,4 @@
-"""The c10d store a worker's process group forms on: restart-safe, and listening only where asked."""
+"""The c10d store a worker's process group forms on: restart-safe, listening only where asked."""
 
 from __future__ import annotations
 
@@ -90,6 +90,8 @@ def _attempt_store(
     listen_fd = (
         store_listen_fd(env.master_addr(), env.master_port(), bind_addr) if is_master else None
     )
+    # master_listen_fd: a keyword the stubs lack
+    listen = {"master_listen_fd": listen_fd} if listen_fd is not None else {}
     store = dist.TCPStore(
         env.master_addr(),
         env.master_port(),
@@ -97,7 +99,7 @@ def _attempt_store(
         is_master=is_master,
         timeout=timeout,
         wait_for_workers=False,
-        **({"master_listen_fd": listen_fd} if listen_fd is not None else {}),  # type: ignore[arg-type]  # a keyword the stubs lack
+        **listen,  # type: ignore[arg-type]
     )
 
     def connect() -> dist.Store:

@@ -63,7 +63,7 @@ def _cmdline() -> str:
 
 
 def _overwrite_argv_area(title: str) -> None:
-    """Write `title` over this process's argv memory (Linux: arg_start..arg_end of /proc/self/stat)."""
+    """Write `title` over this process's argv memory (Linux: arg_start..arg_end in stat)."""
     import ctypes
 
     try:

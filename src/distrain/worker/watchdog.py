@@ -185,17 +185,21 @@ class Watchdog:
             b = beats.get(r, {})
             node = f"node {b['node']}, " if b.get("node") else ""
             parts.append(
-                f"rank {r} ({node}host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step {b.get('step', '?')} in {b.get('where', '?')}"
+                f"rank {r} ({node}host {b.get('host', '?')}, pid {b.get('pid', '?')}) at step "
+                f"{b.get('step', '?')} in {b.get('where', '?')}"
             )
         waiting = sorted(r for r in beats if r not in stuck)
         text = (
-            f"distrain watchdog: no training progress for {self.seconds:g} s; stuck: {'; '.join(parts)} — {why}"
+            f"distrain watchdog: no training progress for {self.seconds:g} s; stuck: "
+            f"{'; '.join(parts)} — {why}"
             + (
-                f"; rank{'s' if len(waiting) > 1 else ''} {','.join(map(str, waiting))} wait{'' if len(waiting) > 1 else 's'} for it"
+                f"; rank{'s' if len(waiting) > 1 else ''} {','.join(map(str, waiting))} "
+                f"wait{'' if len(waiting) > 1 else 's'} for it"
                 if waiting
                 else ""
             )
-            + f". Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
+            + ". Every rank's Python stack follows on its stderr; exiting with code "
+            f"{WATCHDOG_EXIT_CODE}."
         )
         return text, silent | {r for r in range(self.world_size) if r not in beats}
 
@@ -208,7 +212,8 @@ class Watchdog:
         else:  # the reporter's verdict first: stacks written at once would cut into its line
             time.sleep(0.3)
         sys.stderr.write(
-            f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step {self.training_step}, stack:\n"
+            f"distrain watchdog: rank {self.rank} (pid {os.getpid()}) at step "
+            f"{self.training_step}, stack:\n"
         )
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -263,7 +268,7 @@ class Watchdog:
                 time.sleep(self.poll)
 
     def _watch_after_end(self, store: dist.Store, beats: dict[int, dict[str, Any]]) -> None:
-        """After this rank's end: done when every rank ended; a verdict for a peer frozen before its end."""
+        """After this rank's end: done when all ranks ended; a verdict for a peer frozen earlier."""
         ended = {r for r in range(self.world_size) if store.check([f"end/{r}"])}
         if len(ended) == self.world_size:
             self._all_ended.set()
@@ -290,7 +295,8 @@ class Watchdog:
         text = (
             f"distrain watchdog: {'; '.join(parts)} stopped answering for over {self.seconds:g} s "
             f"after rank {self.rank}'s script ended, before its own end: {FROZEN}. "
-            f"Every rank's Python stack follows on its stderr; exiting with code {WATCHDOG_EXIT_CODE}."
+            "Every rank's Python stack follows on its stderr; exiting with code "
+            f"{WATCHDOG_EXIT_CODE}."
         )
         store.compare_set("verdict", "", f"{self.rank}\n{text}")
 
@@ -332,14 +338,16 @@ def warn_unarmed(rank: int) -> None:
     """Say once that the watchdog has nothing to watch: no optimizer step of a prepared model."""
     if rank == 0:
         _log.warning(
-            "distrain: warning: the watchdog is not armed: ctx.log() is being called but no optimizer "
-            "step over a model from ctx.prepare_model() was seen (step an optimizer over the prepared "
+            "distrain: warning: the watchdog is not armed: ctx.log() is being called "
+            "but no optimizer "
+            "step over a model from ctx.prepare_model() was seen (step an optimizer "
+            "over the prepared "
             "model's parameters, or call ctx.step(opt))"
         )
 
 
 def on_step(ctx: Any, step: int) -> None:
-    """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout."""
+    """Called after every optimizer step: feed the watchdog; after the first, shorten the timeout"""
     wd = ctx.services.watchdog
     if wd is not None:
         wd.progress(step)

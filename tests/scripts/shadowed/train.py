@@ -11,7 +11,8 @@ import yaml
 
 dist.init_process_group("gloo")
 print(
-    f"rank {dist.get_rank()} yaml from {yaml.__file__} marker={getattr(yaml, 'SHADOW_MARKER', None)}",
+    f"rank {dist.get_rank()} yaml from {yaml.__file__} "
+    f"marker={getattr(yaml, 'SHADOW_MARKER', None)}",
     flush=True,
 )
 dist.barrier()

@@ -1,4 +1,4 @@
-"""checkpoint/files.py: manifest verification, corruption detection, finding the newest valid checkpoint.
+"""checkpoint/files.py: manifest verification, corruption detection, the newest valid checkpoint.
 
 Checkpoint directories are built by hand in tmp_path (small byte files plus a manifest) and then
 truncated, flipped, extended or mangled; nothing here uses a process group or DCP.
@@ -127,10 +127,14 @@ def test_unparsable_manifest(tmp_path: Path) -> None:
      (lambda doc: {**doc, "step": True}, "malformed (step/world_size not integers)"),
      (lambda doc: {**doc, "world_size": 2.0}, "malformed (step/world_size not integers)"),
      (lambda doc: {**doc, "files": {}}, "malformed (no 'files' table)"),
-     (lambda doc: {**doc, "files": {**doc["files"], "../escape.pt": doc["files"][SHARED_FILE]}}, "bad file name '../escape.pt'"),
-     (lambda doc: {**doc, "files": {**doc["files"], MANIFEST: doc["files"][SHARED_FILE]}}, "bad file name 'manifest.json'"),
-     (lambda doc: {**doc, "files": {**doc["files"], SHARED_FILE: {"sha256": "ab"}}}, "entry of 'shared.pt' lacks sha256/bytes"),
-     (lambda doc: {**doc, "files": {k: v for k, v in doc["files"].items() if k != SHARED_FILE}}, "lists no shared.pt")],
+     (lambda doc: {**doc, "files": {**doc["files"], "../escape.pt": doc["files"][SHARED_FILE]}},
+      "bad file name '../escape.pt'"),
+     (lambda doc: {**doc, "files": {**doc["files"], MANIFEST: doc["files"][SHARED_FILE]}},
+      "bad file name 'manifest.json'"),
+     (lambda doc: {**doc, "files": {**doc["files"], SHARED_FILE: {"sha256": "ab"}}},
+      "entry of 'shared.pt' lacks sha256/bytes"),
+     (lambda doc: {**doc, "files": {k: v for k, v in doc["files"].items() if k != SHARED_FILE}},
+      "lists no shared.pt")],
 )  # fmt: skip
 def test_malformed_manifests_are_reasons_never_exceptions(
     tmp_path: Path, mangle: Any, reason: str

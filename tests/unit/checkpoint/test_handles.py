@@ -1,7 +1,7 @@
 """checkpoint/handles.py: a Checkpointer is built from what it needs, never from a Context.
 
-The abandoned-save tests run a real writer against a real (in-process) store: the leader waits
-for rank 1's report, and rank 1's published process is one that has really ended (or a stop signal came
+The abandoned-save tests run a real writer against a real (in-process) store: the leader waits for
+rank 1's report, and rank 1's published process is one that has really ended (or a stop signal came
 with no report), as when a peer dies during a save.
 """
 

@@ -1,4 +1,4 @@
-"""cluster/base.py: integer parsing of launcher variables, the validation and export of every environment."""
+"""cluster/base.py: parsing launcher variables, the validation and export of every environment."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def test_export_env_writes_the_torchrun_variables(
     monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")
     monkeypatch.setenv("MASTER_PORT", "29511")
     Fixed(3, 4, 1, 2).export_env()
-    assert {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
+    assert {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                       "MASTER_ADDR", "MASTER_PORT")} == {
         "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
         "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29511"}  # fmt: skip
 

@@ -22,8 +22,8 @@ from distrain.cluster import (
 )
 from distrain.cluster.base import ClusterError
 
-SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "1",
-         "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "job"}  # fmt: skip
+SLURM = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+         "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "job"}  # fmt: skip
 OMPI = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
 PMI = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1"}
 HOROVOD = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}
@@ -52,7 +52,8 @@ def _set(monkeypatch: pytest.MonkeyPatch, *groups: dict[str, str]) -> None:
 
 def test_detection_order_is_the_documented_one() -> None:
     assert DETECTION_ORDER == (
-        LegacyLaunchEnvironment, SpawnEnvironment, TorchElasticEnvironment, LSFEnvironment, OpenMPIEnvironment,
+        LegacyLaunchEnvironment, SpawnEnvironment, TorchElasticEnvironment, LSFEnvironment,
+                               OpenMPIEnvironment,
         MPICHEnvironment, HorovodEnvironment, SLURMEnvironment, KubeflowEnvironment,
         SingleProcessEnvironment)  # fmt: skip
     assert len({cls.name for cls in DETECTION_ORDER}) == 10
@@ -72,7 +73,8 @@ def test_nothing_set_is_a_single_process() -> None:
      ((ELASTIC, {"DISTRAIN_SPAWN": "1"}), SpawnEnvironment),
      ((JSRUN,), LSFEnvironment),
      ((JSRUN, OMPI), LSFEnvironment),  # jsrun sets OMPI_COMM_WORLD_* too, with its own values
-     ((JSRUN, {**OMPI, "OMPI_COMM_WORLD_SIZE": "4"}), OpenMPIEnvironment),  # mpirun inside a jsrun task
+     ((JSRUN, {**OMPI, "OMPI_COMM_WORLD_SIZE": "4"}),
+      OpenMPIEnvironment),  # mpirun inside a jsrun task
      ((JSRUN, ELASTIC), TorchElasticEnvironment),  # torchrun inside a jsrun task
      ((POD,), KubeflowEnvironment),
      ((POD, {"LOCAL_RANK": "1"}), TorchElasticEnvironment),  # torchrun / distrain run in the pod

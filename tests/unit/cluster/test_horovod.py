@@ -19,7 +19,8 @@ def test_detected_by_rank_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_getters_read_horovod_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+    for k, v in {"HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
+                 "HOROVOD_LOCAL_SIZE": "2",
                  "HOROVOD_CROSS_RANK": "1", "HOROVOD_CROSS_SIZE": "2"}.items():  # fmt: skip
         monkeypatch.setenv(k, v)
     env = HorovodEnvironment()

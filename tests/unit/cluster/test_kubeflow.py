@@ -1,4 +1,4 @@
-"""cluster/kubeflow.py: a PyTorchJob pod running the script without torchrun (one process per pod)."""
+"""cluster/kubeflow.py: a PyTorchJob pod running the script without torchrun (1 per pod)."""
 
 from __future__ import annotations
 

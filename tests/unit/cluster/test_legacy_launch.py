@@ -1,4 +1,4 @@
-"""cluster/legacy_launch.py: `torch.distributed.launch`'s --local-rank on argv, taken off before argparse."""
+"""cluster/legacy_launch.py: `torch.distributed.launch`'s --local-rank, off before argparse."""
 
 from __future__ import annotations
 

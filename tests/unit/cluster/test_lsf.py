@@ -111,5 +111,7 @@ def test_export_env_gives_torch_the_env_contract(
 
     _set(monkeypatch, {**TASK, "LSB_MCPU_HOSTS": "batch3 1 a 2 b 2 c 2 d 2"})
     LSFEnvironment().export_env()
-    assert {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")} == {
-        "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "a", "MASTER_PORT": str(15000 + 123456 % 20000)}  # fmt: skip
+    assert {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                       "MASTER_PORT")} == {
+        "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "a",
+        "MASTER_PORT": str(15000 + 123456 % 20000)}  # fmt: skip

@@ -1,4 +1,4 @@
-"""cluster/mpi.py: Open MPI (OMPI_COMM_WORLD_*) and MPICH/Intel MPI (PMI_*, MPI_LOCAL*), and the agreed master."""
+"""cluster/mpi.py: Open MPI (OMPI_COMM_WORLD_*), MPICH/Intel MPI (PMI_*, MPI_LOCAL*), the master."""
 
 from __future__ import annotations
 
@@ -65,7 +65,9 @@ def test_local_rank_is_required_unless_world_is_one(monkeypatch: pytest.MonkeyPa
 
 
 def test_master_from_environment_wins_without_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:
-    _set(monkeypatch, {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    _set(monkeypatch,
+         {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                        "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "29555"})  # fmt: skip
     env = OpenMPIEnvironment()
 
@@ -77,7 +79,9 @@ def test_master_from_environment_wins_without_broadcast(monkeypatch: pytest.Monk
 
 
 def test_rank0_proposes_loopback_on_one_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    _set(monkeypatch, {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    _set(monkeypatch,
+         {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})  # fmt: skip
     monkeypatch.setattr(distrain.net, "free_port", lambda host="127.0.0.1": 31337)
     monkeypatch.setattr(distrain.net, "host_address", lambda: "192.0.2.7")
@@ -89,7 +93,9 @@ def test_rank0_proposes_loopback_on_one_node(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_rank0_proposes_its_routable_address_across_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    _set(monkeypatch, {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    _set(monkeypatch,
+         {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})  # fmt: skip
     monkeypatch.setattr(distrain.net, "free_port", lambda host="127.0.0.1": 40000)
     monkeypatch.setattr(distrain.net, "host_address", lambda: "192.0.2.7")

@@ -1,4 +1,4 @@
-"""cluster/slurm.py: srun tasks (SLURM_PROCID/NTASKS/LOCALID/NODEID), host lists, master address and port."""
+"""cluster/slurm.py: srun tasks (SLURM_PROCID/NTASKS/LOCALID/NODEID), host lists, master address."""
 
 from __future__ import annotations
 
@@ -111,7 +111,8 @@ def test_a_task_of_a_multi_node_job_is_detected_with_its_place(
     the master is the job's first host (no step node list) on a port derived from the job id."""
     from distrain.cluster import detect_environment
 
-    _set(monkeypatch, {**TASK, "SLURM_NNODES": "4", "SLURM_NODELIST": "node[07-09,11]", "SLURM_JOB_ID": "123456",
+    _set(monkeypatch,
+         {**TASK, "SLURM_NNODES": "4", "SLURM_NODELIST": "node[07-09,11]", "SLURM_JOB_ID": "123456",
                        "SLURM_TASKS_PER_NODE": "2(x4)"})  # fmt: skip
     detected = detect_environment()
     assert isinstance(detected, SLURMEnvironment)

@@ -1,4 +1,4 @@
-"""cluster/torchelastic.py: torchrun / distrain run workers (RANK, LOCAL_RANK, GROUP_RANK, TORCHELASTIC_*)."""
+"""cluster/torchelastic.py: torchrun / distrain run workers (RANK, GROUP_RANK, TORCHELASTIC_*)."""
 
 from __future__ import annotations
 

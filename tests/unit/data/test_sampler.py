@@ -1,4 +1,4 @@
-"""data/sampler.py: GlobalBatchSampler's global-batch math and resume, ShardedEvalSampler's exact shards.
+"""data/sampler.py: GlobalBatchSampler's global-batch math and resume, ShardedEvalSampler's shards.
 
 (DistributedLoader and its per-sample seeding: test_sample_seeds.py.)
 """

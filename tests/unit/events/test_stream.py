@@ -1,4 +1,4 @@
-"""distrain/events/stream.py: one JSONL stream per job, written whole by concurrent processes, read on."""
+"""distrain/events/stream.py: one JSONL stream per job, written whole by concurrent processes."""
 
 from __future__ import annotations
 

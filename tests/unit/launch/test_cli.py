@@ -1,4 +1,4 @@
-"""launch/cli.py: the exit code and one-line summary `distrain run` derives from torch's failure records."""
+"""launch/cli.py: the exit code and one-line summary `distrain run` derives from torch's records."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_the_rank_with_an_error_file_is_the_root_cause(tmp_path: Path) -> None:
     error_file = tmp_path / "error.json"
     error_file.write_text("{}")
     failures = {0: _failure(1, timestamp=1), 2: _failure(1, timestamp=9, error_file=str(error_file),
-                                                        message={"message": "ValueError: bad lr"}, pid=5)}  # fmt: skip
+                                                        message={"message": "ValueError: bad lr"},
+                                                         pid=5)}  # fmt: skip
     assert _exit_code_of(Failed(failures)) == (
         1,
         "rank 2 (pid 5) exited with code 1: ValueError: bad lr",

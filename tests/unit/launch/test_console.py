@@ -31,7 +31,8 @@ def test_restart_line_names_cause_attempt_and_step(
         _record(RESTART, "default", "FAILED", 3, 3)
     )  # torch's INFO line: not shown
     assert capsys.readouterr().err.strip() == (
-        "distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of 3), resuming from step 22"
+        "distrain run: rank 1 (pid 379) was killed by SIGKILL; restarting every rank (attempt 1 of "
+        "3), resuming from step 22"
     )
     reporter.filter(_record(FAILED, 1, 0, 400, "run_script", "forkserver", level=logging.ERROR))
     reporter.filter(_record(RESTART, "default", "FAILED", 2, 3))

@@ -97,8 +97,8 @@ def test_lines_for_a_job_with_a_straggler() -> None:
     assert "slowest rank 1 (compute 30.0 ms/step)" in out[0]
     assert "checkpoint" not in out[0]  # shown only when a save held the loop
     assert (
-        out[1]
-        == "distrain: straggler: rank 1 (host vm, pid 4241) computes 200 % slower than the median rank"
+        out[1] == "distrain: straggler: rank 1 (host vm, pid 4241) computes 200 % slower "
+        "than the median rank"
     )
     assert len(out) == 2
 

@@ -12,7 +12,8 @@ from distrain.launch.local_rank_hint import hint, parses_local_rank
 
 @pytest.mark.parametrize(
     ("source", "line"),
-    [("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n", 3),
+    [("import argparse\np = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n",
+      3),
      ("p.add_argument('--local-rank', '--local_rank', type=int, default=0)\n", 1),
      ("p.add_argument('--rank', type=int)\n", None),
      ("print('--local_rank')\n", None),

@@ -1,4 +1,4 @@
-"""launch/mpi.py: the mpirun / horovodrun command lines `distrain run --launcher` builds (not run)."""
+"""launch/mpi.py: the mpirun / horovodrun command lines `run --launcher` builds (not run)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from distrain.launch import mpi
 
 
 def _args(**over: object) -> argparse.Namespace:
-    values = {"launcher": "mpirun", "nnodes": "1:1", "nproc_per_node": "4", "training_script": "train.py",
-              "training_script_args": ["--lr", "1"], "module": False, "no_python": False}  # fmt: skip
+    values = {"launcher": "mpirun", "nnodes": "1:1", "nproc_per_node": "4",
+              "training_script": "train.py",
+              "training_script_args": ["--lr", "1"], "module": False,
+              "no_python": False}  # fmt: skip
     values.update(over)
     return argparse.Namespace(**values)
 

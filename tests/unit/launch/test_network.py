@@ -1,4 +1,4 @@
-"""launch/network.py: which interface and address a multi-node `distrain run` uses, from fixed tables.
+"""launch/network.py: which interface and address a multi-node `distrain run` uses (fixed tables).
 
 interface_addresses/route_to/name resolution are replaced by monkeypatch: no socket is opened.
 """
@@ -40,7 +40,8 @@ def tables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _args(**over: object) -> argparse.Namespace:
-    values = {"nnodes": "2", "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": "", "master_addr": "node0",
+    values = {"nnodes": "2", "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": "",
+              "master_addr": "node0",
               "master_port": "29500", "node_rank": "1", "local_addr": None}  # fmt: skip
     values.update(over)
     return argparse.Namespace(**values)
@@ -159,7 +160,8 @@ def test_c10d_without_endpoint_is_refused() -> None:
 def test_summary_line() -> None:
     choice = NetworkChoice("eth0", "10.0.0.2", "node0", "10.0.0.1", 29500, "store on node0")
     assert choice.summary("node 1/2") == (
-        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 · store on node0"
+        "distrain run: node 1/2 · interface eth0 (10.0.0.2) routes to node0 (10.0.0.1):29500 "
+        "· store on node0"
     )
     same = NetworkChoice("eth0", "10.0.0.2", "10.0.0.1", "10.0.0.1", None, "s")
     assert "routes to 10.0.0.1 · s" in same.summary("n")

@@ -46,7 +46,8 @@ def test_plan_sets_nproc_and_the_workers_environment(script: str) -> None:
     assert launch.network is None  # one node
     assert launch.env == {
         "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "DISTRAIN_WATCHDOG": "30.0",
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "4", "DISTRAIN_LAUNCHER": "distrain-run"}  # fmt: skip
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "4",
+                          "DISTRAIN_LAUNCHER": "distrain-run"}  # fmt: skip
 
 
 def test_plan_leaves_a_user_omp_num_threads_and_store_choice(
@@ -96,11 +97,13 @@ def test_gpus_select_devices_and_set_nproc(script: str, monkeypatch: pytest.Monk
     [(["--gpus", "0,a"], r"--gpus expects GPU indices like 0,3 \(got '0,a'\)"),
      (["--gpus", "0,7"], r"--gpus 0,7: GPU 7 does not exist \(4 GPU\(s\) visible\)"),
      (["--gpus", "0,1", "-n", "3"], r"--nproc 3 disagrees with --gpus 0,1 \(2 GPUs\)"),
-     (["--cpu", "--gpus", "0"], "--cpu rehearses on CPU processes; it cannot be combined with --gpus"),
+     (["--cpu", "--gpus", "0"],
+      "--cpu rehearses on CPU processes; it cannot be combined with --gpus"),
      (["-n", "two"], r"--nproc expects an integer or 'auto' \(got 'two'\)"),
      (["-n", "0"], r"the number of processes must be at least 1 \(got 0\)"),
      (["--nproc-per-node", "x"], r"--nproc-per-node expects an integer or auto \(got 'x'\)"),
-     (["-n", "2", "--nproc-per-node", "3"], r"--nproc-per-node 3 disagrees with --nproc/--gpus \(2\)"),
+     (["-n", "2", "--nproc-per-node", "3"],
+      r"--nproc-per-node 3 disagrees with --nproc/--gpus \(2\)"),
      (["--nnodes", "0"], r"--nnodes 0: needs 1 <= MIN <= MAX nodes"),
      (["--watchdog", "soon"], r"--watchdog expects seconds \(got 'soon'\)"),
      (["--master-port", "70000"], r"--master-port 70000 is outside 1..65535"),
@@ -170,13 +173,14 @@ def test_multi_node_plan_pins_the_interface_and_c10d_timings(script: str) -> Non
 def test_torchrun_command_static_with_separator_for_dash_args(script: str) -> None:
     launch = plan.plan(["-n", "2", "--max-restarts", "3", script, "--lr", "1"])
     assert launch.torchrun_command() == [
-        "torchrun", "--nnodes", "1:1", "--nproc-per-node", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+        "torchrun", "--nnodes", "1:1", "--nproc-per-node", "2", "--node-rank", "0", "--master-addr",
+                                         "127.0.0.1",
         "--max-restarts", "3", script, "--", "--lr", "1"]  # fmt: skip
 
 
 def test_torchrun_command_rendezvous_without_separator(script: str) -> None:
-    launch = plan.plan(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.2:29400",
-                        "--rdzv-id", "job", script, "data"])  # fmt: skip
+    launch = plan.plan(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                        "10.0.0.2:29400", "--rdzv-id", "job", script, "data"])  # fmt: skip
     cmd = launch.torchrun_command()
     assert cmd[:4] == ["torchrun", "--nnodes", "1:2", "--nproc-per-node"]
     assert (

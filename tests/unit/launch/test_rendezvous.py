@@ -35,7 +35,8 @@ def test_one_node_or_other_backends_are_left_alone() -> None:
 
 def _rdzv(**over: object) -> Rendezvous:
     values: dict[str, object] = dict(backend="static", endpoint="", id="none", conf="", nnodes="1",
-                                     node_rank=0, master_addr="127.0.0.1", master_port=None, local_addr=None)  # fmt: skip
+                                     node_rank=0, master_addr="127.0.0.1", master_port=None,
+                                     local_addr=None)  # fmt: skip
     values.update(over)
     return Rendezvous(**values)  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""launch/validate.py: torchrun's numeric flags and the script path, refused as one-line usage errors."""
+"""launch/validate.py: torchrun's numeric flags and the script path, refused as one-line errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/watch_notice.py: one line when no rank reported its watchdog, during the job or at its end."""
+"""launch/watch_notice.py: one line when no rank reported its watchdog (during or at end)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_line_during_the_job_then_nothing_at_the_end(
     assert (
         capsys.readouterr().err
         == HEAD
-        + "train.py has not in its first 0 s, so only a process stopped (SIGSTOP) for over 120 s is watched\n"
+        + "train.py has not in its first 0 s, so only a process stopped (SIGSTOP) for over "
+        "120 s is watched\n"
     )
     assert (
         notice.stopped is not None and not notice.stopped._thread.is_alive()

@@ -100,7 +100,7 @@ def test_phases_are_the_intervals_between_hook_points(clock: FakeTime, ctx_backw
 
 
 def test_plain_backward_ends_at_the_next_point_distrain_sees(clock: FakeTime) -> None:
-    """Without ctx.backward, comm runs from the last gradient to the optimizer step (or next batch)."""
+    """Without ctx.backward, comm runs from the last gradient to the optimizer step (or batch)."""
     bd = StepBreakdown()
     try:
         p = torch.zeros(1)
@@ -193,7 +193,7 @@ def test_window_shares_come_from_the_records_inside_the_window() -> None:
 
 
 def test_after_the_first_step_only_the_last_gradient_hook_and_no_forward_hook_remain() -> None:
-    """The slimming that keeps the cost under 1 %: compute then starts when the batch is handed out."""
+    """The slimming keeping the cost under 1 %: compute then starts when the batch is handed out."""
     bd = StepBreakdown()
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     bd.watch(model)
@@ -244,7 +244,7 @@ class FakeGPU:
 def test_cuda_events_are_read_only_once_done_and_reused_after(
     monkeypatch: pytest.MonkeyPatch, clock: FakeTime
 ) -> None:
-    """The GPU path: no step is accounted before its end event is done (no waiting), then all are."""
+    """The GPU path: no step is accounted before its end event is done (no waiting), then all are"""
     gpu = FakeGPU()
 
     def event(enable_timing: bool) -> FakeEvent:
@@ -270,7 +270,8 @@ def test_cuda_events_are_read_only_once_done_and_reused_after(
         )  # nothing done on the GPU yet: nothing read, nothing waited for
         gpu.done_until = gpu.now
         bd._on_forward(nn.Module(), ())
-        bd.step_done()  # the next step's end reads every finished one (itself included: no GPU time)
+        # the next step's end reads every finished one (itself included: no GPU time)
+        bd.step_done()
         steps, totals = bd.snapshot()
         assert steps == 4
         assert totals["compute"] == pytest.approx(6.0) and totals["comm"] == pytest.approx(3.0)

@@ -75,10 +75,12 @@ def test_render_of_replica_groups_has_a_group_column_and_the_last_heal() -> None
         "status": "running",
         "ranks": rows,
         "totals": {"ranks": 2, "world_size": 2, "hosts": ["h"], "min_step": 5, "max_step": 5,
-                   "samples_per_s": 2.0, "rss": 0, "elapsed": 1.0, "missing_ranks": [], "groups": 2, "heals": 1},
+                   "samples_per_s": 2.0, "rss": 0, "elapsed": 1.0, "missing_ranks": [], "groups": 2,
+                   "heals": 1},
         "groups": [{"group": 0, "status": "running", "ranks": 1, "min_step": 5, "max_step": 5},
                    {"group": 1, "status": "running", "ranks": 1, "min_step": 5, "max_step": 5}],
-        "events": [{"event": "lost", "group": 1, "step": 3}, {"event": "healed", "group": 1, "source": 0, "step": 4}],
+        "events": [{"event": "lost", "group": 1, "step": 3},
+                   {"event": "healed", "group": 1, "source": 0, "step": 4}],
     }  # fmt: skip
     console = Console(width=200, record=True)
     console.print(render(snapshot))

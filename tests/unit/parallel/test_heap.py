@@ -1,4 +1,4 @@
-"""parallel/heap.py: glibc's mmap threshold fixed once for a sharded model, a user's setting left alone."""
+"""parallel/heap.py: glibc's mmap threshold fixed once for a sharded model, a user's value kept."""
 
 from __future__ import annotations
 

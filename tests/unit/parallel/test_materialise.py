@@ -1,4 +1,4 @@
-"""parallel/materialise.py: torch's own modules built on the meta device initialise as an eager build does."""
+"""parallel/materialise.py: torch's modules built on the meta device initialise as eagerly built."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from distrain.parallel import _materialise, is_on_meta
 
 
 class Encoder(nn.Module):
-    """Layers built one by one (each draws its own weights) and an nn.TransformerEncoder (one layer, deep-copied)."""
+    """Layers built one by one (each draws its weights) and an nn.TransformerEncoder (copies)."""
 
     def __init__(self) -> None:
         super().__init__()

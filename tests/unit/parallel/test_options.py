@@ -25,7 +25,7 @@ def _prepare_model_keywords() -> dict[str, Any]:
 
 
 def test_loose_defaults_are_prepare_models() -> None:
-    """The keywords resolve() takes as 'not asked for' are exactly prepare_model's, at its defaults."""
+    """The keywords resolve() takes as 'not asked for' are exactly prepare_model's defaults."""
     assert _prepare_model_keywords() == LOOSE_DEFAULTS
 
 
@@ -69,7 +69,8 @@ def test_construction_holds_options_and_is_frozen() -> None:
 
 def test_callee_options_only_what_was_set() -> None:
     assert DDP().callee_options() == {}
-    assert DDP(bucket_cap_mb=10, static_graph=True, extra={"gradient_as_bucket_view": True}).callee_options() == {
+    assert DDP(bucket_cap_mb=10, static_graph=True,
+               extra={"gradient_as_bucket_view": True}).callee_options() == {
         "bucket_cap_mb": 10, "static_graph": True, "gradient_as_bucket_view": True}  # fmt: skip
     assert FSDP().callee_options() == {}
     assert HSDP(reshard_after_forward=2, replicate=2).callee_options() == {
@@ -78,23 +79,29 @@ def test_callee_options_only_what_was_set() -> None:
 
 
 @pytest.mark.parametrize(("build", "message"), [
-    (lambda: DDP(cpu_offload=True), "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU, not strategy='ddp'"),
+    (lambda: DDP(cpu_offload=True),
+     "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU, not strategy='ddp'"),
     (lambda: FSDP(sync_bn=True), "sync_bn=True cannot be used with strategy='fsdp'"),
     (lambda: HSDP(comm_hook="bf16"), "comm_hook is a DDP feature; strategy='hsdp' has none"),
     (lambda: FSDP(replicate=2), "replicate= needs strategy='hsdp', got strategy='fsdp'"),
-    (lambda: FSDP(reshard_afterforward=False), "reshard_afterforward= is no option of strategy 'fsdp' (FSDP)"),
+    (lambda: FSDP(reshard_afterforward=False),
+     "reshard_afterforward= is no option of strategy 'fsdp' (FSDP)"),
     (lambda: DDP(comm_hook="int8"), "DDP: comm_hook must be one of bf16, fp16, powersgd"),
     (lambda: DDP(sync_bn="yes"), "DDP: sync_bn='yes' must be True or False"),
     (lambda: DDP(bucket_cap_mb=0), "DDP: bucket_cap_mb=0 must be a number of MiB > 0"),
     (lambda: DDP(shard=[int]), "DDP: shard= takes nn.Module classes"),
     (lambda: FSDP(shard=3), "FSDP: shard= takes None, nn.Module classes"),
     (lambda: FSDP(cpu_offload=1), "FSDP: cpu_offload=1 must be True or False"),
-    (lambda: FSDP(reshard_after_forward="no"), "FSDP: reshard_after_forward='no' must be True, False"),
+    (lambda: FSDP(reshard_after_forward="no"),
+     "FSDP: reshard_after_forward='no' must be True, False"),
     (lambda: HSDP(replicate=0), "HSDP: replicate=0 must be a whole number of replica groups >= 1"),
     (lambda: HSDP(replicate=True), "HSDP: replicate=True must be a whole number"),
-    (lambda: FSDP(extra={"mp_polcy": None}), "FSDP: extra={'mp_polcy': None} names 'mp_polcy', which fully_shard does not take"),
-    (lambda: DDP(extra={"reshard_after_forward": False}), "which DistributedDataParallel does not take"),
-    (lambda: FSDP(extra={"cpu_offload": True}), "names 'cpu_offload', an option of its own: FSDP(cpu_offload=...)"),
+    (lambda: FSDP(extra={"mp_polcy": None}),
+     "FSDP: extra={'mp_polcy': None} names 'mp_polcy', which fully_shard does not take"),
+    (lambda: DDP(extra={"reshard_after_forward": False}),
+     "which DistributedDataParallel does not take"),
+    (lambda: FSDP(extra={"cpu_offload": True}),
+     "names 'cpu_offload', an option of its own: FSDP(cpu_offload=...)"),
 ])  # fmt: skip
 def test_bad_option_is_one_line_naming_option_and_strategy(build: Any, message: str) -> None:
     with _refused(message) as caught:
@@ -104,11 +111,14 @@ def test_bad_option_is_one_line_naming_option_and_strategy(build: Any, message: 
 
 @pytest.mark.parametrize(("name", "options", "expected"), [
     ("ddp", {}, DDP()),
-    ("ddp", {"sync_bn": True, "comm_hook": "bf16", "bucket_cap_mb": 5}, DDP(sync_bn=True, comm_hook="bf16", bucket_cap_mb=5)),
+    ("ddp", {"sync_bn": True, "comm_hook": "bf16", "bucket_cap_mb": 5},
+     DDP(sync_bn=True, comm_hook="bf16", bucket_cap_mb=5)),
     ("ddp", {"activation_checkpointing": True, "gradient_as_bucket_view": True},
      DDP(activation_checkpointing=True, extra={"gradient_as_bucket_view": True})),
-    ("fsdp", {"reshard_after_forward": False, "cpu_offload": True}, FSDP(reshard_after_forward=False, cpu_offload=True)),
-    ("fsdp", {"shard": [nn.Linear], "mp_policy": None}, FSDP(shard=[nn.Linear], extra={"mp_policy": None})),
+    ("fsdp", {"reshard_after_forward": False, "cpu_offload": True},
+     FSDP(reshard_after_forward=False, cpu_offload=True)),
+    ("fsdp", {"shard": [nn.Linear], "mp_policy": None},
+     FSDP(shard=[nn.Linear], extra={"mp_policy": None})),
     ("hsdp", {"replicate": 2}, HSDP(replicate=2)),
 ])  # fmt: skip
 def test_old_keywords_build_the_same_object(
@@ -131,10 +141,13 @@ def test_an_object_passes_through_and_refuses_loose_keywords_beside_it() -> None
 
 @pytest.mark.parametrize(("strategy", "options", "message"), [
     ("zero", {}, "strategy must be one of ddp, fsdp, hsdp"),
-    (FSDP, {}, "strategy must be one of ddp, fsdp, hsdp or a distrain.DDP/FSDP/HSDP object, got <class"),
+    (FSDP, {},
+     "strategy must be one of ddp, fsdp, hsdp or a distrain.DDP/FSDP/HSDP object, got <class"),
     ("ddp", {"cpu_offload": True}, "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU"),
-    ("fsdp", {"cpu_offload": True}, "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU"),
-    (FSDP(cpu_offload=True), {}, "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU"),
+    ("fsdp", {"cpu_offload": True},
+     "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU"),
+    (FSDP(cpu_offload=True), {},
+     "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU"),
     ("fsdp", {"replicate": 2}, "replicate= needs strategy='hsdp'"),
     ("fsdp", {"comm_hook": "bf16"}, "comm_hook is a DDP feature"),
     ("fsdp", {"sync_bn": True}, "sync_bn=True cannot be used with strategy='fsdp'"),
@@ -144,10 +157,10 @@ def test_an_object_passes_through_and_refuses_loose_keywords_beside_it() -> None
 def test_bad_options_refused_on_any_world_size(
     strategy: Any, options: dict[str, Any], message: str
 ) -> None:
-    """Options that cannot apply fail before any process group is involved (also with one process)."""
+    """Options that cannot apply fail before any process group is involved (one process too)."""
     with _refused(message):
-        prepare(nn.Sequential(nn.Linear(2, 2)), strategy, device=torch.device("cpu"), precision="fp32",
-                distributed=False, num_nodes=1, **options)  # fmt: skip
+        prepare(nn.Sequential(nn.Linear(2, 2)), strategy, device=torch.device("cpu"),
+                precision="fp32", distributed=False, num_nodes=1, **options)  # fmt: skip
 
 
 @pytest.mark.parametrize(

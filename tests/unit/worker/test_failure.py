@@ -1,4 +1,4 @@
-"""worker/failure.py: which errors only say "a peer went away" (so they are not reported as the cause)."""
+"""worker/failure.py: which errors only say "a peer went away" (not reported as the cause)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_torch_distributed_network_errors_are_peer_failures() -> None:
 
 @pytest.fixture
 def hook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hook]:
-    """failure.install()'s excepthook over the plain one; the signal handlers it resets come back."""
+    """failure.install()'s excepthook over the plain one; the signal handlers it resets come back"""
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     monkeypatch.setattr(patching, "APPLIED", [])  # whatever an earlier test registered
     monkeypatch.setattr(patching, "_uncaught", {})
@@ -130,7 +130,8 @@ def test_cause_line_of_a_self_started_childs_failure_is_the_childs() -> None:
     from torch.multiprocessing.spawn import ProcessRaisedException
 
     msg = (
-        "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        "\n\n-- Process 1 terminated with the following error:\nTraceback (most "
+        "recent call last):\n"
         '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
     )
     assert failure.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"

@@ -1,4 +1,4 @@
-"""worker/init.py: the device choice of init() (explicit, DISTRAIN_DEVICE, local rank's GPU, CPU) and backend."""
+"""worker/init.py: init()'s device (explicit, DISTRAIN_DEVICE, local GPU, CPU) and backend."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_default_backend_follows_the_device() -> None:
 def test_exit_on_error_leaves_cluster_and_usage_errors_raised(
     monkeypatch: pytest.MonkeyPatch, err: DistrainError, writes_environ: None
 ) -> None:
-    """Both are DistrainErrors, but not init's own set-up errors: they are raised, not turned into exit 1."""
+    """Both are DistrainErrors, but not init's set-up errors: raised, not turned into exit 1."""
 
     def broken(*_: object) -> int:
         raise err

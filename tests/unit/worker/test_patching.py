@@ -213,7 +213,8 @@ def test_a_name_is_installed_once_and_not_stacked_by_another_feature(registry: l
     with pytest.raises(patching.PatchError, match="owner.f is patched by rehearse already"):
         patching.replace(owner, "f", print, feature="self_start")
     assert patching.applied("rehearse") == [first] and patching.applied("self_start") == []
-    assert patching.restore("rehearse") == [first] and owner.f is original  # type: ignore[attr-defined]
+    assert patching.restore("rehearse") == [first]
+    assert owner.f is original  # type: ignore[attr-defined]
 
 
 def test_remove_puts_back_an_inherited_or_absent_name_by_deleting_it(registry: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""worker/reductions.py: the Context's collectives on a plain process (no process group): local values back."""
+"""worker/reductions.py: the Context's collectives without a process group: local values back."""
 
 from __future__ import annotations
 

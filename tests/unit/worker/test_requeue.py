@@ -1,4 +1,4 @@
-"""worker/requeue.py: which stop signals requeue a SLURM job (scontrol itself is never called here)."""
+"""worker/requeue.py: which stop signals requeue a SLURM job (scontrol itself is never called)."""
 
 from __future__ import annotations
 

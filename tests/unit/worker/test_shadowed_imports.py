@@ -1,4 +1,4 @@
-"""forked.shadowed_imports: a module the fork server imported that the script's folder would shadow."""
+"""forked.shadowed_imports: a module the fork server imported that the script's folder shadows."""
 
 from __future__ import annotations
 

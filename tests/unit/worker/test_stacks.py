@@ -1,4 +1,4 @@
-"""worker/stacks.py: SIGUSR1 dumps the stacks, keeps the process alive, and chains a user handler."""
+"""worker/stacks.py: SIGUSR1 dumps the stacks, keeps the process alive, chains a user handler."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What stops every node of a static multi-node job (worker/stop_job.py) and the one-SIGTERM claim."""
+"""What stops every node of a static multi-node job (worker/stop_job.py), one-SIGTERM claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""worker/store.py: where rank 0's store listens (DISTRAIN_BIND_ADDR, else loopback, else torch's default).
+"""worker/store.py: where rank 0's store listens (DISTRAIN_BIND_ADDR, else loopback, else torch's).
 
 Name resolution and the listening socket are replaced by monkeypatch: no socket is opened.
 """

@@ -1,4 +1,4 @@
-"""worker/threads.py: the CPU thread count policy (explicit, DISTRAIN_NUM_THREADS, OMP_NUM_THREADS > 1, split)."""
+"""worker/threads.py: CPU thread count policy (explicit, DISTRAIN_NUM_THREADS, OMP > 1, split)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""worker/title.py: the process title text `distrain rank R/W · script args` (the title itself is not set here)."""
+"""worker/title.py: the process title text `distrain rank R/W · script args` (not set here)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_long_titles_are_cut_with_an_ellipsis() -> None:
 
 
 def test_replica_groups_title_names_the_group() -> None:
-    """Under --replicas each group has a rank 0: the title tells them apart (and keeps the prefix)."""
+    """Under --replicas each group has a rank 0: the title tells them apart (prefix kept)."""
     title = worker_title(0, 1, ["t.py"], group=1)
     assert title == "distrain rank 0/1 · group 1 · t.py"
     assert worker_title(0, 1, ["t.py"], group=None) == "distrain rank 0/1 · t.py"

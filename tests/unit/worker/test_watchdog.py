@@ -1,4 +1,4 @@
-"""worker/watchdog.py: the stuck-rank diagnosis and NCCL debug defaults (its settings: tests/unit/test_settings.py)."""
+"""worker/watchdog.py: stuck-rank diagnosis and NCCL debug defaults (settings: test_settings)."""
 
 from __future__ import annotations
 

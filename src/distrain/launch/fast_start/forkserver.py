@@ -4,15 +4,16 @@ A torchrun worker is a fresh interpreter that pays for ``import torch`` (~2 s he
 optimizer's lazy ``import torch._dynamo`` (~1.5 s) and the script's own imports — every worker,
 on every start and every restart.  ``--start-method fast`` (the default) instead:
 
-1. starts Python's multiprocessing fork server at the beginning of `distrain run`, forked from
-   the launcher right after its ``import torch`` (:mod:`distrain.launch.fast_start.server_fork`), which
+1. starts Python's multiprocessing fork server at the beginning of `distrain run`, forked from the
+   launcher right after its ``import torch`` (:mod:`distrain.launch.fast_start.server_fork`), which
    then preloads ``torch._dynamo``, distrain and the script's top-level imports
    (:mod:`distrain.worker.fast_start.preload`) while the launcher goes on;
-2. hands torch's elastic agent a *callable* entrypoint (:func:`distrain.worker.fast_start.forked.run_script`, named by a
-   :class:`~distrain.contract.WorkerEntrypoint`) with
-   ``LaunchConfig.start_method = "forkserver"``: the agent's rendezvous, restarts, environment
-   (RANK, …), log redirection and error files are unchanged; each worker is forked from the warm
-   server and runs the script with ``runpy.run_path(script, run_name="__main__")``;
+2. hands torch's elastic agent a *callable* entrypoint
+   (:func:`distrain.worker.fast_start.forked.run_script`, named by a
+   :class:`~distrain.contract.WorkerEntrypoint`) with ``LaunchConfig.start_method = "forkserver"``:
+   the agent's rendezvous, restarts, environment (RANK, …), log redirection and error files are
+   unchanged; each worker is forked from the warm server and runs the script with
+   ``runpy.run_path(script, run_name="__main__")``;
 3. falls back to a fresh interpreter, saying so once, when the script cannot run this way:
    statically for ``-m``/``--no-python``/``--run-path`` or a file that is not Python source, and
    at run time when the script raises an exception in a forked worker *before* it formed the
@@ -168,8 +169,9 @@ def start_server(script: str, self_starting: bool | None = None) -> None:
 
     os.environ[PRELOAD] = ",".join(top_level_imports(script))
     # the server and multiprocessing's resource tracker it starts inherit "ignore SIGUSR1": a
-    # scheduler's SIGUSR1 (SLURM's time-limit warning) reaches every process of the job, and
-    # must not kill those two (the tracker blocks SIGINT/SIGTERM itself; see worker/fast_start/preload.py)
+    # scheduler's SIGUSR1 (SLURM's time-limit warning) reaches every process of the job, and must
+    # not kill those two (the tracker blocks SIGINT/SIGTERM itself; see
+    # worker/fast_start/preload.py)
     previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         forkserver.set_forkserver_preload([PRELOAD_MODULE])

@@ -25,7 +25,7 @@ _SERVER_MAIN = "from multiprocessing.forkserver import main"
 
 @contextlib.contextmanager
 def forked_server() -> Iterator[None]:
-    """While active, ``multiprocessing.forkserver.ensure_running()`` forks this process for its server."""
+    """While active, ``multiprocessing.forkserver.ensure_running()`` forks this process."""
     import multiprocessing.util as mp_util
 
     original = mp_util.spawnv_passfds

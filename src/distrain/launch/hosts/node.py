@@ -1,4 +1,4 @@
-"""The remote end of `distrain run --hosts`: check this host, then run its node and watch the session.
+"""The remote end of `distrain run --hosts`: check this host, run its node, watch the session.
 
 The launching machine starts ``python -m distrain.launch.hosts.node …`` on every host over ssh.
 It does three things, in this order:
@@ -77,7 +77,8 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
         if iface not in table:
             return (
                 None,
-                f"--iface {iface}: no such interface with an IPv4 address (have: {', '.join(sorted(table))})",
+                f"--iface {iface}: no such interface with an IPv4 address (have: "
+                f"{', '.join(sorted(table))})",
             )
         return table[iface][0], None
     if route_to:
@@ -115,14 +116,17 @@ def probe(args: dict[str, object]) -> dict[str, object]:
     script = args.get("script")
     out["script_ok"] = script is None or os.path.isfile(str(script))
     if args.get("first"):
-        out["address"], out["address_error"] = _address(args.get("iface"), args.get("route_to"))  # type: ignore[arg-type]
+        out["address"], out["address_error"] = _address(
+            args.get("iface"),  # type: ignore[arg-type]
+            args.get("route_to"),  # type: ignore[arg-type]
+        )
         port, ports = str(args.get("port") or 0), str(args.get("ports") or 1)
         out["port"], out["port_error"] = _port(int(port), int(ports))
     return out
 
 
 class _Tree:
-    """A node's process and every descendant seen so far (pid and start time, so a reused pid is safe)."""
+    """A node's process and every descendant seen so far (pid and start time: reused pids safe)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         import psutil
@@ -178,7 +182,7 @@ def _watch(tree: _Tree, stop: threading.Event) -> int:
 
 
 def _read_line() -> str:
-    """One line from stdin's fd, byte by byte: nothing after it is buffered away from the EOF watch."""
+    """One line from stdin's fd, byte by byte: nothing after it is buffered away from EOF watch."""
     data = b""
     while not data.endswith(b"\n"):
         chunk = os.read(0, 1)

@@ -35,7 +35,8 @@ _OWN = (*HOST_DESTS, "nnodes", "iface", *_NPROC, "master_port", "replicas")
 
 
 #: `distrain run --hosts … --help`
-HELP = """usage: distrain run (--hosts H1[:N],H2[:N] | --hostfile FILE) [options] script.py [script args]
+HELP = """usage: distrain run (--hosts H1[:N],H2[:N] | --hostfile FILE) [options]
+                    script.py [script args]
 
 Start the job on every host over ssh, from this machine (docs/multinode.md).
 
@@ -89,7 +90,8 @@ class HostsOptions:
     #: with --replicas: processes per group (None until the hosts' checks counted their GPUs,
     #: for hosts given without slots)
     per_group: int | None = None
-    #: the variables of ~/.distrain_env & co. (launch/hosts/env_file.py), and the files they came from
+    #: the variables of ~/.distrain_env & co. (launch/hosts/env_file.py), and the files they came
+    #: from
     env_file: dict[str, str] = field(default_factory=dict)
     env_files: list[str] = field(default_factory=list)
 
@@ -102,7 +104,8 @@ def _nnodes(value: str, count: int) -> int | None:
     if high == count:
         return low if ":" in value else None
     raise UsageError(
-        f"--nnodes {value} does not fit {count} host(s): give {count}, or MIN:{count} for an elastic job"
+        f"--nnodes {value} does not fit {count} host(s): give {count}, or MIN:{count} "
+        "for an elastic job"
     )
 
 
@@ -125,7 +128,8 @@ def parse(command: CommandLine) -> HostsOptions:
     for opt in command.options:
         if opt.dest == UNKNOWN:
             raise UsageError(
-                f"unknown option {opt.name} (see distrain run --help; script options go after the script)"
+                f"unknown option {opt.name} (see distrain run --help; script options go "
+                "after the script)"
             )
         if opt.dest in _FORBIDDEN:
             raise UsageError(
@@ -143,7 +147,8 @@ def parse(command: CommandLine) -> HostsOptions:
             node_argv += opt.tokens
     if not command.script_argv:
         raise UsageError(
-            "no training script given (usage: distrain run --hosts h1:N,h2:N [options] script.py [args])"
+            "no training script given (usage: distrain run --hosts h1:N,h2:N [options] "
+            "script.py [args])"
         )
     return _build(own, node_argv, command)
 
@@ -211,11 +216,13 @@ def _replicas(opts: HostsOptions, value: str) -> None:
     groups = int(value)
     if opts.min_nodes is not None:
         raise UsageError(
-            f"--replicas needs a fixed --nnodes {len(hosts)}, not a range: a lost host is a lost replica group"
+            f"--replicas needs a fixed --nnodes {len(hosts)}, not a range: a lost host is a "
+            "lost replica group"
         )
     if groups % len(hosts):
         raise UsageError(
-            f"--replicas {groups} does not divide over {len(hosts)} hosts: each host runs the same number of whole groups"
+            f"--replicas {groups} does not divide over {len(hosts)} hosts: each host runs the same "
+            "number of whole groups"
         )
     if opts.nproc is not None:  # -n keeps its --replicas meaning: processes per group
         if not opts.nproc.isdigit() or int(opts.nproc) < 1:
@@ -239,7 +246,8 @@ def group_size(slots: dict[str, int | None], groups: int) -> int:
     if None in slots.values() or len(sizes) != 1 or any(not n or n % here for n in slots.values()):
         given = ", ".join(f"{h}:{n if n is not None else '?'}" for h, n in slots.items())
         raise UsageError(
-            f"--replicas {groups} on {len(slots)} hosts ({given}): every host needs the same slots, "
+            f"--replicas {groups} on {len(slots)} hosts ({given}): every host needs "
+            "the same slots, "
             f"a multiple of its {here} group(s), or give -n (processes per group)"
         )
     return sizes.pop()

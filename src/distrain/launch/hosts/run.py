@@ -128,7 +128,8 @@ def _check(
         while not s.probed.wait(0.1) and time.monotonic() < deadline:
             if stop.is_set():
                 raise UsageError(
-                    f"stopped by {getattr(stop, 'signame', 'a signal')} while the hosts were checked",
+                    f"stopped by {getattr(stop, 'signame', 'a signal')} while the "
+                    "hosts were checked",
                     130,
                 )
     for s in sessions:
@@ -149,7 +150,8 @@ def _check(
         for key in ("distrain", "torch", "cuda", "python"):
             if probe.get(key) != mine[key]:
                 raise UsageError(
-                    f"host {s.name}: {key} {probe.get(key)} there, {mine[key]} here (every host needs the same)"
+                    f"host {s.name}: {key} {probe.get(key)} there, {mine[key]} here (every "
+                    "host needs the same)"
                 )
         if not probe.get("script_ok"):
             raise UsageError(
@@ -178,7 +180,7 @@ def _gpus(session: Session) -> int | None:
 
 
 def _stop(sessions: list[Session]) -> None:
-    """Close every session (each host stops its node); kill the ssh of any still open after STOP_BOUND_S."""
+    """Close every session (each host stops its node); kill ssh still open after STOP_BOUND_S."""
     for s in sessions:
         s.send(None)
     deadline = time.monotonic() + STOP_BOUND_S
@@ -205,7 +207,8 @@ def _supervise(
             name = getattr(stop, "signame", "a signal")
             _stop(sessions)
             _say(
-                f"stopped by {name}: every host's processes were stopped ({', '.join(s.name for s in sessions)})"
+                f"stopped by {name}: every host's processes were stopped "
+                f"({', '.join(s.name for s in sessions)})"
             )
             return 143 if name == "SIGTERM" else 130
         for i in sorted(live):
@@ -224,7 +227,8 @@ def _supervise(
             if dropped and opts.min_nodes is not None and i != 0 and len(live) >= opts.min_nodes:
                 lost.append(s.name)
                 _say(
-                    f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) (--nnodes {opts.min_nodes}:{len(sessions)})"
+                    f"host {s.name} lost: {s.reason()}; the job goes on with {len(live)} host(s) "
+                    f"(--nnodes {opts.min_nodes}:{len(sessions)})"
                 )
                 continue
             if opts.replicas is not None and i != 0 and 0 in live:
@@ -236,7 +240,8 @@ def _supervise(
                 per_host = opts.replicas // len(sessions)
                 groups = ", ".join(str(g) for g in range(i * per_host, (i + 1) * per_host))
                 _say(
-                    f"host {s.name} lost: {s.reason()}; its replica group(s) {groups} with it, the groups of {len(live)} host(s) train on"
+                    f"host {s.name} lost: {s.reason()}; its replica group(s) {groups} with it, the "
+                    f"groups of {len(live)} host(s) train on"
                 )
                 continue
             others = [sessions[j] for j in live]
@@ -289,9 +294,13 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     kind = f"elastic {opts.min_nodes}:{len(sessions)}" if opts.min_nodes is not None else "static"
     if opts.replicas is not None:
-        kind = f"{opts.replicas} replica groups of {opts.per_group}, {opts.replicas // len(sessions)} per host"
+        kind = (
+            f"{opts.replicas} replica groups of {opts.per_group}, "
+            f"{opts.replicas // len(sessions)} per host"
+        )
     _say(
-        f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master {sessions[0].name} at {master}:{port}"
+        f"{len(sessions)} hosts ({', '.join(s.name for s in sessions)}), {kind}; master "
+        f"{sessions[0].name} at {master}:{port}"
     )
     go = json.dumps({"master_addr": master, "master_port": port, "nproc": opts.per_group}) + "\n"
     for s in sessions:

@@ -69,8 +69,8 @@ _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
 
 def resolve(opts: HostsOptions) -> list[str]:
-    """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in parallel;
-    UsageError naming an unknown host."""
+    """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in
+    parallel; UsageError naming an unknown host."""
 
     def one(host: HostSpec) -> str:
         res = subprocess.run(
@@ -81,7 +81,8 @@ def resolve(opts: HostsOptions) -> list[str]:
         )
         if res.returncode != 0:
             raise UsageError(
-                f"host {host.name}: ssh cannot use it: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+                f"host {host.name}: ssh cannot use it: "
+                f"{(res.stderr.strip().splitlines() or ['?'])[-1]}"
             )
         config = dict(
             line.split(None, 1) for line in res.stdout.splitlines() if len(line.split(None, 1)) == 2
@@ -93,7 +94,8 @@ def resolve(opts: HostsOptions) -> list[str]:
             return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
-                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, /etc/hosts or DNS)"
+                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, "
+                "/etc/hosts or DNS)"
             ) from None
 
     # plain threads, not concurrent.futures: this runs while the ssh sessions connect, and the
@@ -180,7 +182,8 @@ def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[s
         spec.update(
             first=True,
             port=opts.master_port or 0,
-            # --replicas: the lighthouse on the port, the nodes' roll call one above (replica_nodes.py)
+            # --replicas: the lighthouse on the port, the nodes' roll call one above
+            # (replica_nodes.py)
             ports=2 if opts.replicas is not None else 1,
             iface=iface,
             route_to=others[0] if others else None,
@@ -205,8 +208,8 @@ def remote_command(
     tail = ["-m", "distrain.launch.hosts.node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
         name = f"distrain-{rdzv_id}-{rank}"
-        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host", "--net=host",
-                  "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host",
+                  "--net=host", "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
         for key, value in env.items():
             docker += ["-e", f"{key}={value}"]
         return f"cd {shlex.quote(cwd)} && exec " + shlex.join(
@@ -224,15 +227,18 @@ def new_job_id() -> str:
 def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
-    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address {opts.hosts[0].name} "
-             f"reaches the others by, and {'port ' + str(opts.master_port) if opts.master_port else 'a free port there'}"]  # fmt: skip
+    port = f"port {opts.master_port}" if opts.master_port else "a free port there"
+    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
+             f"{opts.hosts[0].name} reaches the others by, and {port}"]  # fmt: skip
     if opts.per_group is None and opts.replicas is not None:
         lines.append(
-            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the hosts' checks count"
+            f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the "
+            "hosts' checks count"
         )
     if opts.env_files:
         lines.append(
-            f"# set on every host from {', '.join(opts.env_files)}: {' '.join(sorted(opts.env_file)) or '(nothing)'}"
+            f"# set on every host from {', '.join(opts.env_files)}: "
+            f"{' '.join(sorted(opts.env_file)) or '(nothing)'}"
         )
     for rank, host in enumerate(opts.hosts):
         lines.append(

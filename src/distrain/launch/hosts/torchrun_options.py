@@ -1,9 +1,9 @@
-"""torchrun's options, as ``torch.distributed.run.get_args_parser()`` of torch TORCH_VERSION has them.
+"""torchrun's options as torch TORCH_VERSION's ``torch.distributed.run.get_args_parser()``.
 
-`distrain run --hosts` splits its command line with this table instead of torch's parser: it
-starts nothing on this machine but ssh, and ``import torch`` (which building torch's parser
-needs) took 3.5-6 s of the fan-out's start on a loaded 2-core machine (benchmarks/launch/RESULTS.md).
-The table is used only when the installed torch is TORCH_VERSION (command_line.split_without_torch);
+`distrain run --hosts` splits its command line with this table instead of torch's parser: it starts
+nothing on this machine but ssh, and ``import torch`` (which building torch's parser needs) took
+3.5-6 s of the fan-out's start on a loaded 2-core machine (benchmarks/launch/RESULTS.md).  The table
+is used only when the installed torch is TORCH_VERSION (command_line.split_without_torch);
 tests/unit/launch/hosts/test_torchrun_options.py checks it against the installed torch's parser.
 Regenerate it with ``python3 -m distrain.launch.hosts.torchrun_options`` after a torch upgrade.
 """
@@ -85,7 +85,8 @@ def _table_now() -> dict[str, tuple[str, bool]]:
     """The installed torch's table (imports torch)."""
     from torch.distributed.run import get_args_parser
 
-    return {  # as command_line.takes_value reads a parser (not imported: that module imports this one)
+    # as command_line.takes_value reads a parser (not imported: that module imports this one)
+    return {
         name: (action.dest, action.nargs != 0)
         for action in get_args_parser()._actions
         for name in action.option_strings

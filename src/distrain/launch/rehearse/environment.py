@@ -1,9 +1,10 @@
 """`distrain run --cpu`, launcher side: the environment that makes workers rehearse on CPU.
 
-The workers do the mapping (distrain.worker.rehearse, never imported here): this side only
-sets ``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs) and PYTHONPATH (the folder whose sitecustomize.py installs the rehearsal in fresh interpreters),
-prints the start line, and at the end the summary of the GPU calls the workers mapped (their
-``rehearsal`` events in the job's stream).
+The workers do the mapping (distrain.worker.rehearse, never imported here): this side only sets
+``DISTRAIN_CPU_REHEARSAL`` (the number of stand-in GPUs) and PYTHONPATH (the folder whose
+sitecustomize.py installs the rehearsal in fresh interpreters), prints the start line, and at the
+end the summary of the GPU calls the workers mapped (their ``rehearsal`` events in the job's
+stream).
 
 A script that starts its own processes (the PyTorch DDP tutorial: ``world_size =
 torch.cuda.device_count(); mp.spawn(main, nprocs=world_size)``, or a loop of
@@ -29,7 +30,8 @@ def configure(
 ) -> tuple[int, str]:
     """Set the workers' environment for `nproc` stand-in GPUs; (agent processes, start line).
 
-    `found`: what the script starts itself, decided by launch/self_start/detect.decide (None: N copies).
+    `found`: what the script starts itself, decided by launch/self_start/detect.decide (None: N
+    copies).
     """
     env[CPU_REHEARSAL] = str(nproc)
     path = os.environ.get("PYTHONPATH", "")

@@ -43,7 +43,7 @@ def _signal_name(code: int) -> str:
 
 
 class AgentLossReporter(logging.Filter):
-    """In a group's `distrain run`: turn the agent's "failed (exitcode …)" record into a "lost" event."""
+    """In a group's `distrain run`: the agent's "failed (exitcode …)" record → a "lost" event."""
 
     def __init__(self, folder: str, group: int) -> None:
         super().__init__()
@@ -122,7 +122,7 @@ class ReplicaJob:
         self.local = self.local or list(range(self.groups))
 
     def continuing(self) -> int:
-        """Groups still training, as far as this node knows (another node's groups count as live)."""
+        """Groups still training, as far as this node knows (another node's groups count as live)"""
         return sum(1 for g in range(self.groups) if g not in self.lost and g not in self.finished)
 
     def read_events(self) -> None:
@@ -142,27 +142,31 @@ class ReplicaJob:
             self.lost.add(group)
             step = self.step_of(group)
             self.say(
-                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid {ev['pid']}, {how}); "
+                f"replica group {group} lost at step {step} (rank {ev['rank']}, pid "
+                f"{ev['pid']}, {how}); "
                 f"{self.continuing()}/{self.groups} groups continue",
-                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"], how=how,
+                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"],
+                     how=how,
             )  # fmt: skip
         elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
             src, at = ev.get("source"), int(str(ev.get("step", 0)))
             if src is not None and (at > 0 or group in self.lost):
                 seconds = float(str(ev["seconds"]))
                 self.say(
-                    f"replica group {group} healed from group {src} at step {at} in {seconds:.1f} s",
+                    f"replica group {group} healed from group {src} at step {at} "
+                    f"in {seconds:.1f} s",
                     "healed", group=group, source=src, step=at, seconds=seconds,
                 )  # fmt: skip
             elif group in self.lost:
                 self.say(
-                    f"replica group {group} rejoined at step {at} from its own state (no live group was ahead)",
+                    f"replica group {group} rejoined at step {at} from its own state (no live "
+                    "group was ahead)",
                     "rejoined", group=group, step=at,
                 )  # fmt: skip
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:
-        """Record that group's end (and report a failure); the others' first step no longer waits for it."""
+        """Record that group's end (report a failure); others' first step no longer waits on it."""
         self.finished[group] = code
         mark_ft_start(self.folder, group)
         with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
@@ -170,7 +174,8 @@ class ReplicaJob:
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(
-                f"replica group {group} failed ({how}); {self.continuing()}/{self.groups} groups continue",
+                f"replica group {group} failed ({how}); "
+                f"{self.continuing()}/{self.groups} groups continue",
                 "failed", group=group, how=how,
             )  # fmt: skip
 
@@ -193,7 +198,7 @@ class ReplicaJob:
         }
 
     def check_finals(self) -> int:
-        """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and one line.
+        """Compare the groups' final steps and states rank by rank: 0 when equal, else 1 and a line.
 
         A run whose groups end with different models must never pass for a good one.
         """
@@ -207,7 +212,8 @@ class ReplicaJob:
                 if ref is None or ref != (step, digest):
                     want = f"step {ref[0]}, state {ref[1][:12]}" if ref else "no such rank"
                     self.say(
-                        f"error: replica groups ended with different states: rank {rank} of group {first} at "
+                        f"error: replica groups ended with different states: rank {rank} of "
+                        f"group {first} at "
                         f"{want}, of group {group} at step {step}, state {digest[:12]}",
                     )  # fmt: skip
                     return 1
@@ -219,7 +225,7 @@ class ReplicaJob:
         return 0
 
     def stop_all(self, grace_s: float = 30) -> None:
-        """SIGTERM every group's launcher (its agent passes it on), SIGKILL what is left after `grace_s`."""
+        """SIGTERM each group's launcher (its agent passes it on); SIGKILL it after `grace_s`."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # the agent passes it on and waits for its workers

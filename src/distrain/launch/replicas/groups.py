@@ -1,13 +1,13 @@
 """`distrain run --replicas R -n N`: R fault-tolerant replica groups of N processes (TorchFT).
 
 The launcher starts TorchFT's lighthouse (launch/replicas/lighthouse.py), then one ordinary
-`distrain run -n N` per group, each a child process with its own elastic agent, store, free
-port and restart budget (``--max-restarts``, 3 by default here).  The workers learn their group
-from the environment (:mod:`distrain.contract`: DISTRAIN_REPLICA_GROUP, …) and train through
-``torchft.Manager`` (worker/replicas/training.py): when a process of one group dies only that group's
-agent restarts it, the other groups go on, and the replacement heals from a live group.
-Across nodes (``--nnodes M``) each node's launcher runs R/M of the groups and node 0 the
-lighthouse (launch/replicas/nodes.py).  The events become lines in launch/replicas/events.py.
+`distrain run -n N` per group, each a child process with its own elastic agent, store, free port and
+restart budget (``--max-restarts``, 3 by default here).  The workers learn their group from the
+environment (:mod:`distrain.contract`: DISTRAIN_REPLICA_GROUP, …) and train through
+``torchft.Manager`` (worker/replicas/training.py): when a process of one group dies only that
+group's agent restarts it, the other groups go on, and the replacement heals from a live group.
+Across nodes (``--nnodes M``) each node's launcher runs R/M of the groups and node 0 the lighthouse
+(launch/replicas/nodes.py).  The events become lines in launch/replicas/events.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def check_replicas(args: argparse.Namespace, gpus_visible: int) -> Placement:
         )
     if args.launcher != "torchrun":
         raise UsageError(
-            f"--replicas runs each group under torch's elastic agent; it cannot be combined with --launcher {args.launcher}"
+            "--replicas runs each group under torch's elastic agent; it cannot be combined with "
+            f"--launcher {args.launcher}"
         )
     placement = place(args, groups)
     if args.gpus is not None:
@@ -79,7 +80,8 @@ def check_replicas(args: argparse.Namespace, gpus_visible: int) -> Placement:
     if gpus_visible and not args.cpu and here * nproc > gpus_visible:
         where = "" if here == groups else f" on this node ({here} of {groups} groups)"
         raise UsageError(
-            f"--replicas {groups} × -n {nproc} needs {here * nproc} GPUs{where}, {gpus_visible} visible "
+            f"--replicas {groups} × -n {nproc} needs {here * nproc} GPUs{where}, "
+            f"{gpus_visible} visible "
             "(fewer groups or processes, or --cpu)"
         )
     return placement
@@ -168,11 +170,13 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
             else "127.0.0.1:PORT"
         )
         print(
-            f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, then per group here:"
+            f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, "
+            "then per group here:"
         )
         for g in placement.local:
             print(
-                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run {shlex.join(_argv_of(g, given, host))}"
+                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run "
+                f"{shlex.join(_argv_of(g, given, host))}"
             )
         return 0
     # the groups run in sessions of their own (so a stop can kill each whole group): a SIGTERM to
@@ -191,12 +195,14 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
         groups, tempfile.mkdtemp(prefix="distrain-ft-"), local=placement.local, run_dir=args.run_dir
     )
     on = (
-        f" (groups {placement.local[0]}–{placement.local[-1]} on node {placement.node}/{placement.nodes})"
+        f" (groups {placement.local[0]}–{placement.local[-1]} on node "
+        f"{placement.node}/{placement.nodes})"
         if placement.multi_node
         else ""
     )
     job.say(
-        f"{groups} replica groups × {per_group} process(es){on}; TorchFT lighthouse on {lighthouse.host}:{lighthouse.port}"
+        f"{groups} replica groups × {per_group} process(es){on}; TorchFT lighthouse on "
+        f"{lighthouse.host}:{lighthouse.port}"
     )
     try:
         for g in placement.local:
@@ -265,7 +271,8 @@ def _watch(
         how = lighthouse.died()
         if how is not None and len(job.finished) < len(job.local):
             job.say(
-                f"error: the TorchFT lighthouse {lighthouse.who()} ended ({how}); the groups cannot agree on steps without it, stopping the job"
+                f"error: the TorchFT lighthouse {lighthouse.who()} ended ({how}); the groups "
+                "cannot agree on steps without it, stopping the job"
             )
             # workers block in the quorum and never reach a step end to save at: no use waiting long
             job.stop_all(grace_s=3)

@@ -57,14 +57,15 @@ def answers(host: str, port: int, timeout_s: float) -> bool:
 
 
 def lighthouse_program() -> list[str]:
-    """The command that runs TorchFT's lighthouse (this Python, torchft_lighthouse.py); UsageError without torchft."""
+    """The command running TorchFT's lighthouse (torchft_lighthouse.py); UsageError sans torchft."""
     if importlib.util.find_spec("torchft") is None:
         raise UsageError(f"--replicas needs TorchFT, which is not installed ({EXTRA_HINT})")
     # not TorchFT's own torchft_lighthouse command: it imports torch first (seconds under load)
     return [sys.executable, RUNNER]
 
 
-#: how long another node waits for node 0's lighthouse and roll call, unless DISTRAIN_NODE0_WAIT says
+#: how long another node waits for node 0's lighthouse and roll call, unless DISTRAIN_NODE0_WAIT
+#: says
 NODE0_WAIT_S = 120.0
 
 
@@ -75,7 +76,7 @@ def node0_wait_s() -> float:
 
 
 def start_timeout_s() -> float:
-    """DISTRAIN_LIGHTHOUSE_START_TIMEOUT in seconds, else START_TIMEOUT_S; UsageError if malformed."""
+    """DISTRAIN_LIGHTHOUSE_START_TIMEOUT in s, else START_TIMEOUT_S; UsageError if malformed."""
     text = os.environ.get(LIGHTHOUSE_START_TIMEOUT, "").strip()
     return parse_seconds(text, LIGHTHOUSE_START_TIMEOUT) if text else START_TIMEOUT_S
 
@@ -93,8 +94,8 @@ class Lighthouse:
             self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
             self.proc = subprocess.Popen(
                 [*program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
-                 "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms", str(HEARTBEAT_TIMEOUT_MS),
-                 "--bind", f"{host}:{self.port}"],
+                 "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms",
+                 str(HEARTBEAT_TIMEOUT_MS), "--bind", f"{host}:{self.port}"],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                 preexec_fn=die_with_parent,  # never outlive a SIGKILLed launcher
             )  # fmt: skip
@@ -121,7 +122,8 @@ class Lighthouse:
                 pid = self.proc.pid
                 self.stop()
                 raise UsageError(
-                    f"the TorchFT lighthouse (pid {pid}) ran but did not listen on {self.host}:{self.port} "
+                    f"the TorchFT lighthouse (pid {pid}) ran but did not listen on "
+                    f"{self.host}:{self.port} "
                     f"within {bound:g} s (set {LIGHTHOUSE_START_TIMEOUT} to wait longer)"
                 )
             time.sleep(0.05)
@@ -186,7 +188,8 @@ class RemoteLighthouse:
         while not self._reachable():
             if time.monotonic() > deadline:
                 raise UsageError(
-                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable after {wait_s:g} s "
+                    f"the TorchFT lighthouse on node 0 ({host}:{port}) is not reachable "
+                    f"after {wait_s:g} s "
                     f"(set {NODE0_WAIT} to wait longer)"
                 )
             time.sleep(0.2)
@@ -204,7 +207,7 @@ class RemoteLighthouse:
         return f"on node 0 ({self.host}:{self.port})"
 
     def died(self) -> str | None:
-        """ "unreachable for 3 s" once node 0's lighthouse stopped answering, else None (checked once a second)."""
+        """ "unreachable for 3 s" once node 0's lighthouse stopped answering, else None (each s)."""
         now = time.monotonic()
         if now - self._checked < 1.0:
             return None

@@ -70,7 +70,8 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
         return Placement(groups, per_group)
     if groups % nodes:
         raise UsageError(
-            f"--replicas {groups} does not divide over --nnodes {nodes}: each node runs the same number of whole groups"
+            f"--replicas {groups} does not divide over --nnodes {nodes}: each node runs the same "
+            "number of whole groups"
         )
     if not 0 <= node < nodes:
         raise UsageError(f"--node-rank must be 0…{nodes - 1} (got {node})")
@@ -81,14 +82,15 @@ def place(args: argparse.Namespace, groups: int) -> Placement:
         raise UsageError(f"--master-addr {master}: cannot resolve it") from None
     if loopback:
         raise UsageError(
-            "--replicas across nodes needs --master-addr: node 0's address, where the lighthouse listens"
+            "--replicas across nodes needs --master-addr: node 0's address, where the "
+            "lighthouse listens"
         )
     port = int(args.master_port) if getattr(args, "master_port", None) else DEFAULT_PORT
     return Placement(groups, per_group, nodes, node, master, port)
 
 
 def node_address(placement: Placement, iface: str | None) -> tuple[str, str | None]:
-    """This node's address (and interface) for the other nodes: ``--iface``'s, else the route to the master."""
+    """This node's address (and interface) for other nodes: ``--iface``'s, else master's route."""
     if iface:
         addrs = interface_addresses().get(iface)
         if not addrs:
@@ -132,7 +134,8 @@ class RollCall:
             if first:
                 raise UsageError(f"--replicas: node 0 cannot listen on {where}: {err}") from None
             raise UsageError(
-                f"--replicas: node 0 is not reachable at {where} after {wait_s:g} s (set {NODE0_WAIT} to wait longer)"
+                f"--replicas: node 0 is not reachable at {where} after {wait_s:g} s (set "
+                f"{NODE0_WAIT} to wait longer)"
             ) from None
 
     def beat(self) -> None:
@@ -143,7 +146,7 @@ class RollCall:
             self.store.set(f"node{self.placement.node}", f"running {now}")
 
     def share_starts(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' start marks (contract.ft_start_file) between this node's folder and the store.
+        """Carry the groups' start marks (contract.ft_start_file) between node folder and store.
 
         A group's first quorum waits until every group's mark is in its node's folder; a group
         on another node marks its own folder, so each launcher publishes its groups' marks and
@@ -155,7 +158,7 @@ class RollCall:
                     lambda g: mark_ft_start(folder, g), local)  # fmt: skip
 
     def share_ends(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like the start marks.
+        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like start marks.
 
         A group that ended waits for the others to meet it (train/replica_end.py) unless they
         ended too; a group on another node ends there.
@@ -199,7 +202,7 @@ class RollCall:
         self.finished()
 
     def mark_silent(self, folder: str) -> None:
-        """The groups of another node whose beat stopped for SILENT_S (a lost machine) ended for good."""
+        """Another node's groups whose beat stopped for SILENT_S (a lost machine) ended for good."""
         now = time.monotonic()
         if now - self._last_look < BEAT_S:
             return
@@ -241,7 +244,8 @@ class RollCall:
                 return
             if not said:
                 say(
-                    f"node 0's groups ended; the lighthouse stays up for node(s) {', '.join(map(str, waiting))}"
+                    "node 0's groups ended; the lighthouse stays up for node(s) "
+                    f"{', '.join(map(str, waiting))}"
                 )
                 said = True
             time.sleep(0.2)

@@ -57,20 +57,22 @@ class SelfStart:
         return not self.condition
 
     def start_line(self, prog: str, script_name: str, nproc: int) -> str:
-        """The line `distrain run` prints when it runs such a script once instead of `nproc` times."""
+        """The line `distrain run` prints when it runs such a script once, not `nproc` times."""
         if not self.line:
             return (
                 f"{prog}: {script_name} starts its own workers (--self-starting); "
-                f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
+                f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its "
+                "children are the job"
             )
         return (
             f"{prog}: {script_name} starts its own workers ({self.kind} at line {self.line}); "
-            f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its children are the job"
+            f"running it once (not {nproc} {'copies' if nproc != 1 else 'copy'}), its "
+            "children are the job"
         )
 
 
 def _module_names(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:
-    """(names bound to a multiprocessing module → module, names bound to a starter → dotted name)."""
+    """(names bound to a multiprocessing module → module, names bound to a starter → dotted name)"""
     modules: dict[str, str] = {}
     direct: dict[str, str] = {}
     for node in ast.walk(tree):

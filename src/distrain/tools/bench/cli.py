@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
     name = argv[0]
     if name not in BENCHMARKS:
         print(
-            f"distrain bench: error: unknown benchmark {name!r} (choose from {', '.join(BENCHMARKS)})",
+            f"distrain bench: error: unknown benchmark {name!r} (choose from "
+            f"{', '.join(BENCHMARKS)})",
             file=sys.stderr,
         )
         return 2

@@ -370,8 +370,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # run the functions of `distrain.tools.bench.comm` itself, not this __main__ copy of them, so that
-    # one module object holds them (what imports or wraps distrain.tools.bench.comm sees what runs)
+    # run the functions of `distrain.tools.bench.comm` itself, not this __main__ copy of them, so
+    # that one module object holds them (what imports or wraps distrain.tools.bench.comm sees what
+    # runs)
     from distrain.tools.bench.comm import main as _main
 
     raise SystemExit(_main(sys.argv[1:]))

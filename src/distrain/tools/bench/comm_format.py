@@ -50,7 +50,8 @@ def print_tables(doc: dict[str, Any]) -> None:
         width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120, highlight=False
     )
     console.print(
-        f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} · {doc['dtype']}"
+        f"distrain bench comm · {doc['world_size']} ranks · {doc['backend']} · {doc['device']} "
+        f"· {doc['dtype']}"
     )
     for op in doc["ops"]:
         table = Table(title=op, title_justify="left")

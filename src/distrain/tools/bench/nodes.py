@@ -19,8 +19,8 @@ reach nodes a prefix like ssh would not forward them to.  Everything else (timin
 report) is the scaling bench's: a K-node run is one more row, named ``Knodes-...``, whose process
 count is K × NPROC.
 
-``python -m distrain.tools.bench.nodes combine DIR...`` prints one Markdown table from several studies
-(one per link speed): 1 node against K nodes at each speed.
+``python -m distrain.tools.bench.nodes combine DIR...`` prints one Markdown table from several
+studies (one per link speed): 1 node against K nodes at each speed.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--node-exec",
-        help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip netns exec ns{node}')",
+        help="command prefix that runs a command on node {node} (e.g. 'ssh node{node}', 'ip "
+        "netns exec ns{node}')",
     )
     p.add_argument(
         "--hosts",
@@ -109,7 +110,7 @@ def node_counts(args: argparse.Namespace) -> list[int]:
 
 
 def expand(specs: list[RunSpec], args: argparse.Namespace) -> list[RunSpec]:
-    """Each run once per node count, in place (so rounds stay interleaved); K-node runs go through the wrapper."""
+    """Each run once per node count, in place (rounds interleaved); K-node runs use the wrapper."""
     counts = node_counts(args)
     out: list[RunSpec] = []
     for spec in specs:
@@ -197,7 +198,7 @@ def _node_argv(args: argparse.Namespace, node: int, command: list[str]) -> list[
 
 
 def launch(argv: list[str]) -> int:
-    """Start every node's launcher, wait for all; the first failure stops the rest and is the exit code."""
+    """Start every node's launcher, wait for all; the first failure stops the rest, is the exit."""
     p = argparse.ArgumentParser(prog="python -m distrain.tools.bench.nodes launch")
     p.add_argument("--nnodes", type=int, required=True)
     p.add_argument("--node-exec", required=True)
@@ -227,7 +228,8 @@ def launch(argv: list[str]) -> int:
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
                 print(
-                    f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; stopping the others",
+                    f"distrain bench nodes: node {codes.index(failed[0])} exited with {failed[0]}; "
+                    "stopping the others",
                     file=sys.stderr,
                 )
                 return failed[0]

@@ -19,8 +19,8 @@ CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accur
 #: drawn only when the runs' metrics carry distrain's step breakdown
 BREAKDOWN_CHART = "breakdown.png"
 #: one colour per phase, the same in every report
-PHASE_COLORS = {"data": "tab:purple", "compute": "tab:blue", "comm": "tab:red", "optimizer": "tab:green",
-                "checkpoint": "tab:brown", "other": "0.7"}  # fmt: skip
+PHASE_COLORS = {"data": "tab:purple", "compute": "tab:blue", "comm": "tab:red",
+                "optimizer": "tab:green", "checkpoint": "tab:brown", "other": "0.7"}  # fmt: skip
 
 
 def _unit(n: int, device: str) -> str:
@@ -52,7 +52,7 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def time_per_epoch(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> None:
-    """Bars of time per epoch per process count, labelled with the seconds (as in the classic chart)."""
+    """Bars of time per epoch per process count, labelled with the seconds (the classic chart)."""
     plain = sorted(
         (r for r in runs if not r["sync_bn"]), key=lambda r: (r["nproc"], bool(r.get("all_cores")))
     )
@@ -198,7 +198,7 @@ def accuracy_syncbn(runs: list[dict[str, Any]], path: Path, device: str = "cpu")
 
 
 def breakdown(runs: list[dict[str, Any]], path: Path, device: str = "cpu") -> bool:
-    """Stacked bars of ms per step by phase for each configuration that has a breakdown; False when none has."""
+    """Stacked bars of ms per step by phase per configuration with a breakdown; False if none."""
     from distrain.tools.bench.breakdown import ordered
 
     rows = sorted(

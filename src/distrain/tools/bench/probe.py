@@ -23,7 +23,7 @@ MIN_SIZE, MAX_SIZE = 32, 160
 
 
 def time_step(image_size: int, batch: int, repeats: int = 5) -> float:
-    """Median seconds of one training step of the workload's CNN on a random batch (2 warm-up steps first)."""
+    """Median seconds of a training step of the workload's CNN on a random batch (2 warm-ups)."""
     import torch
     import torch.nn.functional as F
 
@@ -61,7 +61,7 @@ def mflop_per_sample(image_size: int) -> float:
 
 
 def pick_size(measured_size: int, measured_s: float, target_s: float) -> int:
-    """The image side whose step should take `target_s`, from one measurement (time ∝ area), a multiple of 8 in range."""
+    """The image side (multiple of 8, in range) whose step takes `target_s`, from one timing."""
     if measured_s <= 0:
         return MIN_SIZE
     side = measured_size * math.sqrt(target_s / measured_s)
@@ -80,7 +80,8 @@ def size_cnn(target_s: float, batch: int, threads: int) -> dict[str, Any]:
         chosen = time_step(size, batch) if size != MIN_SIZE else first
     finally:
         torch.set_num_threads(before)
-    return {"image_size": size, "step_seconds": round(chosen, 4), "target_seconds": target_s, "batch_size": batch,
+    return {"image_size": size, "step_seconds": round(chosen, 4), "target_seconds": target_s,
+            "batch_size": batch,
             "threads": threads, "probe": [[MIN_SIZE, round(first, 4)], [size, round(chosen, 4)]],
             "mflop_per_sample": round(mflop_per_sample(size), 1)}  # fmt: skip
 
@@ -89,7 +90,10 @@ def describe(sizing: dict[str, Any]) -> str:
     """One sentence for the report: how the workload was sized."""
     (s0, t0), (s1, t1) = sizing["probe"]
     return (
-        f"sized on this machine: one step of {sizing['batch_size']} samples on {sizing['threads']} thread(s) took "
-        f"{t0 * 1000:.0f} ms at {s0}×{s0}; for a step of about {sizing['target_seconds'] * 1000:.0f} ms the images are "
-        f"{s1}×{s1} ({t1 * 1000:.0f} ms measured, {sizing['mflop_per_sample']:.0f} MFLOP per sample forward + backward)"
+        f"sized on this machine: one step of {sizing['batch_size']} samples on "
+        f"{sizing['threads']} thread(s) took "
+        f"{t0 * 1000:.0f} ms at {s0}×{s0}; for a step of about "
+        f"{sizing['target_seconds'] * 1000:.0f} ms the images are "
+        f"{s1}×{s1} ({t1 * 1000:.0f} ms measured, {sizing['mflop_per_sample']:.0f} MFLOP per "
+        "sample forward + backward)"
     )

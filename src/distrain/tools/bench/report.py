@@ -79,12 +79,15 @@ def _load_range(rounds: list[dict[str, Any]]) -> str:
 def timing_note(runs: list[dict[str, Any]]) -> str:
     """How samples/s (and so speedup) was measured, per the runs' timing source."""
     by_steps = [r for r in runs if r.get("timing") == "steps"]
-    note = ("samples/s is the median over timed steps (the interval between two optimizer steps of one epoch, "
-            "slowest rank; the first 10 % of a run's steps, at least 3, are warm-up), so evaluation, epoch "
+    note = ("samples/s is the median over timed steps (the interval between two optimizer "
+            "steps of one epoch, "
+            "slowest rank; the first 10 % of a run's steps, at least 3, are warm-up), so "
+            "evaluation, epoch "
             "boundaries and warm-up are outside every timed interval")  # fmt: skip
     if len(by_steps) == len(runs):
         return note
-    epochs = ("samples/s is training samples over training time per epoch (evaluation excluded), the first "
+    epochs = ("samples/s is training samples over training time per epoch (evaluation "
+              "excluded), the first "
               "(warm-up) epoch left out when there are two or more")  # fmt: skip
     if not by_steps:
         return epochs + "; the script records no step times (the built-in workloads do)"
@@ -92,7 +95,7 @@ def timing_note(runs: list[dict[str, Any]]) -> str:
 
 
 def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
-    """The stacked-bar chart of where a step's time goes, with one line per configuration ([] without data)."""
+    """The stacked-bar chart of a step's time, one line per configuration ([] without data)."""
     from distrain.tools.bench.breakdown import ordered
 
     rows = [r for r in runs if r.get("breakdown_ms")]
@@ -104,7 +107,8 @@ def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
             "",
         ]
     lines = ["## Where a step's time goes", "", "![Where a step's time goes](breakdown.png)", "",
-             "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown (warm-up step excluded; "
+             "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown "
+             "(warm-up step excluded; "
              "`other` includes evaluation between epochs):", ""]  # fmt: skip
     for r in rows:
         total = sum(r["breakdown_ms"].values()) or 1.0
@@ -129,21 +133,25 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"- command: `{shlex.join(results['argv'])}`",
         f"- date: {m['date']}",
-        f"- machine: {m['host']} · {m['platform']} · {m['processor']} · {m['cpu_count']} CPUs ({m['usable_cores']} usable)",
-        f"- load average (1, 5, 15 min): {load} at start, {load_end} at the end{_load_range(results.get('rounds', []))}",
+        f"- machine: {m['host']} · {m['platform']} · {m['processor']} · {m['cpu_count']} CPUs "
+        f"({m['usable_cores']} usable)",
+        f"- load average (1, 5, 15 min): {load} at start, {load_end} at the "
+        f"end{_load_range(results.get('rounds', []))}",
         f"- versions: Python {m['python']} · torch {m['torch']} · distrain {m['distrain']}",
-        f"- one process per device, {results['threads']} CPU thread(s) per process (n1-allcores: one process, all cores); "
-        + timing_note(runs),
+        f"- one process per device, {results['threads']} CPU thread(s) per process (n1-allcores: "
+        "one process, all cores); " + timing_note(runs),
         *([f"- workload {results['sizing']['text']}"] if results.get("sizing") else []),
         "",
         "## Results",
         "",
         table(runs),
         "",
-        "Efficiency = speedup / (cores used / baseline cores) against the smallest process count without SyncBN, "
+        "Efficiency = speedup / (cores used / baseline cores) against the smallest process count "
+        "without SyncBN, "
         "i.e. throughput_N / (N × throughput_1) for one-thread processes. "
-        "With several rounds (run interleaved in time), samples/s and time/epoch are medians over rounds and "
-        "± std is over every timed epoch of every round; step (ms) is the median steady-state step.",
+        "With several rounds (run interleaved in time), samples/s and time/epoch are medians "
+        "over rounds and ± std is over every timed epoch of every round; "
+        "step (ms) is the median steady-state step.",
         "",
     ]
     failed = [r for r in runs if r["status"] != "ok"]

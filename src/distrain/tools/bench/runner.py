@@ -1,12 +1,12 @@
 """Run one training job of a scaling study under `distrain run` and collect what it reports.
 
-Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the
-whole tree can be killed), one CPU thread per process, with its run directory set
-(``DISTRAIN_RUN_DIR``): what the script reports through ``ctx.log(...)`` lands in
-``metrics/rank-<R>.jsonl`` there, and the per-epoch summaries the monitor writes (``event:
-epoch``) are the bench's data, with the step times of the bench's own workload
-(:mod:`distrain.tools.bench.steps`) when the script wrote them.  While it runs, the process tree is polled with psutil for peak
-memory and the epoch count is read back for the progress bar.
+Each run is a real ``distrain run --nproc N script ...`` subprocess in its own session (so the whole
+tree can be killed), one CPU thread per process, with its run directory set (``DISTRAIN_RUN_DIR``):
+what the script reports through ``ctx.log(...)`` lands in ``metrics/rank-<R>.jsonl`` there, and the
+per-epoch summaries the monitor writes (``event: epoch``) are the bench's data, with the step times
+of the bench's own workload (:mod:`distrain.tools.bench.steps`) when the script wrote them.  While
+it runs, the process tree is polled with psutil for peak memory and the epoch count is read back for
+the progress bar.
 """
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ class RunResult:
     load_average_start: list[float] = field(default_factory=list)
     load_average_end: list[float] = field(default_factory=list)
     epochs: list[dict[str, Any]] = field(default_factory=list)
-    #: the job's timed steps (distrain.tools.bench.steps.read_steps): empty for a script that writes none
+    #: the job's timed steps (distrain.tools.bench.steps.read_steps): empty for a script that writes
+    #: none
     steps: list[dict[str, Any]] = field(default_factory=list)
-    #: {rank: {phase: ms per step}} (distrain.tools.bench.breakdown): empty where the records carry none
+    #: {rank: {phase: ms per step}} (distrain.tools.bench.breakdown): empty where the records carry
+    #: none
     breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
     log: str = ""
     all_cores: bool = False
@@ -175,7 +177,7 @@ _NOISE = re.compile(r"^([WEI]\d{4} |distrain run: |\$ |Traceback |File |\[W|\^+$
 
 
 def _last_error_line(text: str) -> str:
-    """The script's own last error line (an exception or a SystemExit message), launcher noise skipped."""
+    """The script's own last error line (an exception or SystemExit message), launcher noise off."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     own = [ln for ln in lines if not _NOISE.match(ln)]
     for ln in reversed(own):
@@ -191,7 +193,7 @@ def execute(
     timeout: float,
     on_epoch: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Run `spec` to completion (or `timeout` seconds), writing into `run_dir`; never raises for a failing run."""
+    """Run `spec` to the end (or `timeout` s), writing into `run_dir`; never raises on failure."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path, metrics_dir = run_dir / "log.txt", run_dir / "job"
     shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -246,7 +248,8 @@ def execute(
     elif not epochs:
         status, error = (
             "failed",
-            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; see docs/bench.md)",
+            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; "
+            "see docs/bench.md)",
         )
     return RunResult(
         name=spec.name,

@@ -4,9 +4,9 @@
     distrain bench scaling --workload imagefolder --data flower_photos --nproc 1,2
     distrain bench scaling --nproc 1,2 my_train.py -- --lr 0.1    # your script, your flags
 
-Each run is a real ``distrain run`` job, one process per device (on CPU one thread per
-process).  The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step
-and ``ctx.log(accuracy=...)`` after evaluating (see :mod:`distrain.tools.bench.runner` and docs/bench.md).
+Each run is a real ``distrain run`` job, one process per device (on CPU one thread per process).
+The script reports its progress with ``ctx.log(epoch=..., samples=...)`` every step and
+``ctx.log(accuracy=...)`` after evaluating (:mod:`distrain.tools.bench.runner`, docs/bench.md).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 WORKLOAD = Path(__file__).resolve().with_name("workload.py")
 #: built-in workloads: name → (script, its arguments, what one step computes)
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
-    # compute-bound: the image size is chosen by a probe on this machine (tools/bench/probe.py), so a
-    # step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small next to it
+    # compute-bound: the image size is chosen by a probe on this machine (tools/bench/probe.py), so
+    # a step takes ~TARGET_STEP_S and the small all-reduce (0.15 M parameters) stays small beside it
     "cnn": (
         str(WORKLOAD),
         [],
@@ -60,8 +60,10 @@ def _advance(progress: Any, task: Any, epochs_done: int) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Run the same training at several process counts and write a report with charts.",
-        epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) every step (docs/bench.md).",
+        description="Run the same training at several process counts and write a "
+        "report with charts.",
+        epilog="Script options go after '--'. The script must call ctx.log(epoch=..., samples=...) "
+        "every step (docs/bench.md).",
     )
     p.add_argument(
         "script", nargs="?", help="your training script (default: the built-in --workload)"
@@ -70,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workload",
         choices=sorted(WORKLOADS),
         default="cnn",
-        help="built-in workload when no script is given: cnn (compute-bound, default), digits (all-reduce-bound), imagefolder",
+        help="built-in workload when no script is given: cnn (compute-bound, default), digits "
+        "(all-reduce-bound), imagefolder",
     )
     p.add_argument("--data", help="image folder (class subfolders) for --workload imagefolder")
     p.add_argument(
@@ -94,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         "--step-target",
         type=float,
         default=probe.TARGET_STEP_S,
-        help=f"--workload cnn: size the images so one step takes about this many seconds on this machine "
-        f"(default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
+        help="--workload cnn: size the images so one step takes about this many seconds on this "
+        f"machine (default {probe.TARGET_STEP_S}; 0: 32×32, no probe)",
     )
     p.add_argument(
         "--threads",
@@ -198,7 +201,7 @@ def resolve_script(
 def size_workload(
     args: argparse.Namespace, extra: list[str], label: str
 ) -> tuple[list[str], str, dict[str, Any] | None]:
-    """(script arguments, label, sizing): the cnn workload's image size picked by the probe on this machine.
+    """(script arguments, label, sizing): the cnn workload's image size from this machine's probe.
 
     No probe for other workloads, with ``--step-target 0``, or when the script arguments
     already give ``--image-size``.
@@ -231,7 +234,7 @@ def plan_runs(
     repeat: int = 1,
     all_cores: int = 0,
 ) -> list[runner.RunSpec]:
-    """The runs of the study, in order: `repeat` rounds of (for each N: BN, then SyncBN when asked and N > 1).
+    """The study's runs in order: `repeat` rounds of (each N: BN, then SyncBN if asked, N > 1).
 
     Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
     load from elsewhere on the machine hits every configuration instead of one.  With
@@ -313,7 +316,8 @@ def execute_all(
             progress.remove_task(task)
             data = res.to_dict()
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
-            line = f"{spec.name} round {spec.round}: {res.status}, {len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            took = f"{len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
+            line = f"{spec.name} round {spec.round}: {res.status}, {took}"
             progress.console.print(line + (f" — {res.error}" if res.error else ""))
             results.append(data)
             progress.advance(overall)
@@ -340,8 +344,8 @@ def main(argv: list[str]) -> int:
         fail(PROG, str(err), err.exit_code)
     if max(nprocs) * args.threads > usable_cores():
         print(
-            f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the {usable_cores()} usable cores; "
-            "those runs time-share cores and cannot scale",
+            f"{PROG}: warning: {max(nprocs)} process(es) × {args.threads} thread(s) exceed the "
+            f"{usable_cores()} usable cores; those runs time-share cores and cannot scale",
             file=sys.stderr,
         )
     try:
@@ -387,7 +391,8 @@ def main(argv: list[str]) -> int:
     failed = [r["name"] for r in runs if r["status"] != "ok"]
     if failed:
         print(
-            f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see {shlex.quote(str(path))}",
+            f"{PROG}: error: {len(failed)} run(s) failed ({', '.join(failed)}); see "
+            f"{shlex.quote(str(path))}",
             file=sys.stderr,
         )
         return 1

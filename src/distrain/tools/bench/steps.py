@@ -26,7 +26,7 @@ WARMUP_FRACTION = 0.1
 
 
 def rank_intervals(steps: list[list[Any]]) -> list[tuple[Any, float, float]]:
-    """(epoch, seconds, samples) of each timed step of one rank: consecutive step ends in one epoch."""
+    """(epoch, seconds, samples) of each timed step of a rank: consecutive step ends in an epoch."""
     out = []
     for (ep_a, t_a, _), (ep_b, t_b, n_b) in zip(steps, steps[1:], strict=False):
         if ep_a == ep_b and t_b > t_a:
@@ -35,7 +35,7 @@ def rank_intervals(steps: list[list[Any]]) -> list[tuple[Any, float, float]]:
 
 
 def combine(ranks: list[list[tuple[Any, float, float]]]) -> list[dict[str, Any]]:
-    """The job's timed steps: per step index, the slowest rank's seconds and the ranks' summed samples.
+    """The job's timed steps: per step index, the slowest rank's seconds and the summed samples.
 
     Steps beyond the shortest rank's list are left out (a rank that stopped early).
     """
@@ -54,7 +54,7 @@ def combine(ranks: list[list[tuple[Any, float, float]]]) -> list[dict[str, Any]]
 
 
 def read_steps(run_dir: Path) -> list[dict[str, Any]]:
-    """The job's timed steps from ``RUN_DIR/bench/steps-rank-*.json`` ([] when the script wrote none)."""
+    """The job's timed steps from ``RUN_DIR/bench/steps-rank-*.json`` ([] when none written)."""
     ranks = []
     for path in (
         sorted((run_dir / STEPS_SUBDIR).glob("steps-rank-*.json"))
@@ -84,7 +84,8 @@ def _quantile(values: list[float], q: float) -> float:
 
 def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Steady-state timing of one run's timed steps (None values when there are none)."""
-    stats: dict[str, Any] = {"timed_steps": 0, "warmup_steps": 0, "step_seconds_median": None, "step_seconds_p10": None,
+    stats: dict[str, Any] = {"timed_steps": 0, "warmup_steps": 0, "step_seconds_median": None,
+                             "step_seconds_p10": None,
                              "step_seconds_p90": None, "step_samples_per_s": None}  # fmt: skip
     timed = [
         s for s in steps if float(s.get("seconds") or 0) > 0 and float(s.get("samples") or 0) > 0
@@ -97,6 +98,7 @@ def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     stats.update(
         timed_steps=len(steady), warmup_steps=skip, step_seconds_median=statistics.median(secs),
         step_seconds_p10=_quantile(secs, 0.1), step_seconds_p90=_quantile(secs, 0.9),
-        step_samples_per_s=statistics.median(float(s["samples"]) / float(s["seconds"]) for s in steady),
+        step_samples_per_s=statistics.median(float(s["samples"]) / float(s["seconds"])
+                                             for s in steady),
     )  # fmt: skip
     return stats

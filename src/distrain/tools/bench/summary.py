@@ -180,12 +180,15 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         ideal = b["nproc"] / a["nproc"]
         verb = "falls" if ratio > 1 else "rises"
         out["time_per_epoch"] = (
-            f"Time per epoch {verb} from {a['time_per_epoch_mean']:.2f} s on {_fmt_n(a['nproc'])} to "
-            f"{b['time_per_epoch_mean']:.2f} s on {_fmt_n(b['nproc'])}: {ratio:.2f}× faster where {ideal:.0f}× is ideal."
+            f"Time per epoch {verb} from {a['time_per_epoch_mean']:.2f} s on "
+            f"{_fmt_n(a['nproc'])} to "
+            f"{b['time_per_epoch_mean']:.2f} s on {_fmt_n(b['nproc'])}: {ratio:.2f}× faster where "
+            f"{ideal:.0f}× is ideal."
         )
     elif plain:
         out["time_per_epoch"] = (
-            f"Only one process count finished ({_fmt_n(plain[0]['nproc'])}: {plain[0]['time_per_epoch_mean']:.2f} s per epoch); nothing to compare."
+            f"Only one process count finished ({_fmt_n(plain[0]['nproc'])}: "
+            f"{plain[0]['time_per_epoch_mean']:.2f} s per epoch); nothing to compare."
         )
     else:
         out["time_per_epoch"] = (
@@ -204,28 +207,37 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             (x for x in (load[:1] + list(machine.get("load_average_start") or [])[:1])), default=0.0
         )
         if worst["nproc"] > cores:
-            why = f"{worst['nproc']} processes exceed the {cores} usable cores, so they time-share them"
+            why = (
+                f"{worst['nproc']} processes exceed the {cores} usable cores, so "
+                "they time-share them"
+            )
         elif busy > cores and worst["efficiency"] < 0.9:
             why = (
-                f"the machine was busy (1-min load average up to {busy:.1f} on {cores} cores), so the processes "
+                f"the machine was busy (1-min load average up to {busy:.1f} on {cores} cores), "
+                "so the processes "
                 "waited for a core, on top of the per-step gradient all-reduce"
             )
         elif worst["efficiency"] >= 0.9:
             why = "close to ideal: per-step compute dominates the gradient all-reduce"
         else:
             why = (
-                "the gap is the per-step gradient all-reduce and waiting for the slowest process, plus any other "
+                "the gap is the per-step gradient all-reduce and waiting for the slowest "
+                "process, plus any other "
                 "load on the machine" + load_note
             )
         out["throughput"] = (
-            f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at {worst['nproc']}: {why}."
+            f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at "
+            f"{worst['nproc']}: {why}."
         )
         if all_cores is not None and all_cores.get("samples_per_s"):
             best = max(scaled, key=lambda r: r["samples_per_s"])
             out["throughput"] += (
-                f" One process with {all_cores['threads']} threads (all cores, no distrain) reaches "
-                f"{all_cores['samples_per_s']:.0f} samples/s; {_fmt_n(best['nproc'])} × {best.get('threads') or 1} thread "
-                f"reach {best['samples_per_s']:.0f} ({best['samples_per_s'] / all_cores['samples_per_s']:.2f}× that)."
+                f" One process with {all_cores['threads']} threads (all cores, no "
+                "distrain) reaches "
+                f"{all_cores['samples_per_s']:.0f} samples/s; {_fmt_n(best['nproc'])} × "
+                f"{best.get('threads') or 1} thread "
+                f"reach {best['samples_per_s']:.0f} "
+                f"({best['samples_per_s'] / all_cores['samples_per_s']:.2f}× that)."
             )
     else:
         out["throughput"] = (
@@ -249,23 +261,31 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         r, t = max(pairs, key=lambda p: p[0]["nproc"])
         diff = (r["final_test_acc"] - t["final_test_acc"]) * 100
         out["accuracy_syncbn"] = (
-            f"On {_fmt_n(r['nproc'])} the final test accuracy is {r['final_test_acc'] * 100:.1f} % with SyncBN and "
-            f"{t['final_test_acc'] * 100:.1f} % without ({diff:+.1f} points); with {r['nproc']} local batches of the same size "
-            f"the difference is {'within' if abs(diff) < 2 else 'beyond'} run-to-run noise of a couple of points"
+            f"On {_fmt_n(r['nproc'])} the final test accuracy is {r['final_test_acc'] * 100:.1f} % "
+            "with SyncBN and "
+            f"{t['final_test_acc'] * 100:.1f} % without ({diff:+.1f} points); with {r['nproc']} "
+            "local batches of the same size "
+            f"the difference is {'within' if abs(diff) < 2 else 'beyond'} run-to-run noise of a "
+            "couple of points"
         )
         if r.get("samples_per_s") and t.get("samples_per_s"):
             cost = (1 - r["samples_per_s"] / t["samples_per_s"]) * 100
-            extra = "each BatchNorm layer adds cross-process reductions to the forward and backward passes"
+            extra = (
+                "each BatchNorm layer adds cross-process reductions to the forward "
+                "and backward passes"
+            )
             out["accuracy_syncbn"] += (
                 f"; SyncBN costs {cost:.0f} % of the throughput ({extra})."
                 if cost >= 0
-                else f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN only adds work ({extra})."
+                else f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN "
+                f"only adds work ({extra})."
             )
         else:
             out["accuracy_syncbn"] += "."
     else:
         out["accuracy_syncbn"] = (
-            "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more than one process)."
+            "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more "
+            "than one process)."
         )
 
     acc = [r for r in plain if r.get("final_test_acc") is not None]
@@ -273,9 +293,12 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         a, b = acc[0], acc[-1]
         diff = (b["final_test_acc"] - a["final_test_acc"]) * 100
         out["accuracy_scaling"] = (
-            f"Final test accuracy is {a['final_test_acc'] * 100:.1f} % on {_fmt_n(a['nproc'])} and {b['final_test_acc'] * 100:.1f} % on "
-            f"{_fmt_n(b['nproc'])} ({diff:+.1f} points); with a fixed per-process batch, {b['nproc']} processes take "
-            f"{b['nproc'] // max(1, a['nproc'])}× fewer optimizer steps per epoch on a {b['nproc'] // max(1, a['nproc'])}× larger global batch."
+            f"Final test accuracy is {a['final_test_acc'] * 100:.1f} % on {_fmt_n(a['nproc'])} and "
+            f"{b['final_test_acc'] * 100:.1f} % on "
+            f"{_fmt_n(b['nproc'])} ({diff:+.1f} points); with a fixed per-process batch, "
+            f"{b['nproc']} processes take "
+            f"{b['nproc'] // max(1, a['nproc'])}× fewer optimizer steps per epoch on a "
+            f"{b['nproc'] // max(1, a['nproc'])}× larger global batch."
         )
     else:
         out["accuracy_scaling"] = (
@@ -283,7 +306,8 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
         )
     if failed:
         out["failed"] = (
-            f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and each run's log.txt."
+            f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and "
+            "each run's log.txt."
         )
     return out
 

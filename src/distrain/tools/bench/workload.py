@@ -1,4 +1,4 @@
-"""The built-in workload of `distrain bench scaling`: a small CNN on the digits, with every step timed.
+"""The built-in workload of `distrain bench scaling`: a small CNN on the digits, each step timed.
 
     distrain run -n 2 src/distrain/tools/bench/workload.py --image-size 48 --epochs 3
 
@@ -34,7 +34,8 @@ class Net(nn.Module):
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, 32 * width, 3, padding=1), nn.BatchNorm2d(32 * width), nn.ReLU(),
-            nn.Conv2d(32 * width, 64 * width, 3, padding=1), nn.BatchNorm2d(64 * width), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+            nn.Conv2d(32 * width, 64 * width, 3, padding=1), nn.BatchNorm2d(64 * width), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(4),
         )  # fmt: skip
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(64 * width * 16, 128), nn.ReLU(), nn.Linear(128, 10)
@@ -46,7 +47,7 @@ class Net(nn.Module):
 
 
 def digits(image_size: int) -> tuple[TensorDataset, TensorDataset]:
-    """(train, test): the digits in [0, 1], upsampled to `image_size`, split 80/20 with a fixed seed."""
+    """(train, test): the digits in [0, 1], upsampled to `image_size`, split 80/20, fixed seed."""
     from sklearn.datasets import load_digits
 
     raw = load_digits()
@@ -69,7 +70,7 @@ class StepClock:
         self.steps: list[list[Any]] = []
 
     def tick(self, epoch: int, samples: int) -> None:
-        """Note that a step of `samples` samples just ended (waits for the GPU: the bench times work done)."""
+        """Note a step of `samples` samples just ended (waits for the GPU: the bench times work)."""
         if self.cuda:
             torch.cuda.synchronize()
         self.steps.append([epoch, time.perf_counter(), samples])
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             for xb, yb in test_loader:
                 logits = net(xb.to(ctx.device)).float().cpu()
-                totals += torch.tensor([F.cross_entropy(logits, yb, reduction="sum").item(), (logits.argmax(1) == yb).sum().item(), len(yb)],
+                totals += torch.tensor([F.cross_entropy(logits, yb, reduction="sum").item(),
+                                        (logits.argmax(1) == yb).sum().item(), len(yb)],
                                        dtype=torch.float64)  # fmt: skip
         net.train()
         loss_sum, correct, count = ctx.all_reduce(totals).tolist()

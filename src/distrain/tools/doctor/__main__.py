@@ -1,4 +1,4 @@
-"""``python -m distrain.tools.doctor``: what ``distrain run -n N -m distrain.tools.doctor`` starts on each rank."""
+"""``python -m distrain.tools.doctor``: what ``distrain run -m …`` starts on each rank."""
 
 import sys
 

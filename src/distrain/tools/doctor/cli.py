@@ -65,13 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model-params",
         default="25.6M",
-        help="all-ranks: parameters of the model you train (K/M/G = 10^3/10^6/10^9; default 25.6M, ResNet-50), for the link check",
+        help="all-ranks: parameters of the model you train (K/M/G = 10^3/10^6/10^9; default 25.6M, "
+        "ResNet-50), for the link check",
     )
     p.add_argument(
         "--step-time",
         type=float,
         default=DEFAULT_STEP_S,
-        help=f"all-ranks: seconds of computation per training step (default {DEFAULT_STEP_S}); a link whose gradient "
+        help=f"all-ranks: seconds of computation per training step (default {DEFAULT_STEP_S}); a "
+        "link whose gradient "
         "all-reduce takes longer is named",
     )
     p.add_argument(

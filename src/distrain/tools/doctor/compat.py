@@ -63,7 +63,8 @@ def check_driver(torch_cuda: str, driver: str) -> tuple[Verdict, str, str | None
             "warn",
             f"driver {driver}; CUDA {torch_cuda} is not in distrain's table",
             (
-                "Check NVIDIA's CUDA release notes (table 3) for the minimum driver of this CUDA version."
+                "Check NVIDIA's CUDA release notes (table 3) for the minimum driver of "
+                "this CUDA version."
             ),
         )
     if full is None:  # a newer minor release than the table knows: minor compatibility applies
@@ -74,16 +75,19 @@ def check_driver(torch_cuda: str, driver: str) -> tuple[Verdict, str, str | None
     if compat is not None and have >= parse_version(compat):
         return (
             "warn",
-            f"driver {driver} < {full} (CUDA {major_minor} GA) but >= {compat} (minor version compatibility)",
+            f"driver {driver} < {full} (CUDA {major_minor} GA) but >= {compat} (minor "
+            "version compatibility)",
             (
-                f"Runs with a limited feature set (no PTX JIT of newer code); upgrade the driver to >= {full}."
+                "Runs with a limited feature set (no PTX JIT of newer code); upgrade the "
+                f"driver to >= {full}."
             ),
         )
     return (
         "fail",
         f"driver {driver} is too old for torch's CUDA {major_minor} (needs >= {compat or full})",
         (
-            f"Upgrade the NVIDIA driver to >= {full}, or install a torch wheel built for an older CUDA "
+            f"Upgrade the NVIDIA driver to >= {full}, or install a torch wheel built "
+            "for an older CUDA "
             "(pytorch.org 'previous versions')."
         ),
     )

@@ -105,7 +105,7 @@ def nvml_snapshot(timeout: float = NVML_TIMEOUT_S) -> dict[str, Any]:
 
 
 def visible_devices(count: int) -> tuple[list[int] | None, str | None]:
-    """Indices CUDA_VISIBLE_DEVICES selects out of `count` GPUs (None: unset), and a problem if any."""
+    """Indices CUDA_VISIBLE_DEVICES selects of `count` GPUs (None: unset), and a problem if any."""
     raw = os.environ.get("CUDA_VISIBLE_DEVICES")
     if raw is None:
         return None, None
@@ -124,7 +124,8 @@ def visible_devices(count: int) -> tuple[list[int] | None, str | None]:
         if int(tok) >= count:
             return (
                 picked,
-                f"CUDA_VISIBLE_DEVICES={raw!r}: GPU {tok} does not exist ({count} present; CUDA stops at it)",
+                f"CUDA_VISIBLE_DEVICES={raw!r}: GPU {tok} does not exist ({count} present; "
+                "CUDA stops at it)",
             )
         if int(tok) in picked:
             return picked, f"CUDA_VISIBLE_DEVICES={raw!r} names GPU {tok} twice"
@@ -167,10 +168,12 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
         if expected:
             status = expected
             fix = (
-                "In a container: docker run --gpus all (needs nvidia-container-toolkit on the host); "
+                "In a container: docker run --gpus all (needs "
+                "nvidia-container-toolkit on the host); "
                 "on Kubernetes request nvidia.com/gpu."
                 if in_container
-                else "Install the NVIDIA driver (nvidia-smi must work), or unset the variable that asks for a GPU."
+                else "Install the NVIDIA driver (nvidia-smi must work), or unset the variable "
+                "that asks for a GPU."
             )
         elif snap["state"] == "no_driver":
             status, fix = "ok", None
@@ -196,7 +199,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
                     "GPU in container",
                     "info",
                     f"torch is a CUDA {torch_cuda} build but this container has no GPU device",
-                    "If the host has GPUs: docker run --gpus all --ipc=host ... (needs nvidia-container-toolkit).",
+                    "If the host has GPUs: docker run --gpus all --ipc=host ... (needs "
+                    "nvidia-container-toolkit).",
                     {"torch_cuda": torch_cuda},
                 )
             )
@@ -217,7 +221,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
     gpus = snap["gpus"]
     lines = [
         f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB (used {g['memory_used_mib']}), cc "
-        f"{'.'.join(map(str, g['capability'])) if g['capability'] else '?'}, util {g['utilization_pct']}%, "
+        f"{'.'.join(map(str, g['capability'])) if g['capability'] else '?'}, util "
+        f"{g['utilization_pct']}%, "
         f"{len(g['processes'])} process(es)"
         for g in gpus
     ]
@@ -250,7 +255,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
                 if picked is None
                 else f"selects GPU(s) {picked}"
             ),
-            "Use comma-separated indices below the GPU count, e.g. CUDA_VISIBLE_DEVICES=0,1 (or distrain run --gpus 0,1)."
+            "Use comma-separated indices below the GPU count, e.g. CUDA_VISIBLE_DEVICES=0,1 (or "
+            "distrain run --gpus 0,1)."
             if problem
             else None,
             {"value": os.environ.get("CUDA_VISIBLE_DEVICES"), "selected": picked},
@@ -265,7 +271,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
                 "torch's view",
                 "fail",
                 f"{len(gpus)} GPU(s) present but torch {torch.__version__} is a CPU-only build",
-                "Install a CUDA build of torch: pip install torch --index-url https://download.pytorch.org/whl/cu128 (pick your CUDA).",
+                "Install a CUDA build of torch: pip install torch --index-url "
+                "https://download.pytorch.org/whl/cu128 (pick your CUDA).",
                 {"available": False, "count": 0},
             )
         )
@@ -277,10 +284,12 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
             GROUP,
             "torch's view",
             "ok" if agree and torch_avail else "fail",
-            f"torch.cuda.is_available()={torch_avail}, device_count={torch_count}; NVML/visible: {want}",
+            f"torch.cuda.is_available()={torch_avail}, device_count={torch_count}; "
+            f"NVML/visible: {want}",
             None
             if agree and torch_avail
-            else "torch cannot use the GPUs NVML lists: check the driver version below and CUDA_VISIBLE_DEVICES.",
+            else "torch cannot use the GPUs NVML lists: check the driver version below and "
+            "CUDA_VISIBLE_DEVICES.",
             {"available": torch_avail, "count": torch_count, "expected": want},
         )
     )
@@ -310,7 +319,8 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
                 f"{g['name']}: {why}",
                 None
                 if v == "ok"
-                else "Install a torch build compiled for this GPU (newer wheel for new GPUs, older for old ones).",
+                else "Install a torch build compiled for this GPU (newer wheel for new GPUs, "
+                "older for old ones).",
                 {"capability": g["capability"], "arch_list": arch_list},
             )
         )

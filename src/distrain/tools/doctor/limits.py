@@ -29,7 +29,8 @@ def probe(has_gpu: bool = False) -> list[Check]:
                 "open files",
                 "warn",
                 f"soft {_fmt(soft)}, hard {_fmt(hard)} (< {NOFILE_MIN})",
-                "ulimit -n 65536 (docker: --ulimit nofile=65536:65536); many ranks/workers run out of descriptors.",
+                "ulimit -n 65536 (docker: --ulimit nofile=65536:65536); many ranks/workers run "
+                "out of descriptors.",
                 data,
             )
         )
@@ -58,7 +59,8 @@ def probe(has_gpu: bool = False) -> list[Check]:
                 "locked memory",
                 "warn",
                 seen + (" with InfiniBand/RDMA devices" if rdma else " on a GPU machine"),
-                "ulimit -l unlimited (docker: --ulimit memlock=-1); NCCL over InfiniBand needs to pin memory.",
+                "ulimit -l unlimited (docker: --ulimit memlock=-1); NCCL over InfiniBand "
+                "needs to pin memory.",
                 data,
             )
         )
@@ -114,8 +116,10 @@ def probe(has_gpu: bool = False) -> list[Check]:
                 GROUP,
                 "threads",
                 "warn",
-                f"OMP_NUM_THREADS={raw} x {local} local process(es) > {cores} usable core(s): oversubscribed",
-                f"Set OMP_NUM_THREADS={max(1, cores // local)} or leave it unset under distrain run.",
+                f"OMP_NUM_THREADS={raw} x {local} local process(es) > {cores} usable "
+                "core(s): oversubscribed",
+                f"Set OMP_NUM_THREADS={max(1, cores // local)} or leave it unset "
+                "under distrain run.",
                 data2,
             )
         )

@@ -74,7 +74,7 @@ def _ping(peer: int, sender: bool) -> float:
 
 
 def _stream(peer: int, sender: bool) -> tuple[int, float]:
-    """(bytes, seconds) of the counted bandwidth message; the sender chooses sizes and tells the receiver."""
+    """(bytes, seconds) of the counted bandwidth message; the sender picks sizes, tells receiver."""
     import torch
     import torch.distributed as dist
 
@@ -111,7 +111,7 @@ def _stream(peer: int, sender: bool) -> tuple[int, float]:
 
 
 def measure_links(rank: int, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every rank calls this; node leaders measure each pair in turn.  Rank 0 gets the list of links."""
+    """Every rank calls this; node leaders measure each pair in turn.  Rank 0 gets the links."""
     import torch.distributed as dist
 
     heads = leaders(entries)
@@ -152,12 +152,16 @@ def suggest_hook(sync_s: float, step_s: float) -> str:
     """The DDP comm hook that would bring the gradient sync under the step time, as a fix line."""
     if sync_s / 2 <= step_s:
         return (
-            f"ctx.prepare_model(model, comm_hook='bf16') (or 'fp16') halves the bytes: ~{sync_s / 2:.2f} s per step "
-            f"instead of {sync_s:.2f} s; or a faster network (check the NIC speed with ethtool; InfiniBand/RoCE with NCCL)."
+            "ctx.prepare_model(model, comm_hook='bf16') (or 'fp16') halves the bytes: "
+            f"~{sync_s / 2:.2f} s per step "
+            f"instead of {sync_s:.2f} s; or a faster network (check the NIC speed with ethtool; "
+            "InfiniBand/RoCE with NCCL)."
         )
     return (
-        f"ctx.prepare_model(model, comm_hook='powersgd:rank=4') sends a low-rank approximation (a few percent of "
-        f"the {sync_s:.1f} s of fp32 traffic; bf16 alone would still take {sync_s / 2:.1f} s); also consider fewer, "
+        "ctx.prepare_model(model, comm_hook='powersgd:rank=4') sends a low-rank approximation "
+        "(a few percent of "
+        f"the {sync_s:.1f} s of fp32 traffic; bf16 alone would still take {sync_s / 2:.1f} s); "
+        "also consider fewer, "
         "larger steps (gradient accumulation with model.no_sync()) or a faster network."
     )
 
@@ -185,11 +189,15 @@ def verdict(
         link["sync_s"] = factor * grad_bytes / link["bytes_per_s"]
         text = (
             f"{a} <-> {b}: {_gbit(link['bytes_per_s'])}, round trip {link['rtt_us']:.0f} us; "
-            f"all-reducing {params / 1e6:.1f} M fp32 gradients ({grad_bytes / 1e6:.0f} MB) over it takes ~{link['sync_s']:.2f} s"
+            f"all-reducing {params / 1e6:.1f} M fp32 gradients ({grad_bytes / 1e6:.0f} MB) over it "
+            f"takes ~{link['sync_s']:.2f} s"
         )
         if link["sync_s"] > step_s:
             slow.append(link)
-            text += f", {link['sync_s'] / step_s:.1f}x the {step_s:g} s step: this link starves training"
+            text += (
+                f", {link['sync_s'] / step_s:.1f}x the {step_s:g} s step: this link "
+                "starves training"
+            )
         lines.append(text)
     data = {
         "links": links,

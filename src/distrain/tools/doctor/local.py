@@ -80,7 +80,8 @@ def run_checks(opts: Options, timeout: float = PROBE_TIMEOUT_S) -> list[Check]:
                     name,
                     "warn",
                     f"no answer within {timeout:g} s",
-                    "Something on this machine blocks (driver, DNS, filesystem); run the probe again to see which.",
+                    "Something on this machine blocks (driver, DNS, filesystem); run the probe "
+                    "again to see which.",
                 )
             )
         else:

@@ -18,7 +18,10 @@ GROUP = "network"
 DEFAULT_PORTS = (29500, 29400)
 #: a reachability test must answer quickly or report a firewall/black hole
 CONNECT_TIMEOUT_S = 2.0
-IFNAME_FIX = "For multi-node jobs set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME={iface} or map the hostname to {addr} in /etc/hosts."
+IFNAME_FIX = (
+    "For multi-node jobs set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME={iface} or map the "
+    "hostname to {addr} in /etc/hosts."
+)
 
 
 def _non_loopback() -> list[tuple[str, str]]:
@@ -66,14 +69,16 @@ def probe_interfaces(master_addr: str | None = None) -> Check:
             "interfaces",
             "warn",
             "; ".join(parts),
-            "Only loopback has an address: single-node jobs work, other hosts cannot reach this one.",
+            "Only loopback has an address: single-node jobs work, other hosts "
+            "cannot reach this one.",
             {"interfaces": data, "outward": None},
         )
     chosen = outward(master_addr)
     data = {"interfaces": data, "outward": None}
     if chosen is None:
         parts.append(
-            "no default route: set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface the nodes share"
+            "no default route: set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the "
+            "interface the nodes share"
         )
     else:
         data["outward"] = {"interface": chosen[0], "address": chosen[1], "via": chosen[2]}
@@ -95,7 +100,8 @@ def probe_hostname(master_addr: str | None = None) -> Check:
             "hostname",
             "warn",
             f"{host} does not resolve ({err})",
-            f"Add '<this node's address> {host}' to /etc/hosts: gloo resolves the hostname to advertise itself.",
+            f"Add '<this node's address> {host}' to /etc/hosts: gloo resolves the hostname to "
+            "advertise itself.",
             {"hostname": host, "addresses": []},
         )
     resolved = sorted({str(info[4][0]) for info in infos})
@@ -108,7 +114,8 @@ def probe_hostname(master_addr: str | None = None) -> Check:
             GROUP,
             "hostname",
             "warn",
-            f"{host} resolves to {', '.join(resolved)} (loopback): peers on other nodes would be told to connect to themselves",
+            f"{host} resolves to {', '.join(resolved)} (loopback): peers on other nodes would be "
+            "told to connect to themselves",
             IFNAME_FIX.format(iface=iface, addr=addr),
             data,
         )
@@ -183,7 +190,8 @@ def probe_ports(ports: tuple[int, ...] = DEFAULT_PORTS) -> list[Check]:
                     f"port {port}",
                     "warn",
                     f"in use{' by ' + holder if holder else ''}",
-                    "Pass another --master-port/--rdzv-endpoint port, or leave it out on one node (distrain run picks a free one).",
+                    "Pass another --master-port/--rdzv-endpoint port, or leave it out on one node "
+                    "(distrain run picks a free one).",
                     {"port": port, "free": False, "holder": holder},
                 )
             )
@@ -274,7 +282,8 @@ def probe_master(master_addr: str, master_port: int | None) -> Check:
         "master address",
         "fail",
         seen,
-        f"No answer: open TCP port {master_port} (and the workers' ports) in the firewall, or check the address.",
+        f"No answer: open TCP port {master_port} (and the workers' ports) in the firewall, or "
+        "check the address.",
         data,
     )
 

@@ -42,7 +42,8 @@ def compare_fingerprints(entries: list[dict[str, Any]]) -> Check:
             "same versions",
             "fail",
             "; ".join(problems),
-            "Install the same torch/CUDA/Python stack on every node (one container image or one lock file).",
+            "Install the same torch/CUDA/Python stack on every node (one container image "
+            "or one lock file).",
             data,
         )
     fp = entries[0]["fingerprint"]
@@ -51,7 +52,8 @@ def compare_fingerprints(entries: list[dict[str, Any]]) -> Check:
         GROUP,
         "same versions",
         "ok",
-        f"all {len(entries)} ranks: torch {fp['torch']}, python {fp['python']}, CUDA {fp['cuda']}, NCCL {fp['nccl']}",
+        f"all {len(entries)} ranks: torch {fp['torch']}, python {fp['python']}, CUDA {fp['cuda']}, "
+        f"NCCL {fp['nccl']}",
         None,
         data,
     )
@@ -72,7 +74,8 @@ def measurement_checks(
             "fail" if wrong else "ok",
             f"{ALLREDUCE_ELEMENTS} random floats summed over {world} ranks: "
             + (f"WRONG on rank(s) {wrong}" if wrong else "correct on every rank"),
-            "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find the faulty path."
+            "Data is corrupted in transit: check NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 to find "
+            "the faulty path."
             if wrong
             else None,
             {"wrong_ranks": wrong},
@@ -96,7 +99,8 @@ def measurement_checks(
             GROUP,
             "bandwidth",
             "info",
-            f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw {row.algbw_gbps:.3f} GB/s, "
+            f"{row.bytes // 2**20} MiB all-reduce: {row.time_us / 1e3:.1f} ms, algbw "
+            f"{row.algbw_gbps:.3f} GB/s, "
             f"busbw {row.busbw_gbps:.3f} GB/s",
             None,
             {
@@ -124,8 +128,10 @@ def measurement_checks(
                     for p in slow
                 )
             )
-            or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks (median {median * 1e3:.0f} ms)",
-            "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores (nproc, nvidia-smi -q)."
+            or f"same local work: {min(works) * 1e3:.0f}–{max(works) * 1e3:.0f} ms across ranks "
+            f"(median {median * 1e3:.0f} ms)",
+            "Check that node: CPU contention, thermal throttling, a slower GPU or fewer cores "
+            "(nproc, nvidia-smi -q)."
             if slow
             else None,
             {"work_s": works, "median_s": median, "stragglers": [p["rank"] for p in slow]},

@@ -148,7 +148,7 @@ def _report(checks: list[Check], start: float, ranks_doc: dict[str, Any], as_jso
 
 
 def node_identity(env: Any) -> dict[str, Any]:
-    """Which node this rank is on: node rank, local rank, and the address it reaches the master from."""
+    """Which node this rank is on: node rank, local rank, the address it reaches the master from."""
     try:
         address = route_to(env.master_addr())[0]
     except OSError:
@@ -198,7 +198,8 @@ def run_all_ranks(
         store, _ = restart_safe_store(env, bound, Settings.read())
     except Exception as err:
         print(
-            f"distrain doctor: rank {rank}: cannot reach the job's store at {env.master_addr()}:{env.master_port()} "
+            f"distrain doctor: rank {rank}: cannot reach the job's store at "
+            f"{env.master_addr()}:{env.master_port()} "
             f"within {timeout:g} s ({type(err).__name__})",
             file=sys.stderr,
         )
@@ -217,13 +218,15 @@ def run_all_ranks(
                     "fail",
                     f"rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s "
                     f"({len(arrived)}/{world} arrived from {', '.join(hosts)})",
-                    "Look at that rank's log/node: crashed at start, wrong --master-addr, or a firewall.",
+                    "Look at that rank's log/node: crashed at start, wrong "
+                    "--master-addr, or a firewall.",
                     {"missing": missing},
                 )
             ]
             _exit_now(_report(checks, start, ranks_doc, as_json))
         print(
-            f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s",
+            f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked "
+            f"in within {timeout:g} s",
             file=sys.stderr,
             flush=True,
         )
@@ -240,7 +243,8 @@ def run_all_ranks(
         )
     )
 
-    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU then
+    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU
+    # then
     use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
     device = torch.device("cuda", env.local_rank()) if use_cuda else torch.device("cpu")
     if use_cuda:
@@ -266,14 +270,17 @@ def run_all_ranks(
                     GROUP,
                     "barrier",
                     "fail",
-                    f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier within {timeout:g} s",
-                    "That rank is stuck or dead: check its log, node and GPU (py-spy dump --pid shows where).",
+                    f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier "
+                    f"within {timeout:g} s",
+                    "That rank is stuck or dead: check its log, node and GPU (py-spy dump "
+                    "--pid shows where).",
                     {"missing": late, "error": str(err).splitlines()[0]},
                 )
             )
             _exit_now(_report(local + checks, start, ranks_doc, as_json))
         print(
-            f"distrain doctor: rank {rank}: monitored barrier failed ({str(err).splitlines()[0][:200]})",
+            f"distrain doctor: rank {rank}: monitored barrier failed "
+            f"({str(err).splitlines()[0][:200]})",
             file=sys.stderr,
             flush=True,
         )

@@ -77,13 +77,17 @@ def probe() -> list[Check]:
             GROUP,
             "Python",
             "ok" if py_ok else "fail",
-            f"{info['python_implementation']} {info['python']} on {info['platform']} ({sys.executable})",
+            f"{info['python_implementation']} {info['python']} on {info['platform']} "
+            f"({sys.executable})",
             None if py_ok else "distrain needs Python >= 3.10; use a newer interpreter or venv.",
             {"version": info["python"], "executable": sys.executable},
         )
     )
     if info["cuda"]:
-        build = f"CUDA {info['cuda']} build, cuDNN {info['cudnn'] or 'not loadable'}, NCCL {info['nccl'] or 'absent'}"
+        build = (
+            f"CUDA {info['cuda']} build, cuDNN {info['cudnn'] or 'not loadable'}, NCCL "
+            f"{info['nccl'] or 'absent'}"
+        )
     elif info["hip"]:
         build = f"ROCm/HIP {info['hip']} build"
     else:
@@ -106,7 +110,8 @@ def probe() -> list[Check]:
     elif backends:
         status, fix = (
             "warn",
-            "gloo is missing: CPU training and the doctor's checks need it; reinstall torch from pytorch.org.",
+            "gloo is missing: CPU training and the doctor's checks need it; reinstall torch "
+            "from pytorch.org.",
         )
     else:
         status, fix = (

@@ -28,13 +28,15 @@ LOCAL_IMAGE = "distrain-job:latest"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Generate a Dockerfile, a compose file, a SLURM batch script or a Kubeflow PyTorchJob for a training script. Script arguments go after --.",
+        description="Generate a Dockerfile, a compose file, a SLURM batch script or a Kubeflow "
+        "PyTorchJob for a training script. Script arguments go after --.",
         allow_abbrev=False,
     )
     parser.add_argument("target", choices=TARGETS, help="what to generate")
     parser.add_argument(
         "script",
-        help="the training script, relative to the project directory (the image's build context); SLURM takes an absolute path too",
+        help="the training script, relative to the project directory (the image's build context); "
+        "SLURM takes an absolute path too",
     )
     parser.add_argument(
         "--nnodes", default="2", help="nodes: N, or MIN:MAX for an elastic job (default 2)"
@@ -51,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--image",
         default=None,
-        help=f"the job's image; k8s: required, REGISTRY/NAME:TAG as pushed (docker/compose default {LOCAL_IMAGE})",
+        help="the job's image; k8s: required, REGISTRY/NAME:TAG as pushed (docker/compose "
+        f"default {LOCAL_IMAGE})",
     )
     parser.add_argument(
         "--base-image",
@@ -59,19 +62,23 @@ def _parser() -> argparse.ArgumentParser:
         help=f"Dockerfile base image (default {DEFAULT_BASE_IMAGE})",
     )
     parser.add_argument("--install", default="auto",
-                        help="how the image gets distrain: auto (a wheel built from this distrain, or '.' in distrain's own tree), "
-                             "a .whl file in the project, '.[extras]', or a git+https:// URL; never an index name (default auto)")  # fmt: skip
+                        help="how the image gets distrain: auto (a wheel built from this distrain, "
+                             "or '.' in distrain's own tree), "
+                             "a .whl file in the project, '.[extras]', or a git+https:// URL; "
+                             "never an index name (default auto)")  # fmt: skip
     parser.add_argument(
         "--requirements",
         default=None,
-        help="docker: the script's pip requirements file (default: requirements.txt beside the script, if any)",
+        help="docker: the script's pip requirements file (default: requirements.txt beside "
+        "the script, if any)",
     )
     parser.add_argument("--name", default="", help="job name (default: from the script's name)")
     parser.add_argument(
         "--port",
         type=int,
         default=None,
-        help=f"rendezvous / master port (default {DEFAULT_PORT}; SLURM: 15000 + job id %% 20000, one per job)",
+        help=f"rendezvous / master port (default {DEFAULT_PORT}; SLURM: 15000 + job id %% "
+        "20000, one per job)",
     )
     parser.add_argument(
         "--max-restarts",
@@ -89,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
         "--time-warning",
         type=int,
         default=120,
-        help="SLURM: seconds before the time limit at which SIGUSR1 asks the job to checkpoint and requeue (default 120)",
+        help="SLURM: seconds before the time limit at which SIGUSR1 asks the job to checkpoint and "
+        "requeue (default 120)",
     )
     parser.add_argument(
         "--context",
@@ -105,12 +113,14 @@ def _parser() -> argparse.ArgumentParser:
         "--network",
         choices=compose.NETWORKS,
         default="host",
-        help="compose: host (one node per machine, MASTER_ADDR given at `up`) or bridge (all nodes on one machine) (default host)",
+        help="compose: host (one node per machine, MASTER_ADDR given at `up`) or bridge (all nodes "
+        "on one machine) (default host)",
     )
     parser.add_argument(
         "--pvc",
         default=None,
-        help="k8s: an existing ReadWriteMany PersistentVolumeClaim for runs/ and checkpoints (default: one is written)",
+        help="k8s: an existing ReadWriteMany PersistentVolumeClaim for runs/ and checkpoints "
+        "(default: one is written)",
     )
     parser.add_argument(
         "--pvc-size",
@@ -128,11 +138,13 @@ def _check_image(target: str, image: str | None) -> str:
         return image or LOCAL_IMAGE
     if not image:
         raise UsageError(
-            "k8s needs --image REGISTRY/NAME:TAG: the image pushed where the cluster pulls from (build it from `distrain export docker`, then docker push)"
+            "k8s needs --image REGISTRY/NAME:TAG: the image pushed where the cluster pulls from "
+            "(build it from `distrain export docker`, then docker push)"
         )
     if "/" not in image:
         raise UsageError(
-            f"--image {image}: name the registry (REGISTRY/NAME:TAG); a bare name means docker.io/library/{image}, the official images"
+            f"--image {image}: name the registry (REGISTRY/NAME:TAG); a bare name means "
+            f"docker.io/library/{image}, the official images"
         )
     return image
 
@@ -142,7 +154,8 @@ def _requirements(args: argparse.Namespace) -> str | None:
         path = Path(args.requirements)
         if path.is_absolute() or ".." in path.parts:
             raise UsageError(
-                f"--requirements {args.requirements}: give it relative to the project directory (it is copied into the image)"
+                f"--requirements {args.requirements}: give it relative to the project directory "
+                "(it is copied into the image)"
             )
         if not path.is_file():
             raise UsageError(f"--requirements: no such file: {args.requirements}")
@@ -155,7 +168,8 @@ def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
     """Validate the parsed options into a JobSpec (UsageError on bad input)."""
     if os.path.isabs(args.script) and args.target != "slurm":
         raise UsageError(
-            f"give the script relative to the project directory, not {args.script} (it is copied into the image)"
+            f"give the script relative to the project directory, not {args.script} (it is "
+            "copied into the image)"
         )
     if not os.path.isfile(args.script):
         raise UsageError(f"script not found: {args.script}")
@@ -222,7 +236,8 @@ def generate(target: str, spec: JobSpec, args: argparse.Namespace, build: bool =
     if target == "compose":
         notes = (
             [
-                "start: MASTER_ADDR=<node0's machine address> docker compose up --build node<i>, on each machine"
+                "start: MASTER_ADDR=<node0's machine address> docker compose up --build "
+                "node<i>, on each machine"
             ]
             if args.network == "host"
             else []
@@ -239,10 +254,12 @@ def generate(target: str, spec: JobSpec, args: argparse.Namespace, build: bool =
         )
     claim = k8s.claim_name(spec, args.pvc)
     notes = [f"image {spec.image}: push it first (docker push {spec.image})",
-             f"checkpoints: every pod mounts claim {claim} on {k8s.SHARED_MOUNT}; give the script a directory there (-- --checkpoint-dir runs/ckpt)"]  # fmt: skip
+             f"checkpoints: every pod mounts claim {claim} on {k8s.SHARED_MOUNT}; give the script "
+             "a directory there (-- --checkpoint-dir runs/ckpt)"]  # fmt: skip
     if k8s.pull_policy(spec.image) == "Always":
         notes.append(
-            f"{spec.image} has a mutable tag: pods started later may run a newer build; prefer a version tag"
+            f"{spec.image} has a mutable tag: pods started later may run a newer build; "
+            "prefer a version tag"
         )
     return Output(k8s.render(spec, pvc=args.pvc, pvc_size=args.pvc_size), notes=notes)
 

@@ -1,4 +1,4 @@
-"""How the exported image gets distrain: a wheel built from this distrain's source, never an index name.
+"""How the exported image gets distrain: a wheel built from this distrain's source, never an index.
 
 No package named ``distrain`` on a public index belongs to this project: ``pip install distrain``
 in a Dockerfile would install whatever someone registered under that name. So ``--install`` is
@@ -67,7 +67,7 @@ def distrain_source() -> Path | None:
 
 
 def build_wheel(source: Path, dest: Path) -> Path:
-    """Build distrain's wheel from `source` into `dest` (a copy is built: the tree gets no build/ files)."""
+    """Build distrain's wheel from `source` into `dest` (from a copy: the tree gets no build/)."""
     with tempfile.TemporaryDirectory(prefix="distrain-wheel-") as tmp:
         copy = Path(tmp) / "src"
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
@@ -119,8 +119,10 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
         source = distrain_source()
         if source is None:
             raise UsageError(
-                "cannot find distrain's source to build its wheel (it runs from an installed wheel): pass --install "
-                "wheels/distrain-<version>-py3-none-any.whl (a wheel copied into the project) or --install 'git+https://<your distrain repo>'"
+                "cannot find distrain's source to build its wheel (it runs from an installed "
+                "wheel): pass --install "
+                "wheels/distrain-<version>-py3-none-any.whl (a wheel copied into the project) or "
+                "--install 'git+https://<your distrain repo>'"
             )
         if not build:
             from distrain import __version__
@@ -136,7 +138,8 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
         path = Path(install)
         if path.is_absolute() or ".." in path.parts:
             raise UsageError(
-                f"--install {install}: give the wheel relative to the project directory (it is copied into the image)"
+                f"--install {install}: give the wheel relative to the project directory (it is "
+                "copied into the image)"
             )
         if not (project / path).is_file():
             raise UsageError(f"--install {install}: no such wheel in {project}")
@@ -145,8 +148,10 @@ def resolve(install: str, project: Path, build: bool = True) -> Install:
         return Install("url", install)
     if _INDEX_NAME.match(install):
         raise UsageError(
-            f"--install {install!r} names a package on an index, and no index package belongs to this project: pip could install "
-            "someone else's code. Use --install auto (a wheel of this distrain), a .whl file in the project, "
+            f"--install {install!r} names a package on an index, and no index package belongs to "
+            "this project: pip could install "
+            "someone else's code. Use --install auto (a wheel of this distrain), a .whl file "
+            "in the project, "
             "'.[extras]' in distrain's source tree, or a git+https:// URL"
         )
     raise UsageError(

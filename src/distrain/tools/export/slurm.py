@@ -60,21 +60,26 @@ def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> st
         "# requeue-able; a requeued run appends to the same output file",
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
-        "# SIGUSR1 to every process of the job step before the time limit: checkpoint, exit, requeue",
+        "# SIGUSR1 to every process of the job step before the time limit: "
+        "checkpoint, exit, requeue",
         f"#SBATCH --signal=USR1@{time_warning}",
         "",
         "set -euo pipefail",
-        "# the batch shell outlives a signal sent to it too (scancel --full): srun's tasks finish their checkpoint",
-        "trap 'echo \"job $SLURM_JOB_ID: batch shell got a stop signal; the training checkpoints and exits\"' USR1 TERM",
+        "# the batch shell outlives a signal sent to it too (scancel --full): srun's tasks finish "
+        "their checkpoint",
+        "trap 'echo \"job $SLURM_JOB_ID: batch shell got a stop signal; the training checkpoints "
+        "and exits\"' USR1 TERM",
         "# one distrain run (torchrun agent) per node; it starts the node's worker processes",
-        # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into exit 141
+        # sed reads all of scontrol's output: `head -n1` can SIGPIPE it, which pipefail turns into
+        # exit 141
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "# a port per job: two jobs sharing a node do not collide",
         port_line(spec.port),
         "export MASTER_ADDR MASTER_PORT",
         "# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05): pass it on",
         "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK",
-        'echo "job $SLURM_JOB_ID (start ${SLURM_RESTART_COUNT:-0}): $SLURM_JOB_NUM_NODES node(s), master $MASTER_ADDR:$MASTER_PORT; watch: distrain top runs/$SLURM_JOB_ID"',
+        'echo "job $SLURM_JOB_ID (start ${SLURM_RESTART_COUNT:-0}): $SLURM_JOB_NUM_NODES node(s), '
+        'master $MASTER_ADDR:$MASTER_PORT; watch: distrain top runs/$SLURM_JOB_ID"',
         "",
         f"srun --kill-on-bad-exit=1 {run}",
         "",

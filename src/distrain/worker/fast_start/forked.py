@@ -106,7 +106,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             _run_atexit()
             _announce(
                 fresh,
-                f"{job.script} failed in a forked worker before training: {type(exc).__name__}: {exc}",
+                f"{job.script} failed in a forked worker before training: "
+                f"{type(exc).__name__}: {exc}",
             )
             _run_fresh(job.script, script_args)
             return
@@ -277,7 +278,8 @@ def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_dist
         old = getattr(sys, name)
         old.flush()
         stream = io.TextIOWrapper(
-            open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115 - lives as long as the process
+            # the file lives as long as the process (hence no `with`)
+            open(fd, "wb", buffering=0, closefd=False),  # noqa: SIM115
             encoding=old.encoding,
             errors=old.errors,
             write_through=True,

@@ -1,4 +1,4 @@
-"""Imported once by `distrain run`'s fork server, before it forks any worker (launch/fast_start/forkserver.py).
+"""Imported once by `distrain run`'s fork server before any fork (launch/fast_start/forkserver.py).
 
 Every worker forked from the server starts with these modules already imported: torch, the
 parts of torch.distributed a worker unpickles its target from, ``torch._dynamo`` (which the

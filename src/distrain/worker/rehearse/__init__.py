@@ -39,7 +39,8 @@ def install() -> bool:
         return False
     if _installed_in is not None:
         return True
-    import torch._dynamo  # noqa: F401 - first: its tables name torch's own functions (any optimizer imports it)
+    # first: its tables name torch's own functions (any optimizer imports it)
+    import torch._dynamo  # noqa: F401
 
     from distrain.worker.rehearse import devices, fake_cuda, patches, refuse
 

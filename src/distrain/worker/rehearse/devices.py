@@ -129,7 +129,7 @@ def _tensor_type(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _AnyGenerator(type(torch.Generator)):  # type: ignore[misc]
-    """isinstance/issubclass against the stand-in ``torch.Generator`` answer for torch's own class."""
+    """isinstance/issubclass against the stand-in ``torch.Generator`` answer for torch's class."""
 
     def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, _TorchGenerator)
@@ -142,7 +142,7 @@ _TorchGenerator = torch.Generator
 
 
 class _Generator(_TorchGenerator, metaclass=_AnyGenerator):
-    """``torch.Generator(device="cuda")``: a CPU generator (torch's own class; this one only maps)."""
+    """``torch.Generator(device="cuda")``: a CPU generator (torch's class; this only maps)."""
 
     def __new__(cls, device: Any = "cpu") -> Any:  # noqa: D102
         return _TorchGenerator(cpu_if_cuda(device, "Generator(device=cuda)"))

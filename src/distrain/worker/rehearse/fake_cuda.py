@@ -238,7 +238,7 @@ _REFUSED = {
 
 
 def _refusing(name: str, what: str, original: Any) -> Any:
-    """A stand-in that refuses when called (a class stays a class: Dynamo calls isinstance on it)."""
+    """A stand-in that refuses when called (a class stays a class: Dynamo calls isinstance on it)"""
 
     def refuse_call(*args: Any, **kwargs: Any) -> Any:
         refuse(f"torch.cuda.{name}() ({what})")

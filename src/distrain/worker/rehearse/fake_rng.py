@@ -8,7 +8,8 @@ import torch
 
 from distrain.worker.rehearse.fake_state import _index, _State
 
-# -- the CUDA generator: its own seeds and states, apart from the CPU's -----------------------------
+# -- the CUDA generator: its own seeds and states, apart from the CPU's
+# -----------------------------
 #: seeds are unsigned 64-bit, as torch's (torch.seed() draws them from the whole range)
 _U64 = 1 << 64
 

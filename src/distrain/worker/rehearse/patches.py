@@ -1,12 +1,13 @@
 """The distributed and mixed-precision parts of a CUDA script, made to run on CPU processes.
 
-``init_process_group``/``new_group``: nccl (or none) → gloo, ``device_id`` dropped; DDP: ``device_ids``/``output_device``
-accepted; DataParallel: the single-device path; ``torch.nn.SyncBatchNorm`` computes with
-distrain's cross-process batch norm on CPU tensors; CUDA autocast → CPU autocast (same dtype,
-float16 by default as on CUDA); ``GradScaler("cuda")`` → ``GradScaler("cpu")``; ``torch.load``:
-CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off; ``with torch.device("cuda")`` →
-the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2, replicate) → a CPU mesh;
-``torch.compile``: inductor probes no Triton device.  Every patch goes through
+``init_process_group``/``new_group``: nccl (or none) → gloo, ``device_id`` dropped; DDP:
+``device_ids``/``output_device`` accepted; DataParallel: the single-device path;
+``torch.nn.SyncBatchNorm`` computes with distrain's cross-process batch norm on CPU tensors; CUDA
+autocast → CPU autocast (same dtype, float16 by default as on CUDA); ``GradScaler("cuda")`` →
+``GradScaler("cpu")``; ``torch.load``: CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off;
+``with torch.device("cuda")`` → the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2,
+replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device.  Every patch goes
+through
 :mod:`distrain.worker.patching`.
 """
 
@@ -201,7 +202,7 @@ def cpu_flags() -> set[str]:
 
 
 def fp16_cost_line(flags: set[str]) -> str:
-    """What rehearsing CUDA fp16 autocast costs on this CPU (measured: benchmarks/rehearse/RESULTS.md).
+    """What rehearsing CUDA fp16 autocast costs here (measured: benchmarks/rehearse/RESULTS.md).
 
     fp16 stays fp16, so overflows and GradScaler's skipped steps are rehearsed as on a GPU; a
     CPU without native fp16 arithmetic emulates it, and bf16 is no cure there (emulated too).

@@ -38,7 +38,7 @@ _NOT_USER_PACKAGES = {"torch", "triton", "pynvml"}
 
 
 def user_frame() -> str:
-    """'file:line' of the innermost caller outside torch, triton, pynvml, distrain and the stdlib."""
+    """'file:line' of the innermost caller outside torch, triton, pynvml, distrain and the stdlib"""
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -127,9 +127,10 @@ def _triton(module: ModuleType) -> None:
     jit = importlib.import_module("triton.runtime.jit")
 
     def launch(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        refuse(
-            f"Triton kernel {getattr(self, '__name__', None) or getattr(getattr(self, 'fn', None), '__name__', '?')}"
+        name = getattr(self, "__name__", None) or getattr(
+            getattr(self, "fn", None), "__name__", "?"
         )
+        refuse(f"Triton kernel {name}")
 
     jit.KernelInterface.__getitem__ = lambda self, grid: lambda *a, **k: launch(self)
     jit.JITFunction.run = launch

@@ -43,8 +43,10 @@ def manager_server_on(host: str) -> Iterator[None]:
         if not isinstance(bind, str) or ":" not in bind:
             # a torchft that builds its server differently: refuse rather than listen everywhere
             raise DistrainError(
-                f"torchft.Manager no longer passes bind='host:port' to ManagerServer (got {bind!r}); "
-                "distrain cannot keep its listener on the job's address (see worker/replicas/bind.py)"
+                "torchft.Manager no longer passes bind='host:port' to ManagerServer "
+                f"(got {bind!r}); "
+                "distrain cannot keep its listener on the job's address (see "
+                "worker/replicas/bind.py)"
             )
         kwargs["bind"] = host_port(host, bind.rsplit(":", 1)[1])
         return original(*args, **kwargs)

@@ -1,13 +1,13 @@
-"""Helpers of worker/replicas/training.py: the end of a group's run, and what building a Manager needs.
+"""Helpers of worker/replicas/training.py: a group's run's end, and what building a Manager needs.
 
 Two things make "every group ends with the same state at the same step" hold:
 
-- :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every
-  other group has been in two quorums in a row with it (a group that was lost and is coming back copies
-  the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a survivor
-  that finished while a replacement was still starting left the replacement without a live
-  group: it resumed from its own older checkpoint and trained the last steps alone, ending
-  with another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
+- :func:`serve_stragglers`: a group whose script ended keeps answering quorums until every other
+  group has been in two quorums in a row with it (a group that was lost and is coming back copies
+  the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a
+  survivor that finished while a replacement was still starting left the replacement without a live
+  group: it resumed from its own older checkpoint and trained the last steps alone, ending with
+  another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
 - :func:`state_digest`: a hash of this process's part of the state, left for the launcher,
   which compares the groups rank by rank and fails the job when they differ
   (launch/replicas/events.py).
@@ -45,7 +45,7 @@ _log = get_logger("train")
 
 
 class Member(Protocol):
-    """What these helpers use of one process of a replica group (worker/replicas/training.py's Replicas)."""
+    """What these helpers use of a replica group's process (replicas/training.py's Replicas)."""
 
     group: int
     groups: int
@@ -121,7 +121,7 @@ def write_final(replicas: Member) -> None:
 
 
 def serve_stragglers(replicas: Member, device: torch.device) -> None:
-    """Answer quorums until every group met this one at its final step (or ended, or the linger bound).
+    """Answer quorums until every group met this one at its final step (or ended, or linger).
 
     Every rank of the group takes the same quorums (its ranks' requests form one member of
     the lighthouse's quorum), so the ranks agree on each decision through the group.
@@ -144,7 +144,8 @@ def serve_stragglers(replicas: Member, device: torch.device) -> None:
             if missing and timed_out and replicas.rank == 0:
                 _log.warning(
                     f"distrain: replica group {replicas.group} ended without meeting group(s) "
-                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s (DISTRAIN_FT_LINGER); they may end "
+                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s "
+                    "(DISTRAIN_FT_LINGER); they may end "
                     f"with another state"
                 )
             return
@@ -175,7 +176,8 @@ def start_together(replicas: Member, folder: str) -> None:
         missing = not_started()
     if missing:
         _log.warning(
-            f"distrain: replica group {replicas.group} starts without group(s) {', '.join(map(str, missing))}, "
+            f"distrain: replica group {replicas.group} starts without group(s) "
+            f"{', '.join(map(str, missing))}, "
             f"not at their first step after {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
         )
 
@@ -207,7 +209,8 @@ def wait_for_further_groups(replicas: Member, device: torch.device) -> None:
                 _log.warning(
                     f"distrain: replica group {replicas.group} trains from step "
                     f"{replicas.manager.current_step()} without the group(s) that reached step "
-                    f"{furthest}: none came back within {replicas.start_wait_s:g} s (DISTRAIN_FT_START_WAIT)"
+                    f"{furthest}: none came back within {replicas.start_wait_s:g} s "
+                    "(DISTRAIN_FT_START_WAIT)"
                 )
             return
         time.sleep(_PAUSE_S)
@@ -235,7 +238,8 @@ def quorum_failed(replicas: Member, err: BaseException) -> DistrainError:
     first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     return DistrainError(
         f"replica group {replicas.group} rank {replicas.rank}: no quorum at step "
-        f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, {FT_QUORUM_TIMEOUT}): "
+        f"{replicas.manager.current_step()} (bound {replicas.quorum_timeout_s:g} s, "
+        f"{FT_QUORUM_TIMEOUT}): "
         f"waited for the TorchFT lighthouse ({replicas.lighthouse or '?'}) and the other ranks "
         f"of group {replicas.group}; {type(err).__name__}: {first}"
     )
@@ -272,7 +276,8 @@ def agree_in_group(replicas: Member, device: torch.device) -> None:
         else ""
     )
     raise GroupSplit(
-        f"replica group {replicas.group}: its ranks are at different steps after a quorum ({low} to "
+        f"replica group {replicas.group}: its ranks are at different steps after a "
+        f"quorum ({low} to "
         f"{high}; rank {replicas.rank} at {step}{cause}): a heal failed on some of its ranks only; "
         f"the group restarts as a whole and heals from a live group"
     )
@@ -288,7 +293,7 @@ def _not_ended(replicas: Member) -> list[int]:
 
 @contextlib.contextmanager
 def real_accelerator(rehearsing: bool) -> Iterator[None]:
-    """Inside: torch.accelerator says no accelerator under `run --cpu` (TorchFT's Manager asks it)."""
+    """Inside: torch.accelerator says none under `run --cpu` (TorchFT's Manager asks it)."""
     # under `run --cpu` torch.accelerator answers for stand-in GPUs (for the user's script);
     # TorchFT's Manager asks it once to make a recovery stream, a real CUDA call on a CPU machine
     if not rehearsing:

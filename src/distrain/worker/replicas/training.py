@@ -1,12 +1,11 @@
 """Training through failures under `distrain run --replicas R` (TorchFT underneath).
 
-The job is R replica groups of N processes.  Inside a group the ranks are an ordinary
-process group (formed by ``distrain.init()``); across groups a ``torchft.Manager`` asks the
-lighthouse for the quorum of live groups at every step, all-reduces the gradients among them
-and lets a group apply an optimizer step only when the quorum commits it.  A group whose
-process died is restarted alone by its own agent; its first quorum finds it behind, and it
-copies the state of a live group (model, optimizer, scheduler, loader position, step: every
-object given to ``ckpt.restore``) over TorchFT's PGTransport.
+The job is R replica groups of N processes.  Inside a group the ranks are an ordinary process group
+(formed by ``distrain.init()``); across groups a ``torchft.Manager`` asks the lighthouse for the
+quorum of live groups at every step, all-reduces the gradients among them and lets a group apply an
+optimizer step only when the quorum commits it.  A group whose process died is restarted alone by
+its own agent; its first quorum finds it behind, and it copies the state of a live group (model,
+optimizer, scheduler, loader position, step: all given to ckpt.restore) over TorchFT's PGTransport.
 
 The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
 step: a live group sends its state while its training loop waits, so what it sends is exactly
@@ -143,7 +142,8 @@ class Replicas:
         missing = [name for name in self.objects if name not in state["objects"]]
         if missing:
             raise RuntimeError(
-                f"group {self.source} sent no state for {', '.join(missing)} (scripts must register the same objects)"
+                f"group {self.source} sent no state for {', '.join(missing)} "
+                "(scripts must register the same objects)"
             )
         for name, obj in self.objects.items():
             if self.in_step and isinstance(obj, DataLoader):
@@ -151,19 +151,20 @@ class Replicas:
                 # that consume batches in step are at the same position anyway)
                 if self._positions.get(name) != state["objects"][name]:
                     _log.warning(
-                        f"distrain: replica group {self.group} healed mid-epoch; its loader stays at "
-                        f"{self._positions.get(name)}, group {self.source}'s is at {state['objects'][name]}"
+                        f"distrain: replica group {self.group} healed mid-epoch; its loader "
+                        f"stays at {self._positions.get(name)}, group {self.source}'s is at "
+                        f"{state['objects'][name]}"
                     )
                 continue
             sync.plain(obj).load_state_dict(state["objects"][name])
 
     def _mark_positions(self) -> None:
         for name, obj in self.objects.items():
-            if isinstance(obj, DataLoader):
-                self._positions[name] = obj.state_dict()  # type: ignore[attr-defined]  # our loaders
+            if isinstance(obj, DataLoader):  # our loaders
+                self._positions[name] = obj.state_dict()  # type: ignore[attr-defined]
 
     def quorum(self) -> None:
-        """Take one quorum (synchronous: a copy from a peer that is ahead is applied before it returns)."""
+        """Take one quorum (synchronous: a copy from a peer ahead is applied before returning)."""
         with self._waiting():
             try:
                 self.manager.start_quorum()
@@ -179,7 +180,7 @@ class Replicas:
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
-        """`model` on `device`, DDP or FSDP over this group, its gradients averaged over the live groups too.
+        """`model` on `device`, DDP or FSDP over this group, gradients averaged over live groups.
 
         `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
         group, the reduce-scattered shards all-reduced across groups); an option this path would
@@ -207,7 +208,7 @@ class Replicas:
             if size > 1:  # inside the group first, then across groups (same rank in every group)
                 dist.all_reduce(bucket.buffer())
                 bucket.buffer().div_(size)
-            # across groups: TorchFT's fault-tolerant all-reduce (an error skips the step, it never raises)
+            # across groups: TorchFT's fault-tolerant all-reduce (errors skip the step, never raise)
             work = manager.allreduce(bucket.buffer())
             if work.wait():  # builds the chain that divides by the participants
                 averaged = work.get_future().wait()
@@ -293,11 +294,13 @@ class Replicas:
         if self.size > 1:
             self._match_group()
         if self.rank == 0 and self.events:
-            emit("replica", self.events, event="joined", group=self.group, rank=self.rank, step=step,
-                 source=self.source, seconds=round(time.perf_counter() - t0, 3), attempt=self.restart_count)  # fmt: skip
+            emit("replica", self.events, event="joined", group=self.group, rank=self.rank,
+                 step=step, source=self.source, seconds=round(time.perf_counter() - t0, 3),
+                 attempt=self.restart_count)  # fmt: skip
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
-                f"distrain: replica group {self.group} healed from group {self.source} at step {step}"
+                f"distrain: replica group {self.group} healed from group {self.source} at step "
+                f"{step}"
             )
         self._write_step(step)
         return step
@@ -310,13 +313,13 @@ class Replicas:
             for obj in self.objects.values():
                 if isinstance(obj, nn.Module):
                     for t in [*obj.parameters(), *obj.buffers()]:
-                        # an FSDP shard is this rank's part alone: nothing in the group to agree with
-                        # (rank r of every group heals from one source, so the groups still agree)
+                        # an FSDP shard is this rank's alone: nothing in the group to agree with
+                        # (rank r of every group heals from one source: the groups still agree)
                         if not is_sharded_tensor(t):
                             dist.broadcast(t, src=0)
 
     def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:
-        """After a disk restore: register `objects`, join the quorum, heal if a live group is ahead."""
+        """After a disk restore: register `objects`, join the quorum, heal if a group is ahead."""
         for name, obj in objects.items():
             self.register(name, obj)
         if resumed.step:  # from disk: the quorum starts from this step (the furthest group leads)
@@ -333,7 +336,7 @@ class Replicas:
         return resumed
 
     def step(self, apply: Callable[[], None]) -> bool:
-        """Apply the optimizer step (`apply`) only when the quorum commits; True when the state moved on."""
+        """Apply the optimizer step (`apply`) only if the quorum commits; True if state moved on."""
         if not self.started:
             self.begin()
         self.quorum_open = False
@@ -355,7 +358,7 @@ class Replicas:
             self.waiting_since = None
 
     def stuck(self) -> bool:
-        """Whether this process has waited on its group's peers for a second or more (a stop then exits at once).
+        """Whether this process waited on its group's peers for a second or more (a stop exits).
 
         A quorum or commit vote takes milliseconds when every process of the group takes part;
         one that lasts a second after a stop signal waits for a process that died.
@@ -368,7 +371,7 @@ class Replicas:
             os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
 
     def close(self) -> None:
-        """Serve the groups still to come, leave the final state's digest, stop the manager (the process is ending)."""
+        """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""
         from distrain.worker.failure import failing
         from distrain.worker.replicas.sync import serve_stragglers, write_final
 
@@ -377,9 +380,8 @@ class Replicas:
                 serve_stragglers(self, self._device)
                 write_final(self)
         except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
-            _log.warning(
-                f"distrain: replica group {self.group} rank {self.rank}: no end-of-run check ({err})"
-            )
+            who = f"replica group {self.group} rank {self.rank}"
+            _log.warning(f"distrain: {who}: no end-of-run check ({err})")
         if self._step_fd is not None:
             os.close(self._step_fd)
             self._step_fd = None

@@ -116,7 +116,8 @@ class Watcher:
                 verdict = self.check(time.monotonic())
             except Exception as err:  # a watch is no reason to print a traceback in the job
                 _log.warning(
-                    f"distrain: stopped watching the script's children ({type(err).__name__}: {err})"
+                    "distrain: stopped watching the script's children "
+                    f"({type(err).__name__}: {err})"
                 )
                 return
             if verdict:
@@ -158,7 +159,8 @@ class Watcher:
         )
         return (
             f"{_script()}: the group of {size} did not form within {self.timeout_s:g} s "
-            f"({who}; {len(set(ranks.values()))} of {size} joined) — set DISTRAIN_FORM_TIMEOUT to wait longer"
+            f"({who}; {len(set(ranks.values()))} of {size} joined) — set "
+            "DISTRAIN_FORM_TIMEOUT to wait longer"
         )
 
     def _death_line(

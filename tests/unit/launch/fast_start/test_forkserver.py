@@ -1,5 +1,5 @@
-"""launch/fast_start/forkserver.py: the fast-start decisions that need no server: CVE check, preloads
-(which script is forked: tests/unit/launch/test_command_line.py)."""
+"""launch/fast_start/forkserver.py: the fast-start decisions that need no server: CVE check,
+preloads (which script is forked: tests/unit/launch/test_command_line.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_top_level_imports_skip_the_scripts_own_modules(tmp_path: Path) -> None:
     (tmp_path / "mymodel.py").write_text("")
     script = tmp_path / "train.py"
     script.write_text(
-        "from __future__ import annotations\nimport os, json\nimport mymodel\nfrom collections import abc\n"
+        "from __future__ import annotations\nimport os, json\nimport mymodel\nfrom "
+        "collections import abc\n"
         "from . import sibling\nimport not_installed_anywhere_xyz\n\ndef f():\n    import csv\n"
     )
     assert top_level_imports(str(script)) == ["os", "json", "collections"]

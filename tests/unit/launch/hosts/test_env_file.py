@@ -1,5 +1,6 @@
 """`distrain run --hosts`: NAME=VALUE files exported on every host, as DeepSpeed's .deepspeed_env
-(launch/hosts/env_file.py); tests/jobs/test_hosts_env.py checks a variable arrives on a real ssh host."""
+(launch/hosts/env_file.py); tests/jobs/test_hosts_env.py checks a variable arrives on a real ssh
+host."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ def _sessions(gpus: dict[str, int]) -> list[hosts_run.Session]:
     out = []
     for name, count in gpus.items():
         reply = {**fingerprint(), "gpus": count, "cwd": "/w", "script_ok": True,
-                 "address": "10.0.0.1", "address_error": None, "port": 29500, "port_error": None}  # fmt: skip
+                 "address": "10.0.0.1", "address_error": None, "port": 29500,
+                 "port_error": None}  # fmt: skip
         line = shlex.quote(PROBE_MARK + json.dumps(reply))
         out.append(hosts_run.Session(name, ["sh", "-c", f"echo {line}; cat >/dev/null"], False))
     return out

@@ -1,5 +1,6 @@
 """`distrain run --hosts/--hostfile`: host lists, hostfiles, --include/--exclude, the option
-scanner, and the command each host is sent (launch/hosts/hostfile.py, host_options.py, ssh_hosts.py).
+scanner, and the command each host is sent (launch/hosts/hostfile.py, host_options.py,
+ssh_hosts.py).
 
 No ssh is started here; tests/jobs/test_hosts.py runs the real thing.
 """
@@ -80,8 +81,10 @@ def test_include_and_exclude_as_deepspeed() -> None:
 def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("a slots=2\nb slots=2\n")
-    opts = parse_argv(["--hostfile", str(hostfile), "--ssh-opts", "-F cfg -p 2222", "-x", "FOO", "-x", "BAR=1",
-                               "--max-restarts", "2", "--nnodes", "1:2", "--quiet-hosts", "--iface", "b=ib0", "train.py", "--n", "5"])  # fmt: skip
+    opts = parse_argv(["--hostfile", str(hostfile), "--ssh-opts", "-F cfg -p 2222", "-x", "FOO",
+                       "-x", "BAR=1",
+                               "--max-restarts", "2", "--nnodes", "1:2", "--quiet-hosts", "--iface",
+                       "b=ib0", "train.py", "--n", "5"])  # fmt: skip
     assert [h.name for h in opts.hosts] == ["a", "b"]
     assert opts.ssh_opts == ["-F", "cfg", "-p", "2222"] and opts.env == {"FOO": None, "BAR": "1"}
     assert opts.node_argv == ["--max-restarts", "2"] and opts.script_argv == [
@@ -128,7 +131,8 @@ def test_bad_input_is_one_message(argv: list[str], message: str) -> None:
 
 def test_bad_input_through_the_command_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    res = subprocess.run([sys.executable, "-m", "distrain.cli", "run", "--hosts", "a:1,b:1", "--node-rank", "0", "t.py"],
+    res = subprocess.run([sys.executable, "-m", "distrain.cli", "run", "--hosts", "a:1,b:1",
+                          "--node-rank", "0", "t.py"],
                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert res.stderr.startswith("distrain run: error: --node-rank cannot be given with --hosts")
@@ -179,7 +183,8 @@ def test_each_host_gets_its_rank_slots_and_the_forwarded_environment(
     elastic = ssh_hosts.node_argv(
         parse_argv(["--hosts", "a,b", "--nnodes", "1:2", "-n", "1", "t.py"]), 1, "id1"
     )
-    assert elastic == ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "@MASTER_ADDR@:@MASTER_PORT@",
+    assert elastic == ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                       "@MASTER_ADDR@:@MASTER_PORT@",
                        "--rdzv-id", "id1", "--max-restarts", "3", "-n", "1", "t.py"]  # fmt: skip
     given = ssh_hosts.node_argv(
         parse_argv(["--hosts", "a,b", "--nnodes", "1:2", "--max_restarts=1", "-n", "1", "t.py"]),
@@ -214,7 +219,8 @@ def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
     opts = parse_argv(["--hosts", "a:4,b:8", "--include", "a@b:4,5,6,7", "--replicas", "4", "t.py"])
     assert (opts.replicas, opts.per_group) == (4, 2)  # 2 groups of 2 processes on each host
     b = ssh_hosts.node_argv(opts, 1, "id1")
-    assert b == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "@MASTER_ADDR@", "--master-port", "@MASTER_PORT@",
+    assert b == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "@MASTER_ADDR@",
+                 "--master-port", "@MASTER_PORT@",
                  "--replicas", "4", "-n", "2", "t.py"]  # fmt: skip
     # the groups take their GPUs from CUDA_VISIBLE_DEVICES (--replicas refuses --gpus)
     words = shlex.split(ssh_hosts.remote_command(opts, 1, ["10.0.0.1", "10.0.0.2"], {}, "id1"))
@@ -234,8 +240,11 @@ def test_replicas_over_hosts_split_each_hosts_slots_among_its_groups() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--replicas", "3"], "--replicas 3 does not divide over 2 hosts: each host runs the same number of whole groups"),
-        (["--replicas", "2", "--nnodes", "1:2"], "--replicas needs a fixed --nnodes 2, not a range"),
+        (["--replicas", "3"],
+         "--replicas 3 does not divide over 2 hosts: "
+         "each host runs the same number of whole groups"),
+        (["--replicas", "2", "--nnodes", "1:2"],
+         "--replicas needs a fixed --nnodes 2, not a range"),
         (["--replicas", "0"], "--replicas expects a number of replica groups (got '0')"),
     ],
 )  # fmt: skip
@@ -305,7 +314,10 @@ def test_the_hosts_check_reads_versions_script_and_port_without_torch(
         port = host_node.probe({"first": True, "port": 0, "ports": 2})["port"]
         assert host_node._port(port, 2) == (port, None)
     assert not host_node.probe({"script": "missing.py"})["script_ok"]
-    code = "import sys; from distrain.launch.hosts import node as host_node; host_node.fingerprint(); print('torch' in sys.modules)"
+    code = (
+        "import sys; from distrain.launch.hosts import node as host_node; "
+        "host_node.fingerprint(); print('torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert (
         subprocess.run(

@@ -1,4 +1,4 @@
-"""launch/rehearse/environment.py: `distrain run --cpu` on the launcher side: environment, self-starting scripts, summary."""
+"""launch/rehearse/environment.py: `distrain run --cpu`, launcher side (env, scripts, summary)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""launch/replicas/groups.py and launch/replicas/lighthouse.py: `--replicas` refused in one line, group command lines, event lines."""
+"""launch/replicas/groups.py, lighthouse.py: `--replicas` refusals, command and event lines."""
 
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ def test_group_argv_drops_replicas_and_gives_a_restart_budget() -> None:
     argv = group_argv(
         split(["--replicas", "2", "-n", "1", "--run-dir=runs", "train.py", "--lr", "1"]), 1
     )
-    assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py", "--lr", "1"]  # fmt: skip
+    assert argv == ["-n", "1", "--run-dir", "runs/group1", "--max-restarts", "3", "train.py",
+                    "--lr", "1"]  # fmt: skip
     assert group_argv(split(["--replicas=2", "--max-restarts", "5", "--", "-m", "pkg"]), 0) == [
         "--max-restarts",
         "5",
@@ -143,7 +144,8 @@ def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixtu
     job.read_events()
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        "distrain run: replica group 1 lost at step 246 (rank 0, pid 4242, SIGKILL); 1/2 groups continue",
+        "distrain run: replica group 1 lost at step 246 (rank 0, pid 4242, SIGKILL); "
+        "1/2 groups continue",
         "distrain run: replica group 1 healed from group 0 at step 250 in 0.9 s",
     ]
     assert job.lost == set()
@@ -208,8 +210,8 @@ def test_groups_are_placed_whole_on_nodes() -> None:
 def test_group_argv_drops_the_multi_node_options() -> None:
     # each group is a one-node job: the node options are the replicas launcher's, not the group's
     argv = group_argv(
-        split(["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master_port", "29500",
-               "--iface", "eth0", "-n", "1", "t.py"]), 1,
+        split(["--replicas", "2", "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1",
+               "--master_port", "29500", "--iface", "eth0", "-n", "1", "t.py"]), 1,
     )  # fmt: skip
     assert argv == ["-n", "1", "--max-restarts", "3", "t.py"]
 

@@ -1,4 +1,4 @@
-"""launch/replicas/events.py's end check: every group's final step and state, compared rank by rank."""
+"""launch/replicas/events.py's end check: every group's final step and state, rank by rank."""
 
 from __future__ import annotations
 
@@ -41,11 +41,13 @@ def test_equal_groups_pass_with_one_line(
     [
         (
             "60 " + "ef" * 32,
-            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 60, state efefefefefef",
+            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 60, "
+            "state efefefefefef",
         ),
         (
             "61 " + "cd" * 32,
-            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 61, state cdcdcdcdcdcd",
+            "rank 1 of group 0 at step 60, state cdcdcdcdcdcd, of group 1 at step 61, "
+            "state cdcdcdcdcdcd",
         ),
     ],
 )

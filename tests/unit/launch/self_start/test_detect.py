@@ -1,4 +1,4 @@
-"""launch/self_start/detect.py: a script that starts its own workers is found however it imports them."""
+"""launch/self_start/detect.py: a script that starts its own workers is found however imported."""
 
 from __future__ import annotations
 
@@ -21,19 +21,30 @@ LOOP = "for rank in range(2):\n    p = {call}(target=f, args=(rank, 2))\n    p.s
 
 @pytest.mark.parametrize(
     ("source", "found"),
-    [("import torch.multiprocessing as mp\n\nmp.spawn(main, nprocs=2)\n", SelfStart("torch.multiprocessing.spawn", 3)),
-     ("import torch.multiprocessing\ntorch.multiprocessing.start_processes(f)\n", SelfStart("torch.multiprocessing.start_processes", 2)),
-     ("from torch.multiprocessing import spawn as go\ngo(f)\n", SelfStart("torch.multiprocessing.spawn", 2)),
-     ("from torch import multiprocessing as tmp\nx = 1\ntmp.spawn(f, nprocs=4)\n", SelfStart("torch.multiprocessing.spawn", 3)),
-     ("import multiprocessing as mp\n" + LOOP.format(call="mp.Process"), SelfStart("multiprocessing.Process", 3)),
-     ("import torch.multiprocessing as mp\n" + LOOP.format(call="mp.Process"), SelfStart("torch.multiprocessing.Process", 3)),
-     ("from multiprocessing import Process as P\n" + LOOP.format(call="P"), SelfStart("multiprocessing.Process", 3)),
-     ("import multiprocessing\nctx = multiprocessing.get_context('spawn')\n" + LOOP.format(call="ctx.Process"),
+    [("import torch.multiprocessing as mp\n\nmp.spawn(main, nprocs=2)\n",
+      SelfStart("torch.multiprocessing.spawn", 3)),
+     ("import torch.multiprocessing\ntorch.multiprocessing.start_processes(f)\n",
+      SelfStart("torch.multiprocessing.start_processes", 2)),
+     ("from torch.multiprocessing import spawn as go\ngo(f)\n",
+      SelfStart("torch.multiprocessing.spawn", 2)),
+     ("from torch import multiprocessing as tmp\nx = 1\ntmp.spawn(f, nprocs=4)\n",
+      SelfStart("torch.multiprocessing.spawn", 3)),
+     ("import multiprocessing as mp\n" + LOOP.format(call="mp.Process"),
+      SelfStart("multiprocessing.Process", 3)),
+     ("import torch.multiprocessing as mp\n" + LOOP.format(call="mp.Process"),
+      SelfStart("torch.multiprocessing.Process", 3)),
+     ("from multiprocessing import Process as P\n" + LOOP.format(call="P"),
+      SelfStart("multiprocessing.Process", 3)),
+     ("import multiprocessing\nctx = multiprocessing.get_context('spawn')\n"
+      + LOOP.format(call="ctx.Process"),
       SelfStart("multiprocessing.Process", 4)),
-     ("import multiprocessing as mp\nps = [mp.get_context('fork').Process(target=f) for _ in range(2)]\n",
+     ("import multiprocessing as mp\nps = [mp.get_context('fork').Process(target=f) for "
+      "_ in range(2)]\n",
       SelfStart("multiprocessing.Process", 2)),
-     ("import multiprocessing as mp\nwith mp.Pool(2) as pool:\n    pool.map(f, range(2))\n", SelfStart("multiprocessing.Pool", 2)),
-     ("import multiprocessing as mp\np = mp.Process(target=serve)\np.start()\n", None),  # one helper: no group
+     ("import multiprocessing as mp\nwith mp.Pool(2) as pool:\n    pool.map(f, range(2))\n",
+      SelfStart("multiprocessing.Pool", 2)),
+     ("import multiprocessing as mp\np = mp.Process(target=serve)\np.start()\n",
+      None),  # one helper: no group
      ("def spawn(): pass\nspawn()\n", None),
      ("class Process: pass\nfor i in range(2):\n    Process()\n", None),
      ("this is not python(\n", None)],
@@ -78,13 +89,17 @@ _IMAGENET = (
 @pytest.mark.parametrize(
     ("source", "condition"),
     [(_IMAGENET, "args.multiprocessing_distributed"),
-     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    mp.spawn(f, nprocs=2)\n", ""),
-     ("import torch.multiprocessing as mp\nif '__main__' == __name__:\n    mp.spawn(f, nprocs=2)\n", ""),
-     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    pass\nelse:\n    mp.spawn(f, nprocs=2)\n",
+     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    mp.spawn(f, nprocs=2)\n",
+      ""),
+     ("import torch.multiprocessing as mp\nif '__main__' == __name__:\n    mp.spawn(f, nprocs=2)\n",
+      ""),
+     ("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    pass\nelse:\n    "
+      "mp.spawn(f, nprocs=2)\n",
       "__name__ == '__main__'"),
      ("import torch.multiprocessing as mp\ntry:\n    x()\nexcept E:\n    mp.spawn(f, nprocs=2)\n",
       "an exception was raised"),
-     ("import torch.multiprocessing as mp\nn > 1 and mp.spawn(f, nprocs=n)\n", "n > 1 and mp.spawn(f, nprocs=n)")],
+     ("import torch.multiprocessing as mp\nn > 1 and mp.spawn(f, nprocs=n)\n",
+      "n > 1 and mp.spawn(f, nprocs=n)")],
 )  # fmt: skip
 def test_a_starter_under_a_condition_is_not_sure(
     tmp_path: Path, source: str, condition: str

@@ -1,4 +1,4 @@
-"""tools/bench/breakdown.py and the report's section: ms per step by phase from the ranks' metrics records."""
+"""tools/bench/breakdown.py and the report's section: ms per step by phase from metrics records."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def _records(run_dir: Path, rank: int, lines: list[dict]) -> None:
 
 def test_read_breakdown_takes_each_rank_last_record(tmp_path: Path) -> None:
     _records(tmp_path, 0, [{"event": "beat", "breakdown_s": {"steps": 2, "compute": 1.0}},
-                           {"event": "end", "breakdown_s": {"steps": 10, "compute": 2.0, "comm": 0.5, "data": 0.0}}])  # fmt: skip
+                           {"event": "end",
+                            "breakdown_s": {"steps": 10, "compute": 2.0, "comm": 0.5,
+                                            "data": 0.0}}])  # fmt: skip
     _records(tmp_path, 1, [{"event": "beat"}])  # no breakdown on this rank
     assert read_breakdown(tmp_path) == {"0": {"compute": 200.0, "comm": 50.0, "data": 0.0}}
     assert read_breakdown(tmp_path / "none") == {}
@@ -28,7 +30,8 @@ def test_read_breakdown_takes_each_rank_last_record(tmp_path: Path) -> None:
 
 def test_per_step_ms_is_the_rank_mean_of_the_median_round() -> None:
     rounds = [{"breakdown": {"0": {"compute": 100.0}, "1": {"compute": 120.0, "comm": 20.0}}},
-              {"breakdown": {"0": {"compute": 300.0}}}, {"breakdown": {"0": {"compute": 50.0}}}, {"breakdown": {}}]  # fmt: skip
+              {"breakdown": {"0": {"compute": 300.0}}}, {"breakdown": {"0": {"compute": 50.0}}},
+              {"breakdown": {}}]  # fmt: skip
     assert per_step_ms(rounds) == pytest.approx({"compute": 110.0, "comm": 10.0})
     assert per_step_ms([{"breakdown": {}}]) == {}
 

@@ -1,4 +1,4 @@
-"""tools/bench/comm.py: nccl-tests' bus bandwidth factors, size parsing and the algbw → busbw math of a row."""
+"""tools/bench/comm.py: nccl-tests' bus bandwidth factors, size parsing, a row's algbw → busbw."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`distrain bench scaling --nodes 1,2 --hosts …`: the K-node rows go through `distrain run --hosts`.
+"""`distrain bench scaling --nodes 1,2 --hosts …`: K-node rows go through `distrain run --hosts`.
 
 The real thing (two namespace hosts with sshd) is tests/jobs/test_bench_nodes.py.
 """
@@ -34,8 +34,10 @@ def test_a_k_node_run_is_the_hosts_fan_out_of_the_first_k_hosts() -> None:
     two, three = nodes.expand([one], args)[1:]
     assert (two.name, two.nproc, three.nproc) == ("2nodes-n2-bn", 4, 6)
     # the run's own -n sets every host's processes (slots in --hosts are ignored)
-    assert two.command == ["py", "-m", "distrain.cli", "run", "--hosts", "a,b", "--ssh-opts", "-F cfg",
-                           "-x", "OMP_NUM_THREADS", "--nproc", "2", "s.py", "--epochs", "1"]  # fmt: skip
+    assert two.command == ["py", "-m", "distrain.cli", "run", "--hosts", "a,b", "--ssh-opts",
+                           "-F cfg",
+                           "-x", "OMP_NUM_THREADS", "--nproc", "2", "s.py", "--epochs",
+                           "1"]  # fmt: skip
     assert three.command[4:6] == ["--hosts", "a,b,c"]
 
 

@@ -1,4 +1,4 @@
-"""tools/bench/plots.py: the scaling charts say what they show (issue 34's defects, each checked on the figure)."""
+"""tools/bench/plots.py: the scaling charts say what they show (issue 34's defects checked)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def _run(
     threads: int = 1,
 ) -> dict[str, Any]:
     return {
-        "name": name, "nproc": nproc, "sync_bn": sync_bn, "all_cores": all_cores, "threads": threads, "status": "ok",
-        "samples_per_s": sps, "efficiency": sps / (nproc * 1000.0) if not all_cores else sps / 2000.0,
+        "name": name, "nproc": nproc, "sync_bn": sync_bn, "all_cores": all_cores,
+            "threads": threads, "status": "ok",
+        "samples_per_s": sps,
+            "efficiency": sps / (nproc * 1000.0) if not all_cores else sps / 2000.0,
         "time_per_epoch_mean": 1400 / sps, "time_per_epoch_std": 0.01,
         "epochs": [{"epoch": e, "test_acc": 0.5 + 0.1 * e} for e in (1, 2, 3)],
     }  # fmt: skip
@@ -55,7 +57,7 @@ def test_accuracy_lines_have_distinct_labels(figures: list[Any]) -> None:
 
 
 def test_throughput_legend_covers_no_point(figures: list[Any]) -> None:
-    """2 processes at 30 % efficiency (a small model on a loaded 2-core machine): its point sat under the legend."""
+    """2 processes at 30 % efficiency (small model, loaded 2 cores): its point sat under legend."""
     slow = [RUNS[0], RUNS[1], _run("n2-bn", 2, 600.0)]
     plots.throughput(slow, slow[0], Path("unused.png"))
     fig = figures[0]

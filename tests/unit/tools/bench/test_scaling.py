@@ -1,4 +1,4 @@
-"""tools/bench/scaling.py and tools/bench/runner.py: process-count lists, per-epoch records read from run directories."""
+"""tools/bench/scaling.py and runner.py: process-count lists, per-epoch records from run dirs."""
 
 from __future__ import annotations
 
@@ -29,13 +29,19 @@ def _write(run_dir: Path, rank: int, records: list[dict]) -> None:
 
 
 def test_read_epochs_combines_ranks(tmp_path: Path) -> None:
-    _write(tmp_path, 0, [{"event": "step"}, {"event": "epoch", "epoch": 0, "rank": 0, "epoch_seconds": 2.0, "epoch_samples": 100,
-                                             "values": {"accuracy": 0.8, "loss": 0.5}}])  # fmt: skip
-    _write(tmp_path, 1, [{"event": "epoch", "epoch": 0, "rank": 1, "epoch_seconds": 2.5, "epoch_samples": 100},
-                         {"event": "epoch", "epoch": 1, "rank": 1, "epoch_seconds": 1.0, "epoch_samples": 100}])  # fmt: skip
+    _write(tmp_path, 0,
+           [{"event": "step"},
+            {"event": "epoch", "epoch": 0, "rank": 0, "epoch_seconds": 2.0, "epoch_samples": 100,
+                                             "values": {"accuracy": 0.8,
+                                                        "loss": 0.5}}])  # fmt: skip
+    _write(tmp_path, 1,
+           [{"event": "epoch", "epoch": 0, "rank": 1, "epoch_seconds": 2.5, "epoch_samples": 100},
+                         {"event": "epoch", "epoch": 1, "rank": 1, "epoch_seconds": 1.0,
+                          "epoch_samples": 100}])  # fmt: skip
     # epoch 1 has no rank-0 record yet: not finished
     assert read_epochs(tmp_path) == [
-        {"epoch": 0, "seconds": 2.5, "samples": 200, "ranks": 2, "test_acc": 0.8, "train_loss": 0.5}]  # fmt: skip
+        {"epoch": 0, "seconds": 2.5, "samples": 200, "ranks": 2, "test_acc": 0.8,
+         "train_loss": 0.5}]  # fmt: skip
 
 
 def test_read_epochs_of_an_empty_run(tmp_path: Path) -> None:
@@ -43,8 +49,9 @@ def test_read_epochs_of_an_empty_run(tmp_path: Path) -> None:
 
 
 def test_last_error_line_skips_launcher_noise() -> None:
-    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"
-           "ValueError: bad batch\ndistrain run: job failed: rank 0 exited with code 1\n")  # fmt: skip
+    log = ("W0101 12:00:00 torch noise\nTraceback (most recent call last):\n"
+           "  File \"t.py\", line 1\nValueError: bad batch\n"
+           "distrain run: job failed: rank 0 exited with code 1\n")  # fmt: skip
     assert _last_error_line(log) == "ValueError: bad batch"
     assert _last_error_line("") == "no output"
     assert _last_error_line("just words\n") == "just words"

@@ -1,4 +1,4 @@
-"""tools/bench/steps.py and its use in tools/bench/summary.py: throughput from timed steps, not whole epochs."""
+"""tools/bench/steps.py and its use in summary.py: throughput from timed steps, not whole epochs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/bench/summary.py: per-run statistics, aggregation over rounds, speedup and efficiency, and their sentences."""
+"""tools/bench/summary.py: per-run statistics, rounds, speedup and efficiency, their sentences."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def _run(
 
 def test_run_stats_leave_the_warm_up_epoch_out() -> None:
     run = {"epochs": [{"seconds": 10.0, "samples": 1000}, {"seconds": 4.0, "samples": 1000},
-                      {"seconds": 6.0, "samples": 1000, "test_acc": 0.9, "test_loss": 0.3}]}  # fmt: skip
+                      {"seconds": 6.0, "samples": 1000, "test_acc": 0.9,
+                       "test_loss": 0.3}]}  # fmt: skip
     stats = run_stats(run)
     assert (stats["epochs_done"], stats["timed_epochs"]) == (3, 2)
     assert stats["time_per_epoch_mean"] == 5.0
@@ -59,7 +60,8 @@ def test_run_stats_ignore_unfinished_epochs_and_zero_samples() -> None:
 
 
 def test_add_scaling_speedup_and_efficiency() -> None:
-    runs = [_run("n1", 1, 100.0), _run("n2", 2, 180.0), _run("n4", 4, 300.0), _run("n4-sbn", 4, 250.0, sync_bn=True),
+    runs = [_run("n1", 1, 100.0), _run("n2", 2, 180.0), _run("n4", 4, 300.0),
+            _run("n4-sbn", 4, 250.0, sync_bn=True),
             _run("n8", 8, None, status="failed")]  # fmt: skip
     base = add_scaling(runs)
     assert base is runs[0]
@@ -95,8 +97,10 @@ def test_add_scaling_without_a_finished_run() -> None:
 def _round(
     name: str, rnd: int, sps: float, seconds: list[float], status: str = "ok"
 ) -> dict[str, Any]:
-    return {**_run(name, 2, sps, status=status), "round": rnd, "log": f"{name}-{rnd}.txt", "time_per_epoch_mean": sum(seconds[1:]) / max(1, len(seconds) - 1),
-            "epochs": [{"seconds": s} for s in seconds], "peak_rss_mb_total": 100.0 * rnd, "peak_rss_mb_per_process": 50.0 * rnd}  # fmt: skip
+    return {**_run(name, 2, sps, status=status), "round": rnd, "log": f"{name}-{rnd}.txt",
+            "time_per_epoch_mean": sum(seconds[1:]) / max(1, len(seconds) - 1),
+            "epochs": [{"seconds": s} for s in seconds], "peak_rss_mb_total": 100.0 * rnd,
+            "peak_rss_mb_per_process": 50.0 * rnd}  # fmt: skip
 
 
 def test_aggregate_takes_medians_over_rounds() -> None:
@@ -128,17 +132,20 @@ def test_interpret_states_the_numbers() -> None:
             _run("n4", 4, 380.0, time_per_epoch_mean=2.1, final_test_acc=0.94)]  # fmt: skip
     add_scaling(runs)
     out = interpret(runs, {"usable_cores": 8, "load_average": [0.5]})
-    assert out["time_per_epoch"] == ("Time per epoch falls from 8.00 s on 1 process to 2.10 s on 4 processes: "
+    assert out["time_per_epoch"] == ("Time per epoch falls from 8.00 s on 1 process to 2.10 s "
+                                     "on 4 processes: "
                                      "3.81× faster where 4× is ideal.")  # fmt: skip
     assert out["throughput"].startswith(
-        "Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at 4: close to ideal"
+        "Scaling efficiency (throughput_N / (N × throughput_1)) is 95 % at 4; lowest at "
+        "4: close to ideal"
     )
     assert "94.0 % on 4 processes (-1.0 points)" in out["accuracy_scaling"]
     assert "failed" not in out
 
 
 def test_interpret_explains_oversubscription_and_lists_failures() -> None:
-    runs = [_run("n1", 1, 100.0, time_per_epoch_mean=8.0), _run("n16", 16, 400.0, time_per_epoch_mean=2.0),
+    runs = [_run("n1", 1, 100.0, time_per_epoch_mean=8.0),
+            _run("n16", 16, 400.0, time_per_epoch_mean=2.0),
             _run("n32", 32, None, status="failed")]  # fmt: skip
     add_scaling(runs)
     out = interpret(runs, {"usable_cores": 8})

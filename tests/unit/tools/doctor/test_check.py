@@ -1,4 +1,4 @@
-"""tools/doctor/check.py and tools/doctor/report.py: a finding's statuses, the summary, the worst status, the JSON document."""
+"""tools/doctor/check.py and report.py: statuses, the summary, the worst status, the JSON."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def test_json_form_keeps_every_field() -> None:
     check = Check(
         "gpu.nvml", "gpu", "GPUs", "warn", "none", "install a driver", {"state": "no_driver"}
     )
-    assert check.to_json() == {"id": "gpu.nvml", "group": "gpu", "title": "GPUs", "status": "warn", "seen": "none",
-                               "fix": "install a driver", "data": {"state": "no_driver"}}  # fmt: skip
+    assert check.to_json() == {"id": "gpu.nvml", "group": "gpu", "title": "GPUs", "status": "warn",
+                               "seen": "none",
+                               "fix": "install a driver",
+                               "data": {"state": "no_driver"}}  # fmt: skip
 
 
 def test_document_carries_status_summary_and_checks() -> None:

@@ -1,4 +1,4 @@
-"""tools/doctor/compat.py: driver ↔ CUDA and GPU architecture ↔ torch build rules, from the maintained tables."""
+"""tools/doctor/compat.py: driver ↔ CUDA and GPU architecture ↔ torch build rules, from tables."""
 
 from __future__ import annotations
 

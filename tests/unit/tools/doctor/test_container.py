@@ -1,4 +1,4 @@
-"""tools/doctor/container.py: container runtime evidence and the /dev/shm size rule, from patched facts."""
+"""tools/doctor/container.py: container runtime evidence and the /dev/shm size rule (patched)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from distrain.tools.doctor import container
 
 @pytest.fixture
 def bare_metal(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """No marker files, a plain cgroup; the returned dict sets which paths exist and the cgroup text."""
+    """No marker files, a plain cgroup; the returned dict sets which paths exist, cgroup text."""
     facts: dict[str, object] = {"exists": set(), "cgroup": "0::/init.scope\n"}
     fake_path = SimpleNamespace(exists=lambda p: p in facts["exists"])  # type: ignore[operator]
     monkeypatch.setattr(
@@ -52,7 +52,8 @@ def test_kubernetes_wins_over_docker_and_every_clue_is_listed(
      (set(), "", {"APPTAINER_CONTAINER": "/img.sif"}, "apptainer")],
 )  # fmt: skip
 def test_runtime_from_one_clue(bare_metal: dict[str, object], monkeypatch: pytest.MonkeyPatch,
-                               exists: set[str], cgroup: str, env: dict[str, str], runtime: str) -> None:  # fmt: skip
+                               exists: set[str], cgroup: str, env: dict[str, str],
+                               runtime: str) -> None:  # fmt: skip
     bare_metal["exists"], bare_metal["cgroup"] = exists, cgroup
     for k, v in env.items():
         monkeypatch.setenv(k, v)

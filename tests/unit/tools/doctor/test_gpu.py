@@ -1,4 +1,4 @@
-"""tools/doctor/gpu.py: the pure GPU rules: CUDA_VISIBLE_DEVICES against the GPU count, and whether a GPU is expected."""
+"""tools/doctor/gpu.py: CUDA_VISIBLE_DEVICES vs the GPU count, and whether a GPU is expected."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def test_unset_selects_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     [("0,2", [0, 2], None),
      ("GPU-1234,1", [1], None),
      ("", [], "CUDA_VISIBLE_DEVICES is set but empty: torch will see no GPU"),
-     ("0,5,1", [0], "CUDA_VISIBLE_DEVICES='0,5,1': GPU 5 does not exist (4 present; CUDA stops at it)"),
+     ("0,5,1", [0],
+      "CUDA_VISIBLE_DEVICES='0,5,1': GPU 5 does not exist (4 present; CUDA stops at it)"),
      ("1,x", [1], "CUDA_VISIBLE_DEVICES='1,x': 'x' is not an index or UUID (CUDA stops at it)"),
      ("1,1", [1], "CUDA_VISIBLE_DEVICES='1,1' names GPU 1 twice")],
 )  # fmt: skip

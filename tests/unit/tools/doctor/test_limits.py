@@ -1,4 +1,4 @@
-"""tools/doctor/limits.py: open files, locked memory and OMP threads vs cores, from patched limits (not this machine's)."""
+"""tools/doctor/limits.py: open files, locked memory, OMP threads vs cores (patched limits)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
         "rdma": False,
     }
     monkeypatch.setattr(resource, "getrlimit",
-                        lambda which: knobs["nofile"] if which == resource.RLIMIT_NOFILE else knobs["memlock"])  # fmt: skip
+                        lambda which: knobs["nofile"] if which == resource.RLIMIT_NOFILE
+                        else knobs["memlock"])  # fmt: skip
     monkeypatch.setattr(limits, "usable_cores", lambda: knobs["cores"])
     fake_path = SimpleNamespace(isdir=lambda path: bool(knobs["rdma"]))
     monkeypatch.setattr(
@@ -65,7 +66,8 @@ def test_locked_memory_matters_with_gpus_or_rdma(machine: dict[str, object]) -> 
 @pytest.mark.parametrize(
     ("omp", "local", "status", "seen"),
     [("4", "2", "ok", "OMP_NUM_THREADS=4 x 2 local process(es), 8 usable core(s)"),
-     ("4", "4", "warn", "OMP_NUM_THREADS=4 x 4 local process(es) > 8 usable core(s): oversubscribed"),
+     ("4", "4", "warn",
+      "OMP_NUM_THREADS=4 x 4 local process(es) > 8 usable core(s): oversubscribed"),
      ("0", "1", "warn", "OMP_NUM_THREADS='0' is not a positive integer"),
      ("many", "1", "warn", "OMP_NUM_THREADS='many' is not a positive integer")],
 )  # fmt: skip

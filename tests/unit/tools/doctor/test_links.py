@@ -1,4 +1,4 @@
-"""tools/doctor/links.py: node leaders and the link verdict: sync_s = 2(N-1)/N × 4 × params / bandwidth vs step."""
+"""tools/doctor/links.py: node leaders, link verdict: sync_s = 2(N-1)/N × 4 × params / bandwidth."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/doctor/local.py and tools/doctor/bounded.py: probes run concurrently, in a fixed order, a crash or hang becoming a warn."""
+"""tools/doctor/local.py and bounded.py: probes concurrent, fixed order; a crash/hang warns."""
 
 from __future__ import annotations
 

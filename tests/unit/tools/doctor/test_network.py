@@ -1,4 +1,4 @@
-"""tools/doctor/network.py: interface-name variables and port findings, from patched interface and port facts."""
+"""tools/doctor/network.py: interface-name variables and port findings, from patched facts."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def test_a_missing_interface_fails_with_the_choices(
     (check,) = network.probe_ifname_env()
     assert check.status == "fail" and check.seen == "GLOO_SOCKET_IFNAME=eth: no interface eth"
     assert (
-        check.fix
-        == "Set GLOO_SOCKET_IFNAME to ib0 (the interface of the default route), or one of: eth0, ib0, lo."
+        check.fix == "Set GLOO_SOCKET_IFNAME to ib0 (the interface of the default route), or one "
+        "of: eth0, ib0, lo."
     )
     monkeypatch.setattr(
         network, "outward", lambda master_addr=None: None

@@ -1,4 +1,4 @@
-"""tools/doctor/ranks.py and rank_checks.py: the all-ranks rules that turn gathered facts into findings (no process group)."""
+"""tools/doctor/ranks.py and rank_checks.py: all-ranks rules from gathered facts to findings."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def test_missing_from_monitored_barrier_message() -> None:
 
 
 def _measurements(works: list[float], ok: list[bool] | None = None) -> list[Any]:
-    per_rank = [{"rank": r, "allreduce_ok": (ok or [True] * len(works))[r], "latency_us": 10.0 * (r + 1), "work_s": w}
+    per_rank = [{"rank": r, "allreduce_ok": (ok or [True] * len(works))[r],
+                 "latency_us": 10.0 * (r + 1), "work_s": w}
                 for r, w in enumerate(works)]  # fmt: skip
     arrived = [{"rank": r, "hostname": f"h{r}"} for r in range(len(works))]
     row = SimpleNamespace(bytes=16 * 2**20, time_us=2000.0, algbw_gbps=8.0, busbw_gbps=12.0)

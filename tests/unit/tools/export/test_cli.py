@@ -1,4 +1,4 @@
-"""tools/export/cli.py: option validation into a JobSpec and the dispatch to each target's renderer."""
+"""tools/export/cli.py: option validation into a JobSpec, the dispatch to each renderer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/export/compose.py: one compose service per node; host network across machines, or a one-machine bridge."""
+"""tools/export/compose.py: a service per node; host network across machines, else a bridge."""
 
 from __future__ import annotations
 

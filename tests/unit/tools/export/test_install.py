@@ -1,4 +1,4 @@
-"""tools/export/install.py: --install never names an index package; auto builds from this distrain's source."""
+"""tools/export/install.py: --install never names an index package; auto builds from source."""
 
 from __future__ import annotations
 

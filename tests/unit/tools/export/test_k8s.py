@@ -1,4 +1,4 @@
-"""tools/export/k8s.py: the Kubeflow PyTorchJob (Master + Workers, or an elastic Worker group) and its shared claim."""
+"""tools/export/k8s.py: the Kubeflow PyTorchJob (Master + Workers, or elastic) and its claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tools/export/slurm.py: the requeue-able sbatch script with one `distrain run` per node through srun."""
+"""tools/export/slurm.py: the requeue-able sbatch script, one `distrain run` per node via srun."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_static_job_header() -> None:
     assert lines[0] == "#!/bin/bash"
     for expected in ("#SBATCH --job-name=train", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1",
                      "#SBATCH --cpus-per-task=32", "#SBATCH --gpus-per-node=8", "#SBATCH --requeue",
-                     "#SBATCH --signal=USR1@300", "set -euo pipefail", "MASTER_PORT=${MASTER_PORT:-29500}"):  # fmt: skip
+                     "#SBATCH --signal=USR1@300", "set -euo pipefail",
+                     "MASTER_PORT=${MASTER_PORT:-29500}"):  # fmt: skip
         assert expected in lines, expected
 
 

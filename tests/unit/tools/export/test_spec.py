@@ -1,4 +1,4 @@
-"""tools/export/spec.py: the JobSpec every export target renders, --nnodes parsing and DNS-safe names."""
+"""tools/export/spec.py: the JobSpec every export target renders, --nnodes parsing, DNS names."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def test_static_and_elastic_sizes() -> None:
 def test_run_command_puts_launcher_flags_before_the_script() -> None:
     spec = JobSpec("src/t.py", ["--lr", "0.1 0.2"], nproc_per_node=4, name="job")
     assert spec.run_command("--nnodes", "2") == [
-        "distrain", "run", "--nnodes", "2", "--nproc-per-node", "4", "--run-dir", "runs/job", "src/t.py", "--lr", "0.1 0.2"]  # fmt: skip
+        "distrain", "run", "--nnodes", "2", "--nproc-per-node", "4", "--run-dir", "runs/job",
+                                                 "src/t.py", "--lr", "0.1 0.2"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "expected"), [("2", (2, 2)), ("1:4", (1, 4)), ("3:3", (3, 3))])

@@ -1,4 +1,4 @@
-"""worker/fast_start/forked.py: which failures of a forked worker are worth a rerun in a fresh interpreter."""
+"""worker/fast_start/forked.py: which failures of a forked worker deserve a fresh interpreter."""
 
 from __future__ import annotations
 

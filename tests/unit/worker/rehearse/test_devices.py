@@ -1,4 +1,4 @@
-"""worker/rehearse/devices.py: which device arguments are CUDA, and the wrappers that map them to the CPU.
+"""worker/rehearse/devices.py: which device arguments are CUDA, wrappers mapping them to CPU.
 
 The wrappers are applied to stand-in functions here; nothing is installed into torch.
 """

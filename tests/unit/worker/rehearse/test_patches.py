@@ -1,4 +1,4 @@
-"""worker/rehearse/patches.py and rehearse/__init__.py: the pure mappings (nccl → gloo, how many stand-ins)."""
+"""worker/rehearse/patches.py and rehearse/__init__.py: pure mappings (nccl → gloo, stand-ins)."""
 
 from __future__ import annotations
 

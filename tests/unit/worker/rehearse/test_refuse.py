@@ -1,4 +1,4 @@
-"""worker/rehearse/refuse.py: what needs a real GPU stops with one line, once per job, naming the user's line."""
+"""worker/rehearse/refuse.py: what needs a real GPU stops with one line per job, naming the line."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def test_refuse_prints_the_call_and_the_users_line_then_exits_3(
 
 def _extension_module() -> SimpleNamespace:
     calls: list[Any] = []
-    module = SimpleNamespace(calls=calls, load=lambda *a, **k: calls.append(("load", a, k)) or "built",
-                             load_inline=lambda *a, **k: calls.append(("load_inline", a, k)) or "built")  # fmt: skip
+    module = SimpleNamespace(calls=calls, load=lambda *a,
+                             **k: calls.append(("load", a, k)) or "built",
+                             load_inline=lambda *a,
+                             **k: calls.append(("load_inline", a, k)) or "built")  # fmt: skip
     refuse._cpp_extension(module)  # patches this stand-in module only
     return module
 
@@ -55,7 +57,8 @@ def test_cpu_extensions_still_build() -> None:
 @pytest.mark.parametrize(
     "call",
     [lambda m: m.load("ext", ["kernel.cu"]), lambda m: m.load("ext", sources="k.cuh"),
-     lambda m: m.load_inline("ext", cuda_sources="__global__ void k();"), lambda m: m.load("ext", ["a.cpp"], with_cuda=True),
+     lambda m: m.load_inline("ext", cuda_sources="__global__ void k();"),
+     lambda m: m.load("ext", ["a.cpp"], with_cuda=True),
      lambda m: m.CUDAExtension("ext", ["a.cu"])],
 )  # fmt: skip
 def test_cuda_extensions_are_refused(call: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""worker/replicas/training.py: what prepare_model refuses under `distrain run --replicas` (no TorchFT needed)."""
+"""worker/replicas/training.py: what prepare_model refuses under `run --replicas` (no TorchFT)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def _group(group: int, groups: int) -> Replicas:
     return r
 
 
-def test_first_quorum_waits_until_every_group_reached_its_own(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_first_quorum_waits_until_every_group_reached_its_own(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:
     folder = str(tmp_path)
     waited = []
 
@@ -72,12 +74,14 @@ def test_first_quorum_goes_on_without_a_group_that_never_arrives(
     start_together(_group(1, 3), str(tmp_path))
     said = capsys.readouterr().err
     assert (
-        "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 s (DISTRAIN_FT_START_WAIT)"
-        in said
+        "distrain: replica group 1 starts without group(s) 0, 2, not at their first step after 120 "
+        "s (DISTRAIN_FT_START_WAIT)" in said
     )
 
 
-def test_a_peer_copies_the_loader_position_of_the_steps_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_peer_copies_the_loader_position_of_the_steps_start(  # type: ignore[no-untyped-def]
+    monkeypatch,
+) -> None:
     """At a step's first forward the loader already counts the batch in flight: a replacement
     copying that position skipped one batch and ended its epochs a step before the others."""
     from torch.utils.data import TensorDataset
@@ -111,6 +115,8 @@ def test_a_quorum_torchft_gave_up_on_names_the_lighthouse_the_group_and_the_boun
     r.manager = SimpleNamespace(current_step=lambda: 32)
     err = quorum_failed(r, RuntimeError("Timeout expired\nmore detail"))
     assert str(err) == (
-        "replica group 1 rank 1: no quorum at step 32 (bound 60 s, DISTRAIN_FT_QUORUM_TIMEOUT): waited for the "
-        "TorchFT lighthouse (http://127.0.0.1:29510) and the other ranks of group 1; RuntimeError: Timeout expired"
+        "replica group 1 rank 1: no quorum at step 32 (bound 60 s, "
+        "DISTRAIN_FT_QUORUM_TIMEOUT): waited for the "
+        "TorchFT lighthouse (http://127.0.0.1:29510) and the other ranks of group 1; "
+        "RuntimeError: Timeout expired"
     )

@@ -1,4 +1,4 @@
-"""worker/self_start/watch.py: when a self-starting script's children stop waiting for each other."""
+"""worker/self_start/watch.py: when a self-starting script's children stop waiting for each other"""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_a_child_dying_before_the_group_forms_ends_it_with_its_error(watcher: Wa
     _note(watcher, "join", 11, rank=1, world_size=3, watched=True)
     _note(watcher, "error", 12, message="AcceleratorError: CUDA error: invalid device ordinal")
     assert watcher.check(0.0) == (
-        "train.py: its child 3 of 3 (pid 12) exited with code 1 before the group formed; rank 0, 1 of 3 waited "
+        "train.py: its child 3 of 3 (pid 12) exited with code 1 before the group formed; rank "
+        "0, 1 of 3 waited "
         "for it (rank 2 never joined): AcceleratorError: CUDA error: invalid device ordinal"
     )
 

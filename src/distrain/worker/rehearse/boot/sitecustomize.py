@@ -129,7 +129,8 @@ if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("DISTRAIN_LAUNCH
     import atexit
 
     atexit.register(_record_uncaught_at_exit)
-# the fork server (DISTRAIN_PRELOAD) stays plain: its forked workers install the rehearsal themselves
+# the fork server (DISTRAIN_PRELOAD) stays plain: its forked workers install the rehearsal
+# themselves
 _WANTED = os.environ.get("DISTRAIN_CPU_REHEARSAL") or os.environ.get("DISTRAIN_SELF_STARTING")
 if _WANTED and not os.environ.get("DISTRAIN_PRELOAD"):
     if os.environ.get("DISTRAIN_SELF_STARTING"):
