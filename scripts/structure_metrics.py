@@ -279,6 +279,35 @@ def modules_to_first_step() -> int:
     return len(set(re.findall(r"\|\s+(distrain(?:\.\w+)*)\s*$", out.stderr, re.M)))
 
 
+def long_lines(limit: int = 100) -> int:
+    """Lines of the repository's Python files longer than the declared line length."""
+    files = subprocess.run(
+        ["git", "ls-files", "*.py"], capture_output=True, text=True, cwd=REPO, check=True
+    ).stdout.split()
+    return sum(
+        len(line.rstrip("\n")) > limit
+        for name in files
+        for line in (REPO / name).read_text(encoding="utf-8").splitlines()
+    )
+
+
+def reader_path() -> list[str]:
+    """The distrain modules on the stack at each hand-over of the 2-rank one-step job."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script, out = Path(tmp, "one_step.py"), Path(tmp, "path.txt")
+        script.write_text(ONE_STEP)
+        env = dict(
+            os.environ,
+            READER_PATH_OUT=str(out),
+            PYTHONPATH=os.pathsep.join([str(REPO / "scripts" / "reader_path"), str(SRC)]),
+        )
+        cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", str(script)]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp)
+        if res.returncode:
+            raise SystemExit(f"the one-step job failed ({res.returncode}): {res.stderr[-2000:]}")
+        return sorted({m for line in out.read_text().splitlines() for m in line.split()})
+
+
 def tool_count(cmd: list[str], pattern: str) -> str:
     """Count lines of a tool's output that match; 'n/a' when the tool is missing."""
     try:
@@ -308,6 +337,7 @@ def main() -> None:
     graph = import_graph()
     channels = worker_launcher_channels(PKG, graph, {module_name(p): p for p in PKG.rglob("*.py")})
     figures: dict[str, object] = {
+        "long_lines": long_lines(),
         "import_cycles": len(cycles),
         "environ_reads": len(env_hits),
         "init_process_group_wrappers": len(wrappers),
@@ -317,6 +347,8 @@ def main() -> None:
     }
     if not args.no_run:
         figures["modules_to_first_step"] = modules_to_first_step()
+        path = reader_path()
+        figures["reader_path_modules"] = len(path)
         figures["mypy_errors"] = tool_count(
             [sys.executable, "-m", "mypy", "src/distrain"], r"^src/.*: error:"
         )
@@ -342,6 +374,9 @@ def main() -> None:
             print("  at:", where)
         for channel in channels:
             print("  channel:", channel)
+        if not args.no_run:
+            for module in path:
+                print("  reader path:", module)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from distrain.errors import UsageError
 
 # -- environment variables set by the launcher, read by the workers -------------------------------
 #: which distrain launcher started the job ("distrain-run")
+#: the fd of the go pipe a `--hosts` node's `distrain run` waits on (launch/hosts/go.py)
+HOST_GO_FD = "DISTRAIN_HOST_GO_FD"
 LAUNCHER = "DISTRAIN_LAUNCHER"
 #: where ctx.log() writes per-rank metrics and TensorBoard events (distrain run --run-dir)
 RUN_DIR = "DISTRAIN_RUN_DIR"

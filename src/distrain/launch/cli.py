@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from distrain.contract import (
     BIND_ADDR,
     CPU_REHEARSAL,
+    HOST_GO_FD,
     LAUNCHER_PID,
     REPLICA_GROUP,
     WATCHDOG_EXIT_CODE,
@@ -46,7 +47,6 @@ from distrain.launch import (
 )
 from distrain.launch.command_line import HOST_LIST, split, split_without_torch
 from distrain.launch.fast_start import forkserver
-from distrain.launch.hosts import go as host_go
 from distrain.launch.mpi import run_with_launcher
 from distrain.launch.plan import PROG, LaunchPlan, _visible_gpu_count, plan
 
@@ -105,7 +105,11 @@ def main(argv: Sequence[str]) -> int:
         from distrain.launch.hosts import run as hosts_run
 
         return hosts_run.main(quick)
-    go_fd = host_go.take_fd()  # started by `distrain run --hosts` before its verdict
+    go_fd = None
+    if HOST_GO_FD in os.environ:  # started by `distrain run --hosts` before its verdict
+        from distrain.launch.hosts import go as host_go
+
+        go_fd = host_go.take_fd()
     command = split(argv)  # the one reading of the command line: every path below takes it
     if command.has(*HOST_LIST):  # many machines from this one: ssh fan-out
         from distrain.launch.hosts import run as hosts_run

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 
+from distrain.contract import HOST_GO_FD
 from distrain.launch.command_line import CommandLine, Option
 
 #: the environment variable naming the go pipe's fd (set by host_node for its node only)
-GO_FD = "DISTRAIN_HOST_GO_FD"
+GO_FD = HOST_GO_FD
 #: stand-ins on the node's command line for what the launcher decides after the hosts' checks
 ADDR_TOKEN, PORT_TOKEN = "@MASTER_ADDR@", "@MASTER_PORT@"
 #: --replicas on hosts given without slots: processes per group, from the GPUs the hosts counted
