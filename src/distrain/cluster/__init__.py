@@ -25,40 +25,64 @@ its own comes first.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from distrain.cluster.base import ClusterEnvironment, ClusterError
-from distrain.cluster.horovod import HorovodEnvironment
-from distrain.cluster.kubeflow import KubeflowEnvironment
 from distrain.cluster.legacy_launch import (
     LegacyLaunchEnvironment,
     pop_local_rank_arg,
     strip_launcher_argv,
 )
-from distrain.cluster.lsf import LSFEnvironment
-from distrain.cluster.mpi import MPICHEnvironment, OpenMPIEnvironment
-from distrain.cluster.single import SingleProcessEnvironment
-from distrain.cluster.slurm import SLURMEnvironment, expand_nodelist
-from distrain.cluster.spawn import SpawnEnvironment
-from distrain.cluster.torchelastic import TorchElasticEnvironment
 
-DETECTION_ORDER: tuple[type[ClusterEnvironment], ...] = (
-    LegacyLaunchEnvironment,
-    SpawnEnvironment,
-    TorchElasticEnvironment,
-    LSFEnvironment,
-    OpenMPIEnvironment,
-    MPICHEnvironment,
-    HorovodEnvironment,
-    SLURMEnvironment,
-    KubeflowEnvironment,
-    SingleProcessEnvironment,
+if TYPE_CHECKING:
+    from distrain.cluster.horovod import HorovodEnvironment
+    from distrain.cluster.kubeflow import KubeflowEnvironment
+    from distrain.cluster.lsf import LSFEnvironment
+    from distrain.cluster.mpi import MPICHEnvironment, OpenMPIEnvironment
+    from distrain.cluster.single import SingleProcessEnvironment
+    from distrain.cluster.slurm import SLURMEnvironment, expand_nodelist
+    from distrain.cluster.spawn import SpawnEnvironment
+    from distrain.cluster.torchelastic import TorchElasticEnvironment
+
+#: (module, class) in the order asked; a module is imported when its turn comes, so a process
+#: that torchrun started imports three detectors, not ten
+_ORDER = (
+    ("legacy_launch", "LegacyLaunchEnvironment"),
+    ("spawn", "SpawnEnvironment"),
+    ("torchelastic", "TorchElasticEnvironment"),
+    ("lsf", "LSFEnvironment"),
+    ("mpi", "OpenMPIEnvironment"),
+    ("mpi", "MPICHEnvironment"),
+    ("horovod", "HorovodEnvironment"),
+    ("slurm", "SLURMEnvironment"),
+    ("kubeflow", "KubeflowEnvironment"),
+    ("single", "SingleProcessEnvironment"),
 )
+_WHERE = {name: module for module, name in _ORDER} | {"expand_nodelist": "slurm"}
+
+
+def _load(name: str) -> Any:
+    return getattr(importlib.import_module(f"distrain.cluster.{_WHERE[name]}"), name)
+
+
+def __getattr__(name: str) -> Any:
+    """A detector class (or slurm's expand_nodelist), imported on first use (PEP 562)."""
+    if name == "DETECTION_ORDER":
+        return tuple(_load(cls) for _, cls in _ORDER)
+    if name not in _WHERE:
+        raise AttributeError(f"module 'distrain.cluster' has no attribute {name!r}")
+    value = _load(name)
+    globals()[name] = value
+    return value
 
 
 def detect_environment() -> ClusterEnvironment:
     """Return the first environment in DETECTION_ORDER that applies, validated."""
-    for cls in DETECTION_ORDER:
+    for _, name in _ORDER:
+        cls = _load(name)
         if cls.detect():
-            env = cls()
+            env: ClusterEnvironment = cls()
             env.validate()
             return env
     raise AssertionError("SingleProcessEnvironment always applies")

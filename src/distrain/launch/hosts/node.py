@@ -116,9 +116,9 @@ def probe(args: dict[str, object]) -> dict[str, object]:
     script = args.get("script")
     out["script_ok"] = script is None or os.path.isfile(str(script))
     if args.get("first"):
+        iface, route_to = args.get("iface"), args.get("route_to")
         out["address"], out["address_error"] = _address(
-            args.get("iface"),  # type: ignore[arg-type]
-            args.get("route_to"),  # type: ignore[arg-type]
+            str(iface) if iface else None, str(route_to) if route_to else None
         )
         port, ports = str(args.get("port") or 0), str(args.get("ports") or 1)
         out["port"], out["port_error"] = _port(int(port), int(ports))
