@@ -8,12 +8,10 @@ such block is freed; then it raises the threshold to that size (up to 32 MiB), a
 buffer of that size comes from the heap.  A sharded model allocates and frees large buffers all
 the time (each unit's full weights while it is built, the all-gathered weights of every forward
 and backward, reduce-scatter inputs, activations); the heap keeps them after they are freed, so
-resident memory stays near what an unsharded model needs (measured: a 2-rank FSDP job of a
-114 M-parameter GPT peaked at 2,211 MiB per rank with 1,349 MiB live; with the threshold fixed
-at 1 MiB it peaked at 1,336 MiB; benchmarks/train/RESULTS.md).  A fixed threshold also turns
-the dynamic raise off.  The price is paid in step time: every large buffer is mapped, faulted in
-and unmapped again each step (1.6× the step time of that model on these CPU machines, measured
-in alternating pairs).  When it is asked for, a user's own ``MALLOC_MMAP_THRESHOLD_`` still wins
+resident memory stays near what an unsharded model needs.  A fixed threshold also turns the
+dynamic raise off, and costs step time: every large buffer is mapped, faulted in and unmapped
+each step.  What it saves and costs: benchmarks/train/RESULTS.md ("heap setting").
+When it is asked for, a user's own ``MALLOC_MMAP_THRESHOLD_`` still wins
 and distrain leaves the allocator alone.
 """
 

@@ -10,13 +10,9 @@ heartbeated (every 100 ms) for ``heartbeat_timeout_ms`` is dead, and a quorum wa
 ``join_timeout_ms`` for a group that still heartbeats but has not asked to join.
 
 Why 700 ms and 1000 ms: the survivors' pause at a SIGKILL is the heartbeat timeout plus one
-quorum change.  On one node a replacement's manager heartbeats within ~0.6 s of the kill (its
-first committed step came 0.67–0.73 s after it with a 600 ms timeout), so when the dead group
-is dropped the replacement is usually known and the survivors' quorum waits (join timeout) for
-it: one reconfiguration and heal instead of two.  Measured on 2 cores (benchmarks/recovery/
-RESULTS.md): heartbeat 1000 ms → pause 1.08–1.10 s, 700 → 0.75–0.84 s, 600 → 0.67–0.73 s
-(less margin for a slow replacement), 500 with a 500 ms join timeout → 1.2–1.5 s (the quorum
-changed twice).
+quorum change, and a replacement on the same node heartbeats within ~0.6 s, so the survivors'
+quorum waits for it (one reconfiguration and heal instead of two); the figures per setting are
+in benchmarks/recovery/RESULTS.md ("Lighthouse timeouts").
 """
 
 from __future__ import annotations
