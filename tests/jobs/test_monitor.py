@@ -308,3 +308,32 @@ def test_crashed_rank_reported_failed(tmp_path: Path) -> None:
     assert last["event"] == "end" and last["error"] == "ZeroDivisionError"
     snap = job_status(tmp_path)
     assert snap["status"] == "failed" and snap["ranks"][0]["state"] == "failed"
+
+
+RESUMING_LOGGER = """
+import sys, torch, distrain
+ctx = distrain.init()
+model = ctx.prepare_model(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+ckpt = ctx.checkpointer(sys.argv[1], every_steps=1)
+step = ckpt.restore(model=model, optimizer=opt).step
+for _ in range(int(sys.argv[2])):
+    opt.zero_grad()
+    ctx.backward(model(torch.ones(2, 4)).sum())
+    ctx.step(opt)
+    ctx.log(loss=1.0)  # no step=: the training's step, also after a resume
+    step += 1
+    ckpt.maybe_save(step)
+ckpt.close()
+"""
+
+
+def test_logged_steps_go_on_from_the_resumed_step(tmp_path: Path) -> None:
+    script, run_dir, ckpt = tmp_path / "log.py", tmp_path / "run", tmp_path / "ckpt"
+    script.write_text(RESUMING_LOGGER)
+    job = [*CLI, "run", "--run-dir", str(run_dir), "-n", "1", str(script), str(ckpt)]
+    run([*job, "3"], timeout=180, check=True)
+    run([*job, "2"], timeout=180, check=True)  # resumes at step 3, steps 4 and 5
+    records = [json.loads(line) for line in rank_file(run_dir, 0).read_text().splitlines()]
+    ends = [r["step"] for r in records if r["event"] == "end"]
+    assert ends == [3, 5]  # not 2: TensorBoard's x-axis and `distrain top` go on from 3

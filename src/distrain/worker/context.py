@@ -362,8 +362,8 @@ class Context(Reductions):
     def log(self, step: int | None = None, **values: Any) -> None:
         """The one metrics call: `distrain top`, TensorBoard, `distrain bench` read what it records.
 
-        ``step`` defaults to :attr:`steps` (optimizer steps so far; under ``--replicas`` the
-        job's committed step, which a healed group took over); in a script with no
+        ``step`` defaults to the training's step: the step a restore resumed at plus
+        :attr:`steps` (under ``--replicas`` the job's committed step); in a script with no
         optimizer over a prepared model, to one more than the last call (``advance=False``:
         the same step, for per-epoch values).  ``epoch=`` and ``samples=`` (samples this rank
         processed since the last call) are understood; every other keyword is a scalar
@@ -374,8 +374,8 @@ class Context(Reductions):
         if step is None and self.replicas is not None and self.replicas.started:
             # the job's committed step, also after a heal
             step = self.replicas.manager.current_step()
-        if self.steps:
-            step = self.steps if step is None else step
+        if self.steps:  # counted over the whole training: a resumed run goes on from its step
+            step = self.services.resumed_step + self.steps if step is None else step
         elif self.services.watchdog is not None:
             self._logs_without_steps += 1
             if self._logs_without_steps == 20:

@@ -37,6 +37,8 @@ class Services:
     #: bound methods (held weakly) run first in close(): a checkpointer finishes its background
     #: save and lets go of its process group before the groups are destroyed
     closers: list[weakref.WeakMethod[Callable[[], None]]] = field(default_factory=list)
+    #: the step a restore or a heal resumed the training at (0 on a fresh start)
+    resumed_step: int = 0
 
     def watch_loader(self, loader: DistributedLoader) -> DistributedLoader:
         """A prepared training loader: the breakdown times its batches, rank 0 shows its bar."""
@@ -56,6 +58,7 @@ class Services:
     def resumed_at(self, step: int) -> None:
         """A restore or a heal resumed the training at `step`: the monitor and the watchdog
         report steps counted over the whole training, not since this process started."""
+        self.resumed_step = step
         if self.monitor is not None:
             self.monitor.resumed_at(step)
         if self.watchdog is not None:
