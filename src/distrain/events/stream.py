@@ -12,8 +12,9 @@ Each line is one JSON object: ``kind`` (one of :data:`KINDS`) and the writer's i
 (``rank``, ``node``, ``group``, ``pid``, ``time``), then the kind's own fields.  A line is
 written with a single ``write`` on a descriptor opened with ``O_APPEND``: the kernel places each
 write at the end of the file whole, so lines of concurrent writers (ranks of one node, all
-sharing the file) never interleave.  A write cut short (a full disk) leaves a partial last
-line, which the reader skips.  This module imports no torch: both sides use it.
+sharing the file) never interleave.  A write cut short (a full disk) leaves a partial line,
+which the reader skips; the event written after it, glued to it, is still read.  This module
+imports no torch: both sides use it.
 """
 
 from __future__ import annotations
@@ -112,13 +113,22 @@ def read_events(
     end = data.rfind(b"\n") + 1
     events = []
     for raw in data[:end].splitlines():
-        try:
-            event = json.loads(raw)
-        except ValueError:
-            continue
+        event = _parse(raw)
         if isinstance(event, dict) and "kind" in event and (kind is None or event["kind"] == kind):
             events.append(event)
     return events, since + end
+
+
+def _parse(raw: bytes) -> Any:
+    """One line's event; after a write cut short (a full disk) the next writer's event is glued
+    to the partial one, and is found where its own ``{"kind"`` starts."""
+    start = 0
+    while start >= 0:
+        try:
+            return json.loads(raw[start:])
+        except ValueError:
+            start = raw.find(b'{"kind"', start + 1)
+    return None
 
 
 def job_events(folder: str | None, kind: str | None = None) -> list[dict[str, Any]]:

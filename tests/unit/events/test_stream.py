@@ -87,3 +87,11 @@ def test_reader_goes_on_from_its_offset_and_waits_for_whole_lines(tmp_path: Path
 def test_file_name_is_the_documented_one() -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "environment.md").read_text()
     assert f"$DISTRAIN_JOB_DIR/{FILE}" in doc
+
+
+def test_an_event_written_after_a_cut_short_one_is_still_read(tmp_path: Path) -> None:
+    emit("checkpoint", str(tmp_path), step=1, path="a")
+    with open(stream(str(tmp_path)), "ab") as f:
+        f.write(b'{"kind": "checkpoint", "step": 2, "pa')  # the disk filled mid-write
+    emit("checkpoint", str(tmp_path), step=3, path="c")
+    assert [e["step"] for e in job_events(str(tmp_path))] == [1, 3]
