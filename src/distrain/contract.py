@@ -57,8 +57,9 @@ SPAWN = "DISTRAIN_SPAWN"
 SELF_STARTING = "DISTRAIN_SELF_STARTING"
 #: seconds from the first child joining until a self-starting script's group must have formed
 FORM_TIMEOUT = "DISTRAIN_FORM_TIMEOUT"
-#: where a self-starting script's children note joining, forming and failing (set by its watcher)
-FORM_DIR = "DISTRAIN_FORM_DIR"
+#: the pid of a self-starting script's process, set there for its children: they only report
+#: their group's forming (``group`` events), the script's process watches it
+SELF_START_WATCHER = "DISTRAIN_SELF_START_WATCHER"
 #: distrain run --cpu: how many CPU processes stand in for GPUs on this node (unset: no rehearsal)
 CPU_REHEARSAL = "DISTRAIN_CPU_REHEARSAL"
 #: torch: give workers their own store instead of sharing the agent's (restarts; pytorch#135712)

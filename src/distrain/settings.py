@@ -96,7 +96,7 @@ class Settings:
         None  # DISTRAIN_JOB_DIR (the job's folder: its event stream, distrain.events)
     )
     self_starting: bool = False  # DISTRAIN_SELF_STARTING (the script starts its own workers)
-    form_dir: str | None = None  # DISTRAIN_FORM_DIR (set for a self-starting script's children)
+    self_start_watcher: str | None = None  # DISTRAIN_SELF_START_WATCHER (for the script's children)
     nccl_trace_buffer: str | None = None  # TORCH_NCCL_TRACE_BUFFER_SIZE (the user's, if set)
     omp_num_threads: str | None = None  # OMP_NUM_THREADS (as set: 1 is torchrun's default)
 
@@ -199,7 +199,7 @@ def _placement(text: Any) -> dict[str, Any]:
         "agent_world_size": text("WORLD_SIZE"),
         "job_dir": text(contract.JOB_DIR),
         "self_starting": bool(text(contract.SELF_STARTING)),
-        "form_dir": text(contract.FORM_DIR),
+        "self_start_watcher": text(contract.SELF_START_WATCHER),
         "nccl_trace_buffer": text("TORCH_NCCL_TRACE_BUFFER_SIZE"),
         "omp_num_threads": text("OMP_NUM_THREADS"),
     }

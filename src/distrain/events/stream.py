@@ -43,6 +43,9 @@ KINDS = {
     "rehearsal": "counts",
     # the fast start's fallback to fresh interpreters, by the first worker needing it: ``reason``
     "fallback": "reason",
+    # a self-starting script's child (worker/self_start/members.py): ``state`` join (``rank``,
+    # ``world_size``, ``watched``), formed, or error (``message``), read by the script's watch
+    "group": "state, ...",
     # --replicas, in the groups' shared folder (DISTRAIN_FT_EVENTS): ``event`` "lost" (a group's
     # agent saw a worker die), "joined" (a worker passed its first quorum, healed or not) or
     # "final" (a process's last step and state digest, for the end check), and their fields

@@ -5,9 +5,10 @@ The launcher (launch/self_start/detect.py) found the script starting its own pro
 (the fast start's forked worker calls it; a fresh interpreter gets it from the boot
 sitecustomize) and in each fresh child (spawn start method):
 
-- in the script's process it creates the form folder (``DISTRAIN_FORM_DIR``), records every
-  child ``multiprocessing`` starts and watches them form their group (watch.py);
-- in every process, children included (forked ones inherit the hooks), it notes joining,
+- in the script's process it names itself to its children (``DISTRAIN_SELF_START_WATCHER``),
+  records every child ``multiprocessing`` starts and watches them form their group from their
+  ``group`` events (watch.py);
+- in every process, children included (forked ones inherit the hooks), it reports joining,
   forming and failing (members.py).
 """
 
@@ -17,13 +18,11 @@ import atexit
 import contextlib
 import multiprocessing.process
 import os
-import shutil
 import sys
-import tempfile
 from types import TracebackType
 from typing import Any
 
-from distrain.contract import FORM_DIR
+from distrain.contract import SELF_START_WATCHER
 from distrain.settings import for_report
 from distrain.worker import patching
 from distrain.worker.self_start import members
@@ -45,18 +44,14 @@ def install() -> None:
     members.hook_process_run()
     if "torch" in sys.modules:
         members.hook_torch()
-    if for_report().form_dir or _watcher is not None:
-        return  # a child (fresh interpreter): notes only; the watcher is its parent's
+    if for_report().self_start_watcher or _watcher is not None:
+        return  # a child (fresh interpreter): reports only; the watcher is its parent's
     from distrain.settings import Settings
 
-    folder = tempfile.mkdtemp(prefix="distrain-form-")
-    atexit.register(
-        shutil.rmtree, folder, True
-    )  # run by the script only: forked children end in os._exit
-    os.environ[FORM_DIR] = folder  # inherited by the children, forked or spawned
+    os.environ[SELF_START_WATCHER] = str(os.getpid())  # inherited by the children
     settings = Settings.read()
-    _watcher = Watcher(folder, settings.form_timeout_s, settings.error_file)
-    atexit.register(_watcher.script_ended)  # runs before the rmtree above (last in, first out)
+    _watcher = Watcher(settings.job_dir, settings.form_timeout_s, settings.error_file)
+    atexit.register(_watcher.script_ended)
     _watch_children()
     _record_uncaught()
 

@@ -1,8 +1,8 @@
 """In each child of a self-starting script: note joining the group, forming it, and failing.
 
-The notes are small files in ``DISTRAIN_FORM_DIR`` (the parent's watcher reads them):
-``join-<pid>`` (rank and world size, when the child enters the rendezvous), ``formed-<pid>``
-(init_process_group returned) and ``error-<pid>`` (the exception that ended the child).
+The notes are ``group`` events in the job's stream (distrain/events/; the parent's watcher reads
+them): ``join`` (rank and world size, when the child enters the rendezvous), ``formed``
+(init_process_group returned) and ``error`` (the exception that ended the child).
 The rendezvous is hooked through ``distributed_c10d.rendezvous``, which init_process_group
 looks up at call time, so the join is seen however the script imported init_process_group;
 "formed" needs init_process_group itself, so a join note says whether that hook is in place
@@ -16,7 +16,6 @@ script's own children are outside it.
 from __future__ import annotations
 
 import functools
-import json
 import multiprocessing.connection
 import multiprocessing.process
 import os
@@ -24,6 +23,7 @@ import signal
 import threading
 from typing import Any
 
+from distrain.events import emit
 from distrain.settings import for_report
 from distrain.worker import patching
 
@@ -31,17 +31,8 @@ FEATURE = "self_start"
 
 
 def note(kind: str, **fields: Any) -> None:
-    """Leave a note `kind` (join, formed, error) for this process in the form folder."""
-    folder = for_report().form_dir
-    if not folder:
-        return
-    path = os.path.join(folder, f"{kind}-{os.getpid()}")
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(fields, f)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # the folder is gone: the watcher has already ended the job
+    """Report `kind` (join, formed, error) of this process's group as a ``group`` event."""
+    emit("group", state=kind, **fields)
 
 
 def hook_process_run() -> None:

@@ -2,7 +2,7 @@
 
 torchrun's agent watches the script's process only; its children are nobody's business, and
 torch waits for a missing member at the rendezvous for its default timeout (10–30 minutes).
-This thread reads the children's notes (see members.py) and their exit status, without
+This thread reads the children's ``group`` events (members.py) and their exit status, without
 reaping them (``waitid(WNOWAIT)``: the script's own ``join`` still gets the status), and ends
 the job when
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -29,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from distrain.events import read_events, stream
 from distrain.log import get_logger
 
 _log = get_logger("runtime")
@@ -44,9 +44,9 @@ _END_WAIT_S = 30.0
 
 @dataclass
 class Watcher:
-    """The children of this process and the notes they left in `folder`."""
+    """The children of this process and the ``group`` events they wrote in the job's `folder`."""
 
-    folder: str
+    folder: str | None
     timeout_s: float
     #: the agent's error file (TORCHELASTIC_ERROR_FILE, from distrain.settings); None: none
     error_file: str | None = None
@@ -57,6 +57,9 @@ class Watcher:
     _dead_since: dict[int, float] = field(default_factory=dict)
     _ending: bool = False
     _script_done: bool = False
+    #: the children's notes so far, by state and pid, and where the stream was read up to
+    _seen: dict[str, dict[int, dict]] = field(default_factory=dict)
+    _read_to: int = 0
 
     def add(self, proc: Any) -> None:
         """Watch a child the script started (a multiprocessing process); starts the thread once."""
@@ -71,16 +74,14 @@ class Watcher:
                 self._thread.start()
 
     def _notes(self, kind: str) -> dict[int, dict]:
-        found: dict[int, dict] = {}
-        for name in os.listdir(self.folder) if os.path.isdir(self.folder) else []:
-            prefix, _, pid = name.partition("-")
-            if prefix == kind and pid.isdigit():
-                try:
-                    with open(os.path.join(self.folder, name)) as f:
-                        found[int(pid)] = json.load(f)
-                except (OSError, ValueError):
-                    continue
-        return found
+        """The children's notes of state `kind` (join, formed, error), by pid."""
+        if self.folder:
+            events, self._read_to = read_events(stream(self.folder), self._read_to, "group")
+            for event in events:
+                pid = event.get("pid")
+                if isinstance(pid, int):
+                    self._seen.setdefault(str(event.get("state")), {})[pid] = event
+        return dict(self._seen.get(kind, {}))
 
     def script_ended(self, wait_s: float = _END_WAIT_S) -> None:
         """At the end of the script (its atexit): wait for an ending watcher; else stop watching.
@@ -141,8 +142,6 @@ class Watcher:
                 return self._death_line(pid, failed[pid], joins, errors, alive, formed)
         if joins and self._first_join is None:
             self._first_join = now
-        # the notes go with the folder at the script's end (atexit) while this thread still polls:
-        # a first join seen, then no notes at all, is a job ending, not a group failing to form
         if self._first_join is None or now - self._first_join < self.timeout_s or not joins:
             return None
         sizes = {int(n.get("world_size", -1)) for n in joins.values()}
@@ -217,7 +216,6 @@ class Watcher:
         _log.error("distrain: %s", verdict)
         if self.error_file:
             _write_error_file(self.error_file, verdict)
-        shutil.rmtree(self.folder, ignore_errors=True)  # os._exit skips the atexit that would
         os._exit(1)
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from distrain.events import emit
 from distrain.worker.self_start import watch
 from distrain.worker.self_start.watch import Watcher
 
@@ -30,7 +30,7 @@ def watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Watcher:
 
 
 def _note(w: Watcher, kind: str, pid: int, **fields: object) -> None:
-    (Path(w.folder) / f"{kind}-{pid}").write_text(json.dumps(fields))
+    assert emit("group", w.folder, state=kind, pid=pid, **fields)  # as a child reports it
 
 
 def test_a_child_dying_before_the_group_forms_ends_it_with_its_error(watcher: Watcher) -> None:
@@ -82,8 +82,15 @@ def test_a_formed_group_or_an_unwatched_member_never_times_out(watcher: Watcher)
         _note(watcher, "formed", pid)
     watcher.check(0.0)
     assert watcher.check(1000.0) is None
-    (Path(watcher.folder) / "formed-11").unlink()
+
+
+def test_an_unwatched_member_never_times_out(watcher: Watcher) -> None:
+    for pid in (10, 11):
+        watcher.add(Child(pid, None))
+    _note(watcher, "join", 10, rank=0, world_size=2, watched=True)
     _note(watcher, "join", 11, rank=1, world_size=2, watched=False)  # its forming cannot be seen
+    _note(watcher, "formed", 10)
+    watcher.check(0.0)
     assert watcher.check(1000.0) is None
 
 
@@ -133,14 +140,20 @@ def test_the_script_ending_waits_for_its_running_children_with_the_watch_on(
     assert not done.is_alive() and watcher._script_done
 
 
-def test_notes_gone_after_the_first_join_are_no_failure(watcher: Watcher) -> None:
-    # the script's end removes the notes' folder while the thread polls (issue 31: the thread
-    # printed "ValueError: max() arg is an empty sequence" after a successful run of over 60 s)
+def test_only_group_events_count_and_they_are_read_once(watcher: Watcher) -> None:
     watcher.add(Child(10, None))
+    watcher.add(Child(11, None))
+    assert emit("checkpoint", watcher.folder, step=3, path="p")  # the stream is the job's
     _note(watcher, "join", 10, rank=0, world_size=2, watched=True)
     assert watcher.check(0.0) is None
-    (Path(watcher.folder) / "join-10").unlink()
-    assert watcher.check(61.0) is None
+    assert watcher.check(61.0) == (
+        "train.py: the group of 2 did not form within 60 s (rank 1 never joined; 1 of 2 "
+        "joined) — set DISTRAIN_FORM_TIMEOUT to wait longer"
+    )
+    _note(watcher, "join", 11, rank=1, world_size=2, watched=True)  # read from where it stopped
+    _note(watcher, "formed", 10)
+    _note(watcher, "formed", 11)
+    assert watcher.check(62.0) is None
 
 
 def test_the_watch_thread_never_prints_a_traceback(
