@@ -367,11 +367,14 @@ class Checkpointer:
         self.preemption.close()
 
     def _shared_state(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        objects = self._reg.plain_state()
+        if self.handles.replicas is not None:  # the groups agree on committed steps only
+            objects.update(self.handles.replicas.committed_positions)
         return {
             "format": FORMAT,
             "step": step,
             "world_size": self.process.world_size,
-            "objects": self._reg.plain_state(),
+            "objects": objects,
             "dcp": [*self._reg.modules, *self._reg.optimizers],
             "strategy": {name: strategy_of(m) for name, m in self._reg.modules.items()},
             "extra": dict(self.extra) if extra is None else extra,

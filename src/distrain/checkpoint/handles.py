@@ -40,6 +40,9 @@ class Healer(Protocol):
         """This group's own folder inside `directory`."""
         ...
 
+    #: each loader's position at the last committed step: saved in place of the live one
+    committed_positions: dict[str, Any]
+
     def stuck(self) -> bool:
         """Whether this process waits on a replica-group peer that is gone."""
         ...

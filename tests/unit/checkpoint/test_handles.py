@@ -85,6 +85,8 @@ def test_a_checkpointer_from_handles_alone_saves_and_resumes_bitwise(tmp_path: P
 class _Heals:
     """A stand-in replica group (the Healer protocol): its own folder, a heal to step 7."""
 
+    committed_positions: dict[str, object] = {}
+
     def checkpoint_dir(self, directory: str) -> str:
         return directory + "/group_3"
 
@@ -104,6 +106,32 @@ def test_replica_groups_come_in_as_a_handle(tmp_path: Path) -> None:
     assert NoDisk(handles).restore(model=nn.Linear(2, 2)).extra == {"objects": ["model"]}
     assert healed == [7, 7]  # a heal from a live group is a resume too (the metrics recorder)
     ckpt.close()
+
+
+class _Position:
+    """A loader's position as state_dict() gives it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step_in_epoch": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step = state["step_in_epoch"]
+
+
+def test_replica_groups_save_the_loader_where_their_last_step_committed(tmp_path: Path) -> None:
+    """A stop between a batch one group consumed uncommitted and another never drew: both save
+    the committed position, so the groups resumed from disk still agree (chaos seed 58, 20)."""
+    groups = _Heals()
+    groups.committed_positions = {"loader": {"step_in_epoch": 64}}
+    ckpt = Checkpointer(JobHandles(replicas=groups), tmp_path, handle_signals=False)
+    ckpt.restore(model=nn.Linear(2, 2), loader=_Position(65))  # drew step 65's batch
+    ckpt.save(64, wait=True)
+    ckpt.close()
+    shared = torch.load(tmp_path / "group_3" / "step_00000064" / "shared.pt", weights_only=True)
+    assert shared["objects"]["loader"] == {"step_in_epoch": 64}
 
 
 def _dead_identity() -> str:

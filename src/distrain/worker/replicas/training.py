@@ -1,17 +1,14 @@
 """Training through failures under `distrain run --replicas R` (TorchFT underneath).
 
-The job is R replica groups of N processes.  Inside a group the ranks are an ordinary process group
-(formed by ``distrain.init()``); across groups a ``torchft.Manager`` asks the lighthouse for the
-quorum of live groups at every step, all-reduces the gradients among them and lets a group apply an
-optimizer step only when the quorum commits it.  A group whose process died is restarted alone by
-its own agent; its first quorum finds it behind, and it copies the state of a live group (model,
-optimizer, scheduler, loader position, step: all given to ckpt.restore) over TorchFT's PGTransport.
+R replica groups of N processes: inside a group the ranks are an ordinary process group; across
+groups a ``torchft.Manager`` takes the quorum of live groups at every step, all-reduces the
+gradients among them and lets a group step only when the quorum commits.  A group whose process
+died is restarted alone by its own agent, and copies a live group's state (everything given to
+ckpt.restore) over TorchFT's PGTransport.
 
-The quorum is taken synchronously (``use_async_quorum=False``) at the first forward of each
-step: a live group sends its state while its training loop waits, so what it sends is exactly
-its state between two steps (after the script's scheduler step and save), never one a forward
-pass is changing (BatchNorm's running stats).  Each group's last committed step goes to its
-step file in DISTRAIN_FT_EVENTS; "joined" (a heal's source, duration) is a ``replica`` event.
+The quorum is taken synchronously at each step's first forward: a live group sends its state
+between two steps, never one a forward pass is changing (BatchNorm's running stats).  Each
+group's last committed step goes to its step file in DISTRAIN_FT_EVENTS.
 """
 
 from __future__ import annotations
@@ -72,10 +69,13 @@ class Replicas:
         self.met_all_times = 0  # how many quorums in a row held every group at that step
         # each loader's position at the last step end: what a peer copies while a batch is in flight
         self._positions: dict[str, Any] = {}
+        #: at the last commit: what a checkpoint saves (a stop can fall between a batch one group
+        #: consumed uncommitted and another never drew: resumed from disk, their loaders differed)
+        self.committed_positions: dict[str, Any] = {}
         self._device = process.device
         cuda = process.device.type == "cuda" and process.backend == "nccl"
-        # cross-group collectives and heal transfers (DISTRAIN_FT_TIMEOUT): short, so a dead
-        # group costs little; gloo's own timeout (how long survivors wait on a dead peer) half
+        # cross-group collectives and heals (DISTRAIN_FT_TIMEOUT): short, a dead group costs
+        # little; gloo's own timeout (survivors' wait on a dead peer) half of it
         ft_timeout = dt.timedelta(seconds=settings.ft_timeout_s)
         self.quorum_timeout_s, self.start_wait_s = (
             settings.ft_quorum_timeout_s,
@@ -92,7 +92,6 @@ class Replicas:
         self._pg = pg
         transport = PGTransport(pg, timeout=ft_timeout, device=process.device)
         host = settings.ft_host or settings.bind_addr or "127.0.0.1"
-        # its server on the job's address only (TorchFT binds every interface: ft_bind.py)
         with sync.real_accelerator(settings.cpu_rehearsal is not None), manager_server_on(host):
             self.manager = Manager(
                 pg=pg,
@@ -124,9 +123,8 @@ class Replicas:
         self.objects[name] = obj
 
     def _state(self) -> dict[str, Any]:
-        # at a step's first forward the loader's position counts the batch just drawn, which the
-        # model has not trained on: a peer copying it skipped a batch and ended its epochs a step
-        # early (this group then took the last step alone); send the position at the step's start
+        # at a step's first forward the position counts the batch just drawn, not yet trained on:
+        # a peer copying it skipped a batch (and took the last step alone); send the step start's
         def state_of(name: str, obj: Any) -> Any:
             if self.in_step and name in self._positions:
                 return self._positions[name]
@@ -290,6 +288,7 @@ class Replicas:
             sync.wait_for_further_groups(self, self._device)
         if not in_step:
             self._mark_positions()  # healed: the position it continues from
+        self.committed_positions = dict(self._positions)
         step = self.manager.current_step()
         if self.size > 1:
             self._match_group()
@@ -306,15 +305,14 @@ class Replicas:
         return step
 
     def _match_group(self) -> None:
-        # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at the
-        # first quorum of a job (init_sync) groups may start from different weights, and the
-        # ranks of one group then got different ones; DDP inside the group needs them equal
+        # TorchFT heals rank r of a group from rank r of a source group it picks per rank: at a
+        # job's first quorum groups may differ, so one group's ranks did; DDP needs them equal
         with torch.no_grad():
             for obj in self.objects.values():
                 if isinstance(obj, nn.Module):
                     for t in [*obj.parameters(), *obj.buffers()]:
-                        # an FSDP shard is this rank's alone: nothing in the group to agree with
-                        # (rank r of every group heals from one source: the groups still agree)
+                        # an FSDP shard is this rank's alone (rank r of every group heals from
+                        # one source: the groups still agree)
                         if not is_sharded_tensor(t):
                             dist.broadcast(t, src=0)
 
@@ -346,6 +344,8 @@ class Replicas:
             apply()
         self.in_step = False
         self._mark_positions()  # the batch of this step is consumed, committed or not
+        if committed:
+            self.committed_positions = dict(self._positions)
         self._write_step(self.manager.current_step())
         return bool(committed)
 
