@@ -9,6 +9,8 @@ to treat every strategy alike: :func:`unwrap`, :func:`is_sharded`, :func:`gradie
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -178,3 +180,21 @@ def release(model: nn.Module) -> None:
         release_ddp(model)
     elif is_sharded(model):
         release_fsdp(model)
+
+
+def release_all(models: list[weakref.ref[nn.Module]]) -> None:
+    """Free the prepared models' DDP/FSDP state, then destroy the process group.
+
+    The group's C++ object (and its threads) must die here, while Python is fully alive, not at
+    interpreter teardown, where gloo aborts or deadlocks on the GIL.
+    """
+    for ref in models:
+        model = ref()
+        if model is not None:
+            with contextlib.suppress(Exception):
+                release(model)
+    models.clear()
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    gc.collect()

@@ -21,7 +21,7 @@ from distrain.cluster import ClusterEnvironment
 from distrain.data import loaders
 from distrain.data.sampler import DistributedLoader
 from distrain.settings import Settings
-from distrain.worker import teardown, watchdog
+from distrain.worker import watchdog
 from distrain.worker.process import ProcessInfo
 from distrain.worker.reductions import Reductions
 from distrain.worker.services import Services
@@ -372,8 +372,7 @@ class Context(Reductions):
         A no-op without a run directory; see :mod:`distrain.monitor`.
         """
         if step is None and self.replicas is not None and self.replicas.started:
-            # the job's committed step, also after a heal
-            step = self.replicas.manager.current_step()
+            step = self.replicas.manager.current_step()  # the job's committed step, healed too
         if self.steps:  # counted over the whole training: a resumed run goes on from its step
             step = self.services.resumed_step + self.steps if step is None else step
         elif self.services.watchdog is not None:
@@ -386,9 +385,10 @@ class Context(Reductions):
     def shutdown(self) -> None:
         """Release DDP/FSDP state and destroy the process group (idempotent; also run at exit).
 
-        Done deliberately before interpreter teardown: letting the garbage collector free a
-        DDP Reducer while gloo's threads wait for the GIL can deadlock the exit.
+        Done before interpreter teardown (parallel.release_all says why).
         """
+        from distrain.parallel import release_all  # what prepared the models releases them
+
         if self._closed:
             return
         self._closed = True
@@ -396,5 +396,5 @@ class Context(Reductions):
         if self.replicas is not None:
             self.replicas.close()
         self.services.close()
-        teardown.release(self._models)
+        release_all(self._models)
         _forget(self)
