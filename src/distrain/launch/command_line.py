@@ -50,6 +50,8 @@ class CommandLine:
 
     options: tuple[Option, ...] = ()
     script_argv: tuple[str, ...] = ()
+    #: the script's part came after ``--`` (a tool whose script arguments must follow one)
+    separated: bool = False
 
     @property
     def launcher_argv(self) -> list[str]:
@@ -156,7 +158,7 @@ def _split(
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            return CommandLine(tuple(options), tuple(argv[i + 1 :]))
+            return CommandLine(tuple(options), tuple(argv[i + 1 :]), separated=True)
         if not tok.startswith("-") or tok == "-":
             if not leading:
                 return CommandLine(tuple(options), tuple(argv[i:]))

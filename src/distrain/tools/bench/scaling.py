@@ -327,9 +327,10 @@ def execute_all(
 def main(argv: list[str]) -> int:
     """Entry point of `distrain bench scaling`; 0 when every run finished, 1 otherwise."""
     command = split(argv, _parser(), leading=1)  # the script; its arguments after ``--``
-    script_args = list(command.script_argv)
+    own = command.launcher_argv if command.separated else argv  # else argparse refuses the rest
+    script_args = list(command.script_argv) if command.separated else []
     try:
-        args = _parser().parse_args(command.launcher_argv)
+        args = _parser().parse_args(own)
         nprocs = parse_nproc(args.nproc)
         if args.repeat < 1:
             raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")

@@ -277,9 +277,11 @@ def _write(path: Path, text: str, executable: bool = False) -> None:
 def main(argv: list[str]) -> int:
     """Entry point of `distrain export`."""
     command = split(argv, _parser(), leading=2)  # target and script; its arguments after ``--``
-    script_args = list(command.script_argv)
+    # without ``--`` a further word is argparse's to refuse (script arguments follow ``--``)
+    own = command.launcher_argv if command.separated else argv
+    script_args = list(command.script_argv) if command.separated else []
     try:
-        args = _parser().parse_args(command.launcher_argv)
+        args = _parser().parse_args(own)
         spec = build_spec(args, script_args)
         result = generate(args.target, spec, args)
     except UsageError as err:

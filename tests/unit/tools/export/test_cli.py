@@ -118,3 +118,16 @@ def test_unknown_target_is_a_usage_error() -> None:
 def test_generate_dispatches_to_the_target(project: Path, target: str, marker: str) -> None:
     args, spec = _spec(target, "src/train.py", "--image", "reg.example/me/train:1")
     assert marker in generate(target, spec, args, build=False).text
+
+
+def test_script_arguments_follow_the_separator_and_a_stray_word_is_refused(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distrain.tools.export.cli import main
+
+    assert main(["slurm", "--nnodes", "2", "src/train.py", "--", "--lr", "1"]) == 0
+    assert "src/train.py --lr 1" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main(["slurm", "src/train.py", "--nnodes", "2", "--lr", "1"])  # no `--`
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --lr 1" in capsys.readouterr().err
