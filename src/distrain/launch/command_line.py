@@ -109,7 +109,7 @@ class CommandLine:
                 continue
             tokens = (f"{opt.name}={value}",) if len(opt.tokens) == 1 else (opt.name, value)
             options.append(replace(opt, value=value, tokens=tokens))
-        return CommandLine(tuple(options), self.script_argv)
+        return replace(self, options=tuple(options))
 
     def argv_without(self, *dests: str) -> list[str]:
         """The whole command line without the options of these dests (``--`` kept where needed)."""

@@ -161,3 +161,8 @@ def test_with_values_rebuilds_each_option_in_the_form_given() -> None:
     filled = command.with_values(lambda o: o.value.replace("@A@", "h") if o.value else None)
     assert filled.launcher_argv == ["--master-addr", "h", "--rdzv-endpoint=h:1", "-n", "2"]
     assert filled.script_argv == ("t.py", "@A@")  # the script's own arguments are its own
+
+
+def test_with_values_keeps_whether_the_script_came_after_the_separator() -> None:
+    command = split(["--master-addr", "@A@", "--", "t.py"])
+    assert command.separated and command.with_values(lambda o: "h").separated

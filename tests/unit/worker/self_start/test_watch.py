@@ -140,7 +140,7 @@ def test_the_script_ending_waits_for_its_running_children_with_the_watch_on(
     assert not done.is_alive() and watcher._script_done
 
 
-def test_only_group_events_count_and_they_are_read_once(watcher: Watcher) -> None:
+def test_group_events_written_after_a_check_are_read_by_the_next(watcher: Watcher) -> None:
     watcher.add(Child(10, None))
     watcher.add(Child(11, None))
     assert emit("checkpoint", watcher.folder, step=3, path="p")  # the stream is the job's
