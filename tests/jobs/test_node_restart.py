@@ -124,11 +124,14 @@ def test_one_worker_of_one_node_dies_and_the_job_resumes(
     args = ["--dir", str(ckpt), "--out", str(final), "--fault-rank", "1", "--linger", "3", *fault]
     started = time.monotonic()
     codes, logs = _nodes(tmp_path, nodes, args)
+    # the checks read the whole logs; the message shows their tails (torch's C++ warnings at the
+    # end of a node's log can be longer than the tail, and once cut the resume line in half)
+    whole = "\n".join(logs)
     text = "\n".join(f"--- node {i}\n{log[-3000:]}" for i, log in enumerate(logs))
     assert codes == [0] * len(nodes), text
     assert (ckpt / "FAULT_DONE").exists(), text  # the fault happened
-    assert "distrain: resumed from" in text, text
-    assert "finished at step 16" in text, text
+    assert "distrain: resumed from" in whole, text
+    assert "finished at step 16" in whole, text
     if len(nodes) == 2:
         assert_bitwise(final, baselines[2])
     else:
