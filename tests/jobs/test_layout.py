@@ -132,8 +132,11 @@ WORKER_LAYERS = ("distrain.worker", "distrain.parallel", "distrain.data", "distr
             "distrain.contract",
             ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"),
         ),
-        ("distrain.parallel", ("distrain.checkpoint",)),
-        ("distrain.data", ("distrain.parallel", "distrain.checkpoint")),
+        ("distrain.parallel", ("distrain.checkpoint", "distrain.worker")),
+        ("distrain.data", ("distrain.parallel", "distrain.checkpoint", "distrain.worker")),
+        # worker/ builds checkpoint/'s components; what both need lies below them in process/
+        ("distrain.checkpoint", ("distrain.worker",)),
+        ("distrain.process", (*WORKER_LAYERS, "distrain.launch", "distrain.tools")),
     ],
 )
 def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, ...]) -> None:

@@ -39,7 +39,7 @@ from distrain.checkpoint.writer import Writer
 from distrain.data.sampler import DistributedLoader
 from distrain.errors import recurring
 from distrain.events import emit
-from distrain.worker.signals import Preemption
+from distrain.process.signals import Preemption
 
 #: numbers Checkpointer instances in creation order (the same on every rank: creation is collective
 #: in effect)

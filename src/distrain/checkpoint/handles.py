@@ -1,7 +1,7 @@
 """What a checkpointer takes from the job around it, given explicitly: :class:`JobHandles`.
 
 The Context builds one (``ctx.checkpointer``); a test or an embedding program can build one from a
-:class:`~distrain.worker.process.ProcessInfo` alone.  Nothing here reaches back into the Context.
+:class:`~distrain.process.info.ProcessInfo` alone.  Nothing here reaches back into the Context.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distrain.checkpoint.files import SaveAbandoned
-from distrain.worker.process import ProcessInfo
+from distrain.process.info import ProcessInfo
 
 
 @dataclass

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 
 from distrain.checkpoint.files import CheckpointError, atomic_write
-from distrain.worker.process import ProcessInfo
+from distrain.process.info import ProcessInfo
 
 PROBE = ".distrain-shared-probe"
 

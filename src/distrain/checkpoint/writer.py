@@ -33,13 +33,13 @@ from distrain.checkpoint.files import (
     rank_file,
     step_dirs,
 )
-from distrain.worker import peers
+from distrain.process import peers
 
 if TYPE_CHECKING:
     from distrain.checkpoint.handles import JobHandles
     from distrain.checkpoint.nodes import Topology
-    from distrain.worker.process import ProcessInfo
-    from distrain.worker.signals import Preemption
+    from distrain.process.info import ProcessInfo
+    from distrain.process.signals import Preemption
 
 #: how long the leader waits for the other ranks' files of one checkpoint
 STORE_WAIT_S = 300.0

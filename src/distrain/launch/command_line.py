@@ -326,7 +326,7 @@ def _forward_usr1(parser: argparse.ArgumentParser) -> None:
     """Handle and forward SIGUSR1 too: SLURM's time-limit warning (`sbatch --signal=USR1@N`).
 
     Unhandled, SIGUSR1 kills the agent outright and orphans the workers; handled, the agent
-    passes it on and waits for them to checkpoint (worker/signals.py), as it does for SIGTERM.
+    passes it on and waits for them to checkpoint (process/signals.py), as it does for SIGTERM.
     """
     for action in parser._actions:
         if action.dest == "signals_to_handle" and "SIGUSR1" not in str(action.default).split(","):

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from distrain.worker import patching
+from distrain.process import patching
 
 HOOKS = ("bf16", "fp16", "powersgd")
 POWERSGD_DEFAULTS = {"rank": 1, "start": 10}

@@ -1,6 +1,6 @@
 """The components a Context builds for its script, each from explicit parts: checkpointers.
 
-A component receives the frozen :class:`~distrain.worker.process.ProcessInfo` and the handles
+A component receives the frozen :class:`~distrain.process.info.ProcessInfo` and the handles
 and callbacks it uses, never the Context: checkpoint/ does not reach back into worker/.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from distrain.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
+from distrain.process.info import ProcessInfo
 from distrain.settings import Settings
 from distrain.worker.failure import exit_abandoned
-from distrain.worker.process import ProcessInfo
 from distrain.worker.services import Services
 from distrain.worker.store import shared_store
 

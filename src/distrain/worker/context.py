@@ -20,10 +20,10 @@ from torch.utils.data import DataLoader, Dataset
 from distrain.cluster import ClusterEnvironment
 from distrain.data import loaders
 from distrain.data.sampler import DistributedLoader
+from distrain.process.info import ProcessInfo
+from distrain.process.reductions import Reductions
 from distrain.settings import Settings
 from distrain.worker import watchdog
-from distrain.worker.process import ProcessInfo
-from distrain.worker.reductions import Reductions
 from distrain.worker.services import Services
 from distrain.worker.steps import StepCounter
 
@@ -74,7 +74,7 @@ class Context(Reductions):
         self.env = env
         #: what init() read from its arguments and the DISTRAIN_* variables (distrain.settings)
         self.settings = settings if settings is not None else Settings()
-        #: the frozen description components receive instead of the Context (worker/process.py)
+        #: the frozen description components receive instead of the Context (process/info.py)
         self.process = ProcessInfo(
             env.rank(), env.world_size(), env.local_rank(), env.local_world_size(),
             env.node_rank(), env.num_nodes(), device, backend,

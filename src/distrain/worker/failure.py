@@ -26,8 +26,8 @@ from distrain.errors import Abandoned, DistrainError, UsageError
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.monitor.status import NoJobError
+from distrain.process import patching
 from distrain.settings import Settings
-from distrain.worker import patching
 from distrain.worker.stop_job import stop_the_job
 
 _log = get_logger("failure")

@@ -8,7 +8,7 @@ torchrun's agent redirects where the rest of the worker's output goes.
 Installed by ``distrain run``'s forked workers before the script runs (so a script that never
 calls ``distrain.init()`` has it too) and by :func:`distrain.init` (torchrun, SLURM, mpirun, …).
 A handler the script installed first still runs after the dump (``chain``); one it installs
-later replaces the dump, as does the stop signal of :mod:`distrain.worker.signals` under SLURM.
+later replaces the dump, as does the stop signal of :mod:`distrain.process.signals` under SLURM.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from distrain.contract import WATCHDOG_EXIT_CODE
 from distrain.log import get_logger
+from distrain.process import patching
 from distrain.settings import Settings
-from distrain.worker import patching
 from distrain.worker.attempt import attempt_prefix
 from distrain.worker.hang_diagnosis import diagnose, main_thread_where
 from distrain.worker.stop_job import FROZEN, stop_for_frozen

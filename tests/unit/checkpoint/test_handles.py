@@ -28,9 +28,9 @@ from distrain.checkpoint import (
 )
 from distrain.checkpoint.nodes import Topology
 from distrain.events import job_events
+from distrain.process.info import ProcessInfo
+from distrain.process.peers import process_identity
 from distrain.worker.failure import exit_abandoned
-from distrain.worker.peers import process_identity
-from distrain.worker.process import ProcessInfo
 
 
 def test_process_info_is_frozen_and_plain_by_default() -> None:

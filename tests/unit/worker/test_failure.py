@@ -14,8 +14,9 @@ from distrain.cluster import ClusterError
 from distrain.contract import split_endpoint
 from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
+from distrain.process import patching
 from distrain.settings import Settings
-from distrain.worker import failure, patching
+from distrain.worker import failure
 from distrain.worker.failure import is_peer_failure
 from distrain.worker.stop_job import stop_the_job
 

@@ -34,8 +34,8 @@ from distrain.contract import (
 )
 from distrain.events import emit
 from distrain.log import get_logger
-from distrain.worker import patching
-from distrain.worker.patching import Args
+from distrain.process import patching
+from distrain.process.patching import Args
 from distrain.worker.stacks import dump_stacks_on_signal
 from distrain.worker.title import set_worker_title
 
@@ -205,8 +205,8 @@ def _let_the_agent_see_the_cause(exc: BaseException) -> None:
     The preemption handler must not catch it here: it would turn the agent's teardown into
     "checkpoint at the end of this step" and the sleep would run to its end.
     """
+    from distrain.process.signals import stop_signal_received
     from distrain.worker.failure import is_peer_failure
-    from distrain.worker.signals import stop_signal_received
 
     if not is_peer_failure(exc) or stop_signal_received():
         return
@@ -320,7 +320,7 @@ _group_started = False
 
 def _watch_process_group() -> None:
     """Note the script's init_process_group call (is_initialized() forgets a destroyed group)."""
-    from distrain.worker.patching import GroupHook, on_init_process_group
+    from distrain.process.patching import GroupHook, on_init_process_group
 
     def started(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Args:
         global _group_started

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from distrain.worker.patching import replace, wrap
+from distrain.process.patching import replace, wrap
 
 #: what the rehearsal mapped in this process: call → times (the end-of-job summary)
 MAPPED: Counter[str] = Counter()

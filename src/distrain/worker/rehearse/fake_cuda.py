@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from distrain.worker.patching import like as _like, replace
+from distrain.process.patching import like as _like, replace
 from distrain.worker.rehearse.devices import MAPPED
 from distrain.worker.rehearse.fake_rng import (
     get_rng_state,

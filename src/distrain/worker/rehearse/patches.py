@@ -8,7 +8,7 @@ autocast → CPU autocast (same dtype, float16 by default as on CUDA); ``GradSca
 ``with torch.device("cuda")`` → the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2,
 replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device.  Every patch goes
 through
-:mod:`distrain.worker.patching`.
+:mod:`distrain.process.patching`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from distrain.worker.patching import Args, GroupHook, on_init_process_group, replace, wrap
+from distrain.process.patching import Args, GroupHook, on_init_process_group, replace, wrap
 from distrain.worker.rehearse.devices import CPU, MAPPED, cpu_if_cuda, is_cuda
 from distrain.worker.rehearse.refuse import say_once
 

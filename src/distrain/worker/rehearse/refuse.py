@@ -20,9 +20,9 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from distrain.log import get_logger
+from distrain.process.patching import replace, wrap
 from distrain.settings import for_report
 from distrain.worker.failure import write_error_message
-from distrain.worker.patching import replace, wrap
 
 _log = get_logger("rehearse")
 

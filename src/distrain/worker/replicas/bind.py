@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from distrain.errors import DistrainError
-from distrain.worker import patching
+from distrain.process import patching
 
 
 def host_port(host: str, port: str | int) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from torch import nn
 
 from distrain import noise
-from distrain.worker import patching
+from distrain.process import patching
 
 
 def _no_sequence_number(self: Any) -> None:

@@ -36,7 +36,7 @@ from distrain.contract import (
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
-from distrain.worker import patching
+from distrain.process import patching
 
 if TYPE_CHECKING:
     from torchft import Manager

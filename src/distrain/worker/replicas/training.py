@@ -37,8 +37,8 @@ from distrain.worker.replicas.noise import first_forward_filtered, quiet_sequenc
 
 if TYPE_CHECKING:
     from distrain.checkpoint import Resumed
+    from distrain.process.info import ProcessInfo
     from distrain.settings import Settings
-    from distrain.worker.process import ProcessInfo
 
 _log = get_logger("train")
 

@@ -23,8 +23,8 @@ from types import TracebackType
 from typing import Any
 
 from distrain.contract import SELF_START_WATCHER
+from distrain.process import patching
 from distrain.settings import for_report
-from distrain.worker import patching
 from distrain.worker.self_start import members
 from distrain.worker.self_start.watch import Watcher
 

@@ -24,8 +24,8 @@ import threading
 from typing import Any
 
 from distrain.events import emit
+from distrain.process import patching
 from distrain.settings import for_report
-from distrain.worker import patching
 
 FEATURE = "self_start"
 

@@ -43,7 +43,7 @@ def test_install_does_nothing_unless_asked() -> None:
 
 
 def autocast_init() -> object:
-    from distrain.worker import patching
+    from distrain.process import patching
 
     with patching.recording() as found:
         patches._amp()

@@ -2,7 +2,7 @@
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
 grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).  Under
-SLURM, rank 0 then requeues the job (:mod:`distrain.worker.requeue`).  :class:`StopRequest` turns
+SLURM, rank 0 then requeues the job (:mod:`distrain.process.requeue`).  :class:`StopRequest` turns
 the signal into a flag that the training loop polls at step boundaries (the checkpointer all-reduces
 it so every rank stops at the *same* step).
 
@@ -25,7 +25,7 @@ from types import FrameType
 from typing import NoReturn
 
 from distrain.log import get_logger
-from distrain.worker.process import ProcessInfo
+from distrain.process.info import ProcessInfo
 
 _log = get_logger("signals")
 
@@ -216,7 +216,7 @@ class Preemption:
             )
         code = self.request.exit_code
         if self.is_main and self.request.signum is not None:
-            from distrain.worker.requeue import requeue_after_stop
+            from distrain.process.requeue import requeue_after_stop
 
             line = requeue_after_stop(self.request.signum, self.slurm_job_id)
             if line:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from distrain.worker.reductions import Reductions
+from distrain.process.reductions import Reductions
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""worker/patching.py: the registry of patched names, and what the installers put in it.
+"""process/patching.py: the registry of patched names, and what the installers put in it.
 
 The installers run under ``patching.recording()``, so the test process's torch is never changed;
 each recorded rehearsal patch is compared with the torch object it replaces: a class stays a
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import torch.utils.cpp_extension
 
+from distrain.process import patching
 from distrain.settings import Settings
-from distrain.worker import patching
 from distrain.worker.rehearse import devices, fake_cuda, patches, refuse
 
 

@@ -2,7 +2,7 @@
 
 The exported batch script asks SLURM for ``SIGUSR1`` shortly before the time limit
 (``#SBATCH --signal=USR1@N``) and is requeue-able (``--requeue``).  After the job-wide checkpoint
-(:class:`distrain.worker.signals.Preemption`), rank 0 alone runs ``scontrol requeue
+(:class:`distrain.process.signals.Preemption`), rank 0 alone runs ``scontrol requeue
 $SLURM_JOB_ID``, as Lightning's SLURM auto-requeue does: SLURM ends the job, puts it back in the
 queue under the same id, and the next start resumes from the checkpoint.
 

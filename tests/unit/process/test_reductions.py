@@ -1,11 +1,11 @@
-"""worker/reductions.py: the Context's collectives without a process group: local values back."""
+"""process/reductions.py: the Context's collectives without a process group: local values back."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from distrain.worker.reductions import Reductions
+from distrain.process.reductions import Reductions
 
 
 class Plain(Reductions):

@@ -6,7 +6,7 @@ Every replacement of a torch or stdlib attribute goes through :func:`replace` (a
 (``rehearse``, ``fast_start``, ...).  So what is patched is data: :func:`applied` lists it per
 feature, :func:`remove`/:func:`restore` put a patch or a whole feature's patches back, and
 docs/torch_internals.md ("Patched names") lists every name, which
-``tests/unit/worker/test_patching.py`` checks.
+``tests/unit/process/test_patching.py`` checks.
 
 A name is installed once: installing it again for the same feature is a no-op that returns the
 patch in place (installers run from several entry points: the fast start's worker, the boot

@@ -1,4 +1,4 @@
-"""worker/requeue.py: which stop signals requeue a SLURM job (scontrol itself is never called)."""
+"""process/requeue.py: which stop signals requeue a SLURM job (scontrol itself is never called)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import signal
 
 import pytest
 
+from distrain.process import requeue
+from distrain.process.requeue import _why_stopped, requeue_after_stop
 from distrain.settings import Settings
-from distrain.worker import requeue
-from distrain.worker.requeue import _why_stopped, requeue_after_stop
 
 
 def test_sigusr1_always_requeues() -> None:
