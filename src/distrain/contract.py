@@ -8,7 +8,6 @@ imports no torch, so the launcher can start (and start its fork server) before p
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib
 import os
@@ -155,43 +154,29 @@ def replica_group_env() -> str | None:
     return os.environ.get(REPLICA_GROUP)
 
 
-#: left in DISTRAIN_JOB_DIR by the first rank (or node launcher) that stops a static job: why.  A
-#: claim, not a report: only the process whose hard link made it signals the launcher, once
+#: made in DISTRAIN_JOB_DIR by the first rank (or node launcher) that stops a static job.  A claim,
+#: not a report: it holds nothing, and only the process that made it signals the launcher, once
+#: (why goes to the job's event stream, a ``stop`` event, or stays in the launcher's own watch)
 STOP_MARK = "stopped.txt"
 
 
-def claim_stop(folder: str | None, reason: str) -> bool:
-    """Leave :data:`STOP_MARK` with `reason` in `folder` unless one is there already; True when
-    this call left it (the caller then signals the launcher: once, however many ranks stop it)."""
+def claim_stop(folder: str | None) -> bool:
+    """Make :data:`STOP_MARK` in `folder` unless it is there already; True when this call made it
+    (the caller then signals the launcher: once, however many ranks stop it)."""
     if not folder:
         return True
-    draft = os.path.join(folder, f"{STOP_MARK}.{os.getpid()}")
     try:
-        with open(draft, "w", encoding="utf-8") as f:
-            f.write(reason)
-        os.link(draft, os.path.join(folder, STOP_MARK))  # whole, and only if none is there
+        os.close(os.open(os.path.join(folder, STOP_MARK), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     except OSError:  # the launcher's folder is gone (it is exiting): signal it anyway
         return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(draft)
     return True
 
 
 #: in a static multi-node job's agent store (STATIC_STORE): why a rank stopped the job;
 #: ``…/read/N``: node N's launcher read it, ``…/alive/N``: node N's launcher still watches
 JOB_STOPPED_KEY = "distrain/job-stopped"
-
-
-def stopped_by_rank(folder: str | None) -> str | None:
-    """Why a rank stopped this node's launcher (STOP_MARK in `folder`); None when none did."""
-    try:
-        with open(os.path.join(folder or "", STOP_MARK), encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
 
 
 # -- replica groups: the folder the groups share (DISTRAIN_FT_EVENTS) ------------------------------

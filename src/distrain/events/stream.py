@@ -41,6 +41,8 @@ KINDS = {
     "checkpoint": "step, path",
     # a --cpu rehearsal process at exit: ``counts`` of the GPU calls it mapped
     "rehearsal": "counts",
+    # a rank of a static job stopped its node's launcher for good (worker/stop_job.py): ``reason``
+    "stop": "reason",
     # the fast start's fallback to fresh interpreters, by the first worker needing it: ``reason``
     "fallback": "reason",
     # a self-starting script's child (worker/self_start/members.py): ``state`` join (``rank``,

@@ -34,7 +34,6 @@ from distrain.contract import (
     REPLICA_GROUP,
     WATCHDOG_EXIT_CODE,
     signal_exit_code,
-    stopped_by_rank,
 )
 from distrain.errors import UsageError, fail
 from distrain.launch import (
@@ -228,7 +227,8 @@ def _launch(
         return code
     except SignalException as err:  # the agent passed the signal on and waited for the workers
         name = signal.Signals(err.sigval).name
-        stopped = stopped_by_rank(job_dir)  # a rank's reason: its peers never rejoined
+        # why the job stopped for good: this node's watch saw it, or a rank of the node said it
+        stopped = (watch.reason if watch is not None else None) or job_summary.stop_reason(job_dir)
         resume = console.resume_hint(job_dir, every_node=stopped is not None)
         _end_lines(job_dir, notice)
         if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest

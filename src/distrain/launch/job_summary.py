@@ -74,6 +74,12 @@ def read(folder: str) -> list[dict[str, Any]]:
     return [ranks[r] for r in sorted(ranks)]
 
 
+def stop_reason(folder: str | None) -> str | None:
+    """Why a rank of this node stopped the launcher for good (its ``stop`` event), or None."""
+    reasons = [str(e["reason"]) for e in job_events(folder, "stop") if e.get("reason")]
+    return reasons[0] if reasons else None  # one rank claims the stop: one event
+
+
 def cause(folder: str | None) -> str | None:
     """``rank R (pid P) failed: <cause>`` from the first rank that reported its cause, or None.
 

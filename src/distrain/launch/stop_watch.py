@@ -46,6 +46,8 @@ class StopWatch:
     def __init__(self, host: str, port: int, node: int, nodes: int, folder: str | None) -> None:
         self.host, self.port, self.node, self.nodes, self.folder = host, port, node, nodes, folder
         self._done = threading.Event()
+        #: why the job stopped, when this watch (not a rank of its node) stopped this launcher
+        self.reason: str | None = None
         self._store: Any = None
         self._server: Any = None  # node 0: a share of the agents' store server, kept to the end
         self._thread = threading.Thread(target=self._run, name="distrain-stop-watch", daemon=True)
@@ -93,7 +95,8 @@ class StopWatch:
                 self._store.set(f"{JOB_STOPPED_KEY}/read/{self.node}", "1")
             except Exception:  # the store went between the look and the call: as above
                 return
-            if claim_stop(self.folder, reason):  # not already stopped by one of its own ranks
+            if claim_stop(self.folder):  # not already stopped by one of its own ranks
+                self.reason = reason  # this launcher's last line says it
                 os.kill(os.getpid(), signal.SIGTERM)  # torch's handler runs in the main thread
                 self._kill_stopped()
             return

@@ -23,6 +23,7 @@ import os
 import signal
 
 from distrain.contract import JOB_STOPPED_KEY, claim_stop, split_endpoint, stop_key
+from distrain.events import emit
 from distrain.log import get_logger
 from distrain.settings import Settings
 
@@ -59,10 +60,11 @@ def stop_the_job(reason: str, settings: Settings) -> bool:
 def stop_this_node(reason: str, settings: Settings) -> bool:
     """Stop this node's `distrain run` so its agent restarts nothing; False when there is none.
 
-    A static rendezvous has no shared state to close.  The reason goes to the job's folder (the stop
-    claim, contract.STOP_MARK; the launcher's last line says it), then the launcher gets SIGTERM:
-    torch's agent stops its workers and ends, as on a user's SIGTERM.  Only an ancestor of this
-    process is signalled.
+    A static rendezvous has no shared state to close.  The first of the node's ranks and its
+    launcher's watch to claim the stop (contract.STOP_MARK) signals the launcher; a rank first
+    reports why in the job's event stream (a ``stop`` event: the launcher's last line says it).
+    On SIGTERM torch's agent stops its workers and ends, as on a user's SIGTERM.  Only an
+    ancestor of this process is signalled.
     """
     pid, folder = settings.launcher_pid or "", settings.job_dir
     if not pid.isdigit():
@@ -74,7 +76,8 @@ def stop_this_node(reason: str, settings: Settings) -> bool:
             return False
         # one SIGTERM per launcher: a second one while torch's agent stops its workers would
         # interrupt that (every rank of the node, and the launcher's own watch, may stop it)
-        if claim_stop(folder, reason):
+        if claim_stop(folder):
+            emit("stop", reason=reason)  # before the signal: the launcher reads it as it ends
             os.kill(int(pid), signal.SIGTERM)
         return True
     except (OSError, psutil.Error) as err:

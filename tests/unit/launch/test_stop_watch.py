@@ -20,7 +20,7 @@ def _node0_watch(tmp_path: Path) -> tuple[StopWatch, dist.TCPStore]:
     server = dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
                            timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
     server.set(JOB_STOPPED_KEY, "rank 1 froze")
-    claim_stop(str(tmp_path), "rank 1 froze")  # a rank of node 0 stopped it: no SIGTERM here
+    claim_stop(str(tmp_path))  # a rank of node 0 stopped it: no SIGTERM here
     watch = StopWatch("127.0.0.1", port, 0, 2, str(tmp_path)).start()
     deadline = time.monotonic() + 30
     while watch._store is None and time.monotonic() < deadline:  # its first look

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import STOP_MARK, claim_stop, stopped_by_rank
+from distrain.contract import STOP_MARK, claim_stop
 from distrain.settings import Settings
 from distrain.worker.stop_job import frozen_node, stop_for_frozen, watchdog_reason
 
@@ -52,9 +52,21 @@ def test_only_a_static_multi_node_job_stops_on_a_frozen_verdict() -> None:
     )
 
 
-def test_the_stop_mark_is_claimed_once_and_whole(tmp_path: Path) -> None:
-    assert claim_stop(str(tmp_path), "first reason") is True
-    assert claim_stop(str(tmp_path), "second reason") is False
-    assert stopped_by_rank(str(tmp_path)) == "first reason"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [STOP_MARK]  # no draft left
-    assert claim_stop(None, "no folder") is True  # nothing to claim: the caller signals
+def test_the_stop_mark_is_claimed_once(tmp_path: Path) -> None:
+    assert claim_stop(str(tmp_path)) is True
+    assert claim_stop(str(tmp_path)) is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STOP_MARK]
+    assert claim_stop(None) is True  # nothing to claim: the caller signals
+    assert claim_stop(str(tmp_path / "gone")) is True  # the launcher's folder went: signal anyway
+
+
+def test_the_launcher_reads_why_a_rank_stopped_it_from_the_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distrain.events import emit
+    from distrain.launch.job_summary import stop_reason
+
+    assert stop_reason(str(tmp_path)) is None
+    monkeypatch.setenv("DISTRAIN_JOB_DIR", str(tmp_path))
+    emit("stop", reason="node 1 (rank 1) did not rejoin attempt 1 within 30 s")
+    assert stop_reason(str(tmp_path)) == "node 1 (rank 1) did not rejoin attempt 1 within 30 s"
