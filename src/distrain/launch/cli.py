@@ -216,6 +216,7 @@ def _launch(
     watch = stop_watch.start(rdzv, job_dir)
     try:
         forkserver.run(launch.agent_args(rdzv), launch.start)
+        rendezvous.wait_for_other_nodes(rdzv)  # the store's host: the others close through it
     except ChildFailedError as err:
         code, summary = _exit_code_of(err, job_dir)
         resume = console.resume_hint(job_dir)  # read before _end_lines removes the folder

@@ -143,13 +143,7 @@ def wait_until_read(r: Rendezvous, bound_s: float = READ_WAIT_S) -> None:
         return
     host, port = split_endpoint(r.endpoint)
     try:
-        import psutil
-
-        listening = any(
-            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-            for c in psutil.Process().net_connections("tcp")
-        )
-        if not listening:
+        if not _hosts_store(port):
             return
         import torch.distributed as dist
 
@@ -159,5 +153,61 @@ def wait_until_read(r: Rendezvous, bound_s: float = READ_WAIT_S) -> None:
         deadline = time.monotonic() + bound_s
         while store.add(key, 0) < nodes and time.monotonic() < deadline:
             time.sleep(0.2)
+    except Exception:  # best effort: the job is over either way
+        return
+
+
+def _hosts_store(port: int) -> bool:
+    """Whether this process listens on `port` (its agent hosts the rendezvous store)."""
+    import psutil
+
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        for c in psutil.Process().net_connections("tcp")
+    )
+
+
+def other_clients(port: int) -> int:
+    """Connections to this process's server on `port` from other processes (its own clients,
+    a connection to itself, are matched by their port and not counted)."""
+    import psutil
+
+    conns = psutil.Process().net_connections("tcp")
+    own = {c.laddr.port for c in conns if c.raddr and c.raddr.port == port}
+    return sum(
+        1
+        for c in conns
+        if c.laddr
+        and c.laddr.port == port
+        and c.raddr
+        and c.status == psutil.CONN_ESTABLISHED
+        and c.raddr.port not in own
+    )
+
+
+#: how long the node hosting the rendezvous store stays, once its job ended, for the other nodes
+#: to close the rendezvous through it
+CLOSE_WAIT_S = 15.0
+
+
+def wait_for_other_nodes(r: Rendezvous, bound_s: float = CLOSE_WAIT_S) -> None:
+    """On the node whose launcher hosts a multi-node job's c10d store, once the job ended: stay
+    until no other node's agent is connected to it, at most `bound_s`.
+
+    Every agent closes the rendezvous through the store as it ends (torch's
+    ``RendezvousHandler.shutdown``), after the exit barrier that every node passes together.  A
+    host that left first took the store with it while another node was still closing: that node
+    ended a finished job with the store's ``recvVector failed`` warning, 30 C++ frames and "failed
+    to shutdown the rendezvous" (CI, 2 nodes on one loaded machine; torchrun does the same).
+    """
+    if r.backend != "c10d" or not r.endpoint or r.max_nodes < 2:
+        return
+    port = split_endpoint(r.endpoint)[1]
+    try:
+        if not _hosts_store(port):
+            return
+        deadline = time.monotonic() + bound_s
+        while other_clients(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
     except Exception:  # best effort: the job is over either way
         return
