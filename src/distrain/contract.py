@@ -74,6 +74,8 @@ ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 JOB_DIR = "DISTRAIN_JOB_DIR"
 #: "0" turns the per-rank step breakdown off (distrain.monitor.breakdown)
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
+#: "0": torch.save writes a path in place, as torch does (distrain.worker.atomic_save)
+ATOMIC_SAVE = "DISTRAIN_ATOMIC_SAVE"
 #: "1": a sharded model's large buffers get mappings of their own (distrain.parallel.heap)
 MAP_LARGE_BUFFERS = "DISTRAIN_MAP_LARGE_BUFFERS"
 #: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)

@@ -61,6 +61,7 @@ class Settings:
     ft_events: str | None = None  # DISTRAIN_FT_EVENTS
     ft_host: str | None = None  # DISTRAIN_FT_HOST (None: one node, loopback)
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
+    atomic_save: bool = True  # DISTRAIN_ATOMIC_SAVE (0: torch.save writes a path in place)
     #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in;
     #: off when the user set glibc's own MALLOC_MMAP_THRESHOLD_: their choice wins)
     map_large_buffers: bool = False  # DISTRAIN_MAP_LARGE_BUFFERS
@@ -130,6 +131,8 @@ class Settings:
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
             "ft_host": text(contract.FT_HOST),
+            "atomic_save": _switch(contract.ATOMIC_SAVE, text(contract.ATOMIC_SAVE), default=True)
+            is not False,
             "breakdown": _switch(contract.BREAKDOWN, text(contract.BREAKDOWN), default=True)
             is not False,
             "map_large_buffers": _switch(

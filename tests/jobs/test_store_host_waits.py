@@ -1,20 +1,21 @@
-"""The launcher hosting a multi-node job's c10d store stays until the other nodes' agents have
-closed the rendezvous through it (launch/rendezvous.py ``wait_for_other_nodes``), on a real
-TCPStore with a real client process."""
+"""The launcher hosting a multi-node job's c10d store keeps it, once the job succeeded, until the
+other nodes' agents are done with it (launch/store_hold.py), on a real TCPStore with a real
+client process."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
-import pytest
 import torch.distributed as dist
 from helpers import kill_group
 
-from distrain.launch.rendezvous import Rendezvous, other_clients, wait_for_other_nodes
+from distrain.launch import store_hold
+from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.store_hold import StoreHold, hosts, other_clients
 from distrain.net import free_port
 
 #: a client that connects, says so, and stays for argv[2] seconds
@@ -26,16 +27,19 @@ CLIENT = (
 )
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[int, dist.TCPStore]]:
-    port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
-                          timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
-    yield port, store
+def _agent_store(port: int) -> dist.TCPStore:
+    """The server as torch's c10d rendezvous backend makes it in the agent (multi-tenant)."""
+    return dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
+                         timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
 
 
-def _rdzv(port: int, nodes: str = "2") -> Rendezvous:
-    return Rendezvous("c10d", f"127.0.0.1:{port}", "job", "", nodes, 0, "127.0.0.1", 29500, None)
+def _held(port: int) -> StoreHold:
+    hold = StoreHold("127.0.0.1", port).start()
+    deadline = time.monotonic() + 30
+    while hold._share is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hold._share is not None, "the hold never shared the agent's server"
+    return hold
 
 
 def _client(port: int, stay_s: float) -> subprocess.Popen[str]:
@@ -45,43 +49,54 @@ def _client(port: int, stay_s: float) -> subprocess.Popen[str]:
     return proc
 
 
-def test_the_host_stays_until_the_other_node_has_gone(server: tuple[int, dist.TCPStore]) -> None:
-    port, store = server
-    own = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
-    own.set("own", "1")  # this process's own client (the launcher's watch, its agent)
+def test_the_server_outlives_the_agents_store_until_the_other_node_left() -> None:
+    port = free_port()
+    agent = _agent_store(port)
+    hold = _held(port)
     proc = _client(port, 3.0)
     try:
-        assert other_clients(port) == 1  # the other process; this process's own client not
+        del agent  # the agent's rendezvous handler is gone once its job ended
+        gc.collect()
+        assert hosts(port), "the server ended with the agent's store"
+        assert other_clients(port) == 1  # the other process, not this one's own share
         started = time.monotonic()
-        wait_for_other_nodes(_rdzv(port), bound_s=60)
+        hold.finish(succeeded=True, bound_s=60)
         took = time.monotonic() - started
         # the client's connection closes when its 3 s are over (its process ends later)
-        assert 2.5 <= took < 30, took
-        assert other_clients(port) == 0
+        assert 1.5 <= took < 30, took
+        gc.collect()
+        assert not hosts(port), "the server outlived the hold"
     finally:
         kill_group(proc)
 
 
-def test_the_wait_is_bounded(server: tuple[int, dist.TCPStore]) -> None:
-    port, _store = server
+def test_the_wait_is_bounded_and_only_after_a_success() -> None:
+    port = free_port()
+    agent = _agent_store(port)
     proc = _client(port, 120.0)  # a node that never leaves
     try:
+        hold = _held(port)
         started = time.monotonic()
-        wait_for_other_nodes(_rdzv(port), bound_s=1.5)
-        took = time.monotonic() - started
-        assert 1.5 <= took < 10, took
-        assert proc.poll() is None
+        hold.finish(succeeded=True, bound_s=1.5)
+        assert 1.5 <= time.monotonic() - started < 10
+        hold = _held(port)
+        started = time.monotonic()
+        hold.finish(succeeded=False, bound_s=30)  # a failed job: the store goes as before
+        assert time.monotonic() - started < 5
     finally:
         kill_group(proc)
+        del agent
 
 
-def test_no_wait_off_the_host_or_on_one_node(server: tuple[int, dist.TCPStore]) -> None:
-    port, _store = server
-    proc = _client(port, 120.0)
-    try:
-        for rdzv in (_rdzv(port, "1"), _rdzv(free_port())):  # one node; a store not hosted here
-            started = time.monotonic()
-            wait_for_other_nodes(rdzv, bound_s=30)
-            assert time.monotonic() - started < 5
-    finally:
-        kill_group(proc)
+def test_no_hold_off_the_host_or_on_one_node() -> None:
+    def rdzv(endpoint: str, nodes: str) -> Rendezvous:
+        return Rendezvous("c10d", endpoint, "job", "", nodes, 0, "127.0.0.1", 29500, None)
+
+    assert store_hold.start(rdzv("127.0.0.1:29400", "1")) is None
+    assert store_hold.start(Rendezvous("static", "", "none", "", "2", 0, "x", 29500, None)) is None
+    hold = store_hold.start(rdzv(f"127.0.0.1:{free_port()}", "1:2"))  # no server here
+    assert hold is not None
+    time.sleep(1.2)
+    started = time.monotonic()
+    hold.finish(succeeded=True, bound_s=30)
+    assert hold._share is None and time.monotonic() - started < 5

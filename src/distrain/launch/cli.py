@@ -42,6 +42,7 @@ from distrain.launch import (
     local_rank_hint,
     rendezvous,
     stop_watch,
+    store_hold,
     watch_notice,
 )
 from distrain.launch.command_line import HOST_LIST, split, split_without_torch
@@ -214,9 +215,11 @@ def _launch(
     )  # a static job's rank may stop this node (worker/stop_job.py)
     # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
+    hold = store_hold.start(rdzv)  # a multi-node c10d job's store host: the others close through it
+    succeeded = False
     try:
         forkserver.run(launch.agent_args(rdzv), launch.start)
-        rendezvous.wait_for_other_nodes(rdzv)  # the store's host: the others close through it
+        succeeded = True
     except ChildFailedError as err:
         code, summary = _exit_code_of(err, job_dir)
         resume = console.resume_hint(job_dir)  # read before _end_lines removes the folder
@@ -264,6 +267,8 @@ def _launch(
     finally:
         if watch is not None:  # node 0: after the last line, until the other nodes read why
             watch.finish()
+        if hold is not None:
+            hold.finish(succeeded)
         if agent_store is not None:
             agent_store.close()
     return 0

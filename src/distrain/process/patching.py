@@ -33,7 +33,15 @@ from types import TracebackType
 from typing import Any
 
 #: the features that patch names (``hooks`` is this registry's own: the shared wrappers)
-FEATURES = ("rehearse", "fast_start", "self_start", "replicas", "comm_hooks", "hooks")
+FEATURES = (
+    "rehearse",
+    "fast_start",
+    "self_start",
+    "replicas",
+    "comm_hooks",
+    "atomic_save",
+    "hooks",
+)
 
 
 class PatchError(RuntimeError):

@@ -26,7 +26,7 @@ from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
 from distrain.monitor.progress import wanted as progress_wanted
 from distrain.settings import Settings
-from distrain.worker import failure, watchdog
+from distrain.worker import atomic_save, failure, watchdog
 from distrain.worker.context import Context, _remember, current
 from distrain.worker.stacks import dump_stacks_on_signal
 from distrain.worker.store import restart_safe_store
@@ -168,6 +168,8 @@ def init(
         failure.install(
             ctx.rank, settings
         )  # distrain errors in one line; a failed rank's root cause reported once
+        if settings.launcher == "distrain-run":  # a worker of distrain run's, however started
+            atomic_save.install(settings.atomic_save)
         real_gpu = (
             dev.type == "cuda" and settings.cpu_rehearsal is None
         )  # under `run --cpu` NVML has nothing to say

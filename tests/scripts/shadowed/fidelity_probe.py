@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 
+import torch
 import torch.distributed as dist
 import yaml
 
@@ -49,6 +50,8 @@ def record() -> dict:
             if isinstance(s, signal.Signals)
         },
         "excepthook": _name(sys.excepthook),
+        # a wrapper (functools.wraps keeps the name): distrain's atomic save under fast start
+        "torch_save_wrapped": hasattr(torch.save, "__wrapped__"),
         "yaml_marker": getattr(yaml, "SHADOW_MARKER", None),
     }
 

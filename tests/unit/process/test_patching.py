@@ -44,7 +44,7 @@ def recorded() -> list[patching.Patch]:
 def every_feature() -> list[patching.Patch]:
     """What every installer outside the rehearsal patches, recorded (nothing applied)."""
     from distrain.parallel import comm_hooks
-    from distrain.worker import failure, self_start as selfstart, watchdog
+    from distrain.worker import atomic_save, failure, self_start as selfstart, watchdog
     from distrain.worker.fast_start import forked
     from distrain.worker.replicas import bind as ft_bind, noise as ft_noise, sync as replica_sync
     from distrain.worker.self_start import members
@@ -63,6 +63,7 @@ def every_feature() -> list[patching.Patch]:
             pass
         comm_hooks._use_fast_low_rank_products()
         patches._process_groups()  # the rehearsal's hook of init_process_group
+        atomic_save.install()
     assert (len(patching.APPLIED), patching.hooked()) == saved
     return found
 

@@ -80,6 +80,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         from distrain.worker.self_start import install as watch_own_workers
 
         watch_own_workers()
+    from distrain.settings import for_report
+    from distrain.worker import atomic_save
+
+    atomic_save.install(for_report().atomic_save)  # a worker killed mid-save leaves no torn file
     _prepare_interpreter(job.script, script_args, job.imports_distrain)
     set_worker_title(
         os.environ.get("RANK", "?"),

@@ -48,6 +48,10 @@ def install() -> bool:
     fake_cuda.install(count)
     patches.install()
     refuse.install()
+    from distrain.settings import for_report
+    from distrain.worker import atomic_save
+
+    atomic_save.install(for_report().atomic_save)  # as in every worker of distrain run's own
     _installed_in = os.getpid()
     atexit.register(write_counts)
     return True
