@@ -9,7 +9,10 @@ load (``EOFError``; chaos campaign, benchmarks/chaos/RESULTS.md).  In a worker d
 (``os.replace``, atomic on POSIX), so the path holds the old snapshot or the new one, never part
 of one.  An existing file keeps its permission bits; a symbolic link keeps pointing where it did
 (the file it names is replaced).  A file object, a path that is not a regular file (``/dev/null``,
-a pipe) or a folder this process cannot create files in is written as torch writes it.
+a pipe) or a folder this process cannot create files in is written as torch writes it.  Where
+it is installed: the fast start's forked workers, every process of a ``--cpu`` rehearsal, and
+``distrain.init()`` under `distrain run`; not a plain script's fresh interpreters
+(``--start-method spawn``, the fast start's fallback), which stay torch's own.
 
 What it does not do: flush to the disk (a power cut may still lose the newest write; a killed
 process cannot).  A temporary file of a process killed mid-write is removed by the next save to
@@ -24,6 +27,7 @@ import functools
 import os
 import socket
 import stat
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +61,7 @@ def _sweep(folder: str, name: str) -> None:
     prefix = _prefix(name)
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
-            pid = entry.name[len(prefix) : -len(".tmp")]
+            pid = entry.name[len(prefix) :].split(".", 1)[0]  # <pid>.<thread>.tmp
             if entry.name.startswith(prefix) and entry.name.endswith(".tmp") and pid.isdigit():
                 if not psutil.pid_exists(int(pid)):
                     with contextlib.suppress(OSError):
@@ -73,7 +77,8 @@ def atomic(original: Callable[..., Any]) -> Callable[..., Any]:
         if path is None:
             return original(obj, f, *args, **kwargs)
         folder, name = os.path.split(path)
-        tmp = os.path.join(folder, f"{_prefix(name)}{os.getpid()}.tmp")
+        # one per process and thread: two threads saving the same path never share one
+        tmp = os.path.join(folder, f"{_prefix(name)}{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         except OSError:  # a folder this process cannot create files in: in place, as torch does

@@ -62,8 +62,8 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary_one(tmp_path: Path) 
 def test_a_gone_process_temporary_file_is_swept_a_live_ones_kept(tmp_path: Path) -> None:
     path = tmp_path / "snapshot.pt"
     gone = next(p for p in range(4_000_000, 1, -1) if not psutil.pid_exists(p))
-    stale = tmp_path / f"{_prefix('snapshot.pt')}{gone}.tmp"
-    live = tmp_path / f"{_prefix('snapshot.pt')}{os.getppid()}.tmp"
+    stale = tmp_path / f"{_prefix('snapshot.pt')}{gone}.140245.tmp"
+    live = tmp_path / f"{_prefix('snapshot.pt')}{os.getppid()}.140245.tmp"
     other_host = tmp_path / ".snapshot.pt.distrain-elsewhere-1.tmp"
     for p in (stale, live, other_host):
         p.write_bytes(b"partial")
