@@ -40,6 +40,16 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listening_here(port: int) -> bool:
+    """Whether this process listens on `port` (e.g. its agent hosts the rendezvous store)."""
+    import psutil
+
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        for c in psutil.Process().net_connections("tcp")
+    )
+
+
 def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
     """True when something accepts a TCP connection at `host`:`port` now (closed at once).
 

@@ -15,8 +15,8 @@ from helpers import kill_group
 
 from distrain.launch import store_hold
 from distrain.launch.rendezvous import Rendezvous
-from distrain.launch.store_hold import StoreHold, hosts, other_clients
-from distrain.net import free_port
+from distrain.launch.store_hold import StoreHold, other_clients
+from distrain.net import free_port, listening_here
 
 #: a client that connects, says so, and stays for argv[2] seconds
 CLIENT = (
@@ -57,7 +57,7 @@ def test_the_server_outlives_the_agents_store_until_the_other_node_left() -> Non
     try:
         del agent  # the agent's rendezvous handler is gone once its job ended
         gc.collect()
-        assert hosts(port), "the server ended with the agent's store"
+        assert listening_here(port), "the server ended with the agent's store"
         assert other_clients(port) == 1  # the other process, not this one's own share
         started = time.monotonic()
         hold.finish(succeeded=True, bound_s=60)
@@ -65,7 +65,7 @@ def test_the_server_outlives_the_agents_store_until_the_other_node_left() -> Non
         # the client's connection closes when its 3 s are over (its process ends later)
         assert 1.5 <= took < 30, took
         gc.collect()
-        assert not hosts(port), "the server outlived the hold"
+        assert not listening_here(port), "the server outlived the hold"
     finally:
         kill_group(proc)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from distrain.contract import RDZV_ENDPOINT, split_endpoint, stop_key
 from distrain.launch.validate import node_range
+from distrain.net import listening_here
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
 NODE_LOSS_DEFAULTS = {
@@ -143,7 +144,7 @@ def wait_until_read(r: Rendezvous, bound_s: float = READ_WAIT_S) -> None:
         return
     host, port = split_endpoint(r.endpoint)
     try:
-        if not _hosts_store(port):
+        if not listening_here(port):
             return
         import torch.distributed as dist
 
@@ -155,13 +156,3 @@ def wait_until_read(r: Rendezvous, bound_s: float = READ_WAIT_S) -> None:
             time.sleep(0.2)
     except Exception:  # best effort: the job is over either way
         return
-
-
-def _hosts_store(port: int) -> bool:
-    """Whether this process listens on `port` (its agent hosts the rendezvous store)."""
-    import psutil
-
-    return any(
-        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-        for c in psutil.Process().net_connections("tcp")
-    )

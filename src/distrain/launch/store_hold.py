@@ -22,21 +22,12 @@ from typing import Any
 
 from distrain.contract import split_endpoint
 from distrain.launch.rendezvous import Rendezvous
+from distrain.net import listening_here
 
 #: seconds between two looks for the agent's server, until this process has one
 POLL_S = 0.5
 #: how long the host stays, once its job succeeded, for the other nodes to close the rendezvous
 CLOSE_WAIT_S = 15.0
-
-
-def hosts(port: int) -> bool:
-    """Whether this process listens on `port`."""
-    import psutil
-
-    return any(
-        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-        for c in psutil.Process().net_connections("tcp")
-    )
 
 
 def other_clients(port: int) -> int:
@@ -74,7 +65,7 @@ class StoreHold:
     def _run(self) -> None:
         while not self._done.wait(POLL_S):
             try:
-                if not hosts(self.port):
+                if not listening_here(self.port):
                     continue
                 import torch.distributed as dist
 
