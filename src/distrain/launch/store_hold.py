@@ -26,6 +26,9 @@ from distrain.net import listening_here
 
 #: seconds between two looks for the agent's server, until this process has one
 POLL_S = 0.5
+#: the agent makes its store as it starts (torch's rendezvous handler): a launcher that found no
+#: server of its own in this long is not the host, and stops looking
+SEARCH_S = 300.0
 #: how long the host stays, once its job succeeded, for the other nodes to close the rendezvous
 CLOSE_WAIT_S = 15.0
 
@@ -63,7 +66,8 @@ class StoreHold:
         return self
 
     def _run(self) -> None:
-        while not self._done.wait(POLL_S):
+        deadline = time.monotonic() + SEARCH_S
+        while not self._done.wait(POLL_S) and time.monotonic() < deadline:
             try:
                 if not listening_here(self.port):
                     continue
