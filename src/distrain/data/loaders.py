@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from distrain.contract import usable_cores
+from distrain.data.global_batch import split
 from distrain.data.sampler import (
     DistributedLoader,
     GlobalBatchSampler,
@@ -44,9 +45,17 @@ def training_loader(
     drop_last: bool,
     seed: int,
     seed_samples: bool | None,
+    global_batch: int | None = None,
     **kwargs: Any,
 ) -> DistributedLoader:
-    """`batch_size` samples per process from global batches that do not depend on `world`."""
+    """`batch_size` samples per process from global batches that do not depend on `world`.
+
+    With `global_batch`, the global batch is that whatever `world`, and `batch_size` the largest
+    micro-batch a process takes (data/global_batch.py).
+    """
+    accumulation = 1
+    if global_batch is not None:
+        batch_size, accumulation = split(global_batch, world, batch_size)
     sampler = GlobalBatchSampler(
         dataset_length(dataset),
         batch_size,
@@ -55,6 +64,7 @@ def training_loader(
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,
+        accumulation=accumulation,
     )
     options = loader_defaults(kwargs, device, local_world_size)
     return DistributedLoader(dataset, sampler, seed_samples=seed_samples, **options)

@@ -12,6 +12,11 @@ trains on samples twice, and splitting a short batch unevenly would need every r
 weighted by its share, while DDP averages ranks equally; dropping is the same on every world
 size, so N ranks of batch B train exactly like one rank of batch N·B.
 
+A resume is a *sample* position in the epoch's permutation (data/position.py), so a job that
+comes back on another world size, with another global batch, goes on at the next sample.  With
+``accumulation`` > 1 each rank's slice of a global batch is handed out as that many
+micro-batches (data/global_batch.py: a global batch kept fixed on any world size).
+
 Evaluation uses :class:`ShardedEvalSampler`: contiguous, unpadded shards, so every sample is
 counted exactly once (DistributedSampler pads with duplicates to equalise shard sizes).
 """
@@ -25,6 +30,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from distrain.data import position
 from distrain.data.sample_seeds import EpochKeyedBatches, SeededSamples, draws_nothing
 from distrain.log import get_logger
 
@@ -48,9 +54,10 @@ class GlobalBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = True,
+        accumulation: int = 1,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size < 1 or accumulation < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size} (× {accumulation})")
         if dataset_len < 1:
             raise ValueError("the dataset is empty")
         if not drop_last:
@@ -60,10 +67,10 @@ class GlobalBatchSampler(Sampler[list[int]]):
                 "uneven split is averaged wrongly by DDP; the short last global batch "
                 "is always dropped"
             )
-        if dataset_len < batch_size * world_size:
+        if dataset_len < batch_size * accumulation * world_size:
             raise ValueError(
                 f"the dataset has {dataset_len} samples, fewer than one global batch of "
-                f"{batch_size * world_size} "
+                f"{batch_size * accumulation * world_size} "
                 f"(batch_size {batch_size} × {world_size} process(es)); use a smaller batch_size"
             )
         self.dataset_len = dataset_len
@@ -73,13 +80,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        #: micro-batches of `batch_size` each rank takes per optimiser step
+        self.accumulation = accumulation
         self.epoch = 0
-        self.start_step = 0  # steps of the current epoch already consumed (resume)
+        self.start_sample = 0  # samples of the current epoch's permutation consumed (resume)
 
     @property
     def global_batch_size(self) -> int:
         """Samples per optimiser step across all ranks."""
-        return self.batch_size * self.world_size
+        return self.batch_size * self.accumulation * self.world_size
 
     def _order(self) -> list[int]:
         if self.shuffle:
@@ -88,26 +97,39 @@ class GlobalBatchSampler(Sampler[list[int]]):
             order = torch.randperm(self.dataset_len, generator=g).tolist()
         else:
             order = list(range(self.dataset_len))
-        return order[: self.steps_per_epoch() * self.global_batch_size]
+        return order
 
     def steps_per_epoch(self) -> int:
-        """Optimiser steps in one epoch: full global batches only."""
+        """Optimiser steps in a whole epoch at this global batch: full global batches only."""
         return self.dataset_len // self.global_batch_size
 
+    def steps_left(self) -> int:
+        """Optimiser steps from the start position to the end of the epoch (full ones only)."""
+        return (self.dataset_len - self.start_sample) // self.global_batch_size
+
     def __len__(self) -> int:
-        return self.steps_per_epoch() - self.start_step
+        return self.steps_left() * self.accumulation
 
     def __iter__(self) -> Iterator[list[int]]:
-        order = self._order()
-        gbs = self.global_batch_size
-        for step in range(self.start_step, self.steps_per_epoch()):
-            start = step * gbs + self.rank * self.batch_size
-            yield order[start : start + self.batch_size]
+        order, gbs, bs = self._order(), self.global_batch_size, self.batch_size
+        for step in range(self.steps_left()):
+            # this rank's slice of the step's global batch, in `accumulation` micro-batches
+            mine = self.start_sample + step * gbs + self.rank * bs * self.accumulation
+            for micro in range(self.accumulation):
+                yield order[mine + micro * bs : mine + (micro + 1) * bs]
 
-    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
-        """Select the epoch (reshuffles) and the step inside it to start from."""
+    def set_epoch(self, epoch: int, start_step: int = 0, start_sample: int | None = None) -> None:
+        """Select the epoch (reshuffles) and where to start in it: a sample, or a step of this
+        global batch."""
         self.epoch = epoch
-        self.start_step = start_step
+        self.start_sample = (
+            start_step * self.global_batch_size if start_sample is None else start_sample
+        )
+
+    @property
+    def start_step(self) -> int:
+        """Whole steps of this global batch before the start position (the older name)."""
+        return self.start_sample // self.global_batch_size
 
 
 class ShardedEvalSampler(Sampler[int]):
@@ -161,7 +183,13 @@ class DistributedLoader(DataLoader):
             super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
         self.global_sampler = batch_sampler
         self.epoch = 0
+        #: optimizer steps done in this epoch (on whatever world sizes it has seen)
         self.step_in_epoch = 0
+        #: samples of this epoch's permutation the steps done consumed: the resume position
+        self.sample_in_epoch = 0
+        #: the micro-batch last handed out, counted in its step from 0 (global_batch=: with
+        #: ``ctx.accumulate(model, loader.micro_step, loader.accumulation)``)
+        self.micro_step = 0
 
     #: called with the perf_counter() time a batch was asked for, once it is handed out
     #: (the step breakdown's data time: distrain.monitor.breakdown); None: not timed
@@ -169,15 +197,27 @@ class DistributedLoader(DataLoader):
     #: rank 0's progress bar (distrain.monitor.progress.EpochBar); None: no bar
     bar: Any = None
 
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step on this world size (1 but with ``global_batch=``)."""
+        return self.global_sampler.accumulation
+
+    @property
+    def step_boundary(self) -> bool:
+        """True when the batch last handed out completes a global batch: step the optimizer."""
+        return self.micro_step == self.accumulation - 1
+
     # batches, not torch's iterator object
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        self.global_sampler.set_epoch(self.epoch, self.step_in_epoch)
+        sampler, gbs = self.global_sampler, self.global_sampler.global_batch_size
+        sampler.set_epoch(self.epoch, start_sample=self.sample_in_epoch)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
-            self.generator.manual_seed(self.global_sampler.seed * 1_000_003 + self.epoch)
+            self.generator.manual_seed(sampler.seed * 1_000_003 + self.epoch)
         batches, on_data, bar = super().__iter__(), self.on_data, self.bar
         if bar is not None:
-            bar.start(self.epoch, self.step_in_epoch, self.global_sampler.steps_per_epoch())
+            bar.start(self.epoch, self.step_in_epoch, self.step_in_epoch + sampler.steps_left())
         try:
+            handed = 0
             while True:
                 asked = perf_counter() if on_data is not None else 0.0
                 try:
@@ -186,22 +226,28 @@ class DistributedLoader(DataLoader):
                     break
                 if on_data is not None:
                     on_data(asked)
-                self.step_in_epoch += 1
-                if bar is not None:
-                    bar.advance()
+                self.micro_step = handed % self.accumulation
+                handed += 1
+                if self.step_boundary:  # the step in flight counts as done (replicas rely on it)
+                    self.step_in_epoch += 1
+                    self.sample_in_epoch += gbs
+                    if bar is not None:
+                        bar.advance()
                 yield batch
         finally:  # also when the loop is left early: the bar never outlives its epoch
             if bar is not None:
                 bar.stop()
         self.epoch += 1
-        self.step_in_epoch = 0
+        self.step_in_epoch = self.sample_in_epoch = 0
 
     def epoch_ended(self) -> bool:
         """True after the last batch of the epoch was handed out (before the next one starts)."""
-        return self.step_in_epoch >= self.global_sampler.steps_per_epoch()
+        sampler = self.global_sampler
+        return sampler.dataset_len - self.sample_in_epoch < sampler.global_batch_size
 
     def state_dict(self) -> dict[str, int]:
-        """Position in the global sample order: epoch, step within it, and the global batch size.
+        """Position in the global sample order: epoch, the sample and step within it, the global
+        batch and world size it was taken with (data/position.py).
 
         The end of an epoch is stored as the start of the next one, so a resume never replays
         an empty remainder of the finished epoch.
@@ -210,27 +256,34 @@ class DistributedLoader(DataLoader):
         return {
             "epoch": self.epoch + 1 if ended else self.epoch,
             "step_in_epoch": 0 if ended else self.step_in_epoch,
+            "sample_in_epoch": 0 if ended else self.sample_in_epoch,
             "global_batch_size": self.global_sampler.global_batch_size,
+            "world_size": self.global_sampler.world_size,
             "seed": self.global_sampler.seed,
             "seed_samples": self.seeds_samples,
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue from a saved position; the global batch size must match."""
-        gbs = int(state.get("global_batch_size", self.global_sampler.global_batch_size))
-        if gbs != self.global_sampler.global_batch_size:
-            raise ValueError(
-                f"saved global batch {gbs} != current {self.global_sampler.global_batch_size} "
-                f"(batch_size {self.global_sampler.batch_size} × world "
-                f"{self.global_sampler.world_size})"
-            )
-        self.epoch = int(state["epoch"])
-        self.step_in_epoch = int(state["step_in_epoch"])
+        """Continue from a saved position, at its next sample whatever the world size now.
+
+        Saved with another global batch (an elastic job's world changed under a per-process
+        ``batch_size``), the epoch goes on with this global batch from the next sample of the
+        same permutation; rank 0 says so in one line.  States of the older step format load too.
+        """
+        sampler = self.global_sampler
+        gbs = sampler.global_batch_size
+        resumed = position.continue_at(
+            position.saved_position(state, gbs), sampler.dataset_len, gbs
+        )
+        self.epoch, self.step_in_epoch = resumed.epoch, resumed.step_in_epoch
+        self.sample_in_epoch = resumed.sample_in_epoch
+        line = position.change_line(state, resumed, gbs, sampler.world_size, self.accumulation)
+        if line is not None and sampler.rank == 0:
+            _log.info(line)
         changed = []
-        if "seed" in state and int(state["seed"]) != self.global_sampler.seed:
+        if "seed" in state and int(state["seed"]) != sampler.seed:
             changed.append(
-                f"seed {state['seed']} → {self.global_sampler.seed} (another sample "
-                "order from here on)"
+                f"seed {state['seed']} → {sampler.seed} (another sample order from here on)"
             )
         if bool(state.get("seed_samples", False)) != self.seeds_samples:
             changed.append(
@@ -238,9 +291,7 @@ class DistributedLoader(DataLoader):
                 f"{'on' if self.seeds_samples else 'off'} "
                 "(other augmentation draws from here on)"
             )
-        if (
-            changed and self.global_sampler.rank == 0
-        ):  # resumable, but not the run that was saved: say so once
+        if changed and sampler.rank == 0:  # resumable, but not the run that was saved: say so
             _log.warning(f"distrain: loader: resumed with {'; '.join(changed)}")
 
 

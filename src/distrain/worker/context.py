@@ -219,25 +219,25 @@ class Context(Reductions):
         drop_last: bool = True,
         seed: int = 0,
         seed_samples: bool | None = None,
+        global_batch: int | None = None,
         **kwargs: Any,
     ) -> DistributedLoader:
         """A training DataLoader: ``batch_size`` samples **per process**; epochs advance alone.
 
-        The global batch is ``batch_size × world_size``; its contents do not depend on the
-        world size, and the short last global batch of each epoch is dropped on every world size
-        (no duplicated samples; see :mod:`distrain.data.sampler`).  Random draws made in the
-        dataset's ``__getitem__`` are seeded per sample from (``seed``, epoch, index), so
-        augmentation is the same with any ``num_workers`` and resumes exactly
-        (``seed_samples=False`` opts out).  Other keyword arguments (``num_workers``,
-        ``collate_fn``, …) go to DataLoader.
+        The global batch, ``batch_size × world_size``, is cut from one permutation per epoch
+        whatever the world size; the short last one is dropped (:mod:`distrain.data.sampler`).
+        A resume on another world size goes on at the epoch's next sample; ``global_batch=G``
+        keeps G per step instead (``batch_size``: the largest micro-batch; see
+        :mod:`distrain.data.global_batch`).  Per-sample seeding: ``seed_samples``.  Other
+        keyword arguments (``num_workers``, ``collate_fn``, …) go to DataLoader.
         """
         rank, world = (
             self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
         )
         loader = loaders.training_loader(
-            dataset, batch_size, rank, world, self.device, self.local_world_size,
-            shuffle=shuffle, drop_last=drop_last, seed=seed, seed_samples=seed_samples, **kwargs,
-        )  # fmt: skip
+            dataset, batch_size, rank, world, self.device, self.local_world_size, shuffle=shuffle,
+            drop_last=drop_last, seed=seed, seed_samples=seed_samples, global_batch=global_batch,
+            **kwargs)  # fmt: skip
         return self.services.watch_loader(loader)  # the step breakdown's data time, rank 0's bar
 
     def prepare_eval_loader(
