@@ -1,0 +1,125 @@
+"""An elastic job with a per-process batch survives a change of world size, sample for sample.
+
+Every tutorial fixes ``batch_size`` per process, so the global batch follows the world: 8 on 2
+nodes, 4 on 1.  Real `distrain run` launchers in network namespaces (one "node" each); a node
+is SIGKILLed whole (shrink) or a second one starts late (grow).  The job must go on from its
+checkpoint at the next sample of the epoch: tests/scripts/elastic_samples.py logs what every rank
+trained on, and tests/helpers/samples.py checks that each epoch saw its permutation in order,
+every sample once, with the global batch changed in the middle of it.  ``--global-batch`` keeps
+the global batch through accumulation instead.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, python
+from helpers.netns_hosts import Hosts
+from helpers.samples import batches_in_epoch, check_epochs, committed
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
+
+SCRIPT = str(REPO / "tests" / "scripts" / "elastic_samples.py")
+RUN = [python(), "-m", "distrain.cli", "run"]
+SAMPLES, EPOCHS = 240, 2
+
+
+def _flags(hosts: Hosts, run_id: str) -> list[str]:
+    return ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+            f"{hosts.addrs[0]}:29400", "--rdzv-id", run_id, "--rdzv-conf",
+            "last_call_timeout=2,keep_alive_interval=2", "--max-restarts", "3",
+            "--monitor-interval", "0.5", "-n", "1"]  # fmt: skip
+
+
+def _argv(hosts: Hosts, run_id: str, tmp_path: Path, extra: list[str]) -> list[str]:
+    return [*RUN, *_flags(hosts, run_id), SCRIPT, "--dir", str(tmp_path / "ckpt"),
+            "--samples-log", str(tmp_path / "samples.jsonl"), "--samples", str(SAMPLES),
+            "--epochs", str(EPOCHS), *extra]  # fmt: skip
+
+
+def _until_trained(
+    log: Path, world: int, steps: int, procs: list[subprocess.Popen[str]], logs: list[Path]
+) -> None:
+    """Wait until a start on `world` ranks made a checkpoint `steps` past where it resumed."""
+    ckpt = log.parent / "ckpt"
+    deadline = time.monotonic() + 200
+    while True:
+        if log.exists() and ckpt.exists():
+            starts = committed(log)[1]
+            saved = [int(p.name.split("_")[1]) for p in ckpt.glob("step_*")]
+            if starts and starts[-1]["world"] == world and saved:
+                if max(saved) >= starts[-1]["resumed"] + steps:
+                    return
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail(
+                "the job never got there\n" + "\n".join(x.read_text()[-3000:] for x in logs)
+            )
+        time.sleep(0.1)
+
+
+#: per-process batch 4: a global batch of 8 on 2 nodes, 4 on 1; global_batch 8: kept at 8
+CASES = {"per-process batch": ([], (8, 4)), "global_batch kept": (["--global-batch", "8"], (8, 8))}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_node_lost_mid_epoch_shrinks_the_world_and_no_sample_is_lost(
+    case: str, hosts2: Hosts, tmp_path: Path
+) -> None:
+    extra, (before, after) = CASES[case]
+    argv = _argv(hosts2, "shrink", tmp_path, extra)
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    procs = [hosts2.start(i, argv, logs[i]) for i in range(2)]
+    samples = tmp_path / "samples.jsonl"
+    _until_trained(samples, 2, 4, procs, logs)
+    assert hosts2.kill_node(1)  # the machine dies: agent, worker, fork server
+    codes = hosts2.wait([procs[0]], 300, logs)
+    text = logs[0].read_text()
+    assert codes == [0], text[-4000:]
+    steps = check_epochs(samples, SAMPLES, EPOCHS)
+    assert committed(samples)[1][-1]["world"] == 1, text[-4000:]
+    changed = [e for e in range(EPOCHS) if len(batches_in_epoch(steps, e)) > 1]
+    if before != after:  # the per-process batch: the global batch changed inside an epoch
+        assert [batches_in_epoch(steps, e) for e in changed] == [[before, after]], steps
+        said = re.search(
+            rf"distrain: resumed at sample (\d+) of epoch 0 with global batch {after} "
+            rf"\(was {before}: the world changed 2 → 1\)",
+            text,
+        )
+    else:
+        assert changed == [] and {s["global_batch"] for s in steps} == {8}
+        said = re.search(
+            r"distrain: resumed at sample (\d+) of epoch 0 with global batch 8 \(kept: the "
+            r"world changed 2 → 1; 2 micro-batch\(es\) of 4 per process and step\)",
+            text,
+        )
+    assert said, text[-4000:]
+    assert int(said.group(1)) % before == 0 and int(said.group(1)) > 0
+
+
+def test_a_node_that_comes_late_grows_the_world_at_the_next_sample(
+    hosts2: Hosts, tmp_path: Path
+) -> None:
+    """1 → 2 with a per-process batch of 3: 6 per step from sample 3·k, not always a multiple
+    of 6, so the grown world starts between two of its own global batches."""
+    argv = _argv(hosts2, "grow", tmp_path, ["--batch-size", "3"])
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    first = hosts2.start(0, argv, logs[0])
+    samples = tmp_path / "samples.jsonl"
+    _until_trained(samples, 1, 3, [first], logs[:1])
+    second = hosts2.start(1, argv, logs[1])
+    codes = hosts2.wait([first, second], 300, logs)
+    text = "\n".join(log.read_text() for log in logs)
+    assert codes == [0, 0], text[-4000:]
+    steps = check_epochs(samples, SAMPLES, EPOCHS)
+    starts = committed(samples)[1]
+    assert [s["world"] for s in starts][:1] == [1] and starts[-1]["world"] == 2, starts
+    assert batches_in_epoch(steps, 0) == [3, 6], steps
+    assert re.search(
+        r"distrain: resumed at sample \d+ of epoch 0 with global batch 6 \(was 3: the world "
+        r"changed 1 → 2\)",
+        text,
+    ), text[-4000:]
