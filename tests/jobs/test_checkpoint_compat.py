@@ -1,5 +1,6 @@
 """Checkpoints across versions and refusals, with real jobs: an old format resumes, a changed global
-batch is a clear error, one failing rank is reported once (the rest: test_checkpoint.py)."""
+batch goes on at the next sample, another dataset length is a clear error, one failing rank is
+reported once (the rest: test_checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -62,23 +63,45 @@ def test_checkpoint_of_version_0_1_resumes(strategy: str, tmp_path: Path) -> Non
     assert_bitwise(final, tmp_path / "final2.pt")
 
 
-def test_resume_with_another_global_batch_is_a_clear_error(tmp_path: Path) -> None:
+def test_resume_with_another_global_batch_goes_on_at_the_next_sample(tmp_path: Path) -> None:
+    """4 steps of 12 samples, then 8 per step from sample 48, said in one line."""
     d = tmp_path / "ckpt"
-    ok(
+    first = [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"]
+    ok(run(first, timeout=JOB_TIMEOUT))
+    result = ok(
         run(
-            [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"],
+            [
+                python(),
+                WORKER,
+                "--dir",
+                str(d),
+                "--out",
+                str(tmp_path / "b.pt"),
+                "--global-batch",
+                "8",
+            ],
             timeout=JOB_TIMEOUT,
-        )
+        )  # fmt: skip
     )
+    assert (
+        "distrain: resumed at sample 48 of epoch 0 with global batch 8 (was 12: batch_size "
+        "changed)" in result.stderr
+    ), result.stderr[-3000:]
+
+
+def test_resume_on_a_dataset_of_another_length_is_a_clear_error(tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    first = [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "a.pt"), "--stop-at", "4"]
+    ok(run(first, timeout=JOB_TIMEOUT))
     result = run(
-        [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--global-batch", "8"],
+        [python(), WORKER, "--dir", str(d), "--out", str(tmp_path / "b.pt"), "--samples", "120"],
         timeout=JOB_TIMEOUT,
     )
     assert result.returncode != 0
     assert (
         "distrain: error: cannot resume loader" in result.stderr
-        and "global batch 12 != current 8" in result.stderr
-    )
+        and "saved with a dataset of 96 samples, this one has 120" in result.stderr
+    ), result.stderr[-3000:]
     assert "Traceback" not in result.stderr
 
 

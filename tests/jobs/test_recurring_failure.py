@@ -1,7 +1,8 @@
 """A failure that every restart would repeat stops the job at once, on every node, with its line.
 
-The job resumes from a checkpoint saved with another global batch: the loader refuses it
-(``saved global batch 12 != current 24``) on every rank and would on every attempt.  Before,
+The job resumes from a checkpoint saved on a dataset of another length: the loader refuses it
+(``saved with a dataset of 96 samples, this one has 120``) on every rank and would on every
+attempt.  Before,
 torch's agent restarted the job until ``--max-restarts`` ran out (each attempt refused again);
 now the refusing ranks close the c10d rendezvous (worker/stop_job.py), no node restarts, and each
 launcher's last line names the refusal.
@@ -21,7 +22,7 @@ from helpers.checkpoints import DISTRAIN, WORKER, ok
 
 pytestmark = [pytest.mark.timeout(300)]
 
-REFUSAL = "saved global batch 12 != current 24"
+REFUSAL = "saved with a dataset of 96 samples, this one has 120"
 LAST = "distrain run: job failed, not restarted (a restart would fail the same way): rank "
 ONE_THREAD = {**os.environ, "DISTRAIN_NUM_THREADS": "1"}
 
@@ -38,7 +39,7 @@ def test_a_refused_checkpoint_is_not_retried(tmp_path: Path) -> None:
     ckpt = _saved(tmp_path)
     started = time.monotonic()
     cmd = [*DISTRAIN, "-n", "2", "--max-restarts", "3", WORKER, "--dir", str(ckpt)]
-    cmd += ["--out", str(tmp_path / "b.pt"), "--global-batch", "24"]
+    cmd += ["--out", str(tmp_path / "b.pt"), "--samples", "120"]
     result = run(cmd, timeout=120, env=ONE_THREAD)
     took = time.monotonic() - started
     out = result.stdout + result.stderr
@@ -66,7 +67,7 @@ def test_two_nodes_stop_together(tmp_path: Path) -> None:
         "refusal",
     ]
     cmd = [*DISTRAIN, *rdzv, "-n", "1", "--max-restarts", "3", WORKER, "--dir", str(ckpt),
-           "--out", str(tmp_path / "b.pt"), "--global-batch", "24"]  # fmt: skip
+           "--out", str(tmp_path / "b.pt"), "--samples", "120"]  # fmt: skip
     logs = [tmp_path / f"node{i}.log" for i in range(2)]
     procs: list[subprocess.Popen[str]] = []
     try:

@@ -259,6 +259,7 @@ class DistributedLoader(DataLoader):
             "sample_in_epoch": 0 if ended else self.sample_in_epoch,
             "global_batch_size": self.global_sampler.global_batch_size,
             "world_size": self.global_sampler.world_size,
+            "dataset_len": self.global_sampler.dataset_len,
             "seed": self.global_sampler.seed,
             "seed_samples": self.seeds_samples,
         }
@@ -269,9 +270,17 @@ class DistributedLoader(DataLoader):
         Saved with another global batch (an elastic job's world changed under a per-process
         ``batch_size``), the epoch goes on with this global batch from the next sample of the
         same permutation; rank 0 says so in one line.  States of the older step format load too.
+        A dataset of another length is refused: its epochs are other permutations.
         """
         sampler = self.global_sampler
         gbs = sampler.global_batch_size
+        saved_len = int(state.get("dataset_len", sampler.dataset_len))
+        if saved_len != sampler.dataset_len:
+            raise ValueError(
+                f"saved with a dataset of {saved_len} samples, this one has "
+                f"{sampler.dataset_len}: an epoch's order is a permutation of the whole dataset, "
+                "so the saved position means nothing in it"
+            )
         resumed = position.continue_at(
             position.saved_position(state, gbs), sampler.dataset_len, gbs
         )

@@ -122,3 +122,9 @@ def test_the_line_for_a_kept_global_batch_and_for_another_batch_size() -> None:
     )
     other = change_line({"global_batch_size": 48, "world_size": 2}, at, 32, 2, 1)
     assert other is not None and other.endswith("(was 48: batch_size changed)")
+
+
+def test_a_dataset_of_another_length_is_refused() -> None:
+    state = _loaders(100, 4, 2)[0].state_dict()
+    with pytest.raises(ValueError, match="saved with a dataset of 100 samples, this one has 120"):
+        _loaders(120, 4, 2)[0].load_state_dict(state)
