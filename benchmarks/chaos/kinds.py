@@ -7,7 +7,9 @@ last step with equal parameters; no reference run is needed). The two-node kinds
 `distrain run` per node, each inside a network namespace of its own (nodes.py): static
 (`--nnodes 2 --node-rank i`, judged bit for bit) and elastic (`--nnodes 1:2`, c10d: bit for bit
 while both nodes stay; after a node is lost, the survivor must finish at the last step, resumed
-from a checkpoint).
+from a checkpoint). ``nodes_elastic_batch`` is the elastic kind as tutorials write it: a fixed
+per-process batch, so a lost node changes the global batch mid-epoch; it is judged by what it
+trained on (every epoch its permutation's samples in order, each once: tests/helpers/samples.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Kind:
     nodes: int = 1
     elastic: bool = False  # `--nnodes 1:2`: a node may leave and the job go on
     self_starting: bool = False  # the script starts its own workers (mp.spawn)
+    #: judged by the samples it trained on (tests/scripts/elastic_samples.py's log)
+    samples: bool = False
 
     def job(self, work: Path, name: str, watchdog: int = 0, addrs: list[str] | None = None) -> Job:
         """The command of one run named `name` under `work` (`addrs`: the nodes' addresses)."""
@@ -116,6 +120,10 @@ class Kind:
             rdzv = ["--nnodes", "2", "--master-addr", addrs[0], "--master-port", "29500"]
         script = [str(SCRIPTS / "ckpt_worker.py"), "--epochs", "6", "--step-sleep", "0.15", "--dir",
                   str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+        if self.samples:  # a per-process batch of 4: global batch 8 on two nodes, 4 on one
+            script = [str(SCRIPTS / "elastic_samples.py"), "--dir", str(ckpt), "--samples-log",
+                      str(out / "samples.jsonl"), "--epochs", "2", "--step-sleep",
+                      "0.15"]  # fmt: skip
         nodes = []
         for i in range(len(addrs)):
             launcher = [
@@ -146,6 +154,8 @@ class Kind:
 
     def result(self, job: Job) -> dict[str, str]:
         """A digest per tensor (restart kinds) or per group and rank (replica kinds)."""
+        if self.samples:
+            return {"samples": samples_verdict(job.out / "samples.jsonl")}
         if self.replicas:
             finals = sorted(job.out.glob("final.*.json"))
             return {f.name: f.read_text() for f in finals}
@@ -153,6 +163,24 @@ class Kind:
         if self.nodes > 1:  # the last step too: an elastic job that lost a node is judged by it
             return {"step": str(torch.load(path, weights_only=True)["step"]), **_tensors(path)}
         return _tensors(path)
+
+
+#: what samples_verdict says of a job whose every epoch trained on each sample once, in order
+SAMPLES_OK = "every epoch trained on its samples once, in order"
+
+
+def samples_verdict(log: Path) -> str:
+    """SAMPLES_OK, or why the job's samples log breaks the count (tests/helpers/samples.py)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers.samples import check_epochs
+
+    try:
+        check_epochs(log, 240, 2)
+    except AssertionError as err:
+        return f"samples: {err}"
+    return SAMPLES_OK
 
 
 def _tensors(path: Path) -> dict[str, str]:
@@ -197,5 +225,6 @@ KINDS = {
         Kind("selfstart", self_starting=True),
         Kind("nodes_static", nodes=2),
         Kind("nodes_elastic", nodes=2, elastic=True),
+        Kind("nodes_elastic_batch", nodes=2, elastic=True, samples=True),
     )
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinds import Job, Kind, replica_verdict
+from kinds import SAMPLES_OK, Job, Kind, replica_verdict
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
 CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
@@ -91,7 +91,11 @@ def judge(
             detail = f"{type(err).__name__}: {err}"
         else:
             why = replica_verdict(result) if kind.replicas else _restart_verdict(reference, result)
-            if why and kind.elastic and (went_on := _went_on(reference, result, runs)):
+            if kind.samples:  # judged by what it trained on, whatever the world sizes it had
+                why = None if result["samples"] == SAMPLES_OK else result["samples"]
+                said = [ln for r in runs for ln in r.stdout.splitlines() if "at sample" in ln]
+                detail = said[-1].strip()[:160] if said and not why else ""
+            elif why and kind.elastic and (went_on := _went_on(reference, result, runs)):
                 why, detail = None, went_on
             if why:
                 problems.append("diverged")

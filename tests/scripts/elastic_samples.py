@@ -41,6 +41,7 @@ def record(line: dict) -> None:
         os.close(fd)
 
 
+os.makedirs(os.path.dirname(os.path.abspath(args.samples_log)), exist_ok=True)
 ctx = distrain.init(verbose=False)
 g = torch.Generator().manual_seed(7)
 x = torch.randn(args.samples, 16, generator=g)
