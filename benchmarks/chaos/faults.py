@@ -375,7 +375,15 @@ class FaultContext:
 
 #: fault name -> (function, which kinds it applies to)
 #: kinds with distrain's checkpoints on disk
-CHECKPOINTED = ("digits", "imagefolder", "fsdp", "ddp_small", "nodes_static", "nodes_elastic")
+CHECKPOINTED = (
+    "digits",
+    "imagefolder",
+    "fsdp",
+    "ddp_small",
+    "nodes_static",
+    "nodes_elastic",
+    "nodes_elastic_batch",
+)
 FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]] = {
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),

@@ -4,7 +4,8 @@ A trial ends **healed** (exit 0, and bit for bit its uninterrupted run's result;
 every group at the same last step with equal parameters) or **stopped** (a non-zero exit within
 its bound whose last line is distrain's own, naming the cause). Anything else breaks the oracle:
 it hung past its bound, diverged, left a process behind, lost a good checkpoint, or stopped
-without saying why.
+without saying why. A per-process batch kind (``nodes_elastic_batch``) is judged by the samples it
+trained on, and stopping because its loader refused the job's own checkpoint breaks it too.
 """
 
 from __future__ import annotations
@@ -16,10 +17,20 @@ from kinds import SAMPLES_OK, Job, Kind, replica_verdict
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
 CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
+#: what a loader that refuses a checkpoint says (the defect of issue 41 on a world change)
+_REFUSED = "cannot resume loader"
 #: verdicts that keep the promise
 GOOD = ("healed", "stopped")
 #: verdicts that break it, in the order they are reported when several apply
-BAD = ("hung", "leftovers", "diverged", "lost checkpoint", "no cause", "no result")
+BAD = (
+    "hung",
+    "leftovers",
+    "diverged",
+    "lost checkpoint",
+    "no cause",
+    "no result",
+    "refused its own checkpoint",
+)
 
 
 @dataclass
@@ -109,6 +120,10 @@ def judge(
         else:
             problems.append("no cause")
             detail = line or "(nothing printed)"
+    refused = [ln for r in runs for ln in (r.stdout + r.stderr).splitlines() if _REFUSED in ln]
+    if kind.samples and refused:  # issue 41: a world change refused, in any run of the trial
+        problems.append("refused its own checkpoint")
+        detail = refused[0].strip()[:200]
     if any(r.rcs for r in runs):  # two nodes: each run's exit per node
         exits = " then ".join(str(r.rcs) for r in runs)
         detail = (detail + "; " if detail else "") + f"node exits {exits}"

@@ -1,8 +1,8 @@
 """A failure that every restart would repeat: stop the whole job instead of restarting it.
 
 torch's elastic agent restarts a failed worker group whatever the failure, until
-``--max-restarts`` runs out: a checkpoint that does not fit the job (``saved global batch 64 !=
-current 128``) was refused again on every attempt.  A rank whose error recurs
+``--max-restarts`` runs out: a checkpoint that does not fit the job (``saved with a dataset of
+96 samples, this one has 120``) was refused again on every attempt.  A rank whose error recurs
 (``DistrainError.recurs``) closes the job's c10d rendezvous before it exits, through torch's
 public ``RendezvousHandler.set_closed()``: the agent of every node then finds the rendezvous
 closed at its next round and ends, and no attempt starts again.  The reason is left in the
