@@ -68,7 +68,8 @@ def _check(tmp_path: Path, text: str) -> None:
     assert [(f["world"], f["steps"]) for f in finals] == [(1, STEPS)], text[-4000:]
     seen = trained_in_order(tmp_path / "out")
     epochs = [
-        torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(e)) for e in (0, 1, 2)
+        torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(e))
+        for e in range(len(seen) // SAMPLES + 1)  # prepare_loader's seed 0, plus the epoch
     ]
     assert seen == torch.cat(epochs).tolist()[: len(seen)], "not each epoch's samples, in order"
     assert len(seen) > SAMPLES  # past the first epoch, whose global batch changed midway
