@@ -1,0 +1,64 @@
+"""Modes × idioms, the elastic column for the idioms that keep no distrain checkpoint.
+
+The script's own DistributedSampler, a plain torchrun script, ``init_device_mesh``, Accelerate,
+Lightning's Trainer and Fabric save nothing distrain can resume: when an elastic job
+(`--nnodes 1:2`, two network namespaces, one rank each) loses a node mid-run, torch's agent
+starts the survivor's rank again, on a world of 1, from step 0, as torchrun does.  Works means:
+the survivor finishes every step, and its parameters equal, bit for bit, the script run by its
+own launcher on one process (`torchrun --nproc-per-node 1`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from helpers import SCRIPTS, python
+from helpers.compat import IDIOMS, compat, run_idiom
+from helpers.netns_hosts import Hosts
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
+
+STEPS = "30"
+RESTARTING = ["own_sampler", "torchrun_plain", "device_mesh", "accelerate", "lightning", "fabric"]
+TORCHRUN_1 = [python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+
+
+@pytest.mark.parametrize("idiom", [pytest.param(i, marks=compat("elastic", i)) for i in RESTARTING])
+def test_a_lost_node_restarts_the_survivor_from_the_start(
+    idiom: str, hosts2: Hosts, tmp_path: Path
+) -> None:
+    result, finals = run_idiom(TORCHRUN_1, idiom, tmp_path / "ref", env={"IDIOM_STEPS": STEPS})
+    assert len(finals) == 1, result.stderr[-3000:]
+    out = tmp_path / "out"
+    flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+             f"{hosts2.addrs[0]}:29400", "--rdzv-id", idiom, "--rdzv-conf",
+             "last_call_timeout=2,keep_alive_interval=2", "--max-restarts", "3",
+             "-n", "1"]  # fmt: skip
+    argv = [
+        python(),
+        "-m",
+        "distrain.cli",
+        "run",
+        *flags,
+        str(SCRIPTS / "idioms" / IDIOMS[idiom][1]),
+    ]
+    env = {"IDIOM_OUT": str(out), "IDIOM_STEPS": STEPS, "IDIOM_STEP_SLEEP": "0.2",
+           "PYTHONPATH": f"{SCRIPTS / 'idioms'}{os.pathsep}{os.environ['PYTHONPATH']}"}  # fmt: skip
+    logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+    procs = [hosts2.start(i, argv, logs[i], env=env) for i in range(2)]
+    deadline = time.monotonic() + 200
+    while not any(len(p.read_text().splitlines()) >= 3 for p in out.glob("samples.1.*")):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail("\n".join(log.read_text()[-3000:] for log in logs))
+        time.sleep(0.1)
+    assert hosts2.kill_node(1)  # rank 1 trained 3 steps on a world of 2: the node dies
+    codes = hosts2.wait([procs[0]], 300, logs)
+    text = logs[0].read_text()
+    assert codes == [0], text[-4000:]
+    got = [json.loads(p.read_text()) for p in out.glob("final.*.json")]
+    assert [(f["world"], f["steps"]) for f in got] == [(1, int(STEPS))], text[-4000:]
+    assert got[0]["digest"] == finals[0]["digest"], text[-4000:]
