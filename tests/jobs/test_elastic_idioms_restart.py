@@ -5,7 +5,8 @@ Lightning's Trainer and Fabric save nothing distrain can resume: when an elastic
 (`--nnodes 1:2`, two network namespaces, one rank each) loses a node mid-run, torch's agent
 starts the survivor's rank again, on a world of 1, from step 0, as torchrun does.  Works means:
 the survivor finishes every step, and its parameters equal, bit for bit, the script run by its
-own launcher on one process (`torchrun --nproc-per-node 1`).
+own launcher on one process (`torchrun --nproc-per-node 1`).  The `--hosts` column: the same
+job as one `distrain run --hosts` over real ssh (helpers/ssh_cluster.py).
 """
 
 from __future__ import annotations
@@ -19,12 +20,24 @@ import pytest
 from helpers import SCRIPTS, python
 from helpers.compat import IDIOMS, compat, run_idiom
 from helpers.netns_hosts import Hosts
+from helpers.ssh_cluster import ssh_cluster, ssh_of, start_job, until, wait_job
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
 
 STEPS = "30"
 RESTARTING = ["own_sampler", "torchrun_plain", "device_mesh", "accelerate", "lightning", "fabric"]
 TORCHRUN_1 = [python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+
+
+def _env(out: Path) -> dict[str, str]:
+    """The idiom's settings (slow steps: the node dies mid-run) and where it finds idiom_common."""
+    path = f"{SCRIPTS / 'idioms'}{os.pathsep}{os.environ['PYTHONPATH']}"
+    return {
+        "IDIOM_OUT": str(out),
+        "IDIOM_STEPS": STEPS,
+        "IDIOM_STEP_SLEEP": "0.2",
+        "PYTHONPATH": path,
+    }
 
 
 @pytest.mark.parametrize("idiom", [pytest.param(i, marks=compat("elastic", i)) for i in RESTARTING])
@@ -46,8 +59,7 @@ def test_a_lost_node_restarts_the_survivor_from_the_start(
         *flags,
         str(SCRIPTS / "idioms" / IDIOMS[idiom][1]),
     ]
-    env = {"IDIOM_OUT": str(out), "IDIOM_STEPS": STEPS, "IDIOM_STEP_SLEEP": "0.2",
-           "PYTHONPATH": f"{SCRIPTS / 'idioms'}{os.pathsep}{os.environ['PYTHONPATH']}"}  # fmt: skip
+    env = _env(out)
     logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
     procs = [hosts2.start(i, argv, logs[i], env=env) for i in range(2)]
     deadline = time.monotonic() + 200
@@ -59,6 +71,33 @@ def test_a_lost_node_restarts_the_survivor_from_the_start(
     codes = hosts2.wait([procs[0]], 300, logs)
     text = logs[0].read_text()
     assert codes == [0], text[-4000:]
+    got = [json.loads(p.read_text()) for p in out.glob("final.*.json")]
+    assert [(f["world"], f["steps"]) for f in got] == [(1, int(STEPS))], text[-4000:]
+    assert got[0]["digest"] == finals[0]["digest"], text[-4000:]
+
+
+@pytest.mark.parametrize("idiom", [pytest.param(i, marks=compat("hosts", i)) for i in RESTARTING])
+def test_a_lost_host_restarts_the_survivor_from_the_start(idiom: str, tmp_path: Path) -> None:
+    """The same through `--hosts h0:1,h1:1 --nnodes 1:2`: h1's ssh session is SIGKILLed."""
+    result, finals = run_idiom(TORCHRUN_1, idiom, tmp_path / "ref", env={"IDIOM_STEPS": STEPS})
+    assert len(finals) == 1, result.stderr[-3000:]
+    out = tmp_path / "out"
+    with ssh_cluster(2, tmp_path) as c:
+        log = tmp_path / "job.log"
+        forward = [a for k, v in _env(out).items() for a in ("-x", f"{k}={v}")]
+        argv = [python(), "-m", "distrain.cli", "run", "--hosts", "h0:1,h1:1", "--nnodes", "1:2",
+                *c.ssh_opts, *forward, str(SCRIPTS / "idioms" / IDIOMS[idiom][1])]  # fmt: skip
+        proc = start_job(c, argv, log)
+        until(
+            lambda: any(len(p.read_text().splitlines()) >= 3 for p in out.glob("samples.1.*")),
+            proc,
+            log,
+            timeout=200,
+        )
+        ssh_of(proc, "h1").kill()
+        code = wait_job(proc, log, 300)
+        text = log.read_text()
+        assert code == 0, text[-4000:]
     got = [json.loads(p.read_text()) for p in out.glob("final.*.json")]
     assert [(f["world"], f["steps"]) for f in got] == [(1, int(STEPS))], text[-4000:]
     assert got[0]["digest"] == finals[0]["digest"], text[-4000:]
