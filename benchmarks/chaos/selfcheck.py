@@ -59,6 +59,14 @@ BREAKS = (
           (("src/distrain/contract.py",
             "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))", "0"),),
           fault="corrupt_newest"),
+    Break("world_change_refused", "a per-process batch's loader refuses its own checkpoint once "
+          "a lost node changed the global batch (issue 41; two namespaces: root)",
+          (("src/distrain/data/sampler.py",
+            '        saved_len = int(state.get("dataset_len", sampler.dataset_len))',
+            '        if int(state.get("global_batch_size", gbs)) != gbs:\n'
+            '            raise ValueError("saved global batch != current (broken on purpose)")\n'
+            '        saved_len = int(state.get("dataset_len", sampler.dataset_len))'),),
+          kind="nodes_elastic_batch", fault="kill_node_launcher", seed=15),
 )  # fmt: skip
 #: the unbroken copy on the same trials
 CONTROL = Break("control", "no break: the same trials on the code as it is")
