@@ -127,7 +127,7 @@ def judge(
                 detail = why
             else:
                 word = "healed"
-                resume, detail = _resume_verdict(kind, job, runs, good_step_before)
+                resume, detail = resume_verdict(kind, job, runs, good_step_before)
                 if resume:
                     problems.append(resume)
                 said = [ln for r in runs for ln in r.stdout.splitlines() if "at sample" in ln]
@@ -155,7 +155,7 @@ def judge(
     return Verdict(word, detail)
 
 
-def _resume_verdict(
+def resume_verdict(
     kind: Kind, job: Job, runs: list[RunRecord], good: int | None
 ) -> tuple[str | None, str]:
     """A restarted job with checkpoints must resume from the newest checkpoint valid at the fault
