@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, python
-from helpers.netns_hosts import Hosts
+from helpers.netns_hosts import Hosts, make_hosts
 from helpers.samples import batches_in_epoch, check_epochs, committed
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -29,7 +29,7 @@ SAMPLES, EPOCHS = 240, 2
 
 
 def _flags(hosts: Hosts, run_id: str) -> list[str]:
-    return ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+    return ["--nnodes", f"1:{len(hosts.names)}", "--rdzv-backend", "c10d", "--rdzv-endpoint",
             f"{hosts.addrs[0]}:29400", "--rdzv-id", run_id, "--rdzv-conf",
             "last_call_timeout=2,keep_alive_interval=2", "--max-restarts", "3",
             "--monitor-interval", "0.5", "-n", "1"]  # fmt: skip
@@ -123,3 +123,28 @@ def test_a_node_that_comes_late_grows_the_world_at_the_next_sample(
         r"changed 1 → 2\)",
         text,
     ), text[-4000:]
+
+
+def test_a_third_node_grows_the_world_from_2_to_3(tmp_path: Path) -> None:
+    """2 → 3 (`--nnodes 1:3`) with a per-process batch of 4: 8 per step, then 12 from a
+    position that is a multiple of 8, often not of 12."""
+    with make_hosts(3) as hosts:
+        argv = _argv(hosts, "grow3", tmp_path, [])
+        logs = [tmp_path / f"node{i}.log" for i in range(3)]
+        procs = [hosts.start(i, argv, logs[i]) for i in range(2)]
+        samples = tmp_path / "samples.jsonl"
+        _until_trained(samples, 2, 3, procs, logs[:2])
+        procs.append(hosts.start(2, argv, logs[2]))
+        codes = hosts.wait(procs, 300, logs)
+        text = "\n".join(log.read_text() for log in logs)
+        assert codes == [0, 0, 0], text[-4000:]
+        steps = check_epochs(samples, SAMPLES, EPOCHS)
+        assert committed(samples)[1][-1]["world"] == 3
+        sizes = [s["global_batch"] for s in steps]
+        changes = list(zip(sizes, sizes[1:], strict=False))
+        assert (8, 12) in changes, steps  # in an epoch or at its start: the node's start decides
+        assert re.search(
+            r"distrain: resumed at sample \d+ of epoch \d with global batch 12 \(was 8: the world "
+            r"changed 2 → 3\)",
+            text,
+        ), text[-4000:]
