@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, python
+from helpers import SCRIPTS, python, run
 from helpers.compat import IDIOMS, compat, run_idiom
 from helpers.netns_hosts import Hosts
 from helpers.ssh_cluster import ssh_cluster, ssh_of, start_job, until, wait_job
@@ -101,3 +101,46 @@ def test_a_lost_host_restarts_the_survivor_from_the_start(idiom: str, tmp_path: 
     got = [json.loads(p.read_text()) for p in out.glob("final.*.json")]
     assert [(f["world"], f["steps"]) for f in got] == [(1, int(STEPS))], text[-4000:]
     assert got[0]["digest"] == finals[0]["digest"], text[-4000:]
+
+
+REFUSAL = "every node would start a job of its own"
+
+
+@pytest.mark.parametrize(
+    "idiom",
+    [pytest.param("self_start", marks=compat("elastic", "self_start", "refused", why=REFUSAL))],
+)
+def test_a_self_starting_script_on_two_nodes_is_refused_at_start(
+    idiom: str, tmp_path: Path
+) -> None:
+    """Each node would run the script once and its `mp.spawn` children form a job of their own
+    (probed: node 0's pair finished alone, node 1's failed, the job never ended): refused."""
+    argv = [python(), "-m", "distrain.cli", "run", "--nnodes", "1:2", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", "127.0.0.1:29999", "--rdzv-id", "selfstart", "-n", "1",
+            str(SCRIPTS / "idioms" / IDIOMS[idiom][1])]  # fmt: skip
+    result = run(argv, timeout=120, env=_env(tmp_path / "out"))
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    said = [line for line in result.stderr.splitlines() if REFUSAL in line]
+    assert len(said) == 1 and "self_start.py starts its own workers" in said[0], result.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "idiom",
+    [pytest.param("self_start", marks=compat("hosts", "self_start", "refused", why=REFUSAL))],
+)
+def test_a_self_starting_script_on_two_hosts_is_refused_at_start(
+    idiom: str, tmp_path: Path
+) -> None:
+    with ssh_cluster(2, tmp_path) as c:
+        log = tmp_path / "job.log"
+        forward = [a for k, v in _env(tmp_path / "out").items() for a in ("-x", f"{k}={v}")]
+        argv = [python(), "-m", "distrain.cli", "run", "--hosts", "h0:1,h1:1", "--nnodes", "1:2",
+                *c.ssh_opts, *forward, str(SCRIPTS / "idioms" / IDIOMS[idiom][1])]  # fmt: skip
+        proc = start_job(c, argv, log)
+        code = wait_job(proc, log, 120)
+        text = log.read_text()
+        assert code != 0, text[-3000:]
+        last = text.strip().splitlines()[-1]
+        assert REFUSAL in last and "self_start.py starts its own workers" in last, text[-3000:]
+        assert not (tmp_path / "out").exists()

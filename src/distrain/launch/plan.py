@@ -216,6 +216,7 @@ def _plan(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any]
         if (
             found is not None
         ):  # run once: its own children are the job (launch/self_start/detect.py)
+            selfstart.refuse_nodes(found, os.path.basename(script), parsed.nnodes)
             selfstart.mark(env)
             once = found.start_line(PROG, os.path.basename(script), nproc)
             args["nproc_per_node"] = "1"

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 
 from distrain.contract import SELF_STARTING, boot_first
+from distrain.errors import UsageError
 
 _MODULES = {"multiprocessing", "torch.multiprocessing", "multiprocess"}
 _SPAWNERS = {"spawn", "start_processes"}
@@ -203,6 +204,22 @@ def decide(script: str, forced: bool | None) -> tuple[SelfStart | None, str]:
         f"{found.line}): running it as torchrun would; pass --self-starting if it starts them "
         "in this run"
     )
+
+
+def refuse_nodes(found: SelfStart, name: str, nnodes: str) -> None:
+    """UsageError, one line, when a self-starting script is asked to run on more than one node.
+
+    Each node would run the script once and its children would form a job of their own (with
+    the script's own master address), so the nodes never make one job: the elastic and
+    ``--hosts`` columns of docs/compatibility.md refuse it at start.
+    """
+    if int(str(nnodes).split(":")[-1]) > 1:
+        what = found.kind if found.line == 0 else f"{found.kind} at line {found.line}"
+        raise UsageError(
+            f"{name} starts its own workers ({what}); with --nnodes {nnodes} every node would "
+            "start a job of its own: run it on one node, or let distrain run start the workers "
+            "(drop the spawn; read RANK and WORLD_SIZE from the environment)"
+        )
 
 
 def mark(env: dict[str, str]) -> None:

@@ -131,3 +131,16 @@ def test_decide_runs_a_flag_gated_script_as_torchrun_would_and_says_so(tmp_path:
     assert decide(sure, False) == (None, "")
     plain = _script(tmp_path, "print(1)\n")
     assert decide(plain, True) == (SelfStart("--self-starting", 0), "")
+
+
+@pytest.mark.parametrize("nnodes", ["2", "1:2", "2:3"])
+def test_a_self_starting_script_on_more_than_one_node_is_refused_in_one_line(nnodes: str) -> None:
+    from distrain.errors import UsageError
+    from distrain.launch.self_start.detect import refuse_nodes
+
+    with pytest.raises(UsageError) as info:
+        refuse_nodes(SelfStart("torch.multiprocessing.spawn", 45), "train.py", nnodes)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith("train.py starts its own workers (torch.")
+    assert f"with --nnodes {nnodes} every node would start a job of its own" in text
+    refuse_nodes(SelfStart("torch.multiprocessing.spawn", 45), "train.py", "1")  # one node: fine
