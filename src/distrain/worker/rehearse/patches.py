@@ -61,6 +61,11 @@ def _process_groups() -> None:
     # init_process_group has one wrapper, shared with the fast start and self-start (the
     # registry's): the rehearsal rewrites the arguments last, right before torch's function
     on_init_process_group(GroupHook("rehearse", before=_gloo_arguments))
+    # torch.accelerator answers "cuda", and torch picks the backend of a group started without
+    # one (init_process_group(), init_device_mesh's own start, get_default_backend_for_device)
+    # from this table: cuda's is gloo here, so whatever path torch takes it agrees with the CPU
+    backends = dict(distributed_c10d.Backend.default_device_backend_map, cuda="gloo")
+    replace(distributed_c10d.Backend, "default_device_backend_map", backends, feature="rehearse")
     for module in (dist, distributed_c10d):
         _replace(module, "new_group", new, feature="rehearse")
 
