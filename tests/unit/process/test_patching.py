@@ -20,7 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch.cuda.comm
+import torch.nn.attention
 import torch.utils.cpp_extension
+from torch.nn.attention import flex_attention
 
 from distrain.process import patching
 from distrain.settings import Settings
@@ -35,6 +38,9 @@ def recorded() -> list[patching.Patch]:
         fake_cuda.install(2)
         patches.install()
         refuse._cpp_extension(torch.utils.cpp_extension)
+        refuse._flex_attention(flex_attention)
+        refuse._attention_kernels(torch.nn.attention)
+        refuse._cuda_comm(torch.cuda.comm)
     fake_cuda._State.count = saved[0]
     assert len(patching.APPLIED) == saved[2] and devices.MAPPED == saved[1]
     return [p for p in found if p.feature == "rehearse"]
