@@ -53,7 +53,9 @@ def test_a_cuda_mesh_rehearses_bit_for_bit(tmp_path: Path, start: str, mesh: str
     rehearsed = torch.load(tmp_path / "gpu" / "final.pt", weights_only=True)
     twin = torch.load(tmp_path / "cpu" / "final.pt", weights_only=True)
     assert rehearsed["backend"] == "gloo" and rehearsed["mesh"] == "cpu", rehearsed
-    assert rehearsed["mesh_shape"] == twin["mesh_shape"] == ((2, n // 2) if mesh == "hsdp" else (n,))
+    assert (
+        rehearsed["mesh_shape"] == twin["mesh_shape"] == ((2, n // 2) if mesh == "hsdp" else (n,))
+    )
     for a, b in zip(rehearsed["ranks"], twin["ranks"], strict=True):
         assert [x.item() for x in a["losses"]] == [x.item() for x in b["losses"]]
         assert list(a["model"]) == list(b["model"])

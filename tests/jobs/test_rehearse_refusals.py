@@ -35,7 +35,8 @@ FLEX_BACKWARD = "FlexAttention backward (flex_attention on inputs that require g
         # torchtitan's way: the compiled flex_attention (Dynamo must not trace the refusal)
         (FLEX + "torch.compile(flex_attention)(q, q, q).sum().backward()\n", FLEX_BACKWARD),
         (
-            SDPA + "with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):\n"
+            SDPA
+            + "with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):\n"
             "    torch.nn.functional.scaled_dot_product_attention(q, q, q)\n",
             "sdpa_kernel(EFFICIENT_ATTENTION, CUDNN_ATTENTION) (attention kernels only a GPU has)",
         ),
@@ -46,9 +47,7 @@ FLEX_BACKWARD = "FlexAttention backward (flex_attention on inputs that require g
     ],
     ids=["flex-backward", "flex-backward-compiled", "sdpa-gpu-kernels", "cuda-comm"],
 )
-def test_a_gpu_only_capability_is_refused_in_one_line(
-    tmp_path: Path, body: str, call: str
-) -> None:
+def test_a_gpu_only_capability_is_refused_in_one_line(tmp_path: Path, body: str, call: str) -> None:
     script = tmp_path / "user.py"
     script.write_text(HEAD + body)
     line = (HEAD + body).rstrip("\n").count("\n") + 1

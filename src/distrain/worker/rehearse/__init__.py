@@ -78,9 +78,7 @@ def _forked(mark: _ForkMark) -> None:
     from distrain.worker.rehearse.devices import MAPPED
 
     inherited = Counter(MAPPED)  # the parent's counts, which the parent reports
-    multiprocessing.util.Finalize(
-        None, functools.partial(write_counts, inherited), exitpriority=0
-    )
+    multiprocessing.util.Finalize(None, functools.partial(write_counts, inherited), exitpriority=0)
 
 
 def write_counts(inherited: Counter[str] | None = None) -> None:

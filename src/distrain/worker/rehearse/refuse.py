@@ -1,9 +1,10 @@
 """What a CPU rehearsal cannot stand in for stops the job with one line naming the user's call.
 
 Custom CUDA extensions, Triton kernels, CUDA graphs, NVML, FlexAttention's backward, GPU-only
-attention kernels (``sdpa_kernel``) and ``torch.cuda.comm``'s copies between GPUs need a real GPU.  The line names
-the call and the first frame of the user's own code (file:line), skipping torch, triton, pynvml,
-distrain and the standard library; it is printed once per job (the first rank to get there).
+attention kernels (``sdpa_kernel``) and ``torch.cuda.comm``'s copies between GPUs need a real
+GPU.  The line names the call and the first frame of the user's own code (file:line), skipping
+torch, triton, pynvml, distrain and the standard library; it is printed once per job (the first
+rank to get there), and the process exits with code 3.
 """
 
 from __future__ import annotations
