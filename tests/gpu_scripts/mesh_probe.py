@@ -55,12 +55,16 @@ for _ in range(args.steps):
 full = {k: v.full_tensor().cpu() for k, v in model.state_dict().items()}
 every = [None] * world
 dist.all_gather_object(every, {"model": full, "losses": losses})
+# what torch would pick for the accelerator it sees: a rehearsal must say gloo, as it runs
+acc = torch.accelerator.current_accelerator()
+default_backend = dist.get_default_backend_for_device(acc) if acc is not None else None
 if dist.get_rank() == 0:
     first = model[0].weight
     torch.save(
         {
             "ranks": every,
             "backend": dist.get_backend(),
+            "accelerator": [acc and acc.type, default_backend],
             "mesh": first.device_mesh.device_type,
             "mesh_shape": tuple(first.device_mesh.shape),
         },

@@ -53,6 +53,8 @@ def test_a_cuda_mesh_rehearses_bit_for_bit(tmp_path: Path, start: str, mesh: str
     rehearsed = torch.load(tmp_path / "gpu" / "final.pt", weights_only=True)
     twin = torch.load(tmp_path / "cpu" / "final.pt", weights_only=True)
     assert rehearsed["backend"] == "gloo" and rehearsed["mesh"] == "cpu", rehearsed
+    # the stand-in accelerator and the backend torch picks for it agree
+    assert rehearsed["accelerator"] == ["cuda", "gloo"], rehearsed
     assert (
         rehearsed["mesh_shape"] == twin["mesh_shape"] == ((2, n // 2) if mesh == "hsdp" else (n,))
     )
