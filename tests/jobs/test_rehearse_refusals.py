@@ -65,3 +65,35 @@ def test_a_gpu_only_capability_is_refused_in_one_line(tmp_path: Path, body: str,
     # the start line, the reason once, the mapped calls, the verdict: no traceback, no warning
     # (how many processes report their mapped calls depends on which ones the refusal outran)
     assert len(lines) == 4 and lines[2].startswith("distrain run --cpu: mapped in"), lines
+
+
+def test_a_capturable_optimizer_rehearses(tmp_path: Path) -> None:
+    """What the CPU can run is not refused: ``Adam(capturable=True)`` (CUDA-graph-ready state)
+    asserted an accelerator and failed at its first step; its arithmetic runs on CPU tensors.
+    Both ranks end with the same parameters, and each step lowered the loss."""
+    script = tmp_path / "user.py"
+    script.write_text(
+        HEAD + "import os\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(8, 1).cuda()\n"
+        "ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dist.get_rank()])\n"
+        "opt = torch.optim.Adam(ddp.parameters(), lr=0.05, capturable=True)\n"
+        "x, y = torch.randn(32, 8).cuda(), torch.randn(32, 1).cuda()\n"
+        "losses = []\n"
+        "for _ in range(5):\n"
+        "    loss = torch.nn.functional.mse_loss(ddp(x), y)\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    losses.append(loss.item())\n"
+        "assert all(b < a for a, b in zip(losses, losses[1:])), losses\n"
+        "weights = [None, None]\n"
+        "dist.all_gather_object(weights, model.weight.detach())\n"
+        "assert torch.equal(*weights)\n"
+        "print('capturable trained', dist.get_rank(), flush=True)\n"
+    )
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2", str(script)]
+    res = run(cmd, timeout=240, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rank in (0, 1):  # the ranks share stdout: a line and its newline may come apart
+        assert res.stdout.count(f"capturable trained {rank}") == 1, res.stdout

@@ -6,8 +6,8 @@
 autocast → CPU autocast (same dtype, float16 by default as on CUDA); ``GradScaler("cuda")`` →
 ``GradScaler("cpu")``; ``torch.load``: CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off;
 ``with torch.device("cuda")`` → the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2,
-replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device.  Every patch goes
-through
+replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device; capturable
+optimizers (``Adam(capturable=True)``) accept CPU parameters.  Every patch goes through
 :mod:`distrain.process.patching`.
 """
 
@@ -21,7 +21,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from distrain.process.patching import Args, GroupHook, on_init_process_group, replace, wrap
+from distrain.process.patching import (
+    Args,
+    GroupHook,
+    holders,
+    like,
+    on_init_process_group,
+    replace,
+    wrap,
+)
 from distrain.worker.rehearse.devices import CPU, MAPPED, cpu_if_cuda, is_cuda
 from distrain.worker.rehearse.refuse import say_once
 
@@ -305,8 +313,24 @@ def _device_mesh() -> None:
     _replace(DeviceMesh, "__init__", mesh, feature="rehearse")
 
 
+def _capturable_optimizers() -> None:
+    # Adam(capturable=True) & co. (optimizer state ready for CUDA graph capture) assert that their
+    # parameters are on an accelerator; the capturable arithmetic runs on CPU tensors as well.
+    # Each optimizer module imported its own reference to the check's device list
+    from torch.optim import optimizer
+
+    original = optimizer._get_capturable_supported_devices
+
+    def devices(supports_xla: bool = True) -> list[str]:
+        return [*original(supports_xla), "cpu"]
+
+    for module in holders(original):
+        replace(module, original.__name__, like(original, devices), feature="rehearse")
+
+
 def install() -> None:
     """Apply every patch of this module."""
+    _capturable_optimizers()
     _compile()
     _device_mesh()
     _process_groups()
