@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_DESTS, HOST_LIST, UNKNOWN, CommandLine
+from distrain.launch.command_line import HOST_DESTS, HOST_LIST, CommandLine
 from distrain.launch.hosts import env_file
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from distrain.launch.validate import node_range
@@ -125,12 +125,8 @@ def parse(command: CommandLine) -> HostsOptions:
     """Take a `distrain run --hosts …` command line apart; UsageError on bad input."""
     own: dict[str, list[tuple[str, str]]] = {}  # dest -> (name as given, value)
     node_argv: list[str] = []
+    command.refuse_unknown()  # with the option meant, or the ones abbreviated
     for opt in command.options:
-        if opt.dest == UNKNOWN:
-            raise UsageError(
-                f"unknown option {opt.name} (see distrain run --help; script options go "
-                "after the script)"
-            )
         if opt.dest in _FORBIDDEN:
             raise UsageError(
                 f"{opt.name} cannot be given with --hosts/--hostfile: {_FORBIDDEN[opt.dest]}"
