@@ -84,14 +84,14 @@ OPTIONS: dict[str, tuple[str, bool]] = {
 #: dest -> (the type its value is converted to, its choices), for the options whose value
 #: torch's parser checks (every other value is a string taken as given)
 VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
-    'max_restarts': ('int', ()),
-    'monitor_interval': ('float', ()),
-    'start_method': ('str', ('spawn', 'fork', 'forkserver')),
-    'node_rank': ('int', ()),
-    'master_port': ('int', ()),
-    'numa_binding': ('str', ('node', 'socket', 'exclusive', 'core-complex')),
-    'shutdown_timeout': ('int', ()),
-    'print_completion': ('str', ('bash', 'zsh', 'tcsh')),
+    "max_restarts": ("int", ()),
+    "monitor_interval": ("float", ()),
+    "start_method": ("str", ("spawn", "fork", "forkserver")),
+    "node_rank": ("int", ()),
+    "master_port": ("int", ()),
+    "numa_binding": ("str", ("node", "socket", "exclusive", "core-complex")),
+    "shutdown_timeout": ("int", ()),
+    "print_completion": ("str", ("bash", "zsh", "tcsh")),
 }
 
 
