@@ -63,7 +63,8 @@ def test_the_imports_the_image_lacks_get_a_requirements_file(project: Path) -> N
     assert "wrote Dockerfile, src/requirements.txt, .dockerignore" in err
     written = (project / "src" / "requirements.txt").read_text().splitlines()
     assert [ln for ln in written if not ln.startswith("#")] == [f"scikit-learn=={sklearn}"]
-    by_cmd = [(c.cmd, c.value) for c in dockerfile.parse_string((project / "Dockerfile").read_text())]
+    parsed = dockerfile.parse_string((project / "Dockerfile").read_text())  # BuildKit's parser
+    by_cmd = [(c.cmd, c.value) for c in parsed]
     assert ("COPY", ("src/requirements.txt", "/tmp/requirements.txt")) in by_cmd
     assert ("RUN", ("python -m pip install -r /tmp/requirements.txt",)) in by_cmd
     # a requirements file that leaves it out is refused; one that names it is taken
@@ -117,8 +118,8 @@ def test_printing_writes_no_dockerignore_and_says_where(project: Path) -> None:
 def test_compose_mounts_the_checkpoint_directory(project: Path) -> None:
     import torch
 
-    code, out, err = export(project, "compose", "src/train.py", "--", "--checkpoint-dir",
-                            "/data/ckpt", "--save-dir=ckpt", "--checkpoint-every", "100")  # fmt: skip
+    script_args = ["--checkpoint-dir", "/data/ckpt", "--save-dir=ckpt", "--checkpoint-every", "9"]
+    code, out, err = export(project, "compose", "src/train.py", "--", *script_args)
     assert code == 0, err
     (project / "compose.yaml").write_text(out)
     assert compose_errors(project / "compose.yaml") is None
