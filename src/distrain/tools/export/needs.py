@@ -52,8 +52,13 @@ def imported_modules(script: Path) -> list[str]:
     """The top-level names of `script`'s absolute imports, in order, without the standard
     library and the modules beside it or in the working directory (the project's own)."""
     tree = ast.parse(script.read_bytes(), filename=str(script))
-    optional = {id(node) for guard in ast.walk(tree) if _guards_imports(guard)
-                for part in guard.body for node in ast.walk(part)}  # fmt: skip
+    optional = {
+        id(node)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.Try) and _guards_imports(guard)
+        for part in guard.body
+        for node in ast.walk(part)
+    }
     found: list[str] = []
     for node in ast.walk(tree):
         if id(node) in optional:  # `try: import apex / except ImportError`: the script copes
@@ -71,10 +76,8 @@ def imported_modules(script: Path) -> list[str]:
     return [name for name in found if not _local(name, script.parent)]
 
 
-def _guards_imports(node: ast.AST) -> bool:
+def _guards_imports(node: ast.Try) -> bool:
     """A ``try`` whose handlers catch a failed import (ImportError, its subclass, or all)."""
-    if not isinstance(node, ast.Try):
-        return False
     caught = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
     for handler in node.handlers:
         kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
