@@ -41,6 +41,9 @@ def test_host_lists_and_hostfiles() -> None:
             "worker-0 slots=4\nworker-1\n",
             "hostfile:2: 'worker-1' has no slots=N (write 'worker-1 slots=N')",
         ),
+        # the --hosts spelling in a hostfile: the fix keeps its count
+        ("h1:1\n", "hostfile:1: 'h1:1' has no slots=N (write 'h1 slots=1')"),
+        ("[fd00::2]:4\n", "hostfile:1: '[fd00::2]:4' has no slots=N (write 'fd00::2 slots=4')"),
         ("worker-0 slots=4\nworker-0 slots=2\n", "hostfile: host worker-0 is listed twice"),
         ("worker-0 slots=zero\n", "hostfile:1: slots must be a positive integer (got 'zero')"),
         ("# nothing\n", "hostfile: no hosts given"),
