@@ -54,7 +54,8 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
   --iface NAME | H=NAME,… the network interface of every host, or per host
   --quiet-hosts           show only the first host's output
   --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
-  --dry-run               print each host's exact ssh command; start nothing
+  --dry-run               print the command to paste on each host, then each host's ssh
+                          command; start nothing
 Every other `distrain run` option is passed to each host's own `distrain run`."""
 
 

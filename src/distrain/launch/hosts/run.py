@@ -33,7 +33,7 @@ from typing import IO
 
 from distrain.errors import UsageError, fail
 from distrain.launch.command_line import CommandLine, split
-from distrain.launch.hosts import options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts
 from distrain.launch.hosts.node import PROBE_MARK, STOP_GRACE_S, fingerprint
 
 PROG = "distrain run"
@@ -263,8 +263,9 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         return 0
     try:
         opts = host_options.parse(command)
-        if opts.dry_run:
-            print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
+        if opts.dry_run:  # the commands to paste on each host, then what the fan-out runs
+            addrs = ssh_hosts.resolve(opts)
+            print("\n".join([*by_hand.lines(opts, addrs), *ssh_hosts.dry_run_lines(opts, addrs)]))
             return 0
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)

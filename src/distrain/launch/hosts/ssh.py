@@ -240,7 +240,9 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
     port = f"port {opts.master_port}" if opts.master_port else "a free port there"
-    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
+    lines = ["# what distrain run --hosts runs over ssh: each host's command through a watcher "
+             "that checks the host and waits for the launcher's go (by hand, use the lines above)",
+             f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
              f"{opts.hosts[0].name} reaches the others by, and {port}"]  # fmt: skip
     if opts.per_group is None and opts.replicas is not None:
         lines.append(

@@ -19,7 +19,7 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch.command_line import split
-from distrain.launch.hosts import options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile_text, parse_hosts, select
 
 
@@ -268,6 +268,7 @@ def test_dry_run_and_container_lines() -> None:
     )
     assert opts.dry_run and "--dry-run" not in opts.node_argv
     lines = ssh_hosts.dry_run_lines(opts, ["10.0.0.1", "10.0.0.2"])
+    assert lines.pop(0).startswith("# what distrain run --hosts runs over ssh")
     assert lines[0].startswith(
         "# @MASTER_ADDR@ and @MASTER_PORT@ are filled in when the job starts"
     )
@@ -334,3 +335,15 @@ def torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def test_by_hand_lines_in_the_container() -> None:
+    opts = parse_argv(["--hosts", "a:1,b:2", "--container", "img:1", "--dry-run", "t.py", "--x"])
+    first, second = by_hand.node_commands(opts, ["10.0.0.1", "10.0.0.2"])
+    cwd = os.getcwd()
+    assert second[:11] == ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--net=host",
+                           "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+    tail = second[second.index("img:1") + 1 :]
+    assert tail == ["distrain", "run", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                    "10.0.0.1", "--master-port", "29500", "-n", "2", "t.py", "--x"]  # fmt: skip
+    assert first[first.index("--node-rank") + 1] == "0"
