@@ -101,7 +101,8 @@ def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
     # a usage error, and the fan-out (which starts nothing here but ssh), need no `import torch`
     # (seconds under load): the recorded torchrun table reads the command line first
-    quick = split_without_torch(argv)
+    # (not on a host of the fan-out: its address and port are tokens until its go, checked then)
+    quick = None if HOST_GO_FD in os.environ else split_without_torch(argv)
     if quick is not None:
         try:
             usage.check_before_torch(quick)

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from distrain import noise
 from distrain.errors import UsageError, fail
 from distrain.launch.command_line import CommandLine, split
 from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts
@@ -78,12 +79,15 @@ class Session:
             reader.start()
 
     def _read(self, pipe: IO[bytes], out: IO[str], is_stdout: bool) -> None:
+        verbose = noise.verbose()
         for raw in iter(pipe.readline, b""):
             line = raw.decode(errors="replace").rstrip("\r\n")
             if is_stdout and self.probe is None and line.startswith(PROBE_MARK):
                 with contextlib.suppress(ValueError):
                     self.probe = json.loads(line[len(PROBE_MARK) :])
                 self.probed.set()
+                continue
+            if not verbose and noise.known_cpp(line):  # c10d's reverse-DNS warning &c.
                 continue
             self.tail.append(line)
             if self.show and (self.started or is_stdout):
