@@ -34,7 +34,7 @@ from typing import IO
 from distrain import noise
 from distrain.errors import UsageError, fail
 from distrain.launch.command_line import CommandLine, split
-from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts, verdict
 from distrain.launch.hosts.node import PROBE_MARK, STOP_GRACE_S, fingerprint
 
 PROG = "distrain run"
@@ -60,6 +60,9 @@ class Session:
         self.probed = threading.Event()
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
         self.started = False  # told to go: its output is the job's from then on
+        #: its node's "job failed" verdict (held back for the one last line: hosts/verdict.py)
+        self.verdict: str | None = None
+        self.root_cause = False  # one of its ranks printed the root cause
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -90,6 +93,11 @@ class Session:
             if not verbose and noise.known_cpp(line):  # c10d's reverse-DNS warning &c.
                 continue
             self.tail.append(line)
+            self.root_cause = self.root_cause or bool(verdict.ROOT_CAUSE.match(line))
+            if self.started and line.startswith(verdict.NODE_VERDICT):
+                self.verdict = line[len(verdict.NODE_VERDICT) :]
+                if not verbose:  # said once, in the fan-out's last line
+                    continue
             if self.show and (self.started or is_stdout):
                 with _PRINT:
                     out.write(f"[{self.name}] {line}\n")
@@ -249,8 +257,9 @@ def _supervise(
                 )
                 continue
             others = [sessions[j] for j in live]
-            _stop(others)
-            _say(f"job failed: host {s.name}: {s.reason()}")
+            _stop(others)  # their verdicts are read to the end: the cause may be another host's
+            _say(verdict.failed_line(sessions, s))
+            code = verdict.blamed(sessions, s).proc.returncode or code
             return code if 0 < code < 256 else 1
         stop.wait(0.1)
     tail = f"; lost: {', '.join(lost)}" if lost else ""
