@@ -347,3 +347,29 @@ def test_c10ds_reverse_dns_warning_is_kept_off_the_console(
     text = log.read_text()
     assert "[h0] [c10d] a line nobody knows" in text and "[h1] [c10d] a line nobody" in text, text
     assert "hostname of the client socket" not in text, text
+
+
+def test_a_failed_script_ends_with_one_line_naming_its_host(
+    cluster2: SshCluster, tmp_path: Path
+) -> None:
+    """Rank 1 (host h1) raises after a checkpoint at step 8: the last line names h1 and the cause
+    once, not nested in h0's, and ends with the resume hint (which h0, rank 0's host, holds); the
+    survivor's line says what its peer's loss means, not gloo's C++ path."""
+    log = tmp_path / "job.log"
+    argv = RUN + ["--hosts", "h0:1,h1:1", *cluster2.ssh_opts, CKPT, "--dir", str(tmp_path / "c"),
+                  "--every", "4", "--raise-at", "10", "--out", str(tmp_path / "m.pt")]  # fmt: skip
+    assert _wait(_start(cluster2, argv, log), log, 200) == 1
+    lines = log.read_text().rstrip().splitlines()
+    assert lines[-1].startswith("distrain run: job failed: host h1: rank 1 (pid ") and lines[
+        -1
+    ].endswith(
+        "exited with code 1: ValueError: injected failure on rank 1; rerun the same command to "
+        f"resume from step 8 ({tmp_path / 'c' / 'step_00000008'})"
+    ), lines[-3:]
+    assert not [ln for ln in lines if ln.startswith(("[h0] distrain run: job failed", "[h1] dis"
+                                                     "train run: job failed"))]  # fmt: skip
+    survivor = next(ln for ln in lines if "another rank failed" in ln)
+    assert survivor.startswith("[h0] distrain: rank 0 stopped: another rank failed (") and (
+        "pair.cc" not in survivor and "that process ended" in survivor
+    ), survivor
+    _assert_clean(cluster2)
