@@ -34,7 +34,13 @@ from typing import IO
 from distrain import noise
 from distrain.errors import UsageError, fail
 from distrain.launch.command_line import CommandLine, split
-from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts, verdict
+from distrain.launch.hosts import (
+    by_hand,
+    options as host_options,
+    restarts,
+    ssh as ssh_hosts,
+    verdict,
+)
 from distrain.launch.hosts.node import PROBE_MARK, STOP_GRACE_S, fingerprint
 
 PROG = "distrain run"
@@ -63,6 +69,8 @@ class Session:
         #: its node's "job failed" verdict (held back for the one last line: hosts/verdict.py)
         self.verdict: str | None = None
         self.root_cause = False  # one of its ranks printed the root cause
+        #: the job's restart lines, one per attempt for every host (hosts/restarts.py)
+        self.restarts: restarts.RestartLines | None = None
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -94,6 +102,9 @@ class Session:
                 continue
             self.tail.append(line)
             self.root_cause = self.root_cause or bool(verdict.ROOT_CAUSE.match(line))
+            fold = self.restarts if self.started and not verbose else None
+            if fold is not None and fold.take(self.name, line, self.root_cause):
+                continue  # said once for the job, by the fan-out
             if self.started and line.startswith(verdict.NODE_VERDICT):
                 self.verdict = line[len(verdict.NODE_VERDICT) :]
                 if not verbose:  # said once, in the fan-out's last line
@@ -298,6 +309,9 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         remote = ssh_hosts.remote_command(opts, rank, None, env, job)
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
+    fold = restarts.RestartLines(len(sessions), _say)
+    for s in sessions:
+        s.restarts = fold
     try:
         sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
         master, port = _check(sessions, opts, stop)
