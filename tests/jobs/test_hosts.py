@@ -373,3 +373,21 @@ def test_a_failed_script_ends_with_one_line_naming_its_host(
         "pair.cc" not in survivor and "that process ended" in survivor
     ), survivor
     _assert_clean(cluster2)
+
+
+def test_a_restart_is_one_line_for_the_job(cluster2: SshCluster, tmp_path: Path) -> None:
+    """Rank 1 (h1) is SIGKILLed at step 10 after a checkpoint at 8: one restart line, naming h1
+    and the step both hosts resume from, instead of each node's own (h0's blaming its rank)."""
+    log = tmp_path / "job.log"
+    argv = RUN + ["--hosts", "h0:1,h1:1", *cluster2.ssh_opts, "--max-restarts", "1", CKPT, "--dir",
+                  str(tmp_path / "c"), "--every", "4", "--kill-at", "10", "--out",
+                  str(tmp_path / "m.pt")]  # fmt: skip
+    assert _wait(_start(cluster2, argv, log), log, 240) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    restarts = [ln for ln in text.splitlines() if "restarting" in ln]
+    assert restarts == [
+        f"distrain run: rank 1 (host h1, local rank 0, pid "
+        f"{restarts[0].split(', pid ')[1].split(')')[0]}) was "
+        "killed by SIGKILL; restarting every host's ranks (attempt 1 of 1), resuming from step 8"
+    ], text[-3000:]
+    assert "[h0] finished at step 16" in text

@@ -27,8 +27,12 @@ WINDOW_S = 5.0
 class RestartLines:
     """Collects the hosts' restart lines; `say` gets one line per attempt."""
 
-    def __init__(self, hosts: int, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, hosts: int, say: Callable[[str], None], first_rank: dict[str, int] | None = None
+    ) -> None:
         self.hosts, self.say = hosts, say
+        #: host → the global rank of its local rank 0, when every host's process count is known
+        self.first_rank = first_rank or {}
         self._lock = threading.Lock()
         #: attempt → host → (its line's fields, whether that host had the root cause)
         self._seen: dict[int, dict[str, tuple[dict[str, str], bool]]] = {}
@@ -63,7 +67,24 @@ class RestartLines:
             ((h, v) for h, v in seen.items() if v[1]), next(iter(seen.items()))
         )
         resume = next((f["resume"] for f, _ in seen.values() if f["resume"]), "") or ""
+        local, pid = int(fields["rank"]), fields["pid"]
+        who = f"local rank {local} of host {host} (pid {pid})"
+        if host in self.first_rank:
+            rank = self.first_rank[host] + local
+            who = f"rank {rank} (host {host}, local rank {local}, pid {pid})"
         self.say(
-            f"rank {fields['rank']} of host {host} (pid {fields['pid']}) {fields['what']}; "
+            f"{who} {fields['what']}; "
             f"restarting every host's ranks (attempt {attempt} of {fields['total']}){resume}"
         )
+
+
+def first_ranks(names: list[str], counts: list[int | None]) -> dict[str, int]:
+    """host → the global rank of its local rank 0 (ranks follow the host order), or {} when a
+    host's process count is decided on the host (its GPUs)."""
+    if any(count is None for count in counts):
+        return {}
+    out, start = {}, 0
+    for name, count in zip(names, counts, strict=True):
+        out[name] = start
+        start += count or 0
+    return out

@@ -278,6 +278,10 @@ def _supervise(
     return failed if 0 < failed < 256 else (1 if failed else 0)
 
 
+def _count(nproc: str | None) -> int | None:
+    return int(nproc) if nproc is not None and nproc.isdigit() else None
+
+
 def main(argv: CommandLine | Sequence[str]) -> int:
     """Entry point of `distrain run --hosts/--hostfile` (its command line split or not);
     returns the job's exit code."""
@@ -309,7 +313,9 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         remote = ssh_hosts.remote_command(opts, rank, None, env, job)
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
-    fold = restarts.RestartLines(len(sessions), _say)
+    counts = [_count(opts.nproc) or h.nproc() for h in opts.hosts]
+    first = restarts.first_ranks([h.name for h in opts.hosts], counts)
+    fold = restarts.RestartLines(len(sessions), _say, None if opts.replicas else first)
     for s in sessions:
         s.restarts = fold
     try:
