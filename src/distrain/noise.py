@@ -17,6 +17,7 @@ debug.
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 from distrain.contract import debug_logging
@@ -46,6 +47,9 @@ KNOWN_RECORDS: dict[str, tuple[str, ...]] = {
         "Closing process",
         "Sending process",
     ),
+    # the agent passing a stop on to its workers: `distrain run` says the stop in its own line
+    # ("stopped by SIGTERM …", or the job's end on every host); its message starts with the
+    # signal's number, so it is matched by KNOWN_PATTERNS below
     # TorchFT's manager (after its ``[replica/rank - step N]`` prefix), when a peer group died
     # mid-step: the gloo error is the loss `distrain run: replica group G lost at step N`
     # reports, and the step is not committed
@@ -53,6 +57,12 @@ KNOWN_RECORDS: dict[str, tuple[str, ...]] = {
         "got exception waiting for work",
         "got exception in all reduce",
         "got exception in future",
+    ),
+}
+#: log records by logger name: whole messages that are known noise, where a number leads them
+KNOWN_PATTERNS: dict[str, tuple[str, ...]] = {
+    "torch.distributed.elastic.agent.server.api": (
+        r"Received (\d+|Signals\.SIG[A-Z]+|SIG[A-Z]+) death signal, shutting down workers",
     ),
 }
 #: loggers whose messages start with a ``[…] `` prefix before the text matched above
@@ -67,7 +77,16 @@ KNOWN_CPP: tuple[str, ...] = (
     "find_unused_parameters=True was specified in DDP constructor, but did not find any unused",
     # TorchFT's process groups call a deprecated no-op at every reconfiguration
     "setSequenceNumberForGroup() is deprecated",
+    # c10d's TCPStore names a connecting client by reverse DNS, and warns when that fails (hosts
+    # without DNS, 4× per multi-host job): nothing fails, the peer is named by its address.
+    # Dropped from the hosts' output by `distrain run --hosts` (launch/hosts/run.py)
+    "[c10d] The hostname of the client socket cannot be retrieved",
 )
+
+
+def known_cpp(line: str) -> bool:
+    """Whether a line torch's C++ side wrote to stderr is one of :data:`KNOWN_CPP`."""
+    return any(k in line for k in KNOWN_CPP)
 
 
 def verbose() -> bool:
@@ -79,6 +98,8 @@ def known(name: str, message: str) -> bool:
     """Whether a record of logger `name` with text `message` is known noise."""
     if name in _PREFIXED and message.startswith("[") and "] " in message:
         message = message.split("] ", 1)[1]
+    if any(re.fullmatch(p, message) for p in KNOWN_PATTERNS.get(name, ())):
+        return True
     return message.startswith(KNOWN_RECORDS.get(name, ()))
 
 
@@ -103,7 +124,7 @@ def quiet_loggers(names: tuple[str, ...] | None = None) -> None:
 
     At ``DISTRAIN_LOG_LEVEL=debug`` torch's distributed loggers and TorchFT's show INFO as well.
     """
-    for name in names if names is not None else tuple(KNOWN_RECORDS):
+    for name in names if names is not None else (*KNOWN_RECORDS, *KNOWN_PATTERNS):
         if name in _installed:
             continue
         _installed.add(name)
@@ -122,8 +143,6 @@ def quiet_warnings() -> None:
 
 
 def _escaped(start: str) -> str:
-    import re
-
     return re.escape(start)
 
 

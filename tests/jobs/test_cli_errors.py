@@ -34,6 +34,9 @@ def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
         (["--gpus", "7", JOB], "GPU 7 does not exist"),
         (["--gpus", "a,b", JOB], "--gpus expects GPU indices"),
         ([], "no training script"),
+        (["--nprocs", "2", JOB], "unknown option --nprocs: did you mean --nproc?"),
+        (["--max", "3", JOB], "ambiguous option: --max could match --max-restarts"),
+        (["--launcher", "srun", JOB], "argument --launcher: invalid choice: 'srun'"),
     ],
 )
 def test_bad_input(args: list[str], needle: str) -> None:
@@ -74,3 +77,24 @@ def test_dry_run_prints_torchrun_command() -> None:
         and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in out
     )
     assert out.strip().endswith("-- --n 5")
+
+
+def test_a_usage_error_imports_no_torch() -> None:
+    """The typo is refused from the recorded torchrun table (launch/usage.py), not after the
+    seconds of `import torch`."""
+    res = run(
+        [python(), "-X", "importtime", "-m", "distrain.cli", "run", "--max-restrats", "3", JOB],
+        timeout=120,
+    )
+    imported = [ln.split("|")[-1].strip() for ln in res.stderr.splitlines() if "|" in ln]
+    said = [ln for ln in res.stderr.splitlines() if not ln.startswith("import time:")]
+    assert res.returncode == 2 and len(said) == 1, res.stderr[-2000:]
+    assert said[0].startswith("distrain run: error: unknown option --max-restrats: did you mean")
+    assert "distrain.launch.usage" in imported  # the table was read
+    assert "torch" not in imported, "torch was imported on the usage-error path"
+
+
+def test_torchruns_abbreviation_is_taken() -> None:
+    code, out, err = distrain_run("--dry-run", "--max-restart", "2", "-n", "2", JOB, "--max")
+    assert code == 0, err
+    assert "--max-restarts 2" in out and out.strip().endswith("-- --max")

@@ -203,7 +203,7 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
         r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace")
     )  # without colours and cursor moves
     assert proc.returncode == 0, text[-2000:]
-    assert re.search(r"epoch 1 ━+.*\b\d+/22\b", text), text[
-        -2000:
-    ]  # 1438 samples // (32 × 2) = 22 steps
+    # numbered from 0, as `for epoch in range(n)` holds it; 1438 samples // (32 × 2) = 22 steps
+    assert re.search(r"epoch 0 ━+.*\b\d+/22\b", text), text[-2000:]
+    assert not re.search(r"epoch 1 ━", text), text[-2000:]
     assert "22/22" in text and "epoch 1/1  train loss" in text, text[-2000:]

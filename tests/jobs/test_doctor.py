@@ -271,3 +271,15 @@ def test_missing_rank_is_named_in_bounded_time(stage: str) -> None:
     assert check["status"] == "fail" and check["data"]["missing"] == [1], check
     assert "rank(s) 1 " in check["seen"]
     assert res.returncode != 0
+
+
+def test_the_old_module_name_still_runs_the_doctor() -> None:
+    """`-m distrain.doctor` became `-m distrain.tools.doctor`; old command lines failed with
+    "No module named distrain.doctor"."""
+    old = run([python(), "-m", "distrain.doctor", "--json"], timeout=180)
+    doc = _doc(old)
+    assert doc["tool"] == "distrain doctor" and doc["mode"] == "local", old.stderr[-2000:]
+    assert old.returncode == (1 if doc["summary"]["fail"] else 0)
+    helps = [run([python(), "-m", name, "--help"], timeout=120) for name in
+             ("distrain.doctor", "distrain.tools.doctor")]  # fmt: skip
+    assert helps[0].returncode == 0 and helps[0].stdout == helps[1].stdout

@@ -22,6 +22,7 @@ from helpers import REPO, python, run
 from helpers.manifests import compose_errors, k8s_errors, need
 
 from distrain import __version__
+from distrain.tools.export.base_image import for_installed_torch
 from distrain.tools.export.cli import main as export_main
 
 SCRIPT = "examples/train_digits.py"
@@ -71,7 +72,7 @@ def test_dockerfile_installs_a_built_wheel_and_the_scripts_requirements(
     )
     commands = dockerfile.parse_string((project / "Dockerfile").read_text())  # BuildKit's parser
     by_cmd = [(c.cmd, c.value) for c in commands]
-    assert by_cmd[0] == ("FROM", ("pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime",))
+    assert by_cmd[0] == ("FROM", (for_installed_torch(),))  # this machine's torch
     for cmd, value in by_cmd:
         if cmd == "COPY":  # every source is in the build context and not ignored
             assert (project / value[0]).exists() and value[0].split("/")[0] not in (
@@ -133,6 +134,8 @@ def test_compose_on_the_host_network_spans_machines(
         "2",
         "--image",
         "me/job:1",
+        "--gpus-per-node",
+        "2",
         "--",
         "--epochs",
         "3",
@@ -305,7 +308,7 @@ def test_repo_docker_files_are_the_generated_ones(
           "docker/Dockerfile"],
          ["docker/Dockerfile", "docker/Dockerfile.dockerignore"]),
         (["compose", SCRIPT, "--image", "distrain:latest", "--context", "..", "--dockerfile",
-          "docker/Dockerfile", "--out", "docker/compose.yaml"],
+          "docker/Dockerfile", "--gpus-per-node", "1", "--out", "docker/compose.yaml"],
          ["docker/compose.yaml"]),
     ):  # fmt: skip
         assert export(capsys, *argv, cwd=tmp_path) == ""  # went to the files

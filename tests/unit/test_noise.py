@@ -47,3 +47,26 @@ def test_filter_drops_known_records_unless_debug(monkeypatch: pytest.MonkeyPatch
 
 def test_every_known_warning_says_why() -> None:
     assert noise.KNOWN_WARNINGS and all(len(why) > 20 for _, _, why in noise.KNOWN_WARNINGS)
+
+
+def test_the_agents_death_signal_and_c10ds_reverse_dns_warning_are_known() -> None:
+    agent = "torch.distributed.elastic.agent.server.api"
+    for sig in ("15", "Signals.SIGTERM", "SIGINT"):
+        assert noise.known(agent, f"Received {sig} death signal, shutting down workers")
+    assert not noise.known(agent, "Received 15 death signal, shutting down workers and more")
+    assert not noise.known("torch.distributed.elastic.multiprocessing.api", "Received 15 death "
+                           "signal, shutting down workers")  # fmt: skip
+    line = ("[W1128 20:59:25.951000 29560 torch/csrc/distributed/c10d/socket.cpp:474] [c10d] The "
+            "hostname of the client socket cannot be retrieved. err=-3")  # fmt: skip
+    assert noise.known_cpp(line) and not noise.known_cpp("[c10d] The client socket has timed out")
+
+
+def test_the_agents_logger_drops_its_death_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DISTRAIN_LOG_LEVEL", raising=False)
+    record = _record(
+        "torch.distributed.elastic.agent.server.api",
+        "Received %s death signal, shutting down workers",
+        15,
+    )
+    noise.quiet_loggers()
+    assert not logging.getLogger(record.name).filter(record)

@@ -43,6 +43,7 @@ from distrain.launch import (
     rendezvous,
     stop_watch,
     store_hold,
+    usage,
     watch_notice,
 )
 from distrain.launch.command_line import HOST_LIST, split, split_without_torch
@@ -98,13 +99,19 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
-    # the fan-out starts nothing here but ssh: its split needs no `import torch` (seconds under
-    # load)
-    quick = split_without_torch(argv)
-    if quick is not None and quick.has(*HOST_LIST) and not quick.unknown:
-        from distrain.launch.hosts import run as hosts_run
+    # a usage error, and the fan-out (which starts nothing here but ssh), need no `import torch`
+    # (seconds under load): the recorded torchrun table reads the command line first
+    # (not on a host of the fan-out: its address and port are tokens until its go, checked then)
+    quick = None if HOST_GO_FD in os.environ else split_without_torch(argv)
+    if quick is not None:
+        try:
+            usage.check_before_torch(quick)
+        except UsageError as err:
+            fail(PROG, str(err), err.exit_code)
+        if quick.has(*HOST_LIST):
+            from distrain.launch.hosts import run as hosts_run
 
-        return hosts_run.main(quick)
+            return hosts_run.main(quick)
     go_fd = None
     if HOST_GO_FD in os.environ:  # started by `distrain run --hosts` before its verdict
         from distrain.launch.hosts import go as host_go

@@ -5,7 +5,8 @@ One parser knows every option `distrain run` takes: torchrun's own
 fan-out to many machines (``--hosts`` & co., left out of the one-node ``--help``).
 :func:`split` cuts a command line at the script with that parser's own table of options (which
 take a value, which are switches), so ``train.py --n 5`` never reaches argparse's prefix
-matching and no launcher option is abbreviated.  Every caller takes its command line apart here
+matching; a launcher option abbreviated as torchrun allows (``--max-restart``) is expanded here
+once, by argparse's rule (launch/option_names.py).  Every caller takes its command line apart here
 and selects options by the parser's ``dest``, so each spelling of an option (``--max-restarts``,
 ``--max_restarts``) is known once: the plan, the early fork server, the replica groups, the
 fan-out to hosts, and the tools that relaunch themselves (split with their own parser).
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from distrain.errors import UsageError, raise_usage_errors
+from distrain.launch import option_names
 from distrain.launch.mpi import LAUNCHERS
 
 PROG = "distrain run"
@@ -42,6 +44,9 @@ class Option:
     tokens: tuple[str, ...]
     #: the option takes a value (a None value then means it is missing)
     takes_value: bool = False
+    #: an unknown name only: the options it abbreviates (two or more: ambiguous), or the one
+    #: nearest in spelling (launch/option_names.py)
+    could_be: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,12 +79,19 @@ class CommandLine:
         return [opt.name for opt in self.options if opt.dest == UNKNOWN]
 
     def refuse_unknown(self) -> None:
-        """UsageError naming the first unknown option, if any."""
-        if self.unknown:
+        """UsageError naming the first unknown option, if any, with the option meant."""
+        first = next((opt for opt in self.options if opt.dest == UNKNOWN), None)
+        if first is None:
+            return
+        if len(first.could_be) > 1:  # argparse's words, as torchrun says it
             raise UsageError(
-                f"unknown option {self.unknown[0]} "
-                "(see distrain run --help; script options go after the script)"
+                f"ambiguous option: {first.name} could match {', '.join(first.could_be)}"
             )
+        meant = f": did you mean {first.could_be[0]}?" if first.could_be else ""
+        raise UsageError(
+            f"unknown option {first.name}{meant} "
+            "(see distrain run --help; script options go after the script)"
+        )
 
     def has(self, *dests: str) -> bool:
         """True when an option with one of these dests was given."""
@@ -130,28 +142,50 @@ def split(
     line with its own parser (`distrain export slurm train.py … -- --lr 1`: `leading` 2 keeps
     its positionals, target and script, on its side).  An unknown name is kept as a switch with
     the dest UNKNOWN: the caller decides when to refuse it (``--help`` is still seen after it).
+    `distrain run` takes torchrun's abbreviations (``--max-restart``: argparse's allow_abbrev,
+    as torchrun's parser does), given on as the full name; a tool's parser says whether it does.
     """
-    return _split(argv, takes_value(parser if parser is not None else run_parser()), leading)
+    if parser is None:
+        return _split(argv, takes_value(run_parser()), leading, abbrev=True)
+    return _split(argv, takes_value(parser), leading, abbrev=parser.allow_abbrev)
 
 
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
-    """:func:`split` with torchrun's options from launch/hosts/torchrun_options.py instead of
-    torch's parser (no ``import torch``); None when the installed torch is not the one they come
-    from."""
-    from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION
+    """:func:`split` on :func:`parser_without_torch`'s table (no ``import torch``); None when
+    the installed torch is not the one the recorded table comes from."""
+    parser = parser_without_torch()
+    return None if parser is None else _split(argv, takes_value(parser), abbrev=True)
+
+
+def parser_without_torch() -> argparse.ArgumentParser | None:
+    """:func:`run_parser` built from torchrun's options as recorded in
+    launch/hosts/torchrun_options.py (names, values' types and choices): the same table and the
+    same error messages without ``import torch``.  None when the installed torch is not the one
+    they were recorded from; its help is torch's parser's (``--help`` goes there)."""
+    from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION, VALUES
     from distrain.launch.torch_version import torch_versions
 
     version, _ = torch_versions()
     if version is None or version.split("+")[0] != TORCH_VERSION:
         return None
-    ours = argparse.ArgumentParser(add_help=False)
-    _add_run_options(ours)
-    _add_host_options(ours)
-    return _split(argv, {**OPTIONS, **takes_value(ours)})
+    parser = argparse.ArgumentParser(prog=PROG, add_help=False)
+    names: dict[str, list[str]] = {}
+    for name, (dest, _) in OPTIONS.items():  # in torch's order: an ambiguity lists it so
+        names.setdefault(dest, []).append(name)
+    for dest, spellings in names.items():
+        if not OPTIONS[spellings[0]][1]:
+            parser.add_argument(*spellings, dest=dest, action="store_true")
+            continue
+        kind, choices = VALUES.get(dest, ("str", ()))
+        convert = {"int": int, "float": float}.get(kind, str)
+        parser.add_argument(*spellings, dest=dest, type=convert, choices=choices or None)
+    parser.add_argument("training_script")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    return _distrain_options(parser)
 
 
 def _split(
-    argv: Sequence[str], table: dict[str, tuple[str, bool]], leading: int = 0
+    argv: Sequence[str], table: dict[str, tuple[str, bool]], leading: int = 0, abbrev: bool = False
 ) -> CommandLine:
     options: list[Option] = []
     i = 0
@@ -166,10 +200,18 @@ def _split(
             leading, i = leading - 1, i + 1
             continue
         name, eq, attached = tok.partition("=")
+        could_be: tuple[str, ...] = ()
+        if name not in table and abbrev:
+            full, could_be = option_names.expand(name, table)
+            if full is not None:  # given on in full: no parser after this one abbreviates
+                name, tok = full, f"{full}{eq}{attached}"
+        if name not in table and not could_be:
+            meant = option_names.nearest(name, table)
+            could_be = (meant,) if meant else ()
         dest, needs_value = table.get(name, (UNKNOWN, False))
         if eq or not needs_value:
             value = attached if eq else None
-            options.append(Option(name, dest, value, (tok,), needs_value))
+            options.append(Option(name, dest, value, (tok,), needs_value, could_be))
             i += 1
         elif i + 1 < len(argv):
             options.append(Option(name, dest, argv[i + 1], (tok, argv[i + 1]), True))
@@ -194,13 +236,19 @@ def run_parser() -> argparse.ArgumentParser:
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
-    parser.prog = PROG
-    parser.allow_abbrev = False
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
     parser.epilog = (
         "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see "
         "distrain run --hosts h --help)."
     )
+    return _distrain_options(parser)
+
+
+def _distrain_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """torchrun's `parser` made `distrain run`'s: distrain's options and the fan-out's added,
+    errors raised as UsageError; it never abbreviates (split did, by the same rule)."""
+    parser.prog = PROG
+    parser.allow_abbrev = False
     _add_run_options(parser)
     _add_host_options(parser)
     raise_usage_errors(parser)

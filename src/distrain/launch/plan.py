@@ -26,14 +26,19 @@ from distrain.contract import (
     usable_cores,
 )
 from distrain.errors import UsageError
-from distrain.launch import rendezvous
+from distrain.launch import rendezvous, usage
 from distrain.launch.agent_store import StoreSpec, plan_store
 from distrain.launch.command_line import PROG, CommandLine, run_parser, split
 from distrain.launch.fast_start.forkserver import StartMethod, choose_start
 from distrain.launch.network import NetworkChoice, loopback_interface, plan_network
 from distrain.launch.rendezvous import Rendezvous
 from distrain.launch.self_start import detect as selfstart
-from distrain.launch.validate import check_launch_numbers, check_script
+from distrain.launch.validate import (
+    at_least_one,
+    check_launch_numbers,
+    check_script,
+    nproc_number,
+)
 
 
 class FrozenArgs(argparse.Namespace):
@@ -148,13 +153,7 @@ def plan(command: CommandLine | Sequence[str]) -> LaunchPlan:
     if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()
         raise SystemExit(0)
-    command.refuse_unknown()
-    script = command.script
-    if script is None:
-        raise UsageError(
-            "no training script given (usage: distrain run [options] script.py [script args])"
-        )
-    parsed = parser.parse_args([*command.launcher_argv, script])
+    parsed = usage.parse(command, parser)  # the words launch/usage.py says before torch
     args = dict(vars(parsed), training_script_args=tuple(command.script_args))
     return _plan(command, parsed, args)
 
@@ -247,13 +246,9 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
         nproc = len(ids)
     if args.nproc is not None:
         value = str(args.nproc)
-        if value == "auto":
+        n = nproc_number(value)
+        if n is None:  # auto
             n = nproc or _visible_gpu_count() or usable_cores()
-        else:
-            try:
-                n = int(value)
-            except ValueError:
-                raise UsageError(f"--nproc expects an integer or 'auto' (got {value!r})") from None
         if nproc is not None and n != nproc:
             raise UsageError(f"--nproc {value} disagrees with --gpus {args.gpus} ({nproc} GPUs)")
         nproc = n
@@ -272,8 +267,7 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
         raise UsageError(
             f"--nproc-per-node {args.nproc_per_node} disagrees with --nproc/--gpus ({nproc})"
         )
-    if nproc < 1:
-        raise UsageError(f"the number of processes must be at least 1 (got {nproc})")
+    at_least_one(nproc)
     return nproc
 
 

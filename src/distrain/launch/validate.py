@@ -59,6 +59,22 @@ def check_launch_numbers(args: argparse.Namespace) -> None:
         )
 
 
+def nproc_number(value: str) -> int | None:
+    """``-n/--nproc`` as given: its number, or None for ``auto``; UsageError for anything else."""
+    if value == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--nproc expects an integer or 'auto' (got {value!r})") from None
+
+
+def at_least_one(nproc: int) -> None:
+    """UsageError unless `nproc` processes per node is at least 1."""
+    if nproc < 1:
+        raise UsageError(f"the number of processes must be at least 1 (got {nproc})")
+
+
 def check_script(script: str) -> None:
     """The training script must be a file (a directory or a missing path is a usage error)."""
     if os.path.isdir(script):

@@ -27,14 +27,18 @@ def wanted(setting: bool | None, is_main: bool) -> bool:
 
 
 class EpochBar:
-    """One transient bar per epoch: ``epoch 3  ━━━━━━━━━━╺━━━━━  12/22  0:00:02 · 0:00:01``."""
+    """One transient bar per epoch: ``epoch 2  ━━━━━━━━━━╺━━━━━  12/22  0:00:02 · 0:00:01``.
+
+    The epoch is numbered as the loader counts it, from 0: what ``for epoch in range(n)`` and
+    ``sampler.set_epoch(epoch)`` hold, so the bar and the script's own ``epoch {epoch}`` line
+    agree."""
 
     def __init__(self) -> None:
         self._progress: Any = None
         self._task: Any = None
 
     def start(self, epoch: int, done: int, total: int) -> None:
-        """Show the bar for `epoch` (0-based; shown 1-based), `done` of `total` steps done."""
+        """Show the bar for `epoch` (0-based, shown so), `done` of `total` steps done."""
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -47,7 +51,7 @@ class EpochBar:
 
         self.stop()
         self._progress = Progress(
-            TextColumn(f"epoch {epoch + 1}"),
+            TextColumn(f"epoch {epoch}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),

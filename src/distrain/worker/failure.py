@@ -28,6 +28,7 @@ from distrain.log import get_logger
 from distrain.monitor.status import NoJobError
 from distrain.process import patching
 from distrain.settings import Settings
+from distrain.worker.peer_words import peer_cause
 from distrain.worker.stop_job import stop_the_job
 
 _log = get_logger("failure")
@@ -179,10 +180,7 @@ def report_uncaught(err: BaseException, settings: Settings) -> None:
         return
     rank = settings.agent_rank or "?"
     if peer:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        _log.error(
-            f"distrain: rank {rank} stopped: another rank failed ({type(err).__name__}: {first})"
-        )
+        _log.error(f"distrain: rank {rank} stopped: another rank failed ({peer_cause(err)})")
         return
     print_traceback_block(rank, err)
 
@@ -225,10 +223,7 @@ def install(rank: int, settings: Settings) -> None:
                 previous(kind, err, tb)
             return
         if is_peer_failure(err):
-            first = (str(err).strip().splitlines() or [kind.__name__])[0][:200]
-            _log.error(
-                f"distrain: rank {rank} stopped: another rank failed ({kind.__name__}: {first})"
-            )
+            _log.error(f"distrain: rank {rank} stopped: another rank failed ({peer_cause(err)})")
             sys.stdout.flush()
             # nothing left to save or sync with; skip a teardown that can block on the dead peer
             os._exit(1)

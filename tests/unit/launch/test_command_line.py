@@ -52,8 +52,14 @@ def test_split_without_a_script_keeps_everything() -> None:
     assert (missing.name, missing.value, missing.takes_value) == ("-n", None, True)
 
 
-def test_split_refuses_unknown_and_abbreviated_options() -> None:
-    with pytest.raises(UsageError, match="unknown option --npr "):
+def test_split_refuses_unknown_and_ambiguous_options() -> None:
+    with pytest.raises(UsageError, match="unknown option --frobnicate "):
+        split(["--frobnicate", "2", "train.py"]).refuse_unknown()
+    # argparse's words, as torchrun's parser says them
+    with pytest.raises(
+        UsageError,
+        match="^ambiguous option: --npr could match --nproc-per-node, --nproc_per_node, --nproc$",
+    ):
         split(["--npr", "2", "train.py"]).refuse_unknown()
     with pytest.raises(UsageError, match="script options go after the script"):
         split(["--lr=3", "train.py"]).refuse_unknown()
@@ -166,3 +172,51 @@ def test_with_values_rebuilds_each_option_in_the_form_given() -> None:
 def test_with_values_keeps_whether_the_script_came_after_the_separator() -> None:
     command = split(["--master-addr", "@A@", "--", "t.py"])
     assert command.separated and command.with_values(lambda o: "h").separated
+
+
+# -- torchrun's abbreviations, and the option meant ---------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [
+        (["--max-restart", "3", "t.py", "--max"], ["--max-restarts", "3"]),
+        (["--max-restart=3", "t.py"], ["--max-restarts=3"]),
+        (["--standal", "--nproc-per", "2", "t.py"], ["--standalone", "--nproc-per-node", "2"]),
+        (["--wat", "9", "t.py"], ["--watchdog", "9"]),  # distrain's own, by the same rule
+    ],
+)
+def test_an_unambiguous_prefix_is_the_option_in_full(argv: list[str], launcher: list[str]) -> None:
+    command = split(argv)
+    assert command.launcher_argv == launcher and command.unknown == []
+    assert command.script_argv[1:] == tuple(argv[argv.index("t.py") + 1 :])  # the script's own
+
+
+def test_the_expanded_option_is_torchruns() -> None:
+    from torch.distributed.run import get_args_parser
+
+    # what torchrun itself makes of the same tokens
+    assert get_args_parser().parse_args(["--max-restart", "3", "t.py"]).max_restarts == 3
+    parsed = run_parser().parse_args([*split(["--max-restart", "3", "t.py"]).launcher_argv, "t"])
+    assert parsed.max_restarts == 3
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--nprocs", "--nproc"),
+        ("--max-restrats", "--max-restarts"),
+        ("--nproc_per_nodes", "--nproc-per-node"),
+        ("--dryrun", "--dry-run"),
+        ("-N", "-n"),
+    ],
+)
+def test_an_unknown_option_names_the_nearest(typed: str, meant: str) -> None:
+    with pytest.raises(UsageError, match=f"^unknown option {typed}: did you mean {meant}\\? "):
+        split([typed, "2", "train.py"]).refuse_unknown()
+
+
+def test_a_tool_that_refuses_abbreviations_gets_none() -> None:
+    for allow in (False, True):
+        parser = argparse.ArgumentParser(allow_abbrev=allow)
+        parser.add_argument("--nnodes")
+        expected = ["--nnodes", "2"] if allow else ["--nn"]
+        assert split(["--nn", "2", "t.py"], parser).launcher_argv == expected

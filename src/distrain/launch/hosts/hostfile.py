@@ -100,8 +100,12 @@ def parse_hostfile_text(text: str, path: str = "hostfile") -> list[HostSpec]:
             continue
         words = line.split()
         where = f"{path}:{number}"
-        name = _check_name(words[0], where)
         slots = [w.split("=", 1)[1] for w in words[1:] if w.startswith("slots=")]
+        host, sep, count = split_port(words[0])
+        if not slots and sep and count.isdigit():  # `h1:4`, the --hosts spelling
+            fix = f"{_check_name(host, where)} slots={count}"
+            raise UsageError(f"{where}: {line!r} has no slots=N (write '{fix}')")
+        name = _check_name(words[0], where)
         if not slots:
             raise UsageError(f"{where}: {line!r} has no slots=N (write '{name} slots=N')")
         hosts.append(HostSpec(name, _slots(slots[-1], where)))

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_DESTS, HOST_LIST, UNKNOWN, CommandLine
+from distrain.launch.command_line import HOST_DESTS, HOST_LIST, CommandLine
 from distrain.launch.hosts import env_file
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from distrain.launch.validate import node_range
@@ -54,7 +54,8 @@ Start the job on every host over ssh, from this machine (docs/multinode.md).
   --iface NAME | H=NAME,… the network interface of every host, or per host
   --quiet-hosts           show only the first host's output
   --container IMAGE       run each host's node in docker run --gpus all --ipc=host --net=host
-  --dry-run               print each host's exact ssh command; start nothing
+  --dry-run               print the command to paste on each host, then each host's ssh
+                          command; start nothing
 Every other `distrain run` option is passed to each host's own `distrain run`."""
 
 
@@ -125,12 +126,8 @@ def parse(command: CommandLine) -> HostsOptions:
     """Take a `distrain run --hosts …` command line apart; UsageError on bad input."""
     own: dict[str, list[tuple[str, str]]] = {}  # dest -> (name as given, value)
     node_argv: list[str] = []
+    command.refuse_unknown()  # with the option meant, or the ones abbreviated
     for opt in command.options:
-        if opt.dest == UNKNOWN:
-            raise UsageError(
-                f"unknown option {opt.name} (see distrain run --help; script options go "
-                "after the script)"
-            )
         if opt.dest in _FORBIDDEN:
             raise UsageError(
                 f"{opt.name} cannot be given with --hosts/--hostfile: {_FORBIDDEN[opt.dest]}"

@@ -31,9 +31,16 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+from distrain import noise
 from distrain.errors import UsageError, fail
 from distrain.launch.command_line import CommandLine, split
-from distrain.launch.hosts import options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts import (
+    by_hand,
+    options as host_options,
+    restarts,
+    ssh as ssh_hosts,
+    verdict,
+)
 from distrain.launch.hosts.node import PROBE_MARK, STOP_GRACE_S, fingerprint
 
 PROG = "distrain run"
@@ -59,6 +66,11 @@ class Session:
         self.probed = threading.Event()
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
         self.started = False  # told to go: its output is the job's from then on
+        #: its node's "job failed" verdict (held back for the one last line: hosts/verdict.py)
+        self.verdict: str | None = None
+        self.root_cause = False  # one of its ranks printed the root cause
+        #: the job's restart lines, one per attempt for every host (hosts/restarts.py)
+        self.restarts: restarts.RestartLines | None = None
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -78,6 +90,7 @@ class Session:
             reader.start()
 
     def _read(self, pipe: IO[bytes], out: IO[str], is_stdout: bool) -> None:
+        verbose = noise.verbose()
         for raw in iter(pipe.readline, b""):
             line = raw.decode(errors="replace").rstrip("\r\n")
             if is_stdout and self.probe is None and line.startswith(PROBE_MARK):
@@ -85,7 +98,17 @@ class Session:
                     self.probe = json.loads(line[len(PROBE_MARK) :])
                 self.probed.set()
                 continue
+            if not verbose and noise.known_cpp(line):  # c10d's reverse-DNS warning &c.
+                continue
             self.tail.append(line)
+            self.root_cause = self.root_cause or bool(verdict.ROOT_CAUSE.match(line))
+            fold = self.restarts if self.started and not verbose else None
+            if fold is not None and fold.take(self.name, line, self.root_cause):
+                continue  # said once for the job, by the fan-out
+            if self.started and line.startswith(verdict.NODE_VERDICT):
+                self.verdict = line[len(verdict.NODE_VERDICT) :]
+                if not verbose:  # said once, in the fan-out's last line
+                    continue
             if self.show and (self.started or is_stdout):
                 with _PRINT:
                     out.write(f"[{self.name}] {line}\n")
@@ -245,13 +268,18 @@ def _supervise(
                 )
                 continue
             others = [sessions[j] for j in live]
-            _stop(others)
-            _say(f"job failed: host {s.name}: {s.reason()}")
+            _stop(others)  # their verdicts are read to the end: the cause may be another host's
+            _say(verdict.failed_line(sessions, s))
+            code = verdict.blamed(sessions, s).proc.returncode or code
             return code if 0 < code < 256 else 1
         stop.wait(0.1)
     tail = f"; lost: {', '.join(lost)}" if lost else ""
     _say(f"job finished on {len(sessions) - len(lost)} of {len(sessions)} host(s){tail}")
     return failed if 0 < failed < 256 else (1 if failed else 0)
+
+
+def _count(nproc: str | None) -> int | None:
+    return int(nproc) if nproc is not None and nproc.isdigit() else None
 
 
 def main(argv: CommandLine | Sequence[str]) -> int:
@@ -263,8 +291,9 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         return 0
     try:
         opts = host_options.parse(command)
-        if opts.dry_run:
-            print("\n".join(ssh_hosts.dry_run_lines(opts, ssh_hosts.resolve(opts))))
+        if opts.dry_run:  # the commands to paste on each host, then what the fan-out runs
+            addrs = ssh_hosts.resolve(opts)
+            print("\n".join([*by_hand.lines(opts, addrs), *ssh_hosts.dry_run_lines(opts, addrs)]))
             return 0
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
@@ -284,6 +313,11 @@ def main(argv: CommandLine | Sequence[str]) -> int:
         remote = ssh_hosts.remote_command(opts, rank, None, env, job)
         show = rank == 0 or not opts.quiet_hosts
         sessions.append(Session(host.name, ssh_hosts.ssh_argv(opts, host.name, remote), show))
+    counts = [_count(opts.nproc) or h.nproc() for h in opts.hosts]
+    first = restarts.first_ranks([h.name for h in opts.hosts], counts)
+    fold = restarts.RestartLines(len(sessions), _say, None if opts.replicas else first)
+    for s in sessions:
+        s.restarts = fold
     try:
         sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
         master, port = _check(sessions, opts, stop)

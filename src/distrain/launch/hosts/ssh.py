@@ -68,6 +68,18 @@ def ssh_argv(opts: HostsOptions, host: str, remote: str) -> list[str]:
 _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
 
+def config_file(ssh_opts: list[str]) -> str:
+    """The ssh configuration file ssh reads with these options: the last ``-F FILE``, else
+    ``~/.ssh/config``."""
+    found = "~/.ssh/config"
+    for i, opt in enumerate(ssh_opts):
+        if opt == "-F" and i + 1 < len(ssh_opts):
+            found = ssh_opts[i + 1]
+        elif opt.startswith("-F") and len(opt) > 2:
+            found = opt[2:]
+    return found
+
+
 def resolve(opts: HostsOptions) -> list[str]:
     """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in
     parallel; UsageError naming an unknown host."""
@@ -94,8 +106,8 @@ def resolve(opts: HostsOptions) -> list[str]:
             return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
             raise UsageError(
-                f"unknown host {host.name}: {name} does not resolve (not in ~/.ssh/config, "
-                "/etc/hosts or DNS)"
+                f"unknown host {host.name}: {name} does not resolve (not in "
+                f"{config_file(opts.ssh_opts)}, /etc/hosts or DNS)"
             ) from None
 
     # plain threads, not concurrent.futures: this runs while the ssh sessions connect, and the
@@ -228,7 +240,9 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
     port = f"port {opts.master_port}" if opts.master_port else "a free port there"
-    lines = [f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
+    lines = ["# what distrain run --hosts runs over ssh: each host's command through a watcher "
+             "that checks the host and waits for the launcher's go (by hand, use the lines above)",
+             f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
              f"{opts.hosts[0].name} reaches the others by, and {port}"]  # fmt: skip
     if opts.per_group is None and opts.replicas is not None:
         lines.append(

@@ -1,10 +1,11 @@
 """torchrun's options as torch TORCH_VERSION's ``torch.distributed.run.get_args_parser()``.
 
-`distrain run --hosts` splits its command line with this table instead of torch's parser: it starts
-nothing on this machine but ssh, and ``import torch`` (which building torch's parser needs) took
-3.5-6 s of the fan-out's start on a loaded 2-core machine (benchmarks/launch/RESULTS.md).  The table
-is used only when the installed torch is TORCH_VERSION (command_line.split_without_torch);
-tests/unit/launch/hosts/test_torchrun_options.py checks it against the installed torch's parser.
+`distrain run` splits and checks its command line with these tables instead of torch's parser
+before anything else (command_line.parser_without_torch): a typo is refused at once, and the
+fan-out (`--hosts`) starts nothing on this machine but ssh.  ``import torch`` (which building
+torch's parser needs) took 3.5-6 s on a loaded 2-core machine (benchmarks/launch/RESULTS.md).  The
+tables are used only when the installed torch is TORCH_VERSION;
+tests/unit/launch/hosts/test_torchrun_options.py checks them against the installed torch's parser.
 Regenerate it with ``python3 -m distrain.launch.hosts.torchrun_options`` after a torch upgrade.
 """
 
@@ -80,6 +81,19 @@ OPTIONS: dict[str, tuple[str, bool]] = {
     "--print_completion": ("print_completion", True),
 }
 
+#: dest -> (the type its value is converted to, its choices), for the options whose value
+#: torch's parser checks (every other value is a string taken as given)
+VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "max_restarts": ("int", ()),
+    "monitor_interval": ("float", ()),
+    "start_method": ("str", ("spawn", "fork", "forkserver")),
+    "node_rank": ("int", ()),
+    "master_port": ("int", ()),
+    "numa_binding": ("str", ("node", "socket", "exclusive", "core-complex")),
+    "shutdown_timeout": ("int", ()),
+    "print_completion": ("str", ("bash", "zsh", "tcsh")),
+}
+
 
 def _table_now() -> dict[str, tuple[str, bool]]:
     """The installed torch's table (imports torch)."""
@@ -93,6 +107,20 @@ def _table_now() -> dict[str, tuple[str, bool]]:
     }
 
 
+def values_now() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The installed torch's VALUES (imports torch)."""
+    from torch.distributed.run import get_args_parser
+
+    return {
+        action.dest: (
+            action.type.__name__ if action.type in (int, float) else "str",
+            tuple(action.choices or ()),
+        )
+        for action in get_args_parser()._actions
+        if action.option_strings and (action.type in (int, float) or action.choices)
+    }
+
+
 if __name__ == "__main__":  # prints this module's table for the installed torch
     import torch
 
@@ -100,4 +128,8 @@ if __name__ == "__main__":  # prints this module's table for the installed torch
     print("OPTIONS = {")
     for name, (dest, value) in _table_now().items():
         print(f"    {name!r}: ({dest!r}, {value}),")
+    print("}")
+    print("VALUES = {")
+    for dest, (kind, choices) in values_now().items():
+        print(f"    {dest!r}: ({kind!r}, {choices!r}),")
     print("}")

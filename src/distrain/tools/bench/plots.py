@@ -297,9 +297,12 @@ def comm_bandwidth(doc: dict[str, Any], path: Path, size_label: Callable[[int], 
         FuncFormatter(lambda x, _pos: size_label(int(x)) if x >= 1 else "")
     )
     ax.set_xlabel("message size")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
+    ax.set_ylabel("bus bandwidth (GB/s, log scale)")
+    # log: a small message's bandwidth is 1000× below a large one's; on a linear axis every size
+    # up to a few KiB was one flat line at 0
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
+    ax.grid(alpha=0.3, which="both")
     ax.legend(
         loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=9
     )  # below: no point covered

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from distrain.errors import UsageError, fail, raise_usage_errors
 from distrain.launch.command_line import split
-from distrain.tools.export import compose, docker, k8s, slurm
+from distrain.tools.export import base_image, compose, docker, k8s, requirements, slurm
 from distrain.tools.export.install import resolve
 from distrain.tools.export.spec import (
-    DEFAULT_BASE_IMAGE,
     DEFAULT_PORT,
     JobSpec,
     dns_name,
@@ -48,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         "--gpus-per-node",
         type=int,
         default=None,
-        help="GPUs per node (default: --nproc-per-node; 0 for CPU-only)",
+        help="GPUs per node (default: --nproc-per-node; compose: 0 when this machine has no "
+        "GPU; 0 for CPU-only)",
     )
     parser.add_argument(
         "--image",
@@ -58,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--base-image",
-        default=DEFAULT_BASE_IMAGE,
-        help=f"Dockerfile base image (default {DEFAULT_BASE_IMAGE})",
+        default=None,
+        help="Dockerfile base image (default: the official PyTorch image of the torch installed "
+        "here; a pytorch/pytorch image of another torch is refused)",
     )
     parser.add_argument("--install", default="auto",
                         help="how the image gets distrain: auto (a wheel built from this distrain, "
@@ -127,7 +128,12 @@ def _parser() -> argparse.ArgumentParser:
         default=k8s.DEFAULT_PVC_SIZE,
         help=f"k8s: size of the written claim (default {k8s.DEFAULT_PVC_SIZE})",
     )
-    parser.add_argument("--out", default=None, help="write to FILE instead of stdout")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="write to FILE (docker: or into DIR, as DIR/Dockerfile) instead of stdout; docker "
+        "writes its .dockerignore (and a requirements.txt) only then",
+    )
 
     raise_usage_errors(parser)
     return parser
@@ -149,21 +155,6 @@ def _check_image(target: str, image: str | None) -> str:
     return image
 
 
-def _requirements(args: argparse.Namespace) -> str | None:
-    if args.requirements is not None:
-        path = Path(args.requirements)
-        if path.is_absolute() or ".." in path.parts:
-            raise UsageError(
-                f"--requirements {args.requirements}: give it relative to the project directory "
-                "(it is copied into the image)"
-            )
-        if not path.is_file():
-            raise UsageError(f"--requirements: no such file: {args.requirements}")
-        return path.as_posix()
-    beside = Path(args.script).parent / "requirements.txt"
-    return beside.as_posix() if beside.is_file() else None
-
-
 def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
     """Validate the parsed options into a JobSpec (UsageError on bad input)."""
     if os.path.isabs(args.script) and args.target != "slurm":
@@ -177,6 +168,8 @@ def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
     if args.nproc_per_node < 1:
         raise UsageError(f"--nproc-per-node must be at least 1 (got {args.nproc_per_node})")
     gpus = args.nproc_per_node if args.gpus_per_node is None else args.gpus_per_node
+    if args.gpus_per_node is None and args.target in LOCAL_TARGETS and machine_gpus() == 0:
+        gpus = 0  # a reservation of GPUs this machine lacks stops `docker compose up`
     if gpus < 0:
         raise UsageError(f"--gpus-per-node must be 0 or more (got {gpus})")
     if args.port is not None and not 0 < args.port < 65536:
@@ -194,7 +187,7 @@ def build_spec(args: argparse.Namespace, script_args: list[str]) -> JobSpec:
         nproc_per_node=args.nproc_per_node,
         gpus_per_node=gpus,
         image=_check_image(args.target, args.image),
-        base_image=args.base_image,
+        base_image=_base_image(args),
         install=args.install,
         name=dns_name(args.name) if args.name else "",
         port=port,
@@ -209,14 +202,61 @@ class Output:
     text: str
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: where the main text goes with --out (None: --out as given)
+    path: str | None = None
+
+
+#: the target whose GPU reservation stops `up` on a machine without GPUs: its default follows
+#: this machine's (a SLURM or Kubernetes job is exported from a login machine for others)
+LOCAL_TARGETS = ("compose",)
+
+
+def machine_gpus() -> int:
+    """The GPUs of this machine, as its NVIDIA driver counts them (0 without one)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: no GPU to reserve
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def dockerfile_path(out: str | None) -> str:
+    """The Dockerfile's path for `--out` (a file, or a directory: DIR/Dockerfile)."""
+    if out is None:
+        return "Dockerfile"
+    if out.endswith("/") or Path(out).is_dir():
+        return (Path(out) / "Dockerfile").as_posix()
+    return Path(out).as_posix()
+
+
+def _base_image(args: argparse.Namespace) -> str:
+    if args.base_image is None:
+        return base_image.for_installed_torch() if args.target == "docker" else ""
+    base_image.check(args.base_image)
+    return str(args.base_image)
 
 
 def _docker(spec: JobSpec, args: argparse.Namespace, build: bool) -> Output:
-    path = Path(args.out).as_posix() if args.out else "Dockerfile"
+    path = dockerfile_path(args.out)
+    resolve(spec.install, Path.cwd(), build=False)  # its refusal first, as before
+    # before the wheel is built: a refusal leaves nothing behind
+    needs = requirements.for_image(spec.script, args.requirements, spec.install, bool(args.out))
     install = resolve(spec.install, Path.cwd(), build=build)
-    out = Output(docker.render(spec, install, _requirements(args), path=path))
+    out = Output(docker.render(spec, install, needs.path, path=path), path=path)
+    out.extra.update(needs.write)
+    out.notes += needs.notes
     ignore = docker.dockerignore_path(path)
-    if not Path(ignore).exists():
+    if args.out is None:  # nothing written unasked: say where it would go
+        out.notes.append(
+            f"no {ignore} written (the Dockerfile went to stdout): with --out {path} it is "
+            "written beside it, keeping .git, runs/ and caches out of the build context"
+        )
+    elif not Path(ignore).exists():
         out.extra[ignore] = "\n".join(docker.DOCKERIGNORE) + "\n"
     else:
         out.notes.append(f"kept the existing {ignore}")
@@ -284,6 +324,10 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(own)
         spec = build_spec(args, script_args)
         result = generate(args.target, spec, args)
+        if args.target in LOCAL_TARGETS and args.gpus_per_node is None and not spec.gpus_per_node:
+            result.notes.append(
+                "this machine has no GPU: none reserved (--gpus-per-node N reserves N per node)"
+            )
     except UsageError as err:
         fail(PROG, str(err), err.exit_code)
     written = []
@@ -293,8 +337,9 @@ def main(argv: list[str]) -> int:
     if args.out is None:
         sys.stdout.write(result.text)
     else:
-        _write(Path(args.out), result.text, executable=args.target == "slurm")
-        written.insert(0, args.out)
+        where = result.path or args.out
+        _write(Path(where), result.text, executable=args.target == "slurm")
+        written.insert(0, where)
     if written:
         print(f"{PROG}: wrote {', '.join(written)}", file=sys.stderr)
     for note in result.notes:

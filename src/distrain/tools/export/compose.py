@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from distrain.tools.export.spec import DEFAULT_PORT, WORKDIR, JobSpec
+from distrain.tools.export.spec import DEFAULT_PORT, JobSpec
 
 NETWORKS = ("host", "bridge")
 #: compose fails `up` with this message when MASTER_ADDR is unset (host network)
@@ -82,7 +82,12 @@ def services(
             master = "node0"
         service["command"] = spec.run_command(*_launcher(spec, node, master))
         service["ipc"] = "host"  # /dev/shm for DataLoader workers and NCCL
-        service["volumes"] = [f"./runs:{WORKDIR}/runs"]  # `distrain top runs/<name>` on the host
+        # runs/ for `distrain top runs/<name>` on the host, and the script's checkpoints, which
+        # the container would otherwise take with it
+        service["volumes"] = [
+            f"{host if host.startswith('/') else './' + host}:{inside}"
+            for host, inside in spec.mounts()
+        ]
         if network == "bridge" and node > 0:
             service["depends_on"] = ["node0"]
         if spec.gpus_per_node > 0:

@@ -35,7 +35,11 @@ def dockerignore_path(path: str) -> str:
 def run_command(spec: JobSpec) -> str:
     """The `docker run` line for the image: the GPUs and a host-sized /dev/shm, as NCCL needs."""
     gpus = "--gpus all " if spec.gpus_per_node > 0 else ""
-    return f'docker run {gpus}--ipc=host --rm -v "$PWD/runs:{WORKDIR}/runs" {spec.image}'
+    volumes = " ".join(
+        f'-v "{host if host.startswith("/") else "$PWD/" + host}:{inside}"'
+        for host, inside in spec.mounts()
+    )
+    return f"docker run {gpus}--ipc=host --rm {volumes} {spec.image}"
 
 
 def render(

@@ -13,6 +13,13 @@ DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
 #: where the project is copied inside the image
 WORKDIR = "/workspace"
 DEFAULT_PORT = 29500
+#: a script option that names a directory it writes (checkpoints, outputs): ``--checkpoint-dir``,
+#: ``--ckpt``, ``--save-dir``, ``--output-dir``, ``--out`` (not ``--checkpoint-every``)
+_DIR_OPTION = re.compile(
+    r"^--?(?:[a-z0-9]+[-_])*(?:checkpoints?|ckpts?|save|output|out)"
+    r"(?:[-_](?:dir|directory|path|root|folder))?$",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -50,6 +57,33 @@ class JobSpec:
     def run_dir(self) -> str:
         """Where the job's metrics go (relative to the working directory), for `distrain top`."""
         return f"runs/{self.name}"
+
+    def written_dirs(self) -> list[str]:
+        """The directories the script is told to write to (``--checkpoint-dir D``, ``--out=D``):
+        a container loses them unless they are mounted from the host."""
+        found: list[str] = []
+        for i, tok in enumerate(self.script_args):
+            name, eq, value = tok.partition("=")
+            if not _DIR_OPTION.match(name):
+                continue
+            if not eq:
+                after = self.script_args[i + 1 : i + 2]
+                value = after[0] if after and not after[0].startswith("-") else ""
+            if value and value not in found:
+                found.append(value)
+        return found
+
+    def mounts(self) -> list[tuple[str, str]]:
+        """(host path, container path) for runs/ and every directory the script writes outside
+        it; a relative host path is relative to where the job is started."""
+        out = [("runs", f"{WORKDIR}/runs")]
+        for directory in self.written_dirs():
+            path = PurePosixPath(directory)
+            if path.is_absolute():
+                out.append((str(path), str(path)))
+            elif path.parts and path.parts[0] not in ("runs", ".."):  # runs/: mounted already
+                out.append((str(path), f"{WORKDIR}/{path}"))
+        return out
 
     def script_command(self) -> list[str]:
         """The script and its arguments (distrain run passes everything after the script on)."""

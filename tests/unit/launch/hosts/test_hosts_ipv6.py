@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,19 @@ def test_an_ipv6_master_is_one_line_asking_for_an_ipv4_interface() -> None:
         "host a: the others reach it at IPv6 fd00::2, but a job's nodes talk IPv4: "
         "give --iface NAME, an interface with an IPv4 address"
     )
+
+
+@pytest.mark.parametrize("form", ["-F {cfg}", "-F{cfg}"])
+def test_an_unknown_host_names_the_ssh_config_read(tmp_path: Path, form: str) -> None:
+    cfg = tmp_path / "my ssh config"
+    cfg.write_text("Host other\n  HostName 127.0.0.1\n")
+    ssh_opts = form.format(cfg=shlex.quote(str(cfg)))
+    opts = host_options.parse(
+        split(["--hosts", "nosuch-host.invalid:1", "--ssh-opts", ssh_opts, "t.py"])
+    )
+    with pytest.raises(UsageError, match=r"does not resolve \(not in (.*), /etc/hosts") as err:
+        ssh_hosts.resolve(opts)
+    assert f"not in {cfg}, /etc/hosts" in str(err.value) and "~/.ssh" not in str(err.value)
+    plain = host_options.parse(split(["--hosts", "nosuch-host.invalid:1", "t.py"]))
+    with pytest.raises(UsageError, match=r"not in ~/.ssh/config, /etc/hosts or DNS"):
+        ssh_hosts.resolve(plain)

@@ -19,7 +19,7 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch.command_line import split
-from distrain.launch.hosts import options as host_options, ssh as ssh_hosts
+from distrain.launch.hosts import by_hand, options as host_options, ssh as ssh_hosts
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile_text, parse_hosts, select
 
 
@@ -41,6 +41,9 @@ def test_host_lists_and_hostfiles() -> None:
             "worker-0 slots=4\nworker-1\n",
             "hostfile:2: 'worker-1' has no slots=N (write 'worker-1 slots=N')",
         ),
+        # the --hosts spelling in a hostfile: the fix keeps its count
+        ("h1:1\n", "hostfile:1: 'h1:1' has no slots=N (write 'h1 slots=1')"),
+        ("[fd00::2]:4\n", "hostfile:1: '[fd00::2]:4' has no slots=N (write 'fd00::2 slots=4')"),
         ("worker-0 slots=4\nworker-0 slots=2\n", "hostfile: host worker-0 is listed twice"),
         ("worker-0 slots=zero\n", "hostfile:1: slots must be a positive integer (got 'zero')"),
         ("# nothing\n", "hostfile: no hosts given"),
@@ -265,6 +268,7 @@ def test_dry_run_and_container_lines() -> None:
     )
     assert opts.dry_run and "--dry-run" not in opts.node_argv
     lines = ssh_hosts.dry_run_lines(opts, ["10.0.0.1", "10.0.0.2"])
+    assert lines.pop(0).startswith("# what distrain run --hosts runs over ssh")
     assert lines[0].startswith(
         "# @MASTER_ADDR@ and @MASTER_PORT@ are filled in when the job starts"
     )
@@ -331,3 +335,15 @@ def torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def test_by_hand_lines_in_the_container() -> None:
+    opts = parse_argv(["--hosts", "a:1,b:2", "--container", "img:1", "--dry-run", "t.py", "--x"])
+    first, second = by_hand.node_commands(opts, ["10.0.0.1", "10.0.0.2"])
+    cwd = os.getcwd()
+    assert second[:11] == ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--net=host",
+                           "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+    tail = second[second.index("img:1") + 1 :]
+    assert tail == ["distrain", "run", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                    "10.0.0.1", "--master-port", "29500", "-n", "2", "t.py", "--x"]  # fmt: skip
+    assert first[first.index("--node-rank") + 1] == "0"

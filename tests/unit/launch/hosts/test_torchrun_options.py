@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -10,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from distrain.launch.command_line import split, split_without_torch, takes_value
+from distrain.launch.command_line import (
+    parser_without_torch,
+    run_parser,
+    split,
+    split_without_torch,
+    takes_value,
+)
 from distrain.launch.hosts import torchrun_options
 
 #: the table is for one torch release; under another (a newer torch in CI) the launcher falls back
@@ -32,6 +39,28 @@ def test_the_recorded_table_is_the_installed_torchs() -> None:
     assert takes_value(get_args_parser()) == torchrun_options.OPTIONS, (
         "torch's options changed: regenerate with python3 -m distrain.launch.hosts.torchrun_options"
     )
+    assert torchrun_options.values_now() == torchrun_options.VALUES, (
+        "torch's checks of values changed: regenerate as above"
+    )
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[tuple[object, ...]]:
+    return [
+        (tuple(a.option_strings), a.dest, a.nargs == 0, a.type in (int, float) and a.type,
+         tuple(a.choices or ()), a.const, a.default if not a.option_strings else None)
+        for a in parser._actions
+    ]  # fmt: skip
+
+
+@recorded_torch
+def test_the_parser_without_torch_is_torchs() -> None:
+    recorded = parser_without_torch()
+    assert recorded is not None
+    full = run_parser()
+    # the help action is torch's own, a switch in the recorded one (--help goes to torch's)
+    assert _actions(recorded)[1:] == _actions(full)[1:]
+    assert takes_value(recorded) == takes_value(full)
+    assert list(takes_value(recorded)) == list(takes_value(full))  # an ambiguity lists alike
 
 
 @recorded_torch

@@ -86,3 +86,23 @@ def test_no_syncbn_chart_without_syncbn_runs(tmp_path: Path) -> None:
     with_syncbn = [*RUNS, _run("n2-syncbn", 2, 1700.0, sync_bn=True)]
     assert (tmp_path / "accuracy_syncbn.png") in plots.write_all(with_syncbn, RUNS[0], tmp_path)
     assert report.has_syncbn(with_syncbn) and not report.has_syncbn(RUNS)
+
+
+def test_comm_plot_separates_the_small_sizes(figures: list[Any]) -> None:
+    """Everything up to 4 KiB was drawn as one flat line at 0 (a linear bandwidth axis)."""
+    sizes = [4 * 4**k for k in range(12)]  # 4 B .. 16 MiB
+    doc = {
+        "ops": ["all_reduce"], "world_size": 2, "backend": "gloo", "device": "cpu",
+        "dtype": "float32",
+        "results": [{"op": "all_reduce", "bytes": b, "busbw_gbps": 5.0 * b / (b + 2**20)}
+                    for b in sizes],
+    }  # fmt: skip
+    plots.comm_bandwidth(doc, Path("unused.png"))
+    ax = figures[0].axes[0]
+    small = [  # 4 B, 16 B, … 4 KiB: 0.00002 to 0.02 GB/s, in pixels
+        ax.transData.transform((r["bytes"], r["busbw_gbps"]))[1]
+        for r in doc["results"]
+        if r["bytes"] <= 4096
+    ]
+    steps = [hi - lo for lo, hi in zip(small, small[1:], strict=False)]
+    assert min(steps) > 10, steps  # pixels between neighbours, not one flat line

@@ -26,14 +26,14 @@ def _spec(*argv: str, script_args: list[str] | None = None) -> tuple[argparse.Na
 
 
 def test_defaults(project: Path) -> None:
-    _, spec = _spec("compose", "src/train.py", script_args=["--lr", "1"])
+    _, spec = _spec("slurm", "src/train.py", script_args=["--lr", "1"])
     assert (spec.script, spec.script_args, spec.min_nodes, spec.max_nodes) == (
         "src/train.py",
         ["--lr", "1"],
         2,
         2,
     )
-    assert (spec.nproc_per_node, spec.gpus_per_node, spec.name, spec.port) == (1, 1, "train", 29500)
+    assert (spec.nproc_per_node, spec.gpus_per_node, spec.name, spec.port) == (1, 1, "train", None)
     assert (spec.image, spec.install) == ("distrain-job:latest", "auto")
 
 
@@ -55,11 +55,23 @@ def test_k8s_needs_a_pushed_image_with_its_registry(project: Path) -> None:
 
 def test_gpus_default_to_processes_and_names_are_made_dns_safe(project: Path) -> None:
     _, spec = _spec(
-        "compose", "src/train.py", "--nproc-per-node", "4", "--name", "My Job", "--nnodes", "1:3"
+        "slurm", "src/train.py", "--nproc-per-node", "4", "--name", "My Job", "--nnodes", "1:3"
     )
     assert (spec.gpus_per_node, spec.name, spec.elastic) == (4, "my-job", True)
     _, cpu = _spec("compose", "src/train.py", "--gpus-per-node", "0")
     assert cpu.gpus_per_node == 0
+
+
+def test_compose_reserves_gpus_only_where_the_machine_has_them(project: Path) -> None:
+    import torch
+
+    has = torch.cuda.device_count() > 0  # torch's count, not the export's own probe (NVML)
+    _, spec = _spec("compose", "src/train.py", "--nproc-per-node", "2")
+    assert spec.gpus_per_node == (2 if has else 0)
+    text = generate("compose", spec, _parser().parse_args(["compose", "x"])).text
+    assert ("deploy" in text) == has
+    _, asked = _spec("compose", "src/train.py", "--nproc-per-node", "2", "--gpus-per-node", "2")
+    assert asked.gpus_per_node == 2  # asked for: written as asked
 
 
 @pytest.mark.parametrize(
