@@ -93,6 +93,8 @@ class ReplicaJob:
     finished: dict[int, int] = field(default_factory=dict)
     offset: int = 0  # bytes of the events file already read
     run_dir: str | None = None  # --run-dir: events also go to run_dir/replicas.jsonl (distrain top)
+    #: why a worker refused to train (not joined to the replica API): the job stops on it
+    refused: str | None = None
 
     def say(self, text: str, event: str | None = None, **fields: object) -> None:
         """One line on stderr; with an `event` name also one JSON line in the run directory."""
@@ -136,7 +138,13 @@ class ReplicaJob:
 
     def on_event(self, ev: dict[str, object]) -> None:
         group = int(str(ev["group"]))
-        if ev["event"] == "lost":
+        if ev["event"] == "refused":
+            if self.refused is None:  # every process of every group refuses alike: said once
+                self.refused = str(ev["reason"])
+                self.say(f"error: {self.refused}", "refused", group=group)
+        elif self.refused is not None:
+            return  # the job is stopping on the refusal: its workers' exits are no news
+        elif ev["event"] == "lost":
             code = int(str(ev["exitcode"]))
             how = _signal_name(code) if code < 0 else f"exit code {code}"
             self.lost.add(group)
@@ -203,6 +211,15 @@ class ReplicaJob:
         A run whose groups end with different models must never pass for a good one.
         """
         finals = self.finals()
+        silent = [g for g, code in sorted(self.finished.items()) if code == 0 and g not in finals]
+        if silent:  # "equal" must never pass by silence: every group that ended reports its state
+            self.say(
+                f"error: replica group{'s' if len(silent) > 1 else ''} "
+                f"{', '.join(map(str, silent))} ended without reporting a final state (its "
+                "processes never reached distrain's end: no distrain.init(), or they ended "
+                "outside it), so the groups cannot be checked equal",
+            )  # fmt: skip
+            return 1
         if len(finals) < 2:
             return 0
         first = min(finals)
@@ -223,6 +240,26 @@ class ReplicaJob:
             f"(rank 0: sha256 {digest[:12]})",
         )  # fmt: skip
         return 0
+
+    def kill_all(self) -> None:
+        """SIGKILL every group's session at once: nothing of a refused job is worth a grace (a
+        SIGTERM would have each group's launcher and agent say they were stopped)."""
+        import psutil
+
+        for proc in self.procs:
+            if proc.poll() is not None:
+                continue
+            try:  # torch's agent starts fresh-interpreter workers in sessions of their own
+                tree = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                tree = []
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for child in tree:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        for proc in self.procs:
+            proc.wait()
 
     def stop_all(self, grace_s: float = 30) -> None:
         """SIGTERM each group's launcher (its agent passes it on); SIGKILL it after `grace_s`."""

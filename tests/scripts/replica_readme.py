@@ -1,0 +1,98 @@
+"""Test-only script: the README's conversion (``loss.backward()``, ``opt.step()``) under --replicas.
+
+No ``ctx.step``, no ``ctx.backward``, no ``ckpt.restore``: only ``distrain.init()``,
+``ctx.prepare_model`` and ``ctx.prepare_loader``.  The loop is bounded by ``ctx.steps`` (under
+--replicas the job's committed step, healed in a replacement), so every group ends at the same
+step.  Each process writes ``final.<group>.<rank>.json`` (pid, ctx.steps, a hash of its
+parameters) in --out and appends "pid group rank" to ``starts``.  ``--kill STEP:GROUP:RANK``:
+that process SIGKILLs itself once per job right after ctx.steps reaches STEP.  ``--idiom``:
+``backward-first`` (opt.zero_grad() after opt.step()), ``zero-first`` (before backward, as the
+README), ``scaler`` (a GradScaler of the script's own, disabled on CPU) or ``ctx-step``
+(``ctx.step(opt)`` instead of ``opt.step()``: the reference the others must equal).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import distrain
+
+p = argparse.ArgumentParser()
+p.add_argument("--out", required=True)
+p.add_argument("--steps", type=int, default=60)
+p.add_argument("--step-sleep", type=float, default=0.0, help="seconds between steps")
+p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK")
+p.add_argument(
+    "--idiom", default="zero-first", choices=["zero-first", "backward-first", "scaler", "ctx-step"]
+)
+args = p.parse_args()
+kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
+group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))
+
+ctx = distrain.init(verbose=False)
+with open(os.path.join(args.out, "starts"), "a") as f:
+    f.write(f"{os.getpid()} {group} {ctx.rank}\n")
+
+g = torch.Generator().manual_seed(7)
+x = torch.randn(4096, 16, generator=g)
+y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0).long()
+torch.manual_seed(0)
+model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
+loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler("cpu", enabled=False) if args.idiom == "scaler" else None
+
+
+def kill_now() -> None:
+    """SIGKILL this process if a --kill aims at it now (once per job: a marker file)."""
+    for at, g_, r_ in sorted(kills):
+        if (g_, r_) != (group, ctx.rank) or ctx.steps < at:
+            continue
+        try:
+            marker = os.path.join(args.out, f"killed.{group}.{ctx.rank}.{at}")
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+while ctx.steps < args.steps:
+    for xb, yb in loader:
+        xb, yb = xb.to(ctx.device), yb.to(ctx.device)
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb)
+        if args.idiom != "backward-first":
+            opt.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        elif args.idiom == "ctx-step":
+            loss.backward()
+            ctx.step(opt)
+        else:
+            loss.backward()
+            opt.step()
+        if args.idiom == "backward-first":
+            opt.zero_grad()
+        kill_now()
+        time.sleep(args.step_sleep)
+        if ctx.steps >= args.steps:
+            break
+
+digest = hashlib.sha256()
+for t in ctx.unwrap(model).state_dict().values():
+    digest.update(t.detach().cpu().numpy().tobytes())
+for state in opt.state.values():  # Adam's moments: healed too, or the groups drift apart
+    for v in state.values():
+        digest.update(v.detach().cpu().numpy().tobytes())
+with open(os.path.join(args.out, f"final.{group}.{ctx.rank}.json"), "w") as f:
+    json.dump({"pid": os.getpid(), "step": ctx.steps, "params": digest.hexdigest()}, f)
