@@ -8,7 +8,8 @@ parameters) in --out and appends "pid group rank" to ``starts``.  ``--kill STEP:
 that process SIGKILLs itself once per job right after ctx.steps reaches STEP.  ``--idiom``:
 ``backward-first`` (opt.zero_grad() after opt.step()), ``zero-first`` (before backward, as the
 README), ``scaler`` (a GradScaler of the script's own, disabled on CPU) or ``ctx-step``
-(``ctx.step(opt)`` instead of ``opt.step()``: the reference the others must equal).
+(``ctx.step(opt)`` instead of ``opt.step()``: the reference the others must equal) or
+``unprepared`` (the optimizer's model was never given to ctx.prepare_model: refused).
 """
 
 import argparse
@@ -31,7 +32,12 @@ p.add_argument("--steps", type=int, default=60)
 p.add_argument("--step-sleep", type=float, default=0.0, help="seconds between steps")
 p.add_argument("--kill", action="append", default=[], help="STEP:GROUP:RANK")
 p.add_argument(
-    "--idiom", default="zero-first", choices=["zero-first", "backward-first", "scaler", "ctx-step"]
+    "--idiom",
+    default="zero-first",
+    choices=["zero-first", "backward-first", "scaler", "ctx-step", "unprepared"],
+)
+p.add_argument(
+    "--silent-group", type=int, default=-1, help="this group ends outside distrain (os._exit(0))"
 )
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
@@ -48,6 +54,8 @@ torch.manual_seed(0)
 model = ctx.prepare_model(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)))
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+if args.idiom == "unprepared":  # an optimizer over a model never given to ctx.prepare_model
+    opt = torch.optim.SGD(nn.Linear(16, 3).parameters(), lr=0.1)
 scaler = torch.amp.GradScaler("cpu", enabled=False) if args.idiom == "scaler" else None
 
 
@@ -88,6 +96,8 @@ while ctx.steps < args.steps:
         if ctx.steps >= args.steps:
             break
 
+if group == args.silent_group:
+    os._exit(0)  # no distrain end: no final state reported
 digest = hashlib.sha256()
 for t in ctx.unwrap(model).state_dict().values():
     digest.update(t.detach().cpu().numpy().tobytes())

@@ -12,6 +12,7 @@ import datetime as dt
 import importlib
 import os
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -198,6 +199,11 @@ def init(
             ctx.replicas = attach(ctx.process, settings, precision)
         _remember(ctx)
         atexit.register(ctx.shutdown)
+        if ctx.replicas is not None:
+            # a fresh interpreter (--start-method spawn) stops every ThreadPoolExecutor, TorchFT's
+            # Manager's included, before atexit: the end's quorums (serving stragglers, the final
+            # state the launcher checks) must come first.  The fast start runs atexit earlier.
+            threading._register_atexit(ctx.shutdown)  # type: ignore[attr-defined]
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():

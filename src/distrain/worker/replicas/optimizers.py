@@ -76,19 +76,21 @@ def made() -> list[Optimizer]:
 
 def install() -> None:
     """Give every optimizer made from now on the replica-committing ``step`` (under --replicas)."""
-    if os.environ.get(REPLICA_GROUP) is None:
-        return
+    if os.environ.get(REPLICA_GROUP) is not None:
+        _wrap_init()
 
+
+def _wrap_init() -> None:
     def make(original: Any) -> Any:
         def __init__(self: Optimizer, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
             if any(ref() is self for ref in _made):  # a subclass's __init__ calling its base's
                 return
             _made.append(weakref.ref(self))
-            # bound, as torch's LR schedulers expect of `opt.step` (they rebind its __func__)
-            patching.replace(
-                self, "step", types.MethodType(_step, self), feature=FEATURE, forwards=True
-            )
+            # an attribute of the user's object, set by the registry's patch of __init__ (as
+            # torch's LR scheduler sets its own wrapper there, over this one: a per-instance
+            # registry entry could not be removed after that); bound, as the scheduler expects
+            self.step = types.MethodType(_step, self)  # type: ignore[method-assign]
 
         return __init__
 
