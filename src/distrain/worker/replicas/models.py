@@ -8,7 +8,7 @@ keeps the quorum, the heal and the commit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -20,12 +20,17 @@ from distrain.parallel.options import DDP, FSDP, Strategy
 if TYPE_CHECKING:
     from torchft import Manager
 
-    from distrain.worker.replicas.training import Replicas
+
+class Group(Protocol):
+    """What preparing a model asks of this process's replica group (training.py's Replicas)."""
+
+    manager: Manager
+    size: int  # processes in the group
+    precision: str
+    map_buffers: bool
 
 
-def prepare(
-    replicas: Replicas, model: nn.Module, device: torch.device, spec: Strategy
-) -> nn.Module:
+def prepare(replicas: Group, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
     """`model` on `device`, DDP or FSDP over this group, gradients averaged over live groups.
 
     `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
@@ -69,7 +74,7 @@ def prepare(
     return wrapped
 
 
-def _sharded(replicas: Replicas, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
+def _sharded(replicas: Group, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
     from torch.distributed.fsdp import FSDPModule
 
     from distrain.parallel import prepare as prepare_strategy
