@@ -4,9 +4,12 @@
 the last step with equal states, and the parameters equal the script's own reference
 (`torchrun --nproc-per-node 2`) bit for bit: two groups of one process split each global batch
 as two ranks do, and TorchFT averages two gradients as DDP does (a halving is exact).
-"Refused": the first optimizer step stops the job with one line naming the script and what to
-use instead, exit code 3 (nothing joins such a script to the groups; it would train as two
-independent copies).
+"Refused": the job stops with one line naming the script and what to use instead, exit code 3,
+at its first optimizer step (nothing joins such a script to the groups: it would train as two
+independent copies) or at its own DistributedSampler (over its group's ranks only: every group
+would train on the same samples).  Not in this row: ``global_batch`` (``GLOBAL // ctx.world_size``
+sees the group's size, so the groups train a global batch R times larger than the script means;
+neither refused nor equal to its reference: docs/fault_tolerance.md) and ``self_start``.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ REFUSED = {
     "lightning": "lightning_script.py",
     "fabric": "fabric_script.py",
     "device_mesh": "device_mesh.py",
+    "own_sampler": "own_sampler.py",  # init() and a prepared model, but its own sampler
 }
-WHY = "needs distrain.init() and ctx.prepare_model; refused at its first optimizer step"
+WHY = (
+    "needs distrain.init(), ctx.prepare_model and ctx.prepare_loader: refused at its "
+    "DistributedSampler or its first optimizer step"
+)
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,7 @@ def every_feature() -> list[patching.Patch]:
         bind as ft_bind,
         noise as ft_noise,
         optimizers as ft_optimizers,
+        refusal as ft_refusal,
         sync as replica_sync,
     )
     from distrain.worker.self_start import members
@@ -65,6 +66,7 @@ def every_feature() -> list[patching.Patch]:
         watchdog.exit_on_uncaught()
         ft_noise.quiet_sequence_numbers()
         ft_optimizers._wrap_init()
+        ft_refusal.check_samplers(joined=lambda: True)
         with replica_sync.real_accelerator(True), ft_bind.manager_server_on("127.0.0.1"):
             pass
         comm_hooks._use_fast_low_rank_products()

@@ -15,25 +15,24 @@ used in the process (the fork server's preload) is covered all the same.
 A process that steps an optimizer while nothing joins it to the replica API (no
 ``distrain.init()``, or an optimizer over no model given to ``ctx.prepare_model``) would train
 alone, silently unreplicated: it is refused at its first step instead, in one line that the
-launcher prints (a ``refused`` replica event), with :data:`~distrain.contract.REFUSED_EXIT_CODE`.
+launcher prints (a ``refused`` replica event), with :data:`~distrain.contract.REFUSED_EXIT_CODE`
+(refusal.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import types
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from distrain.contract import FT_EVENTS, REFUSED_EXIT_CODE, REPLICA_GROUP
+from distrain.contract import REPLICA_GROUP
 from distrain.errors import DistrainError
-from distrain.events import emit
 from distrain.process import patching
+from distrain.worker.replicas.refusal import check_samplers, refuse
 from distrain.worker.steps import steps_paused
 
 if TYPE_CHECKING:
@@ -75,9 +74,12 @@ def made() -> list[Optimizer]:
 
 
 def install() -> None:
-    """Give every optimizer made from now on the replica-committing ``step`` (under --replicas)."""
+    """Give every optimizer made from now on the replica-committing ``step``, and refuse a
+    DistributedSampler that splits the data over fewer processes than the groups hold (under
+    --replicas; refusal.py)."""
     if os.environ.get(REPLICA_GROUP) is not None:
         _wrap_init()
+        check_samplers(joined=lambda: _member is not None)
 
 
 def _wrap_init() -> None:
@@ -122,34 +124,3 @@ def _step(self: Optimizer, *args: Any, **kwargs: Any) -> Any:
     out: list[Any] = []
     member.step(lambda: out.append(run()))
     return out[0] if out else None
-
-
-def refuse(why: str) -> NoReturn:
-    """Stop this process: it is not joined to the replica API (one line, the launcher's)."""
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "the script"
-    line = (
-        f"{script} cannot run under --replicas: {why}, so nothing would be replicated across "
-        "the groups; --replicas needs distrain.init() and ctx.prepare_model(model) (docs/"
-        "fault_tolerance.md); for plain data parallel use `distrain run -n N`"
-    )
-    folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
-    said = False
-    if folder and group is not None and group.isdigit():  # the launcher says it and stops the job
-        said = emit("replica", folder, event="refused", group=int(group),
-                    rank=int(os.environ.get("RANK", "0") or 0), reason=line)  # fmt: skip
-    _leave_cause(line)
-    if not said:  # no launcher to say it: this process does
-        print(f"distrain run: error: {line}", file=sys.stderr, flush=True)
-    raise SystemExit(REFUSED_EXIT_CODE)
-
-
-def _leave_cause(line: str) -> None:
-    # the agent's error file: the group's own launcher names the cause, not "exit code 3"
-    from distrain.settings import for_report
-    from distrain.worker.failure import mark_failing, write_error_message
-
-    mark_failing()
-    settings = for_report()
-    if settings.error_file and not os.path.exists(settings.error_file):
-        with contextlib.suppress(OSError):
-            write_error_message(settings.error_file, line, "", settings)

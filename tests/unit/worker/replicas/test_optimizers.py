@@ -129,3 +129,19 @@ def test_outside_replicas_nothing_is_installed(monkeypatch: pytest.MonkeyPatch) 
     assert patching.applied("replicas") == []
     opt = torch.optim.SGD(nn.Linear(4, 2).parameters(), lr=0.1)
     assert "step" not in vars(opt)
+
+
+def test_a_sampler_over_the_groups_ranks_only_is_refused(
+    installed: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torch.utils.data.distributed import DistributedSampler
+
+    monkeypatch.setenv("DISTRAIN_REPLICA_GROUPS", "2")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    DistributedSampler(range(8), num_replicas=2, rank=1)  # over groups × ranks: fine
+    with pytest.raises(SystemExit) as exit_:  # over its group's one rank: the same samples
+        DistributedSampler(range(8), num_replicas=1, rank=0)
+    assert exit_.value.code == REFUSED_EXIT_CODE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "a DistributedSampler over 1 process(es), not the 2 of the 2 groups" in line, line
+    assert "every group would train on the same samples" in line
