@@ -9,7 +9,7 @@ at its first optimizer step (nothing joins such a script to the groups: it would
 independent copies) or at its own DistributedSampler (over its group's ranks only: every group
 would train on the same samples).  Not in this row: ``global_batch`` (``GLOBAL // ctx.world_size``
 sees the group's size, so the groups train a global batch R times larger than the script means;
-neither refused nor equal to its reference: docs/fault_tolerance.md) and ``self_start``.
+neither refused nor equal to its reference: docs/fault_tolerance.md).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ REFUSED = {
     "fabric": "fabric_script.py",
     "device_mesh": "device_mesh.py",
     "own_sampler": "own_sampler.py",  # init() and a prepared model, but its own sampler
+    "self_start": "self_start.py",  # mp.spawn's children: torchrun-style, no distrain.init()
 }
 WHY = (
     "needs distrain.init(), ctx.prepare_model and ctx.prepare_loader: refused at its "
