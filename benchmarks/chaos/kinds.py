@@ -92,7 +92,7 @@ class Kind:
         elif self.name == "replicas_readme":  # the README's `opt.step()`: no ctx.step, no restore
             argv = [*launcher, "--replicas", "2", "-n", "1", str(SCRIPTS / "replica_readme.py"),
                     "--out", str(out), "--steps", "80", "--step-sleep", "0.05"]  # fmt: skip
-            return Job(argv, None, out, run_dir)
+            return Job(argv, None, out, run_dir, marker=out / "trained")
         elif (
             self.name == "selfstart"
         ):  # mp.spawn inside the script: run once, its children are the job

@@ -91,6 +91,8 @@ while ctx.steps < args.steps:
             opt.step()
         if args.idiom == "backward-first":
             opt.zero_grad()
+        if ctx.steps == 1 and not os.path.exists(trained := os.path.join(args.out, "trained")):
+            open(trained, "w").close()  # for the chaos campaign: faults are aimed from here
         kill_now()
         time.sleep(args.step_sleep)
         if ctx.steps >= args.steps:
