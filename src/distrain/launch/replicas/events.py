@@ -2,11 +2,13 @@
 
 Workers and agents report ``replica`` events (distrain/events/) in the stream of the groups'
 shared folder (DISTRAIN_FT_EVENTS): "lost" (a group's agent saw a worker die), "joined" (a
-worker passed its first quorum, healed from a peer or not) and "final" (a process's last step
-and state digest).  :class:`ReplicaJob` reads them with the one reader
+worker passed its first quorum, healed from a peer or not), "final" (a process's last step
+and state digest) and "refused" (a process nothing joins to the groups: said once, and the
+job stops).  :class:`ReplicaJob` reads them with the one reader
 (:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
 line each in the run directory, for `distrain top`); a lost group's step comes from its step
-file (contract.ft_step_file, the groups' coordination).  Across nodes each node's
+file (contract.ft_step_file, the groups' coordination), written at every committed step,
+whether the script calls ``ctx.step(opt)`` or ``opt.step()``.  Across nodes each node's
 launcher reports the groups it runs.
 """
 
