@@ -64,9 +64,10 @@ COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
                         capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
-#: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
-#: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
-SLOWDOWN, START_S = 3.0, 90.0
+#: a trial, reruns included, may take this many times its uninterrupted run's time, plus the
+#: fault's own extra, plus START_S (restarts, rendezvous and imports under load) and RERUN_S for
+#: each rerun's start: one bound from the trial's start; past it the trial counts as hung
+SLOWDOWN, START_S, RERUN_S = 3.0, 90.0, 30.0
 
 
 #: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
@@ -243,24 +244,22 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     ) as err:  # the fault's own tool failed
         t.missed, shot = True, Shot(f"missed: the fault failed: {type(err).__name__}: {err}")
     t.what = shot.what
-    runs = [finish(procs, trial, logs, bound + shot.bound_extra, t0, made, lost, kind.elastic)]
+    bound += shot.bound_extra
+    runs = [finish(procs, trial, logs, bound, t0, made, lost, kind.elastic)]
     left = shot.left + leftovers(trial, made=made)
     if shot.rerun and runs[0].rc not in (0, None):
         if shot.after:
             shot.after()
-        logs, t1 = work / f"t{t.index}-2", time.monotonic()
-        runs.append(
-            finish(
-                start(job, trial, logs, made), trial, logs, bound, t1, made, elastic=kind.elastic
-            )
-        )
+        logs, bound = work / f"t{t.index}-2", bound + RERUN_S
+        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
+                           elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
     t.verdict = judge(kind, job, ref.result, runs, left, good)
     if t.verdict.word == "stopped":  # a documented stop: the same command run again must heal
         if shot.after and len(runs) == 1:
             shot.after()
-        logs, t1 = work / f"t{t.index}-{len(runs) + 1}", time.monotonic()
-        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t1, made,
+        logs, bound = work / f"t{t.index}-{len(runs) + 1}", bound + RERUN_S
+        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
                            elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
         first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good)

@@ -338,8 +338,8 @@ def double_kill(ctx: FaultContext) -> Shot:
     time.sleep(ctx.rng.uniform(0.0, 1.0))
     try:
         second = kill_rank(ctx)
-    except Missed:
-        return Shot(first.what + "; the second found no rank")
+    except Missed:  # one kill is kill_rank's trial, not this one's: aim again
+        raise Missed(f"the second kill found no rank ({first.what})") from None
     return Shot(f"{first.what}; then {second.what}")
 
 

@@ -121,7 +121,7 @@ def judge(
                 detail = why
             else:
                 word = "healed"
-                resume, detail = _resume_verdict(kind, job, runs, good_step_before)
+                resume, detail = resume_verdict(kind, job, runs, good_step_before)
                 if resume:
                     problems.append(resume)
     elif last.rc is not None:
@@ -142,7 +142,7 @@ def judge(
     return Verdict(word, detail)
 
 
-def _resume_verdict(
+def resume_verdict(
     kind: Kind, job: Job, runs: list[RunRecord], good: int | None
 ) -> tuple[str | None, str]:
     """A restarted job with checkpoints must resume from the newest checkpoint valid at the fault
