@@ -7,8 +7,8 @@ step.  Each process writes ``final.<group>.<rank>.json`` (pid, ctx.steps, a hash
 parameters) in --out and appends "pid group rank" to ``starts``.  ``--kill STEP:GROUP:RANK``:
 that process SIGKILLs itself once per job right after ctx.steps reaches STEP.  ``--idiom``:
 ``backward-first`` (opt.zero_grad() after opt.step()), ``zero-first`` (before backward, as the
-README), ``scaler`` (a GradScaler of the script's own, disabled on CPU) or ``ctx-step``
-(``ctx.step(opt)`` instead of ``opt.step()``: the reference the others must equal) or
+README), ``scaler`` (the script's own GradScaler: scaled backward, unscale, inf check),
+``ctx-step`` (``ctx.step(opt)`` instead of ``opt.step()``: the reference the others must equal) or
 ``unprepared`` (the optimizer's model was never given to ctx.prepare_model: refused).
 """
 
@@ -56,7 +56,7 @@ loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 if args.idiom == "unprepared":  # an optimizer over a model never given to ctx.prepare_model
     opt = torch.optim.SGD(nn.Linear(16, 3).parameters(), lr=0.1)
-scaler = torch.amp.GradScaler("cpu", enabled=False) if args.idiom == "scaler" else None
+scaler = torch.amp.GradScaler("cpu") if args.idiom == "scaler" else None
 
 
 def kill_now() -> None:
