@@ -40,22 +40,34 @@ def _readme_job(
     out.mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", str(procs),
            *(["--start-method", "spawn"] if start == "spawn" else []),
+           *(["--cpu"] if start == "cpu" else []),
            README, "--out", str(out), *extra]  # fmt: skip
     return run(cmd, timeout=280), out
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("idiom", ["zero-first", "backward-first", "scaler"])
+@pytest.mark.parametrize(
+    ("idiom", "cpu"),
+    [("zero-first", False), ("backward-first", False), ("scaler", False), ("zero-first", True)],
+    ids=["zero-first", "backward-first", "scaler", "cpu-loader-workers"],
+)
 def test_readme_script_heals_from_a_live_group_and_the_groups_end_equal(
-    tmp_path: Path, idiom: str
+    tmp_path: Path, idiom: str, cpu: bool
 ) -> None:
     """Group 1's worker SIGKILLed right after step 20: the launcher says the true step (it said
     "lost at step 0": nothing but ctx.step committed), the replacement copies model and Adam
     state from group 0 (it once healed from nothing and trained on alone), and both groups end
-    at step 80 with the same parameters and optimizer state, bit for bit."""
+    at step 80 with the same parameters and optimizer state, bit for bit.  Under ``--cpu`` the
+    prepared loader forks DataLoader workers: each once ran the group's shutdown as it ended
+    (inherited from its parent) and hung the job."""
+    import psutil
+
     res, out = _readme_job(
-        tmp_path, "--idiom", idiom, "--steps", "80", "--kill", "20:1:0", "--step-sleep", "0.05"
-    )
+        tmp_path, "--idiom", idiom, "--steps", "80", "--kill", "20:1:0", "--step-sleep", "0.05",
+        start="cpu" if cpu else "fork",
+    )  # fmt: skip
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in (p.info["cmdline"] or [])]
+    assert not left, left
     assert res.returncode == 0, res.stderr[-3000:]
     assert "distrain run: replica group 1 lost at step 20 (rank 0, pid" in res.stderr, res.stderr
     assert re.search(r"replica group 1 healed from group 0 at step \d+ in", res.stderr), res.stderr
@@ -106,7 +118,8 @@ def test_a_plain_torchrun_script_is_refused_in_one_line(tmp_path: Path, start: s
     import psutil
 
     cmd = [python(), "-m", "distrain.cli", "run", "--replicas", "2", "-n", "1",
-           *(["--start-method", "spawn"] if start == "spawn" else []), PLAIN]  # fmt: skip
+           *(["--start-method", "spawn"] if start == "spawn" else []),
+           *(["--cpu"] if start == "cpu" else []), PLAIN]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 3, res.stderr[-3000:]
     assert "trained unreplicated" not in res.stdout  # refused at the first step

@@ -203,7 +203,12 @@ def init(
             # a fresh interpreter (--start-method spawn) stops every ThreadPoolExecutor, TorchFT's
             # Manager's included, before atexit: the end's quorums (serving stragglers, the final
             # state the launcher checks) must come first.  The fast start runs atexit earlier.
-            threading._register_atexit(ctx.shutdown)  # type: ignore[attr-defined]
+            # This process only: a forked child (a DataLoader worker) inherits the list and runs
+            # it as it ends, and hung there in the parent's shutdown (py-spy, --cpu)
+            owner = os.getpid()
+            threading._register_atexit(  # type: ignore[attr-defined]
+                lambda: ctx.shutdown() if os.getpid() == owner else None
+            )
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():
