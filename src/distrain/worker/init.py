@@ -12,7 +12,6 @@ import datetime as dt
 import importlib
 import os
 import sys
-import threading
 
 import torch
 import torch.distributed as dist
@@ -199,16 +198,10 @@ def init(
             ctx.replicas = attach(ctx.process, settings, precision)
         _remember(ctx)
         atexit.register(ctx.shutdown)
-        if ctx.replicas is not None:
-            # a fresh interpreter (--start-method spawn) stops every ThreadPoolExecutor, TorchFT's
-            # Manager's included, before atexit: the end's quorums (serving stragglers, the final
-            # state the launcher checks) must come first.  The fast start runs atexit earlier.
-            # This process only: a forked child (a DataLoader worker) inherits the list and runs
-            # it as it ends, and hung there in the parent's shutdown (py-spy, --cpu)
-            owner = os.getpid()
-            threading._register_atexit(  # type: ignore[attr-defined]
-                lambda: ctx.shutdown() if os.getpid() == owner else None
-            )
+        if ctx.replicas is not None:  # the end's quorums before TorchFT's threads stop
+            from distrain.worker.replicas.sync import before_threads_stop
+
+            before_threads_stop(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():

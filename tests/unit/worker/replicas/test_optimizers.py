@@ -7,7 +7,10 @@ test_replicas_optimizer.py) run with real groups.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +148,24 @@ def test_a_sampler_over_the_groups_ranks_only_is_refused(
     (line,) = capsys.readouterr().err.splitlines()
     assert "a DistributedSampler over 1 process(es), not the 2 of the 2 groups" in line, line
     assert "every group would train on the same samples" in line
+
+
+def test_the_early_shutdown_is_not_run_by_a_forked_child(tmp_path: Path) -> None:
+    """A forked child (a DataLoader worker) ends through threading's exit, whose list it
+    inherited: it must not run its parent's shutdown (one whose parent was SIGKILLed hung in it)."""
+    import multiprocessing
+
+    from distrain.worker.replicas.sync import before_threads_stop
+
+    ran = tmp_path / "ran"
+
+    def shutdown() -> None:
+        with contextlib.suppress(OSError):  # also at this test process's own end: tmp is gone
+            ran.write_text(str(os.getpid()))
+
+    before_threads_stop(shutdown)
+    child = multiprocessing.get_context("fork").Process(target=int)
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not ran.exists(), f"the child (pid {ran.read_text()}) ran its parent's shutdown"
