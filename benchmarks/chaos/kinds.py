@@ -93,6 +93,10 @@ class Kind:
                     str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(ckpt),
                     "--steps", "80", "--every", "10", "--step-sleep", "0.05",
                     *(["--strategy", "fsdp"] if fsdp else [])]  # fmt: skip
+        elif self.name == "replicas_readme":  # the README's `opt.step()`: no ctx.step, no restore
+            argv = [*launcher, "--replicas", "2", "-n", "1", str(SCRIPTS / "replica_readme.py"),
+                    "--out", str(out), "--steps", "80", "--step-sleep", "0.05"]  # fmt: skip
+            return Job(argv, None, out, run_dir, marker=out / "trained")
         elif (
             self.name == "selfstart"
         ):  # mp.spawn inside the script: run once, its children are the job
@@ -240,6 +244,7 @@ KINDS = {
         Kind("rehearsal"),
         Kind("replicas", replicas=True),
         Kind("replicas_fsdp", replicas=True),
+        Kind("replicas_readme", replicas=True),
         Kind("selfstart", self_starting=True),
         Kind("nodes_static", nodes=2),
         Kind("nodes_elastic", nodes=2, elastic=True),

@@ -215,6 +215,9 @@ def ft_end_file(folder: str, group: int) -> str:
 WATCHDOG_EXIT_CODE = 124
 #: exit code of a usage error on the command line
 USAGE_EXIT_CODE = 2
+#: exit code of a job refused at its start: what it asks cannot be done as asked (a CPU
+#: rehearsal of a GPU-only call, a script under --replicas that nothing joins to the groups)
+REFUSED_EXIT_CODE = 3
 
 
 def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:

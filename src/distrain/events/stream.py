@@ -49,8 +49,9 @@ KINDS = {
     # ``world_size``, ``watched``), formed, or error (``message``), read by the script's watch
     "group": "state, ...",
     # --replicas, in the groups' shared folder (DISTRAIN_FT_EVENTS): ``event`` "lost" (a group's
-    # agent saw a worker die), "joined" (a worker passed its first quorum, healed or not) or
-    # "final" (a process's last step and state digest, for the end check), and their fields
+    # agent saw a worker die), "joined" (a worker passed its first quorum, healed or not),
+    # "final" (a process's last step and state digest, for the end check) or "refused" (a
+    # process the groups cannot replicate: ``reason``, the job's last line), and their fields
     "replica": "event, ...",
 }
 

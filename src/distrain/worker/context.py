@@ -99,7 +99,9 @@ class Context(Reductions):
 
     @property
     def steps(self) -> int:
-        """Optimizer steps taken on prepared models (the watchdog's measure of progress)."""
+        """Optimizer steps on prepared models (``--replicas``: the job's committed step, healed)."""
+        if self.replicas is not None and self.replicas.started:
+            return self.replicas.manager.current_step()
         return self._step_counter.count
 
     def _on_step(self, count: int) -> None:
@@ -163,9 +165,7 @@ class Context(Reductions):
             strategy, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard, replicate=replicate,
             activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, **kwargs,
         )  # fmt: skip
-        if (
-            self.replicas is not None
-        ):  # across replica groups through TorchFT (worker/replicas/training.py)
+        if self.replicas is not None:  # across replica groups through TorchFT (worker/replicas/)
             prepared = self.replicas.prepare_model(model, self.device, spec)
         else:
             prepared = strategies.prepare(
@@ -284,13 +284,13 @@ class Context(Reductions):
         return True
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        before = self.steps
+        before = self._step_counter.count
         if self.scaler is not None:
             self.scaler.step(optimizer)
             self.scaler.update()
         else:
             optimizer.step()
-        if self.steps == before:
+        if self._step_counter.count == before:
             self._step_counter.advance()
 
     def clip_grad_norm(

@@ -198,6 +198,10 @@ def init(
             ctx.replicas = attach(ctx.process, settings, precision)
         _remember(ctx)
         atexit.register(ctx.shutdown)
+        if ctx.replicas is not None:  # the end's quorums before TorchFT's threads stop
+            from distrain.worker.replicas.sync import before_threads_stop
+
+            before_threads_stop(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():

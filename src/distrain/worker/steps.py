@@ -18,6 +18,14 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+#: step counters paused now in this process (a restore's optimizer-state steps are under way)
+_pauses = 0
+
+
+def steps_paused() -> bool:
+    """Whether optimizer steps taken now are not the training's (a restore creating their state)."""
+    return _pauses > 0
+
 
 class StepCounter:
     """Counts optimizer steps over the parameters of tracked models; calls `on_step(count)`."""
@@ -43,11 +51,14 @@ class StepCounter:
         """Steps taken inside are not the training's: a restore's loading of optimizer state
         steps every optimizer once with a zero learning rate to create its state (torch's
         ``_init_optim_state``), which counted as step 1 and armed the watchdog early."""
+        global _pauses
         self._paused = True
+        _pauses += 1
         try:
             yield
         finally:
             self._paused = False
+            _pauses -= 1
 
     def _hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._paused:

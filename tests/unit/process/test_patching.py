@@ -52,7 +52,13 @@ def every_feature() -> list[patching.Patch]:
     from distrain.parallel import comm_hooks
     from distrain.worker import atomic_save, failure, self_start as selfstart, watchdog
     from distrain.worker.fast_start import forked
-    from distrain.worker.replicas import bind as ft_bind, noise as ft_noise, sync as replica_sync
+    from distrain.worker.replicas import (
+        bind as ft_bind,
+        noise as ft_noise,
+        optimizers as ft_optimizers,
+        refusal as ft_refusal,
+        sync as replica_sync,
+    )
     from distrain.worker.self_start import members
 
     saved = (len(patching.APPLIED), patching.hooked())
@@ -65,6 +71,8 @@ def every_feature() -> list[patching.Patch]:
         failure.install(0, Settings())
         watchdog.exit_on_uncaught()
         ft_noise.quiet_sequence_numbers()
+        ft_optimizers._wrap_init()
+        ft_refusal.check_samplers(joined=lambda: True)
         with replica_sync.real_accelerator(True), ft_bind.manager_server_on("127.0.0.1"):
             pass
         comm_hooks._use_fast_low_rank_products()

@@ -2,11 +2,13 @@
 
 Workers and agents report ``replica`` events (distrain/events/) in the stream of the groups'
 shared folder (DISTRAIN_FT_EVENTS): "lost" (a group's agent saw a worker die), "joined" (a
-worker passed its first quorum, healed from a peer or not) and "final" (a process's last step
-and state digest).  :class:`ReplicaJob` reads them with the one reader
+worker passed its first quorum, healed from a peer or not), "final" (a process's last step
+and state digest) and "refused" (a process nothing joins to the groups: said once, and the
+job stops).  :class:`ReplicaJob` reads them with the one reader
 (:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
 line each in the run directory, for `distrain top`); a lost group's step comes from its step
-file (contract.ft_step_file, the groups' coordination).  Across nodes each node's
+file (contract.ft_step_file, the groups' coordination), written at every committed step,
+whether the script calls ``ctx.step(opt)`` or ``opt.step()``.  Across nodes each node's
 launcher reports the groups it runs.
 """
 
@@ -93,6 +95,8 @@ class ReplicaJob:
     finished: dict[int, int] = field(default_factory=dict)
     offset: int = 0  # bytes of the events file already read
     run_dir: str | None = None  # --run-dir: events also go to run_dir/replicas.jsonl (distrain top)
+    #: why a worker refused to train (not joined to the replica API): the job stops on it
+    refused: str | None = None
 
     def say(self, text: str, event: str | None = None, **fields: object) -> None:
         """One line on stderr; with an `event` name also one JSON line in the run directory."""
@@ -136,7 +140,13 @@ class ReplicaJob:
 
     def on_event(self, ev: dict[str, object]) -> None:
         group = int(str(ev["group"]))
-        if ev["event"] == "lost":
+        if ev["event"] == "refused":
+            if self.refused is None:  # every process of every group refuses alike: said once
+                self.refused = str(ev["reason"])
+                self.say(f"error: {self.refused}", "refused", group=group)
+        elif self.refused is not None:
+            return  # the job is stopping on the refusal: its workers' exits are no news
+        elif ev["event"] == "lost":
             code = int(str(ev["exitcode"]))
             how = _signal_name(code) if code < 0 else f"exit code {code}"
             self.lost.add(group)
@@ -203,6 +213,15 @@ class ReplicaJob:
         A run whose groups end with different models must never pass for a good one.
         """
         finals = self.finals()
+        silent = [g for g, code in sorted(self.finished.items()) if code == 0 and g not in finals]
+        if silent:  # "equal" must never pass by silence: every group that ended reports its state
+            self.say(
+                f"error: replica group{'s' if len(silent) > 1 else ''} "
+                f"{', '.join(map(str, silent))} ended without reporting a final state (its "
+                "processes never reached distrain's end: no distrain.init(), or they ended "
+                "outside it), so the groups cannot be checked equal",
+            )  # fmt: skip
+            return 1
         if len(finals) < 2:
             return 0
         first = min(finals)
@@ -223,6 +242,26 @@ class ReplicaJob:
             f"(rank 0: sha256 {digest[:12]})",
         )  # fmt: skip
         return 0
+
+    def kill_all(self) -> None:
+        """SIGKILL every group's session at once: nothing of a refused job is worth a grace (a
+        SIGTERM would have each group's launcher and agent say they were stopped)."""
+        import psutil
+
+        for proc in self.procs:
+            if proc.poll() is not None:
+                continue
+            try:  # torch's agent starts fresh-interpreter workers in sessions of their own
+                tree = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.Error:
+                tree = []
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for child in tree:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        for proc in self.procs:
+            proc.wait()
 
     def stop_all(self, grace_s: float = 30) -> None:
         """SIGTERM each group's launcher (its agent passes it on); SIGKILL it after `grace_s`."""

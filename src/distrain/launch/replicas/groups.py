@@ -28,6 +28,7 @@ from distrain.contract import (
     FT_HOST,
     LIGHTHOUSE,
     NUM_THREADS,
+    REFUSED_EXIT_CODE,
     REPLICA_GROUP,
     REPLICA_GROUPS,
     die_with_parent,
@@ -263,6 +264,9 @@ def _watch(
             roll.share_ends(job.folder, job.local)
             roll.mark_silent(job.folder)
         job.read_events()
+        if job.refused is not None:  # a script the groups cannot replicate: restarts would too
+            job.kill_all()
+            return REFUSED_EXIT_CODE
         for g, proc in zip(job.local, job.procs, strict=True):
             code = proc.poll()
             if code is not None and g not in job.finished:

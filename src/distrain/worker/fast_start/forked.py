@@ -26,6 +26,7 @@ from typing import Any
 from distrain.contract import (
     CPU_REHEARSAL,
     PRELOAD_MODULE,
+    REPLICA_GROUP,
     SELF_STARTING,
     ForkJob,
     die_with_parent,
@@ -80,6 +81,10 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         from distrain.worker.self_start import install as watch_own_workers
 
         watch_own_workers()
+    if os.environ.get(REPLICA_GROUP):  # --replicas: every optimizer step goes through the commit
+        from distrain.worker.replicas.optimizers import install as commit_optimizer_steps
+
+        commit_optimizer_steps()
     from distrain.settings import for_report
     from distrain.worker import atomic_save
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -308,6 +309,25 @@ def real_accelerator(rehearsing: bool) -> Iterator[None]:
 def _no_accelerator() -> bool:
     """``torch.accelerator.is_available()`` while TorchFT builds its Manager under ``run --cpu``."""
     return False
+
+
+def before_threads_stop(shutdown: Callable[[], None]) -> None:
+    """Run `shutdown` when this process's interpreter stops its threads, before ``atexit``.
+
+    A fresh interpreter (``--start-method spawn``) stops every ThreadPoolExecutor, TorchFT's
+    Manager's included, before the ``atexit`` handlers: the end's quorums (serving stragglers,
+    the final state the launcher checks) failed there (``cannot schedule new futures after
+    shutdown``) and no group ever reported.  The fast start runs ``atexit`` earlier.  This
+    process only: a forked child (a DataLoader worker) inherits the list and runs it as it
+    ends; one whose parent was SIGKILLed hung in the parent's shutdown (py-spy, ``--cpu``).
+    """
+    owner = os.getpid()
+
+    def in_owner() -> None:
+        if os.getpid() == owner:
+            shutdown()
+
+    threading._register_atexit(in_owner)  # type: ignore[attr-defined]
 
 
 def plain(obj: Any) -> Any:

@@ -26,11 +26,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from distrain.contract import ft_step_file
-from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.parallel.fsdp import is_sharded_tensor
-from distrain.parallel.options import DDP, FSDP, Strategy
+from distrain.parallel.options import Strategy
 from distrain.worker.replicas import sync
 from distrain.worker.replicas.bind import manager_server_on
 from distrain.worker.replicas.noise import first_forward_filtered, quiet_sequence_numbers
@@ -65,6 +64,8 @@ class Replicas:
         self.source: int | None = None  # the group this process healed from
         self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
         self.in_step = False  # between a step's first forward and its commit vote
+        self.applying = False  # in a committed step's update: the optimizer's own step passes
+        self._covered: set[int] | None = None  # ids of the prepared models' parameters
         self.met_all_at: int | None = None  # step of the last quorums that held every group
         self.met_all_times = 0  # how many quorums in a row held every group at that step
         # each loader's position at the last step end: what a peer copies while a batch is in flight
@@ -178,82 +179,39 @@ class Replicas:
 
     # -- model and data --------------------------------------------------------------------
     def prepare_model(self, model: nn.Module, device: torch.device, spec: Strategy) -> nn.Module:
-        """`model` on `device`, DDP or FSDP over this group, gradients averaged over live groups.
+        """`model` prepared for the groups (models.py), healed and stepped with them."""
+        from distrain.worker.replicas.models import prepare
 
-        `spec` is the resolved strategy: DDP with its defaults only, or FSDP (sharded inside the
-        group, the reduce-scattered shards all-reduced across groups); an option this path would
-        not honour is refused, never dropped.
-        """
-        if type(spec) is FSDP:
-            return self._prepare_sharded(model, device, spec)
-        if type(spec) is not DDP:
-            raise DistrainError(
-                f"--replicas supports strategy='ddp' or 'fsdp' for now (got {spec.name!r})"
-            )
-        if spec != DDP(find_unused_parameters=spec.find_unused_parameters):
-            raise DistrainError(
-                f"--replicas takes DDP without options for now (sync_bn, comm_hook, bucket_cap_mb, "
-                f"activation_checkpointing, extra are not applied across groups); got {spec}"
-            )
-        model = model.to(device)
-        kwargs: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
-        # find_unused_parameters keeps the buckets as first built: every group must all-reduce
-        # the same buckets, and a replacement would otherwise rebuild them differently
-        wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True, **kwargs)
-        manager, size = self.manager, self.size
+        prepared = prepare(self, model, device, spec)
+        self.register(f"__model{len(self.objects)}", prepared)
+        self._covered = None  # the parameters optimizers are checked against changed
+        prepared.register_forward_pre_hook(self._first_forward)
+        if isinstance(prepared, nn.parallel.DistributedDataParallel):
+            first_forward_filtered(prepared)  # after the quorum's hook: DDP's own warning only
+        return prepared
 
-        def hook(state, bucket):  # DDP refuses a string annotation here
-            if size > 1:  # inside the group first, then across groups (same rank in every group)
-                dist.all_reduce(bucket.buffer())
-                bucket.buffer().div_(size)
-            # across groups: TorchFT's fault-tolerant all-reduce (errors skip the step, never raise)
-            work = manager.allreduce(bucket.buffer())
-            if work.wait():  # builds the chain that divides by the participants
-                averaged = work.get_future().wait()
-            else:  # a peer died mid-all-reduce: TorchFT noted the error and this step will not
-                # commit; the buffer may be half-reduced, and TorchFT's future was never set
-                averaged = bucket.buffer().zero_()
-            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-            done.set_result(averaged)
-            return done
+    def covers(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether `optimizer` updates a prepared model's parameters (its steps are the job's)."""
+        if self._covered is None:
+            self._covered = {
+                id(p)
+                for obj in self.objects.values()
+                if isinstance(obj, nn.Module)
+                for p in obj.parameters()
+            }
+        covered = self._covered
+        return any(id(p) in covered for group in optimizer.param_groups for p in group["params"])
 
-        wrapped.register_comm_hook(None, hook)
-        self.register(f"__model{len(self.objects)}", wrapped)
-        wrapped.register_forward_pre_hook(self._first_forward)
-        first_forward_filtered(wrapped)  # after the quorum's hook: DDP's own warning only
-        return wrapped
+    def _adopt_optimizers(self) -> None:
+        # a script that never calls ckpt.restore (the README's conversion) still heals its
+        # optimizers' state: each one over a prepared model, made before this first quorum, in
+        # the order made (the same in every group, so the names match)
+        from distrain.worker.replicas.optimizers import made
 
-    def _prepare_sharded(self, model: nn.Module, device: torch.device, spec: FSDP) -> nn.Module:
-        from torch.distributed.fsdp import FSDPModule
-
-        from distrain.parallel import prepare
-
-        # FSDP over this group's ranks (its process group), as `distrain run -n N` would shard
-        sharded = prepare(
-            model,
-            spec,
-            device=device,
-            precision=self.precision,
-            distributed=True,
-            num_nodes=1,
-            map_buffers=self.map_buffers,
-        )
-        for module in sharded.modules():  # each unit's reduce-scattered shard, then across groups
-            if isinstance(module, FSDPModule):
-                module.set_all_reduce_hook(self._cross_group)
-        self.register(f"__model{len(self.objects)}", sharded)
-        sharded.register_forward_pre_hook(self._first_forward)
-        return sharded
-
-    def _cross_group(self, shard: torch.Tensor) -> None:
-        # the same rank of every live group holds the same shard: TorchFT's fault-tolerant average
-        work = self.manager.allreduce(shard)
-        if work.wait():
-            averaged = work.get_future().wait()
-            if averaged is not shard:
-                shard.copy_(averaged)
-        else:  # a peer died mid-all-reduce: this step will not commit (see the DDP hook)
-            shard.zero_()
+        known = [id(obj) for obj in self.objects.values()]
+        for k, opt in enumerate(made()):
+            if id(opt) not in known and self.covers(opt):
+                self.objects[f"__optimizer{k}"] = opt
 
     def _first_forward(self, module: nn.Module, args: Any) -> None:
         # the quorum of a step is taken at its first forward: after the script's own work between
@@ -278,6 +236,7 @@ class Replicas:
         """The first quorum of this process: heal from a live group if behind; the step reached."""
         self.started = self.quorum_open = True
         self.in_step = in_step
+        self._adopt_optimizers()
         t0 = time.perf_counter()
         if self.rank == 0 and self.events and self.groups > 1:
             sync.start_together(self, self.events)
@@ -334,14 +293,22 @@ class Replicas:
         return resumed
 
     def step(self, apply: Callable[[], None]) -> bool:
-        """Apply the optimizer step (`apply`) only if the quorum commits; True if state moved on."""
+        """Apply the optimizer step (`apply`) only if the quorum commits; True if state moved on.
+
+        Reached from ``ctx.step(opt)`` and from the optimizer's own ``step`` (optimizers.py);
+        inside `apply` the optimizer's step passes through, so a step is voted on once.
+        """
         if not self.started:
             self.begin()
         self.quorum_open = False
         with self._waiting():
             committed = self.manager.should_commit()
         if committed:
-            apply()
+            self.applying = True  # the optimizer's own step, called by `apply`, is this one
+            try:
+                apply()
+            finally:
+                self.applying = False
         self.in_step = False
         self._mark_positions()  # the batch of this step is consumed, committed or not
         if committed:
@@ -396,5 +363,10 @@ def attach(process: ProcessInfo, settings: Settings, precision: str) -> Replicas
     """A Replicas for this process when `distrain run --replicas` started it, else None."""
     if settings.replica_group is None or not process.distributed:
         return None
+    from distrain.worker.replicas import optimizers
+
     quiet_sequence_numbers()  # TorchFT's process groups: a deprecation at every reconfiguration
-    return Replicas(process, settings, precision)
+    replicas = Replicas(process, settings, precision)
+    optimizers.install()  # a process started without the fast start's or the boot's install
+    optimizers.join(replicas)  # every optimizer's own step now goes through the commit
+    return replicas

@@ -70,3 +70,33 @@ def test_a_failed_group_is_not_compared(tmp_path: Path) -> None:
     assert (
         _job(tmp_path, finals, {0: 0, 1: 1}).check_finals() == 0
     )  # the job fails for group 1 anyway
+
+
+@pytest.mark.parametrize(
+    ("finals", "named"),
+    [
+        ({(0, 0): "60 " + "ab" * 32}, "replica group 1 ended"),  # one group reported, not the other
+        ({}, "replica groups 0, 1 ended"),  # none did: the check once passed without a word
+    ],
+)
+def test_a_group_that_reports_no_final_state_fails_on_the_last_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    finals: dict[tuple[int, int], str],
+    named: str,
+) -> None:
+    assert _job(tmp_path, finals, {0: 0, 1: 0}).check_finals() == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"distrain run: error: {named} without reporting a final state"), last
+
+
+def test_a_refusal_is_said_once_and_the_workers_exits_after_it_are_no_news(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = ReplicaJob(2, str(tmp_path))
+    for group in (0, 1):
+        emit("replica", str(tmp_path), event="refused", group=group, rank=0, reason="x.py: no")
+        emit("replica", str(tmp_path), event="lost", group=group, rank=0, pid=1, exitcode=3)
+    job.read_events()
+    assert job.refused == "x.py: no"
+    assert capsys.readouterr().err.splitlines() == ["distrain run: error: x.py: no"]

@@ -2,7 +2,9 @@
 job (torchrun workers, torch.multiprocessing.spawn children, spawned DataLoader workers) installs
 the CUDA-on-CPU rehearsal the moment it imports torch.  Any other sitecustomize still runs.
 For a script that starts its own workers (``DISTRAIN_SELF_STARTING``, with or without --cpu)
-it installs distrain.worker.self_start: the watch over its children's group.
+it installs distrain.worker.self_start: the watch over its children's group.  Under --replicas
+(``DISTRAIN_REPLICA_GROUP``) it routes every optimizer's step through the replica commit
+(distrain.worker.replicas.optimizers).
 
 Under `distrain run --start-method spawn` (fresh interpreters) it is on PYTHONPATH for one more
 reason: a plain script's uncaught exception reaches the agent's error file
@@ -61,11 +63,22 @@ def _install_selfstart() -> None:
     selfstart.install()
 
 
+def _install_replicas() -> None:
+    try:
+        from distrain.worker.replicas import optimizers
+    except ImportError:
+        sys.path.append(os.path.abspath(os.path.join(_HERE, *[os.pardir] * 4)))
+        from distrain.worker.replicas import optimizers
+    optimizers.install()
+
+
 def _after_torch() -> None:
     if os.environ.get("DISTRAIN_CPU_REHEARSAL"):
         _install_rehearsal()
     if os.environ.get("DISTRAIN_SELF_STARTING"):
         _install_selfstart()  # now torch is there: its init_process_group is hooked too
+    if os.environ.get("DISTRAIN_REPLICA_GROUP"):  # --replicas: optimizer steps are committed
+        _install_replicas()
 
 
 class _WhenTorchIsImported(importlib.abc.MetaPathFinder):
@@ -131,7 +144,11 @@ if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("DISTRAIN_LAUNCH
     atexit.register(_record_uncaught_at_exit)
 # the fork server (DISTRAIN_PRELOAD) stays plain: its forked workers install the rehearsal
 # themselves
-_WANTED = os.environ.get("DISTRAIN_CPU_REHEARSAL") or os.environ.get("DISTRAIN_SELF_STARTING")
+_WANTED = (
+    os.environ.get("DISTRAIN_CPU_REHEARSAL")
+    or os.environ.get("DISTRAIN_SELF_STARTING")
+    or os.environ.get("DISTRAIN_REPLICA_GROUP")
+)
 if _WANTED and not os.environ.get("DISTRAIN_PRELOAD"):
     if os.environ.get("DISTRAIN_SELF_STARTING"):
         _install_selfstart()  # multiprocessing's hooks before the script starts any child

@@ -1,0 +1,80 @@
+"""Under `distrain run --replicas`: a process the groups cannot replicate stops in one line.
+
+A script that nothing joins to the replica API (no ``distrain.init()``, an optimizer over a
+model not given to ``ctx.prepare_model``: optimizers.py finds those at their first step) would
+train as independent copies; one whose own DistributedSampler splits the data over the ranks of
+its group only would have every group train on the same samples.  Both ran to the end and
+passed.  Each is refused instead: the reason goes to the launcher as a ``refused`` replica event
+(it prints the one line, stops every group and exits with
+:data:`~distrain.contract.REFUSED_EXIT_CODE`: a restart would refuse again) and to the agent's
+error file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from distrain.contract import FT_EVENTS, REFUSED_EXIT_CODE, REPLICA_GROUP, REPLICA_GROUPS
+from distrain.events import emit
+from distrain.process import patching
+
+FEATURE = "replicas"
+
+
+def refuse(why: str, outcome: str = "nothing would be replicated across the groups") -> NoReturn:
+    """Stop this process: `why` (what it did), so `outcome`; one line, the launcher's."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "the script"
+    line = (
+        f"{script} cannot run under --replicas: {why}, so {outcome}; --replicas needs "
+        "distrain.init() and ctx.prepare_model(model) (docs/fault_tolerance.md); for plain data "
+        "parallel use `distrain run -n N`"
+    )
+    folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
+    said = False
+    if folder and group is not None and group.isdigit():  # the launcher says it and stops the job
+        said = emit("replica", folder, event="refused", group=int(group),
+                    rank=int(os.environ.get("RANK", "0") or 0), reason=line)  # fmt: skip
+    _leave_cause(line)
+    if not said:  # no launcher to say it: this process does
+        print(f"distrain run: error: {line}", file=sys.stderr, flush=True)
+    raise SystemExit(REFUSED_EXIT_CODE)
+
+
+def check_samplers(joined: Callable[[], bool]) -> None:
+    """Refuse a DistributedSampler made over fewer processes than the replica groups hold."""
+
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            groups = int(os.environ.get(REPLICA_GROUPS) or 1)
+            job = groups * int(os.environ.get("WORLD_SIZE") or 1)
+            if groups > 1 and self.num_replicas < job:
+                made = "made" if joined() else "made, without calling distrain.init(),"
+                refuse(
+                    f"this process {made} a DistributedSampler over {self.num_replicas} "
+                    f"process(es), not the {job} of the {groups} groups",
+                    "every group would train on the same samples (ctx.prepare_loader splits "
+                    "the data over groups × ranks)",
+                )
+
+        return __init__
+
+    from torch.utils.data.distributed import DistributedSampler
+
+    patching.wrap(DistributedSampler, "__init__", make, feature=FEATURE)
+
+
+def _leave_cause(line: str) -> None:
+    # the agent's error file: the group's own launcher names the cause, not "exit code 3"
+    from distrain.settings import for_report
+    from distrain.worker.failure import mark_failing, write_error_message
+
+    mark_failing()
+    settings = for_report()
+    if settings.error_file and not os.path.exists(settings.error_file):
+        with contextlib.suppress(OSError):
+            write_error_message(settings.error_file, line, "", settings)
