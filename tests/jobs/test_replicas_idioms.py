@@ -7,9 +7,9 @@ as two ranks do, and TorchFT averages two gradients as DDP does (a halving is ex
 "Refused": the job stops with one line naming the script and what to use instead, exit code 3,
 at its first optimizer step (nothing joins such a script to the groups: it would train as two
 independent copies) or at its own DistributedSampler (over its group's ranks only: every group
-would train on the same samples).  Not in this row: ``global_batch`` (``GLOBAL // ctx.world_size``
-sees the group's size, so the groups train a global batch R times larger than the script means;
-neither refused nor equal to its reference: docs/fault_tolerance.md).
+would train on the same samples), or at its ``prepare_loader`` when the batch_size comes from
+``ctx.world_size`` (``GLOBAL // ctx.world_size``: one group's size, so the groups would train a
+global batch R times larger than the script means).
 """
 
 from __future__ import annotations
@@ -77,3 +77,32 @@ def test_scripts_not_joined_to_the_groups_are_refused_in_one_line(
     ), errors
     assert "--replicas needs distrain.init() and ctx.prepare_model(model)" in errors[0]
     assert errors[0].endswith("for plain data parallel use `distrain run -n N`")
+
+
+@pytest.mark.parametrize(
+    "idiom",
+    [
+        pytest.param(
+            "global_batch",
+            marks=compat(
+                "replicas",
+                "global_batch",
+                "refused",
+                why="`batch_size = GLOBAL // ctx.world_size` sees one group's size: refused at "
+                "`ctx.prepare_loader` (write a per-process batch_size)",
+            ),
+        )  # fmt: skip
+    ],
+)
+def test_a_batch_from_world_size_is_refused_under_replicas(idiom: str, tmp_path: Path) -> None:
+    """The groups would train a global batch twice the script's: one line, exit 3, at start."""
+    res, finals = run_idiom(REPLICAS, idiom, tmp_path / "run", env={"IDIOM_STEPS": STEPS})
+    assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-3000:]
+    assert finals == [] and not list((tmp_path / "run").glob("samples.*"))  # nothing trained
+    errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, res.stderr[-3000:]
+    assert errors[0].startswith(
+        "distrain run: error: global_batch.py cannot run under --replicas: its batch_size comes "
+        "from world_size (line "
+    ), errors
+    assert "the 2 groups would train a global batch 2× the one it means" in errors[0]

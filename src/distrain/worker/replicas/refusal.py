@@ -78,3 +78,31 @@ def _leave_cause(line: str) -> None:
     if settings.error_file and not os.path.exists(settings.error_file):
         with contextlib.suppress(OSError):
             write_error_message(settings.error_file, line, "", settings)
+
+
+def check_batch_from_world_size(groups: int) -> None:
+    """Refuse a loader whose batch_size the script computed from ``world_size``.
+
+    Under `--replicas` ``ctx.world_size`` is one group's size, while ``ctx.prepare_loader``
+    splits each step's data over groups × ranks: ``GLOBAL // ctx.world_size`` would train a
+    global batch `groups` times larger than the script means, and end unlike its torchrun run.
+    Read from the calling line's source (and one assignment back, for a name): a heuristic that
+    sees the idiom as tutorials write it; a batch computed further away is not seen.
+    """
+    if groups < 2:
+        return
+    frame: Any = sys._getframe(1)
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+    if frame is None or not os.path.isfile(frame.f_code.co_filename):
+        return
+    from distrain.worker.replicas.batch_source import batch_mentions_world_size
+
+    where = batch_mentions_world_size(frame.f_code.co_filename, frame.f_lineno)
+    if where:
+        refuse(
+            f"its batch_size comes from world_size ({where}), which is one group's size",
+            f"the {groups} groups would train a global batch {groups}× the one it means "
+            "(write a per-process batch_size: the global batch is batch_size × ranks × groups)",
+        )

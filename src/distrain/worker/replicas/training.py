@@ -224,7 +224,11 @@ class Replicas:
             self.quorum_open = True
 
     def data_rank(self) -> tuple[int, int]:
-        """(shard, shards) of the global batch for this process: groups × ranks."""
+        """(shard, shards) of the global batch for this process: groups × ranks (asked by
+        ``ctx.prepare_loader``, whose batch_size must not come from one group's world_size)."""
+        from distrain.worker.replicas.refusal import check_batch_from_world_size
+
+        check_batch_from_world_size(self.groups)
         return self.group * self.size + self.rank, self.groups * self.size
 
     def checkpoint_dir(self, directory: str) -> str:
