@@ -1,0 +1,135 @@
+"""The checkpointer's memory tier (checkpoint/memory.py): real `distrain run` jobs on gloo.
+
+A rank SIGKILLed mid-run resumes from the snapshot in tmpfs of the step before it died and ends
+bit for bit equal to an uninterrupted run; a torn snapshot is skipped with one line; a newer
+disk step wins; the folder is removed after a good end, kept after a failure, swept when its
+job's launcher is gone; a tmpfs too small is refused at start.  Each test gives its jobs a
+memory root of their own (``DISTRAIN_MEMORY_DIR``) except the one that checks /dev/shm itself.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import run
+from helpers.checkpoints import DISTRAIN, WORKER, assert_bitwise, ok, shared_baseline
+
+JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
+#: the worker's job: 2 epochs of 8 steps, disk checkpoints only at the end (every 100)
+ARGS = ["--every", "100", "--epochs", "2"]
+RESUMED = re.compile(r"distrain: resumed from (.+?) \(step (\d+),")
+
+
+@pytest.fixture
+def mem_root(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs folder of this test's own (removed after it, whatever happened)."""
+    root = Path("/dev/shm") / f"dtest-mem-{os.getpid()}-{tmp_path.name}"
+    root.mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def job(
+    tmp: Path, name: str, *args: str, root: Path | None, restarts: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """`distrain run -n 2` of the checkpoint worker with the memory tier every step."""
+    cmd = [*DISTRAIN, "-n", "2", *(["--max-restarts", str(restarts)] if restarts else [])]
+    cmd += [WORKER, "--dir", str(tmp / "ckpt"), "--out", str(tmp / f"{name}.pt"), *ARGS, *args]
+    env = {"DISTRAIN_MEMORY_DIR": str(root)} if root is not None else None
+    return run(cmd, timeout=JOB_TIMEOUT, env=env)
+
+
+def resumed_at(stdout: str) -> tuple[str, int]:
+    m = RESUMED.search(stdout)
+    assert m, f"no resume in:\n{stdout[-3000:]}"
+    return m.group(1), int(m.group(2))
+
+
+def job_folders(root: Path) -> list[Path]:
+    return sorted(root.glob("distrain-mem-*"))
+
+
+def test_sigkill_resumes_from_memory_bitwise(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
+) -> None:
+    """THE test: K=1, a rank killed at a random step loses at most 1 step and ends bit for bit."""
+    seed = int(os.environ.get("DTEST_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    at, rank = rng.randint(2, 15), rng.choice([0, 1])
+    what = f"SIGKILL of rank {rank} after step {at} (DTEST_SEED={seed})"
+    reference = shared_baseline(tmp_path_factory, "memtier", "--dir", str(tmp_path / "ref"), *ARGS)
+    result = ok(
+        job(
+            tmp_path,
+            "killed",
+            "--memory-every",
+            "1",
+            "--kill-at",
+            str(at),
+            "--fault-rank",
+            str(rank),
+            root=mem_root,
+            restarts=2,
+        )  # fmt: skip
+    )
+    where, step = resumed_at(result.stdout)
+    assert where.startswith(f"memory {mem_root}/distrain-mem-"), f"{what}: resumed from {where}"
+    assert at - step <= 1, f"{what}: resumed at step {step}, {at - step} steps lost"
+    assert_bitwise(reference, tmp_path / "killed.pt")
+    assert job_folders(mem_root) == [], f"{what}: left behind {job_folders(mem_root)}"
+
+
+def test_nothing_left_in_dev_shm(tmp_path: Path) -> None:
+    """The default root is /dev/shm: used by the job (it resumed from it), empty after its end."""
+    before = set(job_folders(Path("/dev/shm")))
+    result = ok(job(tmp_path, "killed", "--memory-every", "1", "--kill-at", "5", root=None,
+                    restarts=1))  # fmt: skip
+    where, _ = resumed_at(result.stdout)
+    folder = Path(where.split()[1]).parents[1]
+    assert folder.parent == Path("/dev/shm") and folder.name.startswith("distrain-mem-")
+    assert not folder.exists(), f"{folder} left in /dev/shm after a finished job"
+    assert folder not in before
+
+
+def test_torn_snapshot_skipped_and_kept_after_failure(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
+) -> None:
+    """A failed job keeps its snapshots; the rerun skips a torn one with one line, resumes from
+    the step before, and ends bit for bit."""
+    reference = shared_baseline(tmp_path_factory, "memtier", "--dir", str(tmp_path / "ref"), *ARGS)
+    failed = job(tmp_path, "failed", "--memory-every", "1", "--kill-at", "7", root=mem_root)
+    assert failed.returncode != 0
+    (folder,) = job_folders(mem_root)
+    newest = sorted((folder / "own").glob("r00000-s*.pt"))[-1]  # rank 0's step 6
+    assert newest.name == "r00000-s00000006.pt", sorted(os.listdir(folder / "own"))
+    with open(newest, "r+b") as f:  # a torn write: the record says more bytes than are there
+        f.truncate(newest.stat().st_size // 2)
+    result = ok(job(tmp_path, "rerun", "--memory-every", "1", root=mem_root))
+    assert "skipping memory snapshot" in result.stderr and "r00000-s00000006.pt" in result.stderr
+    where, step = resumed_at(result.stdout)
+    assert where.startswith("memory ") and step == 5, f"resumed from {where} (step {step})"
+    assert_bitwise(reference, tmp_path / "rerun.pt")
+    assert job_folders(mem_root) == []
+
+
+def test_sweep_and_refusal(tmp_path: Path, mem_root: Path) -> None:
+    """An ended job's folder is swept with one line; a live one's is left; too small refuses."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    identity = open("/proc/sys/kernel/random/boot_id").read().strip()
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    ended, live = mem_root / "distrain-mem-ended", mem_root / "distrain-mem-live"
+    for folder, pid in ((ended, dead.pid), (live, os.getpid())):
+        (folder / "own").mkdir(parents=True)
+        (folder / "owner").write_text(f"{identity}:{ns}:{pid}")
+    result = ok(job(tmp_path, "swept", "--memory-every", "1", root=mem_root))
+    assert f"removing {ended}: the memory snapshots of an ended job" in result.stderr
+    assert not ended.exists() and live.exists()
