@@ -133,3 +133,40 @@ def test_sweep_and_refusal(tmp_path: Path, mem_root: Path) -> None:
     result = ok(job(tmp_path, "swept", "--memory-every", "1", root=mem_root))
     assert f"removing {ended}: the memory snapshots of an ended job" in result.stderr
     assert not ended.exists() and live.exists()
+
+
+AUTO_LINE = re.compile(
+    r"distrain: memory snapshots every (\d+) steps? \(([\d.]+) ms each, ([\d.]+) % of a step\)"
+)
+
+
+def test_auto_chooses_k_and_resumes_within_k(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
+) -> None:
+    """K="auto" says its choice in one line (≤ 2 % of a step by its own measure), and a rank
+    killed after it loses at most K steps (+1: the step it died in) and ends bit for bit."""
+    sleepy = ["--step-sleep", "0.05"]  # steps of ~50 ms: K small enough to snapshot in 16 steps
+    reference = shared_baseline(
+        tmp_path_factory, "memtier-sleepy", "--dir", str(tmp_path / "ref"), *ARGS, *sleepy
+    )
+    result = ok(
+        job(
+            tmp_path,
+            "auto",
+            "--memory-every",
+            "auto",
+            "--kill-at",
+            "13",
+            *sleepy,
+            root=mem_root,
+            restarts=1,
+        )  # fmt: skip
+    )
+    lines = AUTO_LINE.findall(result.stdout)
+    assert lines, f"no choice said:\n{result.stdout[-2000:]}"
+    every, _, share = lines[0]
+    assert float(share) <= 2.0, lines[0]
+    where, step = resumed_at(result.stdout)
+    assert where.startswith("memory "), where
+    assert 13 - step <= int(every) + 1, f"resumed at {step} with K={every}"
+    assert_bitwise(reference, tmp_path / "auto.pt")

@@ -133,7 +133,8 @@ class Checkpointer:
         if memory_every_steps:
             from distrain.checkpoint.memory import MemoryTier
 
-            self.memory = MemoryTier(handles, self.directory, memory_every_steps)
+            self.memory = MemoryTier(handles, self.directory, memory_every_steps, async_save)
+            self.memory.mark = self.mark
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
@@ -276,8 +277,8 @@ class Checkpointer:
         due = (self.every_steps and step % self.every_steps == 0) or self._epoch_end_due()
         if due:
             self.save(step)
-        elif self.memory is not None:  # a disk save's step needs no snapshot of its own
-            self.memory.maybe_snapshot(step, self._reg, self._shared_state)
+        if self.memory is not None:  # a disk save's step needs no snapshot of its own
+            self.memory.maybe_snapshot(step, self._reg, self._shared_state, saved=bool(due))
         return bool(due)
 
     def save(self, step: int, wait: bool | None = None) -> None:

@@ -4,7 +4,7 @@
 Each rank writes its own snapshot (model and optimizer as this rank holds them: the whole
 replica under DDP, its shards under FSDP; its plain state, RNG states and buffers) into
 ``<root>/distrain-mem-<hash of the checkpoint directory>/own/`` (root: ``/dev/shm``, or
-``DISTRAIN_MEMORY_DIR``): the data file first, then a small JSON record of its size and sha256
+``DISTRAIN_MEMORY_DIR``): the data file first, then a small JSON record of its size and digest
 (:mod:`.memory_files`), each written under a temporary name and renamed, so a snapshot without
 its record is incomplete and one whose bytes do not match is torn; either is skipped with one
 line.  At most 2 snapshots per rank are kept.  With several nodes each snapshot is also copied
@@ -119,10 +119,12 @@ class MemoryTier:
         self._last_call: float | None = None
         self._step_s = 0.0  # moving average of a step without the snapshot
         self._cost_s = 0.0  # moving average of a snapshot's stall
-        self._stall = 0.0
         self._next_choice = 0
+        self._chosen = False
+        self._samples = 0
         self.last_step: int | None = None
         self.started = False
+        self.mark: Any = None  # the checkpointer's mark(step, path), for `distrain run`'s line
 
     # -- start -----------------------------------------------------------------------------
     def start(self, reg: Registered) -> None:
@@ -201,22 +203,26 @@ class MemoryTier:
         return state["shared"], where
 
     # -- snapshots --------------------------------------------------------------------------
-    def maybe_snapshot(self, step: int, reg: Registered, shared: Any) -> None:
-        """Call after every step: snapshot when due (`shared`: returns the plain part)."""
+    def maybe_snapshot(self, step: int, reg: Registered, shared: Any, saved: bool) -> None:
+        """Call after every step: snapshot when due (`shared`: returns the plain part; `saved`:
+        the disk checkpoint of this step was just written, so no snapshot, nor a step time)."""
         if not self.started:  # restore() was not called: nothing registered
             return
         now = time.perf_counter()
-        if self._last_call is not None:
-            between = now - self._last_call - self._stall
+        if saved:
+            self._last_call = None
+            return
+        if self._last_call is not None:  # a step, from the end of the last call (its snapshot)
+            between = now - self._last_call
             self._step_s = between if not self._step_s else 0.8 * self._step_s + 0.2 * between
-        self._stall = 0.0
         if self.auto and step >= self._next_choice and self._cost_s:
             self._choose(step)
-        if step % self.every == 0 or (self.auto and not self._cost_s and self._last_call):
+        if step % self.every == 0:  # "auto": every step until the first choice
             self.snapshot(step, reg, shared(step))
-            self._stall = time.perf_counter() - now
-            cost = self._stall
-            self._cost_s = cost if not self._cost_s else 0.8 * self._cost_s + 0.2 * cost
+            cost = time.perf_counter() - now
+            self._samples += 1
+            if self._samples > 1:  # the first one pays one-off costs (allocations, lazy imports)
+                self._cost_s = cost if not self._cost_s else 0.8 * self._cost_s + 0.2 * cost
         self._last_call = time.perf_counter()
 
     def _choose(self, step: int) -> None:
@@ -227,14 +233,13 @@ class MemoryTier:
             dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.group)
         cost, per_step = float(measured[0]), max(float(measured[1]), 1e-9)
         every = max(1, math.ceil(cost / (AUTO_BUDGET * per_step)))
-        first = self._next_choice == 0 or not self.last_step
-        if (every != self.every or first) and self.handles.main:
+        if (every != self.every or not self._chosen) and self.handles.main:
             print(
                 f"distrain: memory snapshots every {every} step{'s' if every > 1 else ''} "
                 f"({cost * 1e3:.1f} ms each, {100 * cost / (every * per_step):.1f} % of a step)",
                 flush=True,
             )
-        self.every = every
+        self.every, self._chosen = every, True
         self._next_choice = step + AUTO_EVERY
 
     def snapshot(self, step: int, reg: Registered, shared: dict[str, Any]) -> None:
@@ -259,15 +264,21 @@ class MemoryTier:
         self._thread.start()
 
     def _write(self, step: int, record: dict[str, Any]) -> None:
-        buf = io.BytesIO()
-        torch.save(record, buf)
-        data = buf.getbuffer()
         meta = {"world_size": self.process.world_size}
-        write_snapshot(self.own, self.process.rank, step, data, meta)
-        prune(self.own, self.process.rank)
+        rank = self.process.rank
+        if self.peer is None:  # serialized straight into tmpfs, digested on the way: one pass
+            write_snapshot(self.own, rank, step, lambda f: torch.save(record, f), meta)
+        else:  # the same bytes go to the peer
+            buf = io.BytesIO()
+            torch.save(record, buf)
+            data = buf.getbuffer()
+            write_snapshot(self.own, rank, step, lambda f: f.write(data), meta)
+        prune(self.own, rank)
         self.last_step = step
         if self.peer is not None:
             self.peer.replicate(step, data, meta)
+        if self.mark is not None:  # `distrain run`'s restart line (0.05 ms: measured)
+            self.mark(step, f"memory {self.folder}")
 
     def _write_safely(self, step: int, record: dict[str, Any]) -> None:
         try:

@@ -1,23 +1,24 @@
 """The memory tier's files: snapshots written atomically with a record, verified, pruned, swept.
 
 A snapshot of rank r at step s is ``r0000R-s0000000S.pt`` (torch.save of its state) and its
-record ``….json`` (size, sha256, world size), written after it: no record, no snapshot.
+record ``….json`` (size, digest, world size), written after it: no record, no snapshot.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
 import re
 import shutil
-from typing import Any
+import zlib
+from collections.abc import Callable
+from typing import IO, Any
 
 import torch
 
-from distrain.checkpoint.files import CheckpointError, _warn, atomic_write
+from distrain.checkpoint.files import CheckpointError, _warn
 from distrain.process import peers
 
 #: the prefix of every job's folder under the root (what the sweep looks at, nothing else)
@@ -45,12 +46,47 @@ def listed(folder: str) -> dict[int, dict[int, str]]:
     return found
 
 
-def write_snapshot(folder: str, rank: int, step: int, data: memoryview | bytes, meta: dict) -> str:
-    """Write `data` and then its record (`meta` + size + sha256) atomically; returns the path."""
+def digest(data: bytes | memoryview) -> str:
+    """The snapshot digest: CRC-32 (zlib), 3x cheaper than sha256 here (40 MiB: 20 vs 67 ms on
+    2 loaded EPYC cores); it catches torn and bit-flipped copies, which is its job (the content
+    is loaded with weights_only=True, never trusted for safety)."""
+    return f"crc32:{zlib.crc32(data):08x}"
+
+
+class _Counting:
+    """A write-only wrapper that computes the digest and size of what passes (one pass)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f, self.crc, self.size = f, 0, 0
+
+    def write(self, data: bytes) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _replace_with(path: str, write: Callable[[Any], None]) -> tuple[str, int]:
+    """Write `path` under a temporary name and rename it (no fsync: tmpfs has no disk to reach,
+    and a file a machine crash tore fails its digest)."""
+    with open(path + ".part", "wb") as f:
+        counting = _Counting(f)
+        write(counting)
+    os.replace(path + ".part", path)
+    return f"crc32:{counting.crc:08x}", counting.size
+
+
+def write_snapshot(
+    folder: str, rank: int, step: int, write: Callable[[Any], None], meta: dict[str, Any]
+) -> str:
+    """Write a snapshot (`write` fills a file) and then its record (`meta`, size, digest), each
+    atomically; returns the data file's path."""
     path = os.path.join(folder, snapshot_name(rank, step))
-    sha, size = atomic_write(path, lambda f: f.write(data))
-    record = {**meta, "format": FORMAT, "rank": rank, "step": step, "bytes": size, "sha256": sha}
-    atomic_write(path[:-3] + ".json", lambda f: f.write(json.dumps(record).encode()))
+    crc, size = _replace_with(path, write)
+    record = {**meta, "format": FORMAT, "rank": rank, "step": step, "bytes": size, "digest": crc}
+    _replace_with(path[:-3] + ".json", lambda f: f.write(json.dumps(record).encode()))
     return path
 
 
@@ -81,8 +117,8 @@ def verified(path: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{path} is unreadable ({type(err).__name__})"
     if len(data) != record.get("bytes"):
         return None, f"{path} has {len(data)} bytes, expected {record.get('bytes')} (torn)"
-    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-        return None, f"{path} fails its sha256 checksum (torn or corrupted)"
+    if digest(data) != record.get("digest"):
+        return None, f"{path} fails its checksum (torn or corrupted)"
     return record, None
 
 

@@ -2,15 +2,14 @@
 
 The ranks form a ring over the nodes: rank r sends each snapshot to the rank with the same local
 index on the next node, and keeps the previous node's in ``<job folder>/peer/``.  The bytes go
-over the tier's own gloo group (torch.distributed point-to-point), with the sender's sha256: a
-copy that does not hash to it is not kept.  At restart a rank whose node lost its memory gets its
+over the tier's own gloo group (torch.distributed point-to-point), with the sender's digest: a
+copy that does not match it is not kept.  At restart a rank whose node lost its memory gets its
 snapshot from the rank holding the copy, over the same group, verified the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from typing import Any
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 from distrain.checkpoint.files import CheckpointError, _warn
 from distrain.checkpoint.memory_files import (
+    digest,
     listed,
     newest_valid,
     prune,
@@ -61,7 +61,7 @@ class Replicator:
             dist.recv(data, self._global(frm), group=self.group)
         record = json.loads(head.numpy().tobytes())
         raw = data.numpy().tobytes()
-        if hashlib.sha256(raw).hexdigest() != record.get("sha256"):
+        if digest(raw) != record.get("digest"):
             raise CheckpointError(f"the copy of rank {frm}'s snapshot arrived corrupted")
         return record, raw
 
@@ -70,15 +70,15 @@ class Replicator:
 
     def replicate(self, step: int, data: memoryview, meta: dict[str, Any]) -> None:
         """Send this rank's snapshot of `step` to the peer, keep the one sent to this rank."""
-        record = {**meta, "step": step, "sha256": hashlib.sha256(data).hexdigest()}
+        record = {**meta, "step": step, "digest": digest(data)}
         if self.process.rank < self.dst:  # one side sends first: no two blocking sends meet
             self._send(self.dst, record, data)
             got, raw = self._recv(self.src)
         else:
             got, raw = self._recv(self.src)
             self._send(self.dst, record, data)
-        meta_in = {k: v for k, v in got.items() if k not in ("step", "sha256", "bytes")}
-        write_snapshot(self.folder, self.src, int(got["step"]), raw, meta_in)
+        meta_in = {k: v for k, v in got.items() if k not in ("step", "digest", "bytes")}
+        write_snapshot(self.folder, self.src, int(got["step"]), lambda f: f.write(raw), meta_in)
         prune(self.folder, self.src)
 
     def held(self) -> dict[int, list[int]]:
@@ -99,7 +99,7 @@ class Replicator:
                 path = os.path.join(self.folder, snapshot_name(r, step))
                 with open(path, "rb") as f:
                     raw = f.read()
-                record = {"step": step, "sha256": hashlib.sha256(raw).hexdigest()}
+                record = {"step": step, "digest": digest(raw)}
                 self._send(r, record, raw)
             elif me == r:
                 _, raw = self._recv(holder)
