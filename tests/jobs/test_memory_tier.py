@@ -170,3 +170,37 @@ def test_auto_chooses_k_and_resumes_within_k(
     assert where.startswith("memory "), where
     assert 13 - step <= int(every) + 1, f"resumed at {step} with K={every}"
     assert_bitwise(reference, tmp_path / "auto.pt")
+
+
+def test_tmpfs_too_small_is_refused_at_start(tmp_path: Path, mem_root: Path) -> None:
+    """A memory root that cannot hold the snapshots (a 256 KiB tmpfs of the job's own mount
+    namespace): one line at start naming the room needed, no training, no traceback."""
+    small = mem_root / "small"
+    small.mkdir()
+    cmd = [*DISTRAIN, "-n", "2", WORKER, "--dir", str(tmp_path / "ckpt"), "--out",
+           str(tmp_path / "x.pt"), *ARGS, "--memory-every", "1"]  # fmt: skip
+    mounted = ["unshare", "-m", "sh", "-c",
+               f'mount -t tmpfs -o size=256k tmpfs "{small}" && exec "$@"', "sh", *cmd]  # fmt: skip
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespaces here: {probe.stderr.decode().strip()}")
+    result = run(mounted, timeout=JOB_TIMEOUT, env={"DISTRAIN_MEMORY_DIR": str(small)})
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if "memory snapshots need about" in ln]
+    assert lines and "which has 0.2 MiB free" in lines[0], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "finished at step" not in result.stdout
+
+
+def test_a_job_without_the_tier_loads_none_of_its_modules(tmp_path: Path) -> None:
+    """The tier is behind a seam: a checkpointer that does not ask for it imports none of it."""
+    code = (
+        "import sys, torch; from distrain.checkpoint import Checkpointer, JobHandles\n"
+        f"c = Checkpointer(JobHandles(), {str(tmp_path / 'ckpt')!r}, every_steps=1,"
+        " handle_signals=False)\n"
+        "m = torch.nn.Linear(2, 2); c.restore(model=m); c.maybe_save(1); c.close()\n"
+        "print(sorted(n for n in sys.modules if n.startswith('distrain.checkpoint.')"
+        " and n.rsplit('.', 1)[1] in ('memory', 'memory_files', 'peer')))"
+    )
+    result = run([*DISTRAIN[:1], "-c", code], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
