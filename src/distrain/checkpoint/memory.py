@@ -57,6 +57,19 @@ AUTO_BUDGET = 0.02
 AUTO_EVERY = 50
 
 
+def auto_every(cost_s: float, step_s: float, budget: float = AUTO_BUDGET) -> int:
+    """The smallest K whose snapshots (`cost_s` each) take at most `budget` of the step time."""
+    return max(1, math.ceil(cost_s / (budget * max(step_s, 1e-9))))
+
+
+def choice_line(every: int, cost_s: float, step_s: float) -> str:
+    """``memory snapshots every 3 steps (0.9 ms each, 1.6 % of a step)``."""
+    share = 100 * cost_s / (every * max(step_s, 1e-9))
+    plural = "s" if every > 1 else ""
+    cost = f"{cost_s * 1e3:.1f} ms each, {share:.1f} % of a step"
+    return f"memory snapshots every {every} step{plural} ({cost})"
+
+
 def _local(obj: Any) -> Any:
     """`obj` with every DTensor replaced by this rank's shard (a DTensor does not pickle safely)."""
     if isinstance(obj, DTensor):
@@ -231,14 +244,10 @@ class MemoryTier:
         measured = torch.tensor([self._cost_s, self._step_s], dtype=torch.float64)
         if self.group is not None:
             dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=self.group)
-        cost, per_step = float(measured[0]), max(float(measured[1]), 1e-9)
-        every = max(1, math.ceil(cost / (AUTO_BUDGET * per_step)))
+        cost, per_step = float(measured[0]), float(measured[1])
+        every = auto_every(cost, per_step)
         if (every != self.every or not self._chosen) and self.handles.main:
-            print(
-                f"distrain: memory snapshots every {every} step{'s' if every > 1 else ''} "
-                f"({cost * 1e3:.1f} ms each, {100 * cost / (every * per_step):.1f} % of a step)",
-                flush=True,
-            )
+            print(f"distrain: {choice_line(every, cost, per_step)}", flush=True)
         self.every, self._chosen = every, True
         self._next_choice = step + AUTO_EVERY
 
