@@ -7,6 +7,7 @@ One node, two processes, the same script in every variant (goodput_worker.py: a 
 MLP, Adam, batch 128 per process, a disk checkpoint (DCP) every 100 steps):
 
 - ``memory``: ``distrain run -n 2 --max-restarts 1000`` with ``memory_every_steps="auto"``;
+- ``memory1``: the same with a snapshot every step (K=1), not in the default set (``--variants``);
 - ``disk``: ``distrain run -n 2 --max-restarts 1000``, disk checkpoints only;
 - ``torchrun``: ``torchrun --nproc-per-node 2 --max-restarts 1000``, disk checkpoints only (the
   same script: only the launcher differs).
@@ -39,6 +40,7 @@ WORKER = str(BENCH / "goodput" / "goodput_worker.py")
 RESTARTS = "1000"
 VARIANTS = {
     "memory": (RUN + ["-n", "2", "--max-restarts", RESTARTS], ["--memory-every", "auto"]),
+    "memory1": (RUN + ["-n", "2", "--max-restarts", RESTARTS], ["--memory-every", "1"]),
     "disk": (RUN + ["-n", "2", "--max-restarts", RESTARTS], []),
     "torchrun": (TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", RESTARTS], []),
 }
@@ -116,7 +118,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=1.0)
     p.add_argument("--period", type=float, default=15.0)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default="memory,disk,torchrun", help=f"of {', '.join(VARIANTS)}")
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)

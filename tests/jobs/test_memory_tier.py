@@ -57,29 +57,23 @@ def job_folders(root: Path) -> list[Path]:
     return sorted(root.glob("distrain-mem-*"))
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_sigkill_resumes_from_memory_bitwise(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
+    strategy: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
 ) -> None:
-    """THE test: K=1, a rank killed at a random step loses at most 1 step and ends bit for bit."""
+    """THE test: K=1, a rank killed at a random step loses at most 1 step and ends bit for bit
+    (DDP: each rank's snapshot holds the whole replica; FSDP: its shards)."""
     seed = int(os.environ.get("DTEST_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     at, rank = rng.randint(2, 15), rng.choice([0, 1])
-    what = f"SIGKILL of rank {rank} after step {at} (DTEST_SEED={seed})"
-    reference = shared_baseline(tmp_path_factory, "memtier", "--dir", str(tmp_path / "ref"), *ARGS)
-    result = ok(
-        job(
-            tmp_path,
-            "killed",
-            "--memory-every",
-            "1",
-            "--kill-at",
-            str(at),
-            "--fault-rank",
-            str(rank),
-            root=mem_root,
-            restarts=2,
-        )  # fmt: skip
+    what = f"{strategy}: SIGKILL of rank {rank} after step {at} (DTEST_SEED={seed})"
+    flags = ["--strategy", strategy]
+    reference = shared_baseline(
+        tmp_path_factory, f"memtier-{strategy}", "--dir", str(tmp_path / "ref"), *ARGS, *flags
     )
+    kill = ["--kill-at", str(at), "--fault-rank", str(rank)]
+    result = ok(job(tmp_path, "killed", "--memory-every", "1", *kill, *flags, root=mem_root,
+                    restarts=2))  # fmt: skip
     where, step = resumed_at(result.stdout)
     assert where.startswith(f"memory {mem_root}/distrain-mem-"), f"{what}: resumed from {where}"
     assert at - step <= 1, f"{what}: resumed at step {step}, {at - step} steps lost"

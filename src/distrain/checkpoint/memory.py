@@ -159,7 +159,8 @@ class MemoryTier:
         )
         free = shutil.disk_usage(self.place.root).free if os.path.isdir(self.place.root) else 0
         existing = size_of(self.folder)  # the snapshots it holds are replaced, not added
-        if need > free + existing:
+        short = self.process.gather_object(need > free + existing)  # all refuse, or none
+        if any(short):
             raise CheckpointError(
                 f"memory snapshots need about {need / 2**20:.1f} MiB in {self.place.root}, which "
                 f"has {free / 2**20:.1f} MiB free: give tmpfs more room (--shm-size), set "
@@ -189,7 +190,8 @@ class MemoryTier:
         avail: list[set[int]] = [set(v[0]) for v in views]
         for _, their_held in views:
             for r, steps in their_held.items():
-                avail[r].update(steps)
+                if r < len(avail):  # a copy of a rank this job has is usable
+                    avail[r].update(steps)
         common = set.intersection(*avail) if avail else set()
         step = max(common, default=None)
         if step is None or (disk_step is not None and disk_step > step):
