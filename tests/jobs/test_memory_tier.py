@@ -83,14 +83,17 @@ def test_sigkill_resumes_from_memory_bitwise(
 
 def test_nothing_left_in_dev_shm(tmp_path: Path) -> None:
     """The default root is /dev/shm: used by the job (it resumed from it), empty after its end."""
-    before = set(job_folders(Path("/dev/shm")))
-    result = ok(job(tmp_path, "killed", "--memory-every", "1", "--kill-at", "5", root=None,
-                    restarts=1))  # fmt: skip
-    where, _ = resumed_at(result.stdout)
-    folder = Path(where.split()[1]).parents[1]
-    assert folder.parent == Path("/dev/shm") and folder.name.startswith("distrain-mem-")
-    assert not folder.exists(), f"{folder} left in /dev/shm after a finished job"
-    assert folder not in before
+    from distrain.checkpoint.handles import NodePlace
+
+    folder = Path(NodePlace().folder(str(tmp_path / "ckpt")))  # the job's own: named by its dir
+    try:
+        result = ok(job(tmp_path, "killed", "--memory-every", "1", "--kill-at", "5", root=None,
+                        restarts=1))  # fmt: skip
+        where, _ = resumed_at(result.stdout)
+        assert where.startswith(f"memory {folder}/own/"), where
+        assert not folder.exists(), f"{folder} left in /dev/shm after a finished job"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_torn_snapshot_skipped_and_kept_after_failure(
