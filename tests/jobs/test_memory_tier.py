@@ -57,26 +57,30 @@ def job_folders(root: Path) -> list[Path]:
     return sorted(root.glob("distrain-mem-*"))
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "ddp-async"])
 def test_sigkill_resumes_from_memory_bitwise(
     strategy: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mem_root: Path
 ) -> None:
     """THE test: K=1, a rank killed at a random step loses at most 1 step and ends bit for bit
-    (DDP: each rank's snapshot holds the whole replica; FSDP: its shards)."""
+    (DDP: each rank's snapshot holds the whole replica; FSDP: its shards).  With async_save a
+    snapshot still being written when the rank dies is lost too: at most 2 steps."""
     seed = int(os.environ.get("DTEST_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     at, rank = rng.randint(2, 15), rng.choice([0, 1])
     what = f"{strategy}: SIGKILL of rank {rank} after step {at} (DTEST_SEED={seed})"
-    flags = ["--strategy", strategy]
+    flags = ["--strategy", strategy.split("-")[0]]
     reference = shared_baseline(
         tmp_path_factory, f"memtier-{strategy}", "--dir", str(tmp_path / "ref"), *ARGS, *flags
     )
     kill = ["--kill-at", str(at), "--fault-rank", str(rank)]
+    if strategy.endswith("-async"):
+        kill.append("--async-save")
     result = ok(job(tmp_path, "killed", "--memory-every", "1", *kill, *flags, root=mem_root,
                     restarts=2))  # fmt: skip
     where, step = resumed_at(result.stdout)
     assert where.startswith(f"memory {mem_root}/distrain-mem-"), f"{what}: resumed from {where}"
-    assert at - step <= 1, f"{what}: resumed at step {step}, {at - step} steps lost"
+    bound = 2 if strategy.endswith("-async") else 1
+    assert at - step <= bound, f"{what}: resumed at step {step}, {at - step} steps lost"
     assert_bitwise(reference, tmp_path / "killed.pt")
     assert job_folders(mem_root) == [], f"{what}: left behind {job_folders(mem_root)}"
 
