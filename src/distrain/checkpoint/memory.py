@@ -39,6 +39,7 @@ from distrain.checkpoint.memory_files import (
     load_bytes,
     newest_valid,
     prune,
+    remove_partial,
     size_of,
     snapshot_name,
     sweep,
@@ -149,6 +150,8 @@ class MemoryTier:
         if self.process.local_rank == 0:
             sweep(self.place.root, self.folder)
             os.makedirs(self.own, exist_ok=True)
+            for sub in ("own", "peer"):  # a rank killed mid-write (its node's ranks wait below)
+                remove_partial(os.path.join(self.folder, sub))
             owner = f"{peers.process_identity().rsplit(':', 1)[0]}:{self.place.owner_pid}"
             atomic_write(os.path.join(self.folder, "owner"), lambda f: f.write(owner.encode()))
         need = (
@@ -316,6 +319,7 @@ class MemoryTier:
             return
         rank = self.process.rank
         prune(self.own, rank, keep=0)
+        remove_partial(self.own, rank)
         if self.peer is not None:
             self.peer.forget()
         for sub in ("own", "peer"):  # the last rank of the node to leave removes the folder

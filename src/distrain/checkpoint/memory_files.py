@@ -90,6 +90,17 @@ def write_snapshot(
     return path
 
 
+def remove_partial(folder: str, rank: int | None = None) -> None:
+    """Remove what a write cut short left in `folder` (``.part`` files; of `rank` only, if given):
+    never a snapshot, and without it the folder could not be removed at the end."""
+    prefix = "r" if rank is None else f"r{rank:05d}-"
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(folder):
+            if name.startswith(prefix) and name.endswith(".part"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
+
+
 def prune(folder: str, rank: int, keep: int = KEEP) -> None:
     """Keep `rank`'s newest `keep` snapshots in `folder`, records first (never half a pair)."""
     for step in sorted(listed(folder).get(rank, {}), reverse=True)[keep:]:

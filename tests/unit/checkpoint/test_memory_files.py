@@ -16,6 +16,7 @@ from distrain.checkpoint.memory_files import (
     load_bytes,
     newest_valid,
     prune,
+    remove_partial,
     snapshot_name,
     sweep,
     verified,
@@ -109,3 +110,14 @@ def test_sweep_removes_only_ended_jobs(tmp_path: Path) -> None:
         "distrain-mem-mine",
         "not-ours",
     ]
+
+
+def test_partial_writes_removed_snapshots_kept(tmp_path: Path) -> None:
+    path = _save(tmp_path, 0, 4)
+    for name in ("r00000-s00000005.pt.part", "r00001-s00000005.json.part"):
+        (tmp_path / name).write_bytes(b"x")
+    remove_partial(str(tmp_path), rank=1)
+    assert not (tmp_path / "r00001-s00000005.json.part").exists()
+    assert (tmp_path / "r00000-s00000005.pt.part").exists()
+    remove_partial(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.with_suffix(".json").name, path.name]
