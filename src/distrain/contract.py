@@ -76,6 +76,8 @@ JOB_DIR = "DISTRAIN_JOB_DIR"
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
 #: "0": torch.save writes a path in place, as torch does (distrain.worker.atomic_save)
 ATOMIC_SAVE = "DISTRAIN_ATOMIC_SAVE"
+#: where the checkpointer's memory tier keeps its snapshots (default /dev/shm; checkpoint/memory.py)
+MEMORY_DIR = "DISTRAIN_MEMORY_DIR"
 #: "1": a sharded model's large buffers get mappings of their own (distrain.parallel.heap)
 MAP_LARGE_BUFFERS = "DISTRAIN_MAP_LARGE_BUFFERS"
 #: distrain run --replicas: this worker's replica group (0..R-1; unset: no replica groups)

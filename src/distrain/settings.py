@@ -62,6 +62,7 @@ class Settings:
     ft_host: str | None = None  # DISTRAIN_FT_HOST (None: one node, loopback)
     breakdown: bool = True  # DISTRAIN_BREAKDOWN (0: no step breakdown)
     atomic_save: bool = True  # DISTRAIN_ATOMIC_SAVE (0: torch.save writes a path in place)
+    memory_dir: str | None = None  # DISTRAIN_MEMORY_DIR (None: /dev/shm)
     #: glibc's mmap threshold fixed at 1 MiB under FSDP: lower peak memory, slower steps (opt-in;
     #: off when the user set glibc's own MALLOC_MMAP_THRESHOLD_: their choice wins)
     map_large_buffers: bool = False  # DISTRAIN_MAP_LARGE_BUFFERS
@@ -130,6 +131,7 @@ class Settings:
             "replica_group": _index(contract.REPLICA_GROUP, text(contract.REPLICA_GROUP)),
             "replica_groups": _count(contract.REPLICA_GROUPS, text(contract.REPLICA_GROUPS)),
             "ft_events": text(contract.FT_EVENTS),
+            "memory_dir": text(contract.MEMORY_DIR),
             "ft_host": text(contract.FT_HOST),
             "atomic_save": _switch(contract.ATOMIC_SAVE, text(contract.ATOMIC_SAVE), default=True)
             is not False,

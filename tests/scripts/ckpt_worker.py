@@ -45,6 +45,7 @@ p.add_argument("--samples", type=int, default=96)
 p.add_argument("--float64", action="store_true")
 p.add_argument("--dropout", type=float, default=0.2)
 p.add_argument("--async-save", action="store_true")
+p.add_argument("--memory-every", default="0", help="memory snapshots every K steps, or auto")
 p.add_argument("--out", required=True)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-again", type=int, action="append", default=[])
@@ -148,7 +149,15 @@ if faulty and args.kill_in_save >= 0:
 
 ckpt = (
     ctx.checkpointer(
-        args.dir, every_steps=args.every, every_epochs=args.every_epochs, async_save=args.async_save
+        args.dir,
+        every_steps=args.every,
+        every_epochs=args.every_epochs,
+        async_save=args.async_save,
+        **(
+            {"memory_every_steps": m if m == "auto" else int(m)}
+            if (m := args.memory_every) != "0"
+            else {}
+        ),
     )
     if args.dir
     else None

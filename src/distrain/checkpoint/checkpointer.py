@@ -86,6 +86,7 @@ class Checkpointer:
         async_save: bool = False,
         handle_signals: bool = True,
         grace_s: float = 25.0,
+        memory_every_steps: int | str = 0,
     ) -> None:
         if every_steps < 0 or every_epochs < 0:
             raise ValueError("every_steps and every_epochs must be >= 0")
@@ -115,21 +116,25 @@ class Checkpointer:
         )
         self.topology = nodes.Topology.single()
         self._reg = Registered()
-        self._group: dist.ProcessGroup | None = (
-            None  # DCP's own group: safe from a background thread
-        )
+        # DCP's own group: safe from a background thread
+        self._group: dist.ProcessGroup | None = None
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self._last_saved: int | None = None
-        self._id = next(
-            _instances
-        )  # with a save counter: store keys unique to one save of one checkpointer
+        # with a save counter: store keys unique to one save of one checkpointer
+        self._id = next(_instances)
         self._saves = 0
         self._buffers: dict[str, torch.Tensor] = {}  # async snapshot memory, reused across saves
         self.last_stall_s = 0.0  # time the training loop waited in the last save (benchmarks)
         # in ctx.shutdown() (at exit, or called by the script), before the groups are destroyed:
         # a background save completes, then the DCP group is let go
         handles.on_close(self._release_group)
+        self.memory: Any = None  # the tmpfs tier (checkpoint/memory.py), imported only when asked
+        if memory_every_steps:
+            from distrain.checkpoint.memory import MemoryTier
+
+            self.memory = MemoryTier(handles, self.directory, memory_every_steps, async_save)
+            self.memory.mark = self.mark
 
     @property
     def dcp_group(self) -> dist.ProcessGroup | None:
@@ -178,6 +183,11 @@ class Checkpointer:
             found = (int(os.path.basename(path)[5:]), path) if path else None
         if self.topology.shared:
             found = self.process.broadcast_object(found)
+        if self.memory is not None:  # memory first, unless the disk holds a newer step
+            got = self.memory.restore(self._reg, found, self.topology.per_node)
+            if got is not None:
+                return self._resumed(*got)
+        if self.topology.shared:
             if found is None:
                 self._say_fresh()
                 return Resumed()
@@ -267,6 +277,8 @@ class Checkpointer:
         due = (self.every_steps and step % self.every_steps == 0) or self._epoch_end_due()
         if due:
             self.save(step)
+        if self.memory is not None:  # a disk save's step needs no snapshot of its own
+            self.memory.maybe_snapshot(step, self._reg, self._shared_state, saved=bool(due))
         return bool(due)
 
     def save(self, step: int, wait: bool | None = None) -> None:
@@ -302,9 +314,8 @@ class Checkpointer:
         }
         if not synchronous:
             threads = torch.get_num_threads()
-            torch.set_num_threads(
-                1
-            )  # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)
+            # memcpy is memory-bound; extra threads only contend (10x slower on a busy host)
+            torch.set_num_threads(1)
             try:
                 shared, mine = (
                     _to_cpu_copy(shared, self._buffers, "s"),
@@ -360,6 +371,8 @@ class Checkpointer:
         # gloo threads alive into interpreter teardown (an exit abort), past destroy_process_group
         self._finish_at_exit()
         self._group = None
+        if self.memory is not None:  # kept for the rerun after a failure, removed after a good end
+            self.memory.finish(ended_well=not self.handles.failing())
 
     def close(self) -> None:
         """Finish any background save and restore the signal handlers."""

@@ -7,6 +7,8 @@ The Context builds one (``ctx.checkpointer``); a test or an embedding program ca
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -52,6 +54,24 @@ class Healer(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class NodePlace:
+    """Where the memory tier (checkpoint/memory.py) keeps snapshots on this node, and who owns
+    them: the job lives while its owner (the node's launcher, or torch's agent) does."""
+
+    root: str = "/dev/shm"  # DISTRAIN_MEMORY_DIR
+    owner_pid: int = field(default_factory=os.getpid)
+
+    def folder(self, directory: str) -> str:
+        """The folder of the job checkpointing to `directory`: the same for every rerun of it."""
+        key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
+        return os.path.join(self.root, f"distrain-mem-{key}")
+
+
+def _never() -> bool:
+    return False
+
+
 def _ignore(_method: Callable[[], None]) -> None:
     """No owner to call `_method` at shutdown: the caller closes the checkpointer itself."""
 
@@ -80,6 +100,9 @@ class JobHandles:
       a stop signal with no reports); None: :class:`SaveAbandoned` reaches the caller.
     - ``on_resumed``: receives the step a restore resumed at (from disk or a live replica
       group), not called on a fresh start (the metrics recorder).
+    - ``memory``: where the memory tier keeps its snapshots on this node (``memory_every_steps``).
+    - ``failing``: whether this process is ending with an error (the memory tier keeps its
+      snapshots for the rerun then; it removes them after a good end).
     - ``uncounted``: a context in which optimizer steps are not the training's (the restore
       steps each optimizer once to create its state; the step counter must not count that).
     """
@@ -97,6 +120,8 @@ class JobHandles:
     on_abandoned: Callable[[SaveAbandoned], NoReturn] | None = None
     on_resumed: Callable[[int], None] | None = None
     uncounted: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    memory: NodePlace = field(default_factory=NodePlace)
+    failing: Callable[[], bool] = _never
 
     def resumed(self, resumed: Resumed) -> Resumed:
         """Tell ``on_resumed`` where a restore ended, and hand `resumed` back."""

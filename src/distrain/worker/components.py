@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from distrain.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
+from distrain.checkpoint.handles import NodePlace
 from distrain.process.info import ProcessInfo
 from distrain.settings import Settings
-from distrain.worker.failure import exit_abandoned
+from distrain.worker.failure import exit_abandoned, failing
 from distrain.worker.services import Services
 from distrain.worker.store import shared_store
 
@@ -59,7 +60,16 @@ def checkpointer(
         on_abandoned=exit_abandoned,
         on_resumed=services.resumed_at,
         uncounted=uncounted,
+        memory=memory_place(settings),
+        failing=failing,
     )
     if directory is None:
         return NoDisk(handles, **options)
     return Checkpointer(handles, directory, **options)
+
+
+def memory_place(settings: Settings) -> NodePlace:
+    """Where the memory tier lives on this node, owned by the node's launcher (or torch's agent,
+    under torchrun): snapshots whose owner is gone are an ended job's."""
+    owner = int(settings.launcher_pid) if settings.launcher_pid else os.getppid()
+    return NodePlace(root=settings.memory_dir or "/dev/shm", owner_pid=owner)

@@ -1,0 +1,68 @@
+"""Worker for goodput.py: a plain distrain script that logs every step it reaches.
+
+It runs unchanged under ``distrain run -n 2`` and torchrun.  Rank 0 appends "wall_time step pid"
+to ``--steplog`` after every optimizer step; every process writes its pid to
+``--steplog``.pid.<rank> when it starts (the driver aims its SIGKILLs with them) and rank 0 writes
+"resumed wall_time step" after restore.  An MLP (64-h-h-10, Adam) on fixed random data; disk
+checkpoints every ``--every`` steps; ``--memory-every`` adds the memory tier (an int or auto).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import distrain
+
+p = argparse.ArgumentParser()
+p.add_argument("--steplog", required=True, help="path of the step log (pid files beside it)")
+p.add_argument("--ckpt", required=True, help="checkpoint directory")
+p.add_argument("--steps", type=int, default=10**7)
+p.add_argument("--every", type=int, default=100, help="disk checkpoint every N steps")
+p.add_argument("--memory-every", default="0", help="memory snapshots every K steps, or auto")
+p.add_argument("--hidden", type=int, default=512)
+p.add_argument("--batch", type=int, default=128)
+args = p.parse_args()
+
+ctx = distrain.init(verbose=False)
+with open(f"{args.steplog}.pid.{ctx.rank}", "w") as f:
+    f.write(str(os.getpid()))
+g = torch.Generator().manual_seed(0)
+x = torch.randn(16384, 64, generator=g)
+y = (x[:, :8].sum(1) * 2).long().clamp(-5, 4) + 5
+net = nn.Sequential(
+    nn.Linear(64, args.hidden),
+    nn.ReLU(),
+    nn.Linear(args.hidden, args.hidden),
+    nn.ReLU(),
+    nn.Linear(args.hidden, 10),
+)
+model = ctx.prepare_model(net)
+loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=args.batch, seed=1)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+memory = {} if args.memory_every == "0" else {"memory_every_steps": args.memory_every}
+if memory and memory["memory_every_steps"] != "auto":
+    memory["memory_every_steps"] = int(args.memory_every)
+ckpt = ctx.checkpointer(args.ckpt, every_steps=args.every, **memory)
+step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
+log = open(args.steplog, "a", buffering=1) if ctx.rank == 0 else None
+if log is not None:
+    log.write(f"resumed {time.time():.4f} {step}\n")
+while step < args.steps:
+    for xb, yb in loader:
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if log is not None:
+            log.write(f"{time.time():.4f} {step} {os.getpid()}\n")
+        ckpt.maybe_save(step)
+        if step >= args.steps:
+            break
+ckpt.close()
+ctx.shutdown()
