@@ -47,6 +47,7 @@ from distrain.contract import (
     ForkJob,
     WorkerEntrypoint,
     boot_first,
+    ignored_signals,
 )
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine
@@ -260,7 +261,11 @@ def run(args: argparse.Namespace, start: StartMethod) -> None:
     imports = top_level_imports(cmd_args[0])
     # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
     job = ForkJob(
-        cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports)
+        cmd_args[0],
+        env,
+        fallback_dir,
+        any(n.split(".")[0] == "distrain" for n in imports),
+        ignored_signals(),  # what an exec'd worker inherits ignored (a background job's SIGINT)
     )
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
     try:

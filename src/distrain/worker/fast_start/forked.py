@@ -36,6 +36,7 @@ from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.patching import Args
+from distrain.worker.fast_start.dispositions import reset_as_exec
 from distrain.worker.stacks import dump_stacks_on_signal
 from distrain.worker.title import set_worker_title
 
@@ -54,7 +55,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     """
     die_with_parent()  # the fork server; it dies with the launcher
     _restore_environment(job.env)
-    _restore_signals()
+    # the dispositions an exec'd worker has, not the fork server's (a background job's SIG_IGN)
+    reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
     dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
     if fresh is not None and os.path.exists(fresh):
@@ -94,7 +96,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     if fresh is not None:
         _watch_process_group()
     try:
-        runpy.run_path(job.script, run_name="__main__")
+        # `python script.py` makes __main__.__file__ absolute (cwd joined, not normalised: 3.9+)
+        runpy.run_path(os.path.join(os.getcwd(), job.script), run_name="__main__")
     except SystemExit as exc:
         code = _exit_status(exc.code)
         if code:
@@ -257,13 +260,6 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     os.environ.update(agent)
 
 
-def _restore_signals() -> None:
-    """Default dispositions for the signals the fork server ignores (a fresh interpreter's)."""
-    preload = sys.modules.get(PRELOAD_MODULE)
-    for sig in getattr(preload, "SERVER_IGNORES", ()):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _server_unsafe() -> str:
     preload = sys.modules.get(PRELOAD_MODULE)
     return str(getattr(preload, "UNSAFE", "")) if preload is not None else ""
@@ -276,8 +272,8 @@ def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_dist
         from distrain.cluster import strip_launcher_argv
 
         strip_launcher_argv()
-    if sys.path:
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if sys.path:  # as Python computes it: the script's real folder (symlinks resolved)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
         old.flush()
