@@ -48,7 +48,9 @@ def exec_dispositions(launcher_ignores: Iterable[int], handled: Iterable[int]) -
     for sig in signal.Signals:
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
-        wanted[int(sig)] = signal.SIG_IGN if sig in kept or sig in PYTHON_IGNORES else signal.SIG_DFL
+        wanted[int(sig)] = (
+            signal.SIG_IGN if sig in kept or sig in PYTHON_IGNORES else signal.SIG_DFL
+        )
     if wanted.get(signal.SIGINT) == signal.SIG_DFL:
         wanted[signal.SIGINT] = signal.default_int_handler
     return wanted
