@@ -1,21 +1,36 @@
-"""The fidelity probe (issue 31): what a script sees under `distrain run` is what it sees under
-torchrun, but for the differences docs/environment.md lists (the last section).
+"""The fidelity probe (issues 31, 41, 47): what a script sees under `distrain run` is what it sees
+under torchrun, but for the differences docs/environment.md lists (the last section).
 
-tests/scripts/shadowed/fidelity_probe.py records, per rank, ranks, argv, sys.path, cwd, the file
-of every top-level module, the environment, the start method, signal dispositions and
-sys.excepthook; it sits beside its own ``yaml/`` while PyYAML is installed.
+tests/scripts/shadowed/probe_record.py records, per rank, ranks, argv, sys.path, cwd, ``__file__``
+(and whether the script finds its files through it after a chdir), the file of every top-level
+module, the environment, the start method, signal dispositions and mask, faulthandler, dynamo's
+log level and sys.excepthook; fidelity_probe.py sits beside its own ``yaml/`` while PyYAML is
+installed. The scripts are given by a relative path, as users type them. Three probes: a torch
+script, one that sets ``TORCH_LOGS`` before ``import torch``, one that never imports torch; the
+first under three parents (an interactive shell's foreground job, a script's background job with
+SIGINT/SIGQUIT ignored, ``nohup`` with SIGHUP ignored).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 from helpers import REPO, SCRIPTS, python, run
 
 pytestmark = pytest.mark.timeout(400)
-PROBE = str(SCRIPTS / "shadowed" / "fidelity_probe.py")
+#: the probes, relative to SCRIPTS (the folder the jobs start in)
+PROBE, ENV_PROBE, NO_TORCH_PROBE = (
+    f"shadowed/{name}.py" for name in ("fidelity_probe", "fidelity_env", "fidelity_no_torch")
+)
+#: the three parents: what each does to the launcher's signal dispositions before exec
+RESET_INTERACTIVE = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 ARGS = ["positional", "--flag", "value", "--local_rank-looking=x"]
 
 #: environment variables only distrain's workers have
@@ -38,12 +53,37 @@ def _records(folder: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))}
 
 
-def _probe(tmp_path: Path, name: str, cmd: list[str]) -> dict[int, dict]:
+def _under(parent: str, cmd: list[str]) -> list[str]:
+    """`cmd` as started by `parent`: "terminal" (an interactive shell's foreground job: nothing
+    ignored), "background" (a script's ``( … ) &``: SIGINT and SIGQUIT ignored), "nohup"."""
+    if parent == "terminal":
+        return [python(), "-c", RESET_INTERACTIVE, *cmd]
+    if parent == "background":
+        return ["bash", "-c", f"( {shlex.join(cmd)} ) & wait $!"]
+    assert parent == "nohup"
+    return ["nohup", *cmd]
+
+
+def _probe(
+    tmp_path: Path, name: str, cmd: list[str], script: str = PROBE, parent: str = "terminal"
+) -> tuple[dict[int, dict], str]:
     folder = tmp_path / name
     folder.mkdir()
-    res = run(cmd + [PROBE, *ARGS], timeout=300, env={"DTEST_PROBE_DIR": str(folder)})
+    res = run(
+        _under(parent, cmd + [script, *ARGS]),
+        timeout=300,
+        env={"DTEST_PROBE_DIR": str(folder)},
+        cwd=SCRIPTS,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    return _records(folder)
+    return _records(folder), res.stderr
+
+
+TORCHRUN = [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+
+
+def _distrain(method: str = "fast") -> list[str]:
+    return [python(), "-m", "distrain.cli", "run", "--start-method", method, "-n", "2"]
 
 
 def differences(native: dict, ours: dict, fast: bool) -> list[str]:
@@ -72,22 +112,44 @@ def differences(native: dict, ours: dict, fast: bool) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("method", ["fast", "spawn"])
-def test_the_script_sees_what_it_sees_under_torchrun(tmp_path: Path, method: str) -> None:
-    native = _probe(
-        tmp_path, "torchrun", [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    )
-    ours = _probe(
-        tmp_path,
-        method,
-        [python(), "-m", "distrain.cli", "run", "--start-method", method, "-n", "2"],
-    )
+@pytest.mark.parametrize(
+    ("method", "parent"),
+    [("fast", "terminal"), ("spawn", "terminal"), ("fast", "background"), ("fast", "nohup")],
+)
+def test_the_script_sees_what_it_sees_under_torchrun(
+    tmp_path: Path, method: str, parent: str
+) -> None:
+    native, _ = _probe(tmp_path, "torchrun", TORCHRUN, parent=parent)
+    ours, _ = _probe(tmp_path, method, _distrain(method), parent=parent)
     assert sorted(native) == sorted(ours) == [0, 1]
     assert native[1]["yaml_marker"] == "local yaml beside the script"
+    assert native[0]["finds_its_files_after_chdir"] is True
     for rank in (0, 1):
         assert differences(native[rank], ours[rank], method == "fast") == []
         # the fast start's worker saves atomically (worker/atomic_save.py); spawn is torch's
         assert ours[rank]["torch_save_wrapped"] is (method == "fast")
+
+
+def test_what_the_script_sets_before_importing_torch_is_honoured(tmp_path: Path) -> None:
+    native, _ = _probe(tmp_path, "torchrun", TORCHRUN, script=ENV_PROBE)
+    ours, err = _probe(tmp_path, "fast", _distrain(), script=ENV_PROBE)
+    assert native[0]["dynamo_log_level"] == 10  # DEBUG: TORCH_LOGS=+dynamo was read at import
+    for rank in (0, 1):
+        assert differences(native[rank], ours[rank], fast=True) == []
+    said = [line for line in err.splitlines() if "sets TORCH_LOGS" in line]
+    assert said == [
+        "distrain run: fidelity_env.py sets TORCH_LOGS (line 6) before torch reads it at import, "
+        "and the fork server imported torch already; starting workers in fresh interpreters"
+    ], err[-3000:]
+
+
+def test_a_script_that_never_imports_torch_gets_no_torch(tmp_path: Path) -> None:
+    native, _ = _probe(tmp_path, "torchrun", TORCHRUN, script=NO_TORCH_PROBE)
+    ours, err = _probe(tmp_path, "fast", _distrain(), script=NO_TORCH_PROBE)
+    for rank in (0, 1):
+        assert native[rank]["torch_imported"] is ours[rank]["torch_imported"] is False
+        assert differences(native[rank], ours[rank], fast=False) == []
+    assert "fresh interpreters" not in err, err[-2000:]  # nothing the script sees changed
 
 
 def test_the_documented_list_is_the_tests() -> None:

@@ -71,3 +71,18 @@ def reset_as_exec(launcher_ignores: Iterable[int], agent_signals: str) -> None:
             continue
         with contextlib.suppress(OSError, ValueError):  # a signal the platform will not change
             signal.signal(sig, want)
+
+
+def fault_handler_as_fresh(asked: bool) -> None:
+    """Disable faulthandler's fatal-signal dump unless a fresh interpreter would have it.
+
+    `asked`: the worker's environment sets ``PYTHONFAULTHANDLER``.
+
+    torch's wrapper of a *callable* worker entrypoint (its elastic error handler's
+    ``initialize``) enables it; a torchrun worker running a script has it only when asked
+    (``PYTHONFAULTHANDLER``, or the script's own ``faulthandler.enable()``).
+    """
+    import faulthandler
+
+    if faulthandler.is_enabled() and not asked:
+        faulthandler.disable()

@@ -15,7 +15,6 @@ import atexit
 import ctypes
 import io
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -36,7 +35,8 @@ from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.patching import Args
-from distrain.worker.fast_start.dispositions import reset_as_exec
+from distrain.worker.fast_start.as_main import run_as_main
+from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
 from distrain.worker.stacks import dump_stacks_on_signal
 from distrain.worker.title import set_worker_title
 
@@ -57,6 +57,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     _restore_environment(job.env)
     # the dispositions an exec'd worker has, not the fork server's (a background job's SIG_IGN)
     reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
+    fault_handler_as_fresh(bool(os.environ.get("PYTHONFAULTHANDLER")))
     dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
     if fresh is not None and os.path.exists(fresh):
@@ -96,8 +97,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     if fresh is not None:
         _watch_process_group()
     try:
-        # `python script.py` makes __main__.__file__ absolute (cwd joined, not normalised: 3.9+)
-        runpy.run_path(os.path.join(os.getcwd(), job.script), run_name="__main__")
+        run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
     except SystemExit as exc:
         code = _exit_status(exc.code)
         if code:
