@@ -25,11 +25,13 @@ pytestmark = pytest.mark.timeout(400)
 PROBE, ENV_PROBE, NO_TORCH_PROBE = (
     f"shadowed/{name}.py" for name in ("fidelity_probe", "fidelity_env", "fidelity_no_torch")
 )
-#: the three parents: what each does to the launcher's signal dispositions before exec
-RESET_INTERACTIVE = (
+#: the parents: a wrapper sets the dispositions each leaves to its child, then execs the rest
+WITH_DISPOSITIONS = (
     "import os, signal, sys\n"
-    "for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])"
+    "for item in sys.argv[1].split(','):\n"
+    "    name, how = item.split('=')\n"
+    "    signal.signal(getattr(signal, name), getattr(signal, how))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])"
 )
 ARGS = ["positional", "--flag", "value", "--local_rank-looking=x"]
 
@@ -55,11 +57,15 @@ def _records(folder: Path) -> dict[int, dict]:
 
 def _under(parent: str, cmd: list[str]) -> list[str]:
     """`cmd` as started by `parent`: "terminal" (an interactive shell's foreground job: nothing
-    ignored), "background" (a script's ``( … ) &``: SIGINT and SIGQUIT ignored), "nohup"."""
+    ignored), "background" (a script's ``( … ) &``: a shell without job control starts it with
+    SIGINT and SIGQUIT ignored; set here, as a session of its own may not get them from bash),
+    "nohup" (SIGHUP ignored)."""
     if parent == "terminal":
-        return [python(), "-c", RESET_INTERACTIVE, *cmd]
+        return [python(), "-c", WITH_DISPOSITIONS, "SIGINT=SIG_DFL,SIGQUIT=SIG_DFL,SIGHUP=SIG_DFL",
+                *cmd]  # fmt: skip
     if parent == "background":
-        return ["bash", "-c", f"( {shlex.join(cmd)} ) & wait $!"]
+        shell = ["bash", "-c", f"( {shlex.join(cmd)} ) & wait $!"]
+        return [python(), "-c", WITH_DISPOSITIONS, "SIGINT=SIG_IGN,SIGQUIT=SIG_IGN", *shell]
     assert parent == "nohup"
     return ["nohup", *cmd]
 
