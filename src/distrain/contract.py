@@ -311,6 +311,18 @@ def fallback_line(reason: str) -> str:
     )
 
 
+def own_session() -> None:
+    """Make this process a session and group leader, as torchrun starts its workers.
+
+    A fast-start worker does it first (worker/fast_start/forked.py): its own children are then
+    in its group, which the launcher stops with it (launch/fast_start/worker_groups.py).
+    """
+    try:
+        os.setsid()
+    except OSError:  # a group leader already: nothing to change
+        pass
+
+
 def die_with_parent() -> None:
     """SIGKILL this process when the thread that started it ends (Linux ``PR_SET_PDEATHSIG``).
 

@@ -54,6 +54,7 @@ from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine
 from distrain.launch.fast_start.env_writes import env_set_before_torch
 from distrain.launch.fast_start.torch_free import never_imports_torch
+from distrain.launch.fast_start.worker_groups import stop_whole_groups
 
 PROG = "distrain run"
 #: options (dests) after which nothing is forked now: no Python file, or nothing launched
@@ -300,6 +301,7 @@ def run(args: argparse.Namespace, start: StartMethod) -> None:
         ignored_signals(),  # what an exec'd worker inherits ignored (a background job's SIGINT)
     )
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
+    stop_whole_groups()  # a worker's own children end with it, as under torchrun
     try:
         elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(
             job, *cmd_args[1:]

@@ -29,6 +29,7 @@ from distrain.contract import (
     ForkJob,
     die_with_parent,
     fallback_line,
+    own_session,
     replica_group_env,
 )
 from distrain.events import emit
@@ -54,6 +55,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
     """
     die_with_parent()  # the fork server; it dies with the launcher
+    own_session()  # as torchrun's worker: its own children are stopped with its group
     _restore_environment(job.env)
     # the dispositions an exec'd worker has, not the fork server's (a background job's SIG_IGN)
     reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
