@@ -113,11 +113,12 @@ def test_children_of_a_script_not_read_as_self_starting_end_with_the_failed_job(
            "--children"]  # fmt: skip
     env = {**os.environ, MARK: mark, "DTEST_ORPHANS_OUT": str(out)}
     # its own session, never killed as a group before the check: the children must end by the
-    # job's own doing
-    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)  # fmt: skip
+    # job's own doing; its output in a file (children left behind would hold a pipe open)
+    log = open(tmp_path / "job.log", "w")  # noqa: SIM115 - closed below, the job writes into it
+    job = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
     try:
-        _, err = job.communicate(timeout=240)
+        job.wait(timeout=240)
+        err = (tmp_path / "job.log").read_text()
         assert job.returncode == 1, err[-3000:]
         assert "ValueError: the script failed after its peers started their children" in err
         assert len(list(out.glob("child-*.pid"))) == 2  # rank 0's two children had started
@@ -126,6 +127,7 @@ def test_children_of_a_script_not_read_as_self_starting_end_with_the_failed_job(
             time.sleep(0.2)
         assert not left, f"left running after the job ended: {list(map(_describe, left))}"
     finally:
+        log.close()
         if job.poll() is None:
             job.kill()
         for pid in _marked(mark):
