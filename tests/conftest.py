@@ -16,7 +16,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import helpers` from tests/jobs/ whatever pytest's import mode
     sys.path.insert(0, str(TESTS))
-from helpers import leaks  # noqa: E402
+from helpers import compat, leaks  # noqa: E402
 from helpers.paths import REPO, SRC  # noqa: E402
 
 # Subprocesses (launchers and their workers) must import this checkout's distrain.
@@ -37,6 +37,26 @@ def _no_leaks() -> Iterator[None]:
     """Start each test without launcher variables; fail it if it leaves a variable, a thread or a
     process group behind (tests/helpers/leaks.py), after cleaning them up."""
     yield from leaks.guard()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The ``compat`` marker: the cell of docs/compatibility.md a test proves.
+
+    Mark a test with ``helpers.compat.compat(mode, idiom, outcome, why=...)`` (modes and idioms:
+    the keys of ``MODES`` and ``IDIOMS`` there; the idiom scripts: tests/scripts/idioms/, run
+    with ``helpers.compat.run_idiom``), then ``python3 scripts/compat_table.py`` rewrites the
+    table from the results."""
+    config.addinivalue_line(
+        "markers", "compat(mode, idiom, outcome, why): the modes × idioms cell this test proves"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Record the compat cells a test proves, when asked (scripts/compat_table.py)."""
+    report = yield
+    compat.record(item, report)
+    return report
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -50,8 +49,9 @@ from faults import (
     Shot,
     follow,
 )  # noqa: E402
+from job_progress import progress, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
-from oracle import RunRecord, judge, newest_valid_step  # noqa: E402
+from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 from record import Trial, load_trials, report, table  # noqa: E402
 from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
 
@@ -59,15 +59,15 @@ if typing.TYPE_CHECKING:
     from helpers.netns_hosts import Hosts
 
 PY = sys.executable
-STEP_DIR = re.compile(r"step_(\d+)$")
 #: the checkout's commit, recorded with every trial (a trial replays against the same code)
 COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                         capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
-#: a run may take this many times its uninterrupted run's time, plus the fault's own extra, plus
-#: START_S: restarts, rendezvous and imports under load; past it the trial counts as hung
-SLOWDOWN, START_S = 3.0, 90.0
+#: a trial, reruns included, may take this many times its uninterrupted run's time, plus the
+#: fault's own extra, plus START_S (restarts, rendezvous and imports under load) and RERUN_S for
+#: each rerun's start: one bound from the trial's start; past it the trial counts as hung
+SLOWDOWN, START_S, RERUN_S = 3.0, 90.0, 30.0
 
 
 #: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
@@ -167,43 +167,6 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
     )
 
 
-def _checkpoint_steps(ckpt: Path) -> list[int]:
-    """Steps of the finished checkpoints under `ckpt` (any depth); a save renames folders while
-    we look, so a folder that vanishes mid-walk is looked at again."""
-    for _ in range(5):
-        try:
-            return [int(m.group(1)) for d in ckpt.rglob("step_*") if (m := STEP_DIR.match(d.name))]
-        except FileNotFoundError:
-            continue
-    return []
-
-
-def ready(job: Job) -> bool:
-    """Whether the run has written its first checkpoint (or snapshot): faults start from there."""
-    if job.ckpt is None:
-        return job.marker is not None and job.marker.exists()
-    return job.ckpt.exists() and bool(_checkpoint_steps(job.ckpt))
-
-
-def progress(job: Job) -> int:
-    """The newest checkpoint's step (0 before the first, or for a job without distrain's)."""
-    if job.ckpt is None or not job.ckpt.exists():
-        return 0
-    return max(_checkpoint_steps(job.ckpt), default=0)
-
-
-def wait_ready(procs: list[subprocess.Popen], job: Job, deadline: float, step: int = 0) -> bool:
-    """Wait for ready() and a checkpoint of `step` or later; False if a launcher ended or the
-    deadline passed first."""
-    while time.monotonic() < deadline:
-        if ready(job) and progress(job) >= step:
-            return True
-        if any(proc.poll() is not None for proc in procs):
-            return False
-        time.sleep(0.05)
-    return False
-
-
 def reference(kind: Kind, work: Path) -> Reference:
     """Run the kind once without a fault: its result (restart kinds) and its timing."""
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
@@ -260,7 +223,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
             if all(proc.poll() is None for proc in procs):
                 launchers = [psutil.Process(proc.pid) for proc in procs]
                 ctx = FaultContext(trial, launchers[0], job, rng, watchdog,
-                                   lambda: leftovers(trial, grace=30, made=made),
+                                   lambda: leftovers(trial, grace=10, made=made),
                                    launchers=launchers, hosts=made, lost=lost,
                                    logs=logs)  # fmt: skip
                 at = progress(job)
@@ -281,19 +244,31 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     ) as err:  # the fault's own tool failed
         t.missed, shot = True, Shot(f"missed: the fault failed: {type(err).__name__}: {err}")
     t.what = shot.what
-    runs = [finish(procs, trial, logs, bound + shot.bound_extra, t0, made, lost, kind.elastic)]
-    left = leftovers(trial, made=made)
+    bound += shot.bound_extra
+    runs = [finish(procs, trial, logs, bound, t0, made, lost, kind.elastic)]
+    left = shot.left + leftovers(trial, made=made)
     if shot.rerun and runs[0].rc not in (0, None):
         if shot.after:
             shot.after()
-        logs, t1 = work / f"t{t.index}-2", time.monotonic()
-        runs.append(
-            finish(
-                start(job, trial, logs, made), trial, logs, bound, t1, made, elastic=kind.elastic
-            )
-        )
+        logs, bound = work / f"t{t.index}-2", bound + RERUN_S
+        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
+                           elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
     t.verdict = judge(kind, job, ref.result, runs, left, good)
+    if t.verdict.word == "stopped":  # a documented stop: the same command run again must heal
+        if shot.after and len(runs) == 1:
+            shot.after()
+        logs, bound = work / f"t{t.index}-{len(runs) + 1}", bound + RERUN_S
+        runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
+                           elastic=kind.elastic))  # fmt: skip
+        left += leftovers(trial, made=made)
+        first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good)
+        if t.verdict.word == "stopped":
+            t.verdict = Verdict("rerun stopped", f"{first.detail}; again: {t.verdict.detail}")
+        elif t.verdict.ok:
+            t.verdict.detail = f"stopped ({first.detail[:120]}), then the rerun healed"
+    if t.missed and t.verdict.word == "healed":
+        t.verdict = Verdict("missed", t.verdict.detail)
     t.seconds = time.monotonic() - t0
     if mounted:
         subprocess.run(["umount", "-l", str(job.ckpt)], check=False)
@@ -330,7 +305,17 @@ def main() -> int:
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSONL",
                    help="print the table of trials recorded with --json "
                    "(several runs add up)")  # fmt: skip
+    p.add_argument(
+        "--self-check",
+        action="store_true",
+        help="apply each known break to a scratch copy; every one must be caught",
+    )
+    p.add_argument("--breaks", default=None, help="--self-check: only these, comma-separated")
     args = p.parse_args()
+    if args.self_check:
+        import selfcheck
+
+        return selfcheck.main(args.breaks.split(",") if args.breaks else None)
     if args.summarize:
         print(table(load_trials(args.summarize)))
         return 0

@@ -128,6 +128,8 @@ class Shot:
     rerun: bool = False  # the user's answer is to run the same command again
     bound_extra: float = 0.0  # seconds the job may take longer because of this fault
     after: Callable[[], None] | None = None  # undo before the rerun (free the disk)
+    #: processes that outlived their killed launcher while the fault waited (leftovers)
+    left: list[str] = field(default_factory=list)
 
 
 class Missed(Exception):
@@ -302,19 +304,21 @@ def corrupt_newest(ctx: FaultContext) -> Shot:
     """SIGKILL of the launcher(s), then one byte of the newest checkpoint's largest file flipped."""
     for launcher in ctx.launchers:
         _quiet(launcher.send_signal, signal.SIGKILL)
-    ctx.wait_gone()
+    # what outlives its launcher here is a leftover (ranks without a death signal train on),
+    # not something to clear away before the corruption
+    left = ctx.wait_gone()
     from distrain.checkpoint.files import step_dirs
 
     dirs = step_dirs(str(ctx.job.ckpt)) if ctx.job.ckpt else []
     if not dirs:
-        return Shot("SIGKILL the launcher (no checkpoint yet to corrupt)", rerun=True)
+        return Shot("SIGKILL the launcher (no checkpoint yet to corrupt)", rerun=True, left=left)
     step, newest = dirs[0]
     files = sorted(Path(newest).iterdir(), key=lambda f: f.stat().st_size)
     victim = files[-1]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
-    return Shot(f"SIGKILL the launcher, corrupt step {step}'s {victim.name}", rerun=True)
+    return Shot(f"SIGKILL the launcher, corrupt step {step}'s {victim.name}", rerun=True, left=left)
 
 
 def disk_full(ctx: FaultContext) -> Shot:
@@ -334,8 +338,8 @@ def double_kill(ctx: FaultContext) -> Shot:
     time.sleep(ctx.rng.uniform(0.0, 1.0))
     try:
         second = kill_rank(ctx)
-    except Missed:
-        return Shot(first.what + "; the second found no rank")
+    except Missed:  # one kill is kill_rank's trial, not this one's: aim again
+        raise Missed(f"the second kill found no rank ({first.what})") from None
     return Shot(f"{first.what}; then {second.what}")
 
 
@@ -364,7 +368,8 @@ class FaultContext:
     job: Job
     rng: random.Random
     watchdog: float
-    wait_gone: Callable[[], None]
+    #: wait until the trial's processes are gone; those still alive then, killed and named
+    wait_gone: Callable[[], list[str]]
     #: every node's launcher (one on single-node kinds) and the namespaces of a two-node kind
     launchers: list[psutil.Process] = field(default_factory=list)
     hosts: Hosts | None = None

@@ -156,9 +156,21 @@ class Kind:
 
 
 def _tensors(path: Path) -> dict[str, str]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = state.get("model", state) if isinstance(state, dict) else state
-    return {k: _digest(v) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    """A digest per tensor and a value per number of the whole saved state: model, optimizer,
+    scheduler, step (nested keys joined with '.')."""
+    return dict(_flat(torch.load(path, map_location="cpu", weights_only=True), ""))
+
+
+def _flat(value: object, key: str) -> list[tuple[str, str]]:
+    if isinstance(value, torch.Tensor):
+        return [(key, _digest(value))]
+    if isinstance(value, dict):
+        return [kv for k, v in value.items() for kv in _flat(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, (list, tuple)):
+        return [kv for i, v in enumerate(value) for kv in _flat(v, f"{key}.{i}")]
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return [(key, repr(value))]
+    return []
 
 
 def _port() -> int:
@@ -171,8 +183,9 @@ def _digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
 
 
-def replica_verdict(result: dict[str, str]) -> str | None:
-    """None when every group ended at the same last step with equal parameters, else why not."""
+def replica_verdict(result: dict[str, str], expected_step: int | None = None) -> str | None:
+    """None when every group ended at the same last step (`expected_step`, the job's `--steps`,
+    where given) with equal parameters, else why not."""
     by_rank: dict[str, set[tuple[int, str]]] = {}
     for name, text in result.items():
         final = json.loads(text)
@@ -181,7 +194,12 @@ def replica_verdict(result: dict[str, str]) -> str | None:
     if not by_rank:
         return "no group wrote its final state"
     bad = {rank: sorted(seen) for rank, seen in by_rank.items() if len(seen) > 1}
-    return f"groups differ: {bad}" if bad else None
+    if bad:
+        return f"groups differ: {bad}"
+    steps = {step for seen in by_rank.values() for step, _ in seen}
+    if expected_step is not None and steps != {expected_step}:
+        return f"groups ended at step {sorted(steps)}, not the job's last step {expected_step}"
+    return None
 
 
 KINDS = {

@@ -1,14 +1,20 @@
 """The chaos campaign's oracle: how a trial ended, judged against what a failure may cost.
 
-A trial ends **healed** (exit 0, and bit for bit its uninterrupted run's result; a replica kind:
-every group at the same last step with equal parameters) or **stopped** (a non-zero exit within
-its bound whose last line is distrain's own, naming the cause). Anything else breaks the oracle:
-it hung past its bound, diverged, left a process behind, lost a good checkpoint, or stopped
-without saying why.
+A trial ends **healed**: exit 0, bit for bit its uninterrupted run's whole saved state (model,
+optimizer, scheduler, step where the kind saves them; a replica kind: every group at the
+reference's last step with equal parameters), and, when the job restarted, *resumed* from a
+checkpoint at least as new as the newest valid one at the fault (a job that retrains from step 0
+ends equal too: only the resume line tells).  Or **stopped**: a non-zero exit within its bound
+whose last line is distrain's own, naming the cause, and then the same command run again heals
+(campaign.py reruns every stopped trial).  Or **missed**: the fault hit nothing; neither good nor
+bad, counted apart.  Anything else breaks the oracle: it hung past its bound, diverged, left a
+process behind, lost a good checkpoint, did not resume or resumed from an older checkpoint,
+stopped without saying why, or stopped and did not heal when run again.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,10 +22,15 @@ from kinds import Job, Kind, replica_verdict
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
 CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
-#: verdicts that keep the promise
-GOOD = ("healed", "stopped")
+#: verdicts that keep the promise ("missed": the fault hit nothing, counted apart)
+GOOD = ("healed", "stopped", "missed")
 #: verdicts that break it, in the order they are reported when several apply
-BAD = ("hung", "leftovers", "diverged", "lost checkpoint", "no cause", "no result")
+BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost checkpoint",
+       "no cause", "rerun stopped", "no result")  # fmt: skip
+#: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
+RESUMED = re.compile(r"distrain: resumed from \S+.*?\(step (\d+)")
+#: the launcher's lines when it restarts the workers or a node rejoins (launch/console.py)
+RESTARTED = re.compile(r"restarting every rank|resuming from step|membership changed")
 
 
 @dataclass
@@ -39,6 +50,14 @@ class RunRecord:
             if lines:
                 return lines[-1].strip()
         return ""
+
+    def resumed_steps(self) -> list[int]:
+        """The steps this run's ranks resumed from, in the order the lines came."""
+        return [int(m.group(1)) for m in RESUMED.finditer(self.stdout + "\n" + self.stderr)]
+
+    def restarted(self) -> bool:
+        """Whether the launcher restarted the workers during this run."""
+        return bool(RESTARTED.search(self.stdout + "\n" + self.stderr))
 
 
 @dataclass
@@ -90,7 +109,11 @@ def judge(
             problems.append("no result")
             detail = f"{type(err).__name__}: {err}"
         else:
-            why = replica_verdict(result) if kind.replicas else _restart_verdict(reference, result)
+            why = (
+                replica_verdict(result, _expected_step(job))
+                if kind.replicas
+                else _restart_verdict(reference, result)
+            )
             if why and kind.elastic and (went_on := _went_on(reference, result, runs)):
                 why, detail = None, went_on
             if why:
@@ -98,6 +121,9 @@ def judge(
                 detail = why
             else:
                 word = "healed"
+                resume, detail = resume_verdict(kind, job, runs, good_step_before)
+                if resume:
+                    problems.append(resume)
     elif last.rc is not None:
         line = last.last_line()
         if line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
@@ -114,6 +140,30 @@ def judge(
         first = next(p for p in BAD if p in problems)
         return Verdict(first, detail, problems)
     return Verdict(word, detail)
+
+
+def resume_verdict(
+    kind: Kind, job: Job, runs: list[RunRecord], good: int | None
+) -> tuple[str | None, str]:
+    """A restarted job with checkpoints must resume from the newest checkpoint valid at the fault
+    or a newer one: (the problem or None, the detail: where it resumed)."""
+    if kind.replicas or job.ckpt is None or good is None:
+        return None, ""
+    restarted = len(runs) > 1 or any(r.restarted() for r in runs)
+    steps = [s for r in runs for s in r.resumed_steps()]
+    if not restarted:
+        return None, "not restarted"
+    if not steps:
+        return "not resumed", f"restarted, but resumed from no checkpoint (step {good} was valid)"
+    if min(steps) < good:
+        return "lost work", f"resumed from step {min(steps)}, though step {good} was valid"
+    return None, f"resumed from step {min(steps)} (newest valid at the fault: {good})"
+
+
+def _expected_step(job: Job) -> int | None:
+    """The last step a replica job trains to (its `--steps`)."""
+    argv = job.argv
+    return int(argv[argv.index("--steps") + 1]) if "--steps" in argv else None
 
 
 def _restart_verdict(reference: dict[str, str] | None, result: dict[str, str]) -> str | None:

@@ -6,12 +6,15 @@ full campaign over every job kind is a benchmark (benchmarks/chaos/RESULTS.md)."
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from helpers import REPO, python, run
 
 pytestmark = pytest.mark.slow
 
+#: the breaks benchmarks/chaos/selfcheck.py applies (read from it: the test names each it expects)
+BREAK_NAMES = re.findall(r'Break\("(\w+)"', (REPO / "benchmarks/chaos/selfcheck.py").read_text())
 FAULTS = "kill_rank,kill_launcher,sigterm_launcher,corrupt_newest,double_kill,stop_rank_resumed"
 
 
@@ -43,3 +46,14 @@ def test_a_two_node_trial_keeps_the_promise() -> None:
     assert "| nodes_static | kill_node_launcher | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in res.stdout, (
         res.stdout[-3000:]
     )
+
+
+@pytest.mark.timeout(1800)
+def test_the_oracle_catches_every_known_break() -> None:
+    """`campaign.py --self-check`: each known break, applied alone to a scratch copy, gets a bad
+    verdict from its trial, and the unbroken copy keeps the promise on the same trials."""
+    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--self-check"],
+              timeout=1700)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    for name in set(BREAK_NAMES) - {"control"}:
+        assert f"{name}: caught" in res.stdout, res.stdout[-4000:]

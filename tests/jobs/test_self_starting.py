@@ -45,6 +45,11 @@ def test_process_loop_runs_once_and_trains(cpu: bool) -> None:
         assert (
             "process_tutorial.py starts them itself: torch.multiprocessing.Process at line" in err
         ), err[-2000:]
+        # the children end through os._exit, past atexit: their counts come all the same
+        summary = [line for line in err.splitlines() if "distrain run --cpu: mapped in" in line]
+        assert len(summary) == 1 and "mapped in 2 processes: " in summary[0], err[-2000:]
+        for call in ("DDP(device_ids=...) ×2", "nccl → gloo ×2", "set_device ×2"):
+            assert call in summary[0], summary
     else:
         assert re.search(
             r"distrain run: process_tutorial\.py starts its own workers "

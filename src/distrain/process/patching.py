@@ -227,11 +227,28 @@ def on_init_process_group(hook: GroupHook) -> None:
     current = None if _recorder is not None else _active(distributed_c10d, "init_process_group")
     if current is not None and current.feature == "hooks":
         return
-    wrapper = functools.wraps(distributed_c10d.init_process_group)(
-        _group_wrapper(distributed_c10d.init_process_group)
-    )
-    for module in (distributed_c10d, dist):  # `from torch.distributed import init_process_group`
+    original = distributed_c10d.init_process_group
+    wrapper = functools.wraps(original)(_group_wrapper(original))
+    owners = {id(m): m for m in (distributed_c10d, dist, *holders(original))}
+    for module in owners.values():
         replace(module, "init_process_group", wrapper, feature="hooks", forwards=True)
+
+
+def holders(function: Any) -> list[Any]:
+    """The modules imported so far that hold `function` under its own name at module level.
+
+    torch reaches ``init_process_group`` through more than ``torch.distributed``'s attribute:
+    ``torch.distributed.device_mesh`` imported its own reference (``from ...distributed_c10d
+    import init_process_group``) with ``torch.distributed``, before any wrapper existed, and
+    ``init_device_mesh`` starts the default group through it.  A module imported after the
+    wrapper copies the wrapper, so the ones already imported are all there is to replace.
+    """
+    name = function.__name__
+    return [
+        module
+        for module in list(sys.modules.values())
+        if module is not None and getattr(module, "__dict__", {}).get(name) is function
+    ]
 
 
 def _group_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,7 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch.cuda.comm
+import torch.nn.attention
 import torch.utils.cpp_extension
+from torch.nn.attention import flex_attention
 
 from distrain.process import patching
 from distrain.settings import Settings
@@ -35,6 +38,9 @@ def recorded() -> list[patching.Patch]:
         fake_cuda.install(2)
         patches.install()
         refuse._cpp_extension(torch.utils.cpp_extension)
+        refuse._flex_attention(flex_attention)
+        refuse._attention_kernels(torch.nn.attention)
+        refuse._cuda_comm(torch.cuda.comm)
     fake_cuda._State.count = saved[0]
     assert len(patching.APPLIED) == saved[2] and devices.MAPPED == saved[1]
     return [p for p in found if p.feature == "rehearse"]
@@ -188,7 +194,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     registry's tables of another test are out of reach meanwhile.
     """
     import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    from torch.distributed import device_mesh, distributed_c10d
 
     calls: list[str] = []
     below = lambda *exc: calls.append("below")  # noqa: E731 - the hook that was there before
@@ -198,12 +204,14 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(sys, "excepthook", below)
     init = distributed_c10d.init_process_group
     monkeypatch.setattr(dist, "init_process_group", init)
+    monkeypatch.setattr(device_mesh, "init_process_group", init)
     yield calls
     assert patching.APPLIED == [] and patching.hooked() == {
         "init_process_group": [],
         "excepthook": [],
     }
     assert dist.init_process_group is distributed_c10d.init_process_group is init
+    assert device_mesh.init_process_group is init
     assert sys.excepthook is below
 
 
@@ -253,7 +261,7 @@ def test_init_process_group_is_wrapped_once_and_hooks_run_in_a_fixed_order(
     registry: list[str],
 ) -> None:
     import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    from torch.distributed import device_mesh, distributed_c10d
 
     calls = registry
 
@@ -279,7 +287,10 @@ def test_init_process_group_is_wrapped_once_and_hooks_run_in_a_fixed_order(
     assert [p.where for p in patching.applied()] == [
         "torch.distributed.distributed_c10d.init_process_group",
         "torch.distributed.init_process_group",
+        # its own `from ...distributed_c10d import init_process_group`: init_device_mesh's start
+        "torch.distributed.device_mesh.init_process_group",
     ]
+    assert device_mesh.init_process_group is dist.init_process_group
     store, hook_before = dist.HashStore(), sys.excepthook
     dist.init_process_group(backend="nccl", store=store, rank=0, world_size=1)
     try:

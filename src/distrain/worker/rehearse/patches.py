@@ -6,8 +6,8 @@
 autocast → CPU autocast (same dtype, float16 by default as on CUDA); ``GradScaler("cuda")`` →
 ``GradScaler("cpu")``; ``torch.load``: CUDA ``map_location`` → CPU; DataLoader ``pin_memory`` → off;
 ``with torch.device("cuda")`` → the CPU; ``DeviceMesh("cuda")`` (``init_device_mesh``: FSDP2,
-replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device.  Every patch goes
-through
+replicate) → a CPU mesh; ``torch.compile``: inductor probes no Triton device; capturable
+optimizers (``Adam(capturable=True)``) accept CPU parameters.  Every patch goes through
 :mod:`distrain.process.patching`.
 """
 
@@ -21,7 +21,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from distrain.process.patching import Args, GroupHook, on_init_process_group, replace, wrap
+from distrain.process.patching import (
+    Args,
+    GroupHook,
+    holders,
+    like,
+    on_init_process_group,
+    replace,
+    wrap,
+)
 from distrain.worker.rehearse.devices import CPU, MAPPED, cpu_if_cuda, is_cuda
 from distrain.worker.rehearse.refuse import say_once
 
@@ -61,6 +69,11 @@ def _process_groups() -> None:
     # init_process_group has one wrapper, shared with the fast start and self-start (the
     # registry's): the rehearsal rewrites the arguments last, right before torch's function
     on_init_process_group(GroupHook("rehearse", before=_gloo_arguments))
+    # torch.accelerator answers "cuda", and torch picks the backend of a group started without
+    # one (init_process_group(), init_device_mesh's own start, get_default_backend_for_device)
+    # from this table: cuda's is gloo here, so whatever path torch takes it agrees with the CPU
+    backends = dict(distributed_c10d.Backend.default_device_backend_map, cuda="gloo")
+    replace(distributed_c10d.Backend, "default_device_backend_map", backends, feature="rehearse")
     for module in (dist, distributed_c10d):
         _replace(module, "new_group", new, feature="rehearse")
 
@@ -300,8 +313,24 @@ def _device_mesh() -> None:
     _replace(DeviceMesh, "__init__", mesh, feature="rehearse")
 
 
+def _capturable_optimizers() -> None:
+    # Adam(capturable=True) & co. (optimizer state ready for CUDA graph capture) assert that their
+    # parameters are on an accelerator; the capturable arithmetic runs on CPU tensors as well.
+    # Each optimizer module imported its own reference to the check's device list
+    from torch.optim import optimizer
+
+    original = optimizer._get_capturable_supported_devices
+
+    def devices(supports_xla: bool = True) -> list[str]:
+        return [*original(supports_xla), "cpu"]
+
+    for module in holders(original):
+        replace(module, original.__name__, like(original, devices), feature="rehearse")
+
+
 def install() -> None:
     """Apply every patch of this module."""
+    _capturable_optimizers()
     _compile()
     _device_mesh()
     _process_groups()

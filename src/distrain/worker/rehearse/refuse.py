@@ -1,8 +1,10 @@
 """What a CPU rehearsal cannot stand in for stops the job with one line naming the user's call.
 
-Custom CUDA extensions, Triton kernels, CUDA graphs and NVML need a real GPU.  The line names
-the call and the first frame of the user's own code (file:line), skipping torch, triton, pynvml,
-distrain and the standard library; it is printed once per job (the first rank to get there).
+Custom CUDA extensions, Triton kernels, CUDA graphs, NVML, FlexAttention's backward, GPU-only
+attention kernels (``sdpa_kernel``) and ``torch.cuda.comm``'s copies between GPUs need a real
+GPU.  The line names the call and the first frame of the user's own code (file:line), skipping
+torch, triton, pynvml, distrain and the standard library; it is printed once per job (the first
+rank to get there), and the process exits with code 3.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from distrain.log import get_logger
-from distrain.process.patching import replace, wrap
+from distrain.process.patching import like, replace, wrap
 from distrain.settings import for_report
 from distrain.worker.failure import write_error_message
 
@@ -169,12 +171,69 @@ def _cpp_extension(module: ModuleType) -> None:
     replace(module, "CUDAExtension", cuda_extension, feature="rehearse")
 
 
+def _flex_attention(module: ModuleType) -> None:
+    # torch has no FlexAttention backward on the CPU: flex_attention() raises NotImplementedError
+    # as soon as an input requires grad (torchtitan's training step), a traceback and exit code 1
+    import torch
+
+    # torchtitan compiles flex_attention: Dynamo must not trace the refusal (sys._getframe would
+    # cost a graph-break warning of several lines before the one line)
+    stop = torch.compiler.disable(refuse)
+
+    def validate(original: Callable[..., None]) -> Callable[..., None]:
+        def _validate_device(query: Any, key: Any, value: Any) -> None:
+            if query.device.type == "cpu" and any(t.requires_grad for t in (query, key, value)):
+                stop("FlexAttention backward (flex_attention on inputs that require grad)")
+            original(query, key, value)
+
+        return _validate_device
+
+    if hasattr(module, "_validate_device"):  # a torch without it: its own error stays
+        wrap(module, "_validate_device", validate, feature="rehearse")
+
+
+#: the attention kernels a CPU has (scaled_dot_product_attention's math and CPU flash kernels)
+_CPU_SDPA = ("MATH", "FLASH_ATTENTION")
+
+
+def _attention_kernels(module: ModuleType) -> None:
+    # sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION) (or CUDNN_ATTENTION) leaves the CPU no kernel:
+    # the block's first scaled_dot_product_attention ends in "No viable backend".  Its setter is
+    # wrapped, not sdpa_kernel itself: Dynamo recognises sdpa_kernel by identity while tracing
+    def select(original: Callable[..., None]) -> Callable[..., None]:
+        def _sdpa_kernel(backends: Any, set_priority: bool = False) -> None:
+            names = [getattr(b, "name", str(b)) for b in backends]
+            if not set(names) & set(_CPU_SDPA):
+                refuse(f"sdpa_kernel({', '.join(names)}) (attention kernels only a GPU has)")
+            original(backends, set_priority)
+
+        return _sdpa_kernel
+
+    if hasattr(module, "_sdpa_kernel"):
+        wrap(module, "_sdpa_kernel", select, feature="rehearse")
+
+
+def _cuda_comm(module: ModuleType) -> None:
+    # torch.cuda.comm copies between GPUs through CUDA itself (no driver: a RuntimeError)
+    def refusing(name: str) -> Callable[..., NoReturn]:
+        def refused(*args: Any, **kwargs: Any) -> NoReturn:
+            refuse(f"torch.cuda.comm.{name}() (copies between GPUs)")
+
+        return like(getattr(module, name), refused)
+
+    for name in module.__all__:
+        replace(module, name, refusing(name), feature="rehearse")
+
+
 def install() -> None:
-    """Patch triton, pynvml and torch.utils.cpp_extension now or when they are imported."""
+    """Patch triton, pynvml, cpp_extension and flex_attention now or when they are imported."""
     patches: dict[str, Callable[[ModuleType], None]] = {
         "triton": _triton,
         "pynvml": _pynvml,
         "torch.utils.cpp_extension": _cpp_extension,
+        "torch.nn.attention.flex_attention": _flex_attention,
+        "torch.nn.attention": _attention_kernels,
+        "torch.cuda.comm": _cuda_comm,
     }
     for name in list(patches):
         if name in sys.modules:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +76,35 @@ def test_cuda_fp16_autocast_says_what_it_costs(
 )
 def test_fp16_cost_line_names_the_cpu(flags: set[str], words: str) -> None:
     assert patches.fp16_cost_line(flags).endswith(words)
+
+
+def test_a_forked_child_reports_what_it_mapped_itself_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counts: Counter[str]
+) -> None:
+    """A Process-loop child inherits its parent's counts at fork; it reports only its own (the
+    parent reports the rest), once, though both multiprocessing's exit and atexit may call."""
+    from distrain.events import read_events
+    from distrain.events.stream import stream
+
+    monkeypatch.setenv("DISTRAIN_JOB_DIR", str(tmp_path))
+    monkeypatch.setattr(rehearse, "_reported_in", None)
+    counts.update({"set_device": 1, ".cuda()": 5})
+    inherited = Counter(counts)  # what _forked() notes in the child
+    counts.update({".cuda()": 3, "nccl → gloo": 1})
+    rehearse.write_counts(inherited)
+    rehearse.write_counts(inherited)
+    events, _ = read_events(stream(str(tmp_path)), kind="rehearsal")
+    assert [e["counts"] for e in events] == [{".cuda()": 3, "nccl → gloo": 1}]
+
+
+def test_a_forked_child_that_mapped_nothing_reports_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counts: Counter[str]
+) -> None:
+    """A DataLoader worker maps nothing of its own: no event, so no process in the summary."""
+    from distrain.events.stream import stream
+
+    monkeypatch.setenv("DISTRAIN_JOB_DIR", str(tmp_path))
+    monkeypatch.setattr(rehearse, "_reported_in", None)
+    counts.update({".cuda()": 5})
+    rehearse.write_counts(Counter(counts))
+    assert not os.path.exists(stream(str(tmp_path)))

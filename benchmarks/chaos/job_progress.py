@@ -1,0 +1,50 @@
+"""How far a chaos trial's job got: its checkpoints, read while it runs (faults are placed by
+training progress, not by time)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from kinds import Job
+
+STEP_DIR = re.compile(r"step_(\d+)$")
+
+
+def _checkpoint_steps(ckpt: Path) -> list[int]:
+    """Steps of the finished checkpoints under `ckpt` (any depth); a save renames folders while
+    we look, so a folder that vanishes mid-walk is looked at again."""
+    for _ in range(5):
+        try:
+            return [int(m.group(1)) for d in ckpt.rglob("step_*") if (m := STEP_DIR.match(d.name))]
+        except FileNotFoundError:
+            continue
+    return []
+
+
+def ready(job: Job) -> bool:
+    """Whether the run has written its first checkpoint (or snapshot): faults start from there."""
+    if job.ckpt is None:
+        return job.marker is not None and job.marker.exists()
+    return job.ckpt.exists() and bool(_checkpoint_steps(job.ckpt))
+
+
+def progress(job: Job) -> int:
+    """The newest checkpoint's step (0 before the first, or for a job without distrain's)."""
+    if job.ckpt is None or not job.ckpt.exists():
+        return 0
+    return max(_checkpoint_steps(job.ckpt), default=0)
+
+
+def wait_ready(procs: list[subprocess.Popen], job: Job, deadline: float, step: int = 0) -> bool:
+    """Wait for ready() and a checkpoint of `step` or later; False if a launcher ended or the
+    deadline passed first."""
+    while time.monotonic() < deadline:
+        if ready(job) and progress(job) >= step:
+            return True
+        if any(proc.poll() is not None for proc in procs):
+            return False
+        time.sleep(0.05)
+    return False

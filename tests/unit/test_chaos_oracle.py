@@ -1,0 +1,52 @@
+"""The chaos oracle's judgement on known-bad histories (benchmarks/chaos/oracle.py): a checker
+is worth the breaks it catches, so each rule is shown a trial that breaks it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks" / "chaos"))
+from kinds import KINDS, Job  # noqa: E402
+from oracle import RunRecord, judge, resume_verdict  # noqa: E402
+
+RESTART = "distrain run: rank 1 (pid 9) was killed by SIGKILL; restarting every rank (attempt 1)"
+
+
+def _job(tmp: Path, steps: int = 80) -> Job:
+    return Job(["-m", "distrain.cli", "run", "x.py", "--steps", str(steps)], None, tmp, tmp)
+
+
+def test_a_restart_must_resume_from_the_newest_valid_checkpoint(tmp_path: Path) -> None:
+    """Retraining from step 0 ends equal to the reference: only the missing resume tells; and
+    a resume from an older checkpoint than the newest valid one lost work."""
+    job, kind = Job(["x"], tmp_path / "ckpt", tmp_path, tmp_path), KINDS["ddp_small"]
+    fresh = [RunRecord(0, 10.0, "distrain: checkpoint: starting fresh\n", RESTART)]
+    assert resume_verdict(kind, job, fresh, 16)[0] == "not resumed"
+    line = "distrain: resumed from ckpt/step_{0:08d} (step {0}, saved on 2 rank(s))\n"
+    older = [RunRecord(0, 10.0, line.format(8), RESTART)]
+    assert resume_verdict(kind, job, older, 16)[0] == "lost work"
+    newest = [RunRecord(0, 10.0, line.format(16), RESTART)]
+    assert resume_verdict(kind, job, newest, 16) == (
+        None,
+        "resumed from step 16 (newest valid at the fault: 16)",
+    )
+    rerun = [RunRecord(1, 3.0, "", "distrain run: job failed"), RunRecord(0, 9.0, "", "")]
+    assert resume_verdict(kind, job, rerun, 16)[0] == "not resumed"  # a rerun is a restart
+    assert resume_verdict(kind, job, [RunRecord(0, 9.0, "", "")], 16)[0] is None  # no restart
+
+
+@pytest.mark.parametrize("final_step", [80, 60])
+def test_replica_groups_must_reach_the_jobs_last_step(tmp_path: Path, final_step: int) -> None:
+    """Equal groups that stopped early are not healed."""
+    kind = KINDS["replicas"]
+    for group in (0, 1):
+        (tmp_path / f"final.{group}.0.json").write_text(
+            json.dumps({"step": final_step, "params": "p"})
+        )
+    verdict = judge(kind, _job(tmp_path), None, [RunRecord(0, 5.0, "", "")], [], None)
+    assert verdict.word == ("healed" if final_step == 80 else "diverged"), verdict
