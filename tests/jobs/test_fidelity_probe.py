@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, SCRIPTS, python, run
+from helpers.compat import compat
 
 pytestmark = pytest.mark.timeout(400)
 #: the probes, relative to SCRIPTS (the folder the jobs start in)
@@ -120,7 +121,16 @@ def differences(native: dict, ours: dict, fast: bool) -> list[str]:
 
 @pytest.mark.parametrize(
     ("method", "parent"),
-    [("fast", "terminal"), ("spawn", "terminal"), ("fast", "background"), ("fast", "nohup")],
+    [
+        # the probe is a plain torchrun script (no distrain.init()): what it sees is the cell
+        pytest.param(method, parent, marks=compat(mode, "torchrun_plain"), id=f"{method}-{parent}")
+        for method, parent, mode in (
+            ("fast", "terminal", "plain"),
+            ("spawn", "terminal", "spawn"),
+            ("fast", "background", "plain"),
+            ("fast", "nohup", "plain"),
+        )
+    ],
 )
 def test_the_script_sees_what_it_sees_under_torchrun(
     tmp_path: Path, method: str, parent: str
