@@ -146,6 +146,18 @@ def test_the_script_sees_what_it_sees_under_torchrun(
         assert ours[rank]["torch_save_wrapped"] is (method == "fast")
 
 
+@compat("cpu", "torchrun_plain")
+def test_cpu_processes_get_the_dispositions_of_torchruns_workers(tmp_path: Path) -> None:
+    """`--cpu`'s processes are forked workers too: started from a background job, they get what
+    torchrun's exec'd workers get (issue 47)."""
+    native, _ = _probe(tmp_path, "torchrun", TORCHRUN, parent="background")
+    ours, _ = _probe(tmp_path, "cpu", [*_distrain(), "--cpu"], parent="background")
+    for rank in (0, 1):
+        assert ours[rank]["signals"] == native[rank]["signals"]
+        assert ours[rank]["signals"]["SIGINT"] == "_signal.default_int_handler"
+        assert ours[rank]["blocked_signals"] == native[rank]["blocked_signals"] == []
+
+
 def test_what_the_script_sets_before_importing_torch_is_honoured(tmp_path: Path) -> None:
     native, _ = _probe(tmp_path, "torchrun", TORCHRUN, script=ENV_PROBE)
     ours, err = _probe(tmp_path, "fast", _distrain(), script=ENV_PROBE)
