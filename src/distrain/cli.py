@@ -7,6 +7,7 @@ untouched, so no top-level parser looks at them).
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 from distrain import __version__
@@ -28,6 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "generate a Dockerfile, compose file, SLURM script or Kubernetes job",
     ),
 }
+
+#: commands that run until stopped and promise to stop on Ctrl-C (SIGINT): `run`, `top`
+STOP_ON_CTRL_C = frozenset({"run", "top"})
 
 USAGE = "usage: distrain {" + ",".join(COMMANDS) + "} ..."
 
@@ -58,10 +62,24 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if name in STOP_ON_CTRL_C:
+        stop_on_ctrl_c()
     target = COMMANDS[name][0]
     module = importlib.import_module(target)
     code = module.main(args[1:])
     return int(code or 0)
+
+
+def stop_on_ctrl_c() -> None:
+    """Let SIGINT raise KeyboardInterrupt again where the parent left it ignored.
+
+    A shell without job control starts a background job (``cmd &`` in a script, CI runners,
+    ``nohup … &`` wrappers) with SIGINT ignored, and Python keeps an inherited ``SIG_IGN``: such
+    a `distrain top` could not be stopped by SIGINT at all (issue 47).  torchrun's agent, too,
+    handles SIGINT whatever it inherited, once its workers run.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def entry_point() -> None:

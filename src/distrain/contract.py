@@ -277,6 +277,35 @@ class ForkJob:
     fallback_dir: str | None = None
     #: the script imports distrain at top level (whose import strips a legacy --local-rank)
     imports_distrain: bool = False
+    #: signals the launcher ignored when the job started (:func:`ignored_signals`): what a
+    #: worker exec'd by the agent would inherit as ``SIG_IGN`` (worker/fast_start/dispositions.py)
+    ignored_signals: tuple[int, ...] = ()
+
+
+def ignored_signals(status: str = "/proc/self/status") -> tuple[int, ...]:
+    """The signals this process ignores (``SIG_IGN``), as the kernel has them.
+
+    Read from the kernel's ``SigIgn`` mask, not ``signal.getsignal``: a disposition set from C
+    (or before Python started) is what exec passes on, whatever Python's table says.
+    """
+    try:
+        with open(status) as f:
+            line = next((x for x in f if x.startswith("SigIgn:")), "")
+    except OSError:
+        line = ""
+    if not line:  # no procfs: Python's own view
+        return tuple(
+            int(s) for s in signal.Signals if _getsignal_or_none(s) == signal.SIG_IGN
+        )  # fmt: skip
+    mask = int(line.split(":", 1)[1].strip(), 16)
+    return tuple(bit + 1 for bit in range(64) if mask >> bit & 1)
+
+
+def _getsignal_or_none(sig: int) -> Any:
+    try:
+        return signal.getsignal(sig)
+    except (ValueError, OSError):
+        return None
 
 
 def fallback_line(reason: str) -> str:
@@ -285,6 +314,18 @@ def fallback_line(reason: str) -> str:
         f"distrain run: {reason}; running workers in fresh interpreters instead "
         "(--start-method spawn skips the fork)"
     )
+
+
+def own_session() -> None:
+    """Make this process a session and group leader, as torchrun starts its workers.
+
+    A fast-start worker does it first (worker/fast_start/forked.py): its own children are then
+    in its group, which the launcher stops with it (launch/fast_start/worker_groups.py).
+    """
+    try:
+        os.setsid()
+    except OSError:  # a group leader already: nothing to change
+        pass
 
 
 def die_with_parent() -> None:

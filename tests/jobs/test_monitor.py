@@ -248,6 +248,10 @@ def test_run_dir_reaches_workers_env() -> None:
     assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_live_view_in_a_terminal_and_leftover_ranks(tmp_path: Path) -> None:
     """`distrain top` without --once on a TTY redraws until Ctrl-C, then exits 0.  A rank file
     left from a larger earlier run (world size 3) is ignored once a 2-rank run started."""
@@ -263,8 +267,11 @@ def test_live_view_in_a_terminal_and_leftover_ranks(tmp_path: Path) -> None:
     assert [r["rank"] for r in snap["ranks"]] == [0, 1] and snap["status"] == "finished"
 
     leader, follower = pty.openpty()
+    # started as a shell script's background job starts it: SIGINT ignored (issue 47); `top`
+    # promises to stop on Ctrl-C all the same
     proc = subprocess.Popen([*CLI, "top", str(tmp_path), "--refresh", "0.3"], stdin=follower,
-                            stdout=follower, stderr=follower, start_new_session=True)  # fmt: skip
+                            stdout=follower, stderr=follower, start_new_session=True,
+                            preexec_fn=_ignore_sigint)  # fmt: skip
     os.close(follower)
     output = b""
     try:

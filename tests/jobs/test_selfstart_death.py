@@ -1,4 +1,5 @@
-"""A SIGKILLed `distrain run` takes a self-starting script's own children along (issue 30).
+"""A SIGKILLed `distrain run` takes a self-starting script's own children along (issue 30), and a
+failed job takes the children of a script not read as self-starting (issue 41).
 
 The launcher → fork server → script chain holds by death signals; the script's children are
 its own.  ``mp.spawn``'s children ask for SIGINT at their parent's death, which does nothing
@@ -95,5 +96,39 @@ def test_sigkill_of_the_launcher_ends_the_scripts_own_children(job: str, tmp_pat
         )
     finally:
         log.close()
+        for pid in _marked(mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_children_of_a_script_not_read_as_self_starting_end_with_the_failed_job(
+    tmp_path: Path,
+) -> None:
+    """Issue 41: a script that starts its own children (not read as self-starting: N copies, no
+    watch) and fails. torchrun stops each worker's process group, children included; the fast
+    start's workers were stopped by pid, and their children trained on, re-parented to pid 1."""
+    mark, out = uuid.uuid4().hex, tmp_path / "out"
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", str(SCRIPTS / "orphans.py"),
+           "--children"]  # fmt: skip
+    env = {**os.environ, MARK: mark, "DTEST_ORPHANS_OUT": str(out)}
+    # its own session, never killed as a group before the check: the children must end by the
+    # job's own doing; its output in a file (children left behind would hold a pipe open)
+    log = open(tmp_path / "job.log", "w")  # noqa: SIM115 - closed below, the job writes into it
+    job = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
+    try:
+        job.wait(timeout=240)
+        err = (tmp_path / "job.log").read_text()
+        assert job.returncode == 1, err[-3000:]
+        assert "ValueError: the script failed after its peers started their children" in err
+        assert len(list(out.glob("child-*.pid"))) == 2  # rank 0's two children had started
+        deadline = time.monotonic() + 10
+        while (left := _marked(mark)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"left running after the job ended: {list(map(_describe, left))}"
+    finally:
+        log.close()
+        if job.poll() is None:
+            job.kill()
         for pid in _marked(mark):
             os.kill(pid, signal.SIGKILL)

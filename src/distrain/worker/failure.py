@@ -71,13 +71,14 @@ def exit_abandoned(err: Abandoned) -> NoReturn:
 
 def is_peer_failure(err: BaseException) -> bool:
     """True for collective/store errors caused by another process disappearing."""
-    try:
-        import torch.distributed as dist
-
-        if isinstance(err, (dist.DistNetworkError, dist.DistStoreError)):
+    # only an error of a process that imported torch.distributed can be one of its types; a
+    # script that never imported torch must not import it here (at exit, from the boot's
+    # atexit hook, that import fails: "can't register atexit after shutdown")
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        types = tuple(getattr(dist, n, None) for n in ("DistNetworkError", "DistStoreError"))
+        if isinstance(err, tuple(t for t in types if isinstance(t, type))):
             return True
-    except (ImportError, AttributeError):
-        pass
     text = str(err)
     # UsageError and NoJobError are RuntimeErrors only as DistrainErrors: never a peer's failure
     return (
@@ -102,11 +103,11 @@ def cause_line(err: BaseException) -> str:
     ``ProcessRaisedException`` carries the child's whole traceback as its message (its first
     line is empty): the child's own exception line, its last, is the cause.
     """
-    try:
-        from torch.multiprocessing.spawn import ProcessRaisedException
-    except ImportError:
-        ProcessRaisedException = ()  # type: ignore[assignment,misc]  # noqa: N806 - no torch: none
-    if isinstance(err, ProcessRaisedException):
+    # only a process that imported torch's spawn raises its exception: never import it here (a
+    # torch-free script's exit would: "can't register atexit after shutdown")
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    raised = getattr(spawn, "ProcessRaisedException", None)
+    if isinstance(raised, type) and isinstance(err, raised):
         lines = [line for line in str(err).splitlines() if line.strip()]
         if lines:
             return lines[-1].strip()

@@ -93,9 +93,9 @@ def test_the_fan_outs_options_stay_out_of_the_one_node_help() -> None:
 # -- forkserver._script_from_argv's cases -----------------------------------------------------
 def test_the_script_to_fork_is_the_split_ones(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text("")
+    script.write_text("import torch\n")
     other = tmp_path / "other.py"
-    other.write_text("")
+    other.write_text("import torch\n")
     s = str(script)
     assert fast_start_script(split(["-n", "2", s, "--x"])) == s
     assert fast_start_script(split(["--start-method=forkserver", s])) == s

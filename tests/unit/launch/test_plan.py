@@ -18,7 +18,7 @@ from distrain.launch import network, plan
 @pytest.fixture
 def script(tmp_path: Path) -> str:
     path = tmp_path / "train.py"
-    path.write_text("print('hi')\n")
+    path.write_text("import torch\nprint('hi')\n")
     return str(path)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.machinery
 import importlib.util
 import logging
@@ -47,9 +48,13 @@ from distrain.contract import (
     ForkJob,
     WorkerEntrypoint,
     boot_first,
+    ignored_signals,
 )
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine
+from distrain.launch.fast_start.env_writes import env_set_before_torch
+from distrain.launch.fast_start.torch_free import never_imports_torch
+from distrain.launch.fast_start.worker_groups import stop_whole_groups
 
 PROG = "distrain run"
 #: options (dests) after which nothing is forked now: no Python file, or nothing launched
@@ -94,6 +99,9 @@ def choose_start(args: argparse.Namespace) -> StartMethod:
     if method != "fast":
         return StartMethod(method)
     reason = forkserver_unsafe() or fresh_reason(args)
+    if reason is None and not args.module and torch_free(args.training_script):
+        # what a worker forked from the server would add is torch itself: torchrun's path
+        return StartMethod("spawn")
     if reason is None:
         return StartMethod("forkserver", fallback=True)
     # distrain's own tools (doctor, bench comm) run as `-m distrain.…`: how their workers start
@@ -114,7 +122,10 @@ def fast_start_script(command: CommandLine) -> str | None:
     if (command.value("launcher") or "torchrun") != "torchrun":
         return None
     script = command.script
-    return script if script and script.endswith(".py") and os.path.isfile(script) else None
+    if not (script and script.endswith(".py") and os.path.isfile(script)):
+        return None
+    # a script the plan will start in fresh interpreters gets no server (choose_start)
+    return None if torch_free(script) or env_before_torch(script) else script
 
 
 def top_level_imports(script: str) -> list[str]:
@@ -229,7 +240,30 @@ def fresh_reason(args: argparse.Namespace) -> str | None:
         return (
             f"{args.training_script} is not Python source distrain can fork ({type(err).__name__})"
         )
-    return None
+    return env_before_torch(args.training_script)
+
+
+@functools.lru_cache(maxsize=8)
+def env_before_torch(script: str) -> str | None:
+    """Why a worker forked after ``import torch`` would miss what `script` sets first, or None."""
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            found = env_set_before_torch(f.read(), script)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    name, line = found
+    return (
+        f"{os.path.basename(script)} sets {name} (line {line}) before torch reads it at import, "
+        "and the fork server imported torch already"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def torch_free(script: str) -> bool:
+    """Whether `script` surely never imports torch (launch/fast_start/torch_free.py)."""
+    return never_imports_torch(script)
 
 
 def run(args: argparse.Namespace, start: StartMethod) -> None:
@@ -260,9 +294,14 @@ def run(args: argparse.Namespace, start: StartMethod) -> None:
     imports = top_level_imports(cmd_args[0])
     # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
     job = ForkJob(
-        cmd_args[0], env, fallback_dir, any(n.split(".")[0] == "distrain" for n in imports)
+        cmd_args[0],
+        env,
+        fallback_dir,
+        any(n.split(".")[0] == "distrain" for n in imports),
+        ignored_signals(),  # what an exec'd worker inherits ignored (a background job's SIGINT)
     )
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
+    stop_whole_groups()  # a worker's own children end with it, as under torchrun
     try:
         elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(
             job, *cmd_args[1:]

@@ -15,7 +15,6 @@ import atexit
 import ctypes
 import io
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -31,12 +30,15 @@ from distrain.contract import (
     ForkJob,
     die_with_parent,
     fallback_line,
+    own_session,
     replica_group_env,
 )
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.patching import Args
+from distrain.worker.fast_start.as_main import run_as_main
+from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
 from distrain.worker.stacks import dump_stacks_on_signal
 from distrain.worker.title import set_worker_title
 
@@ -54,8 +56,11 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     atexit handlers run, which a forked child's ``os._exit`` would otherwise skip.
     """
     die_with_parent()  # the fork server; it dies with the launcher
+    own_session()  # as torchrun's worker: its own children are stopped with its group
     _restore_environment(job.env)
-    _restore_signals()
+    # the dispositions an exec'd worker has, not the fork server's (a background job's SIG_IGN)
+    reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
+    fault_handler_as_fresh(bool(os.environ.get("PYTHONFAULTHANDLER")))
     dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
     if fresh is not None and os.path.exists(fresh):
@@ -99,7 +104,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     if fresh is not None:
         _watch_process_group()
     try:
-        runpy.run_path(job.script, run_name="__main__")
+        run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
     except SystemExit as exc:
         code = _exit_status(exc.code)
         if code:
@@ -262,13 +267,6 @@ def _restore_environment(launcher_env: dict[str, str]) -> None:
     os.environ.update(agent)
 
 
-def _restore_signals() -> None:
-    """Default dispositions for the signals the fork server ignores (a fresh interpreter's)."""
-    preload = sys.modules.get(PRELOAD_MODULE)
-    for sig in getattr(preload, "SERVER_IGNORES", ()):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _server_unsafe() -> str:
     preload = sys.modules.get(PRELOAD_MODULE)
     return str(getattr(preload, "UNSAFE", "")) if preload is not None else ""
@@ -281,8 +279,8 @@ def _prepare_interpreter(script: str, script_args: tuple[str, ...], imports_dist
         from distrain.cluster import strip_launcher_argv
 
         strip_launcher_argv()
-    if sys.path:
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if sys.path:  # as Python computes it: the script's real folder (symlinks resolved)
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
         old.flush()

@@ -137,10 +137,32 @@ def _leave(chained: ModuleType | None) -> None:
     # docs/environment.md says
 
 
+def _die_with_the_launcher() -> None:
+    """A worker the agent started fresh dies with `distrain run`, as a forked worker does.
+
+    A forked worker holds to the launcher by death signals (the fork server's chain); a fresh
+    one (``--start-method spawn``, and a script that never imports torch, which starts that way)
+    would outlive a SIGKILLed launcher, as torchrun's workers do. Only the agent's own child:
+    the script's children have theirs (docs/self_starting.md). Invisible to the script.
+    """
+    launcher = os.environ.get("DISTRAIN_LAUNCHER_PID", "")
+    if not (sys.platform.startswith("linux") and launcher.isdigit()):
+        return
+    if os.getppid() != int(launcher):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != int(launcher):  # the launcher died before the call
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 _CHAINED = _chain()
 if os.environ.get("TORCHELASTIC_ERROR_FILE") and os.environ.get("DISTRAIN_LAUNCHER"):
     import atexit
 
+    _die_with_the_launcher()
     atexit.register(_record_uncaught_at_exit)
 # the fork server (DISTRAIN_PRELOAD) stays plain: its forked workers install the rehearsal
 # themselves
