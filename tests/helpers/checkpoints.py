@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -66,3 +67,20 @@ def shared_baseline(
         if not out.exists():
             ok(distrain_run(nproc, "--out", str(out), *worker_args))
     return out
+
+
+def assert_equals_uninterrupted(final: Path, base: Path, step: int) -> None:
+    """The same ckpt_worker job run uninterrupted on 2 ranks of this machine (one thread each)
+    writes `base`; `final` holds its model bit for bit at `step`."""
+    res = subprocess.run(
+        [*DISTRAIN, "-n", "2", WORKER, "--out", str(base)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DISTRAIN_NUM_THREADS": "1"},
+    )
+    assert res.returncode == 0, res.stderr
+    a, b = torch.load(base, weights_only=True), torch.load(final, weights_only=True)
+    assert a["step"] == b["step"] == step
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from helpers import REPO, python
+from helpers.checkpoints import assert_equals_uninterrupted
 from helpers.netns_hosts import Hosts, make_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(500)]
@@ -83,16 +82,4 @@ def test_node_lost_with_its_memory_resumes_from_the_peer_copy(
     assert "this node's memory has no step 6: the copy of step 6 on rank 0's node used" in logs[1]
     assert "resumed from memory" in logs[0] and "(step 6," in logs[0], logs[0]
     assert not list(roots[0].iterdir()) and not list(roots[1].iterdir()), "left behind"
-    base = tmp_path / "base.pt"
-    res = subprocess.run(
-        RUN + ["-n", "2", WORKER, "--out", str(base)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **ONE_THREAD},
-    )
-    assert res.returncode == 0, res.stderr
-    a, b = torch.load(base, weights_only=True), torch.load(final, weights_only=True)
-    assert a["step"] == b["step"] == 16
-    for key in a["model"]:
-        assert torch.equal(a["model"][key], b["model"][key]), key
+    assert_equals_uninterrupted(final, tmp_path / "base.pt", step=16)
