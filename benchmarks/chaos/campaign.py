@@ -39,18 +39,12 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import membership  # noqa: E402
 import nodes  # noqa: E402
-from faults import (
-    FAULTS,
-    TRIAL_VAR,
-    WATCHED,
-    FaultContext,
-    Missed,
-    Shot,
-    follow,
-)  # noqa: E402
+from faults import FAULTS, WATCHED, FaultContext, Missed, Shot  # noqa: E402
 from job_progress import progress, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
+from membership import TRIAL_VAR, follow  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 from record import Trial, load_trials, report, table  # noqa: E402
 from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
@@ -101,15 +95,16 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     two-node kind one launcher per node, inside its namespace (logs `…-nI.out/.err`)."""
     job.out.mkdir(parents=True, exist_ok=True)
     if made is not None:
-        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"),
-                            _env(trial, job), err_log=_node_logs(logs, i).with_suffix(".err"))
+        procs = [made.start(i, membership.wrap(trial, [PY, *argv]),
+                            _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
+                            err_log=_node_logs(logs, i).with_suffix(".err"))
                  for i, argv in enumerate(job.nodes)]  # fmt: skip
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
         err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
         procs = [
             subprocess.Popen(
-                [PY, *job.argv],
+                membership.wrap(trial, [PY, *job.argv]),
                 env=_env(trial, job),
                 stdout=out,
                 stderr=err,
@@ -179,6 +174,7 @@ def reference(kind: Kind, work: Path) -> Reference:
         t_ready = time.monotonic()
         run = finish(procs, trial, logs, 600, t0, made)
         leftovers(trial, made=made)
+        membership.remove(trial)
     if run.rc != 0:
         raise SystemExit(
             f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}"
@@ -199,7 +195,10 @@ def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     """Run one drawn trial to its verdict (a two-node kind inside namespaces made for it)."""
     kind = KINDS[t.kind]
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
-        return _run_trial(t, seed, work, ref, made)
+        try:
+            return _run_trial(t, seed, work, ref, made)
+        finally:
+            membership.remove(f"{seed}-{t.index}-{os.getpid()}")
 
 
 def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | None) -> Trial:
@@ -254,7 +253,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
         runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
                            elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
-    t.verdict = judge(kind, job, ref.result, runs, left, good)
+    t.verdict = judge(kind, job, ref.result, runs, left, good, t.fault)
     if t.verdict.word == "stopped":  # a documented stop: the same command run again must heal
         if shot.after and len(runs) == 1:
             shot.after()
@@ -262,7 +261,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
         runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
                            elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
-        first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good)
+        first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good, t.fault)
         if t.verdict.word == "stopped":
             t.verdict = Verdict("rerun stopped", f"{first.detail}; again: {t.verdict.detail}")
         elif t.verdict.ok:
@@ -353,6 +352,7 @@ def main() -> int:
         finally:
             for trial in CURRENT:
                 kill_all(trial)
+            membership.remove_all()
             nodes.delete_all()
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)

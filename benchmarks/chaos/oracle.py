@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinds import Job, Kind, replica_verdict
+from stops import documented
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
 CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
@@ -26,7 +27,7 @@ CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
 GOOD = ("healed", "stopped", "missed")
 #: verdicts that break it, in the order they are reported when several apply
 BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost checkpoint",
-       "no cause", "rerun stopped", "no result")  # fmt: skip
+       "undocumented stop", "no cause", "rerun stopped", "no result")  # fmt: skip
 #: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
 RESUMED = re.compile(r"distrain: resumed from \S+.*?\(step (\d+)")
 #: the launcher's lines when it restarts the workers or a node rejoins (launch/console.py)
@@ -90,9 +91,13 @@ def judge(
     runs: list[RunRecord],
     leftovers: list[str],
     good_step_before: int | None,
+    fault: str | None = None,
 ) -> Verdict:
-    """The verdict of one trial from its runs, the processes it left and its checkpoints."""
+    """The verdict of one trial from its runs, the processes it left and its checkpoints; with
+    `fault`, every run that exited non-zero must have ended in one of the fault's documented
+    stops (stops.py)."""
     problems = []
+    odd = _undocumented(fault, kind, runs)
     if any(r.rc is None for r in runs):
         problems.append("hung")
     if leftovers:
@@ -126,11 +131,18 @@ def judge(
                     problems.append(resume)
     elif last.rc is not None:
         line = last.last_line()
-        if line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
+        if fault is not None and odd and odd[-1][0] == len(runs) - 1:
+            word, detail = "stopped", line  # reported below as undocumented
+        elif line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
             word, detail = "stopped", line
         else:
             problems.append("no cause")
             detail = line or "(nothing printed)"
+    if odd:
+        problems.append("undocumented stop")
+        said = "; ".join(f"run {i + 1} exit {rc}: {line[:100] or '(nothing printed)'}"
+                         for i, rc, line in odd)  # fmt: skip
+        detail = f"not a documented stop of {fault}: {said}" + (f"; {detail}" if detail else "")
     if any(r.rcs for r in runs):  # two nodes: each run's exit per node
         exits = " then ".join(str(r.rcs) for r in runs)
         detail = (detail + "; " if detail else "") + f"node exits {exits}"
@@ -140,6 +152,20 @@ def judge(
         first = next(p for p in BAD if p in problems)
         return Verdict(first, detail, problems)
     return Verdict(word, detail)
+
+
+def _undocumented(
+    fault: str | None, kind: Kind, runs: list[RunRecord]
+) -> list[tuple[int, int, str]]:
+    """The runs (index, exit, last line) that exited non-zero in no documented stop of `fault`."""
+    if fault is None:
+        return []
+    odd = []
+    for i, run in enumerate(runs):
+        line = run.last_line()
+        if run.rc not in (0, None) and documented(fault, kind.name, run.rc, line) is None:
+            odd.append((i, run.rc, line))
+    return odd
 
 
 def resume_verdict(

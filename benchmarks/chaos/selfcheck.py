@@ -26,6 +26,16 @@ REPO = Path(__file__).resolve().parents[2]
 CKPT = "src/distrain/checkpoint"
 
 
+#: a line put into distrain.init() by the detached_leftover break: setsid, then a subshell sent to
+#: the background exits at once (its child reparents to init), `env -i` drops CHAOS_TRIAL,
+#: Popen closes the fds, and `exec -a` renames the sleep
+DETACH = (
+    "import subprocess as _sp; _sp.Popen(['setsid', 'sh', '-c', '(env -i /bin/bash -c "
+    '"exec -a kworker-x /bin/sleep 600" </dev/null >/dev/null 2>&1 &)\'], '
+    "stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL, close_fds=True)"
+)
+
+
 @dataclass(frozen=True)
 class Break:
     """One known way to break the promise, and the trial that must catch it."""
@@ -59,6 +69,10 @@ BREAKS = (
           (("src/distrain/contract.py",
             "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))", "0"),),
           fault="corrupt_newest"),
+    Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
+          "environment, closes its fds and renames itself",
+          (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",
+            f"        {DETACH}\n        dump_stacks_on_signal()  # kill -USR1"),)),
 )  # fmt: skip
 #: the unbroken copy on the same trials
 CONTROL = Break("control", "no break: the same trials on the code as it is")

@@ -1,4 +1,5 @@
-"""A trial's processes: found by its mark and inside its namespaces, dumped, killed, counted."""
+"""A trial's processes: found by its cgroup (or its mark) and inside its namespaces, dumped,
+killed, counted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import nodes
 import psutil
-from faults import trial_processes
+from membership import trial_processes
 
 if typing.TYPE_CHECKING:
     from helpers.netns_hosts import Hosts

@@ -50,3 +50,35 @@ def test_replica_groups_must_reach_the_jobs_last_step(tmp_path: Path, final_step
         )
     verdict = judge(kind, _job(tmp_path), None, [RunRecord(0, 5.0, "", "")], [], None)
     assert verdict.word == ("healed" if final_step == 80 else "diverged"), verdict
+
+
+def test_a_stop_must_be_one_its_fault_documents(tmp_path: Path) -> None:
+    """A stop the fault's row of docs/fault_tolerance.md does not list is bad, even when
+    distrain names a cause and the rerun heals: a resume that raises after a rank's kill, a
+    half-written snapshot after the launcher's; the documented ones stay stops."""
+    kind, job = KINDS["ddp_small"], _job(tmp_path)
+    raised = "distrain run: job failed: rank 0 (pid 7) exited with code 1: CheckpointError: x"
+    stopped = [RunRecord(1, 9.0, "", raised)]
+    assert judge(kind, job, None, stopped, [], None).word == "stopped"  # without the table
+    assert judge(kind, job, None, stopped, [], None, "kill_rank").word == "undocumented stop"
+    full = "distrain run: job failed: rank 0 (pid 7) exited with code 1: CheckpointError: DCP " \
+           "save into /c/.tmp-step_8 failed: OSError: [Errno 28] No space left on device"
+    verdict = judge(kind, job, None, [RunRecord(1, 9.0, "", full)], [], None, "disk_full")
+    assert verdict.word == "stopped", verdict
+    eof = "distrain run: job failed: rank 0 (pid 7) exited with code 1: EOFError:"
+    killed_then_eof = [RunRecord(-9, 4.0, "", ""), RunRecord(1, 9.0, "", eof)]
+    verdict = judge(KINDS["rehearsal"], job, None, killed_then_eof, [], None, "kill_launcher")
+    assert verdict.word == "undocumented stop" and "run 2 exit 1" in verdict.detail, verdict
+
+
+def test_a_node_loss_stop_is_documented_only_where_the_docs_say(tmp_path: Path) -> None:
+    """The rejoin stop belongs to a static two-node job losing a node, not to a rank's kill."""
+    kind, job = KINDS["nodes_static"], _job(tmp_path)
+    line = ("distrain run: job stopped: node 1 (rank 1) did not rejoin attempt 1 within 60 s "
+            "(DISTRAIN_REJOIN_TIMEOUT); rerun the same command on every node to resume")  # fmt: skip
+    run = [RunRecord(1, 30.0, "", line, rcs=[1, -9])]
+    assert judge(kind, job, None, run, [], None, "kill_node_launcher").word == "stopped"
+    assert judge(kind, job, None, run, [], None, "kill_rank").word == "undocumented stop"
+    assert judge(KINDS["digits"], job, None, run, [], None, "kill_node_launcher").word == (
+        "undocumented stop"
+    )
