@@ -293,6 +293,13 @@ def double_kill(ctx: FaultContext) -> Shot:
     return Shot(f"{first.what}; then {second.what}")
 
 
+def kill_launcher_in_save(ctx: FaultContext) -> Shot:
+    """SIGKILL of the launcher while the script's own torch.save writes (fault_save.py)."""
+    import fault_save
+
+    return fault_save.kill_launcher_in_save(ctx)
+
+
 def _quiet(fn: Callable[..., object], *args: object) -> None:
     try:
         fn(*args)
@@ -335,6 +342,7 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
     "kill_launcher": (kill_launcher, lambda k: k.nodes == 1),
+    "kill_launcher_in_save": (kill_launcher_in_save, lambda k: k.name == "rehearsal"),
     "kill_node_launcher": (kill_node_launcher, lambda k: k.nodes > 1),
     "kill_any_process": (kill_any_process, lambda k: True),
     "sigterm_launcher": (sigterm_launcher, lambda k: True),

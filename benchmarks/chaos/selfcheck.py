@@ -69,6 +69,8 @@ BREAKS = (
           (("src/distrain/contract.py",
             "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))", "0"),),
           fault="corrupt_newest"),
+    Break("atomic_save_off", "DISTRAIN_ATOMIC_SAVE=0, the launcher killed while the script saves",
+          env={"DISTRAIN_ATOMIC_SAVE": "0"}, kind="rehearsal", fault="kill_launcher_in_save"),
     Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
           "environment, closes its fds and renames itself",
           (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",

@@ -79,6 +79,7 @@ NODE_LOSS = (REJOIN, PEER_GONE, STORE_GONE)
 #: fault -> the stops its runs may end in (a fault not listed: none)
 STOPS: dict[str, tuple[Stop, ...]] = {
     "kill_launcher": (KILLED,),
+    "kill_launcher_in_save": (KILLED,),
     "corrupt_newest": (KILLED, *NODE_LOSS),
     "kill_node_launcher": (KILLED, *NODE_LOSS),
     "sigterm_launcher": (PREEMPTED, *NODE_LOSS),
