@@ -184,10 +184,12 @@ def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
     return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
 
 
-def twice(kind: Kind, work: Path) -> Reference:
+def twice(kind: Kind, work: Path, runs: int = 2) -> Reference:
     """The reference run twice: the same result both times (else the kind is not deterministic
-    and no trial of it can be judged bit for bit), the slower run's timing, both totals kept."""
-    first, second = reference(kind, work, 1), reference(kind, work, 2)
+    and no trial of it can be judged bit for bit), the slower run's timing, both totals kept;
+    `runs=1` (the self-check, whose trials need a verdict, not a bound's spread): once."""
+    first = reference(kind, work, 1)
+    second = reference(kind, work, 2) if runs > 1 else first
     if first.result != second.result:  # said, not fatal: the trials' diverged verdicts tell
         differ = sorted(
             k for k in first.result or {} if (second.result or {}).get(k) != first.result[k]
@@ -196,7 +198,7 @@ def twice(kind: Kind, work: Path) -> Reference:
             f"reference {kind.name}: the two uninterrupted runs differ in {differ[:4]}", flush=True
         )
     slow = max(first, second, key=lambda r: r.total)
-    slow.totals = (first.total, second.total)
+    slow.totals = (first.total, second.total) if runs > 1 else (first.total,)
     return slow
 
 
@@ -326,6 +328,8 @@ def main() -> int:
         action="store_true",
         help="apply each known break to a scratch copy; every one must be caught",
     )
+    p.add_argument("--reference-runs", type=int, default=2, choices=(1, 2),
+                   help="uninterrupted runs per kind (2: their spread is printed)")  # fmt: skip
     p.add_argument("--breaks", default=None, help="--self-check: only these, comma-separated")
     args = p.parse_args()
     if args.self_check:
@@ -362,7 +366,7 @@ def main() -> int:
             for t in drawn:
                 if t.kind not in refs:
                     KINDS[t.kind].prepare(work)
-                    refs[t.kind] = twice(KINDS[t.kind], work)
+                    refs[t.kind] = twice(KINDS[t.kind], work, args.reference_runs)
                     spread = " and ".join(f"{x:.1f}" for x in refs[t.kind].totals)
                     print(f"reference {t.kind}: {spread} s", flush=True)
                 done.append(run_trial(t, seed, work, refs[t.kind]))

@@ -116,10 +116,12 @@ def run(brk: Break) -> tuple[bool, str]:
         env.update(PYTHONPATH=str(root / "src"), **brk.env)
         cmd = [sys.executable, str(root / "benchmarks/chaos/campaign.py"), "--seed",
                str(brk.seed), "--trials", str(brk.trials), "--kinds", brk.kind, "--faults",
-               brk.fault]  # fmt: skip
+               brk.fault, "--reference-runs", "1"]  # fmt: skip
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in res.stdout.splitlines() if re.match(r"trial +\d+ ", ln)]
-    verdicts = "; ".join(ln.split("-> ", 1)[-1][:140] for ln in lines) or res.stderr[-300:]
+    # the fault's line, then the verdict: a catch is worth as much as the fault's aim
+    verdicts = "; ".join(re.sub(r"^.*? at \d\.\d\d: ", "", ln)[:240] for ln in lines)
+    verdicts = verdicts or res.stderr[-300:]
     if brk.name == CONTROL.name:
         ok = res.returncode == 0 and bool(lines)
         return ok, f"control: {'kept the promise' if ok else 'BROKE IT'}: {verdicts}"
