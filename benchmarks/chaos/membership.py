@@ -66,7 +66,10 @@ def wrap(trial: str, argv: list[str]) -> list[str]:
     if path is None:
         return argv
     join = 'echo $$ > "$0" && exec "$@"'
-    return ["sh", "-c", join, str(path / "cgroup.procs"), *argv]
+    # through this process's root: `ip netns exec` mounts a sysfs of its own over /sys, where
+    # the cgroup folders are not (a two-node kind's launchers start inside it)
+    procs = f"/proc/{os.getpid()}/root{path / 'cgroup.procs'}"
+    return ["sh", "-c", join, procs, *argv]
 
 
 def members(trial: str) -> list[int]:
