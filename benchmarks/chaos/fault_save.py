@@ -80,6 +80,8 @@ def kill_launcher_in_save(ctx: FaultContext) -> Shot:
             writer.send_signal(signal.SIGCONT)
         except psutil.NoSuchProcess:
             raise Missed(f"rank 0 ended before a save was caught ({looks} looks)") from None
-        time.sleep(ctx.rng.uniform(0.001, 0.01))
+        # short gaps: a save is ~1 ms of a ~50 ms epoch, and under load each look is slow (one
+        # self-check run ended its job before a look fell in a save with 1–10 ms gaps)
+        time.sleep(ctx.rng.uniform(0.0005, 0.003))
     _quiet(writer.send_signal, signal.SIGCONT)
     raise Missed(f"no save under way in {looks} looks over {LOOK_S:.0f} s")
