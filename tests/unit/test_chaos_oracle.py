@@ -61,8 +61,10 @@ def test_a_stop_must_be_one_its_fault_documents(tmp_path: Path) -> None:
     stopped = [RunRecord(1, 9.0, "", raised)]
     assert judge(kind, job, None, stopped, [], None).word == "stopped"  # without the table
     assert judge(kind, job, None, stopped, [], None, "kill_rank").word == "undocumented stop"
-    full = "distrain run: job failed: rank 0 (pid 7) exited with code 1: CheckpointError: DCP " \
-           "save into /c/.tmp-step_8 failed: OSError: [Errno 28] No space left on device"
+    full = (
+        "distrain run: job failed: rank 0 (pid 7) exited with code 1: CheckpointError: DCP "
+        "save into /c/.tmp-step_8 failed: OSError: [Errno 28] No space left on device"
+    )
     verdict = judge(kind, job, None, [RunRecord(1, 9.0, "", full)], [], None, "disk_full")
     assert verdict.word == "stopped", verdict
     eof = "distrain run: job failed: rank 0 (pid 7) exited with code 1: EOFError:"
@@ -74,11 +76,25 @@ def test_a_stop_must_be_one_its_fault_documents(tmp_path: Path) -> None:
 def test_a_node_loss_stop_is_documented_only_where_the_docs_say(tmp_path: Path) -> None:
     """The rejoin stop belongs to a static two-node job losing a node, not to a rank's kill."""
     kind, job = KINDS["nodes_static"], _job(tmp_path)
-    line = ("distrain run: job stopped: node 1 (rank 1) did not rejoin attempt 1 within 60 s "
-            "(DISTRAIN_REJOIN_TIMEOUT); rerun the same command on every node to resume")  # fmt: skip
+    line = (
+        "distrain run: job stopped: node 1 (rank 1) did not rejoin attempt 1 within 60 s "
+        "(DISTRAIN_REJOIN_TIMEOUT); rerun the same command on every node to resume"
+    )
     run = [RunRecord(1, 30.0, "", line, rcs=[1, -9])]
     assert judge(kind, job, None, run, [], None, "kill_node_launcher").word == "stopped"
     assert judge(kind, job, None, run, [], None, "kill_rank").word == "undocumented stop"
     assert judge(KINDS["digits"], job, None, run, [], None, "kill_node_launcher").word == (
         "undocumented stop"
     )
+
+
+def test_a_trials_bound_comes_from_the_documented_waits() -> None:
+    """The issue's case: a 2.5 min stall in a 20 s job was within the old blanket bound (3× + 90 s,
+    +30 s a rerun); a rank's kill may now cost one restart of the job, no documented wait."""
+    from bounds import REJOIN, bound
+
+    assert bound("kill_rank", 20.0, 0) < 150.0 < 3 * 20.0 + 90 + 30
+    # a frozen rank waits for the watchdog and torch's grace to the stopped process: more time
+    assert bound("stop_rank", 20.0, 8) - bound("kill_rank", 20.0, 8) >= 8 + 30
+    # a static node lost waits DISTRAIN_REJOIN_TIMEOUT before it stops: that much more again
+    assert bound("kill_node_launcher", 20.0, 0) - bound("kill_rank", 20.0, 0) == REJOIN
