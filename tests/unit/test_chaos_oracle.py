@@ -38,6 +38,9 @@ def test_a_restart_must_resume_from_the_newest_valid_checkpoint(tmp_path: Path) 
     rerun = [RunRecord(1, 3.0, "", "distrain run: job failed"), RunRecord(0, 9.0, "", "")]
     assert resume_verdict(kind, job, rerun, 16)[0] == "not resumed"  # a rerun is a restart
     assert resume_verdict(kind, job, [RunRecord(0, 9.0, "", "")], 16)[0] is None  # no restart
+    # a multi-node job's agent restarts its own node's ranks: a restart all the same
+    node = "distrain run: local rank 0 (pid 9) exited with code 124; restarting this node's ranks"
+    assert resume_verdict(kind, job, [RunRecord(0, 9.0, "", node)], 16)[0] == "not resumed"
 
 
 @pytest.mark.parametrize("final_step", [80, 60])
