@@ -39,18 +39,14 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bounds  # noqa: E402
+import membership  # noqa: E402
 import nodes  # noqa: E402
-from faults import (
-    FAULTS,
-    TRIAL_VAR,
-    WATCHED,
-    FaultContext,
-    Missed,
-    Shot,
-    follow,
-)  # noqa: E402
+from bounds import RERUN_S  # noqa: E402
+from faults import FAULTS, WATCHED, FaultContext, Missed, Shot  # noqa: E402
 from job_progress import progress, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
+from membership import TRIAL_VAR, follow  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
 from record import Trial, load_trials, report, table  # noqa: E402
 from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
@@ -64,10 +60,6 @@ COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
                         capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
-#: a trial, reruns included, may take this many times its uninterrupted run's time, plus the
-#: fault's own extra, plus START_S (restarts, rendezvous and imports under load) and RERUN_S for
-#: each rerun's start: one bound from the trial's start; past it the trial counts as hung
-SLOWDOWN, START_S, RERUN_S = 3.0, 90.0, 30.0
 
 
 #: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
@@ -84,6 +76,8 @@ class Reference:
     total: float
     span: float
     last_step: int
+    #: every uninterrupted run's seconds (the reference is run twice; `total` is the slower)
+    totals: tuple[float, ...] = ()
 
 
 def _env(trial: str, job: Job) -> dict[str, str]:
@@ -101,15 +95,16 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     two-node kind one launcher per node, inside its namespace (logs `…-nI.out/.err`)."""
     job.out.mkdir(parents=True, exist_ok=True)
     if made is not None:
-        procs = [made.start(i, [PY, *argv], _node_logs(logs, i).with_suffix(".out"),
-                            _env(trial, job), err_log=_node_logs(logs, i).with_suffix(".err"))
+        procs = [made.start(i, membership.wrap(trial, [PY, *argv]),
+                            _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
+                            err_log=_node_logs(logs, i).with_suffix(".err"))
                  for i, argv in enumerate(job.nodes)]  # fmt: skip
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
         err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
         procs = [
             subprocess.Popen(
-                [PY, *job.argv],
+                membership.wrap(trial, [PY, *job.argv]),
                 env=_env(trial, job),
                 stdout=out,
                 stderr=err,
@@ -167,11 +162,12 @@ def finish(procs: list[subprocess.Popen], trial: str, logs: Path, bound: float, 
     )
 
 
-def reference(kind: Kind, work: Path) -> Reference:
+def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
     """Run the kind once without a fault: its result (restart kinds) and its timing."""
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
-        job = kind.job(work, f"ref-{kind.name}", addrs=made.addrs if made else None)
-        trial, logs = f"ref-{kind.name}-{os.getpid()}", work / f"ref-{kind.name}"
+        name = f"ref{n}-{kind.name}"  # each run its own folders: the second must not resume
+        job = kind.job(work, name, addrs=made.addrs if made else None)
+        trial, logs = f"{name}-{os.getpid()}", work / name
         CURRENT[:] = [trial]
         t0 = time.monotonic()
         procs = start(job, trial, logs, made)
@@ -179,12 +175,31 @@ def reference(kind: Kind, work: Path) -> Reference:
         t_ready = time.monotonic()
         run = finish(procs, trial, logs, 600, t0, made)
         leftovers(trial, made=made)
+        membership.remove(trial)
     if run.rc != 0:
         raise SystemExit(
             f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}"
         )
     result = None if kind.replicas else kind.result(job)
     return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
+
+
+def twice(kind: Kind, work: Path, runs: int = 2) -> Reference:
+    """The reference run twice: the same result both times (else the kind is not deterministic
+    and no trial of it can be judged bit for bit), the slower run's timing, both totals kept;
+    `runs=1` (the self-check, whose trials need a verdict, not a bound's spread): once."""
+    first = reference(kind, work, 1)
+    second = reference(kind, work, 2) if runs > 1 else first
+    if first.result != second.result:  # said, not fatal: the trials' diverged verdicts tell
+        differ = sorted(
+            k for k in first.result or {} if (second.result or {}).get(k) != first.result[k]
+        )
+        print(
+            f"reference {kind.name}: the two uninterrupted runs differ in {differ[:4]}", flush=True
+        )
+    slow = max(first, second, key=lambda r: r.total)
+    slow.totals = (first.total, second.total) if runs > 1 else (first.total,)
+    return slow
 
 
 def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
@@ -199,7 +214,10 @@ def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     """Run one drawn trial to its verdict (a two-node kind inside namespaces made for it)."""
     kind = KINDS[t.kind]
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
-        return _run_trial(t, seed, work, ref, made)
+        try:
+            return _run_trial(t, seed, work, ref, made)
+        finally:
+            membership.remove(f"{seed}-{t.index}-{os.getpid()}")
 
 
 def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | None) -> Trial:
@@ -209,7 +227,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     job = kind.job(work, f"t{t.index}", watchdog, addrs=made.addrs if made else None)
     CURRENT[:] = [trial]
     mounted = t.fault == "disk_full" and _mount_tmpfs(job)
-    bound = ref.total * SLOWDOWN + START_S
+    bound = bounds.bound(t.fault, ref.total, watchdog)
     t0 = time.monotonic()
     logs = work / f"t{t.index}-1"
     procs = start(job, trial, logs, made)
@@ -254,7 +272,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
         runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
                            elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
-    t.verdict = judge(kind, job, ref.result, runs, left, good)
+    t.verdict = judge(kind, job, ref.result, runs, left, good, t.fault)
     if t.verdict.word == "stopped":  # a documented stop: the same command run again must heal
         if shot.after and len(runs) == 1:
             shot.after()
@@ -262,7 +280,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
         runs.append(finish(start(job, trial, logs, made), trial, logs, bound, t0, made,
                            elastic=kind.elastic))  # fmt: skip
         left += leftovers(trial, made=made)
-        first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good)
+        first, t.verdict = t.verdict, judge(kind, job, ref.result, runs, left, good, t.fault)
         if t.verdict.word == "stopped":
             t.verdict = Verdict("rerun stopped", f"{first.detail}; again: {t.verdict.detail}")
         elif t.verdict.ok:
@@ -310,6 +328,8 @@ def main() -> int:
         action="store_true",
         help="apply each known break to a scratch copy; every one must be caught",
     )
+    p.add_argument("--reference-runs", type=int, default=2, choices=(1, 2),
+                   help="uninterrupted runs per kind (2: their spread is printed)")  # fmt: skip
     p.add_argument("--breaks", default=None, help="--self-check: only these, comma-separated")
     args = p.parse_args()
     if args.self_check:
@@ -346,13 +366,15 @@ def main() -> int:
             for t in drawn:
                 if t.kind not in refs:
                     KINDS[t.kind].prepare(work)
-                    refs[t.kind] = reference(KINDS[t.kind], work)
-                    print(f"reference {t.kind}: {refs[t.kind].total:.1f} s", flush=True)
+                    refs[t.kind] = twice(KINDS[t.kind], work, args.reference_runs)
+                    spread = " and ".join(f"{x:.1f}" for x in refs[t.kind].totals)
+                    print(f"reference {t.kind}: {spread} s", flush=True)
                 done.append(run_trial(t, seed, work, refs[t.kind]))
                 report(t, seed, args, COMMIT)
         finally:
             for trial in CURRENT:
                 kill_all(trial)
+            membership.remove_all()
             nodes.delete_all()
     bad = [t for t in done if t.verdict and not t.verdict.ok]
     text = table(done)

@@ -1,11 +1,12 @@
 """The faults of the chaos campaign, and how a trial finds the process each one hits.
 
-A trial's processes are found by their environment: every one inherits ``CHAOS_TRIAL=<id>``
-from the launcher. Among them a *rank* carries distrain's title (``distrain rank R/W``) and a
-parent without it (a DataLoader worker is a rank's child and inherits the title); a script
-that starts its own workers (mp.spawn) carries the title and its children, the job's ranks, run
-``multiprocessing.spawn``; the lighthouse runs ``torchft_lighthouse``. A two-node kind has one
-launcher per node (each inside its network namespace); a fault on "the launcher" picks one.
+A trial's processes are its cgroup's members (membership.py; where none can be made, those seen
+below its launcher and those whose environment carries ``CHAOS_TRIAL=<id>``). Among them a
+*rank* carries distrain's title (``distrain rank R/W``) and a parent without it (a DataLoader
+worker is a rank's child and inherits the title); a script that starts its own workers
+(mp.spawn) carries the title and its children, the job's ranks, run ``multiprocessing.spawn``;
+the lighthouse runs ``torchft_lighthouse``. A two-node kind has one launcher per node (each
+inside its network namespace); a fault on "the launcher" picks one.
 """
 
 from __future__ import annotations
@@ -23,61 +24,10 @@ from typing import TYPE_CHECKING
 
 import psutil
 from kinds import Job, Kind
+from membership import trial_processes
 
 if TYPE_CHECKING:
     from helpers.netns_hosts import Hosts
-
-TRIAL_VAR = "CHAOS_TRIAL"
-
-
-#: trial -> {pid: create_time} of every process seen below the trial's launcher
-_SEEN: dict[str, dict[int, float]] = {}
-
-
-def follow(trial: str, launcher: int) -> None:
-    """Record the launcher's descendants every 0.2 s until it has ended (a daemon thread).
-
-    The environment alone does not find them: a title longer than the command line (setproctitle)
-    overwrites the memory that /proc/PID/environ shows, so a rank's environment reads as its title.
-    """
-    import threading
-
-    def loop() -> None:
-        seen = _SEEN.setdefault(trial, {})
-        try:
-            root = psutil.Process(launcher)
-            while root.is_running() and root.status() != psutil.STATUS_ZOMBIE:
-                for proc in root.children(recursive=True):
-                    try:
-                        seen.setdefault(proc.pid, proc.create_time())
-                    except psutil.Error:
-                        continue
-                time.sleep(0.2)
-        except psutil.Error:
-            pass
-
-    threading.Thread(target=loop, daemon=True).start()
-
-
-def trial_processes(trial: str) -> list[psutil.Process]:
-    """Every live process of the trial (zombies left out): seen below its launcher, or carrying
-    its mark in the environment (a process started after the launcher's end)."""
-    found: dict[int, psutil.Process] = {}
-    for pid, created in list(_SEEN.get(trial, {}).items()):
-        try:
-            proc = psutil.Process(pid)
-            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
-                found[pid] = proc
-        except psutil.Error:
-            continue
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(TRIAL_VAR) == trial:
-                found[proc.pid] = proc
-        except (psutil.Error, OSError):
-            continue
-    return list(found.values())
-
 
 #: a worker's title (worker/title.py); a forked worker's /proc environ is its fork server's
 TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
@@ -343,6 +293,13 @@ def double_kill(ctx: FaultContext) -> Shot:
     return Shot(f"{first.what}; then {second.what}")
 
 
+def kill_launcher_in_save(ctx: FaultContext) -> Shot:
+    """SIGKILL of the launcher while the script's own torch.save writes (fault_save.py)."""
+    import fault_save
+
+    return fault_save.kill_launcher_in_save(ctx)
+
+
 def _quiet(fn: Callable[..., object], *args: object) -> None:
     try:
         fn(*args)
@@ -385,6 +342,7 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
     "kill_launcher": (kill_launcher, lambda k: k.nodes == 1),
+    "kill_launcher_in_save": (kill_launcher_in_save, lambda k: k.name == "rehearsal"),
     "kill_node_launcher": (kill_node_launcher, lambda k: k.nodes > 1),
     "kill_any_process": (kill_any_process, lambda k: True),
     "sigterm_launcher": (sigterm_launcher, lambda k: True),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinds import SAMPLES_OK, Job, Kind, replica_verdict
+from stops import documented
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
 CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
@@ -28,13 +29,18 @@ CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
 GOOD = ("healed", "stopped", "missed")
 #: verdicts that break it, in the order they are reported when several apply
 BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost checkpoint",
-       "no cause", "rerun stopped", "no result", "refused its own checkpoint")  # fmt: skip
+       "undocumented stop", "no cause", "rerun stopped", "no result",
+       "refused its own checkpoint")  # fmt: skip
 #: what a loader that refuses a checkpoint says (issue 41's defect on a world change)
 REFUSED = "cannot resume loader"
 #: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
 RESUMED = re.compile(r"distrain: resumed from \S+.*?\(step (\d+)")
 #: the launcher's lines when it restarts the workers or a node rejoins (launch/console.py)
-RESTARTED = re.compile(r"restarting every rank|resuming from step|membership changed")
+#: (a multi-node job's agent restarts only its node's ranks: "restarting this node's ranks";
+#: missed before, so seed 4303 trial 1's restart went unchecked)
+RESTARTED = re.compile(
+    r"restarting every rank|restarting this node's ranks|resuming from step|membership changed"
+)
 
 
 @dataclass
@@ -94,9 +100,13 @@ def judge(
     runs: list[RunRecord],
     leftovers: list[str],
     good_step_before: int | None,
+    fault: str | None = None,
 ) -> Verdict:
-    """The verdict of one trial from its runs, the processes it left and its checkpoints."""
+    """The verdict of one trial from its runs, the processes it left and its checkpoints; with
+    `fault`, every run that exited non-zero must have ended in one of the fault's documented
+    stops (stops.py)."""
     problems = []
+    odd = _undocumented(fault, kind, runs)
     if any(r.rc is None for r in runs):
         problems.append("hung")
     if leftovers:
@@ -135,7 +145,9 @@ def judge(
                     detail = f"{detail}; {said[-1].strip()[:160]}"
     elif last.rc is not None:
         line = last.last_line()
-        if line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
+        if fault is not None and odd and odd[-1][0] == len(runs) - 1:
+            word, detail = "stopped", line  # reported below as undocumented
+        elif line.startswith("distrain") and any(w in line for w in CAUSE_WORDS):
             word, detail = "stopped", line
         else:
             problems.append("no cause")
@@ -144,6 +156,11 @@ def judge(
     if kind.samples and refused:  # issue 41: a world change refused, in any run of the trial
         problems.append("refused its own checkpoint")
         detail = refused[0].strip()[:200]
+    if odd:
+        problems.append("undocumented stop")
+        said = "; ".join(f"run {i + 1} exit {rc}: {line[:100] or '(nothing printed)'}"
+                         for i, rc, line in odd)  # fmt: skip
+        detail = f"not a documented stop of {fault}: {said}" + (f"; {detail}" if detail else "")
     if any(r.rcs for r in runs):  # two nodes: each run's exit per node
         exits = " then ".join(str(r.rcs) for r in runs)
         detail = (detail + "; " if detail else "") + f"node exits {exits}"
@@ -153,6 +170,20 @@ def judge(
         first = next(p for p in BAD if p in problems)
         return Verdict(first, detail, problems)
     return Verdict(word, detail)
+
+
+def _undocumented(
+    fault: str | None, kind: Kind, runs: list[RunRecord]
+) -> list[tuple[int, int, str]]:
+    """The runs (index, exit, last line) that exited non-zero in no documented stop of `fault`."""
+    if fault is None:
+        return []
+    odd = []
+    for i, run in enumerate(runs):
+        line = run.last_line()
+        if run.rc not in (0, None) and documented(fault, kind.name, run.rc, line) is None:
+            odd.append((i, run.rc, line))
+    return odd
 
 
 def resume_verdict(

@@ -26,6 +26,16 @@ REPO = Path(__file__).resolve().parents[2]
 CKPT = "src/distrain/checkpoint"
 
 
+#: a line put into distrain.init() by the detached_leftover break: setsid, then a subshell sent to
+#: the background exits at once (its child reparents to init), `env -i` drops CHAOS_TRIAL,
+#: Popen closes the fds, and `exec -a` renames the sleep
+DETACH = (
+    "import subprocess as _sp; _sp.Popen(['setsid', 'sh', '-c', '(env -i /bin/bash -c "
+    '"exec -a kworker-x /bin/sleep 600" </dev/null >/dev/null 2>&1 &)\'], '
+    "stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL, close_fds=True)"
+)
+
+
 @dataclass(frozen=True)
 class Break:
     """One known way to break the promise, and the trial that must catch it."""
@@ -67,6 +77,12 @@ BREAKS = (
             '            raise ValueError("saved global batch != current (broken on purpose)")\n'
             '        saved_len = int(state.get("dataset_len", sampler.dataset_len))'),),
           kind="nodes_elastic_batch", fault="kill_node_launcher", seed=15),
+    Break("atomic_save_off", "DISTRAIN_ATOMIC_SAVE=0, the launcher killed while the script saves",
+          env={"DISTRAIN_ATOMIC_SAVE": "0"}, kind="rehearsal", fault="kill_launcher_in_save"),
+    Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
+          "environment, closes its fds and renames itself",
+          (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",
+            f"        {DETACH}\n        dump_stacks_on_signal()  # kill -USR1"),)),
 )  # fmt: skip
 #: the unbroken copy on the same trials
 CONTROL = Break("control", "no break: the same trials on the code as it is")
@@ -108,10 +124,12 @@ def run(brk: Break) -> tuple[bool, str]:
         env.update(PYTHONPATH=str(root / "src"), **brk.env)
         cmd = [sys.executable, str(root / "benchmarks/chaos/campaign.py"), "--seed",
                str(brk.seed), "--trials", str(brk.trials), "--kinds", brk.kind, "--faults",
-               brk.fault]  # fmt: skip
+               brk.fault, "--reference-runs", "1"]  # fmt: skip
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in res.stdout.splitlines() if re.match(r"trial +\d+ ", ln)]
-    verdicts = "; ".join(ln.split("-> ", 1)[-1][:140] for ln in lines) or res.stderr[-300:]
+    # the fault's line, then the verdict: a catch is worth as much as the fault's aim
+    verdicts = "; ".join(re.sub(r"^.*? at \d\.\d\d: ", "", ln)[:240] for ln in lines)
+    verdicts = verdicts or res.stderr[-300:]
     if brk.name == CONTROL.name:
         ok = res.returncode == 0 and bool(lines)
         return ok, f"control: {'kept the promise' if ok else 'BROKE IT'}: {verdicts}"

@@ -1,4 +1,5 @@
-"""A trial's processes: found by its mark and inside its namespaces, dumped, killed, counted."""
+"""A trial's processes: found by its cgroup (or its mark) and inside its namespaces, dumped,
+killed, counted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import nodes
 import psutil
-from faults import trial_processes
+from membership import trial_processes
 
 if typing.TYPE_CHECKING:
     from helpers.netns_hosts import Hosts
@@ -50,9 +51,13 @@ def dump_stacks(trial: str, path: Path, made: Hosts | None = None) -> None:
 def kill_all(trial: str, made: Hosts | None = None) -> list[str]:
     """SIGCONT then SIGKILL every process of the trial (and in its namespaces); a line for each."""
     found = []
+    old = {p.pid for p in trial_processes(trial, cgroup=False)}
+    if made is not None:
+        old |= set(nodes.pids_inside(made))
     for proc in _live(trial, made):
         try:
-            found.append(f"pid {proc.pid} {' '.join(proc.cmdline())[:80]}")
+            only = "" if proc.pid in old else " [cgroup only]"
+            found.append(f"pid {proc.pid} {' '.join(proc.cmdline())[:80]}{only}")
             proc.send_signal(signal.SIGCONT)
             proc.kill()
         except psutil.Error:

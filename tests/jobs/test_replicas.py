@@ -130,6 +130,9 @@ def test_lighthouse_death_stops_the_job_in_one_line(tmp_path: Path) -> None:
     assert (
         f"distrain run: error: the TorchFT lighthouse (pid {house.pid}) ended (SIGKILL)" in err
     ), err[-3000:]
+    # the cause is the job's last line, after the groups' own ends (the chaos oracle reads it)
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert "the TorchFT lighthouse" in last, err[-3000:]
 
 
 def _resumed(out: Path) -> list[tuple[int, int, int, int]]:

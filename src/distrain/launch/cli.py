@@ -269,6 +269,7 @@ def _launch(
             rendezvous.wait_until_read(rdzv)
             return 1
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        _end_lines(job_dir, notice)  # before the verdict: the last line names the cause (chaos)
         print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
         return 1
     finally:

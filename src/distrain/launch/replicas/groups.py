@@ -274,12 +274,14 @@ def _watch(
                 job.on_exit(g, code)
         how = lighthouse.died()
         if how is not None and len(job.finished) < len(job.local):
-            job.say(
-                f"error: the TorchFT lighthouse {lighthouse.who()} ended ({how}); the groups "
-                "cannot agree on steps without it, stopping the job"
-            )
             # workers block in the quorum and never reach a step end to save at: no use waiting long
             job.stop_all(grace_s=3)
+            # said once the groups' launchers have said their own ends: the job's last line
+            # names the cause (the chaos campaign saw "stopped by SIGTERM" after it)
+            job.say(
+                f"error: the TorchFT lighthouse {lighthouse.who()} ended ({how}); the groups "
+                "cannot agree on steps without it, the job stopped"
+            )
             return 1
     job.read_events()
     failed = [code for code in job.finished.values() if code != 0]
