@@ -19,7 +19,9 @@ from helpers import kill_group, python
 
 pytestmark = pytest.mark.timeout(180)
 
-SCRIPT = "import os\nprint('ran with port', os.environ['MASTER_PORT'], flush=True)\n"
+#: a training script imports torch: the node's fork server preloads it before the go (a script
+#: that never imports torch gets no fork server at all: launch/fast_start/torch_free.py)
+SCRIPT = "import os\nimport torch\nprint('ran with port', os.environ['MASTER_PORT'], flush=True)\n"
 
 
 def _host_node(tmp_path: Path, port_arg: str) -> subprocess.Popen[str]:
