@@ -318,7 +318,7 @@ def execute_all(
             (run_dir / "result.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
             took = f"{len(res.epochs)} epoch(s) in {res.wall_seconds:.1f} s"
             line = f"{spec.name} round {spec.round}: {res.status}, {took}"
-            progress.console.print(line + (f" — {res.error}" if res.error else ""))
+            progress.console.print(line + (f" — {res.error}" if res.error else ""), markup=False)
             results.append(data)
             progress.advance(overall)
     return results
