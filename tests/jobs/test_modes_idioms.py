@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import SCRIPTS, python
-from helpers.compat import IDIOMS, compat, run_idiom
+from helpers.compat import IDIOMS, compat, run_idiom, torch_exit_race
 
 STEPS = "12"
 TORCHRUN = [python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -37,7 +37,8 @@ def _reference(idiom: str, tmp: Path) -> str:
 
 
 def _check_works(result: Any, finals: list[dict[str, Any]], reference: str) -> None:
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    if not torch_exit_race(result):
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert [r["rank"] for r in finals] == [0, 1]
     assert all(r["steps"] == int(STEPS) and r["world"] == 2 for r in finals), finals
     assert {r["digest"] for r in finals} == {reference}, (finals, reference)
