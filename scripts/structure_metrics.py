@@ -1,7 +1,7 @@
 """Count the structure figures that CONTRIBUTING.md's map promises, from the code as it stands.
 
     python3 scripts/structure_metrics.py            # all figures, one per line
-    python3 scripts/structure_metrics.py --no-run   # skip the two that start processes
+    python3 scripts/structure_metrics.py --no-run   # skip those that start jobs or tools
 
 Figures:
 - modules_launcher, modules_fast_start_worker, modules_spawn_worker (modules_replica_worker with
