@@ -1,12 +1,14 @@
 """Count the structure figures that CONTRIBUTING.md's map promises, from the code as it stands.
 
     python3 scripts/structure_metrics.py            # all figures, one per line
-    python3 scripts/structure_metrics.py --no-run   # skip the two that start processes
+    python3 scripts/structure_metrics.py --no-run   # skip those that start jobs or tools
 
 Figures:
-- modules_to_first_step: distrain modules imported by every process of `distrain run -n 2` of a
-  one-step script (launcher, fork server, workers), from `-X importtime` (PYTHONPROFILEIMPORTTIME
-  is inherited by every child);
+- modules_launcher, modules_fast_start_worker, modules_spawn_worker (modules_replica_worker with
+  torchft) and launch_modules_<kind>_worker: the distrain modules in ``sys.modules`` of each
+  process of `distrain run -n 1` of a 4-step script at its first step, the launcher's taken
+  while its worker is there (scripts/module_census.py says how; tests/jobs/test_module_census.py
+  checks the figure against the worker's own dump);
 - environ_reads: lines that read the environment (`os.getenv`, `os.environ` other than a write:
   setting, deleting or `setdefault`-exporting a variable for torch or a child is no read) in
   src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is the
@@ -19,16 +21,16 @@ Figures:
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
   the patching registry (`replace`/`wrap` naming it);
-- command_line_scanners: functions in src/distrain that walk a command line themselves, found in
-  the AST: a loop or comprehension whose iterable (or a `while` whose test) names something
-  called `*argv*`, or a test `"-x" in <something argv>`.  `launch/command_line.split` is one; a
-  function that walks the split options (`command.options`) is not, since it reads the one
-  splitter's result.  Scanners of other programs' command lines count too (the workers' legacy
-  `--local_rank`, the fork server's own command): the figure over-counts rather than hides;
-  `-v` lists each;
-- worker_launcher_channels: files the worker side and `distrain run` both touch, named in
-  contract.py or events.py (scripts/channel_metrics.py says exactly how it counts; `-v` lists
-  each with the modules on either side);
+- command_line_scanners: functions in src/distrain that walk a command line themselves, found by
+  a leading-dash test on an element of any sequence, whatever its name (scripts/code_metrics.py
+  says exactly which tests; `-v` lists each with its lines);
+- feature_words: the words naming an optional feature (hosts, replicas, fast start, rehearsal,
+  self-start, dry-run) in the core launcher and worker modules (launch/ and worker/ outside
+  their feature folders, and the checkpointer); `-v` gives them per module;
+- worker_launcher_channels: the kinds of file the launcher's folders (the job's folder, the
+  replica groups' shared folder, the fast start's fallback folder) held during the census jobs,
+  listed while they ran; `-v` lists them, and channel_files_named the files the two sides'
+  shared modules name (scripts/channel_metrics.py), a check on what the jobs did not show;
 - type_ignores: `# type: ignore` comments in src/;
 - mypy_errors: errors of `mypy src/distrain` (when mypy is installed);
 - format_changes: files `ruff format --check src` would change.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import os
 import re
 import subprocess
@@ -46,6 +49,8 @@ import tempfile
 from pathlib import Path
 
 from channel_metrics import worker_launcher_channels
+from code_metrics import command_line_scanners, feature_words
+from module_census import census
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -215,46 +220,6 @@ def environ_reads() -> list[str]:
     return hits
 
 
-def _names_argv(node: ast.AST) -> bool:
-    return any(
-        "argv" in (n.id if isinstance(n, ast.Name) else n.attr)
-        for n in ast.walk(node)
-        if isinstance(n, ast.Name | ast.Attribute)
-    )
-
-
-def _scans(node: ast.AST) -> bool:
-    """A loop over a command line, or an option name looked up in one."""
-    if isinstance(node, ast.For | ast.comprehension):
-        return _names_argv(node.iter)
-    if isinstance(node, ast.While):
-        return _names_argv(node.test)
-    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
-        return (
-            str(node.left.value).startswith("-")
-            and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
-            and any(_names_argv(c) for c in node.comparators)
-        )
-    return False
-
-
-def command_line_scanners() -> list[str]:
-    """`file:function` of each function that walks a command line itself (see the docstring)."""
-    found = []
-    for path in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        for fn in ast.walk(tree):
-            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            inner = {id(n) for d in ast.walk(fn)
-                     if d is not fn
-                     and isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
-                     for n in ast.walk(d)}  # fmt: skip
-            if any(_scans(n) for n in ast.walk(fn) if id(n) not in inner):
-                found.append(f"{path.relative_to(SRC).as_posix()}:{fn.name}")
-    return found
-
-
 def grep_count(pattern: str) -> list[str]:
     """`file:line` of each line in src/distrain matching a regular expression."""
     rx = re.compile(pattern)
@@ -266,17 +231,30 @@ def grep_count(pattern: str) -> list[str]:
     ]
 
 
-def modules_to_first_step() -> int:
-    """Distinct distrain modules imported by all processes of a 2-rank one-step job."""
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "one_step.py")
-        script.write_text(ONE_STEP)
-        env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1", PYTHONPATH=str(SRC))
-        cmd = [sys.executable, "-m", "distrain.cli", "run", "-n", "2", str(script)]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp)
-    if out.returncode:
-        raise SystemExit(f"the one-step job failed ({out.returncode}): {out.stderr[-2000:]}")
-    return len(set(re.findall(r"\|\s+(distrain(?:\.\w+)*)\s*$", out.stderr, re.M)))
+def census_figures(verbose: list[str]) -> dict[str, object]:
+    """The figures of scripts/module_census.py's jobs: each process's distrain modules at the
+    first step, and the channels (the files the launcher's folders held), with their lists."""
+    jobs = {"fast_start": (), "spawn": ("--start-method", "spawn")}
+    if importlib.util.find_spec("torchft"):
+        jobs["replica"] = ("--replicas", "2")
+    figures: dict[str, object] = {}
+    files: set[str] = set()
+    for name, options in jobs.items():
+        found = census(*options)
+        if name == "fast_start":
+            figures["modules_launcher"] = len(found.launcher)
+            verbose += [f"launcher module: {m}" for m in found.launcher]
+        figures[f"modules_{name}_worker"] = len(found.worker)
+        figures[f"launch_modules_{name}_worker"] = sum(
+            m.startswith("distrain.launch") for m in found.worker
+        )
+        verbose += [f"{name} worker module: {m}" for m in found.worker]
+        files.update(found.files)
+    # a file kind is one channel wherever it lies (events.jsonl in the job's folder and in the
+    # replica groups' shared one is one stream)
+    figures["worker_launcher_channels"] = len({f.rpartition("/")[2] for f in files})
+    verbose += [f"channel (a file the launcher's folders held): {f}" for f in sorted(files)]
+    return figures
 
 
 def long_lines(limit: int = 100) -> int:
@@ -333,9 +311,11 @@ def main() -> None:
         r"\binit_process_group\s*=(?!=)|(replace|wrap|patch\w*)\(.*[\"']init_process_group[\"']"
     )
     ignores = grep_count(r"#\s*type:\s*ignore")
-    scanners = command_line_scanners()
+    scanners = command_line_scanners(PKG)
     graph = import_graph()
     channels = worker_launcher_channels(PKG, graph, {module_name(p): p for p in PKG.rglob("*.py")})
+    words = feature_words(PKG)
+    verbose: list[str] = []
     figures: dict[str, object] = {
         "long_lines": long_lines(),
         "import_cycles": len(cycles),
@@ -343,10 +323,11 @@ def main() -> None:
         "init_process_group_wrappers": len(wrappers),
         "type_ignores": len(ignores),
         "command_line_scanners": len(scanners),
-        "worker_launcher_channels": len(channels),
+        "feature_words": sum(sum(c.values()) for c in words.values()),
+        "channel_files_named": len(channels),
     }
     if not args.no_run:
-        figures["modules_to_first_step"] = modules_to_first_step()
+        figures.update(census_figures(verbose))
         path = reader_path()
         figures["reader_path_modules"] = len(path)
         figures["mypy_errors"] = tool_count(
@@ -373,7 +354,11 @@ def main() -> None:
         for where in env_hits + wrappers + scanners:
             print("  at:", where)
         for channel in channels:
-            print("  channel:", channel)
+            print("  channel named:", channel)
+        for module, counts in words.items():
+            print("  feature words:", module, counts)
+        for line in verbose:
+            print(" ", line)
         if not args.no_run:
             for module in path:
                 print("  reader path:", module)

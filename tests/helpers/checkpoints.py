@@ -4,7 +4,6 @@ an uninterrupted baseline computed once per test session (tests/jobs/test_checkp
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -12,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import processes, session
 from helpers.paths import REPO
-from helpers.processes import python, run
+from helpers.processes import python
 
 WORKER = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
 DISTRAIN = [python(), "-m", "distrain.cli", "run"]
@@ -24,13 +24,9 @@ JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
 def distrain_run(
     nproc: int, *worker_args: str, restarts: int = 0, timeout: float = JOB_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    cmd = (
-        DISTRAIN
-        + ["-n", str(nproc)]
-        + (["--max-restarts", str(restarts)] if restarts else [])
-        + [WORKER, *worker_args]
-    )
-    return run(cmd, timeout=timeout)
+    """`distrain run -n NPROC [--max-restarts R] ckpt_worker.py ARGS` (helpers.processes')."""
+    restart = ["--max-restarts", str(restarts)] if restarts else []
+    return processes.distrain_run("-n", str(nproc), *restart, WORKER, *worker_args, timeout=timeout)
 
 
 def params(path: str | Path) -> dict[str, torch.Tensor]:
@@ -58,9 +54,9 @@ def shared_baseline(
     tmp_path_factory: pytest.TempPathFactory, name: str, *worker_args: str, nproc: int = 2
 ) -> Path:
     """An uninterrupted run, computed once per test session even across xdist workers."""
-    root = tmp_path_factory.getbasetemp().parent
-    # keyed by the worker's code too: sessions of other checkouts share this directory
-    name = f"{name}-{hashlib.sha256(Path(WORKER).read_bytes()).hexdigest()[:10]}"
+    # this run's folder: a baseline of another run (another checkout, code since changed) is
+    # no reference
+    root = session.run_dir(tmp_path_factory)
     out = root / f"baseline-{name}.pt"
     with open(root / f"baseline-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -90,6 +90,33 @@ def run_idiom(
     return result, finals(out)
 
 
+def reference_digest(idiom: str, factory: pytest.TempPathFactory, steps: str) -> str:
+    """The digest of the idiom's script after `steps` steps on 2 processes, launched the way its
+    authors launch it (``torchrun --nproc-per-node 2``, or ``python script.py`` for a script that
+    starts its own workers): the reference of the plain, spawn, fsdp and ``--cpu`` cells.  One
+    run per test run, whichever xdist worker asks first (helpers/session.py)."""
+    import socket
+
+    from helpers.processes import python
+    from helpers.session import once
+
+    def make(folder: Any) -> str:
+        if idiom == "self_start":
+            launcher = [python()]
+        else:
+            launcher = [python(), "-m", "torch.distributed.run", "--standalone"]
+            launcher += ["--nproc-per-node", "2"]
+        with socket.socket() as s:  # the self-starting script's fixed port, free for this run
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        env = {"IDIOM_STEPS": steps, "IDIOM_MASTER_PORT": port}
+        result, ranks = run_idiom(launcher, idiom, folder, env=env)
+        assert len(ranks) == 2, result.stderr[-3000:]
+        return str(ranks[0]["digest"])
+
+    return once(factory, f"idiom-ref-{idiom}-{steps}", make)
+
+
 def finals(out: Any) -> list[dict[str, Any]]:
     """The final.<rank>.json records an idiom run left in `out`, in rank order."""
     from pathlib import Path

@@ -51,6 +51,20 @@ def run(
     return result
 
 
+def distrain_run(
+    *args: str,
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`distrain run ARGS` as a user types it (this tree's ``python -m distrain.cli run``): the
+    one way the job tests start a job and wait for it, bounded by `timeout` (the whole process
+    tree killed after); `check` fails the test on a non-zero exit with both streams' tails."""
+    cmd = [python(), "-m", "distrain.cli", "run", *args]
+    return run(cmd, timeout=timeout, env=env, cwd=cwd, check=check)
+
+
 def kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL `proc`, every descendant and its process group, ignoring the gone.
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, python, run
+from helpers import SCRIPTS, distrain_run, python, run
 
 from distrain.monitor import rank_file
 
@@ -28,17 +28,8 @@ STRAGGLER = re.compile(
 def job(tmp_path: Path, *args: str) -> tuple[str, Path]:
     """Run breakdown_job.py on 2 ranks with a run directory; (launcher's stderr, run dir)."""
     run_dir = tmp_path / "run"
-    res = run(
-        [
-            *CLI,
-            "run",
-            "-n",
-            "2",
-            "--run-dir",
-            str(run_dir),
-            str(SCRIPTS / "breakdown_job.py"),
-            *args,
-        ],
+    res = distrain_run(
+        *("-n", "2", "--run-dir", str(run_dir), str(SCRIPTS / "breakdown_job.py"), *args),
         timeout=180,
         env={"DISTRAIN_METRICS_INTERVAL": "0.2"},
         check=True,

@@ -6,14 +6,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run, python, run
 
 JOB = str(REPO / "tests" / "scripts" / "core_job.py")
-
-
-def distrain_run(*args: str) -> tuple[int, str, str]:
-    res = run([python(), "-m", "distrain.cli", "run", *args], timeout=120)
-    return res.returncode, res.stdout, res.stderr
 
 
 def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
@@ -40,8 +35,8 @@ def assert_one_line_error(code: int, stderr: str, needle: str) -> None:
     ],
 )
 def test_bad_input(args: list[str], needle: str) -> None:
-    code, _, err = distrain_run(*args)
-    assert_one_line_error(code, err, needle)
+    res = distrain_run(*args, timeout=120)
+    assert_one_line_error(res.returncode, res.stderr, needle)
 
 
 def test_port_in_use() -> None:
@@ -49,10 +44,10 @@ def test_port_in_use() -> None:
         held.bind(("0.0.0.0", 0))
         held.listen()
         port = held.getsockname()[1]
-        code, _, err = distrain_run(
-            "-n", "2", "--master-port", str(port), JOB, "--out", "/nonexistent"
+        res = distrain_run(
+            "-n", "2", "--master-port", str(port), JOB, "--out", "/nonexistent", timeout=120
         )
-    assert_one_line_error(code, err, f"port {port} is already in use")
+    assert_one_line_error(res.returncode, res.stderr, f"port {port} is already in use")
 
 
 def test_unknown_command() -> None:
@@ -63,13 +58,14 @@ def test_unknown_command() -> None:
 def test_exit_code_is_the_jobs(tmp_path: Path) -> None:
     script = tmp_path / "fail.py"
     script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
-    res = run([python(), "-m", "distrain.cli", "run", "-n", "2", str(script)], timeout=120)
+    res = distrain_run("-n", "2", str(script), timeout=120)
     assert res.returncode == 3, res.stderr
     assert "rank 1" in res.stderr and "exited with code 3" in res.stderr
 
 
 def test_dry_run_prints_torchrun_command() -> None:
-    code, out, _ = distrain_run("--dry-run", "-n", "2", JOB, "--n", "5")
+    res = distrain_run("--dry-run", "-n", "2", JOB, "--n", "5", timeout=120)
+    code, out = res.returncode, res.stdout
     assert code == 0
     assert (
         "torchrun" in out
@@ -95,6 +91,7 @@ def test_a_usage_error_imports_no_torch() -> None:
 
 
 def test_torchruns_abbreviation_is_taken() -> None:
-    code, out, err = distrain_run("--dry-run", "--max-restart", "2", "-n", "2", JOB, "--max")
+    res = distrain_run("--dry-run", "--max-restart", "2", "-n", "2", JOB, "--max", timeout=120)
+    code, out, err = res.returncode, res.stdout, res.stderr
     assert code == 0, err
     assert "--max-restarts 2" in out and out.strip().endswith("-- --max")

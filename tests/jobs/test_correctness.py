@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run, python, run
 from torch import nn
 
 JOB = str(REPO / "tests" / "scripts" / "core_job.py")
@@ -19,21 +19,9 @@ def f64(value: list) -> torch.Tensor:
 
 def launch(out: Path, world: int, *args: str) -> list[dict]:
     if world == 1:
-        cmd = [python(), JOB, "--out", str(out), *args]
+        run([python(), JOB, "--out", str(out), *args], timeout=180, check=True)
     else:
-        cmd = [
-            python(),
-            "-m",
-            "distrain.cli",
-            "run",
-            "-n",
-            str(world),
-            JOB,
-            "--out",
-            str(out),
-            *args,
-        ]
-    run(cmd, timeout=180, check=True)
+        distrain_run("-n", str(world), JOB, "--out", str(out), *args, timeout=180, check=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 

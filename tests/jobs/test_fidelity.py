@@ -17,7 +17,7 @@ import re
 import socket
 
 import pytest
-from helpers import SCRIPTS, python, run
+from helpers import SCRIPTS, distrain_run, python, run
 
 pytestmark = pytest.mark.timeout(300)
 FLAG_SPAWN = str(SCRIPTS / "flag_spawn.py")
@@ -30,14 +30,10 @@ def _port() -> str:
         return str(s.getsockname()[1])
 
 
-def _distrain(*args: str, timeout: float = 200):
-    return run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout)
-
-
 @pytest.mark.parametrize("cpu", [False, True], ids=["plain", "cpu"])
 def test_flag_gated_spawn_run_the_torchrun_way_is_n_ranks(cpu: bool) -> None:
     flags = ["--cpu"] if cpu else []
-    res = _distrain(*flags, "-n", "2", FLAG_SPAWN, "--dist-url", "env://")
+    res = distrain_run(*flags, "-n", "2", FLAG_SPAWN, "--dist-url", "env://")
     assert res.returncode == 0, res.stderr[-3000:]
     ranks = sorted(re.findall(r"rank (\d) of (\d)", res.stdout))
     assert ranks == [("0", "2"), ("1", "2")], res.stdout + res.stderr[-2000:]
@@ -48,7 +44,7 @@ def test_flag_gated_spawn_run_the_torchrun_way_is_n_ranks(cpu: bool) -> None:
 
 
 def test_flag_gated_spawn_with_its_flag_and_self_starting_runs_once() -> None:
-    res = _distrain(
+    res = distrain_run(
         "--self-starting", "-n", "2", FLAG_SPAWN, "--multiprocessing-distributed", "--port", _port()
     )
     assert res.returncode == 0, res.stderr[-3000:]
@@ -68,7 +64,7 @@ def test_a_local_package_beside_the_script_wins_over_the_installed_one(launcher:
         cmd = [python(), "-m", "torch.distributed.run", "--nproc-per-node", "2", SHADOWED]
         res = run(cmd, timeout=200)
     else:
-        res = _distrain("--start-method", launcher, "-n", "2", SHADOWED)
+        res = distrain_run("--start-method", launcher, "-n", "2", SHADOWED)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     local = str(SCRIPTS / "shadowed" / "yaml" / "__init__.py")
     assert _yaml_files(res.stdout) == {local}, res.stdout
@@ -83,7 +79,7 @@ def test_a_script_failing_after_init_has_its_cause_on_the_last_line(
     """With either start method: a fresh interpreter (spawn) runs no distrain code of its own
     at its end, and the rank that raised may still be exiting when its peer's failure ends the
     job (the agent then stops it with SIGTERM)."""
-    res = _distrain("--start-method", method, "-n", "2", str(SCRIPTS / script))
+    res = distrain_run("--start-method", method, "-n", "2", str(SCRIPTS / script))
     assert res.returncode == 1, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
     assert re.fullmatch(
@@ -95,7 +91,7 @@ def test_a_script_failing_after_init_has_its_cause_on_the_last_line(
 
 @pytest.mark.parametrize("method", ["fast", "spawn"])
 def test_a_self_started_childs_failure_is_the_scripts_run_once(method: str) -> None:
-    res = _distrain(
+    res = distrain_run(
         "--start-method", method, "-n", "2", str(SCRIPTS / "spawn_child_raises.py"), _port()
     )
     assert res.returncode == 1, res.stderr[-3000:]
@@ -108,7 +104,7 @@ def test_a_self_started_childs_failure_is_the_scripts_run_once(method: str) -> N
 @pytest.mark.parametrize("cpu", [False, True], ids=["plain", "cpu"])
 def test_a_local_rank_tutorial_that_fails_gets_the_legacy_hint(tmp_path, cpu: bool) -> None:
     flags = ["--cpu"] if cpu else []
-    res = _distrain(*flags, "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path))
+    res = distrain_run(*flags, "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path))
     assert res.returncode != 0, res.stderr[-3000:]
     lines = res.stderr.strip().splitlines()
     assert "the following arguments are required: --local_rank" in res.stderr, res.stderr[-3000:]
@@ -119,7 +115,7 @@ def test_a_local_rank_tutorial_that_fails_gets_the_legacy_hint(tmp_path, cpu: bo
         lines[-2],
     ), lines[-3:]
     assert lines[-1].startswith("distrain run: job failed: rank "), lines[-1]
-    ok = _distrain(
+    ok = distrain_run(
         *flags, "--legacy-local-rank", "-n", "2", str(SCRIPTS / "old_style.py"), str(tmp_path)
     )
     assert ok.returncode == 0 and "hint" not in ok.stderr, ok.stderr[-3000:]

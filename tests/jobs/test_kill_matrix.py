@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run
 
 JOB = str(REPO / "tests" / "scripts" / "matrix_job.py")
 JOB_TIMEOUT = 240  # a hang fails the test; not a speed assertion
@@ -76,10 +76,6 @@ def worker_kill_steps(flags: list[str], steps: int) -> list[int]:
 def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) -> tuple[Path, str]:
     out = tmp / f"{name}.pt"
     cmd = [
-        python(),
-        "-m",
-        "distrain.cli",
-        "run",
         "-n",
         "2",
         *(["--max-restarts", str(restarts)] if restarts else []),
@@ -95,7 +91,7 @@ def job(tmp: Path, name: str, flags: list[str], *extra: str, restarts: int = 0) 
         *flags,
         *extra,
     ]
-    result = run(cmd, timeout=JOB_TIMEOUT)
+    result = distrain_run(*cmd, timeout=JOB_TIMEOUT)
     assert result.returncode == 0, (
         f"{name}: exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n--- "
         f"stderr\n{result.stderr[-5000:]}"

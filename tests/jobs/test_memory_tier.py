@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import run
+from helpers import distrain_run, run
 from helpers.checkpoints import DISTRAIN, WORKER, assert_bitwise, ok, shared_baseline
 
 JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
@@ -41,10 +41,10 @@ def job(
     tmp: Path, name: str, *args: str, root: Path | None, restarts: int = 0
 ) -> subprocess.CompletedProcess[str]:
     """`distrain run -n 2` of the checkpoint worker with the memory tier every step."""
-    cmd = [*DISTRAIN, "-n", "2", *(["--max-restarts", str(restarts)] if restarts else [])]
+    cmd = ["-n", "2", *(["--max-restarts", str(restarts)] if restarts else [])]
     cmd += [WORKER, "--dir", str(tmp / "ckpt"), "--out", str(tmp / f"{name}.pt"), *ARGS, *args]
     env = {"DISTRAIN_MEMORY_DIR": str(root)} if root is not None else None
-    return run(cmd, timeout=JOB_TIMEOUT, env=env)
+    return distrain_run(*cmd, timeout=JOB_TIMEOUT, env=env)
 
 
 def resumed_at(stdout: str) -> tuple[str, int]:

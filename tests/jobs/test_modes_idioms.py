@@ -15,25 +15,16 @@ from typing import Any
 
 import pytest
 from helpers import SCRIPTS, python
-from helpers.compat import IDIOMS, compat, run_idiom, torch_exit_race
+from helpers.compat import IDIOMS, compat, reference_digest, run_idiom, torch_exit_race
 
 STEPS = "12"
-TORCHRUN = [python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 DISTRAIN = [python(), "-m", "distrain.cli", "run", "-n", "2"]
-_SELF_STARTING = {"self_start"}
 _USES_PREPARE_MODEL = {"readme", "ctx_step", "per_process_batch", "global_batch", "own_sampler"}
-_references: dict[str, str] = {}
 
 
-def _reference(idiom: str, tmp: Path) -> str:
-    """The digest of the idiom's script as its authors run it (cached for the module)."""
-    if idiom not in _references:
-        launcher = [python()] if idiom in _SELF_STARTING else TORCHRUN
-        out = tmp / f"ref-{idiom}"
-        result, finals = run_idiom(launcher, idiom, out, env={"IDIOM_STEPS": STEPS})
-        assert len(finals) == 2, result.stderr[-3000:]
-        _references[idiom] = finals[0]["digest"]
-    return _references[idiom]
+def _reference(idiom: str, factory: pytest.TempPathFactory) -> str:
+    """The idiom's reference digest: one run for its cells here and in test_modes_idioms_cpu."""
+    return reference_digest(idiom, factory, STEPS)
 
 
 def _check_works(result: Any, finals: list[dict[str, Any]], reference: str) -> None:
@@ -53,9 +44,11 @@ def _plain_marks(idiom: str) -> list[Any]:
 @pytest.mark.parametrize(
     "idiom", [pytest.param(i, marks=_plain_marks(i)) for i in IDIOMS], ids=list(IDIOMS)
 )
-def test_plain_distrain_run_equals_the_scripts_own_launcher(idiom: str, tmp_path: Path) -> None:
+def test_plain_distrain_run_equals_the_scripts_own_launcher(
+    idiom: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """`distrain run -n 2` (the fast start) ends bit for bit where torchrun (or python) ends."""
-    reference = _reference(idiom, tmp_path)
+    reference = _reference(idiom, tmp_path_factory)
     result, finals = run_idiom(DISTRAIN, idiom, tmp_path / "run", env={"IDIOM_STEPS": STEPS})
     _check_works(result, finals, reference)
 
@@ -63,9 +56,11 @@ def test_plain_distrain_run_equals_the_scripts_own_launcher(idiom: str, tmp_path
 @pytest.mark.parametrize(
     "idiom", [pytest.param(i, marks=compat("spawn", i)) for i in IDIOMS], ids=list(IDIOMS)
 )
-def test_spawn_start_equals_the_scripts_own_launcher(idiom: str, tmp_path: Path) -> None:
+def test_spawn_start_equals_the_scripts_own_launcher(
+    idiom: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """`--start-method spawn` (torchrun's fresh interpreters) ends where the reference ends."""
-    reference = _reference(idiom, tmp_path)
+    reference = _reference(idiom, tmp_path_factory)
     launcher = [*DISTRAIN, "--start-method", "spawn"]
     result, finals = run_idiom(launcher, idiom, tmp_path / "run", env={"IDIOM_STEPS": STEPS})
     _check_works(result, finals, reference)
@@ -75,10 +70,12 @@ def test_spawn_start_equals_the_scripts_own_launcher(idiom: str, tmp_path: Path)
     "idiom",
     [pytest.param(i, marks=compat("fsdp", i)) for i in sorted(_USES_PREPARE_MODEL)],
 )
-def test_fsdp_strategy_equals_ddp(idiom: str, tmp_path: Path) -> None:
+def test_fsdp_strategy_equals_ddp(
+    idiom: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """``prepare_model(..., strategy="fsdp")`` trains to the DDP reference's parameters, bit for
     bit (this MLP's reduce-scatter sums in all-reduce's order on 2 gloo ranks)."""
-    reference = _reference(idiom, tmp_path)
+    reference = _reference(idiom, tmp_path_factory)
     env = {"IDIOM_STEPS": STEPS, "IDIOM_STRATEGY": "fsdp"}
     result, finals = run_idiom(DISTRAIN, idiom, tmp_path / "run", env=env)
     _check_works(result, finals, reference)

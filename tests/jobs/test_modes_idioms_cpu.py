@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 from helpers import python
-from helpers.compat import IDIOMS, compat, run_idiom
+from helpers.compat import IDIOMS, compat, reference_digest, run_idiom
 
 STEPS = "12"
-TORCHRUN = [python(), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 REHEARSE = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2"]
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,10 +40,10 @@ def _marks(idiom: str) -> list[pytest.MarkDecorator]:
 @pytest.mark.parametrize(
     "idiom", [pytest.param(i, marks=_marks(i)) for i in IDIOMS], ids=list(IDIOMS)
 )
-def test_cpu_rehearsal_equals_the_scripts_cpu_run(idiom: str, tmp_path: Path) -> None:
-    reference = [python()] if idiom == "self_start" else TORCHRUN
-    ref, ref_finals = run_idiom(reference, idiom, tmp_path / "ref", env=_env())
-    assert len(ref_finals) == 2, ref.stderr[-3000:]
+def test_cpu_rehearsal_equals_the_scripts_cpu_run(
+    idiom: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reference = reference_digest(idiom, tmp_path_factory, STEPS)  # the plain cells' reference
     # the suite pins DISTRAIN_DEVICE=cpu; a user's job leaves it unset ("" reads as unset), so
     # distrain.init() takes the stand-in GPU as it would a real one
     env = {**_env(), "DISTRAIN_DEVICE": ""}
@@ -53,6 +52,6 @@ def test_cpu_rehearsal_equals_the_scripts_cpu_run(idiom: str, tmp_path: Path) ->
     assert "distrain run --cpu: 2 CPU processes stand in for 2 GPUs" in result.stderr
     assert [r["rank"] for r in finals] == [0, 1]
     assert all(r["steps"] == int(STEPS) and r["world"] == 2 for r in finals), finals
-    assert {r["digest"] for r in finals} == {ref_finals[0]["digest"]}, (finals, ref_finals)
+    assert {r["digest"] for r in finals} == {reference}, (finals, reference)
     if idiom != "self_start":  # its children train on gloo and CPU tensors: nothing to map
         assert "distrain run --cpu: mapped in 2 processes" in result.stderr, result.stderr[-2000:]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run, python, run
 
 SCRIPTS = REPO / "tests" / "gpu_scripts"
 BOOT = REPO / "src" / "distrain" / "worker" / "rehearse" / "boot"
@@ -31,10 +31,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def distrain_run(
+def _streams(
     *args: str, env: dict[str, str] | None = None, timeout: float = 420
 ) -> tuple[str, str]:
-    res = run([python(), "-m", "distrain.cli", "run", *args], timeout=timeout, env=env, check=True)
+    res = distrain_run(*args, timeout=timeout, env=env, check=True)
     return res.stdout, res.stderr
 
 
@@ -66,10 +66,10 @@ def check_lines(stderr: str, n: int, mapped: tuple[str, ...]) -> None:
 def test_torchrun_tutorial(tmp_path: Path, n: int) -> None:
     """LOCAL_RANK env, init_process_group("nccl"), set_device, .to(int), DDP(device_ids), metric."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run(
+    _, err = _streams(
         "--cpu", "-n", str(n), str(SCRIPTS / "ddp_torchrun.py"), "--out", str(tmp_path / "gpu")
     )
-    distrain_run("-n", str(n), str(SCRIPTS / "ddp_torchrun_cpu.py"), "--out", str(tmp_path / "cpu"))
+    _streams("-n", str(n), str(SCRIPTS / "ddp_torchrun_cpu.py"), "--out", str(tmp_path / "cpu"))
     check_lines(err, n, ("DDP(device_ids=...)", ".cuda()", ".to(cuda)", "synchronize"))
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
     assert torch.equal(
@@ -85,7 +85,7 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
     PYTHONPATH."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
     flags = ("--legacy-local-rank", "--start-method", "spawn")
-    _, err = distrain_run(
+    _, err = _streams(
         "--cpu",
         "-n",
         str(n),
@@ -94,7 +94,7 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
         "--out",
         str(tmp_path / "gpu"),
     )
-    distrain_run(
+    _streams(
         "-n", str(n), *flags, str(SCRIPTS / "legacy_launch_cpu.py"), "--out", str(tmp_path / "cpu")
     )
     check_lines(err, n, ("DDP(output_device=...)", "set_device"))
@@ -109,7 +109,7 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
     """mp.spawn(nprocs=torch.cuda.device_count()) with a master port set in the script: the
     script runs once and its N spawned children (fresh interpreters) are the job."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run(
+    _, err = _streams(
         "--cpu",
         "-n",
         str(n),
@@ -139,12 +139,10 @@ def test_image_classifier_syncbn_amp(tmp_path: Path, n: int) -> None:
     pin_memory + DataLoader workers, against CPU autocast(float16), GradScaler("cpu") and
     distrain's CPU SyncBatchNorm."""
     (tmp_path / "gpu").mkdir(), (tmp_path / "cpu").mkdir()
-    _, err = distrain_run(
+    _, err = _streams(
         "--cpu", "-n", str(n), str(SCRIPTS / "image_classifier.py"), "--out", str(tmp_path / "gpu")
     )
-    distrain_run(
-        "-n", str(n), str(SCRIPTS / "image_classifier_cpu.py"), "--out", str(tmp_path / "cpu")
-    )
+    _streams("-n", str(n), str(SCRIPTS / "image_classifier_cpu.py"), "--out", str(tmp_path / "cpu"))
     check_lines(
         err,
         n,
@@ -178,7 +176,7 @@ def test_snapshot_resume_after_a_killed_worker(tmp_path: Path, n: int) -> None:
     ):
         (tmp_path / name).mkdir()
         crash = tmp_path / f"crashed-{name}"
-        out, err = distrain_run(
+        out, err = _streams(
             *flags,
             "-n",
             str(n),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run
 
 PROBE = REPO / "tests" / "gpu_scripts" / "mesh_probe.py"
 pytestmark = pytest.mark.timeout(300)
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def job(out: Path, n: int, *flags: str, cpu: bool) -> str:
     out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", *(["--cpu"] if cpu else []), "-n", str(n)]
-    res = run([*cmd, str(PROBE), "--out", str(out), *flags], timeout=240)
+    cpu_flag = ["--cpu"] if cpu else []
+    res = distrain_run(*cpu_flag, "-n", str(n), str(PROBE), "--out", str(out), *flags, timeout=240)
     assert res.returncode == 0, res.stderr[-4000:]
     return res.stderr
 

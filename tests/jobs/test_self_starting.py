@@ -14,7 +14,7 @@ import socket
 import time
 
 import pytest
-from helpers import SCRIPTS, python, run
+from helpers import SCRIPTS, distrain_run
 
 TUTORIAL = str(SCRIPTS / "process_tutorial.py")
 pytestmark = pytest.mark.timeout(300)
@@ -28,11 +28,7 @@ def _port() -> str:
 
 def _run(*args: str, timeout: float = 180, **env: str) -> tuple[int, str, str, float]:
     start = time.monotonic()
-    res = run(
-        [python(), "-m", "distrain.cli", "run", *args],
-        timeout=timeout,
-        env={"DTEST_MASTER_PORT": _port(), **env},
-    )
+    res = distrain_run(*args, timeout=timeout, env={"DTEST_MASTER_PORT": _port(), **env})
     return res.returncode, res.stdout, res.stderr, time.monotonic() - start
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, distrain_run, python, run
 
 JOB = str(REPO / "tests" / "scripts" / "fsdp_job.py")
 TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded", "fsdp-ac", "hsdp-one-node")
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def launch(out: Path, world: int, *runs: str) -> None:
-    cmd = [python(), JOB, "--out", str(out), *runs]
     if world > 1:
-        cmd = [python(), "-m", "distrain.cli", "run", "-n", str(world), *cmd[1:]]
-    run(cmd, timeout=400, check=True)
+        distrain_run("-n", str(world), JOB, "--out", str(out), *runs, timeout=400, check=True)
+    else:
+        run([python(), JOB, "--out", str(out), *runs], timeout=400, check=True)
 
 
 def results(out: Path, name: str) -> list[dict]:

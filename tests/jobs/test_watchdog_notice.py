@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import SCRIPTS, python, run
+from helpers import SCRIPTS, distrain_run
 
 SCRIPT = str(SCRIPTS / "signal_job.py")
 NOTICE = "distrain run: warning: --watchdog watches scripts that call distrain.init(); "
@@ -13,8 +13,7 @@ NOTICE = "distrain run: warning: --watchdog watches scripts that call distrain.i
 
 def _job(out: Path, *script_flags: str) -> tuple[int, str]:
     (out / "signalled").touch()  # train 20 steps and end
-    cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "30", SCRIPT, str(out)]
-    res = run(cmd + list(script_flags), timeout=150)
+    res = distrain_run("-n", "2", "--watchdog", "30", SCRIPT, str(out), *script_flags, timeout=150)
     return res.returncode, res.stderr
 
 

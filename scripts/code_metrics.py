@@ -1,0 +1,140 @@
+"""Two figures of scripts/structure_metrics.py read from the code: scanners and feature words.
+
+- ``command_line_scanners``: functions that walk a command line themselves, found by what they
+  do to it, whatever it is called: a *leading-dash test* on an element of a sequence.  An
+  element is a subscript (``script[0]``, ``argv[1:]``) or a name bound by a ``for`` or a
+  comprehension in the function (``for opt in ssh_opts``), seen through method calls
+  (``v.strip().startswith("-")``).  The tests: ``<element>.startswith("-…")`` (or ``"--"``…),
+  ``<element> == "-x"`` / ``!=`` / ``in ("-x", …)``, and ``"-x" in <any sequence>``.  A function
+  testing one string it was given (``name.startswith("--")`` on a parameter) does not walk a
+  line and is not counted; a scanner of another program's command line (ssh's options, a
+  variable holding device numbers) is: the figure over-counts rather than hides, and ``-v`` lists
+  each.  Nested functions count for themselves, not for the one around them.
+- ``feature_words``: the words that name an optional feature (:data:`FEATURE_WORDS`) in the core
+  launcher and worker modules (:data:`CORE`): the launcher's and worker's own modules outside
+  their feature folders, and the core checkpointer.  A word in a comment or docstring counts
+  too: the core that explains a feature still carries it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+#: a feature's words, as the code spells them (identifiers, options, prose)
+FEATURE_WORDS = {
+    "hosts": r"\bhosts\b|hostfile|\bssh\b",
+    "replicas": r"replicas?|torchft|lighthouse",
+    "fast start": r"fast[_ ]start|forkserver|fork server|fork_server",
+    "rehearsal": r"rehears\w*|--cpu\b|\bcpu_rehearsal",
+    "self-start": r"self[_-]start\w*|selfstart\w*",
+    "dry-run": r"dry[_-]run",
+}
+#: the core modules: `launch/*.py` and `worker/*.py` (the folders' roots, not their feature
+#: sub-folders fast_start/, rehearse/, self_start/, replicas/, hosts/) and the checkpointer
+CORE = ("launch/*.py", "worker/*.py", "checkpoint/checkpointer.py")
+
+
+def _root(node: ast.AST) -> ast.AST:
+    """What a chain of method calls starts from: ``v`` of ``v.strip().lower()``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node
+
+
+def _dash(node: ast.AST) -> bool:
+    """A string constant (or a tuple/list of them) that starts with a dash."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.startswith("-")
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_dash(e) for e in node.elts)
+    return False
+
+
+def _option(node: ast.AST) -> bool:
+    """Not a lone ``"-"``: ``"-" in text`` looks for a dash inside a string (a range ``1-3``)."""
+    return not (isinstance(node, ast.Constant) and node.value == "-")
+
+
+def _own_nodes(fn: ast.AST) -> list[ast.AST]:
+    """The nodes of a function outside the functions nested in it."""
+    out, todo = [], list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _loop_names(nodes: list[ast.AST]) -> set[str]:
+    """Names bound by the loops and comprehensions among `nodes`."""
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.For | ast.comprehension):
+            names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _is_element(node: ast.AST, loop_names: set[str]) -> bool:
+    node = _root(node)
+    return isinstance(node, ast.Subscript) or (isinstance(node, ast.Name) and node.id in loop_names)
+
+
+def dash_tests(fn: ast.AST) -> list[int]:
+    """Lines of `fn` (not its nested functions) with a leading-dash test on a sequence's element."""
+    nodes = _own_nodes(fn)
+    loop_names = _loop_names(nodes)
+    lines = []
+    for node in nodes:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "startswith"
+            and node.args
+            and _dash(node.args[0])
+            and _is_element(node.func.value, loop_names)
+        ):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
+                if isinstance(op, ast.In | ast.NotIn) and _dash(left) and _option(left):
+                    lines.append(node.lineno)  # "-x" in <a sequence>, whatever its name
+                elif isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) and (
+                    (_dash(right) and _is_element(left, loop_names))
+                    or (_dash(left) and _is_element(right, loop_names))
+                ):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def command_line_scanners(pkg: Path) -> list[str]:
+    """`file:function:lines` of each function with a leading-dash test (module docstring)."""
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = dash_tests(fn)
+                if lines:
+                    rel = path.relative_to(pkg.parent).as_posix()
+                    found.append(f"{rel}:{fn.name}:{','.join(map(str, lines))}")
+    return found
+
+
+def feature_words(pkg: Path) -> dict[str, dict[str, int]]:
+    """{core module: {feature: occurrences}} for the core modules that name a feature."""
+    found: dict[str, dict[str, int]] = {}
+    for pattern in CORE:
+        for path in sorted(pkg.glob(pattern)):
+            text = path.read_text()
+            counts = {
+                feature: len(re.findall(rx, text, re.I)) for feature, rx in FEATURE_WORDS.items()
+            }
+            counts = {k: v for k, v in counts.items() if v}
+            if counts:
+                found[path.relative_to(pkg.parent).as_posix()] = counts
+    return found
