@@ -128,9 +128,9 @@ WORKER_LAYERS = ("distrain.worker", "distrain.parallel", "distrain.data", "distr
         ("distrain.launch", (*WORKER_LAYERS, "distrain.cluster", "distrain.monitor")),
         *((layer, ("distrain.launch", "distrain.tools")) for layer in WORKER_LAYERS),
         ("distrain.cluster", ("distrain.launch", *WORKER_LAYERS)),
-        (
-            "distrain.contract",
-            ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"),
+        *(
+            (shared, ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"))
+            for shared in ("distrain.contract", "distrain.coordination", "distrain.events")
         ),
         ("distrain.parallel", ("distrain.checkpoint", "distrain.worker")),
         ("distrain.data", ("distrain.parallel", "distrain.checkpoint", "distrain.worker")),
@@ -154,6 +154,8 @@ def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, .
 def test_contract_and_launcher_import_no_torch() -> None:
     code = (
         "import sys, distrain.contract, distrain.launch.plan, distrain.launch.cli, distrain.cli\n"
+        "import distrain.coordination.stop_claim, distrain.coordination.replica_marks\n"
+        "import distrain.events.breakdown, distrain.process.cores, distrain.process.lineage\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if "
         "m.startswith('torch'))[:5]\n"
     )

@@ -28,6 +28,8 @@ from distrain.settings import for_report
 
 #: the stream's file name in the job's folder
 FILE = "events.jsonl"
+#: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
+REPLICA_EVENTS_FILE = "replicas.jsonl"
 
 #: every kind of event and what it carries besides the writer's identity
 KINDS = {

@@ -29,8 +29,9 @@ import sys
 import tempfile
 from typing import Any
 
-from distrain.contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions
+from distrain.contract import JOB_DIR, REPLICA_GROUP
 from distrain.events import job_events
+from distrain.events.breakdown import PHASES, breakdown_fractions
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
 #: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,

@@ -26,9 +26,10 @@ import threading
 import time
 from typing import Any
 
-from distrain.contract import JOB_STOPPED_KEY, STATIC_STORE, claim_stop, split_endpoint
+from distrain.contract import STATIC_STORE
+from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
 from distrain.launch.rendezvous import Rendezvous
-from distrain.net import reachable
+from distrain.net import reachable, split_endpoint
 
 #: seconds between two looks at the store
 POLL_S = 1.0

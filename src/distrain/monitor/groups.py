@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from distrain import events
-from distrain.contract import REPLICA_EVENTS_FILE
+from distrain.events import REPLICA_EVENTS_FILE
 from distrain.monitor.recorder import METRICS_SUBDIR
 from distrain.monitor.status import NoJobError, Thresholds, job_status
 

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distrain.contract import PHASES, breakdown_fractions
 from distrain.errors import DistrainError
+from distrain.events.breakdown import PHASES, breakdown_fractions
 from distrain.monitor.recorder import METRICS_SUBDIR
 
 #: bytes read from the end of each rank's file: plenty for the rate window, cheap to re-read

@@ -18,14 +18,13 @@ import torch.distributed as dist
 
 from distrain import noise
 from distrain.cluster import ClusterEnvironment, ClusterError, detect_environment
-from distrain.contract import restarted_by_distrain_run
 from distrain.errors import DistrainError, UsageError
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
 from distrain.monitor.progress import wanted as progress_wanted
-from distrain.settings import Settings
+from distrain.settings import Settings, restarted_by_distrain_run
 from distrain.worker import atomic_save, failure, watchdog
 from distrain.worker.context import Context, _remember, current
 from distrain.worker.stacks import dump_stacks_on_signal

@@ -22,9 +22,10 @@ import datetime as dt
 import os
 import signal
 
-from distrain.contract import JOB_STOPPED_KEY, claim_stop, split_endpoint, stop_key
+from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop, stop_key
 from distrain.events import emit
 from distrain.log import get_logger
+from distrain.net import split_endpoint
 from distrain.settings import Settings
 
 _log = get_logger("failure")
@@ -61,7 +62,7 @@ def stop_this_node(reason: str, settings: Settings) -> bool:
     """Stop this node's `distrain run` so its agent restarts nothing; False when there is none.
 
     A static rendezvous has no shared state to close.  The first of the node's ranks and its
-    launcher's watch to claim the stop (contract.STOP_MARK) signals the launcher; a rank first
+    launcher's watch to claim the stop (stop_claim.STOP_MARK) signals the launcher; a rank first
     reports why in the job's event stream (a ``stop`` event: the launcher's last line says it).
     On SIGTERM torch's agent stops its workers and ends, as on a user's SIGTERM.  Only an
     ancestor of this process is signalled.

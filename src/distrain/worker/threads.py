@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.contract import threads_per_process
+from distrain.process.cores import threads_per_process
 
 
 def choose_threads(

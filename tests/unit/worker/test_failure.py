@@ -11,9 +11,9 @@ import pytest
 
 from distrain.checkpoint.files import CheckpointError
 from distrain.cluster import ClusterError
-from distrain.contract import split_endpoint
 from distrain.errors import DistrainError, UsageError, recurring
 from distrain.monitor.status import NoJobError
+from distrain.net import split_endpoint
 from distrain.process import patching
 from distrain.settings import Settings
 from distrain.worker import failure

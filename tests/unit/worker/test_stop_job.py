@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import STOP_MARK, claim_stop
+from distrain.coordination.stop_claim import STOP_MARK, claim_stop
 from distrain.settings import Settings
 from distrain.worker.stop_job import frozen_node, stop_for_frozen, watchdog_reason
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from distrain import contract
+from distrain.process import cores
 from distrain.settings import Settings
 from distrain.worker.threads import choose_threads
 
 
 @pytest.fixture(autouse=True)
 def sixteen_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(contract, "usable_cores", lambda: 16)
+    monkeypatch.setattr(cores, "usable_cores", lambda: 16)
 
 
 def test_default_divides_the_cores_among_local_processes() -> None:

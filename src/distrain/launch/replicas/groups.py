@@ -31,9 +31,7 @@ from distrain.contract import (
     REFUSED_EXIT_CODE,
     REPLICA_GROUP,
     REPLICA_GROUPS,
-    die_with_parent,
     signal_exit_code,
-    usable_cores,
 )
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine, script_tail
@@ -42,6 +40,8 @@ from distrain.launch.replicas.events import ReplicaJob
 from distrain.launch.replicas.lighthouse import Lighthouse, RemoteLighthouse, lighthouse_program
 from distrain.launch.replicas.nodes import Placement, RollCall, node_address, place
 from distrain.net import free_port
+from distrain.process.cores import usable_cores
+from distrain.process.lineage import die_with_parent
 
 PROG = "distrain run"
 #: restarts each group's agent allows when --max-restarts is not given

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from distrain.contract import usable_cores
 from distrain.errors import UsageError, fail, raise_usage_errors
 from distrain.launch.command_line import split
+from distrain.process.cores import usable_cores
 from distrain.tools.bench import nodes, probe, report, runner, summary
 
 PROG = "distrain bench scaling"

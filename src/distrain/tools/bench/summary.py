@@ -21,7 +21,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from distrain.contract import usable_cores
+from distrain.process.cores import usable_cores
 from distrain.tools.bench.breakdown import per_step_ms
 from distrain.tools.bench.steps import steady_stats
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import resource
 
-from distrain.contract import usable_cores
+from distrain.process.cores import usable_cores
 from distrain.tools.doctor.check import Check
 
 GROUP = "limits"

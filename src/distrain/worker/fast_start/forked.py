@@ -22,20 +22,11 @@ import time
 from types import TracebackType
 from typing import Any
 
-from distrain.contract import (
-    CPU_REHEARSAL,
-    PRELOAD_MODULE,
-    REPLICA_GROUP,
-    SELF_STARTING,
-    ForkJob,
-    die_with_parent,
-    fallback_line,
-    own_session,
-    replica_group_env,
-)
+from distrain.contract import CPU_REHEARSAL, PRELOAD_MODULE, REPLICA_GROUP, SELF_STARTING, ForkJob
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
+from distrain.process.lineage import die_with_parent, own_session
 from distrain.process.patching import Args
 from distrain.worker.fast_start.as_main import run_as_main
 from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
@@ -99,7 +90,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         os.environ.get("RANK", "?"),
         os.environ.get("WORLD_SIZE", "?"),
         sys.argv,
-        replica_group_env(),
+        os.environ.get(REPLICA_GROUP),
     )
     if fresh is not None:
         _watch_process_group()
@@ -364,7 +355,10 @@ def _announce(marker: str, reason: str) -> None:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    _log.warning(fallback_line(first))
+    _log.warning(
+        f"distrain run: {first}; running workers in fresh interpreters instead "
+        "(--start-method spawn skips the fork)"
+    )
     emit("fallback", reason=first)
 
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from distrain.contract import ft_step_file
+from distrain.coordination.replica_marks import ft_step_file
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.parallel.fsdp import is_sharded_tensor

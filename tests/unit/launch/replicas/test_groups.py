@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import ft_start_file, ft_step_file
+from distrain.coordination.replica_marks import ft_start_file, ft_step_file
 from distrain.errors import UsageError
 from distrain.events import emit
 from distrain.launch.command_line import split
@@ -242,7 +242,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
 ) -> None:
     """A node that stops says its groups ended (leave); one that stops beating has them taken as
     ended (mark_silent): either way the other nodes' groups no longer wait for them at their end."""
-    from distrain.contract import ft_end_file
+    from distrain.coordination.replica_marks import ft_end_file
     from distrain.launch.replicas import nodes as replica_nodes
     from distrain.net import free_port
 
