@@ -14,7 +14,7 @@ from distrain import contract
 from distrain.cluster import ClusterError
 from distrain.contract import ForkJob, WorkerEntrypoint, signal_exit_code
 from distrain.errors import DistrainError, UsageError, fail, raise_usage_errors
-from distrain.monitor.status import NoJobError
+from distrain.tools.top.status import NoJobError
 
 
 def test_signal_exit_code_is_128_plus_the_signal_number() -> None:

@@ -4,9 +4,16 @@ Under torch's elastic agent (torchrun, ``distrain run``) each worker has an erro
 (``TORCHELASTIC_ERROR_FILE``); the agent reads it to name the root cause of a failed job, which
 is what ``@record`` from ``torch.distributed.elastic.multiprocessing.errors`` writes.  This module
 does the same from ``sys.excepthook`` so user scripts need no decorator, with one refinement:
-a rank whose collective failed *because a peer died* ("Connection reset by peer", a
-DistNetworkError…) is a consequence, not a cause.  It prints one line instead of a second
+a rank whose collective failed *because a peer died* (a DistNetworkError, gloo's "Connection
+closed by peer") is a consequence, not a cause.  It prints one line instead of a second
 traceback and writes no error file, so the agent and ``distrain run`` report the real cause.
+
+The file is written here, in torch's ``ErrorHandler.record_exception`` format, not through it:
+that method reads the traceback with ``traceback.format_exc()``, which is empty in an excepthook
+(no exception is being handled there; ``@record`` calls it inside its ``except``); it names
+``mp.spawn``'s ``ProcessRaisedException`` rather than the child's own line (:func:`cause_line`);
+and importing ``torch.distributed.elastic`` at a torch-free script's exit fails ("can't register
+atexit after shutdown").  The launcher reads the same JSON either way.
 """
 
 from __future__ import annotations
@@ -21,11 +28,9 @@ import traceback
 from types import TracebackType
 from typing import NoReturn
 
-from distrain.cluster.base import ClusterError
-from distrain.errors import Abandoned, DistrainError, UsageError
+from distrain.errors import Abandoned, DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
-from distrain.monitor.status import NoJobError
 from distrain.process import patching
 from distrain.settings import Settings
 from distrain.worker.peer_words import peer_cause
@@ -33,17 +38,25 @@ from distrain.worker.stop_job import stop_the_job
 
 _log = get_logger("failure")
 
-#: DistrainErrors reported like any other exception (a traceback), not as a one-line set-up error
-_NOT_ONE_LINE = (UsageError, ClusterError, NoJobError)
+#: torch's own types for "another process went away": c10d's store and sockets raise
+#: DistNetworkError when the peer's connection closes ("Failed to recv, got 0 bytes", "Broken
+#: pipe") and DistStoreError when what a peer was to set never comes
+_PEER_GONE_TYPES = ("DistNetworkError", "DistStoreError")
 
-#: substrings of errors that only say "another rank went away"
-_PEER_GONE = (
+#: the text of a lost peer, read only where torch gives no type: gloo's transport errors reach
+#: Python as a plain RuntimeError (ProcessGroupGloo re-raises gloo's IoException untyped; torch
+#: 2.14.1, an all_reduce after the peer exited: "[…/gloo/transport/tcp/pair.cc:561] Connection
+#: closed by peer"), and a DistBackendError says only that the backend failed, not whether a peer
+#: made it fail
+_PEER_GONE_TEXT = (
     "Connection reset by peer",
     "Connection closed by peer",
     "Broken pipe",
     "Connection refused",
     "Socket Timeout",
 )
+#: the types whose text is read (by name: the last part of ``module.Type``)
+_UNTYPED = ("RuntimeError", "DistError", "DistBackendError")
 
 
 _failing: list[bool] = []  # set once this process is going down with an error
@@ -76,16 +89,31 @@ def is_peer_failure(err: BaseException) -> bool:
     # atexit hook, that import fails: "can't register atexit after shutdown")
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
-        types = tuple(getattr(dist, n, None) for n in ("DistNetworkError", "DistStoreError"))
+        types = tuple(getattr(dist, n, None) for n in _PEER_GONE_TYPES)
         if isinstance(err, tuple(t for t in types if isinstance(t, type))):
             return True
-    text = str(err)
-    # UsageError and NoJobError are RuntimeErrors only as DistrainErrors: never a peer's failure
-    return (
-        isinstance(err, RuntimeError)
-        and not isinstance(err, (UsageError, NoJobError))
-        and any(s in text for s in _PEER_GONE)
+    # by the exact type: a subclass of RuntimeError (a DistrainError) is never gloo's
+    untyped = type(err) is RuntimeError or (
+        dist is not None and isinstance(err, getattr(dist, "DistError", ()))
     )
+    return untyped and _names_a_lost_peer(str(err))
+
+
+def is_peer_failure_line(line: str) -> bool:
+    """:func:`is_peer_failure` for an exception known only by its last traceback line
+    (``module.Type: message``), as another process printed it (worker/fast_start/fresh_child.py).
+    """
+    kind, sep, message = line.partition(": ")
+    name = kind.strip().rpartition(".")[2]
+    if not sep or not name.isidentifier():
+        return False
+    if name in _PEER_GONE_TYPES:
+        return True
+    return name in _UNTYPED and _names_a_lost_peer(message)
+
+
+def _names_a_lost_peer(text: str) -> bool:
+    return any(s in text for s in _PEER_GONE_TEXT)
 
 
 def write_error_file(
@@ -209,9 +237,7 @@ def install(rank: int, settings: Settings) -> None:
                     write_error_file(error_file, err, tb, settings)
             stop_the_job(f"rank {rank}: {type(err).__name__}: {err}", settings)
 
-        if isinstance(err, DistrainError) and not isinstance(
-            err, _NOT_ONE_LINE
-        ):  # a set-up or checkpoint problem: one clear line
+        if isinstance(err, DistrainError) and err.one_line:  # a set-up problem: one clear line
             if error_file:
                 write_error_file(error_file, err, tb, settings)
             _log.error(f"distrain: error: {err}")

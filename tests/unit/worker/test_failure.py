@@ -12,12 +12,12 @@ import pytest
 from distrain.checkpoint.files import CheckpointError
 from distrain.cluster import ClusterError
 from distrain.errors import DistrainError, UsageError, recurring
-from distrain.monitor.status import NoJobError
 from distrain.net import split_endpoint
 from distrain.process import patching
 from distrain.settings import Settings
+from distrain.tools.top.status import NoJobError
 from distrain.worker import failure
-from distrain.worker.failure import is_peer_failure
+from distrain.worker.failure import is_peer_failure, is_peer_failure_line
 from distrain.worker.stop_job import stop_the_job
 
 Hook = Callable[[type[BaseException], BaseException, TracebackType | None], None]
@@ -41,16 +41,38 @@ def test_other_errors_are_the_scripts_own() -> None:
     assert is_peer_failure(RuntimeError("CUDA out of memory")) is False
     assert (
         is_peer_failure(ValueError("Connection reset by peer")) is False
-    )  # only RuntimeErrors count
-    # RuntimeErrors only since they are DistrainErrors: still never a peer's failure
+    )  # only gloo's untyped RuntimeErrors are read
+    # RuntimeErrors only since they are DistrainErrors: their type says they are distrain's own
     assert is_peer_failure(UsageError("Connection refused")) is False
     assert is_peer_failure(NoJobError("Connection refused")) is False
+    assert is_peer_failure(DistrainError("Connection refused")) is False
 
 
-def test_torch_distributed_network_errors_are_peer_failures() -> None:
+def test_torch_distributed_types_decide_without_the_text() -> None:
     import torch.distributed as dist
 
     assert is_peer_failure(dist.DistNetworkError("anything")) is True
+    assert is_peer_failure(dist.DistStoreError("wait timeout")) is True
+    # a backend's error is a peer's only when its text says so (NCCL's own faults are causes)
+    assert is_peer_failure(dist.DistBackendError("NCCL error: unhandled cuda error")) is False
+    assert is_peer_failure(dist.DistBackendError("[pair.cc:561] Connection closed by peer"))
+
+
+@pytest.mark.parametrize(
+    ("line", "peer"),
+    [
+        ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes.", True),
+        ("DistStoreError: wait timeout after 30000ms", True),
+        ("RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer", True),
+        ("torch.distributed.DistBackendError: NCCL error: remote process exited", False),
+        ("ValueError: Connection refused", False),
+        ("distrain.errors.UsageError: Connection refused", False),
+        ("RuntimeError: CUDA out of memory", False),
+        ("Connection closed by peer", False),
+    ],
+)
+def test_a_cause_line_from_another_process_is_classified_by_its_type(line: str, peer: bool) -> None:
+    assert is_peer_failure_line(line) is peer
 
 
 @pytest.fixture

@@ -89,9 +89,9 @@ def run_fresh_child(
 
 
 def _is_peer_failure_text(line: str) -> bool:
-    from distrain.worker.failure import is_peer_failure
+    from distrain.worker.failure import is_peer_failure_line
 
-    return is_peer_failure(RuntimeError(line))
+    return is_peer_failure_line(line)
 
 
 def _write_cause(path: str, message: str, text: str) -> None:

@@ -273,7 +273,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
 def test_run_dir_lines_are_what_distrain_top_reads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from distrain.monitor.groups import read_events
+    from distrain.tools.top.groups import read_events
 
     job = ReplicaJob(2, str(tmp_path / "ft"), run_dir=str(tmp_path / "run"))
     job.say("replica group 1 healed", "healed", group=1, source=0, step=4)

@@ -24,6 +24,8 @@ TAIL_BYTES = 64 * 1024
 class NoJobError(DistrainError):
     """The directory holds no distrain metrics."""
 
+    one_line = False
+
 
 @dataclass
 class Thresholds:

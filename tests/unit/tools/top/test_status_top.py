@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from distrain.monitor.status import RankStatus
-from distrain.monitor.top import render
+from distrain.tools.top.cli import render
+from distrain.tools.top.status import RankStatus
 
 
 def _row(rank: int, breakdown: dict | None) -> dict:

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from distrain.errors import UsageError, fail, raise_usage_errors
-from distrain.monitor.groups import snapshot as read_snapshot
-from distrain.monitor.status import NoJobError, Thresholds
+from distrain.tools.top.groups import snapshot as read_snapshot
+from distrain.tools.top.status import NoJobError, Thresholds
 
 PROG = "distrain top"
 

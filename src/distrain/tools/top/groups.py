@@ -16,7 +16,7 @@ from typing import Any
 from distrain import events
 from distrain.events import REPLICA_EVENTS_FILE
 from distrain.monitor.recorder import METRICS_SUBDIR
-from distrain.monitor.status import NoJobError, Thresholds, job_status
+from distrain.tools.top.status import NoJobError, Thresholds, job_status
 
 #: how many of the newest events a snapshot carries
 LAST_EVENTS = 10
