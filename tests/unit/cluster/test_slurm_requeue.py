@@ -1,4 +1,4 @@
-"""process/requeue.py: which stop signals requeue a SLURM job (scontrol itself is never called)."""
+"""cluster/slurm_requeue.py: which stop signals requeue a SLURM job (scontrol is never called)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from distrain.process import requeue
-from distrain.process.requeue import _why_stopped, requeue_after_stop
+from distrain.cluster import slurm_requeue as requeue
+from distrain.cluster.slurm_requeue import _why_stopped, requeue_after_stop
 from distrain.settings import Settings
 
 
