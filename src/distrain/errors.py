@@ -35,8 +35,9 @@ def recurring(err: E) -> E:
 class Abandoned(DistrainError):
     """A part gave up on work a restart redoes (a save whose writer died); it does not exit itself.
 
-    The worker's lifecycle (:func:`distrain.worker.failure.exit_abandoned`) prints :attr:`line`
-    and ends the process with :attr:`exit_code`; uncaught, it is one ``distrain: error:`` line.
+    The worker's lifecycle (:func:`distrain.worker.lifecycle.failure.exit_abandoned`) prints
+    :attr:`line` and ends the process with :attr:`exit_code`; uncaught, it is one
+    ``distrain: error:`` line.
     """
 
     def __init__(self, message: str, exit_code: int, line: str | None = None) -> None:

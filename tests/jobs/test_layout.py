@@ -177,3 +177,22 @@ def test_no_python_file_over_400_lines() -> None:
 def test_top_level_stays_small() -> None:
     top = sorted(p.name for p in PKG.glob("*.py"))
     assert len(top) <= 8, top
+
+
+#: package roots allowed over the bound while they are split: launch/ (its own restructuring, issue
+#: 42 item 1) and checkpoint/ (its Checkpointer is being reshaped under issue 42 item 2)
+OVER_THE_BOUND = {"distrain.launch": 21, "distrain.checkpoint": 14}
+
+
+def test_no_package_root_holds_more_than_12_modules() -> None:
+    """A folder of more than 12 modules is split into subpackages by meaning."""
+    counts = {
+        _module_name(folder / "__init__.py"): len(list(folder.glob("*.py")))
+        for folder in [PKG, *(p.parent for p in PKG.rglob("*/__init__.py"))]
+    }
+    over = {
+        name: n
+        for name, n in counts.items()
+        if name != "distrain" and n > OVER_THE_BOUND.get(name, 12)
+    }
+    assert not over, over

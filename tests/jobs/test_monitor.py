@@ -376,5 +376,5 @@ def test_workers_hold_the_recorder_not_the_top_command(tmp_path: Path, start: st
     }
     assert set(held) == {"0", "1"}, res.stdout[-2000:]
     for modules in held.values():
-        assert {"distrain.monitor.recorder", "distrain.worker.failure"} <= modules
+        assert {"distrain.monitor.recorder", "distrain.worker.lifecycle.failure"} <= modules
         assert not {m for m in modules if m.startswith("distrain.tools")}, sorted(modules)

@@ -35,7 +35,7 @@ REPLICA_EVENTS_FILE = "replicas.jsonl"
 KINDS = {
     # a rank's step breakdown at its exit (monitor/breakdown.py): ``summary``
     "breakdown": "summary",
-    # a rank raised: ``message`` (worker/failure.py), the verdict when its exit was not seen
+    # a rank raised: ``message`` (lifecycle/failure.py), the verdict when its exit was not seen
     "failure": "message",
     # a rank's watchdog started (worker/init.py): the --watchdog notice stays quiet
     "watchdog": "",
@@ -43,7 +43,7 @@ KINDS = {
     "checkpoint": "step, path",
     # a --cpu rehearsal process at exit: ``counts`` of the GPU calls it mapped
     "rehearsal": "counts",
-    # a rank of a static job stopped its node's launcher for good (worker/stop_job.py): ``reason``
+    # a rank of a static job stopped its node's launcher for good (worker/lifecycle/): ``reason``
     "stop": "reason",
     # the fast start's fallback to fresh interpreters, by the first worker needing it: ``reason``
     "fallback": "reason",

@@ -16,8 +16,8 @@ reports a ``breakdown`` event at shutdown.  After the job the launcher prints, o
 
 Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
 
-A rank that raised also reports a ``failure`` event (worker/failure.py): :func:`cause` reads it
-for the failed job's last line when the agent stopped that rank before it had exited.
+A rank that raised also reports a ``failure`` event (worker/lifecycle/failure.py): :func:`cause`
+reads it for the failed job's last line when the agent stopped that rank before it had exited.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def cause(folder: str | None) -> str | None:
     """``rank R (pid P) failed: <cause>`` from the first rank that reported its cause, or None.
 
     A rank that raised reports a ``failure`` event when it writes its error file
-    (worker/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
+    (worker/lifecycle/failure.py): the launcher's verdict when the agent stopped that rank before
+    it exited.
     """
     found = []
     for event in job_events(folder, "failure"):

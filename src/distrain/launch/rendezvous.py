@@ -109,7 +109,7 @@ def torch_defaults(r: Rendezvous) -> Rendezvous:
 
 def pass_endpoint(r: Rendezvous) -> None:
     """Tell the workers the c10d endpoint: a rank whose error would recur closes the rendezvous
-    there (worker/stop_job.py), so no node restarts the job."""
+    there (worker/lifecycle/stop_job.py), so no node restarts the job."""
     if r.backend == "c10d" and r.endpoint:
         os.environ[RDZV_ENDPOINT] = r.endpoint
 

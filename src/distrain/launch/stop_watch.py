@@ -3,8 +3,8 @@
 A static rendezvous gives the launchers no membership signal: when a rank freezes for good
 (SIGSTOP, never resumed), its own node's agent sees it running and waits, whatever the other
 nodes do (chaos campaign, benchmarks/chaos/RESULTS.md).  A rank that stops the job (the
-watchdog's verdict on a frozen node, the rejoin bound: worker/stop_job.py) leaves why in the
-agents' store, the TCPStore torch's static rendezvous serves from node 0's `distrain run` at
+watchdog's verdict on a frozen node, the rejoin bound: worker/lifecycle/stop_job.py) leaves why in
+the agents' store, the TCPStore torch's static rendezvous serves from node 0's `distrain run` at
 ``--master-addr``:``--master-port``; a rank 0 frozen with its own store leaves that one alive.
 Each node's `distrain run` looks there once a second (a thread here) and, on reading the
 reason, stops its own node as the rank's SIGTERM would (torch's agent restarts nothing) and

@@ -44,7 +44,7 @@ def stop_signal_received() -> bool:
 def stop_signals(under_slurm: bool) -> tuple[signal.Signals, ...]:
     """STOP_SIGNALS, plus SIGUSR1 inside a SLURM job (its time-limit warning, as in Lightning).
 
-    Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (worker/watchdog.py).
+    Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (worker/lifecycle/watchdog.py).
     """
     return STOP_SIGNALS + ((signal.SIGUSR1,) if under_slurm else ())
 

@@ -38,8 +38,8 @@ for _sig in SERVER_IGNORES:
 die_with_parent()
 
 _CORE = (
-    # first: it finds argv through `environ`, which importing torch may reallocate (worker/title.py)
-    "distrain.worker.title",
+    # first: it finds argv through `environ`, which importing torch may reallocate (start/title.py)
+    "distrain.worker.start.title",
     "torch",
     "torch.nn",
     "torch.optim",

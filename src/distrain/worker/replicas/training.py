@@ -343,7 +343,7 @@ class Replicas:
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""
-        from distrain.worker.failure import failing
+        from distrain.worker.lifecycle.failure import failing
         from distrain.worker.replicas.sync import serve_stragglers, write_final
 
         try:
