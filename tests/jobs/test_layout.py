@@ -196,3 +196,16 @@ def test_no_package_root_holds_more_than_12_modules() -> None:
         if name != "distrain" and n > OVER_THE_BOUND.get(name, 12)
     }
     assert not over, over
+
+
+def test_contract_holds_names_exit_codes_and_the_entrypoint() -> None:
+    """contract.py stays what both sides must spell alike, not a home for shared helpers."""
+    path = PKG / "contract.py"
+    tree = ast.parse(path.read_text())
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    assert defined <= {"signal_exit_code", "ForkJob", "WorkerEntrypoint"}, defined
+    assert len(path.read_text().splitlines()) <= 150
