@@ -1,7 +1,8 @@
 """The ``worker_launcher_channels`` figure of scripts/structure_metrics.py, from the code.
 
 A channel is a file that the worker side and the launcher side both touch, named in one of the
-two modules that both sides share (``distrain/contract.py``, ``distrain/events/stream.py``):
+modules that both sides share (:data:`SHARED_FILES`: ``distrain/contract.py``,
+``distrain/events/stream.py`` and the coordination files of ``distrain/coordination/``):
 
 1. the files: a module-level string constant that looks like a file name (``FILE =
    "events.jsonl"``, ``STOP_MARK = "stopped.txt"``), and a module-level function that joins a
@@ -11,7 +12,7 @@ two modules that both sides share (``distrain/contract.py``, ``distrain/events/s
    the workers' entry points (:data:`WORKER_ROOTS`), outside launch/ and the shared modules;
    the launcher side: every module under launch/;
 3. a file is one channel when a worker-side module and a launcher-side module each name one of
-   its names (an import from contract/events, or ``events.X``).
+   its names (an import from those modules, or ``events.X``).
 
 What it does not see: a file named only by literals in the two sides' own modules (the old
 step-breakdown ``rank-<R>.json`` files were such), and the direction (a coordination file both
@@ -38,10 +39,20 @@ WORKER_ROOTS = (
 #: the modules both sides share: they define the names, and are on neither side
 SHARED = (
     "distrain.contract",
+    "distrain.coordination",
+    "distrain.coordination.stop_claim",
+    "distrain.coordination.replica_marks",
     "distrain.events",
     "distrain.events.stream",
     "distrain.settings",
     "distrain.errors",
+)
+#: the files of SHARED that name files (the coordination files moved out of contract.py)
+SHARED_FILES = (
+    "contract.py",
+    "events/stream.py",
+    "coordination/stop_claim.py",
+    "coordination/replica_marks.py",
 )
 #: a file name: ``x.json``, ``.jsonl``, ``.txt``, ``step.{}`` (a number appended),
 #: ``watchdog-{rank}``
@@ -61,7 +72,7 @@ def shared_files(pkg: Path) -> dict[str, set[str]]:
     """{name in contract.py/events.py: the files it stands for}."""
     direct: dict[str, set[str]] = {}
     uses: dict[str, set[str]] = {}
-    for module in ("contract.py", "events/stream.py"):
+    for module in SHARED_FILES:
         source = pkg / module
         for node in ast.parse(source.read_text()).body if source.exists() else []:
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -95,6 +106,8 @@ def _names_used(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in (
             "contract",
             "events",
+            "stop_claim",
+            "replica_marks",
         ):
             names.update(a.name for a in node.names)
         elif (

@@ -29,7 +29,7 @@ from membership import trial_processes
 if TYPE_CHECKING:
     from helpers.netns_hosts import Hosts
 
-#: a worker's title (worker/title.py); a forked worker's /proc environ is its fork server's
+#: a worker's title (worker/start/title.py); a forked worker's /proc environ is its fork server's
 TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
 
 

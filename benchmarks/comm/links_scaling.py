@@ -6,8 +6,8 @@ Two network namespaces joined by a bridge (tests/helpers/netns_hosts.py) stand f
 each rate the links are limited with ``tc ... tbf`` on both veth ends and one study runs:
 ``distrain bench scaling --nproc 1 --nodes 1,2 --node-exec 'ip netns exec NS{node}' ...``
 (1 node × 1 process against 2 nodes × 1 process, the default workload).  Each study's report
-is in OUT/<rate>/report.md; the combined table (``python -m distrain.tools.bench.nodes combine``) is
-printed at the end.
+is in OUT/<rate>/report.md; the combined table (``python -m distrain.tools.bench.study.nodes
+combine``) is printed at the end.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> int:
     print(f"load after: {loadavg()}")
     print(
         subprocess.run(
-            [PY, "-m", "distrain.tools.bench.nodes", "combine", *dirs],
+            [PY, "-m", "distrain.tools.bench.study.nodes", "combine", *dirs],
             env=env(),
             check=True,
             capture_output=True,

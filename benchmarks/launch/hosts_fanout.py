@@ -15,7 +15,7 @@ namespace as the launching machine.  Each round, in alternating order:
 
 Time 0 is just before the command(s) start.  Three ends are timed: the moment both hosts'
 ``distrain run --node-rank`` processes exist; the moment both ranks exist (a worker is titled
-``distrain rank R/W · …`` when its node's rendezvous is done: worker/title.py), which is the
+``distrain rank R/W · …`` when its node's rendezvous is done: worker/start/title.py), which is the
 fan-out's fair end, since its hosts start their `distrain run` before the launcher's go and hold
 it before the rendezvous (launch/hosts/go.py); and the last rank's first training step
 (examples/train_digits.py's first ``ctx.log``, read from the run directory: first_step.py),
@@ -78,8 +78,8 @@ def _node_launchers(run_dir: Path) -> int:
 
 def _workers(run_dir: Path) -> int:
     """How many ranks of this run exist now (on any host): a worker's title is
-    ``distrain rank R/W · train_digits.py … --out RUN_DIR/out`` (worker/title.py), set when its
-    node's rendezvous is done and it starts."""
+    ``distrain rank R/W · train_digits.py … --out RUN_DIR/out`` (worker/start/title.py), set when
+    its node's rendezvous is done and it starts."""
     mark = str(run_dir)
     found = 0
     for proc in psutil.process_iter(["cmdline"]):

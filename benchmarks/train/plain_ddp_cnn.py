@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 benchmarks/train/plain_ddp_cnn.py \
         --image-size 56 --out DIR
 
-The model and the data are the built-in workload's own (distrain.tools.bench.workload's Net and
-digits split, imported so they are the same); everything else is what a torchrun tutorial
+The model and the data are the built-in workload's own (distrain.tools.bench.study.workload's Net
+and digits split, imported so they are the same); everything else is what a torchrun tutorial
 writes: init_process_group, DistributedDataParallel, DistributedSampler, set_epoch, SGD, an
 evaluation all-reduced after each epoch.  Each rank notes when every optimizer step ends, as the
 workload does, and writes DIR/bench/steps-rank-<R>.json, so the driver times both the same way.
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from distrain.tools.bench.workload import Net, digits
+from distrain.tools.bench.study.workload import Net, digits
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)

@@ -2,11 +2,12 @@
 
     python3 benchmarks/train/scaling_vs_torchrun.py --rounds 3 --epochs 3
 
-The probe of the built-in `cnn` workload (distrain.tools.bench.probe) picks the image size once on
-this machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of the
-built-in workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py under
-`torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both record
-when every optimizer step ends and are timed by the same code (distrain.tools.bench.steps: median
+The probe of the built-in `cnn` workload (distrain.tools.bench.study.probe) picks the image size
+once on this machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of
+the built-in workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py
+under `torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both
+record when every optimizer step ends and are timed by the same code
+(distrain.tools.bench.study.steps: median
 over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed: samples/s per
 round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and of the speedups.
 """
@@ -24,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
 from common import PY, REPO, TORCHRUN, env, loadavg  # noqa: E402
 
-from distrain.tools.bench import probe
-from distrain.tools.bench.steps import read_steps, steady_stats  # noqa: E402
+from distrain.tools.bench.study import probe
+from distrain.tools.bench.study.steps import read_steps, steady_stats  # noqa: E402
 
 PLAIN = Path(__file__).resolve().with_name("plain_ddp_cnn.py")
 

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "distrain.tools.bench.cli",
         "benchmarks: comm (collective bandwidth), scaling (1 vs N processes)",
     ),
-    "top": ("distrain.monitor.top", "live per-rank view of a job from its run directory"),
+    "top": ("distrain.tools.top.cli", "live per-rank view of a job from its run directory"),
     "export": (
         "distrain.tools.export.cli",
         "generate a Dockerfile, compose file, SLURM script or Kubernetes job",

@@ -11,9 +11,12 @@ class DistrainError(RuntimeError):
     """The base of distrain's errors; raised as such, a set-up problem in a worker with a one-line
     explanation (printed without a traceback).
 
-    Its subclasses UsageError, ClusterError and NoJobError keep their own handling: a worker's
-    excepthook and ``init(exit_on_error=True)`` shorten only the other DistrainErrors to a line.
+    A subclass that sets :attr:`one_line` False (UsageError, ClusterError, `distrain top`'s
+    NoJobError) keeps its traceback: a worker's excepthook shortens only the others to a line.
     """
+
+    #: a worker's uncaught error of this class is one ``distrain: error:`` line, no traceback
+    one_line: bool = True
 
     #: True when a restart would fail the same way (a checkpoint refused, bad input): under
     #: `distrain run` the job then stops at once instead of spending its restarts on it
@@ -32,8 +35,9 @@ def recurring(err: E) -> E:
 class Abandoned(DistrainError):
     """A part gave up on work a restart redoes (a save whose writer died); it does not exit itself.
 
-    The worker's lifecycle (:func:`distrain.worker.failure.exit_abandoned`) prints :attr:`line`
-    and ends the process with :attr:`exit_code`; uncaught, it is one ``distrain: error:`` line.
+    The worker's lifecycle (:func:`distrain.worker.lifecycle.failure.exit_abandoned`) prints
+    :attr:`line` and ends the process with :attr:`exit_code`; uncaught, it is one
+    ``distrain: error:`` line.
     """
 
     def __init__(self, message: str, exit_code: int, line: str | None = None) -> None:
@@ -47,6 +51,7 @@ class UsageError(DistrainError):
     """Bad input from the user; the CLI prints `distrain <cmd>: error: <message>` and exits 2."""
 
     recurs = True
+    one_line = False
 
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)

@@ -1,4 +1,4 @@
-"""Small network helpers: free ports and this host's reachable address."""
+"""Small network helpers: free ports, this host's reachable address, `host:port` endpoints."""
 
 from __future__ import annotations
 
@@ -171,3 +171,11 @@ def host_address() -> str:
         if not is_loopback(a)
     ]
     return others[0] if others else resolved
+
+
+def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``, or a bare host: torch's default port) → (host, port)."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit() or (host.startswith("[") != host.endswith("]")):
+        return endpoint.strip("[]"), default_port
+    return host.strip("[]"), int(port)

@@ -20,7 +20,7 @@ import logging
 import re
 import warnings
 
-from distrain.contract import debug_logging
+from distrain.settings import debug_logging
 
 #: Python warnings distrain's own use of torch and TorchFT causes: (message start, category, why)
 KNOWN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (

@@ -1,5 +1,9 @@
 """What a worker takes from its environment, read and checked once: :class:`Settings`.
 
+Beside it, the few environment readings both sides share: seconds given on a command line or in a
+variable (:func:`parse_seconds`), the log level, a restart's count, the boot folder on a fresh
+interpreter's PYTHONPATH (:func:`boot_first`).
+
 ``distrain.init()`` builds one from its arguments and the ``DISTRAIN_*`` variables and hands it
 to the device choice, the thread split, the store, the monitor and the watchdog
 (``ctx.settings``), so no part of a worker reads these variables on its own.  Precedence: an
@@ -11,12 +15,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from distrain import contract
-from distrain.errors import DistrainError
+from distrain.errors import DistrainError, UsageError
 
 #: the collective timeout once training runs (``DISTRAIN_TRAIN_TIMEOUT``)
 DEFAULT_TRAIN_TIMEOUT_S = 300.0
@@ -268,3 +272,42 @@ def _switch(name: str, raw: str | None, default: bool | None) -> bool | None:
     if word in _ON or word in _OFF:
         return word in _ON
     raise DistrainError(f"{name}={raw!r}: expected 1 or 0 (on or off)")
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """A positive number of seconds; bad input raises UsageError with `what` in the message."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{what} expects seconds (got {text!r})") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds (got {text!r})")
+    return value
+
+
+def debug_logging() -> bool:
+    """Whether ``DISTRAIN_LOG_LEVEL=debug`` asks for every line, unfiltered (distrain/noise.py)."""
+    return os.environ.get(contract.LOG_LEVEL, "").strip().lower() == "debug"
+
+
+def restarted_by_distrain_run() -> bool:
+    """A worker of a restarted attempt under `distrain run`, whose console said so already."""
+    restarts = os.environ.get(contract.RESTART_COUNT, "0") not in ("", "0")  # this node's count
+    return restarts and os.environ.get(contract.LAUNCHER) == "distrain-run"
+
+
+def rehearse_boot_dir() -> str:
+    """The folder whose sitecustomize.py installs the --cpu rehearsal in every fresh interpreter.
+
+    The launcher prepends it to PYTHONPATH; found beside this file, without importing the
+    worker side (worker/rehearse/).
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker", "rehearse", "boot")
+
+
+def boot_first(env: MutableMapping[str, str]) -> None:
+    """Put the boot folder (:func:`rehearse_boot_dir`) first on `env`'s PYTHONPATH, once."""
+    boot = rehearse_boot_dir()
+    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    if boot not in path.split(os.pathsep):
+        env["PYTHONPATH"] = boot + (os.pathsep + path if path else "")

@@ -125,7 +125,7 @@ def _patch_ft_configure(process_group: Any) -> None:
 
 
 PATCHES: dict[str, Callable[[Any], None]] = {
-    "distrain.tools.doctor.ranks": _patch_doctor,
+    "distrain.tools.doctor.all_ranks.ranks": _patch_doctor,
     "distrain.tools.bench.comm": _patch_bench_comm,
     "torchft.process_group": _patch_ft_configure,
 }

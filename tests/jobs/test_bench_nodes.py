@@ -58,7 +58,7 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     # a static --nnodes 2 job only finishes when both namespaces' launchers joined it
     command = _two_node_command(results)
     assert command[2:6] == [
-        "distrain.tools.bench.nodes",
+        "distrain.tools.bench.study.nodes",
         "launch",
         "--nnodes",
         "2",
@@ -69,7 +69,9 @@ def test_one_node_against_two_over_a_slow_link(tmp_path: Path) -> None:
     )
     # one table from several studies: 1 node against 2 nodes
     table = run(
-        [python(), "-m", "distrain.tools.bench.nodes", "combine", str(out)], timeout=60, check=True
+        [python(), "-m", "distrain.tools.bench.study.nodes", "combine", str(out)],
+        timeout=60,
+        check=True,
     ).stdout
     row = next(ln for ln in table.splitlines() if "2nodes-n1-bn" in ln)
     assert row.startswith("| 100 Mbit/s | 2nodes-n1-bn | 2 | 2 |") and "x |" in row, table

@@ -10,7 +10,7 @@ import pytest
 from helpers import SCRIPTS, python, run
 from PIL import Image
 
-from distrain.contract import usable_cores
+from distrain.process.cores import usable_cores
 
 BENCH = [python(), "-m", "distrain.cli", "bench", "scaling"]
 STEPS = str(SCRIPTS / "bench_steps.py")  # a training loop the size of a test

@@ -178,14 +178,14 @@ def no_real_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import distrain.launch.cli
     import distrain.launch.fast_start.forkserver
     import distrain.launch.relaunch
-    import distrain.tools.bench.scaling
+    import distrain.tools.bench.study.scaling
     import distrain.tools.doctor.cli
 
     monkeypatch.setattr(distrain.launch.fast_start.forkserver, "early_start", lambda argv: False)
     monkeypatch.setattr(distrain.launch.cli, "_launch", _start)
     monkeypatch.setattr(distrain.launch.relaunch, "relaunch", _start)
     monkeypatch.setattr(distrain.tools.doctor.cli, "run_checks", _start)
-    monkeypatch.setattr(distrain.tools.bench.scaling, "plan_runs", _start)
+    monkeypatch.setattr(distrain.tools.bench.study.scaling, "plan_runs", _start)
     monkeypatch.chdir(tmp_path)  # export --out, bench --out: relative paths land here
 
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import python, run
 from helpers.faults import fault_env
 
-from distrain.tools.doctor.compat import check_arch, check_driver
+from distrain.tools.doctor.machine.compat import check_arch, check_driver
 
 DOCTOR = [python(), "-m", "distrain.cli", "doctor"]
 SCHEMA_KEYS = {

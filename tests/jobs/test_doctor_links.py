@@ -91,7 +91,7 @@ def test_slow_link_is_named_and_fast_one_is_not(tmp_path: Path) -> None:
 
 
 def test_verdict_threshold_and_suggested_hook() -> None:
-    from distrain.tools.doctor.links import verdict
+    from distrain.tools.doctor.all_ranks.links import verdict
 
     nodes = {
         i: {

@@ -128,9 +128,9 @@ WORKER_LAYERS = ("distrain.worker", "distrain.parallel", "distrain.data", "distr
         ("distrain.launch", (*WORKER_LAYERS, "distrain.cluster", "distrain.monitor")),
         *((layer, ("distrain.launch", "distrain.tools")) for layer in WORKER_LAYERS),
         ("distrain.cluster", ("distrain.launch", *WORKER_LAYERS)),
-        (
-            "distrain.contract",
-            ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"),
+        *(
+            (shared, ("distrain.launch", *WORKER_LAYERS, "distrain.cluster", "distrain.monitor"))
+            for shared in ("distrain.contract", "distrain.coordination", "distrain.events")
         ),
         ("distrain.parallel", ("distrain.checkpoint", "distrain.worker")),
         ("distrain.data", ("distrain.parallel", "distrain.checkpoint", "distrain.worker")),
@@ -154,6 +154,8 @@ def test_launcher_and_worker_sides_stay_apart(side: str, forbidden: tuple[str, .
 def test_contract_and_launcher_import_no_torch() -> None:
     code = (
         "import sys, distrain.contract, distrain.launch.plan, distrain.launch.cli, distrain.cli\n"
+        "import distrain.coordination.stop_claim, distrain.coordination.replica_marks\n"
+        "import distrain.events.breakdown, distrain.process.cores, distrain.process.lineage\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if "
         "m.startswith('torch'))[:5]\n"
     )
@@ -175,3 +177,35 @@ def test_no_python_file_over_400_lines() -> None:
 def test_top_level_stays_small() -> None:
     top = sorted(p.name for p in PKG.glob("*.py"))
     assert len(top) <= 8, top
+
+
+#: package roots allowed over the bound while they are split: launch/ (its own restructuring, issue
+#: 42 item 1) and checkpoint/ (its Checkpointer is being reshaped under issue 42 item 2)
+OVER_THE_BOUND = {"distrain.launch": 21, "distrain.checkpoint": 14}
+
+
+def test_no_package_root_holds_more_than_12_modules() -> None:
+    """A folder of more than 12 modules is split into subpackages by meaning."""
+    counts = {
+        _module_name(folder / "__init__.py"): len(list(folder.glob("*.py")))
+        for folder in [PKG, *(p.parent for p in PKG.rglob("*/__init__.py"))]
+    }
+    over = {
+        name: n
+        for name, n in counts.items()
+        if name != "distrain" and n > OVER_THE_BOUND.get(name, 12)
+    }
+    assert not over, over
+
+
+def test_contract_holds_names_exit_codes_and_the_entrypoint() -> None:
+    """contract.py stays what both sides must spell alike, not a home for shared helpers."""
+    path = PKG / "contract.py"
+    tree = ast.parse(path.read_text())
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    assert defined <= {"signal_exit_code", "ForkJob", "WorkerEntrypoint"}, defined
+    assert len(path.read_text().splitlines()) <= 150

@@ -18,8 +18,8 @@ from helpers import EXAMPLES, REPO, kill_group, python, run
 from distrain.launch.plan import plan
 from distrain.monitor import Monitor, open_monitor, rank_file
 from distrain.monitor.probes import GPUProbe
-from distrain.monitor.status import Thresholds, job_status
-from distrain.monitor.top import main as top_main
+from distrain.tools.top.cli import main as top_main
+from distrain.tools.top.status import Thresholds, job_status
 
 CLI = [python(), "-m", "distrain.cli"]
 
@@ -344,3 +344,37 @@ def test_logged_steps_go_on_from_the_resumed_step(tmp_path: Path) -> None:
     records = [json.loads(line) for line in rank_file(run_dir, 0).read_text().splitlines()]
     ends = [r["step"] for r in records if r["event"] == "end"]
     assert ends == [3, 5]  # not 2: TensorBoard's x-axis and `distrain top` go on from 3
+
+
+MODULES_AT_FIRST_STEP = """
+import sys, torch, distrain
+from torch.utils.data import TensorDataset
+ctx = distrain.init()
+model = ctx.prepare_model(torch.nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in ctx.prepare_loader(TensorDataset(torch.ones(8, 4)), batch_size=2):
+    model(x).sum().backward()
+    ctx.step(opt)
+    break
+held = sorted(m for m in sys.modules if m.startswith("distrain."))
+print("MODULES", ctx.rank, " ".join(held), flush=True)
+"""
+
+
+@pytest.mark.parametrize("start", ["fast", "spawn"])
+def test_workers_hold_the_recorder_not_the_top_command(tmp_path: Path, start: str) -> None:
+    """A worker at its first step (fast start or fresh interpreter) holds monitor/'s recorder and
+    the failure hook, and none of `distrain top` (tools/top/): workers record, top reads."""
+    script = tmp_path / "first_step.py"
+    script.write_text(MODULES_AT_FIRST_STEP)
+    res = run([*CLI, "run", "-n", "2", "--start-method", start, "--run-dir", str(tmp_path / "r"),
+               str(script)], timeout=180, check=True)  # fmt: skip
+    held = {
+        line.split()[1]: set(line.split()[2:])
+        for line in res.stdout.splitlines()
+        if line.startswith("MODULES ")
+    }
+    assert set(held) == {"0", "1"}, res.stdout[-2000:]
+    for modules in held.values():
+        assert {"distrain.monitor.recorder", "distrain.worker.lifecycle.failure"} <= modules
+        assert not {m for m in modules if m.startswith("distrain.tools")}, sorted(modules)

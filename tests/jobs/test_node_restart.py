@@ -5,7 +5,7 @@ groups, one rendezvous): enough to reproduce what a cluster shows.  Under c10d t
 node's agent counts a restart (TORCHELASTIC_RESTART_COUNT=1) while the others only see a
 membership change (=0); the other ranks linger at the fault's step (``--linger``), so their own
 agents do not see a failure first.  Before the attempt was agreed through the store
-(worker/attempt.py), the two counts gave two store prefixes and every rank waited for its
+(worker/start/attempt.py), the two counts gave two store prefixes and every rank waited for its
 peers until the init timeout.  Each job ends equal to its uninterrupted run: bit for bit with
 2 ranks; with 3, to float32 rounding (1e-6), as a 3-rank resume on one node does too: a sum of
 three gradients is rounded in an order DDP's bucket layout decides, and a resumed process starts

@@ -4,8 +4,8 @@ The job resumes from a checkpoint saved on a dataset of another length: the load
 (``saved with a dataset of 96 samples, this one has 120``) on every rank and would on every
 attempt.  Before,
 torch's agent restarted the job until ``--max-restarts`` ran out (each attempt refused again);
-now the refusing ranks close the c10d rendezvous (worker/stop_job.py), no node restarts, and each
-launcher's last line names the refusal.
+now the refusing ranks close the c10d rendezvous (worker/lifecycle/stop_job.py), no node restarts,
+and each launcher's last line names the refusal.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_hanging_rank_on_other_node_is_named(hosts2: Hosts, tmp_path: Path) -> N
 
 
 def test_diagnose_names_the_rank_outside_torch() -> None:
-    from distrain.worker.watchdog import diagnose
+    from distrain.worker.lifecycle.watchdog import diagnose
 
     beats = {
         0: {"step": 3, "in_torch": True},

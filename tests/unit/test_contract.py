@@ -1,4 +1,5 @@
-"""distrain.contract and distrain.errors: launcher↔worker names, exit codes, parsers, CLI errors."""
+"""distrain.contract and distrain.errors: launcher↔worker names, exit codes, the entrypoint, CLI
+errors."""
 
 from __future__ import annotations
 
@@ -11,72 +12,15 @@ import pytest
 
 from distrain import contract
 from distrain.cluster import ClusterError
-from distrain.contract import (
-    ForkJob,
-    WorkerEntrypoint,
-    parse_seconds,
-    rehearse_boot_dir,
-    signal_exit_code,
-    threads_per_process,
-    usable_cores,
-)
+from distrain.contract import ForkJob, WorkerEntrypoint, signal_exit_code
 from distrain.errors import DistrainError, UsageError, fail, raise_usage_errors
-from distrain.monitor.status import NoJobError
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"), [("5", 5.0), ("0.25", 0.25), ("1e3", 1000.0), (" 7 ", 7.0)]
-)
-def test_parse_seconds_accepts_positive_numbers(text: str, expected: float) -> None:
-    assert parse_seconds(text, "--watchdog") == expected
-
-
-@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "-inf"])
-def test_parse_seconds_refuses_non_positive_or_non_finite(text: str) -> None:
-    with pytest.raises(UsageError, match=r"--watchdog must be a positive number of seconds"):
-        parse_seconds(text, "--watchdog")
-
-
-def test_parse_seconds_names_the_option_for_non_numbers() -> None:
-    with pytest.raises(UsageError, match=r"--watchdog expects seconds \(got 'ten'\)") as info:
-        parse_seconds("ten", "--watchdog")
-    assert info.value.exit_code == contract.USAGE_EXIT_CODE
+from distrain.tools.top.status import NoJobError
 
 
 def test_signal_exit_code_is_128_plus_the_signal_number() -> None:
     assert signal_exit_code(signal.SIGTERM) == 143
     assert signal_exit_code(signal.SIGKILL) == 137
     assert contract.WATCHDOG_EXIT_CODE == 124  # as timeout(1)
-
-
-def test_usable_cores_is_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
-    assert usable_cores() == 3
-
-
-def test_usable_cores_falls_back_to_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_affinity(pid: int) -> set[int]:
-        raise OSError("not supported")
-
-    monkeypatch.setattr(os, "sched_getaffinity", no_affinity, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 6)
-    assert usable_cores() == 6
-
-
-@pytest.mark.parametrize(
-    ("cores", "local", "expected"), [(16, 4, 4), (16, 3, 5), (2, 8, 1), (8, 0, 8)]
-)
-def test_threads_per_process_splits_cores_evenly(
-    monkeypatch: pytest.MonkeyPatch, cores: int, local: int, expected: int
-) -> None:
-    monkeypatch.setattr(contract, "usable_cores", lambda: cores)
-    assert threads_per_process(local) == expected
-
-
-def test_rehearse_boot_dir_holds_the_sitecustomize_the_launcher_prepends() -> None:
-    folder = rehearse_boot_dir()
-    assert os.path.isabs(folder)
-    assert os.path.isfile(os.path.join(folder, "sitecustomize.py"))
 
 
 def test_variable_names_are_the_documented_ones() -> None:

@@ -89,10 +89,11 @@ def tool_commands(page: Path) -> list[tuple[int, list[str]]]:
 
 def _tool_parser(argv: list[str]) -> tuple[object, list[str]]:
     """The argparse parser of the tool `argv` names, and the arguments it parses (before `--`)."""
-    from distrain.monitor import top
-    from distrain.tools.bench import comm, scaling
+    from distrain.tools.bench import comm
+    from distrain.tools.bench.study import scaling
     from distrain.tools.doctor import cli as doctor
     from distrain.tools.export import cli as export
+    from distrain.tools.top import cli as top
 
     tools = {"doctor": doctor._parser, "top": top._parser, "export": export._parser,
              "bench comm": comm._parser, "bench scaling": scaling._parser}  # fmt: skip

@@ -1,11 +1,21 @@
-"""settings.py: a worker's DISTRAIN_* settings: argument > environment > default; errors."""
+"""settings.py: a worker's DISTRAIN_* settings: argument > environment > default; errors; seconds
+and the boot folder both sides read."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from distrain.errors import DistrainError
-from distrain.settings import DEFAULT_METRICS_INTERVAL_S, DEFAULT_TRAIN_TIMEOUT_S, Settings
+from distrain.contract import USAGE_EXIT_CODE
+from distrain.errors import DistrainError, UsageError
+from distrain.settings import (
+    DEFAULT_METRICS_INTERVAL_S,
+    DEFAULT_TRAIN_TIMEOUT_S,
+    Settings,
+    parse_seconds,
+    rehearse_boot_dir,
+)
 
 
 def test_defaults_with_an_empty_environment() -> None:
@@ -138,3 +148,28 @@ def test_rejoin_timeout_default_environment_and_bad_value() -> None:
         DistrainError, match=r"DISTRAIN_REJOIN_TIMEOUT='-1': expected a positive number of seconds"
     ):
         Settings.read({"DISTRAIN_REJOIN_TIMEOUT": "-1"})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("5", 5.0), ("0.25", 0.25), ("1e3", 1000.0), (" 7 ", 7.0)]
+)
+def test_parse_seconds_accepts_positive_numbers(text: str, expected: float) -> None:
+    assert parse_seconds(text, "--watchdog") == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "-inf"])
+def test_parse_seconds_refuses_non_positive_or_non_finite(text: str) -> None:
+    with pytest.raises(UsageError, match=r"--watchdog must be a positive number of seconds"):
+        parse_seconds(text, "--watchdog")
+
+
+def test_parse_seconds_names_the_option_for_non_numbers() -> None:
+    with pytest.raises(UsageError, match=r"--watchdog expects seconds \(got 'ten'\)") as info:
+        parse_seconds("ten", "--watchdog")
+    assert info.value.exit_code == USAGE_EXIT_CODE
+
+
+def test_rehearse_boot_dir_holds_the_sitecustomize_the_launcher_prepends() -> None:
+    folder = rehearse_boot_dir()
+    assert os.path.isabs(folder)
+    assert os.path.isfile(os.path.join(folder, "sitecustomize.py"))

@@ -51,7 +51,7 @@ class CheckpointError(DistrainError):
 
 class SaveAbandoned(CheckpointError, Abandoned):
     """A save the writer gave up on (a writer died, or a stop signal with no reports): the
-    worker's lifecycle decides the exit (worker/failure.py), with :attr:`exit_code`."""
+    worker's lifecycle decides the exit (worker/lifecycle/failure.py), with :attr:`exit_code`."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         Abandoned.__init__(self, message, exit_code, f"distrain: checkpoint: {message}")

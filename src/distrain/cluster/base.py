@@ -13,6 +13,7 @@ class ClusterError(DistrainError):
     """A launcher environment is incomplete or inconsistent; the message says what to set."""
 
     recurs = True
+    one_line = False
 
 
 def env_int(name: str, default: int | None = None) -> int:

@@ -7,7 +7,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from distrain.contract import usable_cores
 from distrain.data.global_batch import split
 from distrain.data.sampler import (
     DistributedLoader,
@@ -15,6 +14,7 @@ from distrain.data.sampler import (
     ShardedEvalSampler,
     dataset_length,
 )
+from distrain.process.cores import usable_cores
 
 
 def loader_defaults(

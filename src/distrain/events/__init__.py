@@ -6,6 +6,24 @@ Imports no torch: both sides use it.
 
 from __future__ import annotations
 
-from distrain.events.stream import FILE, KINDS, emit, identity, job_events, read_events, stream
+from distrain.events.stream import (
+    FILE,
+    KINDS,
+    REPLICA_EVENTS_FILE,
+    emit,
+    identity,
+    job_events,
+    read_events,
+    stream,
+)
 
-__all__ = ["FILE", "KINDS", "emit", "identity", "job_events", "read_events", "stream"]
+__all__ = [
+    "FILE",
+    "KINDS",
+    "REPLICA_EVENTS_FILE",
+    "emit",
+    "identity",
+    "job_events",
+    "read_events",
+    "stream",
+]

@@ -28,12 +28,14 @@ from distrain.settings import for_report
 
 #: the stream's file name in the job's folder
 FILE = "events.jsonl"
+#: `distrain run --replicas --run-dir DIR`: the launcher's replica events, for `distrain top DIR`
+REPLICA_EVENTS_FILE = "replicas.jsonl"
 
 #: every kind of event and what it carries besides the writer's identity
 KINDS = {
     # a rank's step breakdown at its exit (monitor/breakdown.py): ``summary``
     "breakdown": "summary",
-    # a rank raised: ``message`` (worker/failure.py), the verdict when its exit was not seen
+    # a rank raised: ``message`` (lifecycle/failure.py), the verdict when its exit was not seen
     "failure": "message",
     # a rank's watchdog started (worker/init.py): the --watchdog notice stays quiet
     "watchdog": "",
@@ -41,7 +43,7 @@ KINDS = {
     "checkpoint": "step, path",
     # a --cpu rehearsal process at exit: ``counts`` of the GPU calls it mapped
     "rehearsal": "counts",
-    # a rank of a static job stopped its node's launcher for good (worker/stop_job.py): ``reason``
+    # a rank of a static job stopped its node's launcher for good (worker/lifecycle/): ``reason``
     "stop": "reason",
     # the fast start's fallback to fresh interpreters, by the first worker needing it: ``reason``
     "fallback": "reason",

@@ -78,7 +78,7 @@ def plan_store(r: Rendezvous) -> tuple[Rendezvous, StoreSpec | None]:
     - ``--master-port P`` (static rendezvous): the store on ``--master-addr``:P;
     - ``--rdzv-backend c10d --rdzv-endpoint HOST:P`` with a loopback HOST: the store there.
     The workers are told MASTER_ADDR=127.0.0.1 (``--local-addr``), so rank 0's own store, bound
-    by the worker (worker/store.py), listens on loopback too.  No store for multi-node jobs
+    by the worker (worker/start/store.py), listens on loopback too.  No store for multi-node jobs
     and other rendezvous backends (their stores are where the user pointed them).
     """
     if r.max_nodes > 1:

@@ -219,7 +219,7 @@ def _launch(
     rendezvous.pass_endpoint(rdzv)
     os.environ[LAUNCHER_PID] = str(
         os.getpid()
-    )  # a static job's rank may stop this node (worker/stop_job.py)
+    )  # a static job's rank may stop this node (worker/lifecycle/stop_job.py)
     # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
     hold = store_hold.start(rdzv)  # a multi-node c10d job's store host: the others close through it

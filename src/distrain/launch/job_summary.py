@@ -16,8 +16,8 @@ reports a ``breakdown`` event at shutdown.  After the job the launcher prints, o
 
 Under ``--replicas`` each group's launcher prints its own lines, labelled ``group G``.
 
-A rank that raised also reports a ``failure`` event (worker/failure.py): :func:`cause` reads it
-for the failed job's last line when the agent stopped that rank before it had exited.
+A rank that raised also reports a ``failure`` event (worker/lifecycle/failure.py): :func:`cause`
+reads it for the failed job's last line when the agent stopped that rank before it had exited.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import sys
 import tempfile
 from typing import Any
 
-from distrain.contract import JOB_DIR, PHASES, REPLICA_GROUP, breakdown_fractions
+from distrain.contract import JOB_DIR, REPLICA_GROUP
 from distrain.events import job_events
+from distrain.events.breakdown import PHASES, breakdown_fractions
 
 #: a rank is a straggler when its median compute per step (:func:`compute_s`) is this much above
 #: the median of the other ranks'.  Why 0.5: in balanced 2-rank jobs on this 2-core machine,
@@ -84,7 +85,8 @@ def cause(folder: str | None) -> str | None:
     """``rank R (pid P) failed: <cause>`` from the first rank that reported its cause, or None.
 
     A rank that raised reports a ``failure`` event when it writes its error file
-    (worker/failure.py): the launcher's verdict when the agent stopped that rank before it exited.
+    (worker/lifecycle/failure.py): the launcher's verdict when the agent stopped that rank before
+    it exited.
     """
     found = []
     for event in job_events(folder, "failure"):

@@ -22,8 +22,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from distrain.contract import usable_cores
 from distrain.errors import UsageError
+from distrain.process.cores import usable_cores
 
 LAUNCHERS = ("torchrun", "mpirun", "horovodrun")
 

@@ -17,14 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from distrain.contract import (
-    LAUNCHER,
-    NO_SHARED_STORE,
-    RUN_DIR,
-    WATCHDOG,
-    parse_seconds,
-    usable_cores,
-)
+from distrain.contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG
 from distrain.errors import UsageError
 from distrain.launch import rendezvous, usage
 from distrain.launch.agent_store import StoreSpec, plan_store
@@ -39,6 +32,8 @@ from distrain.launch.validate import (
     check_script,
     nproc_number,
 )
+from distrain.process.cores import usable_cores
+from distrain.settings import parse_seconds
 
 
 class FrozenArgs(argparse.Namespace):

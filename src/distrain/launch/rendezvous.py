@@ -27,9 +27,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from distrain.contract import RDZV_ENDPOINT, split_endpoint, stop_key
+from distrain.contract import RDZV_ENDPOINT
+from distrain.coordination.stop_claim import stop_key
 from distrain.launch.validate import node_range
-from distrain.net import listening_here
+from distrain.net import listening_here, split_endpoint
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30
 NODE_LOSS_DEFAULTS = {
@@ -108,7 +109,7 @@ def torch_defaults(r: Rendezvous) -> Rendezvous:
 
 def pass_endpoint(r: Rendezvous) -> None:
     """Tell the workers the c10d endpoint: a rank whose error would recur closes the rendezvous
-    there (worker/stop_job.py), so no node restarts the job."""
+    there (worker/lifecycle/stop_job.py), so no node restarts the job."""
     if r.backend == "c10d" and r.endpoint:
         os.environ[RDZV_ENDPOINT] = r.endpoint
 

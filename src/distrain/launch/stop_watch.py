@@ -3,8 +3,8 @@
 A static rendezvous gives the launchers no membership signal: when a rank freezes for good
 (SIGSTOP, never resumed), its own node's agent sees it running and waits, whatever the other
 nodes do (chaos campaign, benchmarks/chaos/RESULTS.md).  A rank that stops the job (the
-watchdog's verdict on a frozen node, the rejoin bound: worker/stop_job.py) leaves why in the
-agents' store, the TCPStore torch's static rendezvous serves from node 0's `distrain run` at
+watchdog's verdict on a frozen node, the rejoin bound: worker/lifecycle/stop_job.py) leaves why in
+the agents' store, the TCPStore torch's static rendezvous serves from node 0's `distrain run` at
 ``--master-addr``:``--master-port``; a rank 0 frozen with its own store leaves that one alive.
 Each node's `distrain run` looks there once a second (a thread here) and, on reading the
 reason, stops its own node as the rank's SIGTERM would (torch's agent restarts nothing) and
@@ -26,9 +26,10 @@ import threading
 import time
 from typing import Any
 
-from distrain.contract import JOB_STOPPED_KEY, STATIC_STORE, claim_stop, split_endpoint
+from distrain.contract import STATIC_STORE
+from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
 from distrain.launch.rendezvous import Rendezvous
-from distrain.net import reachable
+from distrain.net import reachable, split_endpoint
 
 #: seconds between two looks at the store
 POLL_S = 1.0

@@ -20,9 +20,8 @@ import threading
 import time
 from typing import Any
 
-from distrain.contract import split_endpoint
 from distrain.launch.rendezvous import Rendezvous
-from distrain.net import listening_here
+from distrain.net import listening_here, split_endpoint
 
 #: seconds between two looks for the agent's server, until this process has one
 POLL_S = 0.5

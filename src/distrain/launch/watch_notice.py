@@ -1,7 +1,7 @@
 """``distrain run --watchdog`` on a script that never starts the watchdog: say so, in one line.
 
 The watchdog runs inside the workers: ``distrain.init()`` starts it and ``ctx.step``/the optimizer
-steps feed it (worker/watchdog.py).  A plain torch.distributed script has no such progress signal
+steps feed it (worker/lifecycle/).  A plain torch.distributed script has no such progress signal
 the launcher could watch instead (its output and CPU use say nothing about steps), so the launcher
 only makes the silence visible: every rank whose watchdog started reports a ``watchdog`` event in
 the job's stream (distrain/events/), and when no rank of this node has reported one after the

@@ -21,7 +21,7 @@ waits for the GPU.  Data and checkpoint are host times.  The first step (warm-up
 
 The API other parts use: :meth:`StepBreakdown.snapshot` (cumulative seconds per phase and the
 step count, read by the metrics writer), :meth:`StepBreakdown.summary` (what the launcher's
-end-of-job lines are made of) and :func:`~distrain.contract.breakdown_fractions`.
+end-of-job lines are made of) and :func:`~distrain.events.breakdown.breakdown_fractions`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from distrain.contract import PHASES, breakdown_fractions
 from distrain.events import emit
+from distrain.events.breakdown import PHASES, breakdown_fractions
 
 #: per-step compute times kept for the median the straggler rule compares
 KEPT_STEPS = 4096

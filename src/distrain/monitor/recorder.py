@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from distrain.contract import breakdown_fractions
+from distrain.events.breakdown import breakdown_fractions
 from distrain.log import get_logger
 from distrain.monitor.probes import GPUProbe, ProcessProbe
 from distrain.settings import DEFAULT_METRICS_INTERVAL_S

@@ -2,9 +2,9 @@
 
 A scheduler (SLURM, Kubernetes, torchrun's agent on shutdown) sends SIGTERM and kills for good a
 grace period later; SLURM sends SIGUSR1 before a time limit when asked (``sbatch --signal``).  Under
-SLURM, rank 0 then requeues the job (:mod:`distrain.process.requeue`).  :class:`StopRequest` turns
-the signal into a flag that the training loop polls at step boundaries (the checkpointer all-reduces
-it so every rank stops at the *same* step).
+SLURM, rank 0 then requeues the job (:mod:`distrain.cluster.slurm_requeue`).  :class:`StopRequest`
+turns the signal into a flag that the training loop polls at step boundaries (the checkpointer
+all-reduces it so every rank stops at the *same* step).
 
 Python runs signal handlers only in the main thread, between bytecodes: a main thread stuck in a
 collective whose peer is gone would never see the flag.  So a watchdog thread, woken through
@@ -44,7 +44,7 @@ def stop_signal_received() -> bool:
 def stop_signals(under_slurm: bool) -> tuple[signal.Signals, ...]:
     """STOP_SIGNALS, plus SIGUSR1 inside a SLURM job (its time-limit warning, as in Lightning).
 
-    Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (worker/watchdog.py).
+    Elsewhere SIGUSR1 keeps its other use: the watchdog's stack dump (worker/lifecycle/watchdog.py).
     """
     return STOP_SIGNALS + ((signal.SIGUSR1,) if under_slurm else ())
 
@@ -216,7 +216,7 @@ class Preemption:
             )
         code = self.request.exit_code
         if self.is_main and self.request.signum is not None:
-            from distrain.process.requeue import requeue_after_stop
+            from distrain.cluster.slurm_requeue import requeue_after_stop
 
             line = requeue_after_stop(self.request.signum, self.slurm_job_id)
             if line:

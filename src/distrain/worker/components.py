@@ -19,9 +19,9 @@ from distrain.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
 from distrain.checkpoint.handles import NodePlace
 from distrain.process.info import ProcessInfo
 from distrain.settings import Settings
-from distrain.worker.failure import exit_abandoned, failing
+from distrain.worker.lifecycle.failure import exit_abandoned, failing
 from distrain.worker.services import Services
-from distrain.worker.store import shared_store
+from distrain.worker.start.store import shared_store
 
 #: the prefix of the checkpoint writers' keys in the default group's store
 CHECKPOINT_STORE_PREFIX = "distrain/ckpt"
@@ -42,7 +42,7 @@ def checkpointer(
 ) -> Checkpointer | NoDisk:
     """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job.
 
-    The exit after a save abandoned by the writer is the lifecycle's (worker/failure.py).
+    The exit after a save abandoned by the writer is the lifecycle's (worker/lifecycle/failure.py).
     """
     handles = JobHandles(
         process=process,

@@ -23,7 +23,7 @@ from distrain.data.sampler import DistributedLoader
 from distrain.process.info import ProcessInfo
 from distrain.process.reductions import Reductions
 from distrain.settings import Settings
-from distrain.worker import watchdog
+from distrain.worker.lifecycle import watchdog
 from distrain.worker.services import Services
 from distrain.worker.steps import StepCounter
 

@@ -1,7 +1,7 @@
 """`distrain.init()`: find the launcher, pick the device and threads, form the process group.
 
 The order is the data flow of a worker's start: who launched me (:mod:`distrain.cluster`) →
-device → threads → store and process group (:mod:`distrain.worker.store`) → the
+device → threads → store and process group (:mod:`distrain.worker.start.store`) → the
 :class:`~distrain.worker.context.Context` with failure reporting, metrics and watchdog attached.
 """
 
@@ -18,20 +18,20 @@ import torch.distributed as dist
 
 from distrain import noise
 from distrain.cluster import ClusterEnvironment, ClusterError, detect_environment
-from distrain.contract import restarted_by_distrain_run
 from distrain.errors import DistrainError, UsageError
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
 from distrain.monitor.progress import wanted as progress_wanted
-from distrain.settings import Settings
-from distrain.worker import atomic_save, failure, watchdog
+from distrain.settings import Settings, restarted_by_distrain_run
+from distrain.worker import atomic_save
 from distrain.worker.context import Context, _remember, current
-from distrain.worker.stacks import dump_stacks_on_signal
-from distrain.worker.store import restart_safe_store
-from distrain.worker.threads import choose_threads
-from distrain.worker.title import set_worker_title
+from distrain.worker.lifecycle import failure, watchdog
+from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
+from distrain.worker.start.store import restart_safe_store
+from distrain.worker.start.threads import choose_threads
+from distrain.worker.start.title import set_worker_title
 
 _log = get_logger("runtime")
 
@@ -105,7 +105,7 @@ def init(
     - ``run_dir``: where :meth:`Context.log` writes metrics and TensorBoard events
       (default: ``DISTRAIN_RUN_DIR``, set by ``distrain run --run-dir/--log-dir``).
     - ``watchdog_seconds``: abort with every rank's stack when no step completes this long
-      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.worker.watchdog`.
+      (default: ``DISTRAIN_WATCHDOG``, else off); see :mod:`distrain.worker.lifecycle.watchdog`.
     Calling it again returns the same Context.
     """
     try:
@@ -140,13 +140,13 @@ def init(
         )
         torch.set_num_threads(n_threads)
         chosen_backend: str | None = None
-        attempt = 0  # which attempt of the job, agreed by every rank (worker/attempt.py)
+        attempt = 0  # which attempt of the job, agreed by every rank (worker/start/attempt.py)
         # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
         # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
         if env.forms_process_group():
             chosen_backend = backend or _default_backend(dev)
             if chosen_backend == "nccl":
-                from distrain.worker import nccl_debug
+                from distrain.worker.start import nccl_debug
 
                 nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
             _import_before_the_group()

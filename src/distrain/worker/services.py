@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from distrain.data.sampler import DistributedLoader
     from distrain.monitor import Monitor
     from distrain.monitor.breakdown import StepBreakdown
-    from distrain.worker.watchdog import Watchdog
+    from distrain.worker.lifecycle.watchdog import Watchdog
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Services:
     def close(self) -> None:
         """Stop them: registered closers run, the monitor writes its last record, the breakdown
         removes its hooks and leaves its summary for the launcher, the watchdog waits for the
-        other ranks' ends (worker/watchdog.py, ``Watchdog.finish``) and stops."""
+        other ranks' ends (worker/lifecycle/watchdog.py, ``Watchdog.finish``) and stops."""
         for ref in self.closers:
             method = ref()
             if method is not None:
@@ -86,7 +86,7 @@ class Services:
         if self.breakdown is not None:  # after the monitor's last record, which reads it
             self.breakdown.finish()
         if self.watchdog is not None:
-            from distrain.worker.failure import failing
+            from distrain.worker.lifecycle.failure import failing
 
             # a normal end waits, watching, until every rank ended (a peer frozen after its
             # training is named, not waited for forever); a failing rank leaves at once

@@ -30,7 +30,7 @@ from distrain.checkpoint.nodes import Topology
 from distrain.events import job_events
 from distrain.process.info import ProcessInfo
 from distrain.process.peers import process_identity
-from distrain.worker.failure import exit_abandoned
+from distrain.worker.lifecycle.failure import exit_abandoned
 
 
 def test_process_info_is_frozen_and_plain_by_default() -> None:

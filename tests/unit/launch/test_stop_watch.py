@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from distrain.contract import JOB_STOPPED_KEY, claim_stop
+from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
 from distrain.launch import stop_watch
 from distrain.launch.stop_watch import GONE_S, READ_WAIT_S, StopWatch
 from distrain.net import free_port

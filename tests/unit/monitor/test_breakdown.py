@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from distrain.contract import PHASES, breakdown_fractions
 from distrain.events import job_events
+from distrain.events.breakdown import PHASES, breakdown_fractions
 from distrain.monitor import breakdown as bd_module
 from distrain.monitor.breakdown import StepBreakdown, open_breakdown
-from distrain.monitor.status import window_breakdown
+from distrain.tools.top.status import window_breakdown
 
 
 class FakeTime:

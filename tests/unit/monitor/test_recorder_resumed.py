@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from distrain.monitor.recorder import Monitor, rank_file
-from distrain.monitor.status import job_status
+from distrain.tools.top.status import job_status
 
 
 def _records(run_dir: Path, rank: int) -> list[dict]:

@@ -51,8 +51,9 @@ def every_feature() -> list[patching.Patch]:
     """What every installer outside the rehearsal patches, recorded (nothing applied)."""
     from distrain.launch.fast_start import worker_groups
     from distrain.parallel import comm_hooks
-    from distrain.worker import atomic_save, failure, self_start as selfstart, watchdog
+    from distrain.worker import atomic_save, self_start as selfstart
     from distrain.worker.fast_start import forked
+    from distrain.worker.lifecycle import failure, watchdog
     from distrain.worker.replicas import (
         bind as ft_bind,
         noise as ft_noise,

@@ -41,20 +41,14 @@ import tempfile
 from dataclasses import dataclass
 
 from distrain import noise
-from distrain.contract import (
-    FORKED_WORKER,
-    PRELOAD,
-    PRELOAD_MODULE,
-    ForkJob,
-    WorkerEntrypoint,
-    boot_first,
-    ignored_signals,
-)
+from distrain.contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine
 from distrain.launch.fast_start.env_writes import env_set_before_torch
 from distrain.launch.fast_start.torch_free import never_imports_torch
 from distrain.launch.fast_start.worker_groups import stop_whole_groups
+from distrain.process.lineage import ignored_signals
+from distrain.settings import boot_first
 
 PROG = "distrain run"
 #: options (dests) after which nothing is forked now: no Python file, or nothing launched

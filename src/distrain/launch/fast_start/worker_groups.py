@@ -7,7 +7,7 @@ stopped with it. torch's multiprocessing context, which runs the fast start's fo
 signals the worker's pid only: its children were left running, re-parented to pid 1, after the
 job had failed.
 
-So a forked worker makes itself a session leader first (:func:`distrain.contract.own_session`,
+So a forked worker makes itself a session leader first (``process.lineage.own_session``,
 as torchrun's worker is one), and the launcher's agent stops each worker's whole group
 (:func:`stop_whole_groups`: torch's ``MultiprocessContext._close`` wrapped through the patching
 registry): the stop signal to every group first, as torch's ``SubprocessHandler.close`` sends

@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 
 #: how a node's `distrain run` starts its verdict on a failed job (launch/cli.py)
 NODE_VERDICT = "distrain run: job failed: "
-#: what a rank's excepthook prints before the root cause's traceback (worker/failure.py)
+#: what a rank's excepthook prints before the root cause's traceback (worker/lifecycle/failure.py)
 ROOT_CAUSE = re.compile(r"^distrain: rank \d+ failed \(root cause\)")
 #: the resume hint at the end of a node's verdict (launch/console.py)
 _HINT = re.compile(r"; rerun .*$")

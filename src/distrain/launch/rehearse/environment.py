@@ -18,9 +18,10 @@ import os
 import sys
 from collections import Counter
 
-from distrain.contract import CPU_REHEARSAL, rehearse_boot_dir
+from distrain.contract import CPU_REHEARSAL
 from distrain.events import job_events
 from distrain.launch.self_start import detect as selfstart
+from distrain.settings import rehearse_boot_dir
 
 PROG = "distrain run --cpu"
 

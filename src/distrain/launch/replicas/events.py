@@ -7,7 +7,7 @@ and state digest) and "refused" (a process nothing joins to the groups: said onc
 job stops).  :class:`ReplicaJob` reads them with the one reader
 (:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
 line each in the run directory, for `distrain top`); a lost group's step comes from its step
-file (contract.ft_step_file, the groups' coordination), written at every committed step,
+file (coordination/replica_marks.py, the groups' coordination), written at every committed step,
 whether the script calls ``ctx.step(opt)`` or ``opt.step()``.  Across nodes each node's
 launcher reports the groups it runs.
 """
@@ -24,15 +24,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from distrain.contract import (
-    FT_EVENTS,
-    REPLICA_EVENTS_FILE,
-    REPLICA_GROUP,
-    ft_end_file,
-    ft_step_file,
-    mark_ft_start,
-)
-from distrain.events import emit, read_events, stream
+from distrain.contract import FT_EVENTS, REPLICA_GROUP
+from distrain.coordination.replica_marks import ft_end_file, ft_step_file, mark_ft_start
+from distrain.events import REPLICA_EVENTS_FILE, emit, read_events, stream
 
 PROG = "distrain run"
 

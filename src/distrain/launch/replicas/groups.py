@@ -31,9 +31,7 @@ from distrain.contract import (
     REFUSED_EXIT_CODE,
     REPLICA_GROUP,
     REPLICA_GROUPS,
-    die_with_parent,
     signal_exit_code,
-    usable_cores,
 )
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine, script_tail
@@ -42,6 +40,8 @@ from distrain.launch.replicas.events import ReplicaJob
 from distrain.launch.replicas.lighthouse import Lighthouse, RemoteLighthouse, lighthouse_program
 from distrain.launch.replicas.nodes import Placement, RollCall, node_address, place
 from distrain.net import free_port
+from distrain.process.cores import usable_cores
+from distrain.process.lineage import die_with_parent
 
 PROG = "distrain run"
 #: restarts each group's agent allows when --max-restarts is not given
@@ -133,7 +133,7 @@ def _group_env(
     if NUM_THREADS not in os.environ and not (omp.isdigit() and int(omp) > 1):
         # every group's processes share this node's cores; each group's own launcher and its
         # workers would count only the group's (OMP_NUM_THREADS=1 means "not chosen" there,
-        # worker/threads.py): 2 groups of 1 on 2 cores ran 2 threads each, oversubscribed
+        # worker/start/threads.py): 2 groups of 1 on 2 cores ran 2 threads each, oversubscribed
         per_process = str(max(1, usable_cores() // (len(placement.local) * placement.per_group)))
         env[NUM_THREADS] = env["OMP_NUM_THREADS"] = per_process
     if host is not None:  # across nodes: the other groups reach this one's manager and store here

@@ -26,9 +26,11 @@ import sys
 import tempfile
 import time
 
-from distrain.contract import LIGHTHOUSE_START_TIMEOUT, NODE0_WAIT, die_with_parent, parse_seconds
+from distrain.contract import LIGHTHOUSE_START_TIMEOUT, NODE0_WAIT
 from distrain.errors import UsageError
 from distrain.net import free_port
+from distrain.process.lineage import die_with_parent
+from distrain.settings import parse_seconds
 
 #: how the lighthouse is tuned for one machine (milliseconds)
 QUORUM_TICK_MS = 50

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from distrain.contract import NODE0_WAIT, ft_end_file, ft_start_file, mark_ft_start
+from distrain.contract import NODE0_WAIT
+from distrain.coordination.replica_marks import ft_end_file, ft_start_file, mark_ft_start
 from distrain.errors import UsageError
 from distrain.launch.replicas.lighthouse import node0_wait_s
 from distrain.launch.validate import node_range
@@ -146,7 +147,7 @@ class RollCall:
             self.store.set(f"node{self.placement.node}", f"running {now}")
 
     def share_starts(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' start marks (contract.ft_start_file) between node folder and store.
+        """Carry the groups' start marks (coordination.replica_marks) between node folder and store.
 
         A group's first quorum waits until every group's mark is in its node's folder; a group
         on another node marks its own folder, so each launcher publishes its groups' marks and
@@ -158,7 +159,7 @@ class RollCall:
                     lambda g: mark_ft_start(folder, g), local)  # fmt: skip
 
     def share_ends(self, folder: str, local: list[int]) -> None:
-        """Carry the groups' end marks (contract.ft_end_file) between the nodes, like start marks.
+        """Carry the groups' end marks (coordination.replica_marks) between nodes, as start marks.
 
         A group that ended waits for the others to meet it (train/replica_end.py) unless they
         ended too; a group on another node ends there.

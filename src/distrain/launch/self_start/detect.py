@@ -26,8 +26,9 @@ import ast
 import os
 from dataclasses import dataclass
 
-from distrain.contract import SELF_STARTING, boot_first
+from distrain.contract import SELF_STARTING
 from distrain.errors import UsageError
+from distrain.settings import boot_first
 
 _MODULES = {"multiprocessing", "torch.multiprocessing", "multiprocess"}
 _SPAWNERS = {"spawn", "start_processes"}

@@ -8,7 +8,7 @@ import sys
 #: benchmark name → module exposing main(argv: list[str]) -> int
 BENCHMARKS: dict[str, str] = {
     "comm": "distrain.tools.bench.comm",
-    "scaling": "distrain.tools.bench.scaling",
+    "scaling": "distrain.tools.bench.study.scaling",
 }
 
 USAGE = "usage: distrain bench {" + ",".join(BENCHMARKS) + "} [options]"

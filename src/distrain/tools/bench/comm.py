@@ -337,7 +337,7 @@ def _worker(args: argparse.Namespace, ops: list[str], size_list: list[int]) -> i
             else:
                 print_tables(doc)
             if args.plot:
-                from distrain.tools.bench.plots import comm_bandwidth
+                from distrain.tools.bench.study.plots import comm_bandwidth
 
                 comm_bandwidth(doc, Path(args.plot), human)
                 print(f"{PROG}: wrote {args.plot}", file=sys.stderr, flush=True)

@@ -6,10 +6,10 @@ import argparse
 import time
 
 from distrain.errors import UsageError, fail, raise_usage_errors
+from distrain.tools.doctor.all_ranks.links import DEFAULT_STEP_S
 from distrain.tools.doctor.check import worst
-from distrain.tools.doctor.links import DEFAULT_STEP_S
-from distrain.tools.doctor.local import Options, run_checks
-from distrain.tools.doctor.network import DEFAULT_PORTS
+from distrain.tools.doctor.machine.local import Options, run_checks
+from distrain.tools.doctor.machine.network import DEFAULT_PORTS
 from distrain.tools.doctor.report import document, print_json, print_table
 
 PROG = "distrain doctor"
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         opts = _options(args)
         if not args.local and _launched_world() > 1:
-            from distrain.tools.doctor.ranks import run_all_ranks
+            from distrain.tools.doctor.all_ranks.ranks import run_all_ranks
 
             return run_all_ranks(
                 opts,

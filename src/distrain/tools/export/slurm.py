@@ -2,7 +2,7 @@
 
 The job is requeue-able and asks for SIGUSR1 `time_warning` seconds before its time limit.
 SLURM sends it to every process of the job step; each node's `distrain run` passes it to its
-workers, which checkpoint together and exit, and rank 0 requeues the job (process/requeue.py).
+workers, which checkpoint together and exit, and rank 0 requeues the job (cluster/slurm_requeue.py).
 The requeued job (same id, same run and checkpoint directories) resumes from that checkpoint.
 
 The rendezvous port comes from the job id unless ``--port`` fixes one: two jobs that share a

@@ -22,25 +22,16 @@ import time
 from types import TracebackType
 from typing import Any
 
-from distrain.contract import (
-    CPU_REHEARSAL,
-    PRELOAD_MODULE,
-    REPLICA_GROUP,
-    SELF_STARTING,
-    ForkJob,
-    die_with_parent,
-    fallback_line,
-    own_session,
-    replica_group_env,
-)
+from distrain.contract import CPU_REHEARSAL, PRELOAD_MODULE, REPLICA_GROUP, SELF_STARTING, ForkJob
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
+from distrain.process.lineage import die_with_parent, own_session
 from distrain.process.patching import Args
 from distrain.worker.fast_start.as_main import run_as_main
 from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
-from distrain.worker.stacks import dump_stacks_on_signal
-from distrain.worker.title import set_worker_title
+from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
+from distrain.worker.start.title import set_worker_title
 
 _log = get_logger("runtime")
 
@@ -99,7 +90,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         os.environ.get("RANK", "?"),
         os.environ.get("WORLD_SIZE", "?"),
         sys.argv,
-        replica_group_env(),
+        os.environ.get(REPLICA_GROUP),
     )
     if fresh is not None:
         _watch_process_group()
@@ -108,7 +99,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     except SystemExit as exc:
         code = _exit_status(exc.code)
         if code:
-            from distrain.worker.failure import mark_failing
+            from distrain.worker.lifecycle.failure import mark_failing
 
             mark_failing()  # its watchdog must not wait at shutdown for peers that may wait for it
         _run_atexit()
@@ -127,7 +118,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
             return
         _let_the_agent_see_the_cause(exc)
         from distrain.settings import for_report
-        from distrain.worker.failure import report_uncaught
+        from distrain.worker.lifecycle.failure import report_uncaught
 
         # as a fresh interpreter would, from the script's first frame (runpy's and ours are not
         # the user's), one block per rank, and the cause in the agent's error file
@@ -220,7 +211,7 @@ def _let_the_agent_see_the_cause(exc: BaseException) -> None:
     "checkpoint at the end of this step" and the sleep would run to its end.
     """
     from distrain.process.signals import stop_signal_received
-    from distrain.worker.failure import is_peer_failure
+    from distrain.worker.lifecycle.failure import is_peer_failure
 
     if not is_peer_failure(exc) or stop_signal_received():
         return
@@ -364,7 +355,10 @@ def _announce(marker: str, reason: str) -> None:
         return
     os.close(fd)
     first = (reason.strip().splitlines() or [reason])[0]
-    _log.warning(fallback_line(first))
+    _log.warning(
+        f"distrain run: {first}; running workers in fresh interpreters instead "
+        "(--start-method spawn skips the fork)"
+    )
     emit("fallback", reason=first)
 
 

@@ -89,14 +89,14 @@ def run_fresh_child(
 
 
 def _is_peer_failure_text(line: str) -> bool:
-    from distrain.worker.failure import is_peer_failure
+    from distrain.worker.lifecycle.failure import is_peer_failure_line
 
-    return is_peer_failure(RuntimeError(line))
+    return is_peer_failure_line(line)
 
 
 def _write_cause(path: str, message: str, text: str) -> None:
     from distrain.settings import for_report
-    from distrain.worker.failure import write_error_message
+    from distrain.worker.lifecycle.failure import write_error_message
 
     with contextlib.suppress(OSError):
         write_error_message(path, message, text, for_report())

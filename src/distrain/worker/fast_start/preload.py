@@ -19,7 +19,8 @@ import os
 import signal
 import threading
 
-from distrain.contract import PRELOAD, die_with_parent
+from distrain.contract import PRELOAD
+from distrain.process.lineage import die_with_parent
 
 #: the server's environment before any worker-specific change (workers rebuild theirs from it)
 BASE_ENV: dict[str, str] = dict(os.environ)
@@ -37,8 +38,8 @@ for _sig in SERVER_IGNORES:
 die_with_parent()
 
 _CORE = (
-    # first: it finds argv through `environ`, which importing torch may reallocate (worker/title.py)
-    "distrain.worker.title",
+    # first: it finds argv through `environ`, which importing torch may reallocate (start/title.py)
+    "distrain.worker.start.title",
     "torch",
     "torch.nn",
     "torch.optim",

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from distrain.log import get_logger
 from distrain.process.patching import like, replace, wrap
 from distrain.settings import for_report
-from distrain.worker.failure import write_error_message
+from distrain.worker.lifecycle.failure import write_error_message
 
 _log = get_logger("rehearse")
 

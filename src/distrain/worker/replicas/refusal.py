@@ -71,7 +71,7 @@ def check_samplers(joined: Callable[[], bool]) -> None:
 def _leave_cause(line: str) -> None:
     # the agent's error file: the group's own launcher names the cause, not "exit code 3"
     from distrain.settings import for_report
-    from distrain.worker.failure import mark_failing, write_error_message
+    from distrain.worker.lifecycle.failure import mark_failing, write_error_message
 
     mark_failing()
     settings = for_report()

@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distrain.contract import (
-    FT_QUORUM_TIMEOUT,
+from distrain.contract import FT_QUORUM_TIMEOUT
+from distrain.coordination.replica_marks import (
     ft_end_file,
     ft_start_file,
     ft_step_file,

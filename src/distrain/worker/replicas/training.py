@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from distrain.contract import ft_step_file
+from distrain.coordination.replica_marks import ft_step_file
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.parallel.fsdp import is_sharded_tensor
@@ -343,7 +343,7 @@ class Replicas:
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""
-        from distrain.worker.failure import failing
+        from distrain.worker.lifecycle.failure import failing
         from distrain.worker.replicas.sync import serve_stragglers, write_final
 
         try:

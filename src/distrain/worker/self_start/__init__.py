@@ -91,7 +91,7 @@ def _record_uncaught() -> None:
         settings = for_report()
         path = settings.error_file
         if path and not os.path.exists(path):
-            from distrain.worker.failure import is_peer_failure, write_error_file
+            from distrain.worker.lifecycle.failure import is_peer_failure, write_error_file
 
             if not is_peer_failure(err):
                 with contextlib.suppress(OSError):

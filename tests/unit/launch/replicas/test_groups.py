@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import ft_start_file, ft_step_file
+from distrain.coordination.replica_marks import ft_start_file, ft_step_file
 from distrain.errors import UsageError
 from distrain.events import emit
 from distrain.launch.command_line import split
@@ -242,7 +242,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
 ) -> None:
     """A node that stops says its groups ended (leave); one that stops beating has them taken as
     ended (mark_silent): either way the other nodes' groups no longer wait for them at their end."""
-    from distrain.contract import ft_end_file
+    from distrain.coordination.replica_marks import ft_end_file
     from distrain.launch.replicas import nodes as replica_nodes
     from distrain.net import free_port
 
@@ -273,7 +273,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
 def test_run_dir_lines_are_what_distrain_top_reads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from distrain.monitor.groups import read_events
+    from distrain.tools.top.groups import read_events
 
     job = ReplicaJob(2, str(tmp_path / "ft"), run_dir=str(tmp_path / "run"))
     job.say("replica group 1 healed", "healed", group=1, source=0, step=4)

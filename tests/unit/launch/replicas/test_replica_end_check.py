@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.contract import ft_end_file
+from distrain.coordination.replica_marks import ft_end_file
 from distrain.events import emit
 from distrain.launch.replicas.events import ReplicaJob
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from distrain.contract import ft_start_file
+from distrain.coordination.replica_marks import ft_start_file
 from distrain.errors import DistrainError
 from distrain.parallel import DDP, HSDP, resolve
 from distrain.worker.replicas import sync as replica_sync

@@ -112,10 +112,10 @@ def _record_uncaught_at_exit() -> None:
     if err is None or not path or os.path.exists(path):
         return
     try:
-        from distrain.worker.failure import is_peer_failure, write_error_file
+        from distrain.worker.lifecycle.failure import is_peer_failure, write_error_file
     except ImportError:
         sys.path.append(os.path.abspath(os.path.join(_HERE, *[os.pardir] * 4)))
-        from distrain.worker.failure import is_peer_failure, write_error_file
+        from distrain.worker.lifecycle.failure import is_peer_failure, write_error_file
     if not is_peer_failure(err):
         from distrain.settings import for_report
 

@@ -1,0 +1,2 @@
+"""`distrain bench scaling`: the study (:mod:`.scaling`), its workload and runs, their numbers,
+charts and report."""

@@ -1,0 +1,269 @@
+"""When one rank fails: report the root cause once, and keep the other ranks' echoes to a line.
+
+Under torch's elastic agent (torchrun, ``distrain run``) each worker has an error file
+(``TORCHELASTIC_ERROR_FILE``); the agent reads it to name the root cause of a failed job, which
+is what ``@record`` from ``torch.distributed.elastic.multiprocessing.errors`` writes.  This module
+does the same from ``sys.excepthook`` so user scripts need no decorator, with one refinement:
+a rank whose collective failed *because a peer died* (a DistNetworkError, gloo's "Connection
+closed by peer") is a consequence, not a cause.  It prints one line instead of a second
+traceback and writes no error file, so the agent and ``distrain run`` report the real cause.
+
+The file is written here, in torch's ``ErrorHandler.record_exception`` format, not through it:
+that method reads the traceback with ``traceback.format_exc()``, which is empty in an excepthook
+(no exception is being handled there; ``@record`` calls it inside its ``except``); it names
+``mp.spawn``'s ``ProcessRaisedException`` rather than the child's own line (:func:`cause_line`);
+and importing ``torch.distributed.elastic`` at a torch-free script's exit fails ("can't register
+atexit after shutdown").  The launcher reads the same JSON either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from types import TracebackType
+from typing import NoReturn
+
+from distrain.errors import Abandoned, DistrainError
+from distrain.events import emit
+from distrain.log import get_logger
+from distrain.process import patching
+from distrain.settings import Settings
+from distrain.worker.lifecycle.peer_words import peer_cause
+from distrain.worker.lifecycle.stop_job import stop_the_job
+
+_log = get_logger("failure")
+
+#: torch's own types for "another process went away": c10d's store and sockets raise
+#: DistNetworkError when the peer's connection closes ("Failed to recv, got 0 bytes", "Broken
+#: pipe") and DistStoreError when what a peer was to set never comes
+_PEER_GONE_TYPES = ("DistNetworkError", "DistStoreError")
+
+#: the text of a lost peer, read only where torch gives no type: gloo's transport errors reach
+#: Python as a plain RuntimeError (ProcessGroupGloo re-raises gloo's IoException untyped; torch
+#: 2.14.1, an all_reduce after the peer exited: "[…/gloo/transport/tcp/pair.cc:561] Connection
+#: closed by peer"), and a DistBackendError says only that the backend failed, not whether a peer
+#: made it fail
+_PEER_GONE_TEXT = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "Socket Timeout",
+)
+#: the types whose text is read (by name: the last part of ``module.Type``)
+_UNTYPED = ("RuntimeError", "DistError", "DistBackendError")
+
+
+_failing: list[bool] = []  # set once this process is going down with an error
+
+
+def mark_failing() -> None:
+    """Note that this process is ending with an error (its watchdog then does not wait for peers)"""
+    _failing.append(True)
+
+
+def failing() -> bool:
+    """Whether this process is ending with an error (an uncaught exception, a non-zero exit)."""
+    return bool(_failing)
+
+
+def exit_abandoned(err: Abandoned) -> NoReturn:
+    """The lifecycle's answer to a part that gave up (a save abandoned by the checkpoint writer).
+
+    The part's line, then ``SystemExit`` with its code: the exit is decided here, not inside the
+    part, and atexit handlers (the Context's shutdown) still run as after any exit.
+    """
+    _log.warning(err.line)
+    raise SystemExit(err.exit_code)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    """True for collective/store errors caused by another process disappearing."""
+    # only an error of a process that imported torch.distributed can be one of its types; a
+    # script that never imported torch must not import it here (at exit, from the boot's
+    # atexit hook, that import fails: "can't register atexit after shutdown")
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        types = tuple(getattr(dist, n, None) for n in _PEER_GONE_TYPES)
+        if isinstance(err, tuple(t for t in types if isinstance(t, type))):
+            return True
+    # by the exact type: a subclass of RuntimeError (a DistrainError) is never gloo's
+    untyped = type(err) is RuntimeError or (
+        dist is not None and isinstance(err, getattr(dist, "DistError", ()))
+    )
+    return untyped and _names_a_lost_peer(str(err))
+
+
+def is_peer_failure_line(line: str) -> bool:
+    """:func:`is_peer_failure` for an exception known only by its last traceback line
+    (``module.Type: message``), as another process printed it (worker/fast_start/fresh_child.py).
+    """
+    kind, sep, message = line.partition(": ")
+    name = kind.strip().rpartition(".")[2]
+    if not sep or not name.isidentifier():
+        return False
+    if name in _PEER_GONE_TYPES:
+        return True
+    return name in _UNTYPED and _names_a_lost_peer(message)
+
+
+def _names_a_lost_peer(text: str) -> bool:
+    return any(s in text for s in _PEER_GONE_TEXT)
+
+
+def write_error_file(
+    path: str, err: BaseException, tb: TracebackType | None, settings: Settings
+) -> None:
+    """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
+    write_error_message(
+        path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb)), settings
+    )
+
+
+def cause_line(err: BaseException) -> str:
+    """``Type: message``; for a self-started child's failure re-raised by ``mp.spawn``, the child's.
+
+    ``ProcessRaisedException`` carries the child's whole traceback as its message (its first
+    line is empty): the child's own exception line, its last, is the cause.
+    """
+    # only a process that imported torch's spawn raises its exception: never import it here (a
+    # torch-free script's exit would: "can't register atexit after shutdown")
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    raised = getattr(spawn, "ProcessRaisedException", None)
+    if isinstance(raised, type) and isinstance(err, raised):
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        if lines:
+            return lines[-1].strip()
+    return f"{type(err).__name__}: {err}"
+
+
+def write_error_message(path: str, message: str, callstack: str, settings: Settings) -> None:
+    """Write the agent's error-file JSON from a message and the traceback's text."""
+    data = {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))},
+        }
+    }
+    with open(path, "w") as f:
+        json.dump(data, f)
+    _note_cause(message, settings)
+
+
+def _note_cause(message: str, settings: Settings) -> None:
+    """Report the cause to the launcher too (a ``failure`` event, distrain/events/).
+
+    The agent names only the ranks that had exited when it noticed the first failure; a rank
+    that raised can still be finalizing its interpreter then (its gloo connections close early
+    in that, so its peer fails and exits first), and the agent stops it with SIGTERM.  The
+    launcher finds its cause here (launch/job_summary.py).
+    """
+    emit("failure", settings.job_dir, message=message)
+
+
+def print_traceback_block(rank: int | str, err: BaseException, header: str = "") -> None:
+    """`err`'s traceback on stderr as one block, every line prefixed ``[rank N]:``.
+
+    One write, not one per line: ranks failing at the same moment would otherwise interleave
+    their tracebacks line by line on the terminal.
+    """
+    text = header + "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    block = "".join(f"[rank{rank}]: {line}\n" for line in text.rstrip("\n").split("\n")).encode(
+        errors="replace"
+    )
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    while block:
+        try:
+            written = os.write(2, block)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        block = block[written:]
+
+
+def report_uncaught(err: BaseException, settings: Settings) -> None:
+    """What the interpreter does with an uncaught exception, for a worker running the script itself.
+
+    The agent's error file names the cause (unless a peer's failure caused this one), whoever
+    installed the hook: torch's ``init_process_group`` installs its ``[rankN]`` hook in every
+    process that forms a group, and that hook writes no error file.  Then a hook the script,
+    torch or `distrain.init()` installed prints it; otherwise (a plain script before its group)
+    the traceback is printed once as a block.
+    """
+    mark_failing()
+    peer = is_peer_failure(err)
+    error_file = settings.error_file
+    if error_file and not peer:
+        with contextlib.suppress(OSError):
+            write_error_file(error_file, err, err.__traceback__, settings)
+    if sys.excepthook is not sys.__excepthook__:
+        sys.excepthook(type(err), err, err.__traceback__)
+        return
+    rank = settings.agent_rank or "?"
+    if peer:
+        _log.error(f"distrain: rank {rank} stopped: another rank failed ({peer_cause(err)})")
+        return
+    print_traceback_block(rank, err)
+
+
+def install(rank: int, settings: Settings) -> None:
+    """Install the excepthook: one line for distrain's errors; root cause once (torchelastic)."""
+    error_file = settings.error_file
+
+    def hook(
+        kind: type[BaseException],
+        err: BaseException,
+        tb: TracebackType | None,
+        previous: patching.ExceptHook,
+    ) -> None:
+        mark_failing()
+        # the process is going down: the agent's SIGTERM must end it, not ask for a checkpoint
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_DFL)
+        if isinstance(err, DistrainError) and err.recurs:
+            # every restart would fail the same way: no node restarts (lifecycle/stop_job.py); the
+            # error file is written first, so the agent still names this rank's cause
+            if error_file:
+                with contextlib.suppress(OSError):
+                    write_error_file(error_file, err, tb, settings)
+            stop_the_job(f"rank {rank}: {type(err).__name__}: {err}", settings)
+
+        if isinstance(err, DistrainError) and err.one_line:  # a set-up problem: one clear line
+            if error_file:
+                write_error_file(error_file, err, tb, settings)
+            _log.error(f"distrain: error: {err}")
+            return
+        plain = previous is sys.__excepthook__
+        if not error_file:
+            if plain:
+                print_traceback_block(rank, err.with_traceback(tb))
+            else:
+                previous(kind, err, tb)
+            return
+        if is_peer_failure(err):
+            _log.error(f"distrain: rank {rank} stopped: another rank failed ({peer_cause(err)})")
+            sys.stdout.flush()
+            # nothing left to save or sync with; skip a teardown that can block on the dead peer
+            os._exit(1)
+        try:
+            write_error_file(error_file, err, tb, settings)
+        except OSError:
+            pass
+        if plain:
+            print_traceback_block(
+                rank, err.with_traceback(tb), header=f"distrain: rank {rank} failed (root cause):\n"
+            )
+        else:
+            _log.error(f"distrain: rank {rank} failed (root cause):")
+            previous(kind, err, tb)
+
+    patching.on_uncaught("failure", hook)

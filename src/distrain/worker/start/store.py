@@ -1,0 +1,125 @@
+"""The c10d store a worker's process group forms on: restart-safe, listening only where asked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import time
+
+import torch.distributed as dist
+
+from distrain.cluster import ClusterEnvironment
+from distrain.errors import DistrainError
+from distrain.net import is_loopback, listen_socket
+from distrain.settings import Settings
+from distrain.worker.start import rejoin
+from distrain.worker.start.attempt import agree_attempt, attempt_prefix
+
+
+def store_listen_fd(master_addr: str, port: int, bind_addr: str | None = None) -> int | None:
+    """A socket for rank 0's store, listening only where the job's ranks reach it.
+
+    torch's TCPStore server listens on every interface; given ``master_listen_fd`` it uses our
+    socket instead.  The address is the one `distrain run` chose (DISTRAIN_BIND_ADDR), else the
+    master address itself when it is loopback (every rank is on this machine: distrain.spawn,
+    mpirun on one node, torchrun on one node).  None (torch's default) only when neither says
+    where; an address that cannot be bound is an error, never a fall-back to every interface.
+    """
+    bind = bind_addr or ""
+    if not bind:
+        try:
+            resolved = socket.gethostbyname(master_addr)
+        except OSError:
+            return None  # torch reports the unresolvable address itself
+        if not is_loopback(resolved):
+            return None
+        bind = resolved
+    try:
+        sock = listen_socket(bind, port)
+    except OSError as err:
+        raise DistrainError(
+            f"rank 0's store cannot listen on {bind}:{port}: {err.strerror or err}"
+        ) from None
+    return sock.detach()  # TCPStore owns the descriptor from here on (and closes it)
+
+
+def restart_safe_store(
+    env: ClusterEnvironment,
+    timeout: dt.timedelta,
+    settings: Settings,
+    rejoin_s: float | None = None,
+) -> tuple[dist.Store, int]:
+    """A TCPStore client/server under a per-attempt prefix, and the attempt's number.
+
+    After torchrun restarts a worker group, keys written by the previous attempt (and a
+    half-torn-down store shared with the agent) make gloo's connectFullMesh fail or hang
+    (pytorch#135712).  A prefix per attempt gives each attempt a clean namespace; the attempt
+    is agreed through the store (.attempt), never the agent's per-node restart count, which
+    differs between nodes after one node's worker failed under c10d.  In a restarted attempt
+    of a multi-node static job, forming waits `rejoin_s` seconds at most (worker/start/rejoin.py).
+    """
+    bind_addr = settings.bind_addr
+    bound = rejoin.rejoin_bound(rejoin_s, settings) if rejoin_s else None
+    forming = timeout if bound is None else dt.timedelta(seconds=bound)
+    started = time.monotonic()
+    store: dist.TCPStore | None = None
+    prefixed: dist.Store | None = None
+    try:
+        store, attempt = _attempt_store(env, forming, bind_addr)
+        prefixed = dist.PrefixStore(attempt_prefix(attempt), store)
+        if bound is not None:
+            rejoin.await_peers(
+                prefixed, env.rank(), env.world_size(), bound - (time.monotonic() - started)
+            )
+    except RuntimeError:  # DistError (a store timing out, refused), DistrainError (no reply)
+        if bound is None or time.monotonic() - started < 0.9 * bound:
+            raise  # not the bound running out: a restart may heal it
+        missing = rejoin.missing_ranks(prefixed, env.world_size())
+        raise rejoin.stop(missing, env.local_world_size(), bound, settings) from None
+    if bound is not None:
+        store.set_timeout(timeout)  # the group's own waits from here keep the init timeout
+    return prefixed, attempt
+
+
+def _attempt_store(
+    env: ClusterEnvironment, timeout: dt.timedelta, bind_addr: str | None
+) -> tuple[dist.TCPStore, int]:
+    """Rank 0's store server (or a client of it) and the attempt agreed through it."""
+    is_master = env.rank() == 0 and not env.store_is_external()
+    # listen only where the ranks connect (the chosen interface, or loopback on one node)
+    listen_fd = (
+        store_listen_fd(env.master_addr(), env.master_port(), bind_addr) if is_master else None
+    )
+    # master_listen_fd: a keyword the stubs lack
+    listen = {"master_listen_fd": listen_fd} if listen_fd is not None else {}
+    store = dist.TCPStore(
+        env.master_addr(),
+        env.master_port(),
+        world_size=None if not is_master else env.world_size(),
+        is_master=is_master,
+        timeout=timeout,
+        wait_for_workers=False,
+        **listen,  # type: ignore[arg-type]
+    )
+
+    def connect() -> dist.Store:
+        return dist.TCPStore(
+            env.master_addr(),
+            env.master_port(),
+            is_master=False,
+            timeout=timeout,
+            wait_for_workers=False,
+        )
+
+    return store, agree_attempt(store, env.rank(), env.world_size(), timeout, connect)
+
+
+def shared_store(prefix: str) -> dist.Store:
+    """The default process group's store under `prefix`: every rank of the group shares it.
+
+    A store, not a collective: usable from a background thread, in any order (the checkpoint
+    writers report their files through it).
+    """
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return dist.PrefixStore(prefix, _get_default_store())
