@@ -28,6 +28,7 @@ from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.lineage import die_with_parent, own_session
 from distrain.process.patching import Args
+from distrain.worker.fast_start import agent_return
 from distrain.worker.fast_start.as_main import run_as_main
 from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
 from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
@@ -94,6 +95,9 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     )
     if fresh is not None:
         _watch_process_group()
+    queue = agent_return.return_queue()
+    if queue is not None:  # the agent's wait for a value, not for an exit code (agent_return)
+        agent_return.report_on_exit(queue)
     try:
         run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
     except SystemExit as exc:
@@ -105,6 +109,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _run_atexit()
         if code:
             raise SystemExit(code) from None
+        agent_return.finish(queue)
         return
     except Exception as exc:
         if fresh is not None and not _process_group_formed() and fork_may_be_the_cause(exc):
@@ -128,6 +133,7 @@ def run_script(job: ForkJob, *script_args: str) -> None:
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
+    agent_return.finish(queue)
 
 
 def shadowed_imports(script: str, modules: dict[str, Any] | None = None) -> str:
