@@ -40,7 +40,7 @@ def _group_launcher(job: subprocess.Popen[str], group: int) -> int:
 
 
 def _job_with_a_launcher_killed(
-    tmp_path: Path, *extra: str, steps: int = 60
+    tmp_path: Path, *extra: str, steps: int = 60, sig: int = signal.SIGKILL
 ) -> tuple[int, str, Path, int]:
     """Start 2 groups × 1, SIGKILL group 1's launcher once group 1 committed a step (the two
     groups then wait at step 30 until a process started again); (exit code, stderr, out, pid)."""
@@ -58,7 +58,7 @@ def _job_with_a_launcher_killed(
             assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
             time.sleep(0.05)
         victim = _group_launcher(job, 1)
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim, sig)
         _, err = job.communicate(timeout=200)
         return job.returncode, err, out, victim
     finally:
@@ -70,14 +70,19 @@ def _finals(out: Path) -> dict[int, dict[str, object]]:
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_group_launcher_is_restarted_and_its_group_heals(tmp_path: Path) -> None:
-    """Group 1's launcher SIGKILLed mid-run (its worker dies with it): the job restarts that
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_group_launcher_is_restarted_and_its_group_heals(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Group 1's launcher SIGKILLed mid-run (its worker dies with it), or SIGTERMed by someone
+    else than the job (its agent stops its worker, it exits 143): the job restarts that
     launcher, its new worker heals from group 0, and both groups end at the last step with the
     same parameters (the job's own end check says so too).  Before, the group stayed gone, group
-    0 finished alone and the job exited 137."""
-    code, err, out, victim = _job_with_a_launcher_killed(tmp_path)
+    0 finished alone and the job exited 137 (143)."""
+    code, err, out, victim = _job_with_a_launcher_killed(tmp_path, sig=sig)
     assert code == 0, err[-3000:]
-    said = f"(its launcher, pid {victim}, killed by SIGKILL); restarting it (1/3); 1/2 groups"
+    how = "killed by SIGKILL" if sig == signal.SIGKILL else "stopped, exit code 143"
+    said = f"(its launcher, pid {victim}, {how}); restarting it (1/3); 1/2 groups"
     assert "distrain run: replica group 1 lost at step" in err and said in err, err[-3000:]
     assert "replica group 1 healed from group 0 at step" in err, err[-3000:]
     assert "replica groups 0, 1 ended at step 60 with equal states" in err, err[-3000:]
