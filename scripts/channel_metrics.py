@@ -18,7 +18,7 @@ What it does not see: a file named only by literals in the two sides' own module
 step-breakdown ``rank-<R>.json`` files were such), and the direction (a coordination file both
 sides use counts as well: the figure over-counts rather than hides).  torch's own error file
 (``TORCHELASTIC_ERROR_FILE``, written for torch's agent) is a variable, not a file name, and
-is not counted.
+is not counted.  Each coordination file says why it is not an event (:data:`WHY_NOT_AN_EVENT`).
 """
 
 from __future__ import annotations
@@ -119,6 +119,23 @@ def _names_used(path: Path) -> set[str]:
     return names
 
 
+#: why each coordination file that is still a channel is not an event (`-v` prints it beside the
+#: channel): every one decides what a process does next, where the event stream only reports
+WHY_NOT_AN_EVENT = {
+    "stopped.txt": "a claim (one O_EXCL creation): which stopper signals the launcher; why it "
+    "stopped is a `stop` event",
+    "start.{}": "a mark the other groups' first quorum polls (os.path.exists, every 20 ms); "
+    "written by the group's rank 0 at its first quorum, by the groups' launcher when the group "
+    "ended before it (its workers cannot), and carried between nodes through the store "
+    "(launch/replicas/nodes.py); as an event every poll of every group would rescan the stream",
+    "end.{}": "a mark only the groups' launcher can leave (the group's processes are gone) and "
+    "the other groups poll before their last quorums; carried between nodes like start.{}",
+    "step.{}": "rewritten in place (one 20-byte pwrite) at every committed step: other groups "
+    "wait on it (worker/replicas/sync.py) and the launcher reads a lost group's step for its "
+    "line; as events, one stream line per step per group",
+}
+
+
 def worker_launcher_channels(
     pkg: Path, graph: dict[str, set[str]], module_path: dict[str, Path]
 ) -> list[str]:
@@ -142,6 +159,7 @@ def worker_launcher_channels(
                     touched.setdefault(file, (set(), set()))[side].add(module)
     return [
         f"{file}: {', '.join(sorted(w))} | {', '.join(sorted(launch))}"
+        + (f" — not an event: {WHY_NOT_AN_EVENT[file]}" if file in WHY_NOT_AN_EVENT else "")
         for file, (w, launch) in sorted(touched.items())
         if w and launch
     ]

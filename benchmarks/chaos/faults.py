@@ -250,6 +250,24 @@ def kill_lighthouse_in_heal(ctx: FaultContext) -> Shot:
     return Shot(f"{first.what}; then SIGKILL the lighthouse {when}", rerun=True)
 
 
+def kill_group_launcher(ctx: FaultContext) -> Shot:
+    """SIGKILL of one replica group's own `distrain run` (a child of the job's launcher that
+    carries DISTRAIN_REPLICA_GROUP): the job restarts that group, which heals from a live one."""
+    found = []
+    for proc in trial_processes(ctx.trial):
+        try:
+            group = proc.environ().get("DISTRAIN_REPLICA_GROUP")
+            parent = proc.ppid()
+        except (psutil.Error, OSError):
+            continue
+        if group is not None and parent == ctx.launcher.pid:
+            found.append((int(group), proc))
+    if not found:
+        raise Missed("no replica group's launcher was running")
+    group, proc = ctx.rng.choice(sorted(found, key=lambda gp: gp[0]))
+    return Shot(_signal(proc, signal.SIGKILL, f"SIGKILL group {group}'s launcher (pid {proc.pid})"))
+
+
 def corrupt_newest(ctx: FaultContext) -> Shot:
     """SIGKILL of the launcher(s), then one byte of the newest checkpoint's largest file flipped."""
     for launcher in ctx.launchers:
@@ -350,6 +368,7 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
     "stop_rank_resumed": (stop_rank_resumed, lambda k: not k.replicas),
     "kill_lighthouse": (kill_lighthouse, lambda k: k.replicas),
     "kill_lighthouse_in_heal": (kill_lighthouse_in_heal, lambda k: k.replicas),
+    "kill_group_launcher": (kill_group_launcher, lambda k: k.replicas and k.nodes == 1),
     "corrupt_newest": (corrupt_newest, lambda k: k.name in CHECKPOINTED),
     "disk_full": (disk_full, lambda k: k.name in ("digits", "fsdp", "ddp_small", "nodes_static")),
     "double_kill": (double_kill, lambda k: True),

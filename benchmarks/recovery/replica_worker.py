@@ -58,7 +58,8 @@ while step < args.steps:
         if ctx.step(opt):
             step += 1
             if log is not None:
-                live = ctx.replicas.manager.num_participants() if ctx.replicas is not None else 1
+                groups = getattr(ctx.layer, "replicas", None)  # --replicas: this process's group
+                live = groups.manager.num_participants() if groups is not None else 1
                 log.write(f"{time.time():.4f} {step} {os.getpid()} {live} {groups}\n")
         ckpt.maybe_save(step)
         if step >= args.steps:

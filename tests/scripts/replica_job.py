@@ -125,6 +125,8 @@ for spec in args.hold_start:
         except ValueError:  # a file to wait for
             wait_for_file(what)
 ctx = distrain.init(verbose=False)
+#: this process's replica group (its TorchFT manager), None outside --replicas
+replicas = getattr(ctx.layer, "replicas", None)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
 
@@ -152,8 +154,7 @@ def kill_now(step: int) -> None:
     # a kill at STEP fires at the first step >= STEP that every group committed together (so
     # "kill both groups" kills them at once, never one while the other is still rejoining)
     everyone = (
-        ctx.replicas is None
-        or ctx.replicas.manager.num_participants() == ctx.settings.replica_groups
+        replicas is None or replicas.manager.num_participants() == ctx.settings.replica_groups
     )
     due = sorted(s for s, g, r in kills if s <= step and (g, r) == (group, ctx.rank))
     for at in due if everyone else []:
@@ -189,7 +190,7 @@ def _digest() -> str:
 
 
 def _trace(step: int, committed: bool) -> None:
-    m = ctx.replicas.manager
+    m = replicas.manager
     with open(os.path.join(args.out, f"trace.{group}.{ctx.rank}.{os.getpid()}"), "a") as f:
         f.write(
             f"{step} {m.current_step()} {int(committed)} {m.num_participants()} "
@@ -215,11 +216,11 @@ while step < args.steps:
             )  # peers are in the all-reduce by then
         loss.backward()
         if committed := ctx.step(opt):  # False when the quorum did not commit this step
-            if ctx.replicas is not None and not os.path.exists(
+            if replicas is not None and not os.path.exists(
                 first := os.path.join(args.out, f"first.{group}.{ctx.rank}")
             ):
                 with open(first, "w") as f:  # how many groups took this process's first step
-                    f.write(f"{step} {ctx.replicas.manager.num_participants()}\n")
+                    f.write(f"{step} {replicas.manager.num_participants()}\n")
             step += 1
             sched.step()
             ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)

@@ -71,7 +71,7 @@ class Checkpointer:
     to CPU memory; a background thread writes it.  It is a collective API: call
     restore/maybe_save/save on every rank.
 
-    What it uses of the job (the process, the store, the replica groups, shutdown hooks) comes
+    What it uses of the job (the process, the store, shutdown hooks) comes
     in `handles` (:class:`~.handles.JobHandles`): the Context gives them; ``JobHandles()`` is one
     plain process.
     """
@@ -96,20 +96,17 @@ class Checkpointer:
         #: this process's place in the job (rank, world, node); its collectives are the job's
         self.process = handles.process
         self.directory = os.fspath(directory)
-        if handles.replicas is not None:  # each replica group its own checkpoints
-            self.directory = handles.replicas.checkpoint_dir(self.directory)
         self.every_steps = every_steps
         self.every_epochs = every_epochs
         self.keep = keep
         self.async_save = async_save
         self.objects: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}
-        stuck = handles.replicas.stuck if handles.replicas is not None else None
         self.preemption = Preemption(
             self.process,
             grace_s,
             handle_signals,
-            stuck,
+            handles.stuck,
             is_main=handles.main,
             shutdown=handles.shutdown,
             slurm_job_id=handles.slurm_job_id,
@@ -151,8 +148,7 @@ class Checkpointer:
 
         Stray temporary directories from an interrupted save are removed (with a warning);
         invalid checkpoints are skipped with a warning naming the bad file; with none left the
-        job starts fresh, said once.  Under `distrain run --replicas` a group behind a live one
-        then copies that group's state and returns its step (worker/replicas/training.py).
+        job starts fresh, said once.  A subclass may then heal it from a live peer (healed.py).
         A refusal (a checkpoint that does not fit the job) recurs on every restart: marked so.
         """
         with self.handles.uncounted():  # loading optimizer state steps each optimizer once
@@ -163,9 +159,15 @@ class Checkpointer:
                     recurring(err)
                 raise
             self.mark(None if resumed.fresh else resumed.step, resumed.path or self.directory)
-            if self.handles.replicas is not None:
-                resumed = self.handles.replicas.restore(self.objects, resumed)
+            resumed = self._after_disk(resumed)
         return self.handles.resumed(resumed)
+
+    def agreed_state(self) -> dict[str, Any]:
+        """States saved in place of some objects' live ones (a subclass's peers'); none here."""
+        return {}
+
+    def _after_disk(self, resumed: Resumed) -> Resumed:
+        return resumed  # a subclass heals from a live peer here (checkpoint/healed.py)
 
     def _restore_from_disk(self, objects: dict[str, Any]) -> Resumed:
         register(self.objects, objects, self.handles.scaler)
@@ -195,8 +197,8 @@ class Checkpointer:
         return self._restore_per_node(found)
 
     def mark(self, step: int | None, path: str) -> None:
-        """Tell `distrain run` the step a restart resumes from (node leader; not --replicas)."""
-        if self.handles.replicas is None and self.process.rank == self.topology.leader:
+        """Tell `distrain run` the step a restart resumes from (node leader)."""
+        if self.process.rank == self.topology.leader:
             emit("checkpoint", self.handles.job_dir, step=step, path=path)
 
     def _say_fresh(self) -> None:
@@ -380,9 +382,7 @@ class Checkpointer:
         self.preemption.close()
 
     def _shared_state(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        objects = self._reg.plain_state()
-        if self.handles.replicas is not None:  # the groups agree on committed steps only
-            objects.update(self.handles.replicas.committed_positions)
+        objects = {**self._reg.plain_state(), **self.agreed_state()}
         return {
             "format": FORMAT,
             "step": step,

@@ -82,7 +82,7 @@ class JobHandles:
 
     - ``process``: rank, world, node, device, backend; its collectives run over the default group.
     - ``is_main``: whether this is the process that prints (None: rank 0; under ``--replicas``
-      the Context says rank 0 of group 0 only).
+      the Context's layer may say one group's rank 0 only).
     - ``scaler``: the fp16 GradScaler, saved with the state.
     - ``store``: returns a store every rank of the default group shares (writers report their
       files there), asked at each save; None without a process group.  A function, not the
@@ -92,7 +92,8 @@ class JobHandles:
       `distrain run` the step a restart resumes from (``DISTRAIN_JOB_DIR``); None: not told.
     - ``slurm_job_id``: the SLURM job a stop signal may requeue (``SLURM_JOB_ID``); None: not
       under SLURM (SIGUSR1 then stays the watchdog's stack dump).
-    - ``replicas``: the replica groups under ``--replicas``, else None.
+    - ``stuck``: whether this process waits on a peer that is gone (a stop signal then exits
+      without the save it would wait for); None: never.
     - ``on_close``: registers a method to run before the process groups are destroyed.
     - ``on_stall``: receives how long each save stalled the training loop (the step breakdown).
     - ``shutdown``: releases the process group before a stop signal's exit.
@@ -113,7 +114,7 @@ class JobHandles:
     store: Callable[[], dist.Store] | None = None
     job_dir: str | None = None
     slurm_job_id: str | None = None
-    replicas: Healer | None = None
+    stuck: Callable[[], bool] | None = None
     on_close: Callable[[Callable[[], None]], None] = _ignore
     on_stall: Callable[[float], None] | None = None
     shutdown: Callable[[], None] | None = None

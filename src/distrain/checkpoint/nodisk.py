@@ -1,10 +1,10 @@
 """``ctx.checkpointer(None)``: a checkpointer without a directory.
 
-It saves nothing.  Its ``restore(...)`` registers the training state all the same, so under
-`distrain run --replicas` a replacement copies all of it from a live group (model, optimizer,
-scheduler, loader position) and gets the live group's step back, as with a directory; without
-``--replicas`` it returns step 0.  A script can then call ``ckpt.restore`` and
-``ckpt.maybe_save`` whether or not the user gave a directory.
+It saves nothing.  Its ``restore(...)`` registers the training state all the same, so where
+a live peer holds it (checkpoint/healed.py: under `distrain run --replicas`, a live group) a
+replacement copies all of it (model, optimizer, scheduler, loader position) and gets the peer's
+step back, as with a directory; alone it returns step 0.  A script can then call
+``ckpt.restore`` and ``ckpt.maybe_save`` whether or not the user gave a directory.
 """
 
 from __future__ import annotations
@@ -24,12 +24,8 @@ class NoDisk:
         self.extra: dict[str, Any] = {}
 
     def restore(self, **objects: Any) -> Resumed:
-        """Register `objects`; under ``--replicas`` heal them from a live group that is ahead."""
+        """Register `objects` (step 0: nothing to load; checkpoint/healed.py heals them)."""
         register(self.objects, objects, self.handles.scaler)
-        if self.handles.replicas is not None:
-            with self.handles.uncounted():  # a heal loads optimizer state: one uncounted step
-                healed = self.handles.replicas.restore(self.objects, Resumed())
-            return self.handles.resumed(healed)
         return Resumed()
 
     def maybe_save(self, step: int) -> bool:

@@ -20,6 +20,7 @@ from torch import nn
 
 from distrain.errors import DistrainError
 from distrain.parallel.ddp import release_ddp, wrap_ddp
+from distrain.parallel.decorated import Decorated
 from distrain.parallel.fsdp import (
     build_mesh,
     checkpoint_blocks,
@@ -66,7 +67,7 @@ def _same_generator_everywhere() -> None:
 
 def prepare(
     model: nn.Module,
-    strategy: str | Strategy,
+    strategy: str | Strategy | Decorated,
     *,
     device: torch.device,
     precision: str,
@@ -81,6 +82,8 @@ def prepare(
     build one (:func:`~.options.resolve`).  `map_buffers`: the opt-in allocator setting of a
     sharded model (:mod:`.heap`, ``Settings.map_large_buffers``).
     """
+    if isinstance(strategy, Decorated):  # a feature's own preparation around the strategy
+        return strategy.prepare(model, device)
     spec = resolve(strategy, **options)
     sharded = isinstance(spec, FSDP)
     if isinstance(spec, FSDP) and spec.cpu_offload and device.type != "cuda":

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from distrain.checkpoint import Checkpointer, Healer, JobHandles, NoDisk
+from distrain.checkpoint import Checkpointer, JobHandles, NoDisk
 from distrain.checkpoint.handles import NodePlace
 from distrain.process.info import ProcessInfo
 from distrain.settings import Settings
+from distrain.worker.layer import PLAIN, Layer
 from distrain.worker.lifecycle.failure import exit_abandoned, failing
 from distrain.worker.services import Services
 from distrain.worker.start.store import shared_store
@@ -34,13 +35,14 @@ def checkpointer(
     is_main: bool,
     scaler: torch.amp.GradScaler | None,
     settings: Settings,
-    replicas: Healer | None,
+    layer: Layer = PLAIN,
     services: Services,
     shutdown: Callable[[], None],
     uncounted: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     **options: Any,
 ) -> Checkpointer | NoDisk:
-    """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job.
+    """A Checkpointer saving to `directory` (None: a NoDisk) with what it needs of the job; the
+    job's training layer makes it (a feature's own checkpointer: worker/layer.py).
 
     The exit after a save abandoned by the writer is the lifecycle's (worker/lifecycle/failure.py).
     """
@@ -53,7 +55,6 @@ def checkpointer(
         else None,
         job_dir=settings.job_dir,
         slurm_job_id=settings.slurm_job_id,
-        replicas=replicas,
         on_close=services.on_close,
         on_stall=services.checkpoint_stall,
         shutdown=shutdown,
@@ -63,9 +64,7 @@ def checkpointer(
         memory=memory_place(settings),
         failing=failing,
     )
-    if directory is None:
-        return NoDisk(handles, **options)
-    return Checkpointer(handles, directory, **options)
+    return layer.checkpointer(directory, handles, **options)
 
 
 def memory_place(settings: Settings) -> NodePlace:

@@ -23,6 +23,7 @@ from distrain.data.sampler import DistributedLoader
 from distrain.process.info import ProcessInfo
 from distrain.process.reductions import Reductions
 from distrain.settings import Settings
+from distrain.worker.layer import PLAIN, Layer
 from distrain.worker.lifecycle import watchdog
 from distrain.worker.services import Services
 from distrain.worker.steps import StepCounter
@@ -30,7 +31,6 @@ from distrain.worker.steps import StepCounter
 if TYPE_CHECKING:
     from distrain.checkpoint import Checkpointer, NoDisk
     from distrain.parallel.options import Strategy
-    from distrain.worker.replicas.training import Replicas
 
 T = TypeVar("T")
 
@@ -94,15 +94,14 @@ class Context(Reductions):
         self.services = Services()
         self._step_counter = StepCounter(self._on_step)
         self._logs_without_steps = 0
-        #: this process's replica group under `--replicas` (worker/replicas/training.py)
-        self.replicas: Replicas | None = None
+        #: what a job-level feature changes in training (worker/layer.py; plain: nothing)
+        self.layer: Layer = PLAIN
 
     @property
     def steps(self) -> int:
-        """Optimizer steps on prepared models (``--replicas``: the job's committed step, healed)."""
-        if self.replicas is not None and self.replicas.started:
-            return self.replicas.manager.current_step()
-        return self._step_counter.count
+        """Optimizer steps on prepared models (or the job's step, when its layer decides it)."""
+        committed = self.layer.committed_step()
+        return self._step_counter.count if committed is None else committed
 
     def _on_step(self, count: int) -> None:
         if self.services.breakdown is not None:
@@ -112,8 +111,8 @@ class Context(Reductions):
     # -- where am I -----------------------------------------------------------------------
     @property
     def is_main(self) -> bool:
-        """True on global rank 0 (of replica group 0 under `distrain run --replicas`)."""
-        return self.rank == 0 and (self.replicas is None or self.replicas.group == 0)
+        """True on global rank 0 (of one group of them, when the job's layer has several)."""
+        return self.layer.is_main(self.rank)
 
     @property
     def is_local_main(self) -> bool:
@@ -151,7 +150,7 @@ class Context(Reductions):
         all-reduce compression), ``distrain.FSDP(reshard_after_forward=False, cpu_offload=...)``
         (FSDP2 shards parameters, gradients and optimizer state over all ranks; each block of
         ``shard=`` is one unit, the root the last) or ``distrain.HSDP(replicate=2)`` (shards inside
-        each replica group, default one per node, replicates across them).  The names ``"ddp"``,
+        each shard group, default one per node, replicates across them).  The names ``"ddp"``,
         ``"fsdp"``, ``"hsdp"`` are aliases, and the keywords of this signature (with any other one
         for DistributedDataParallel or fully_shard) build the same object: ``prepare_model(m,
         "fsdp", cpu_offload=True)`` is ``prepare_model(m, FSDP(cpu_offload=True))``.
@@ -165,18 +164,15 @@ class Context(Reductions):
             strategy, sync_bn=sync_bn, comm_hook=comm_hook, shard=shard, replicate=replicate,
             activation_checkpointing=activation_checkpointing, cpu_offload=cpu_offload, **kwargs,
         )  # fmt: skip
-        if self.replicas is not None:  # across replica groups through TorchFT (worker/replicas/)
-            prepared = self.replicas.prepare_model(model, self.device, spec)
-        else:
-            prepared = strategies.prepare(
-                model,
-                spec,
-                device=self.device,
-                precision=self.precision,
-                distributed=self.distributed,
-                num_nodes=self.num_nodes,
-                map_buffers=self.settings.map_large_buffers,
-            )
+        prepared = strategies.prepare(
+            model,
+            self.layer.decorate(spec),  # a job-level feature may prepare around it
+            device=self.device,
+            precision=self.precision,
+            distributed=self.distributed,
+            num_nodes=self.num_nodes,
+            map_buffers=self.settings.map_large_buffers,
+        )
         if prepared is not model or strategies.is_sharded(prepared):
             self._models.append(weakref.ref(prepared))
         self._step_counter.track(prepared)  # parameters as they are after wrapping/sharding
@@ -231,9 +227,7 @@ class Context(Reductions):
         :mod:`distrain.data.global_batch`).  Per-sample seeding: ``seed_samples``.  Other
         keyword arguments (``num_workers``, ``collate_fn``, …) go to DataLoader.
         """
-        rank, world = (
-            self.replicas.data_rank() if self.replicas is not None else (self.rank, self.world_size)
-        )
+        rank, world = self.layer.data_rank(self.rank, self.world_size)
         loader = loaders.training_loader(
             dataset, batch_size, rank, world, self.device, self.local_world_size, shuffle=shuffle,
             drop_last=drop_last, seed=seed, seed_samples=seed_samples, global_batch=global_batch,
@@ -275,13 +269,11 @@ class Context(Reductions):
 
         A plain ``optimizer.step()`` over a prepared model counts too; this method adds only what
         torch's step hooks cannot see: a step the GradScaler skipped (inf/NaN gradients), and an
-        optimizer over a model that was not prepared.  Returns True; under `distrain run
-        --replicas`, whether the step was committed by the quorum (docs/fault_tolerance.md).
+        optimizer over a model that was not prepared.  Returns whether the step was applied:
+        always, unless the job's layer withholds it (a quorum that did not commit it,
+        docs/fault_tolerance.md).
         """
-        if self.replicas is not None:
-            return bool(self.replicas.step(lambda: self._optimizer_step(optimizer)))
-        self._optimizer_step(optimizer)
-        return True
+        return bool(self.layer.step(lambda: self._optimizer_step(optimizer)))
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         before = self._step_counter.count
@@ -332,12 +324,12 @@ class Context(Reductions):
         self, directory: str | os.PathLike[str] | None, **kwargs: Any
     ) -> Checkpointer | NoDisk:
         """A :class:`~distrain.checkpoint.Checkpointer` saving to `directory`; ``None``:
-        nothing saved, the state registered for ``--replicas`` heals (docs/checkpointing.md)."""
+        nothing saved, the state registered all the same (docs/checkpointing.md)."""
         from distrain.worker.components import checkpointer
 
         return checkpointer(
             directory, self.process, is_main=self.is_main, scaler=self.scaler,
-            settings=self.settings, replicas=self.replicas, services=self.services,
+            settings=self.settings, layer=self.layer, services=self.services,
             shutdown=self.shutdown, uncounted=self._step_counter.paused, **kwargs,
         )  # fmt: skip
 
@@ -363,7 +355,7 @@ class Context(Reductions):
         """The one metrics call: `distrain top`, TensorBoard, `distrain bench` read what it records.
 
         ``step`` defaults to the training's step: the step a restore resumed at plus
-        :attr:`steps` (under ``--replicas`` the job's committed step); in a script with no
+        :attr:`steps` (or the job's step, when its layer decides it); in a script with no
         optimizer over a prepared model, to one more than the last call (``advance=False``:
         the same step, for per-epoch values).  ``epoch=`` and ``samples=`` (samples this rank
         processed since the last call) are understood; every other keyword is a scalar
@@ -371,8 +363,9 @@ class Context(Reductions):
         logged after an epoch's last step (``accuracy=``, ``test_loss=``) belong to that epoch.
         A no-op without a run directory; see :mod:`distrain.monitor`.
         """
-        if step is None and self.replicas is not None and self.replicas.started:
-            step = self.replicas.manager.current_step()  # the job's committed step, healed too
+        committed = self.layer.committed_step()
+        if step is None and committed is not None:
+            step = committed  # the job's step, healed too
         if self.steps:  # counted over the whole training: a resumed run goes on from its step
             step = self.services.resumed_step + self.steps if step is None else step
         elif self.services.watchdog is not None:
@@ -393,8 +386,7 @@ class Context(Reductions):
             return
         self._closed = True
         self._step_counter.close()
-        if self.replicas is not None:
-            self.replicas.close()
+        self.layer.close()
         self.services.close()
         release_all(self._models)
         _forget(self)

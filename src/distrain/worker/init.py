@@ -192,13 +192,17 @@ def init(
                 ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
             )
             emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
+        replicas = None
         if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
+            from distrain.worker.replicas.layer import ReplicaLayer
             from distrain.worker.replicas.training import attach
 
-            ctx.replicas = attach(ctx.process, settings, precision)
+            replicas = attach(ctx.process, settings, precision)
+            if replicas is not None:  # the Context's training layer (worker/layer.py)
+                ctx.layer = ReplicaLayer(replicas)
         _remember(ctx)
         atexit.register(ctx.shutdown)
-        if ctx.replicas is not None:  # the end's quorums before TorchFT's threads stop
+        if replicas is not None:  # the end's quorums before TorchFT's threads stop
             from distrain.worker.replicas.sync import before_threads_stop
 
             before_threads_stop(ctx.shutdown)

@@ -26,6 +26,7 @@ from distrain.checkpoint import (
     Resumed,
     SaveAbandoned,
 )
+from distrain.checkpoint.healed import HealedCheckpointer, HealedNoDisk
 from distrain.checkpoint.nodes import Topology
 from distrain.events import job_events
 from distrain.process.info import ProcessInfo
@@ -97,13 +98,15 @@ class _Heals:
         return Resumed(step=7, path="live group", extra={"objects": sorted(objects)})
 
 
-def test_replica_groups_come_in_as_a_handle(tmp_path: Path) -> None:
+def test_a_healer_subclass_heals_after_the_disk(tmp_path: Path) -> None:
     healed: list[int] = []
-    handles = JobHandles(replicas=_Heals(), on_resumed=healed.append)
-    ckpt = Checkpointer(handles, tmp_path, handle_signals=False)
+    handles = JobHandles(on_resumed=healed.append)
+    ckpt = HealedCheckpointer(_Heals(), handles, tmp_path, handle_signals=False)
     assert ckpt.directory == f"{tmp_path}/group_3"
     assert ckpt.restore(model=nn.Linear(2, 2)).step == 7
-    assert NoDisk(handles).restore(model=nn.Linear(2, 2)).extra == {"objects": ["model"]}
+    healed_nodisk = HealedNoDisk(_Heals(), handles)
+    assert healed_nodisk.restore(model=nn.Linear(2, 2)).extra == {"objects": ["model"]}
+    assert NoDisk(handles).restore(model=nn.Linear(2, 2)).step == 0  # the core heals nothing
     assert healed == [7, 7]  # a heal from a live group is a resume too (the metrics recorder)
     ckpt.close()
 
@@ -126,7 +129,7 @@ def test_replica_groups_save_the_loader_where_their_last_step_committed(tmp_path
     the committed position, so the groups resumed from disk still agree (chaos seed 58, 20)."""
     groups = _Heals()
     groups.committed_positions = {"loader": {"step_in_epoch": 64}}
-    ckpt = Checkpointer(JobHandles(replicas=groups), tmp_path, handle_signals=False)
+    ckpt = HealedCheckpointer(groups, JobHandles(), tmp_path, handle_signals=False)
     ckpt.restore(model=nn.Linear(2, 2), loader=_Position(65))  # drew step 65's batch
     ckpt.save(64, wait=True)
     ckpt.close()

@@ -77,6 +77,20 @@ def report_losses_from_agent() -> None:
         )
 
 
+def _launcher_end(code: int) -> str:
+    return f"killed by {_signal_name(code)}" if code < 0 else f"stopped, exit code {code}"
+
+
+def launcher_died(code: int | None) -> bool:
+    """Whether a group launcher's exit `code` is its own death, not its group's verdict: killed by
+    a signal, or stopped by one this launcher did not send (it sends its own only once the groups
+    are watched no more).  A group whose workers failed past their restarts exits with their
+    cause (1, or 137 for a SIGKILL); only workers that were all SIGTERMed past their restarts
+    (143) read as the launcher's stop, and are restarted within the same budget."""
+    stopped = {128 + signal.SIGTERM, 128 + signal.SIGHUP}  # cli: "stopped by SIGTERM" → 143
+    return code is not None and (code < 0 or code in stopped)
+
+
 @dataclass
 class ReplicaJob:
     """What the launcher knows of the groups while they run (`local`: those on this node)."""
@@ -171,10 +185,7 @@ class ReplicaJob:
 
     def on_exit(self, group: int, code: int) -> None:
         """Record that group's end (report a failure); others' first step no longer waits on it."""
-        self.finished[group] = code
-        mark_ft_start(self.folder, group)
-        with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
-            pass
+        self._ended(group, code)
         if code != 0:
             how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
             self.say(
@@ -182,6 +193,34 @@ class ReplicaJob:
                 f"{self.continuing()}/{self.groups} groups continue",
                 "failed", group=group, how=how,
             )  # fmt: skip
+
+    def _ended(self, group: int, code: int) -> None:
+        self.finished[group] = code
+        mark_ft_start(self.folder, group)
+        with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
+            pass
+
+    def on_launcher_death(self, group: int, pid: int, code: int, attempt: int, budget: int) -> bool:
+        """Group `group`'s own launcher died (`code`): say so; True when it is to be restarted
+        (restart `attempt` of `budget`), else record the group's end for good."""
+        how = _launcher_end(code)
+        if attempt > budget:  # the group is gone: its end reaches the others, a failure the job
+            text = (
+                f"replica group {group} lost for good: its launcher (pid {pid}) was {how} and "
+                f"the group's {budget} restart(s) (--max-restarts) are spent"
+            )
+            self.say(text, "failed", group=group, how=how)
+            self._ended(group, code)
+            return False
+        self.lost.add(group)
+        step = self.step_of(group)
+        text = (
+            f"replica group {group} lost at step {step} (its launcher, pid {pid}, {how}); "
+            f"restarting it ({attempt}/{budget}); "
+            f"{self.continuing()}/{self.groups} groups continue"
+        )
+        self.say(text, "lost", group=group, step=int(step) if step.isdigit() else step, how=how)
+        return True
 
     def finals(self) -> dict[int, dict[int, tuple[int, str]]]:
         """{group: {rank: (step, digest)}} reported by the processes of the groups that ended

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from distrain.contract import (
     FT_EVENTS,
@@ -36,7 +38,7 @@ from distrain.contract import (
 from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine, script_tail
 from distrain.launch.plan import LaunchPlan
-from distrain.launch.replicas.events import ReplicaJob
+from distrain.launch.replicas.events import ReplicaJob, launcher_died
 from distrain.launch.replicas.lighthouse import Lighthouse, RemoteLighthouse, lighthouse_program
 from distrain.launch.replicas.nodes import Placement, RollCall, node_address, place
 from distrain.net import free_port
@@ -205,18 +207,19 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
         f"{groups} replica groups × {per_group} process(es){on}; TorchFT lighthouse on "
         f"{lighthouse.host}:{lighthouse.port}"
     )
+
+    def start(g: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [*command, *_argv_of(g, given, host)],
+            env=_group_env(job, lighthouse.address, g, placement, gpus, iface, host),
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # a SIGKILLed launcher takes its groups along
+        )
+
+    budget = int(given.value("max_restarts") or DEFAULT_GROUP_RESTARTS)
     try:
-        for g in placement.local:
-            env = _group_env(job, lighthouse.address, g, placement, gpus, iface, host)
-            job.procs.append(
-                subprocess.Popen(
-                    [*command, *_argv_of(g, given, host)],
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,  # a SIGKILLed launcher takes its groups along
-                )
-            )
-        code = _watch(job, lighthouse, roll)
+        job.procs.extend(start(g) for g in placement.local)
+        code = _watch(job, lighthouse, roll, GroupRestarts(start, budget))
         if code == 0:  # every group ended well: and with the same state?
             code = job.check_finals()
         if roll is not None:
@@ -252,8 +255,35 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@dataclass
+class GroupRestarts:
+    """Restarts of the groups' own launchers: `start(group)` starts one again, `budget` times at
+    most per group (--max-restarts, as for its workers)."""
+
+    start: Callable[[int], subprocess.Popen[bytes]]
+    budget: int
+    done: dict[int, int] = field(default_factory=dict)
+
+    def after_death(self, job: ReplicaJob, group: int, code: int) -> bool:
+        """A group's launcher died: restart it (True), or end the group for good (False)."""
+        k = job.local.index(group)
+        dead = job.procs[k]
+        # its workers die with it (die_with_parent); what is left of its session goes now, so
+        # no old worker still answers for the group when the new one joins the quorum
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(dead.pid, signal.SIGKILL)
+        self.done[group] = self.done.get(group, 0) + 1
+        if not job.on_launcher_death(group, dead.pid, code, self.done[group], self.budget):
+            return False
+        job.procs[k] = self.start(group)
+        return True
+
+
 def _watch(
-    job: ReplicaJob, lighthouse: Lighthouse | RemoteLighthouse, roll: RollCall | None = None
+    job: ReplicaJob,
+    lighthouse: Lighthouse | RemoteLighthouse,
+    roll: RollCall | None = None,
+    restarts: GroupRestarts | None = None,
 ) -> int:
     """Report events until this node's groups have ended; stop them if the lighthouse dies."""
     while len(job.finished) < len(job.local):
@@ -267,11 +297,14 @@ def _watch(
         if job.refused is not None:  # a script the groups cannot replicate: restarts would too
             job.kill_all()
             return REFUSED_EXIT_CODE
-        for g, proc in zip(job.local, job.procs, strict=True):
+        for g, proc in list(zip(job.local, job.procs, strict=True)):  # a restart replaces one
             code = proc.poll()
             if code is not None and g not in job.finished:
                 job.read_events()
-                job.on_exit(g, code)
+                if restarts is not None and launcher_died(code):
+                    restarts.after_death(job, g, code)
+                else:
+                    job.on_exit(g, code)
         how = lighthouse.died()
         if how is not None and len(job.finished) < len(job.local):
             # workers block in the quorum and never reach a step end to save at: no use waiting long
