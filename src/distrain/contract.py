@@ -64,7 +64,7 @@ JOB_DIR = "DISTRAIN_JOB_DIR"
 BREAKDOWN = "DISTRAIN_BREAKDOWN"
 #: "0": torch.save writes a path in place, as torch does (distrain.worker.atomic_save)
 ATOMIC_SAVE = "DISTRAIN_ATOMIC_SAVE"
-#: where the checkpointer's memory tier keeps its snapshots (default /dev/shm; checkpoint/memory.py)
+#: where the memory tier keeps its snapshots (default /dev/shm; checkpoint/memory_tier/)
 MEMORY_DIR = "DISTRAIN_MEMORY_DIR"
 #: "1": a sharded model's large buffers get mappings of their own (distrain.parallel.heap)
 MAP_LARGE_BUFFERS = "DISTRAIN_MAP_LARGE_BUFFERS"

@@ -1,4 +1,5 @@
-"""The memory tier's copy on a peer node (checkpoint/peer.py): two "nodes" in network namespaces.
+"""The memory tier's copy on a peer node (checkpoint/memory_tier/peer.py): two "nodes" in
+network namespaces.
 
 A static 2-node × 1-process job with one checkpoint directory both see and each node its own
 memory root (``DISTRAIN_MEMORY_DIR``), snapshots every step.  Rank 1 is SIGKILLed; the job

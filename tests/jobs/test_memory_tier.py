@@ -1,4 +1,4 @@
-"""The checkpointer's memory tier (checkpoint/memory.py): real `distrain run` jobs on gloo.
+"""The checkpointer's memory tier (checkpoint/memory_tier/): real `distrain run` jobs on gloo.
 
 A rank SIGKILLed mid-run resumes from the snapshot in tmpfs of the step before it died and ends
 bit for bit equal to an uninterrupted run; a torn snapshot is skipped with one line; a newer
@@ -200,7 +200,7 @@ def test_a_job_without_the_tier_loads_none_of_its_modules(tmp_path: Path) -> Non
         " handle_signals=False)\n"
         "m = torch.nn.Linear(2, 2); c.restore(model=m); c.maybe_save(1); c.close()\n"
         "print(sorted(n for n in sys.modules if n.startswith('distrain.checkpoint.')"
-        " and n.rsplit('.', 1)[1] in ('memory', 'memory_files', 'peer')))"
+        " and '.memory_tier' in n))"
     )
     result = run([*DISTRAIN[:1], "-c", code], timeout=120)
     assert result.returncode == 0, result.stderr

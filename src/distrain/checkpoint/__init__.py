@@ -5,7 +5,7 @@
 :mod:`.files` is the on-disk format and its verification, :mod:`.dcp_io` DCP reads and writes
 without unpickling objects, :mod:`.state` what is saved (DCP and plain state, RNG), :mod:`.writer`
 one save, :mod:`.nodes` shared vs per-node directories, :mod:`.legacy` the 0.1 format;
-:mod:`.memory` (with :mod:`.memory_files` and :mod:`.peer`) the tmpfs tier of
+:mod:`.memory_tier` the tmpfs tier of
 ``memory_every_steps``, imported only by a checkpointer that asks for it.
 """
 

@@ -56,7 +56,7 @@ class Healer(Protocol):
 
 @dataclass(frozen=True)
 class NodePlace:
-    """Where the memory tier (checkpoint/memory.py) keeps snapshots on this node, and who owns
+    """Where the memory tier (checkpoint/memory_tier/) keeps snapshots on this node, and who owns
     them: the job lives while its owner (the node's launcher, or torch's agent) does."""
 
     root: str = "/dev/shm"  # DISTRAIN_MEMORY_DIR

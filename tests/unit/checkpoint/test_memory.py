@@ -1,10 +1,11 @@
-"""The memory tier's choice of K (checkpoint/memory.py): the smallest within 2 % of a step."""
+"""The memory tier's choice of K (checkpoint/memory_tier/tier.py): the smallest within 2 %
+of a step."""
 
 from __future__ import annotations
 
 import pytest
 
-from distrain.checkpoint.memory import auto_every, choice_line
+from distrain.checkpoint.memory_tier.tier import auto_every, choice_line
 
 
 @pytest.mark.parametrize(

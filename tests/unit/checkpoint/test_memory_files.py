@@ -1,4 +1,5 @@
-"""The memory tier's files (checkpoint/memory_files.py): record after data, verify, prune, sweep."""
+"""The memory tier's files (checkpoint/memory_tier/files.py): record after data, verify, prune,
+sweep."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from distrain.checkpoint.files import CheckpointError
-from distrain.checkpoint.memory_files import (
+from distrain.checkpoint.memory_tier.files import (
     listed,
     load_bytes,
     newest_valid,

@@ -5,7 +5,7 @@ Each rank writes its own snapshot (model and optimizer as this rank holds them: 
 replica under DDP, its shards under FSDP; its plain state, RNG states and buffers) into
 ``<root>/distrain-mem-<hash of the checkpoint directory>/own/`` (root: ``/dev/shm``, or
 ``DISTRAIN_MEMORY_DIR``): the data file first, then a small JSON record of its size and digest
-(:mod:`.memory_files`), each written under a temporary name and renamed, so a snapshot without
+(:mod:`.files`), each written under a temporary name and renamed, so a snapshot without
 its record is incomplete and one whose bytes do not match is torn; either is skipped with one
 line.  At most 2 snapshots per rank are kept.  With several nodes each snapshot is also copied
 to a peer node's ``peer/`` folder (:mod:`.peer`).
@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 
 from distrain.checkpoint.files import CheckpointError, atomic_write
 from distrain.checkpoint.loading import load_plain
-from distrain.checkpoint.memory_files import (
+from distrain.checkpoint.memory_tier.files import (
     FORMAT,
     KEEP,
     load_bytes,
@@ -173,7 +173,7 @@ class MemoryTier:
         os.makedirs(self.own, exist_ok=True)
         self.started = True
         if self.process.num_nodes > 1 and self.group is not None:
-            from distrain.checkpoint.peer import Replicator
+            from distrain.checkpoint.memory_tier.peer import Replicator
 
             self.peer = Replicator(self.process, self.group, os.path.join(self.folder, "peer"))
 

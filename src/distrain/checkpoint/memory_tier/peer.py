@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from distrain.checkpoint.files import CheckpointError, _warn
-from distrain.checkpoint.memory_files import (
+from distrain.checkpoint.memory_tier.files import (
     digest,
     listed,
     newest_valid,
