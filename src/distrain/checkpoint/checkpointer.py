@@ -126,9 +126,7 @@ class Checkpointer:
         # in ctx.shutdown() (at exit, or called by the script), before the groups are destroyed:
         # a background save completes, then the DCP group is let go
         handles.on_close(self._release_group)
-        self.memory: Any = (
-            None  # the tmpfs tier (checkpoint/memory_tier/), imported only when asked
-        )
+        self.memory: Any = None  # the tmpfs tier (memory_tier/), imported only when asked
         if memory_every_steps:
             from distrain.checkpoint.memory_tier.tier import MemoryTier
 
