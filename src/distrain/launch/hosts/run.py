@@ -48,6 +48,8 @@ PROG = "distrain run"
 PROBE_TIMEOUT_S = 60.0
 #: from a stop to the moment the remaining ssh sessions are killed
 STOP_BOUND_S = STOP_GRACE_S + 5.0
+#: how long the other hosts of a failed job get to find the loss and say their own verdicts
+SETTLE_S = 10.0
 _PRINT = threading.Lock()
 
 
@@ -218,6 +220,26 @@ def _stop(sessions: list[Session]) -> None:
             reader.join(timeout=2)
 
 
+def _settle(others: list[Session], stop: threading.Event) -> None:
+    """Let the other hosts of a failed job end by themselves before any is stopped.
+
+    Their ranks find the loss at their next collective and their nodes say their own verdicts;
+    rank 0's holds the resume hint.  Stopped the moment the first host ended, a host still
+    saying its verdict got SIGTERM in the middle of it (torch's handler raises anywhere in the
+    agent's process): the hint was lost from the last line, under load (CI).  A host that has
+    said nothing after SETTLE_S (its ranks inside a long step) is stopped then; one that said
+    its verdict is given STOP_BOUND_S more to end; Ctrl-C stops them all at once."""
+    start = time.monotonic()
+    while not stop.is_set():
+        running = [s for s in others if s.proc.poll() is None]
+        waited = time.monotonic() - start
+        if not running or waited > SETTLE_S + STOP_BOUND_S:
+            return
+        if waited > SETTLE_S and any(s.verdict is None for s in running):
+            return
+        stop.wait(0.1)
+
+
 def _supervise(
     sessions: list[Session], opts: host_options.HostsOptions, stop: threading.Event
 ) -> int:
@@ -268,6 +290,7 @@ def _supervise(
                 )
                 continue
             others = [sessions[j] for j in live]
+            _settle(others, stop)
             _stop(others)  # their verdicts are read to the end: the cause may be another host's
             _say(verdict.failed_line(sessions, s))
             code = verdict.blamed(sessions, s).proc.returncode or code
