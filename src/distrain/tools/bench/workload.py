@@ -69,7 +69,7 @@ def thread_cpu() -> dict[str, float]:
     what a rank spent beside its training loop (``MainThread``).  Python threads go by their
     ``threading`` name, native ones (gloo's, OpenMP's) by their kernel name."""
     names = {t.native_id: t.name for t in threading.enumerate()}
-    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    tick, out = os.sysconf("SC_CLK_TCK"), dict[str, float]()
     for task in Path("/proc/self/task").glob("*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
