@@ -48,6 +48,10 @@ PROG = "distrain run"
 PROBE_TIMEOUT_S = 60.0
 #: from a stop to the moment the remaining ssh sessions are killed
 STOP_BOUND_S = STOP_GRACE_S + 5.0
+#: how long an ended session's output is read to its end: its pipes reach EOF as soon as ssh
+#: exits, but on a loaded machine the reader may get no CPU for a while, and a line it had not
+#: read by then (a node's verdict) would be missing from the job's last line (it was 2 s)
+READ_BOUND_S = 10.0
 #: how long the other hosts of a failed job get to find the loss and say their own verdicts
 SETTLE_S = 10.0
 _PRINT = threading.Lock()
@@ -217,7 +221,7 @@ def _stop(sessions: list[Session]) -> None:
             s.proc.wait()
     for s in sessions:
         for reader in s.readers:
-            reader.join(timeout=2)
+            reader.join(timeout=READ_BOUND_S)
 
 
 def _settle(others: list[Session], stop: threading.Event) -> None:
@@ -263,7 +267,7 @@ def _supervise(
                 continue
             live.discard(i)
             for reader in s.readers:
-                reader.join(timeout=2)
+                reader.join(timeout=READ_BOUND_S)
             if code == 0:
                 continue
             # a session that ended without its node's own verdict (a dropped connection, a killed
