@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from distrain.tools.bench.study.workload import Net, digits
+from distrain.tools.bench.study.workload import Net, digits, thread_cpu
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)
@@ -64,6 +64,8 @@ for epoch in range(1, args.epochs + 1):
         print(f"epoch {epoch}: test acc {correct[0] / correct[1]:.4f}", flush=True)
 path = Path(args.out) / "bench" / f"steps-rank-{rank}.json"
 path.parent.mkdir(parents=True, exist_ok=True)
-path.write_text(json.dumps({"rank": rank, "world_size": world, "steps": steps}))
+path.write_text(
+    json.dumps({"rank": rank, "world_size": world, "steps": steps, "thread_cpu_s": thread_cpu()})
+)
 del model  # release DDP before the group (gloo's exit can deadlock otherwise)
 dist.destroy_process_group()

@@ -31,6 +31,21 @@ from distrain.tools.bench.study.steps import read_steps, steady_stats  # noqa: E
 PLAIN = Path(__file__).resolve().with_name("plain_ddp_cnn.py")
 
 
+def cpu_line(run_dir: Path) -> str:
+    """Where the 2-process ranks' CPU went: the training loop's thread against every other
+    thread (the workload's ``thread_cpu_s``), summed over ranks, the three largest named."""
+    threads: dict[str, float] = {}
+    for path in run_dir.rglob("steps-rank-*.json"):
+        data = json.loads(path.read_text())
+        if data.get("world_size") == 2:
+            for name, cpu in (data.get("thread_cpu_s") or {}).items():
+                threads[name] = threads.get(name, 0.0) + cpu
+    main = threads.pop("MainThread", 0.0)
+    top = sorted(threads.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"{name} {cpu:.2f}" for name, cpu in top)
+    return f"main thread {main:.1f} s, other threads {sum(threads.values()):.2f} s ({named})"
+
+
 def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
     """samples/s of the built-in bench at 1 and 2 processes (its own results.json)."""
     out = work / "bench"
@@ -49,6 +64,7 @@ def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
     )
     configs = json.loads((out / "results.json").read_text())["configs"]
     assert all(c["timing"] == "steps" for c in configs), "the bench did not time steps"
+    print(f"#   distrain cpu of the 2 ranks: {cpu_line(out)}", flush=True)
     return {c["nproc"]: c["samples_per_s"] for c in configs}
 
 
@@ -65,6 +81,8 @@ def torchrun_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
                        stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
         got[n] = steady_stats(read_steps(out))["step_samples_per_s"]
+        if n == 2:
+            print(f"#   torchrun cpu of the 2 ranks: {cpu_line(out)}", flush=True)
     return got
 
 
@@ -77,6 +95,10 @@ def main() -> None:
     p.add_argument("--step-target", type=float, default=probe.TARGET_STEP_S)
     args = p.parse_args()
     print(f"# load before: {loadavg()}", flush=True)
+    model = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
+        ["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        if ln.startswith("Model name")), "?")  # fmt: skip
+    print(f"# lscpu model name: {model}", flush=True)
     sizing = probe.size_cnn(args.step_target, args.batch_size, 1)
     size = sizing["image_size"]
     print(f"# workload {probe.describe(sizing)}", flush=True)

@@ -179,6 +179,20 @@ def test_survivor_of_a_sigkill_does_not_wait_for_its_dead_peer(tmp_path: Path) -
     )
 
 
+def test_survivor_stopped_by_the_agent_says_no_sigterm_line(tmp_path: Path) -> None:
+    """Rank 1 raises at step 6 while rank 0 is still inside that step (--linger): the agent's
+    SIGTERM to rank 0 is its teardown, not a stop anyone asked for.  No ``received SIGTERM:
+    checkpointing…`` line (it once came before the failure's own lines) and no checkpoint at 6;
+    a SIGTERM the user sends still says it (test_sigterm_to_launcher_then_fresh_start)."""
+    d = tmp_path / "ckpt"
+    result = distrain_run(2, "--dir", str(d), "--out", str(tmp_path / "final.pt"), "--every",
+                          "4", "--raise-at", "6", "--linger", "3")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "injected failure on rank 1" in result.stderr, result.stderr[-3000:]
+    assert "received SIGTERM" not in result.stderr, result.stderr[-3000:]
+    assert sorted(p.name for p in d.glob("step_*")) == ["step_00000004"]
+
+
 # -- SIGTERM to the launcher, then a fresh start ----------------------------------------------
 def test_sigterm_to_launcher_then_fresh_start(baseline: Path, tmp_path: Path) -> None:
     d, out = tmp_path / "ckpt", tmp_path / "final.pt"

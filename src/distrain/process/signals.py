@@ -65,6 +65,8 @@ class StopRequest:
         self.stuck = stuck
         self.signum: int | None = None
         self.received_at: float | None = None
+        #: whether the stop was said (:meth:`announce`)
+        self.announced = False
         self._installed = False
         self._previous: dict[int, object] = {}
         self._wake_r: int | None = None
@@ -109,16 +111,23 @@ class StopRequest:
             signal.set_wakeup_fd(self._old_wakeup_fd)
         self._installed = False
 
+    def announce(self) -> None:
+        """Say the stop once, when the job acts on it (:meth:`Preemption.agreed`), not when the
+        signal arrives: torch's agent sends the same SIGTERM to the surviving ranks when one
+        failed, and a survivor between steps then said ``checkpointing…`` for a stop nobody
+        asked for, whose checkpoint never came (its dead peer fails the agreement instead)."""
+        if self.signum is not None and not self.announced:
+            self.announced = True
+            _log.warning(
+                f"distrain: received {signal.Signals(self.signum).name}: checkpointing at the "
+                f"end of this step, then exiting (grace {self.grace_s:g} s)"
+            )
+
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
             self.received_at = time.monotonic()
             _received.set()
-            _log.warning(
-                f"distrain: received {signal.Signals(signum).name}: checkpointing at the "
-                "end of this step, "
-                f"then exiting (grace {self.grace_s:g} s)"
-            )
         elif signum == signal.SIGINT:
             # a second Ctrl-C: the user means it
             os._exit(self.exit_code)
@@ -143,8 +152,9 @@ class StopRequest:
                 )
                 os._exit(self.exit_code)
             time.sleep(0.1)
+        name = signal.Signals(self.signum).name if self.signum else "the stop signal"
         _log.error(
-            f"distrain: still running {self.grace_s:g} s after the stop signal (stuck in a "
+            f"distrain: still running {self.grace_s:g} s after {name} (stuck in a "
             "collective?); exiting now"
         )
         os._exit(self.exit_code)
@@ -187,10 +197,13 @@ class Preemption:
         if not self.enabled:
             return False
         if not self.process.distributed:
-            return self.request.requested
-        return bool(
-            self.process.all_reduce(1.0 if self.request.requested else 0.0, op="max").item() > 0
-        )
+            agreed = self.request.requested
+        else:
+            mine = 1.0 if self.request.requested else 0.0
+            agreed = bool(self.process.all_reduce(mine, op="max").item() > 0)
+        if agreed:  # every rank is there to checkpoint: now the stop is real
+            self.request.announce()
+        return agreed
 
     def peer_gone(self, after_s: float) -> bool:
         """A signal came *during* a save that was not answering one, `after_s` ago or more.

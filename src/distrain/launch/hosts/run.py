@@ -48,6 +48,12 @@ PROG = "distrain run"
 PROBE_TIMEOUT_S = 60.0
 #: from a stop to the moment the remaining ssh sessions are killed
 STOP_BOUND_S = STOP_GRACE_S + 5.0
+#: how long an ended session's output is read to its end: its pipes reach EOF as soon as ssh
+#: exits, but on a loaded machine the reader may get no CPU for a while, and a line it had not
+#: read by then (a node's verdict) would be missing from the job's last line (it was 2 s)
+READ_BOUND_S = 10.0
+#: how long the other hosts of a failed job get to find the loss and say their own verdicts
+SETTLE_S = 10.0
 _PRINT = threading.Lock()
 
 
@@ -215,7 +221,27 @@ def _stop(sessions: list[Session]) -> None:
             s.proc.wait()
     for s in sessions:
         for reader in s.readers:
-            reader.join(timeout=2)
+            reader.join(timeout=READ_BOUND_S)
+
+
+def _settle(others: list[Session], stop: threading.Event) -> None:
+    """Let the other hosts of a failed job end by themselves before any is stopped.
+
+    Their ranks find the loss at their next collective and their nodes say their own verdicts;
+    rank 0's holds the resume hint.  Stopped the moment the first host ended, a host still
+    saying its verdict got SIGTERM in the middle of it (torch's handler raises anywhere in the
+    agent's process): the hint was lost from the last line, under load (CI).  A host that has
+    said nothing after SETTLE_S (its ranks inside a long step) is stopped then; one that said
+    its verdict is given STOP_BOUND_S more to end; Ctrl-C stops them all at once."""
+    start = time.monotonic()
+    while not stop.is_set():
+        running = [s for s in others if s.proc.poll() is None]
+        waited = time.monotonic() - start
+        if not running or waited > SETTLE_S + STOP_BOUND_S:
+            return
+        if waited > SETTLE_S and any(s.verdict is None for s in running):
+            return
+        stop.wait(0.1)
 
 
 def _supervise(
@@ -241,7 +267,7 @@ def _supervise(
                 continue
             live.discard(i)
             for reader in s.readers:
-                reader.join(timeout=2)
+                reader.join(timeout=READ_BOUND_S)
             if code == 0:
                 continue
             # a session that ended without its node's own verdict (a dropped connection, a killed
@@ -268,6 +294,7 @@ def _supervise(
                 )
                 continue
             others = [sessions[j] for j in live]
+            _settle(others, stop)
             _stop(others)  # their verdicts are read to the end: the cause may be another host's
             _say(verdict.failed_line(sessions, s))
             code = verdict.blamed(sessions, s).proc.returncode or code

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,22 @@ def digits(image_size: int) -> tuple[TensorDataset, TensorDataset]:
     )
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each thread of this process used so far, by name (Linux /proc; {} elsewhere):
+    what a rank spent beside its training loop (``MainThread``).  Python threads go by their
+    ``threading`` name, native ones (gloo's, OpenMP's) by their kernel name."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick, out = os.sysconf("SC_CLK_TCK"), dict[str, float]()
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = names.get(int(task.name)) or (task / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class StepClock:
     """When each optimizer step ended, with its epoch and this rank's samples."""
 
@@ -82,7 +100,14 @@ class StepClock:
         path = Path(run_dir) / STEPS_SUBDIR / f"steps-rank-{rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(
-            json.dumps({"rank": rank, "world_size": world_size, "steps": self.steps}),
+            json.dumps(
+                {
+                    "rank": rank,
+                    "world_size": world_size,
+                    "steps": self.steps,
+                    "thread_cpu_s": thread_cpu(),
+                }  # fmt: skip
+            ),
             encoding="utf-8",
         )
 
