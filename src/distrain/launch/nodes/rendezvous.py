@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 
 from distrain.contract import RDZV_ENDPOINT, split_endpoint, stop_key
-from distrain.launch.validate import node_range
+from distrain.launch.options.validate import node_range
 from distrain.net import listening_here
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from distrain.contract import JOB_STOPPED_KEY, STATIC_STORE, claim_stop, split_endpoint
-from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.net import reachable
 
 #: seconds between two looks at the store
