@@ -15,7 +15,7 @@ bound.
 
 from __future__ import annotations
 
-from distrain.launch import stop_watch
+from distrain.launch.nodes import stop_watch
 from distrain.settings import DEFAULT_FT_QUORUM_TIMEOUT_S, DEFAULT_REJOIN_TIMEOUT_S
 
 #: margin for the machine's load moving between the reference run and the trial

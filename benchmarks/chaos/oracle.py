@@ -35,7 +35,7 @@ BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost checkp
 REFUSED = "cannot resume loader"
 #: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
 RESUMED = re.compile(r"distrain: resumed from \S+.*?\(step (\d+)")
-#: the launcher's lines when it restarts the workers or a node rejoins (launch/console.py)
+#: the launcher's lines when it restarts the workers or a node rejoins (launch/report/console.py)
 #: (a multi-node job's agent restarts only its node's ranks: "restarting this node's ranks";
 #: missed before, so seed 4303 trial 1's restart went unchecked)
 RESTARTED = re.compile(

@@ -6,7 +6,7 @@ tests/scripts/node_loss_worker.py (checkpoint every 5 steps; tests/jobs/test_nod
 too).  Once both nodes trained together for a second, every process in node 1's namespace (agent,
 workers, fork server) is SIGKILLed at once; the time is from the kill to the survivor's first
 optimizer step of its restart (world size 1, resumed from the checkpoint).  Rounds alternate
-distrain's rendezvous defaults (launch/rendezvous.py) with torch's own (keep_alive_interval=5,
+distrain's rendezvous defaults (launch/nodes/rendezvous.py) with torch's own (keep_alive_interval=5,
 keep_alive_max_attempt=3, last_call_timeout=30, given explicitly), so machine load hits both alike.
 
     sudo python3 benchmarks/recovery/node_loss.py --rounds 3

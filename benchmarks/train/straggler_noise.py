@@ -5,7 +5,7 @@
 Runs the balanced 2-rank job of tests/scripts/breakdown_job.py `--runs` times under torchrun
 with DISTRAIN_JOB_DIR set, and prints for each run both ranks' median compute per step as
 wall time and as the training thread's CPU time (what the straggler rule compares on CPU;
-distrain.launch.job_summary), with the ratio slower/faster of each.
+distrain.launch.report.job_summary), with the ratio slower/faster of each.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/common.py
 from common import TESTS, TORCHRUN, env, loadavg  # noqa: E402
 
-from distrain.launch.job_summary import read  # noqa: E402
+from distrain.launch.report.job_summary import read  # noqa: E402
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ def test_dry_run_prints_torchrun_command() -> None:
 
 
 def test_a_usage_error_imports_no_torch() -> None:
-    """The typo is refused from the recorded torchrun table (launch/usage.py), not after the
+    """The typo is refused from the recorded torchrun table (launch/options/usage.py), not after the
     seconds of `import torch`."""
     res = run(
         [python(), "-X", "importtime", "-m", "distrain.cli", "run", "--max-restrats", "3", JOB],
@@ -86,7 +86,7 @@ def test_a_usage_error_imports_no_torch() -> None:
     said = [ln for ln in res.stderr.splitlines() if not ln.startswith("import time:")]
     assert res.returncode == 2 and len(said) == 1, res.stderr[-2000:]
     assert said[0].startswith("distrain run: error: unknown option --max-restrats: did you mean")
-    assert "distrain.launch.usage" in imported  # the table was read
+    assert "distrain.launch.options.usage" in imported  # the table was read
     assert "torch" not in imported, "torch was imported on the usage-error path"
 
 

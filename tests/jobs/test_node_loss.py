@@ -1,7 +1,7 @@
 """Node loss with distrain's own defaults: a 1:2 elastic job loses a whole node and goes on.
 
 No timing flags are given: the rendezvous keep-alive and last-call settings are distrain's
-(launch/rendezvous.py).  Every process of node 1 (agent, workers, fork server) is SIGKILLed;
+(launch/nodes/rendezvous.py).  Every process of node 1 (agent, workers, fork server) is SIGKILLed;
 node 0 must resume from the checkpoint on its own and finish.  The only time asserted is a
 generous bound: torch's own defaults take ~45 s here before the survivor trains again, and
 distrain's take ~10 s on a loaded machine; benchmarks/recovery/node_loss.py measures it.

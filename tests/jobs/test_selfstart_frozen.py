@@ -3,7 +3,7 @@
 Found by the chaos campaign (seed 26 trial 1: hung).  A script that starts its own workers never
 calls distrain.init(), so no rank's watchdog runs; the launcher watches the one fault it can
 see from outside, a process of the job stopped for longer than --watchdog
-(launch/stopped_procs.py).  The child is killed, the script fails, the agent runs it again.
+(launch/report/stopped_procs.py).  The child is killed, the script fails, the agent runs it again.
 """
 
 from __future__ import annotations

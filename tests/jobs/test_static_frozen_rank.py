@@ -5,8 +5,8 @@ nothing about the other node: the watchdog's verdict (on the other node) stopped
 only its own node, and the frozen rank's node waited for good (chaos campaign, seed 18 trials 11
 and 14, benchmarks/chaos/RESULTS.md).  Now the rank that gives the verdict leaves the reason in
 the agents' store on node 0, and every node's `distrain run` stops on reading it
-(launch/stop_watch.py), SIGKILLing its own frozen rank (a stopped process cannot obey SIGTERM),
-with a last line naming the frozen rank and saying to rerun.
+(launch/nodes/stop_watch.py), SIGKILLing its own frozen rank (a stopped process cannot obey
+SIGTERM), with a last line naming the frozen rank and saying to rerun.
 
 One job, three runs: rank 1 (node 1) frozen, then rank 0 (node 0, which serves the ranks'
 store) frozen in the rerun, then a rerun that resumes and finishes.

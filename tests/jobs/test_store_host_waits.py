@@ -1,5 +1,5 @@
 """The launcher hosting a multi-node job's c10d store keeps it, once the job succeeded, until the
-other nodes' agents are done with it (launch/store_hold.py), on a real TCPStore with a real
+other nodes' agents are done with it (launch/nodes/store_hold.py), on a real TCPStore with a real
 client process."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 import torch.distributed as dist
 from helpers import kill_group
 
-from distrain.launch import store_hold
-from distrain.launch.rendezvous import Rendezvous
-from distrain.launch.store_hold import StoreHold, other_clients
+from distrain.launch.nodes import store_hold
+from distrain.launch.nodes.rendezvous import Rendezvous
+from distrain.launch.nodes.store_hold import StoreHold, other_clients
 from distrain.net import free_port, listening_here
 
 #: a client that connects, says so, and stays for argv[2] seconds

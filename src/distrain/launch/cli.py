@@ -12,7 +12,8 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
   agent's, which makes restarts and late-joining nodes reliable (pytorch#135712);
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
 - the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
-- at the end, where a step's time went, a straggler and one piece of advice (launch/job_summary.py);
+- at the end, where a step's time went, a straggler and one piece of advice
+  (launch/report/job_summary.py);
 - ``--start-method fast`` (default): workers are forked from a server that imported torch while the
   launcher was starting, instead of each paying for ``import torch`` (see
   launch/fast_start/forkserver.py).
@@ -26,30 +27,16 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from distrain.contract import (
-    BIND_ADDR,
-    CPU_REHEARSAL,
-    HOST_GO_FD,
-    LAUNCHER_PID,
-    REPLICA_GROUP,
-    WATCHDOG_EXIT_CODE,
-    signal_exit_code,
-)
+from distrain.contract import BIND_ADDR, LAUNCHER_PID, WATCHDOG_EXIT_CODE, signal_exit_code
 from distrain.errors import UsageError, fail
-from distrain.launch import (
-    console,
-    job_summary,
-    local_rank_hint,
-    rendezvous,
-    stop_watch,
-    store_hold,
-    usage,
-    watch_notice,
-)
-from distrain.launch.command_line import HOST_LIST, split, split_without_torch
-from distrain.launch.fast_start import forkserver
-from distrain.launch.mpi import run_with_launcher
-from distrain.launch.plan import PROG, LaunchPlan, _visible_gpu_count, plan
+from distrain.launch import agent
+from distrain.launch.command_line import PROG, split, split_without_torch
+from distrain.launch.mpi import command_for, run_with_launcher
+from distrain.launch.nodes import rendezvous, stop_watch, store_hold
+from distrain.launch.options import usage
+from distrain.launch.plan import LaunchPlan, plan
+from distrain.launch.report import console, job_summary, local_rank_hint, watch_notice
+from distrain.launch.seam import Features
 
 
 def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, str]:
@@ -99,85 +86,69 @@ def _print_network(launch: LaunchPlan) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
-    # a usage error, and the fan-out (which starts nothing here but ssh), need no `import torch`
-    # (seconds under load): the recorded torchrun table reads the command line first
-    # (not on a host of the fan-out: its address and port are tokens until its go, checked then)
-    quick = None if HOST_GO_FD in os.environ else split_without_torch(argv)
-    if quick is not None:
-        try:
-            usage.check_before_torch(quick)
-        except UsageError as err:
-            fail(PROG, str(err), err.exit_code)
-        if quick.has(*HOST_LIST):
-            from distrain.launch.hosts import run as hosts_run
-
-            return hosts_run.main(quick)
-    go_fd = None
-    if HOST_GO_FD in os.environ:  # started by `distrain run --hosts` before its verdict
-        from distrain.launch.hosts import go as host_go
-
-        go_fd = host_go.take_fd()
-    command = split(argv)  # the one reading of the command line: every path below takes it
-    if command.has(*HOST_LIST):  # many machines from this one: ssh fan-out
-        from distrain.launch.hosts import run as hosts_run
-
-        return hosts_run.main(command)
-    started = forkserver.early_start(command)  # its `import torch` overlaps ours
-    if go_fd is not None:  # torch is imported: now the master's address, or a stop
-        go = host_go.read_go(go_fd)
-        if go is None:
-            if started:
-                forkserver.stop_server()
-            return host_go.NOT_STARTED
-        command = host_go.fill(command, go)
+    features = Features()
     try:
-        launch = plan(command)
-        if launch.args.replicas is not None:  # each group's own launcher forks
-            from distrain.launch.replicas import groups as ft
-
-            return ft.run(launch, _visible_gpu_count())
-    except UsageError as err:
-        if started:
-            forkserver.stop_server()
+        return _run(argv, features)
+    except UsageError as err:  # the one place a usage error is said: after what was started
+        features.close()
         fail(PROG, str(err), err.exit_code)
+    finally:  # a job that ended before its agent (a host told to stop) leaves no fork server
+        features.close()
+
+
+def _run(argv: Sequence[str], features: Features) -> int:
+    """Read the command line, plan, run the job; the features hook in (launch/seam.py)."""
+    features.see(None)  # what the environment asks for: a host of a fan-out, a replica group
+    # a usage error, and a feature that starts nothing here (the fan-out's ssh), need no
+    # `import torch` (seconds under load): the recorded torchrun table reads the command line
+    quick = split_without_torch(argv) if features.checks_before_torch() else None
+    if quick is not None:
+        usage.check_before_torch(quick)
+        code = features.see(quick).before_torch(quick)
+        if code is not None:
+            return code
+    command = split(argv)  # the one reading of the command line: every path below takes it
+    adjusted = features.see(command).before_plan(command)
+    if isinstance(adjusted, int):
+        return adjusted
+    launch = plan(adjusted, features)
+    code = features.take_over(launch)
+    if code is not None:
+        return code
     if launch.network is not None:
         _print_network(launch)
-    if launch.args.dry_run and launch.args.launcher != "torchrun":
-        from distrain.launch.mpi import command_for
-
-        try:
-            print(shlex.join(command_for(launch.args, launch.env)))
-        except UsageError as err:
-            fail(PROG, str(err), err.exit_code)
-        return 0
     if launch.args.dry_run:
-        env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
-        print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
+        _print_dry_run(launch)
         return 0
     env = dict(launch.env)  # the plan's, and the job's folder its processes report to
-    for line in (launch.rehearsal_line, launch.selfstart_line):
-        if line:  # one write: under --replicas every group's launcher says it at the same moment
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
+    for line in launch.start_lines:
+        sys.stderr.write(line + "\n")  # one write: every replica group's launcher says it at once
+        sys.stderr.flush()
     folder = job_summary.start(env)  # the job's event stream (distrain/events/)
     notice = watch_notice.start(launch, folder)  # --watchdog on a script without init()
     os.environ.update(env)
     try:
-        return _launch(launch, env, folder, notice)
-    finally:  # idle now; don't leave it holding our stdout (it may still be preloading)
-        forkserver.stop_server()
-        _end_lines(folder, notice)  # printed already when the job failed (_launch)
+        return _launch(launch, env, features, folder, notice)
+    finally:  # idle now; a fork server must not hold our stdout (it may still be preloading)
+        features.close()
+        _end_lines(features, folder, notice)  # printed already when the job failed (_launch)
 
 
-def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> None:
+def _print_dry_run(launch: LaunchPlan) -> None:
+    if launch.args.launcher != "torchrun":
+        print(shlex.join(command_for(launch.args, launch.env)))
+        return
+    env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+    print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
+
+
+def _end_lines(
+    features: Features, folder: str | None, notice: watch_notice.WatchNotice | None
+) -> None:
     """The end-of-job lines from the job's event stream (once: the last call removes the
-    folder), all before a failure's verdict: what ``--cpu`` mapped (seen after the verdict,
-    as the job's last line, in the chaos campaign), the watchdog notice, then the step
-    breakdown.  The fast start's fallback is said when it happens (worker/fast_start/forked.py)."""
-    if CPU_REHEARSAL in os.environ:  # --cpu set it for its workers (launch/rehearse/environment.py)
-        from distrain.launch.rehearse import environment as rehearsal
-
-        rehearsal.finish(folder)
+    folder), all before a failure's verdict: the features' (what ``--cpu`` mapped), the
+    watchdog notice, then the step breakdown."""
+    features.end_lines(folder)
     if notice is not None:
         notice.finish()  # reads the stream in the folder job_summary.finish removes
     job_summary.finish(folder)
@@ -186,92 +157,48 @@ def _end_lines(folder: str | None, notice: watch_notice.WatchNotice | None) -> N
 def _launch(
     launch: LaunchPlan,
     env: dict[str, str],
+    features: Features,
     job_dir: str | None = None,
     notice: watch_notice.WatchNotice | None = None,
 ) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
     if launch.args.launcher != "torchrun":
-        try:
-            return run_with_launcher(launch.args, env)
-        except UsageError as err:
-            fail(PROG, str(err), err.exit_code)
+        return run_with_launcher(launch.args, env)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from distrain.launch.agent_store import AgentStore
+    from distrain.launch.nodes.agent_store import AgentStore
 
     spec, rdzv = launch.agent_store, launch.rendezvous
     agent_store: AgentStore | None = None
     if spec is not None:
-        try:
-            # one node: the agent's store and rank 0's listen on loopback, not on every interface
-            agent_store = AgentStore(spec.host, spec.port)
-        except UsageError as err:
-            fail(PROG, str(err), err.exit_code)
+        # one node: the agent's store and rank 0's listen on loopback, not on every interface
+        agent_store = AgentStore(spec.host, spec.port)
         os.environ.setdefault(BIND_ADDR, agent_store.address)
         rdzv = rdzv.on_port(agent_store.port)  # a free port is known once the store listens
-    # torch's known noise off the console, one line of ours per restart (launch/console.py)
+    # torch's known noise off the console, one line of ours per restart (launch/report/console.py)
     console.install(job_dir, rdzv.max_nodes > 1)
-    if os.environ.get(REPLICA_GROUP) is not None:  # one group of `--replicas`
-        from distrain.launch.replicas.events import report_losses_from_agent
-
-        report_losses_from_agent()  # its dead workers reach the launcher above
     rendezvous.pass_endpoint(rdzv)
-    os.environ[LAUNCHER_PID] = str(
-        os.getpid()
-    )  # a static job's rank may stop this node (worker/lifecycle/stop_job.py)
-    # a static multi-node job: a rank on any node may stop every node (launch/stop_watch.py)
+    # a static job's rank may stop this node (worker/lifecycle/stop_job.py)
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    # a static multi-node job: a rank on any node may stop every node (launch/nodes/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
     hold = store_hold.start(rdzv)  # a multi-node c10d job's store host: the others close through it
+    ended = _Ending(launch, features, job_dir, notice)
     succeeded = False
     try:
-        forkserver.run(launch.agent_args(rdzv), launch.start)
+        agent.run(launch.agent_args(rdzv), launch.start, features.wrap)
         succeeded = True
     except ChildFailedError as err:
-        code, summary = _exit_code_of(err, job_dir)
-        resume = console.resume_hint(job_dir)  # read before _end_lines removes the folder
-        _end_lines(job_dir, notice)
-        tip = local_rank_hint.hint(launch.args, PROG)
-        if tip:  # before the last line: that one keeps the cause
-            print(tip, file=sys.stderr, flush=True)
-        print(f"{PROG}: job failed: {summary}{resume}", file=sys.stderr, flush=True)
-        return code
+        return ended.failed(err)
     except SignalException as err:  # the agent passed the signal on and waited for the workers
-        name = signal.Signals(err.sigval).name
-        # why the job stopped for good: this node's watch saw it, or a rank of the node said it
-        stopped = (watch.reason if watch is not None else None) or job_summary.stop_reason(job_dir)
-        resume = console.resume_hint(job_dir, every_node=stopped is not None)
-        _end_lines(job_dir, notice)
-        if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest
-            resume = (
-                resume
-                or "; rerun the same command on every node to resume from the newest checkpoint"
-            )
-            print(f"{PROG}: job stopped: {stopped}{resume}", file=sys.stderr, flush=True)
-            return 1
-        print(
-            f"{PROG}: stopped by {name} (the workers were given it and have exited){resume}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return signal_exit_code(err.sigval)
+        return ended.signalled(err.sigval, watch.reason if watch is not None else None)
     except KeyboardInterrupt:
         return 130
-    except UsageError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
-        return err.exit_code
     except Exception as err:  # rendezvous/store errors: one line, not torch's trace
-        if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
-            _end_lines(job_dir, notice)
-            reason = rendezvous.stop_reason(rdzv) or "see the ranks' logs"
-            why = "not restarted (a restart would fail the same way)"
-            print(f"{PROG}: job failed, {why}: {reason}", file=sys.stderr, flush=True)
-            rendezvous.wait_until_read(rdzv)
-            return 1
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        _end_lines(job_dir, notice)  # before the verdict: the last line names the cause (chaos)
-        print(f"{PROG}: error: {type(err).__name__}: {first}", file=sys.stderr, flush=True)
-        return 1
+        if isinstance(err, UsageError):
+            raise  # said by main, after the end-of-job lines
+        return ended.agent_error(err, rdzv)
     finally:
         if watch is not None:  # node 0: after the last line, until the other nodes read why
             watch.finish()
@@ -280,3 +207,64 @@ def _launch(
         if agent_store is not None:
             agent_store.close()
     return 0
+
+
+class _Ending:
+    """How a job that did not succeed ends: the end-of-job lines, then the verdict's line."""
+
+    def __init__(
+        self,
+        launch: LaunchPlan,
+        features: Features,
+        job_dir: str | None,
+        notice: watch_notice.WatchNotice | None,
+    ) -> None:
+        self.launch, self.features, self.job_dir, self.notice = launch, features, job_dir, notice
+
+    def _say(self, line: str) -> None:
+        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+    def _end_lines(self) -> None:
+        _end_lines(self.features, self.job_dir, self.notice)
+
+    def failed(self, err: BaseException) -> int:
+        """A worker failed: its exit code, and the cause on the last line."""
+        code, summary = _exit_code_of(err, self.job_dir)
+        resume = console.resume_hint(self.job_dir)  # read before _end_lines removes the folder
+        self._end_lines()
+        tip = local_rank_hint.hint(self.launch.args, PROG)
+        if tip:  # before the last line: that one keeps the cause
+            print(tip, file=sys.stderr, flush=True)
+        self._say(f"job failed: {summary}{resume}")
+        return code
+
+    def signalled(self, sigval: int, watched: str | None) -> int:
+        """The agent passed a signal on and waited for the workers."""
+        name = signal.Signals(sigval).name
+        # why the job stopped for good: this node's watch saw it, or a rank of the node said it
+        stopped = watched or job_summary.stop_reason(self.job_dir)
+        resume = console.resume_hint(self.job_dir, every_node=stopped is not None)
+        self._end_lines()
+        if stopped:  # no checkpoint mark on this node: the rerun still resumes from the newest
+            resume = (
+                resume
+                or "; rerun the same command on every node to resume from the newest checkpoint"
+            )
+            self._say(f"job stopped: {stopped}{resume}")
+            return 1
+        self._say(f"stopped by {name} (the workers were given it and have exited){resume}")
+        return signal_exit_code(sigval)
+
+    def agent_error(self, err: Exception, rdzv: rendezvous.Rendezvous) -> int:
+        """The agent's own error (rendezvous, store): one line, not torch's trace."""
+        if type(err).__name__ == "RendezvousClosedError":  # a rank's error would recur on restart
+            self._end_lines()
+            reason = rendezvous.stop_reason(rdzv) or "see the ranks' logs"
+            why = "not restarted (a restart would fail the same way)"
+            self._say(f"job failed, {why}: {reason}")
+            rendezvous.wait_until_read(rdzv)
+            return 1
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        self._end_lines()  # before the verdict: the last line names the cause (chaos)
+        self._say(f"error: {type(err).__name__}: {first}")
+        return 1

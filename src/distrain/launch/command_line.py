@@ -6,10 +6,11 @@ fan-out to many machines (``--hosts`` & co., left out of the one-node ``--help``
 :func:`split` cuts a command line at the script with that parser's own table of options (which
 take a value, which are switches), so ``train.py --n 5`` never reaches argparse's prefix
 matching; a launcher option abbreviated as torchrun allows (``--max-restart``) is expanded here
-once, by argparse's rule (launch/option_names.py).  Every caller takes its command line apart here
-and selects options by the parser's ``dest``, so each spelling of an option (``--max-restarts``,
-``--max_restarts``) is known once: the plan, the early fork server, the replica groups, the
-fan-out to hosts, and the tools that relaunch themselves (split with their own parser).
+once, by argparse's rule (launch/options/option_names.py).  Every caller takes its command line
+apart here and selects options by the parser's ``dest``, so each spelling of an option
+(``--max-restarts``, ``--max_restarts``) is known once: the plan, the early fork server, the
+replica groups, the fan-out to hosts, and the tools that relaunch themselves (split with their
+own parser).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from distrain.errors import UsageError, raise_usage_errors
-from distrain.launch import option_names
 from distrain.launch.mpi import LAUNCHERS
+from distrain.launch.options import option_names
 
 PROG = "distrain run"
 #: the dest of a token that names no option of the parser
@@ -45,7 +46,7 @@ class Option:
     #: the option takes a value (a None value then means it is missing)
     takes_value: bool = False
     #: an unknown name only: the options it abbreviates (two or more: ambiguous), or the one
-    #: nearest in spelling (launch/option_names.py)
+    #: nearest in spelling (launch/options/option_names.py)
     could_be: tuple[str, ...] = ()
 
 
@@ -159,11 +160,11 @@ def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
 
 def parser_without_torch() -> argparse.ArgumentParser | None:
     """:func:`run_parser` built from torchrun's options as recorded in
-    launch/hosts/torchrun_options.py (names, values' types and choices): the same table and the
+    launch/options/torchrun_options.py (names, values' types and choices): the same table and the
     same error messages without ``import torch``.  None when the installed torch is not the one
     they were recorded from; its help is torch's parser's (``--help`` goes there)."""
-    from distrain.launch.hosts.torchrun_options import OPTIONS, TORCH_VERSION, VALUES
-    from distrain.launch.torch_version import torch_versions
+    from distrain.launch.options.torch_version import torch_versions
+    from distrain.launch.options.torchrun_options import OPTIONS, TORCH_VERSION, VALUES
 
     version, _ = torch_versions()
     if version is None or version.split("+")[0] != TORCH_VERSION:

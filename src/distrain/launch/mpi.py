@@ -99,7 +99,7 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
 
 def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
     """The launcher command line for `args.launcher`; UsageError when it cannot be used."""
-    from distrain.launch.network import max_nodes
+    from distrain.launch.nodes.network import max_nodes
 
     if max_nodes(args.nnodes) > 1:
         raise UsageError(

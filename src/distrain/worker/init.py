@@ -207,7 +207,7 @@ def init(
 
             before_threads_stop(ctx.shutdown)
         # after a restart `distrain run` has said what happened and that every rank restarts
-        # (launch/console.py): the same start line again would say nothing new
+        # (launch/report/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():
             ctx.print(ctx.describe())
         return ctx

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch import network, plan
+from distrain.launch import plan
+from distrain.launch.nodes import network
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def script(tmp_path: Path) -> str:
 @pytest.fixture(autouse=True)
 def machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """8 cores, no GPU, one loopback and one Ethernet interface; no name resolution."""
-    monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 0)
+    monkeypatch.setattr(plan, "visible_gpu_count", lambda: 0)
     monkeypatch.setattr(plan, "usable_cores", lambda: 8)
     monkeypatch.setattr(
         network, "interface_addresses", lambda: {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"]}
@@ -81,12 +82,12 @@ def test_nproc_auto_uses_cores_without_gpus(script: str) -> None:
 def test_nproc_auto_uses_the_gpus_when_there_are(
     script: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 4)
+    monkeypatch.setattr(plan, "visible_gpu_count", lambda: 4)
     assert plan.plan(["-n", "auto", script]).args.nproc_per_node == "4"
 
 
 def test_gpus_select_devices_and_set_nproc(script: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 4)
+    monkeypatch.setattr(plan, "visible_gpu_count", lambda: 4)
     launch = plan.plan(["--gpus", "0, 3", script])
     assert launch.env["CUDA_VISIBLE_DEVICES"] == "0,3"
     assert launch.args.nproc_per_node == "2"
@@ -112,7 +113,7 @@ def test_gpus_select_devices_and_set_nproc(script: str, monkeypatch: pytest.Monk
 def test_plan_usage_errors(
     script: str, monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str
 ) -> None:
-    monkeypatch.setattr(plan, "_visible_gpu_count", lambda: 4)
+    monkeypatch.setattr(plan, "visible_gpu_count", lambda: 4)
     with pytest.raises(UsageError, match=message):
         plan.plan([*argv, script])
 
@@ -151,7 +152,7 @@ def test_cpu_rehearsal_sets_the_stand_in_count(
     launch = plan.plan(["--cpu", "-n", "3", script])
     assert launch.env["DISTRAIN_CPU_REHEARSAL"] == "3"
     assert launch.env["PYTHONPATH"].endswith(os.path.join("rehearse", "boot"))
-    assert launch.rehearsal_line.startswith(
+    assert launch.start_lines[0].startswith(
         "distrain run --cpu: 3 CPU processes stand in for 3 GPUs"
     )
 

@@ -49,7 +49,7 @@ def recorded() -> list[patching.Patch]:
 @pytest.fixture(scope="module")
 def every_feature() -> list[patching.Patch]:
     """What every installer outside the rehearsal patches, recorded (nothing applied)."""
-    from distrain.launch.fast_start import worker_groups
+    from distrain.launch.fast_start import server_fork, worker_groups
     from distrain.parallel import comm_hooks
     from distrain.worker import atomic_save, self_start as selfstart
     from distrain.worker.fast_start import agent_return, forked
@@ -81,7 +81,9 @@ def every_feature() -> list[patching.Patch]:
         comm_hooks._use_fast_low_rank_products()
         patches._process_groups()  # the rehearsal's hook of init_process_group
         atomic_save.install()
-        worker_groups.stop_whole_groups()  # in the launcher, the one name it patches there
+        worker_groups.stop_whole_groups()  # in the launcher, one of its two names
+        with server_fork.forked_server():  # and the other, while the fork server starts
+            pass
     assert (len(patching.APPLIED), patching.hooked()) == saved
     return found
 

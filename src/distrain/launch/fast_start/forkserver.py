@@ -8,7 +8,8 @@ on every start and every restart.  ``--start-method fast`` (the default) instead
    launcher right after its ``import torch`` (:mod:`distrain.launch.fast_start.server_fork`), which
    then preloads ``torch._dynamo``, distrain and the script's top-level imports
    (:mod:`distrain.worker.fast_start.preload`) while the launcher goes on;
-2. hands torch's elastic agent a *callable* entrypoint
+2. hands torch's elastic agent (launch/agent.py, wrapped by launch/fast_start/feature.py) a
+   *callable* entrypoint
    (:func:`distrain.worker.fast_start.forked.run_script`, named by a
    :class:`~distrain.contract.WorkerEntrypoint`) with ``LaunchConfig.start_method = "forkserver"``:
    the agent's rendezvous, restarts, environment (RANK, …), log redirection and error files are
@@ -32,23 +33,16 @@ import ast
 import functools
 import importlib.machinery
 import importlib.util
-import logging
 import os
-import shutil
 import signal
 import sys
-import tempfile
-from dataclasses import dataclass
 
-from distrain import noise
-from distrain.contract import FORKED_WORKER, PRELOAD, PRELOAD_MODULE, ForkJob, WorkerEntrypoint
+from distrain.contract import PRELOAD, PRELOAD_MODULE
 from distrain.errors import UsageError
+from distrain.launch.agent import StartMethod
 from distrain.launch.command_line import CommandLine
 from distrain.launch.fast_start.env_writes import env_set_before_torch
 from distrain.launch.fast_start.torch_free import never_imports_torch
-from distrain.launch.fast_start.worker_groups import stop_whole_groups
-from distrain.process.lineage import ignored_signals
-from distrain.settings import boot_first
 
 PROG = "distrain run"
 #: options (dests) after which nothing is forked now: no Python file, or nothing launched
@@ -70,19 +64,6 @@ def forkserver_unsafe(version: tuple[int, ...] = tuple(sys.version_info[:3])) ->
         f"Python {major}.{minor}.{patch}'s fork server accepts any local user (CVE-2022-42919; "
         f"fixed in {major}.{minor}.{needed})"
     )
-
-
-# -- launcher side ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StartMethod:
-    """How the agent starts the workers (decided by the plan)."""
-
-    #: torch's start method: "spawn" (fresh interpreters), "forkserver" or "fork"
-    method: str
-    #: the fast start: a worker whose script fails before its process group reruns fresh
-    fallback: bool = False
-    #: why a fast start runs fresh interpreters instead (said when the job starts)
-    note: str = ""
 
 
 def choose_start(args: argparse.Namespace) -> StartMethod:
@@ -258,78 +239,3 @@ def env_before_torch(script: str) -> str | None:
 def torch_free(script: str) -> bool:
     """Whether `script` surely never imports torch (launch/fast_start/torch_free.py)."""
     return never_imports_torch(script)
-
-
-def run(args: argparse.Namespace, start: StartMethod) -> None:
-    """Run torch's elastic agent with `args` (LaunchPlan.agent_args), workers started per `start`.
-
-    What ``torch.distributed.run.run(args)`` does, which cannot be called with a callable
-    entrypoint: its rendezvous defaults are already in the plan's options.
-    """
-    import torch.multiprocessing
-    from torch.distributed import run as torchrun
-    from torch.distributed.launcher.api import elastic_launch
-
-    if start.note:
-        print(f"{PROG}: {start.note}", file=sys.stderr, flush=True)
-    torch.multiprocessing._set_thread_name("pt_elastic")
-    config, entrypoint, cmd_args = torchrun.config_from_args(args)
-    if start.method == "spawn":
-        # a plain script's uncaught exception reaches the error file (the boot sitecustomize),
-        # so the last line names the cause as with the fast start
-        boot_first(os.environ)
-        elastic_launch(config=config, entrypoint=entrypoint)(*cmd_args)
-        return
-    if start.method != "fork":
-        start_server(cmd_args[0], args.self_starting)  # no-op when early_start() already did it
-    env = dict(os.environ)
-    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
-    fallback_dir = tempfile.mkdtemp(prefix="distrain-fastboot-") if start.fallback else None
-    imports = top_level_imports(cmd_args[0])
-    # the script path as given, like torchrun's argv: the worker's cwd is the launcher's
-    job = ForkJob(
-        cmd_args[0],
-        env,
-        fallback_dir,
-        any(n.split(".")[0] == "distrain" for n in imports),
-        ignored_signals(),  # what an exec'd worker inherits ignored (a background job's SIGINT)
-    )
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_QuietWorkerExit())
-    stop_whole_groups()  # a worker's own children end with it, as under torchrun
-    try:
-        elastic_launch(config=config, entrypoint=WorkerEntrypoint(FORKED_WORKER, "run_script"))(
-            job, *cmd_args[1:]
-        )
-    finally:
-        if fallback_dir:
-            shutil.rmtree(fallback_dir, ignore_errors=True)
-
-
-class _QuietWorkerExit(logging.Filter):
-    """Drop the agent's report of a failed forked worker: its line and its traceback.
-
-    The worker already printed its own traceback (as a fresh interpreter would); the agent's
-    second one only shows torch.multiprocessing internals, and `distrain run`'s last line names
-    the failed rank, its exit code and the cause.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        # "failed (exitcode: 1) local_rank: …": `distrain run` names the failed rank and its cause
-        # on its own last line (and a restart in its own line: launch/console.py); at
-        # DISTRAIN_LOG_LEVEL=debug torch's record stays, without the traceback of internals
-        if str(record.msg).startswith("failed (exitcode") and noise.verbose():
-            record.exc_info, record.exc_text = None, None
-            return True
-        if str(record.msg).startswith("failed (exitcode"):
-            # a worker killed by a signal printed nothing itself: keep torch's line (not its
-            # traceback of torch.multiprocessing internals) for that one
-            record.exc_info, record.exc_text = None, None
-            code = record.args[0] if isinstance(record.args, tuple) and record.args else 0
-            return isinstance(code, int) and code < 0
-        if record.exc_info:
-            # torch's log formatter imports torch._dynamo (~1 s) to format any exception: in the
-            # agent that import sat between a worker's death and the restart.  Formatted here,
-            # the text is the same and nothing is imported.
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None
-        return True

@@ -8,6 +8,12 @@ same command the stdlib would have run: the launcher has started no thread, no s
 CUDA at that point.  The server's file descriptors are what the stdlib's exec would have kept
 (stdio and the descriptors it passes); only the fork server is started this way, never the
 resource tracker.
+
+The server then forgets the launcher's own modules (:func:`_forget_launcher_modules`): a worker
+forked from it holds what a fresh interpreter's ``import distrain`` holds, not the launcher's
+command line, plan, agent and features (tests/jobs/test_seams.py counts them at the first step).
+The stdlib name swapped while the server starts goes through the patching registry
+(``multiprocessing.util.spawnv_passfds``, feature ``fast_start``; docs/torch_internals.md).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
+
+from distrain.process import patching
 
 #: the stdlib's launch of its fork server, which is what gets forked instead of exec'd
 _SERVER_MAIN = "from multiprocessing.forkserver import main"
@@ -36,11 +44,8 @@ def forked_server() -> Iterator[None]:
             return original(path, args, passfds)
         return _fork_and_run(command, set(passfds))
 
-    mp_util.spawnv_passfds = spawnv_passfds  # type: ignore[assignment]  # typeshed: path is bytes
-    try:
+    with patching.temporarily(mp_util, "spawnv_passfds", spawnv_passfds, feature="fast_start"):
         yield
-    finally:
-        mp_util.spawnv_passfds = original
 
 
 def _server_command(args: list[str]) -> str | None:
@@ -62,6 +67,7 @@ def _fork_and_run(command: str, passfds: set[int]) -> int:
     try:
         _close_fds_except(passfds | {0, 1, 2})
         _fresh_forkserver_state()
+        _forget_launcher_modules()
         exec(command, {"__name__": "__mp_forkserver__"})  # noqa: S102 - the stdlib's own command
         code = 0
     except SystemExit as stop:  # the server ends with SystemExit when every client is gone
@@ -99,3 +105,22 @@ def _fresh_forkserver_state() -> None:
     server: Any = forkserver._forkserver  # the module's singleton (no public accessor)
     server._lock = threading.Lock()
     server._preload_modules = ["__main__"]
+
+
+def _forget_launcher_modules() -> None:
+    """Drop the launcher's modules from the server's ``sys.modules`` (its workers inherit it).
+
+    Kept: the ``distrain.launch`` modules the package's own namespace holds (``distrain.spawn``
+    lives in launch/spawn.py), as a fresh ``import distrain`` has them.  A worker that imports a
+    launcher module after all gets a fresh copy; the worker side imports none (the layout rule of
+    tests/jobs/test_layout.py), and nothing handed to a worker is a launcher object.
+    """
+    package = sys.modules.get("distrain")
+    held = {getattr(v, "__module__", None) for v in vars(package).values()} if package else set()
+    keep = {name for name in held if name} | {"distrain.launch"}
+    for name in [m for m in sys.modules if m.startswith("distrain.launch.") and m not in keep]:
+        del sys.modules[name]
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules and getattr(sys.modules[parent], child, None) is not None:
+            with contextlib.suppress(AttributeError):
+                delattr(sys.modules[parent], child)

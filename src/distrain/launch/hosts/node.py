@@ -38,7 +38,7 @@ import threading
 import time
 
 from distrain.launch.hosts.go import GO_FD, NOT_STARTED
-from distrain.launch.torch_version import torch_versions
+from distrain.launch.options.torch_version import torch_versions
 
 #: how long a stopped node may take to exit before its remaining processes are SIGKILLed
 STOP_GRACE_S = 10.0

@@ -15,7 +15,7 @@ from distrain.errors import UsageError
 from distrain.launch.command_line import HOST_DESTS, HOST_LIST, CommandLine
 from distrain.launch.hosts import env_file
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile, parse_hosts, select
-from distrain.launch.validate import node_range
+from distrain.launch.options.validate import node_range
 
 #: the options (dests) that name the hosts: they make a `distrain run` a fan-out
 #: set by the fan-out for every host: giving them by hand contradicts --hosts

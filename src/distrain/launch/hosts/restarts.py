@@ -1,6 +1,6 @@
 """One restart line for a job on many hosts, naming the host and rank that failed.
 
-Each node's `distrain run` says a restart in its own line (launch/console.py): the node whose
+Each node's `distrain run` says a restart in its own line (launch/report/console.py): the node whose
 rank failed names it (``local rank 0 (pid P) was killed by SIGKILL``), every other node names
 its own rank, stopped because its peer went away (``local rank 0 … exited with code 1``), and
 only rank 0's node knows the step the job resumes from.  The fan-out holds these lines back and
@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable
 
-#: a node's restart line (launch/console.py, its many-node wording)
+#: a node's restart line (launch/report/console.py, its many-node wording)
 LINE = re.compile(
     r"^distrain run: local rank (?P<rank>\d+) \(pid (?P<pid>\d+)\) (?P<what>.*?); restarting "
     r"this node's ranks \(attempt (?P<attempt>\d+) of (?P<total>\d+)\)(?P<resume>, resuming .*)?$"

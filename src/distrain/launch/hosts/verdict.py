@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 NODE_VERDICT = "distrain run: job failed: "
 #: what a rank's excepthook prints before the root cause's traceback (worker/lifecycle/failure.py)
 ROOT_CAUSE = re.compile(r"^distrain: rank \d+ failed \(root cause\)")
-#: the resume hint at the end of a node's verdict (launch/console.py)
+#: the resume hint at the end of a node's verdict (launch/report/console.py)
 _HINT = re.compile(r"; rerun .*$")
 
 

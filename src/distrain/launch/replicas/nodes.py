@@ -22,8 +22,8 @@ from typing import Any
 from distrain.contract import NODE0_WAIT
 from distrain.coordination.replica_marks import ft_end_file, ft_start_file, mark_ft_start
 from distrain.errors import UsageError
+from distrain.launch.options.validate import node_range
 from distrain.launch.replicas.lighthouse import node0_wait_s
-from distrain.launch.validate import node_range
 from distrain.net import interface_addresses, is_loopback, listen_socket, route_to
 
 #: torchrun's default --master-port, where node 0's lighthouse listens when none is given

@@ -14,7 +14,7 @@ import importlib.metadata as metadata
 import re
 
 from distrain.errors import UsageError
-from distrain.launch.torch_version import torch_versions
+from distrain.launch.options.torch_version import torch_versions
 
 REPOSITORY = "pytorch/pytorch"
 

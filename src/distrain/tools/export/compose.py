@@ -6,7 +6,7 @@ Two networks:
   reaches node0 at ``$MASTER_ADDR`` (node0's machine's address, required at ``docker compose up``)
   with nothing published or bridged. Each machine runs its own service (``docker compose up
   node1``). No interface is written in: ``distrain run`` pins gloo/NCCL to the interface that
-  routes to the master (launch/network.py), the rule ``distrain doctor`` reports.
+  routes to the master (launch/nodes/network.py), the rule ``distrain doctor`` reports.
 - ``bridge``: all nodes on one machine, on compose's network; node0's container name is the
   master and each node gets its own GPUs. A rehearsal on one box, never two machines.
 """

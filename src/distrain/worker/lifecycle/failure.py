@@ -161,7 +161,7 @@ def _note_cause(message: str, settings: Settings) -> None:
     The agent names only the ranks that had exited when it noticed the first failure; a rank
     that raised can still be finalizing its interpreter then (its gloo connections close early
     in that, so its peer fails and exits first), and the agent stops it with SIGTERM.  The
-    launcher finds its cause here (launch/job_summary.py).
+    launcher finds its cause here (launch/report/job_summary.py).
     """
     emit("failure", settings.job_dir, message=message)
 

@@ -64,7 +64,7 @@ def test_the_launcher_reads_why_a_rank_stopped_it_from_the_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from distrain.events import emit
-    from distrain.launch.job_summary import stop_reason
+    from distrain.launch.report.job_summary import stop_reason
 
     assert stop_reason(str(tmp_path)) is None
     monkeypatch.setenv("DISTRAIN_JOB_DIR", str(tmp_path))

@@ -1,5 +1,5 @@
-"""The launcher's watch of a job no rank's watchdog watches (launch/stopped_procs.py), on real
-child processes: one stopped for good is named and killed; a running one, or one stopped and
+"""The launcher's watch of a job no rank's watchdog watches (launch/report/stopped_procs.py), on
+real child processes: one stopped for good is named and killed; a running one, or one stopped and
 continued within the bound, is left alone."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from distrain.launch.stopped_procs import StoppedProcesses
+from distrain.launch.report.stopped_procs import StoppedProcesses
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

@@ -1,5 +1,5 @@
-"""launch/usage.py: the usage errors `distrain run` finds before ``import torch`` are the ones
-plan() finds after it, in the same words; a command line plan() takes passes."""
+"""launch/options/usage.py: the usage errors `distrain run` finds before ``import torch`` are the
+ones plan() finds after it, in the same words; a command line plan() takes passes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch.command_line import parser_without_torch, split
+from distrain.launch.options.usage import check_before_torch
 from distrain.launch.plan import plan
-from distrain.launch.usage import check_before_torch
 
 pytestmark = pytest.mark.skipif(
     parser_without_torch() is None, reason="the recorded torchrun table is another torch's"

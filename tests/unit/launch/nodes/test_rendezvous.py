@@ -1,4 +1,4 @@
-"""launch/rendezvous.py: distrain's node-loss timings added to a multi-node c10d --rdzv-conf,
+"""launch/nodes/rendezvous.py: distrain's node-loss timings added to a multi-node c10d --rdzv-conf,
 and torchrun's own defaults applied once, in the plan."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch.rendezvous import (
+from distrain.launch.nodes.rendezvous import (
     NODE_LOSS_DEFAULTS,
     Rendezvous,
     node_loss_conf,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from distrain.contract import RDZV_ENDPOINT
 from distrain.coordination.stop_claim import stop_key
-from distrain.launch.validate import node_range
+from distrain.launch.options.validate import node_range
 from distrain.net import listening_here, split_endpoint
 
 #: distrain's defaults for --rdzv-conf keys (seconds / count); torch's own are 5, 3 and 30

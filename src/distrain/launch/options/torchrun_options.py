@@ -5,8 +5,8 @@ before anything else (command_line.parser_without_torch): a typo is refused at o
 fan-out (`--hosts`) starts nothing on this machine but ssh.  ``import torch`` (which building
 torch's parser needs) took 3.5-6 s on a loaded 2-core machine (benchmarks/launch/RESULTS.md).  The
 tables are used only when the installed torch is TORCH_VERSION;
-tests/unit/launch/hosts/test_torchrun_options.py checks them against the installed torch's parser.
-Regenerate it with ``python3 -m distrain.launch.hosts.torchrun_options`` after a torch upgrade.
+tests/unit/launch/options/test_torchrun_options.py checks them against the installed torch's parser.
+Regenerate it with ``python3 -m distrain.launch.options.torchrun_options`` after a torch upgrade.
 """
 
 from __future__ import annotations

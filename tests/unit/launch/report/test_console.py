@@ -1,4 +1,4 @@
-"""launch/console.py: the restart line from the agent's own records, and the resume hint."""
+"""launch/report/console.py: the restart line from the agent's own records, and the resume hint."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from distrain.events import emit
-from distrain.launch.console import RestartReporter, resume_hint
+from distrain.launch.report.console import RestartReporter, resume_hint
 
 
 def _record(msg: str, *args: object, level: int = logging.INFO) -> logging.LogRecord:

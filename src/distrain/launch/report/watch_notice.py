@@ -7,7 +7,8 @@ only makes the silence visible: every rank whose watchdog started reports a ``wa
 the job's stream (distrain/events/), and when no rank of this node has reported one after the
 watchdog's own bound (at least MIN_DELAY_S), or by the job's end, one warning goes to stderr.  From
 then on the launcher watches the one fault it can see from outside: a process of the job stopped
-(SIGSTOP) for longer than the watchdog's seconds is named and killed (launch/stopped_procs.py).
+(SIGSTOP) for longer than the watchdog's seconds is named and killed
+(launch/report/stopped_procs.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from distrain.contract import WATCHDOG
 from distrain.events import job_events
-from distrain.launch.plan import PROG, LaunchPlan
+from distrain.launch.command_line import PROG
+from distrain.launch.plan import LaunchPlan
 
 if TYPE_CHECKING:
-    from distrain.launch.stopped_procs import StoppedProcesses
+    from distrain.launch.report.stopped_procs import StoppedProcesses
 
 #: the earliest the line comes during a job: a script that does call ``distrain.init()`` may take
 #: this long to reach it (imports, data, rendezvous) on a loaded machine, where a shorter
@@ -70,7 +72,7 @@ class WatchNotice:
             self._said = True
         print(self.line(ending), file=sys.stderr, flush=True)
         if not ending:
-            from distrain.launch.stopped_procs import StoppedProcesses
+            from distrain.launch.report.stopped_procs import StoppedProcesses
 
             self.stopped = StoppedProcesses(self.seconds).start()
 

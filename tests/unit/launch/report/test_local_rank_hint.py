@@ -1,4 +1,4 @@
-"""launch/local_rank_hint.py: scripts written for torch.distributed.launch's --local_rank."""
+"""launch/report/local_rank_hint.py: scripts written for torch.distributed.launch's --local_rank."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.launch.local_rank_hint import hint, parses_local_rank
+from distrain.launch.report.local_rank_hint import hint, parses_local_rank
 
 
 @pytest.mark.parametrize(

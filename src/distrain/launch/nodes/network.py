@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from distrain.contract import BIND_ADDR
 from distrain.errors import UsageError
-from distrain.launch.validate import node_range
+from distrain.launch.options.validate import node_range
 from distrain.net import interface_addresses, is_loopback, route_to
 
 
@@ -132,45 +132,91 @@ def plan_network(
     if nodes <= 1 and not iface:
         return None
     host, port, what = _target(args)
-    target_ip = _resolve(host, what)
-    table = interface_addresses()
+    target = _Target(host, what, _resolve(host, what), interface_addresses(), nodes)
     warnings: list[str] = []
     static = args.rdzv_backend == "static" and not args.rdzv_endpoint
     node_rank = int(args.node_rank) if static else None
-
     if iface:
-        if iface not in table:
-            known = ", ".join(f"{n} ({','.join(a)})" for n, a in sorted(table.items())) or "none"
-            raise UsageError(
-                f"--iface {iface}: no such interface with an IPv4 address on this "
-                f"node (have: {known})"
-            )
-        address = table[iface][0]
-        own = _own_interface(target_ip, table)
-        routed_local, routed_iface = route_to(target_ip)
-        reaches = (
-            own == iface
-            or (own is None and routed_iface == iface)
-            or (is_loopback(target_ip) and iface == "lo")
+        address = _given_iface(iface, target)
+    else:
+        iface, address = _chosen_iface(target, static and node_rank == 0, warnings)
+    warnings += _warnings(target, static and node_rank == 0, iface, address)
+    env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", iface))
+    env.setdefault("NCCL_SOCKET_IFNAME", os.environ.get("NCCL_SOCKET_IFNAME", iface))
+    env[BIND_ADDR] = address  # rank 0's store listens here only (see store_listen_fd)
+
+    is_host = None
+    if static:
+        store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
+    elif args.rdzv_backend == "c10d":
+        hosts = _own_interface(target.ip, target.table) is not None or (
+            is_loopback(target.ip) and nodes <= 1
         )
-        if not reaches:
-            via = f"{routed_iface} ({routed_local})" if routed_iface else routed_local
-            raise UsageError(
-                f"--iface {iface} ({address}) cannot reach {what} {host} ({target_ip}): this node "
-                f"routes it via {via}; "
-                f"use --iface {routed_iface} or leave --iface out"
-            )
-    elif is_loopback(target_ip) and (is_loopback(host) or host == target_ip):
+        # several agents on one machine (loopback): torch's own try-host-then-client logic is right
+        if iface != "lo" and not _conf_has(args.rdzv_conf or "", "is_host"):
+            is_host = hosts
+        store = (
+            "rendezvous store on this node"
+            if hosts and iface != "lo"
+            else f"rendezvous store on {host}"
+        )
+    else:
+        store = f"rendezvous via {args.rdzv_backend} at {host}"
+    return NetworkChoice(iface, address, host, target.ip, port, store, tuple(warnings), is_host)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The master the nodes meet at, as this node sees it."""
+
+    host: str
+    #: what the address is ("--master-addr", "the rendezvous endpoint")
+    what: str
+    ip: str
+    #: this node's interfaces and their addresses
+    table: dict[str, list[str]]
+    nodes: int
+
+
+def _given_iface(iface: str, t: _Target) -> str:
+    """The address of ``--iface``; UsageError when it cannot reach the master."""
+    if iface not in t.table:
+        known = ", ".join(f"{n} ({','.join(a)})" for n, a in sorted(t.table.items())) or "none"
+        raise UsageError(
+            f"--iface {iface}: no such interface with an IPv4 address on this node (have: {known})"
+        )
+    address = t.table[iface][0]
+    own = _own_interface(t.ip, t.table)
+    routed_local, routed_iface = route_to(t.ip)
+    reaches = (
+        own == iface
+        or (own is None and routed_iface == iface)
+        or (is_loopback(t.ip) and iface == "lo")
+    )
+    if not reaches:
+        via = f"{routed_iface} ({routed_local})" if routed_iface else routed_local
+        raise UsageError(
+            f"--iface {iface} ({address}) cannot reach {t.what} {t.host} ({t.ip}): this node "
+            f"routes it via {via}; "
+            f"use --iface {routed_iface} or leave --iface out"
+        )
+    return address
+
+
+def _chosen_iface(t: _Target, store_here: bool, warnings: list[str]) -> tuple[str, str]:
+    """The interface and address that reach the master, without ``--iface``."""
+    host, what, target_ip, table = t.host, t.what, t.ip, t.table
+    if is_loopback(target_ip) and (is_loopback(host) or host == target_ip):
         # "localhost" / 127.x named on purpose: every node of this job runs on this machine
-        iface, address = "lo", target_ip
         warnings.append(
             f"{what} {host} is loopback: every node of this job must run on this machine"
         )
-    elif is_loopback(target_ip):
+        return "lo", target_ip
+    if is_loopback(target_ip):
         outward = {
             n: a for n, a in table.items() if n != "lo" and not all(is_loopback(x) for x in a)
         }
-        if static and node_rank == 0 and len(outward) == 1:
+        if store_here and len(outward) == 1:
             iface, addrs = next(iter(outward.items()))
             address = addrs[0]
             warnings.append(
@@ -179,33 +225,30 @@ def plan_network(
                 f"the other nodes must use {address}; advertising {iface} ({address}) "
                 "instead of loopback"
             )
-        else:
-            choices = ", ".join(f"{n} ({a[0]})" for n, a in sorted(outward.items())) or "none"
-            raise UsageError(
-                f"{what} {host} resolves to loopback {target_ip} on this node, so this "
-                f"{nodes}-node job "
-                "would only ever talk to itself; pass the master's real IP address (this "
-                f"node has: {choices})"
-            )
-    else:
-        own = _own_interface(target_ip, table)
-        if own is not None:
-            iface, address = own, target_ip
-        else:
-            address, routed = route_to(target_ip)
-            if routed is None:
-                raise UsageError(
-                    f"no interface of this node holds {address}, the address routing to "
-                    f"{host}; use --iface"
-                )
-            iface = routed
+            return iface, address
+        choices = ", ".join(f"{n} ({a[0]})" for n, a in sorted(outward.items())) or "none"
+        raise UsageError(
+            f"{what} {host} resolves to loopback {target_ip} on this node, so this "
+            f"{t.nodes}-node job "
+            "would only ever talk to itself; pass the master's real IP address (this "
+            f"node has: {choices})"
+        )
+    own = _own_interface(target_ip, table)
+    if own is not None:
+        return own, target_ip
+    address, routed = route_to(target_ip)
+    if routed is None:
+        raise UsageError(
+            f"no interface of this node holds {address}, the address routing to {host}; use --iface"
+        )
+    return routed, address
 
-    if (
-        static
-        and node_rank == 0
-        and not is_loopback(target_ip)
-        and _own_interface(target_ip, table) is None
-    ):
+
+def _warnings(t: _Target, store_here: bool, iface: str, address: str) -> list[str]:
+    """What the network choice warns about: a store behind NAT, a public address, loopback."""
+    host, what, target_ip = t.host, t.what, t.ip
+    warnings: list[str] = []
+    if store_here and not is_loopback(target_ip) and _own_interface(target_ip, t.table) is None:
         warnings.append(
             f"{what} {host} ({target_ip}) is not an address of this node, yet node 0 "
             "hosts the store: "
@@ -225,26 +268,4 @@ def plan_network(
             "gloo/NCCL and the agent "
             f"would advertise loopback, so distrain pins them to {iface} ({address})"
         )
-
-    env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", iface))
-    env.setdefault("NCCL_SOCKET_IFNAME", os.environ.get("NCCL_SOCKET_IFNAME", iface))
-    env[BIND_ADDR] = address  # rank 0's store listens here only (see store_listen_fd)
-
-    is_host = None
-    if static:
-        store = "store on this node (rank 0)" if node_rank == 0 else f"store on {host}"
-    elif args.rdzv_backend == "c10d":
-        hosts = _own_interface(target_ip, table) is not None or (
-            is_loopback(target_ip) and nodes <= 1
-        )
-        # several agents on one machine (loopback): torch's own try-host-then-client logic is right
-        if iface != "lo" and not _conf_has(args.rdzv_conf or "", "is_host"):
-            is_host = hosts
-        store = (
-            "rendezvous store on this node"
-            if hosts and iface != "lo"
-            else f"rendezvous store on {host}"
-        )
-    else:
-        store = f"rendezvous via {args.rdzv_backend} at {host}"
-    return NetworkChoice(iface, address, host, target_ip, port, store, tuple(warnings), is_host)
+    return warnings

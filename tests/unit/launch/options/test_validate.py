@@ -1,4 +1,5 @@
-"""launch/validate.py: torchrun's numeric flags and the script path, refused as one-line errors."""
+"""launch/options/validate.py: torchrun's numeric flags and the script path, refused as one-line
+errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch.validate import check_launch_numbers, check_script, node_range
+from distrain.launch.options.validate import check_launch_numbers, check_script, node_range
 
 
 def _args(**over: object) -> argparse.Namespace:

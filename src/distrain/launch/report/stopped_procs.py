@@ -2,9 +2,9 @@
 
 A script that never calls ``distrain.init()`` (a plain torch.distributed script, or the children
 of a script that starts its own workers) has no progress signal the launcher could watch
-(launch/watch_notice.py).  One fault is still visible from outside: a process of the job in the
-stopped state (SIGSTOP, a ``kill -STOP``; not a debugger's tracing stop) makes every peer wait
-in its collectives for torch's 30 min, while the agent sees it alive.  Such a process, stopped
+(launch/report/watch_notice.py).  One fault is still visible from outside: a process of the job
+in the stopped state (SIGSTOP, a ``kill -STOP``; not a debugger's tracing stop) makes every peer
+wait in its collectives for torch's 30 min, while the agent sees it alive.  Such a process, stopped
 for longer than the watchdog's seconds, is named and SIGKILLed: its rank (or the script that
 started it) then fails and the agent restarts the job, as for any other lost rank.  Found by the
 chaos campaign (a self-started child SIGSTOPped for good: the job hung).
@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from distrain.launch.plan import PROG
+from distrain.launch.command_line import PROG
 
 #: how often the job's processes are looked at (seconds)
 POLL_S = 1.0

@@ -28,7 +28,7 @@ from typing import Any
 
 from distrain.contract import STATIC_STORE
 from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
-from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.net import reachable, split_endpoint
 
 #: seconds between two looks at the store

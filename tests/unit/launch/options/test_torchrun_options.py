@@ -1,5 +1,5 @@
 """The fan-out's launcher splits its command line without importing torch
-(launch/hosts/torchrun_options.py, command_line.split_without_torch)."""
+(launch/options/torchrun_options.py, command_line.split_without_torch)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from distrain.launch.command_line import (
     split_without_torch,
     takes_value,
 )
-from distrain.launch.hosts import torchrun_options
+from distrain.launch.options import torchrun_options
 
 #: the table is for one torch release; under another (a newer torch in CI) the launcher falls back
 #: to torch's parser, which test_the_recorded_table_is_the_installed_torchs checks instead
@@ -37,7 +37,8 @@ def test_the_recorded_table_is_the_installed_torchs() -> None:
         assert split_without_torch(["--hosts", "a,b", "x.py"]) is None
         return
     assert takes_value(get_args_parser()) == torchrun_options.OPTIONS, (
-        "torch's options changed: regenerate with python3 -m distrain.launch.hosts.torchrun_options"
+        "torch's options changed: regenerate with "
+        "python3 -m distrain.launch.options.torchrun_options"
     )
     assert torchrun_options.values_now() == torchrun_options.VALUES, (
         "torch's checks of values changed: regenerate as above"

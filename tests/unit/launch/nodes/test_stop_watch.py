@@ -1,5 +1,5 @@
 """Node 0's launcher stays until the other nodes read why the job stopped, within its bound
-(launch/stop_watch.py), on a real TCPStore on loopback."""
+(launch/nodes/stop_watch.py), on a real TCPStore on loopback."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
-from distrain.launch import stop_watch
-from distrain.launch.stop_watch import GONE_S, READ_WAIT_S, StopWatch
+from distrain.launch.nodes import stop_watch
+from distrain.launch.nodes.stop_watch import GONE_S, READ_WAIT_S, StopWatch
 from distrain.net import free_port
 
 
@@ -47,7 +47,7 @@ def test_node0_stops_waiting_for_a_node_that_stopped_looking(tmp_path: Path) -> 
 
 
 def test_one_node_and_c10d_jobs_are_not_watched() -> None:
-    from distrain.launch.rendezvous import Rendezvous
+    from distrain.launch.nodes.rendezvous import Rendezvous
 
     one = Rendezvous("static", "", "none", "", "1", 0, "127.0.0.1", 29500, None)
     assert stop_watch.start(one, None) is None

@@ -1,4 +1,5 @@
-"""launch/network.py: which interface and address a multi-node `distrain run` uses (fixed tables).
+"""launch/nodes/network.py: which interface and address a multi-node `distrain run` uses
+(fixed tables).
 
 interface_addresses/route_to/name resolution are replaced by monkeypatch: no socket is opened.
 """
@@ -10,8 +11,8 @@ import argparse
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch import network
-from distrain.launch.network import NetworkChoice, max_nodes, plan_network
+from distrain.launch.nodes import network
+from distrain.launch.nodes.network import NetworkChoice, max_nodes, plan_network
 
 TABLE = {"lo": ["127.0.0.1"], "eth0": ["10.0.0.2"], "ib0": ["192.168.5.2"]}
 

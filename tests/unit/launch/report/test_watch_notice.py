@@ -1,4 +1,4 @@
-"""launch/watch_notice.py: one line when no rank reported its watchdog (during or at end)."""
+"""launch/report/watch_notice.py: one line when no rank reported its watchdog (during or at end)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from distrain.events import emit, job_events
-from distrain.launch.watch_notice import MIN_DELAY_S, WatchNotice
+from distrain.launch.report.watch_notice import MIN_DELAY_S, WatchNotice
 
 HEAD = "distrain run: warning: --watchdog watches scripts that call distrain.init(); "
 

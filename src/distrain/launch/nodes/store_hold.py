@@ -8,7 +8,7 @@ node still closing met a closed connection and ended a finished job with the sto
 on one loaded machine; 3 of 26 successful 2-node runs beside the suite; torchrun does the same).
 
 So the launcher holds a share of the server from the moment its agent hosts it (torch's
-multi-tenant stores share one server per port in a process, as launch/stop_watch.py does for a
+multi-tenant stores share one server per port in a process, as launch/nodes/stop_watch.py does for a
 static job's store), and once its job succeeded it stays until no other process is connected,
 at most :data:`CLOSE_WAIT_S`, then lets the server go.  Nothing new listens.
 """
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.net import listening_here, split_endpoint
 
 #: seconds between two looks for the agent's server, until this process has one

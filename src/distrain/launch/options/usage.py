@@ -15,7 +15,7 @@ import argparse
 
 from distrain.errors import UsageError
 from distrain.launch.command_line import HOST_LIST, CommandLine, parser_without_torch
-from distrain.launch.validate import at_least_one, check_script, nproc_number
+from distrain.launch.options.validate import at_least_one, check_script, nproc_number
 
 NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [script args])"
 

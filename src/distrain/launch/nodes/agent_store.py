@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from distrain.errors import UsageError
-from distrain.launch.rendezvous import Rendezvous
+from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.net import is_loopback, listen_socket
 
 LOOPBACK = "127.0.0.1"

@@ -1,4 +1,5 @@
-"""The end-of-job lines: breakdown line, straggler rule, advice rule (launch/job_summary.py)."""
+"""The end-of-job lines: breakdown line, straggler rule, advice rule
+(launch/report/job_summary.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 
 from distrain.contract import JOB_DIR
 from distrain.events import emit
-from distrain.launch import job_summary
-from distrain.launch.job_summary import STRAGGLER_SLOWER, advice, lines, read, straggler
+from distrain.launch.report import job_summary
+from distrain.launch.report.job_summary import STRAGGLER_SLOWER, advice, lines, read, straggler
 
 
 def rank(r: int, compute_ms: float = 10.0, device: str = "cpu", **seconds: float) -> dict:

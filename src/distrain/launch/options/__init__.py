@@ -1,0 +1,1 @@
+"""The command line's options: names, abbreviations, the torch-free torchrun table, usage checks."""

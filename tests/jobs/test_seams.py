@@ -1,0 +1,75 @@
+"""The launcher's seam (launch/seam.py) and the fast start's server: what each process holds.
+
+- a ``--start-method spawn`` launcher of a plain script imports no feature module;
+- a fast-start worker, at its first step, holds none of the launcher's modules (the fork server
+  is forked from the launcher, which has imported them by then, and forgets them): what a
+  ``--start-method spawn`` worker holds, and the fast start's own worker modules.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from helpers import SCRIPTS, python, run
+
+#: the launcher's features, each a folder of launch/ (CONTRIBUTING.md "The four optional
+#: features", and the fan-out to hosts)
+FEATURE_PACKAGES = ("fast_start", "rehearse", "self_start", "replicas", "hosts")
+
+#: the launcher, in-process: its job's exit code, then the distrain modules it held at the end
+LAUNCHER = (
+    "import json, sys\n"
+    "from distrain.launch import cli\n"
+    "code = cli.main(sys.argv[1:])\n"
+    "held = sorted(m for m in sys.modules if m.startswith('distrain'))\n"
+    "print('MODULES ' + json.dumps([code, held]))\n"
+)
+
+
+def _launcher_modules(*argv: str, cwd: Path) -> tuple[int, list[str]]:
+    res = run([python(), "-c", LAUNCHER, *argv], timeout=180, cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("MODULES "))
+    code, held = json.loads(line.removeprefix("MODULES "))
+    return code, held
+
+
+def test_a_spawn_launcher_imports_no_feature_module(tmp_path: Path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('hello from rank', os.environ['RANK'])\n")
+    code, held = _launcher_modules("--start-method", "spawn", "-n", "1", str(script), cwd=tmp_path)
+    assert code == 0
+    assert "distrain.launch.agent" in held and "distrain.launch.seam" in held  # really launched
+    features = [m for m in held if m.split(".")[2:3] and m.split(".")[2] in FEATURE_PACKAGES]
+    assert features == [], f"a spawn launcher imported feature modules: {features}"
+
+
+def test_the_seam_loads_a_feature_when_asked(tmp_path: Path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import os\nprint('hello from rank', os.environ['RANK'])\n")
+    argv = ("--cpu", "--start-method", "spawn", "-n", "1", str(script))
+    code, held = _launcher_modules(*argv, cwd=tmp_path)
+    assert code == 0 and "distrain.launch.rehearse.feature" in held
+
+
+def _worker_modules(tmp_path: Path, method: str, nproc: int) -> list[dict[str, Any]]:
+    out = tmp_path / method
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "-n", str(nproc), "--start-method", method]
+    res = run([*cmd, str(SCRIPTS / "modules_at_step.py"), str(out)], timeout=240)
+    assert res.returncode == 0, res.stderr
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def test_a_fast_start_worker_holds_no_launcher_module(tmp_path: Path) -> None:
+    spawned = set(_worker_modules(tmp_path, "spawn", 1)[0]["modules"])
+    for rank, seen in enumerate(_worker_modules(tmp_path, "fast", 2)):
+        assert seen["forked"], "not forked from the fast start's server"
+        launch = [m for m in seen["modules"] if m.startswith("distrain.launch")]
+        assert len(launch) <= 2, f"rank {rank} holds the launcher's modules: {launch}"
+        # what a fresh interpreter's worker holds, and the forked worker's own entry: nothing
+        # of the launcher's inherited through the server
+        extra = set(seen["modules"]) - spawned
+        assert all(m.startswith("distrain.worker.fast_start") for m in extra), sorted(extra)
