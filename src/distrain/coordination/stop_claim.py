@@ -1,7 +1,7 @@
 """Stopping a static job once, whichever of its ranks and node launchers stops it first.
 
 A rank that stops the job (worker/lifecycle/stop_job.py) and a node launcher's stop watch
-(launch/stop_watch.py) both claim :data:`STOP_MARK`; only the process that made it signals the
+(launch/nodes/stop_watch.py) both claim :data:`STOP_MARK`; only the process that made it signals the
 launcher.  Why it stopped is a ``stop`` event, or a key in the store for the other nodes.
 """
 

@@ -1,7 +1,7 @@
 """What a ``breakdown`` event holds: a rank's step time split into phases, and their shares.
 
 The worker's recorder (monitor/breakdown.py) fills it, the launcher's end-of-job line
-(launch/job_summary.py) and `distrain top` show it; both sides import this, so no torch.
+(launch/report/job_summary.py) and `distrain top` show it; both sides import this, so no torch.
 """
 
 from __future__ import annotations

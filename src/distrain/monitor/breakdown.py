@@ -301,7 +301,7 @@ class StepBreakdown:
         return self._totals
 
     def summary(self) -> dict[str, Any]:
-        """This rank's figures for the end-of-job lines (see distrain.launch.job_summary)."""
+        """This rank's figures for the end-of-job lines (see distrain.launch.report.job_summary)."""
         steps, totals = self._totals
         return {
             "rank": self.rank,
