@@ -14,14 +14,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from torch import nn
+
 from distrain.errors import DistrainError
-from distrain.parallel.fsdp import ShardSpec, check_shard
 
 S = TypeVar("S", bound="Strategy")
+
+#: what ``shard=`` may be: None (find repeated blocks), block classes, or a predicate on a module
+ShardSpec = None | type | Iterable[type] | Callable[[nn.Module], bool]
 
 #: prepare_model's loose keywords and their defaults: one at its default asks for nothing, so it
 #: is accepted beside any strategy (the call always passes all of them)
@@ -33,6 +37,25 @@ LOOSE_DEFAULTS: dict[str, Any] = {
     "cpu_offload": False,
     "replicate": None,
 }
+
+
+def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
+    """The block classes `shard` names (None for None or a function); DistrainError otherwise."""
+    if shard is None:
+        return None
+    if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):
+        classes = (shard,) if isinstance(shard, type) else tuple(shard)
+        bad = [c for c in classes if not (isinstance(c, type) and issubclass(c, nn.Module))]
+        if bad:
+            raise DistrainError(
+                f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}"
+            )
+        return classes
+    if callable(shard):
+        return None
+    raise DistrainError(
+        f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}"
+    )
 
 
 def _misplaced(option: str, name: str) -> str:
