@@ -21,8 +21,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from distrain.errors import DistrainError
 from distrain.parallel.ddp import release_ddp, wrap_ddp
-from distrain.parallel.decorated import Decorated
-from distrain.parallel.options import DDP, FSDP, HSDP, STRATEGIES, Strategy, resolve
+from distrain.parallel.options import DDP, FSDP, HSDP, STRATEGIES, Decorated, Strategy, resolve
 
 __all__ = [
     "DDP",
