@@ -15,9 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from distrain.cluster import ClusterEnvironment, detect_environment, strip_launcher_argv
 from distrain.errors import DistrainError
-from distrain.launch.spawn import (
-    spawn,  # torch-free until called; eager so `distrain.spawn` stays the function
-)
 
 # the one place the version is written: pyproject.toml reads it (tool.setuptools.dynamic)
 __version__ = "0.1.0"
@@ -30,7 +27,9 @@ strip_launcher_argv()
 # The torch-importing parts load on first use (PEP 562): `distrain run` must be able to start
 # its preloading fork server before this process pays for `import torch`
 # (launch/fast_start/forkserver.py).
+# `spawn` too: a worker that `distrain run` or torchrun started never calls it.
 _LAZY: dict[str, str] = {
+    "spawn": "distrain.launch.spawn",
     "Context": "distrain.worker.context",
     "current": "distrain.worker.context",
     "init": "distrain.worker.init",
@@ -43,6 +42,7 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from distrain.launch.spawn import spawn
     from distrain.parallel.batchnorm import CPUSyncBatchNorm, convert_sync_batchnorm
     from distrain.parallel.options import DDP, FSDP, HSDP, Strategy
     from distrain.worker.context import Context, current

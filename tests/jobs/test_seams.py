@@ -3,7 +3,9 @@
 - a ``--start-method spawn`` launcher of a plain script imports no feature module;
 - a fast-start worker, at its first step, holds none of the launcher's modules (the fork server
   is forked from the launcher, which has imported them by then, and forgets them): what a
-  ``--start-method spawn`` worker holds, and the fast start's own worker modules.
+  ``--start-method spawn`` worker holds, and the fast start's own worker modules;
+- a spawn worker of a plain DDP script holds at most 55 distrain modules, and neither worker
+  holds what such a run does not use (FSDP's code, the recorder, other launchers' detectors).
 """
 
 from __future__ import annotations
@@ -63,8 +65,33 @@ def _worker_modules(tmp_path: Path, method: str, nproc: int) -> list[dict[str, A
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
+#: the most distrain modules a spawn worker of a plain DDP script holds at its first step
+#: (issue 42: 55; 53 measured, CONTRIBUTING.md "Figures of the path")
+SPAWN_WORKER_MODULES = 55
+#: the most a fast-start worker holds at its first step: a spawn worker's and fast start's own
+FAST_START_WORKER_MODULES = 60
+#: the fast start's own worker modules (the forked entry, its helpers, the server's preload whose
+#: environment snapshot the worker rebuilds from, and forked.py's process lineage): what a
+#: fast-start worker holds beyond a spawn worker's
+FAST_START_OWN = ("distrain.worker.fast_start", "distrain.process.lineage")
+#: what a plain DDP run does not use: FSDP's code, SyncBatchNorm, the metrics recorder without a
+#: run directory, distrain.spawn, the spawn and the other launchers' detectors
+NOT_IN_A_PLAIN_RUN = (
+    "distrain.parallel.fsdp",
+    "distrain.parallel.heap",
+    "distrain.parallel.materialise",
+    "distrain.parallel.batchnorm",
+    "distrain.monitor.recorder",
+    "distrain.monitor.probes",
+    "distrain.launch",
+    "distrain.cluster.spawn",
+    "distrain.cluster.slurm",
+)
+
+
 def test_a_fast_start_worker_holds_no_launcher_module(tmp_path: Path) -> None:
     spawned = set(_worker_modules(tmp_path, "spawn", 1)[0]["modules"])
+    assert len(spawned) <= SPAWN_WORKER_MODULES, sorted(spawned)
     for rank, seen in enumerate(_worker_modules(tmp_path, "fast", 2)):
         assert seen["forked"], "not forked from the fast start's server"
         launch = [m for m in seen["modules"] if m.startswith("distrain.launch")]
@@ -72,4 +99,9 @@ def test_a_fast_start_worker_holds_no_launcher_module(tmp_path: Path) -> None:
         # what a fresh interpreter's worker holds, and the forked worker's own entry: nothing
         # of the launcher's inherited through the server
         extra = set(seen["modules"]) - spawned
-        assert all(m.startswith("distrain.worker.fast_start") for m in extra), sorted(extra)
+        assert all(m.startswith(FAST_START_OWN) for m in extra), sorted(extra)
+        # 53 + these 7 (CONTRIBUTING.md "Figures of the path": why not the issue's 55)
+        assert len(seen["modules"]) <= FAST_START_WORKER_MODULES, sorted(extra)
+    for held in (spawned, set(seen["modules"])):
+        unused = sorted(m for m in held if m.startswith(NOT_IN_A_PLAIN_RUN))
+        assert unused == [], f"a plain DDP worker imported what it does not use: {unused}"

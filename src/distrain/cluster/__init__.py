@@ -26,6 +26,7 @@ its own comes first.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from distrain.cluster.base import ClusterEnvironment, ClusterError
@@ -34,6 +35,7 @@ from distrain.cluster.legacy_launch import (
     pop_local_rank_arg,
     strip_launcher_argv,
 )
+from distrain.contract import SPAWN as SPAWN_MARKER
 
 if TYPE_CHECKING:
     from distrain.cluster.horovod import HorovodEnvironment
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from distrain.cluster.torchelastic import TorchElasticEnvironment
 
 #: (module, class) in the order asked; a module is imported when its turn comes, so a process
-#: that torchrun started imports three detectors, not ten
+#: that torchrun started imports two detectors (see _MARKED), not ten
 _ORDER = (
     ("legacy_launch", "LegacyLaunchEnvironment"),
     ("spawn", "SpawnEnvironment"),
@@ -60,6 +62,9 @@ _ORDER = (
     ("single", "SingleProcessEnvironment"),
 )
 _WHERE = {name: module for module, name in _ORDER} | {"expand_nodelist": "slurm"}
+#: detectors that apply only where a variable of distrain's own contract is set: elsewhere (every
+#: process torchrun or `distrain run` starts) their module is not imported at all
+_MARKED = {"SpawnEnvironment": SPAWN_MARKER}
 
 
 def _load(name: str) -> Any:
@@ -80,6 +85,8 @@ def __getattr__(name: str) -> Any:
 def detect_environment() -> ClusterEnvironment:
     """Return the first environment in DETECTION_ORDER that applies, validated."""
     for _, name in _ORDER:
+        if name in _MARKED and _MARKED[name] not in os.environ:
+            continue
         cls = _load(name)
         if cls.detect():
             env: ClusterEnvironment = cls()

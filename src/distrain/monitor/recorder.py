@@ -360,29 +360,3 @@ class _EpochTally:
             "epoch_seconds": round(seconds, 6) if seconds is not None else None,
             "values": dict(self.values),
         }
-
-
-def open_monitor(
-    run_dir: str | Path | None,
-    rank: int,
-    world_size: int,
-    gpu_index: int | None,
-    interval: float | None = None,
-    breakdown: Any = None,
-    *,
-    attempt: int = 0,
-    visible_devices: str | None = None,
-) -> Monitor | None:
-    """A Monitor for this rank given a run directory (init(): argument, else DISTRAIN_RUN_DIR)."""
-    if run_dir is None:
-        return None
-    return Monitor(
-        run_dir,
-        rank,
-        world_size,
-        gpu_index=gpu_index,
-        interval=interval,
-        breakdown=breakdown,
-        attempt=attempt,
-        visible_devices=visible_devices,
-    )

@@ -17,20 +17,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from distrain.errors import DistrainError
 from distrain.parallel.ddp import release_ddp, wrap_ddp
-from distrain.parallel.decorated import Decorated
-from distrain.parallel.fsdp import (
-    build_mesh,
-    checkpoint_blocks,
-    find_blocks,
-    is_sharded,
-    release_fsdp,
-    shard_model,
-)
-from distrain.parallel.materialise import init_order, is_on_meta, materialise_own
-from distrain.parallel.options import DDP, FSDP, HSDP, STRATEGIES, Strategy, resolve
+from distrain.parallel.options import DDP, FSDP, HSDP, STRATEGIES, Decorated, Strategy, resolve
 
 __all__ = [
     "DDP",
@@ -39,7 +30,6 @@ __all__ = [
     "STRATEGIES",
     "Strategy",
     "clip_grad_norm",
-    "find_blocks",
     "full_state_dict",
     "gradient_sync_off",
     "is_on_meta",
@@ -51,7 +41,20 @@ __all__ = [
 ]
 
 
+def is_sharded(model: nn.Module) -> bool:
+    """True when `model` was sharded by FSDP2 (its parameters are DTensors split across ranks)."""
+    return isinstance(model, FSDPModule)
+
+
+def is_on_meta(model: nn.Module) -> bool:
+    """True when any parameter or buffer of `model` is on the meta device."""
+    return any(t.is_meta for t in model.parameters()) or any(t.is_meta for t in model.buffers())
+
+
 def _materialise(model: nn.Module) -> None:
+    # a model built on the meta device only (``ctx.init_model()``) needs materialise.py
+    from distrain.parallel.materialise import init_order, materialise_own
+
     memo: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for module in init_order(model):
@@ -91,13 +94,21 @@ def prepare(
             "cpu_offload=True needs strategy='fsdp' or 'hsdp' on a GPU (on the CPU the parameters "
             "already live in host memory)"
         )
-    blocks = find_blocks(model, spec.shard) if (sharded or spec.activation_checkpointing) else []
-    if spec.activation_checkpointing:
-        blocks = checkpoint_blocks(model, blocks)
+    blocks: list[nn.Module] = []
+    if sharded or spec.activation_checkpointing:
+        # fsdp.py (and the heap's and meta models' code it uses) only for the strategies and
+        # options that ask for it: a plain DDP model imports none of it
+        from distrain.parallel.fsdp import checkpoint_blocks, find_blocks
+
+        blocks = find_blocks(model, spec.shard)
+        if spec.activation_checkpointing:
+            blocks = checkpoint_blocks(model, blocks)
     on_meta = is_on_meta(model)
     if on_meta and distributed:
         _same_generator_everywhere()
     if isinstance(spec, FSDP) and distributed:
+        from distrain.parallel.fsdp import build_mesh, shard_model
+
         hybrid = isinstance(spec, HSDP)
         mesh = build_mesh(
             device.type,
@@ -182,6 +193,8 @@ def release(model: nn.Module) -> None:
     if isinstance(model, nn.parallel.DistributedDataParallel):
         release_ddp(model)
     elif is_sharded(model):
+        from distrain.parallel.fsdp import release_fsdp
+
         release_fsdp(model)
 
 

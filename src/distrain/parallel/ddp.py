@@ -9,8 +9,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distrain.parallel.batchnorm import convert_sync_batchnorm
-
 
 def wrap_ddp(
     model: nn.Module, device: torch.device, sync_bn: bool, comm_hook: str | None, **ddp_kwargs: Any
@@ -20,7 +18,9 @@ def wrap_ddp(
     DDP broadcasts rank 0's parameters and buffers at construction, so every rank starts from
     identical weights.
     """
-    if sync_bn:
+    if sync_bn:  # SyncBatchNorm's module only for the option that asks for it
+        from distrain.parallel.batchnorm import convert_sync_batchnorm
+
         model = convert_sync_batchnorm(model, device.type).to(device)
     if comm_hook is not None:
         from distrain.parallel.comm_hooks import one_bucket_mb, parse_hook

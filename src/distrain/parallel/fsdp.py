@@ -8,7 +8,7 @@ replicas across nodes (gradients all-reduced), shards inside a node (reduce-scat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -20,14 +20,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 from distrain.errors import DistrainError
 from distrain.parallel.heap import map_large_buffers
 from distrain.parallel.materialise import init_order, materialise_own, post_order
-
-#: what ``shard=`` may be: None (find repeated blocks), block classes, or a predicate on a module
-ShardSpec = None | type | Iterable[type] | Callable[[nn.Module], bool]
-
-
-def is_sharded(model: nn.Module) -> bool:
-    """True when `model` was sharded by FSDP2 (its parameters are DTensors split across ranks)."""
-    return isinstance(model, FSDPModule)
+from distrain.parallel.options import ShardSpec, check_shard
 
 
 def build_mesh(
@@ -65,25 +58,6 @@ def repeated_block_classes(model: nn.Module) -> set[type]:
                 counts[type(child)] = counts.get(type(child), 0) + 1
         found.update(cls for cls, n in counts.items() if n >= 2)
     return found
-
-
-def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
-    """The block classes `shard` names (None for None or a function); DistrainError otherwise."""
-    if shard is None:
-        return None
-    if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):
-        classes = (shard,) if isinstance(shard, type) else tuple(shard)
-        bad = [c for c in classes if not (isinstance(c, type) and issubclass(c, nn.Module))]
-        if bad:
-            raise DistrainError(
-                f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}"
-            )
-        return classes
-    if callable(shard):
-        return None
-    raise DistrainError(
-        f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}"
-    )
 
 
 def _predicate(shard: ShardSpec, model: nn.Module) -> Callable[[nn.Module], bool]:

@@ -26,11 +26,6 @@ from torch import nn
 from distrain.errors import DistrainError
 
 
-def is_on_meta(model: nn.Module) -> bool:
-    """True when any parameter or buffer of `model` is on the meta device."""
-    return any(t.is_meta for t in model.parameters()) or any(t.is_meta for t in model.buffers())
-
-
 def post_order(module: nn.Module) -> Iterator[nn.Module]:
     """`module`'s submodules children-first, in registration order, `module` last (each once)."""
     seen: set[int] = set()

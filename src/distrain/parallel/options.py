@@ -7,6 +7,7 @@ to its class (as Lightning Fabric's strategy registry does), and the loose keywo
 call ``prepare_model(model, "fsdp", cpu_offload=True)`` build the same object (:func:`resolve`).
 A bad option is a one-line DistrainError naming the option and the strategy, raised when the
 object is built: it fails on every world size, also in a plain ``python train.py``.
+:class:`Decorated` is a strategy a job-level feature prepares around the script's.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+import torch
+from torch import nn
+
 from distrain.errors import DistrainError
-from distrain.parallel.fsdp import ShardSpec, check_shard
 
 S = TypeVar("S", bound="Strategy")
+
+#: what ``shard=`` may be: None (find repeated blocks), block classes, or a predicate on a module
+ShardSpec = None | type | Iterable[type] | Callable[[nn.Module], bool]
 
 #: prepare_model's loose keywords and their defaults: one at its default asks for nothing, so it
 #: is accepted beside any strategy (the call always passes all of them)
@@ -33,6 +39,25 @@ LOOSE_DEFAULTS: dict[str, Any] = {
     "cpu_offload": False,
     "replicate": None,
 }
+
+
+def check_shard(shard: ShardSpec) -> tuple[type, ...] | None:
+    """The block classes `shard` names (None for None or a function); DistrainError otherwise."""
+    if shard is None:
+        return None
+    if isinstance(shard, type) or isinstance(shard, (list, tuple, set, frozenset)):
+        classes = (shard,) if isinstance(shard, type) else tuple(shard)
+        bad = [c for c in classes if not (isinstance(c, type) and issubclass(c, nn.Module))]
+        if bad:
+            raise DistrainError(
+                f"shard= takes nn.Module classes or a function of a module, got {bad[0]!r}"
+            )
+        return classes
+    if callable(shard):
+        return None
+    raise DistrainError(
+        f"shard= takes None, nn.Module classes or a function of a module, got {shard!r}"
+    )
 
 
 def _misplaced(option: str, name: str) -> str:
@@ -308,3 +333,20 @@ def resolve(strategy: str | Strategy, **options: Any) -> Strategy:
             f"got {strategy!r}"
         )
     return cls.from_kwargs(**options)
+
+
+# A strategy decorated by a job-level feature: the feature prepares the model around it.
+# ``distrain run --replicas`` is one: inside a replica group the script's own strategy (DDP or
+# FSDP), across the groups TorchFT's fault-tolerant average (worker/replicas/models.py).  The core
+# Context resolves the script's strategy, lets its training layer decorate it (worker/layer.py),
+# and :func:`distrain.parallel.prepare` hands a decorated one to the feature.
+@dataclass(frozen=True)
+class Decorated:
+    """The script's strategy (`inner`) with the feature's own preparation (`prepare_with`)."""
+
+    inner: Strategy
+    prepare_with: Callable[[nn.Module, torch.device, Strategy], nn.Module]
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        """`model` prepared by the feature, around the script's strategy."""
+        return self.prepare_with(model, device, self.inner)

@@ -3,7 +3,7 @@
 The core Context (worker/context.py) and Checkpointer (checkpoint/checkpointer.py) name no
 feature.  What a feature changes in training goes through the Context's :class:`Layer`: which
 step is the training's, who prints, how a model's strategy is prepared (decorated,
-parallel/decorated.py), how the data is split, whether an optimizer step is applied, which
+parallel/options.py), how the data is split, whether an optimizer step is applied, which
 checkpointer is made, and what ends with the Context.  This base changes nothing; ``distrain run
 --replicas`` puts its own in place (worker/replicas/training.py's ``Replicas``).
 """
@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distrain.checkpoint import Checkpointer, JobHandles, NoDisk
-    from distrain.parallel.decorated import Decorated
-    from distrain.parallel.options import Strategy
+    from distrain.parallel.options import Decorated, Strategy
 
 
 class Layer:

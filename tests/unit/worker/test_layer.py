@@ -15,8 +15,7 @@ from torch import nn
 
 import distrain
 from distrain import parallel
-from distrain.parallel.decorated import Decorated
-from distrain.parallel.options import DDP, Strategy
+from distrain.parallel.options import DDP, Decorated, Strategy
 from distrain.worker.layer import PLAIN, Layer
 
 SRC = Path(distrain.__file__).resolve().parent

@@ -110,15 +110,16 @@ def _fresh_forkserver_state() -> None:
 def _forget_launcher_modules() -> None:
     """Drop the launcher's modules from the server's ``sys.modules`` (its workers inherit it).
 
-    Kept: the ``distrain.launch`` modules the package's own namespace holds (``distrain.spawn``
-    lives in launch/spawn.py), as a fresh ``import distrain`` has them.  A worker that imports a
+    Kept: the ``distrain.launch`` modules the package's own namespace holds (``distrain.spawn``,
+    from launch/spawn.py, once the launcher used it) and their packages.  A worker that imports a
     launcher module after all gets a fresh copy; the worker side imports none (the layout rule of
     tests/jobs/test_layout.py), and nothing handed to a worker is a launcher object.
     """
     package = sys.modules.get("distrain")
     held = {getattr(v, "__module__", None) for v in vars(package).values()} if package else set()
-    keep = {name for name in held if name} | {"distrain.launch"}
-    for name in [m for m in sys.modules if m.startswith("distrain.launch.") and m not in keep]:
+    keep = {name.rsplit(".", n)[0] for name in held if name for n in range(name.count("."))}
+    launch = [m for m in sys.modules if m == "distrain.launch" or m.startswith("distrain.launch.")]
+    for name in [m for m in launch if m not in keep]:
         del sys.modules[name]
         parent, _, child = name.rpartition(".")
         if parent in sys.modules and getattr(sys.modules[parent], child, None) is not None:

@@ -49,6 +49,9 @@ _CORE = (
     "torch.multiprocessing",
     "distrain",
     "distrain.worker.init",
+    # what `ctx.prepare_model` imports on its first call (a DDP model's; FSDP's code is imported
+    # by the workers that shard, not by every worker of the server)
+    "distrain.parallel",
     "distrain.worker.fast_start.forked",
 )
 

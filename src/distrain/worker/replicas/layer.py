@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from distrain.parallel.decorated import Decorated
+from distrain.parallel.options import Decorated
 from distrain.worker.layer import Layer
 
 if TYPE_CHECKING:
