@@ -209,3 +209,73 @@ def test_contract_holds_names_exit_codes_and_the_entrypoint() -> None:
     }
     assert defined <= {"signal_exit_code", "ForkJob", "WorkerEntrypoint"}, defined
     assert len(path.read_text().splitlines()) <= 150
+
+
+#: functions still over 80 lines while they are split by meaning (issue 42 item 5): this list
+#: only shrinks, each entry is "path:function" under src/distrain
+LONG_FUNCTIONS_LEFT = {
+    "tools/doctor/all_ranks/ranks.py:run_all_ranks",
+    "tools/doctor/machine/gpu.py:probe",
+    "tools/bench/study/summary.py:interpret",
+    "worker/init.py:init",
+    "tools/doctor/machine/limits.py:probe",
+    "tools/export/cli.py:_parser",
+    "worker/fast_start/forked.py:run_script",
+    "tools/top/cli.py:render",
+    "launch/replicas/groups.py:run",
+    "tools/bench/study/runner.py:execute",
+    "tools/bench/study/scaling.py:_parser",
+}
+
+
+def _function_lengths() -> dict[str, int]:
+    """{"path:function": lines from `def` to its last line} for every function in the package."""
+    lengths: dict[str, int] = {}
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                key = f"{path.relative_to(PKG).as_posix()}:{node.name}"
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                lengths[key] = max(lengths.get(key, 0), size)
+    return lengths
+
+
+def test_no_function_over_80_lines_and_init_in_60() -> None:
+    """A long function is split into named steps; the worker's `init` reads as its steps."""
+    lengths = _function_lengths()
+    over = {k: n for k, n in lengths.items() if n > 80 and k not in LONG_FUNCTIONS_LEFT}
+    assert not over, over
+    stale = {k for k in LONG_FUNCTIONS_LEFT if lengths.get(k, 0) <= 80}
+    assert not stale, f"split already, drop from LONG_FUNCTIONS_LEFT: {sorted(stale)}"
+    assert lengths["worker/init.py:init"] <= 140
+
+
+#: `# fmt: skip` lines allowed in src/ (the bar is 5); this number only goes down
+FMT_SKIPS_LEFT = 56
+
+
+def test_formatter_lays_out_the_code() -> None:
+    """`# fmt: skip` packs calls to fit a line cap; ruff format lays them out instead."""
+    skips = sum(p.read_text().count("# fmt: skip") for p in (REPO / "src").rglob("*.py"))
+    assert skips <= FMT_SKIPS_LEFT, skips
+
+
+#: files that may sit within 10 lines of the 400-line cap, with why each is one thing (or, while
+#: it is being split, that it is being split); the list only shrinks
+NEAR_THE_CAP = {
+    "checkpoint/checkpointer.py": "being split (issue 42 item 5)",
+    "tools/bench/study/scaling.py": "being split (issue 42 item 5)",
+    "worker/context.py": "being split (issue 42 item 5)",
+    "worker/fast_start/forked.py": "being split (issue 42 item 5)",
+}
+
+
+def test_no_file_within_10_lines_of_the_cap_unless_one_thing() -> None:
+    """A file at 390+ lines was fitted to the cap, not split by meaning, unless it says why."""
+    near = {
+        key: n
+        for p in PKG.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) >= 390
+        and (key := p.relative_to(PKG).as_posix()) not in NEAR_THE_CAP
+    }
+    assert not near, near
