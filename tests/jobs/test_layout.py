@@ -217,12 +217,8 @@ LONG_FUNCTIONS_LEFT = {
     "tools/doctor/all_ranks/ranks.py:run_all_ranks",
     "tools/doctor/machine/gpu.py:probe",
     "tools/bench/study/summary.py:interpret",
-    "worker/init.py:init",
     "tools/doctor/machine/limits.py:probe",
-    "tools/export/cli.py:_parser",
-    "worker/fast_start/forked.py:run_script",
     "tools/top/cli.py:render",
-    "launch/replicas/groups.py:run",
     "tools/bench/study/runner.py:execute",
     "tools/bench/study/scaling.py:_parser",
 }
@@ -247,11 +243,11 @@ def test_no_function_over_80_lines_and_init_in_60() -> None:
     assert not over, over
     stale = {k for k in LONG_FUNCTIONS_LEFT if lengths.get(k, 0) <= 80}
     assert not stale, f"split already, drop from LONG_FUNCTIONS_LEFT: {sorted(stale)}"
-    assert lengths["worker/init.py:init"] <= 140
+    assert lengths["worker/init.py:init"] <= 60
 
 
-#: `# fmt: skip` lines allowed in src/ (the bar is 5); this number only goes down
-FMT_SKIPS_LEFT = 56
+#: `# fmt: skip` lines allowed in src/ (worker/context.py's five calls of many arguments)
+FMT_SKIPS_LEFT = 5
 
 
 def test_formatter_lays_out_the_code() -> None:
@@ -266,7 +262,6 @@ NEAR_THE_CAP = {
     "checkpoint/checkpointer.py": "being split (issue 42 item 5)",
     "tools/bench/study/scaling.py": "being split (issue 42 item 5)",
     "worker/context.py": "being split (issue 42 item 5)",
-    "worker/fast_start/forked.py": "being split (issue 42 item 5)",
 }
 
 
