@@ -218,7 +218,6 @@ LONG_FUNCTIONS_LEFT = {
     "tools/doctor/machine/gpu.py:probe",
     "tools/bench/study/summary.py:interpret",
     "tools/doctor/machine/limits.py:probe",
-    "tools/bench/study/runner.py:execute",
 }
 
 
