@@ -215,7 +215,6 @@ def test_contract_holds_names_exit_codes_and_the_entrypoint() -> None:
 #: only shrinks, each entry is "path:function" under src/distrain
 LONG_FUNCTIONS_LEFT = {
     "tools/doctor/all_ranks/ranks.py:run_all_ranks",
-    "tools/doctor/machine/gpu.py:probe",
 }
 
 
