@@ -209,3 +209,54 @@ def test_contract_holds_names_exit_codes_and_the_entrypoint() -> None:
     }
     assert defined <= {"signal_exit_code", "ForkJob", "WorkerEntrypoint"}, defined
     assert len(path.read_text().splitlines()) <= 150
+
+
+def _function_lengths() -> dict[str, int]:
+    """{"path:function": lines from `def` to its last line} for every function in the package."""
+    lengths: dict[str, int] = {}
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                key = f"{path.relative_to(PKG).as_posix()}:{node.name}"
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                lengths[key] = max(lengths.get(key, 0), size)
+    return lengths
+
+
+def test_no_function_over_80_lines_and_init_in_60() -> None:
+    """A long function is split into named steps; the worker's `init` reads as its steps."""
+    lengths = _function_lengths()
+    assert not {k: n for k, n in lengths.items() if n > 80}
+    assert lengths["worker/init.py:init"] <= 60
+
+
+#: `# fmt: skip` lines allowed in src/ (worker/context.py's five calls of many arguments)
+FMT_SKIPS_LEFT = 5
+
+
+def test_formatter_lays_out_the_code() -> None:
+    """`# fmt: skip` packs calls to fit a line cap; ruff format lays them out instead."""
+    skips = sum(p.read_text().count("# fmt: skip") for p in (REPO / "src").rglob("*.py"))
+    assert skips <= FMT_SKIPS_LEFT, skips
+
+
+#: files that may sit within 10 lines of the 400-line cap because they are one thing, each saying
+#: why in a module docstring line starting "One thing:"; the list only shrinks
+ONE_THING = {
+    "checkpoint/checkpointer.py",  # the Checkpointer class (checkpoint/ holds 12 modules)
+    "worker/context.py",  # the Context facade every worker holds
+}
+
+
+def test_no_file_within_10_lines_of_the_cap_unless_one_thing() -> None:
+    """A file at 390+ lines was fitted to the cap, not split by meaning, unless it says why."""
+    near = {
+        key: n
+        for p in PKG.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) >= 390
+        and (key := p.relative_to(PKG).as_posix()) not in ONE_THING
+    }
+    assert not near, near
+    for key in ONE_THING:
+        docstring = ast.get_docstring(ast.parse((PKG / key).read_text())) or ""
+        assert "\nOne thing: " in docstring, f"{key}: say why it is one thing, or split it"

@@ -11,6 +11,9 @@ Every rank writes into ``DIR/.tmp-step_…`` and reports its files' checksums th
 group's store; rank 0 then writes the manifest and renames the directory into place, so a
 ``step_…`` directory is complete or absent.  On start the newest directory whose manifest and
 checksums verify is used; anything else is reported by name and skipped, never loaded.
+
+One thing: the Checkpointer, whose restore and save share one directory's state (group, writer,
+marks); the layout, loading, writing and per-node paths are modules of their own already.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from distrain.checkpoint.files import (
     find_latest_valid,
 )
 from distrain.checkpoint.handles import JobHandles, Resumed
-from distrain.checkpoint.state import Registered, _to_cpu_copy, register, rng_state, strategy_of
+from distrain.checkpoint.state import Registered, _to_cpu_copy, register, rng_state, shared_file
 from distrain.checkpoint.writer import Writer
 from distrain.data.sampler import DistributedLoader
 from distrain.errors import recurring
@@ -383,15 +386,8 @@ class Checkpointer:
 
     def _shared_state(self, step: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         objects = {**self._reg.plain_state(), **self.agreed_state()}
-        return {
-            "format": FORMAT,
-            "step": step,
-            "world_size": self.process.world_size,
-            "objects": objects,
-            "dcp": [*self._reg.modules, *self._reg.optimizers],
-            "strategy": {name: strategy_of(m) for name, m in self._reg.modules.items()},
-            "extra": dict(self.extra) if extra is None else extra,
-        }
+        extra = dict(self.extra) if extra is None else extra
+        return shared_file(self._reg, step, self.process.world_size, objects, extra)
 
     def _write_in_background(self, writer: Writer) -> None:
         try:

@@ -19,6 +19,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from distrain.checkpoint.files import FORMAT
+
 
 def rng_state() -> dict[str, Any]:
     """This process's RNG states in weights_only-loadable form."""
@@ -221,6 +223,21 @@ class Registered:
     def plain_state(self) -> dict[str, Any]:
         """state_dict() of every other object (scheduler, loader, scaler, yours)."""
         return {name: obj.state_dict() for name, obj in self.plain.items()}
+
+
+def shared_file(
+    reg: Registered, step: int, world_size: int, objects: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Rank 0's shared.pt: the plain `objects`' states, what went through DCP and how, `extra`."""
+    return {
+        "format": FORMAT,
+        "step": step,
+        "world_size": world_size,
+        "objects": objects,
+        "dcp": [*reg.modules, *reg.optimizers],
+        "strategy": {name: strategy_of(m) for name, m in reg.modules.items()},
+        "extra": extra,
+    }
 
 
 def _optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> Any:

@@ -83,9 +83,11 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
             "limit (scancel?)"
         )
     if fields.get("Requeue") == "0":
-        return (f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue "
-                "or JobRequeue=0): "
-                "not requeued; resubmit it to resume from the checkpoint")  # fmt: skip
+        return (
+            f"distrain: SLURM job {job_id} is not requeue-able (sbatch --no-requeue "
+            "or JobRequeue=0): "
+            "not requeued; resubmit it to resume from the checkpoint"
+        )
     try:
         out = subprocess.run(
             ["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=_TIMEOUT_S

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from distrain.errors import UsageError, raise_usage_errors
-from distrain.launch.mpi import LAUNCHERS
 from distrain.launch.options import option_names
+from distrain.launch.options.run_options import add_run_options
 
 PROG = "distrain run"
 #: the dest of a token that names no option of the parser
@@ -250,7 +250,7 @@ def _distrain_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     errors raised as UsageError; it never abbreviates (split did, by the same rule)."""
     parser.prog = PROG
     parser.allow_abbrev = False
-    _add_run_options(parser)
+    add_run_options(parser)
     _add_host_options(parser)
     raise_usage_errors(parser)
     _fast_start_default(parser)
@@ -275,87 +275,17 @@ def _fast_start_default(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add(
-        "-n",
-        "--nproc",
-        default=None,
-        help="processes per node: an integer or 'auto' (GPUs, else CPU cores)",
-    )
-    add(
-        "--gpus",
-        default=None,
-        help="GPU indices to use, e.g. 0,3 (sets CUDA_VISIBLE_DEVICES and nproc)",
-    )
-    add(
-        "--legacy-local-rank",
-        "--legacy_local_rank",
-        action="store_true",
-        help="pass --local_rank=N to the script, for old scripts",
-    )
-    add(
-        "--dry-run",
-        "--dry_run",
-        action="store_true",
-        help="print the equivalent torchrun command; run nothing",
-    )
-    add(
-        "--run-dir",
-        "--run_dir",
-        default=None,
-        help="per-rank metrics and TensorBoard go here (for distrain top); default: --log-dir",
-    )
-    add(
-        "--iface",
-        default=None,
-        help="network interface to the other nodes (default: the one routing to the master)",
-    )
-    add(
-        "--launcher",
-        default="torchrun",
-        choices=LAUNCHERS,
-        help="process launcher (mpirun/horovodrun: one node)",
-    )
-    add(
-        "--watchdog",
-        default=None,
-        metavar="SECONDS",
-        help="abort with every rank's stack when no rank makes progress this long",
-    )
-    add(
-        "--cpu",
-        action="store_true",
-        help="rehearse a CUDA/NCCL script on N CPU processes: cuda → cpu, nccl → gloo, unmodified",
-    )
-    add(
-        "--self-starting",
-        dest="self_starting",
-        action="store_const",
-        const=True,
-        default=None,
-        help="the script starts its own workers (mp.spawn, Process): run it once (default: read "
-        "from the script)",
-    )
-    add(
-        "--no-self-starting",
-        dest="self_starting",
-        action="store_const",
-        const=False,
-        help="run N copies as torchrun would, even if the script seems to start its own workers",
-    )
-    add(
-        "--replicas",
-        default=None,
-        metavar="R",
-        help="R fault-tolerant replica groups of -n processes each (TorchFT; pip "
-        "install 'distrain[ft]')",
-    )
-
-
 #: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
-HOST_DESTS = ("hosts", "hostfile", "include", "exclude", "ssh_opts", "forward", "quiet_hosts",
-              "container")  # fmt: skip
+HOST_DESTS = (
+    "hosts",
+    "hostfile",
+    "include",
+    "exclude",
+    "ssh_opts",
+    "forward",
+    "quiet_hosts",
+    "container",
+)
 
 
 def _add_host_options(parser: argparse.ArgumentParser) -> None:

@@ -24,9 +24,7 @@ def ignored_signals(status: str = "/proc/self/status") -> tuple[int, ...]:
     except OSError:
         line = ""
     if not line:  # no procfs: Python's own view
-        return tuple(
-            int(s) for s in signal.Signals if _getsignal_or_none(s) == signal.SIG_IGN
-        )  # fmt: skip
+        return tuple(int(s) for s in signal.Signals if _getsignal_or_none(s) == signal.SIG_IGN)
     mask = int(line.split(":", 1)[1].strip(), 16)
     return tuple(bit + 1 for bit in range(64) if mask >> bit & 1)
 

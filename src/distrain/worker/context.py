@@ -2,6 +2,9 @@
 
 Model and data, reductions, mixed precision, accumulation, printing once, checkpoints, metrics;
 made by :func:`distrain.init` (worker/init.py), and every call works in one plain process too.
+
+One thing: the facade a script holds, each method a short delegation to the layer that does the
+work (data/, parallel/, checkpoint/, monitor/); its reductions are process/reductions.py.
 """
 
 from __future__ import annotations

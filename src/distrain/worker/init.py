@@ -109,115 +109,150 @@ def init(
     Calling it again returns the same Context.
     """
     try:
-        active = current()
-        if active is not None:
+        if (active := current()) is not None:
             return active
         dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
         # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
         noise.install()
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
-        try:
-            env = detect_environment()
-            env.export_env()
-        except ClusterError as err:
-            raise DistrainError(str(err)) from None
+        env = _launch_environment()
         settings = Settings.read(
             device=device, threads=threads, run_dir=run_dir, watchdog_s=watchdog_seconds
         )
-        dev = _pick_device(env, settings.device, settings.visible_devices)
-        if precision == "fp16" and dev.type != "cuda":
-            raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
-        if dev.type == "cuda":
-            try:
-                env.check_devices(torch.cuda.device_count())
-            except ClusterError as err:
-                raise DistrainError(str(err)) from None
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-        n_threads = choose_threads(
-            env.local_world_size(), settings.threads, settings.omp_num_threads
-        )
-        torch.set_num_threads(n_threads)
-        chosen_backend: str | None = None
-        attempt = 0  # which attempt of the job, agreed by every rank (worker/start/attempt.py)
-        # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
-        # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
-        if env.forms_process_group():
-            chosen_backend = backend or _default_backend(dev)
-            if chosen_backend == "nccl":
-                from distrain.worker.start import nccl_debug
-
-                nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
-            _import_before_the_group()
-            store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
-            dist.init_process_group(
-                chosen_backend,
-                store=store,
-                rank=env.rank(),
-                world_size=env.world_size(),
-                timeout=timeout,
-                device_id=dev if dev.type == "cuda" else None,
-            )
-            chosen_backend = (
-                dist.get_backend()
-            )  # what really formed: under `run --cpu`, gloo for nccl
+        dev = _take_the_device(env, settings, precision)
+        n_threads = _set_threads(env, settings)
+        chosen_backend, attempt = _form_the_group(env, dev, backend, timeout, settings)
         ctx = Context(env, dev, chosen_backend, precision, n_threads, settings)
-        if chosen_backend is not None:  # findable in ps/top/nvidia-smi under every launcher
-            set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
-        failure.install(
-            ctx.rank, settings
-        )  # distrain errors in one line; a failed rank's root cause reported once
-        if settings.launcher == "distrain-run":  # a worker of distrain run's, however started
-            atomic_save.install(settings.atomic_save)
-        real_gpu = (
-            dev.type == "cuda" and settings.cpu_rehearsal is None
-        )  # under `run --cpu` NVML has nothing to say
-        ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
-        ctx.services.breakdown = open_breakdown(
-            settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
-        )
-        ctx.services.monitor = open_monitor(
-            settings.run_dir,
-            ctx.rank,
-            ctx.world_size,
-            dev.index if real_gpu else None,
-            interval=settings.metrics_interval_s,
-            breakdown=ctx.services.breakdown,
-            attempt=settings.restart_count,
-            visible_devices=settings.visible_devices,
-        )
-        if settings.watchdog_s is not None and ctx.distributed:
-            ctx.services.watchdog = watchdog.start_watchdog(
-                ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
-            )
-            emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
-        replicas = None
-        if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
-            from distrain.worker.replicas.layer import ReplicaLayer
-            from distrain.worker.replicas.training import attach
-
-            replicas = attach(ctx.process, settings, precision)
-            if replicas is not None:  # the Context's training layer (worker/layer.py)
-                ctx.layer = ReplicaLayer(replicas)
-        _remember(ctx)
-        atexit.register(ctx.shutdown)
-        if replicas is not None:  # the end's quorums before TorchFT's threads stop
-            from distrain.worker.replicas.sync import before_threads_stop
-
-            before_threads_stop(ctx.shutdown)
+        _report_as_a_worker(ctx, settings)
+        _open_services(ctx, settings, attempt)
+        _start_the_context(ctx, settings, precision)
         # after a restart `distrain run` has said what happened and that every rank restarts
         # (launch/report/console.py): the same start line again would say nothing new
         if verbose and not restarted_by_distrain_run():
             ctx.print(ctx.describe())
         return ctx
-    except (
-        ClusterError,
-        UsageError,
-    ):  # DistrainErrors too, but not init's set-up errors: raised as they are
+    # DistrainErrors too, but not init's set-up errors: raised as they are
+    except (ClusterError, UsageError):
         raise
     except DistrainError as err:
         if not exit_on_error:
             raise
         _log.error(f"distrain: error: {err}")
         raise SystemExit(1) from None
+
+
+def _launch_environment() -> ClusterEnvironment:
+    """Who launched this process (torchrun, SLURM, MPI, ...), its variables exported for torch."""
+    try:
+        env = detect_environment()
+        env.export_env()
+    except ClusterError as err:
+        raise DistrainError(str(err)) from None
+    return env
+
+
+def _take_the_device(env: ClusterEnvironment, settings: Settings, precision: str) -> torch.device:
+    """This rank's device, checked against the precision and the GPUs visible, and made current."""
+    dev = _pick_device(env, settings.device, settings.visible_devices)
+    if precision == "fp16" and dev.type != "cuda":
+        raise DistrainError("fp16 needs a GPU; use precision='bf16' on CPU")
+    if dev.type == "cuda":
+        try:
+            env.check_devices(torch.cuda.device_count())
+        except ClusterError as err:
+            raise DistrainError(str(err)) from None
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def _set_threads(env: ClusterEnvironment, settings: Settings) -> int:
+    """Torch's CPU threads for this process: asked for, else the cores shared among local ranks."""
+    n_threads = choose_threads(env.local_world_size(), settings.threads, settings.omp_num_threads)
+    torch.set_num_threads(n_threads)
+    return n_threads
+
+
+def _form_the_group(
+    env: ClusterEnvironment,
+    dev: torch.device,
+    backend: str | None,
+    timeout: dt.timedelta,
+    settings: Settings,
+) -> tuple[str | None, int]:
+    """(the backend that formed or None, the job's attempt agreed by every rank)."""
+    # Under a launcher a group exists even for one process, so `-n 1` behaves like `-n N`
+    # (DDP wrapper, torch.distributed calls work); a plain `python train.py` gets none.
+    if not env.forms_process_group():
+        return None, 0
+    chosen_backend = backend or _default_backend(dev)
+    if chosen_backend == "nccl":
+        from distrain.worker.start import nccl_debug
+
+        nccl_debug.nccl_debug_defaults(settings.log_dir, settings.nccl_trace_buffer)
+    _import_before_the_group()
+    # which attempt of the job, agreed by every rank (worker/start/attempt.py)
+    store, attempt = restart_safe_store(env, timeout, settings, settings.rejoin_timeout_s)
+    dist.init_process_group(
+        chosen_backend,
+        store=store,
+        rank=env.rank(),
+        world_size=env.world_size(),
+        timeout=timeout,
+        device_id=dev if dev.type == "cuda" else None,
+    )
+    # what really formed: under `run --cpu`, gloo for nccl
+    return dist.get_backend(), attempt
+
+
+def _report_as_a_worker(ctx: Context, settings: Settings) -> None:
+    """The process title, one-line errors with the root cause once, and atomic saves."""
+    if ctx.backend is not None:  # findable in ps/top/nvidia-smi under every launcher
+        set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
+    # distrain errors in one line; a failed rank's root cause reported once
+    failure.install(ctx.rank, settings)
+    if settings.launcher == "distrain-run":  # a worker of distrain run's, however started
+        atomic_save.install(settings.atomic_save)
+
+
+def _open_services(ctx: Context, settings: Settings, attempt: int) -> None:
+    """Progress line, step breakdown, metrics monitor and watchdog, each when asked for."""
+    # under `run --cpu` NVML has nothing to say
+    real_gpu = ctx.device.type == "cuda" and settings.cpu_rehearsal is None
+    ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
+    ctx.services.breakdown = open_breakdown(
+        settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
+    )
+    ctx.services.monitor = open_monitor(
+        settings.run_dir,
+        ctx.rank,
+        ctx.world_size,
+        ctx.device.index if real_gpu else None,
+        interval=settings.metrics_interval_s,
+        breakdown=ctx.services.breakdown,
+        attempt=settings.restart_count,
+        visible_devices=settings.visible_devices,
+    )
+    if settings.watchdog_s is not None and ctx.distributed:
+        ctx.services.watchdog = watchdog.start_watchdog(
+            ctx.rank, ctx.world_size, settings.watchdog_s, settings, attempt
+        )
+        emit("watchdog", settings.job_dir, rank=ctx.rank)  # distrain run --watchdog: watched
+
+
+def _start_the_context(ctx: Context, settings: Settings, precision: str) -> None:
+    """The replica layer when asked for, then the Context made current and shut down at exit."""
+    replicas = None
+    if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
+        from distrain.worker.replicas.layer import ReplicaLayer
+        from distrain.worker.replicas.training import attach
+
+        replicas = attach(ctx.process, settings, precision)
+        if replicas is not None:  # the Context's training layer (worker/layer.py)
+            ctx.layer = ReplicaLayer(replicas)
+    _remember(ctx)
+    atexit.register(ctx.shutdown)
+    if replicas is not None:  # the end's quorums before TorchFT's threads stop
+        from distrain.worker.replicas.sync import before_threads_stop
+
+        before_threads_stop(ctx.shutdown)

@@ -95,9 +95,13 @@ def _rewrap(saved: dict[str, Any], reg: Registered) -> dict[str, Any]:
             t = live.get(fqn)
             if isinstance(t, DTensor) and isinstance(value, torch.Tensor) and value.dim() > 0:
                 return DTensor.from_local(
-                    value, t.device_mesh, t.placements, run_check=False, shape=t.shape,
+                    value,
+                    t.device_mesh,
+                    t.placements,
+                    run_check=False,
+                    shape=t.shape,
                     stride=t.stride(),
-                )  # fmt: skip
+                )
             return value
 
         out[name] = {k: wrap(k, v) for k, v in saved[name].items()}

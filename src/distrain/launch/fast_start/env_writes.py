@@ -25,10 +25,34 @@ import ast
 
 #: families (prefixes) of variables read while the fork server imports torch and its preloads
 READ_AT_IMPORT = (
-    "TORCH", "PYTORCH_", "AOT", "INDUCTOR_", "FX_", "PARTITIONER_", "OMP_", "GOMP_", "KMP_", "MKL",
-    "DNNL_", "ONEDNN_", "OPENBLAS_", "GOTO_", "CUDA_", "CUBLAS", "CUBLASLT_", "NVRTC_", "HIP_",
-    "ROCR_", "TRITON_", "KINETO_", "NPY_", "NUMPY_", "SYMPY_", "MPMATH_", "LD_",
-)  # fmt: skip
+    "TORCH",
+    "PYTORCH_",
+    "AOT",
+    "INDUCTOR_",
+    "FX_",
+    "PARTITIONER_",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL",
+    "DNNL_",
+    "ONEDNN_",
+    "OPENBLAS_",
+    "GOTO_",
+    "CUDA_",
+    "CUBLAS",
+    "CUBLASLT_",
+    "NVRTC_",
+    "HIP_",
+    "ROCR_",
+    "TRITON_",
+    "KINETO_",
+    "NPY_",
+    "NUMPY_",
+    "SYMPY_",
+    "MPMATH_",
+    "LD_",
+)
 #: inside those families, read only once the worker forms an NCCL group (not at import)
 READ_LATER = ("TORCH_NCCL_",)
 #: the variables whose write is only seen after the compile stack is imported, which a fresh

@@ -34,9 +34,24 @@ import time
 
 #: stdlib modules through which a script may import anything (or unpickle a tensor)
 _OPEN_DOORS = frozenset(
-    {"importlib", "runpy", "pickle", "shelve", "pkgutil", "code", "codeop", "zipimport",
-     "doctest", "unittest", "pydoc", "marshal", "builtins", "site", "sitecustomize"}
-)  # fmt: skip
+    {
+        "importlib",
+        "runpy",
+        "pickle",
+        "shelve",
+        "pkgutil",
+        "code",
+        "codeop",
+        "zipimport",
+        "doctest",
+        "unittest",
+        "pydoc",
+        "marshal",
+        "builtins",
+        "site",
+        "sitecustomize",
+    }
+)
 #: calls that import what the read cannot name
 _DYNAMIC_CALLS = frozenset(
     {"__import__", "exec", "eval", "import_module", "run_path", "run_module"}

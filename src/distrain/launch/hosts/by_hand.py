@@ -41,8 +41,19 @@ def node_commands(opts: HostsOptions, addrs: list[str]) -> list[list[str]]:
         run = ["distrain", "run", *fill(command, go).argv_without()]
         if opts.container:  # as the fan-out runs it: in the image, this folder mounted
             cwd = os.getcwd()
-            docker = ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "--net=host",
-                      "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+            docker = [
+                "docker",
+                "run",
+                "--rm",
+                "--gpus",
+                "all",
+                "--ipc=host",
+                "--net=host",
+                "-v",
+                f"{cwd}:{cwd}",
+                "-w",
+                cwd,
+            ]
             docker += [tok for a in assigns for tok in ("-e", a)]
             out.append([*docker, opts.container, *run])
         else:

@@ -158,8 +158,16 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
             PORT_TOKEN,
         ]
     else:
-        out = ["--nnodes", f"{opts.min_nodes}:{count}", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-               f"{ADDR_TOKEN}:{PORT_TOKEN}", "--rdzv-id", rdzv_id]  # fmt: skip
+        out = [
+            "--nnodes",
+            f"{opts.min_nodes}:{count}",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{ADDR_TOKEN}:{PORT_TOKEN}",
+            "--rdzv-id",
+            rdzv_id,
+        ]
         if not opts.restarts_given:
             out += ["--max-restarts", ELASTIC_RESTARTS]
     if opts.replicas is not None:  # the one-node --replicas form across nodes (replica_nodes.py)
@@ -220,8 +228,22 @@ def remote_command(
     tail = ["-m", "distrain.launch.hosts.node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
         name = f"distrain-{rdzv_id}-{rank}"
-        docker = ["docker", "run", "-i", "--rm", "--name", name, "--gpus", "all", "--ipc=host",
-                  "--net=host", "-v", f"{cwd}:{cwd}", "-w", cwd]  # fmt: skip
+        docker = [
+            "docker",
+            "run",
+            "-i",
+            "--rm",
+            "--name",
+            name,
+            "--gpus",
+            "all",
+            "--ipc=host",
+            "--net=host",
+            "-v",
+            f"{cwd}:{cwd}",
+            "-w",
+            cwd,
+        ]
         for key, value in env.items():
             docker += ["-e", f"{key}={value}"]
         return f"cd {shlex.quote(cwd)} && exec " + shlex.join(
@@ -240,10 +262,12 @@ def dry_run_lines(opts: HostsOptions, addrs: list[str]) -> list[str]:
     """`--dry-run`: each host's exact ssh command, nothing started."""
     env, job = forwarded_env(opts), new_job_id()
     port = f"port {opts.master_port}" if opts.master_port else "a free port there"
-    lines = ["# what distrain run --hosts runs over ssh: each host's command through a watcher "
-             "that checks the host and waits for the launcher's go (by hand, use the lines above)",
-             f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
-             f"{opts.hosts[0].name} reaches the others by, and {port}"]  # fmt: skip
+    lines = [
+        "# what distrain run --hosts runs over ssh: each host's command through a watcher "
+        "that checks the host and waits for the launcher's go (by hand, use the lines above)",
+        f"# {ADDR_TOKEN} and {PORT_TOKEN} are filled in when the job starts: the address "
+        f"{opts.hosts[0].name} reaches the others by, and {port}",
+    ]
     if opts.per_group is None and opts.replicas is not None:
         lines.append(
             f"# {NPROC_TOKEN}: the processes per replica group, from the GPUs the "

@@ -60,11 +60,17 @@ class Rendezvous:
         """The rendezvous torchrun's parsed options ask for."""
         port = args.master_port
         return cls(
-            str(args.rdzv_backend), str(args.rdzv_endpoint or ""), str(args.rdzv_id),
-            str(args.rdzv_conf or ""), str(args.nnodes), int(args.node_rank),
-            str(args.master_addr), None if port is None else int(port), args.local_addr,
+            str(args.rdzv_backend),
+            str(args.rdzv_endpoint or ""),
+            str(args.rdzv_id),
+            str(args.rdzv_conf or ""),
+            str(args.nnodes),
+            int(args.node_rank),
+            str(args.master_addr),
+            None if port is None else int(port),
+            args.local_addr,
             bool(args.standalone),
-        )  # fmt: skip
+        )
 
     @property
     def max_nodes(self) -> int:

@@ -72,9 +72,14 @@ class StoreHold:
                     continue
                 import torch.distributed as dist
 
-                self._share = dist.TCPStore(self.host, self.port, is_master=True,
-                                            multi_tenant=True, wait_for_workers=False,
-                                            timeout=dt.timedelta(seconds=10))  # fmt: skip
+                self._share = dist.TCPStore(
+                    self.host,
+                    self.port,
+                    is_master=True,
+                    multi_tenant=True,
+                    wait_for_workers=False,
+                    timeout=dt.timedelta(seconds=10),
+                )
             except Exception:  # not shared after all: the store ends with the agent, as before
                 self._share = None
             return

@@ -163,9 +163,12 @@ class ReplicaJob:
                 f"replica group {group} lost at step {step} (rank {ev['rank']}, pid "
                 f"{ev['pid']}, {how}); "
                 f"{self.continuing()}/{self.groups} groups continue",
-                "lost", group=group, step=int(step) if step.isdigit() else step, rank=ev["rank"],
-                     how=how,
-            )  # fmt: skip
+                "lost",
+                group=group,
+                step=int(step) if step.isdigit() else step,
+                rank=ev["rank"],
+                how=how,
+            )
         elif ev["event"] == "joined" and int(str(ev.get("rank", 0))) == 0:
             src, at = ev.get("source"), int(str(ev.get("step", 0)))
             if src is not None and (at > 0 or group in self.lost):
@@ -173,14 +176,20 @@ class ReplicaJob:
                 self.say(
                     f"replica group {group} healed from group {src} at step {at} "
                     f"in {seconds:.1f} s",
-                    "healed", group=group, source=src, step=at, seconds=seconds,
-                )  # fmt: skip
+                    "healed",
+                    group=group,
+                    source=src,
+                    step=at,
+                    seconds=seconds,
+                )
             elif group in self.lost:
                 self.say(
                     f"replica group {group} rejoined at step {at} from its own state (no live "
                     "group was ahead)",
-                    "rejoined", group=group, step=at,
-                )  # fmt: skip
+                    "rejoined",
+                    group=group,
+                    step=at,
+                )
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:
@@ -191,8 +200,10 @@ class ReplicaJob:
             self.say(
                 f"replica group {group} failed ({how}); "
                 f"{self.continuing()}/{self.groups} groups continue",
-                "failed", group=group, how=how,
-            )  # fmt: skip
+                "failed",
+                group=group,
+                how=how,
+            )
 
     def _ended(self, group: int, code: int) -> None:
         self.finished[group] = code
@@ -253,7 +264,7 @@ class ReplicaJob:
                 f"{', '.join(map(str, silent))} ended without reporting a final state (its "
                 "processes never reached distrain's end: no distrain.init(), or they ended "
                 "outside it), so the groups cannot be checked equal",
-            )  # fmt: skip
+            )
             return 1
         if len(finals) < 2:
             return 0
@@ -267,13 +278,13 @@ class ReplicaJob:
                         f"error: replica groups ended with different states: rank {rank} of "
                         f"group {first} at "
                         f"{want}, of group {group} at step {step}, state {digest[:12]}",
-                    )  # fmt: skip
+                    )
                     return 1
         step, digest = finals[first].get(0) or next(iter(finals[first].values()))
         self.say(
             f"replica groups {', '.join(map(str, finals))} ended at step {step} with equal states "
             f"(rank 0: sha256 {digest[:12]})",
-        )  # fmt: skip
+        )
         return 0
 
     def kill_all(self) -> None:

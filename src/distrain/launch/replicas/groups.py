@@ -50,9 +50,16 @@ PROG = "distrain run"
 DEFAULT_GROUP_RESTARTS = 3
 #: options (dests) of a job across nodes: each group is a one-node job of its own
 _NODE_OPTIONS = (
-    "nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id",
-    "local_addr", "iface",
-)  # fmt: skip
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "rdzv_backend",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "local_addr",
+    "iface",
+)
 
 
 def check_replicas(args: argparse.Namespace, gpus_visible: int) -> Placement:
@@ -154,6 +161,33 @@ def _visible_gpus(count: int) -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
+def _print_the_commands(placement: Placement, given: CommandLine, host: str | None) -> None:
+    """--dry-run: the lighthouse's command, then each local group's `distrain run` line."""
+    groups = placement.groups
+    where = (
+        f"{placement.master_addr}:{placement.port}" if placement.multi_node else "127.0.0.1:PORT"
+    )
+    print(
+        f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, "
+        "then per group here:"
+    )
+    for g in placement.local:
+        print(
+            f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run "
+            f"{shlex.join(_argv_of(g, given, host))}"
+        )
+
+
+def _lighthouse(placement: Placement) -> Lighthouse | RemoteLighthouse:
+    """Node 0 starts TorchFT's lighthouse; the other nodes reach node 0's."""
+    if placement.node == 0:
+        bind = (
+            (placement.master_addr, placement.port) if placement.multi_node else ("127.0.0.1", None)
+        )
+        return Lighthouse(lighthouse_program(), *bind)
+    return RemoteLighthouse(placement.master_addr, placement.port)
+
+
 def run(launch: LaunchPlan, gpus_visible: int) -> int:
     """Run this node's replica groups to the end; returns the job's exit code."""
     args, given = launch.args, launch.command
@@ -167,33 +201,13 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
     ]
     host, iface = node_address(placement, args.iface) if placement.multi_node else (None, None)
     if args.dry_run:
-        where = (
-            f"{placement.master_addr}:{placement.port}"
-            if placement.multi_node
-            else "127.0.0.1:PORT"
-        )
-        print(
-            f"torchft_lighthouse --min_replicas 1 --bind {where}  # on node 0; {groups} groups, "
-            "then per group here:"
-        )
-        for g in placement.local:
-            print(
-                f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run "
-                f"{shlex.join(_argv_of(g, given, host))}"
-            )
+        _print_the_commands(placement, given, host)
         return 0
     # the groups run in sessions of their own (so a stop can kill each whole group): a SIGTERM to
     # this launcher must pass through the `finally` below that stops them, not end it on the spot
     signal.signal(signal.SIGTERM, _exit_on_signal)
     roll = RollCall(placement) if placement.multi_node else None
-    lighthouse: Lighthouse | RemoteLighthouse
-    if placement.node == 0:
-        bind = (
-            (placement.master_addr, placement.port) if placement.multi_node else ("127.0.0.1", None)
-        )
-        lighthouse = Lighthouse(lighthouse_program(), *bind)
-    else:
-        lighthouse = RemoteLighthouse(placement.master_addr, placement.port)
+    lighthouse = _lighthouse(placement)
     job = ReplicaJob(
         groups, tempfile.mkdtemp(prefix="distrain-ft-"), local=placement.local, run_dir=args.run_dir
     )

@@ -91,12 +91,24 @@ class Lighthouse:
             self.port = free_port(host) if port is None else port
             self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
             self.proc = subprocess.Popen(
-                [*program, "--min_replicas", "1", "--quorum_tick_ms", str(QUORUM_TICK_MS),
-                 "--join_timeout_ms", str(JOIN_TIMEOUT_MS), "--heartbeat_timeout_ms",
-                 str(HEARTBEAT_TIMEOUT_MS), "--bind", f"{host}:{self.port}"],
-                stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                [
+                    *program,
+                    "--min_replicas",
+                    "1",
+                    "--quorum_tick_ms",
+                    str(QUORUM_TICK_MS),
+                    "--join_timeout_ms",
+                    str(JOIN_TIMEOUT_MS),
+                    "--heartbeat_timeout_ms",
+                    str(HEARTBEAT_TIMEOUT_MS),
+                    "--bind",
+                    f"{host}:{self.port}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=self.log,
                 preexec_fn=die_with_parent,  # never outlive a SIGKILLed launcher
-            )  # fmt: skip
+            )
             ended = self._wait_listening(bound)
             if not ended:
                 return

@@ -127,9 +127,14 @@ class RollCall:
                 listen_socket(placement.master_addr, placement.port + 1).detach() if first else None
             )
             self.store: Any = dist.TCPStore(
-                placement.master_addr, placement.port + 1, world_size=None, is_master=first,
-                timeout=dt.timedelta(seconds=wait_s), wait_for_workers=False, master_listen_fd=fd,
-            )  # fmt: skip
+                placement.master_addr,
+                placement.port + 1,
+                world_size=None,
+                is_master=first,
+                timeout=dt.timedelta(seconds=wait_s),
+                wait_for_workers=False,
+                master_listen_fd=fd,
+            )
         except Exception as err:  # noqa: BLE001 - torch raises several kinds; one line either way
             where = f"{placement.master_addr}:{placement.port + 1}"
             if first:
@@ -155,8 +160,13 @@ class RollCall:
         """
         if len(self._started) == self.placement.groups:
             return
-        self._carry(self._started, "start", lambda g: ft_start_file(folder, g),
-                    lambda g: mark_ft_start(folder, g), local)  # fmt: skip
+        self._carry(
+            self._started,
+            "start",
+            lambda g: ft_start_file(folder, g),
+            lambda g: mark_ft_start(folder, g),
+            local,
+        )
 
     def share_ends(self, folder: str, local: list[int]) -> None:
         """Carry the groups' end marks (coordination.replica_marks) between nodes, as start marks.
@@ -164,11 +174,22 @@ class RollCall:
         A group that ended waits for the others to meet it (train/replica_end.py) unless they
         ended too; a group on another node ends there.
         """
-        self._carry(self._ended, "end", lambda g: ft_end_file(folder, g),
-                    lambda g: open(ft_end_file(folder, g), "a").close(), local)  # fmt: skip
+        self._carry(
+            self._ended,
+            "end",
+            lambda g: ft_end_file(folder, g),
+            lambda g: open(ft_end_file(folder, g), "a").close(),
+            local,
+        )
 
-    def _carry(self, done: set[int], key: str, mark: Callable[[int], str],
-               write_mark: Callable[[int], None], local: list[int]) -> None:  # fmt: skip
+    def _carry(
+        self,
+        done: set[int],
+        key: str,
+        mark: Callable[[int], str],
+        write_mark: Callable[[int], None],
+        local: list[int],
+    ) -> None:
         """This node's groups' marks (files) into the store as ``<key><group>``; the other nodes'
         from the store into files here; `done` holds the groups carried already."""
         for g in range(self.placement.groups):

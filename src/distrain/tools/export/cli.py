@@ -37,6 +37,23 @@ def _parser() -> argparse.ArgumentParser:
         help="the training script, relative to the project directory (the image's build context); "
         "SLURM takes an absolute path too",
     )
+    _shape_options(parser)
+    _image_options(parser)
+    _job_options(parser)
+    _target_options(parser)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="write to FILE (docker: or into DIR, as DIR/Dockerfile) instead of stdout; docker "
+        "writes its .dockerignore (and a requirements.txt) only then",
+    )
+
+    raise_usage_errors(parser)
+    return parser
+
+
+def _shape_options(parser: argparse.ArgumentParser) -> None:
+    """The nodes and processes of the job."""
     parser.add_argument(
         "--nnodes", default="2", help="nodes: N, or MIN:MAX for an elastic job (default 2)"
     )
@@ -50,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         help="GPUs per node (default: --nproc-per-node; compose: 0 when this machine has no "
         "GPU; 0 for CPU-only)",
     )
+
+
+def _image_options(parser: argparse.ArgumentParser) -> None:
+    """The image the job runs in and how distrain and the script's requirements get in."""
     parser.add_argument(
         "--image",
         default=None,
@@ -62,17 +83,23 @@ def _parser() -> argparse.ArgumentParser:
         help="Dockerfile base image (default: the official PyTorch image of the torch installed "
         "here; a pytorch/pytorch image of another torch is refused)",
     )
-    parser.add_argument("--install", default="auto",
-                        help="how the image gets distrain: auto (a wheel built from this distrain, "
-                             "or '.' in distrain's own tree), "
-                             "a .whl file in the project, '.[extras]', or a git+https:// URL; "
-                             "never an index name (default auto)")  # fmt: skip
+    parser.add_argument(
+        "--install",
+        default="auto",
+        help="how the image gets distrain: auto (a wheel built from this distrain, or '.' in "
+        "distrain's own tree), a .whl file in the project, '.[extras]', or a git+https:// URL; "
+        "never an index name (default auto)",
+    )
     parser.add_argument(
         "--requirements",
         default=None,
         help="docker: the script's pip requirements file (default: requirements.txt beside "
         "the script, if any)",
     )
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    """The name, rendezvous port and restarts of the job."""
     parser.add_argument("--name", default="", help="job name (default: from the script's name)")
     parser.add_argument(
         "--port",
@@ -87,6 +114,10 @@ def _parser() -> argparse.ArgumentParser:
         default=3,
         help="restarts of an elastic job; k8s: also the pod backoff limit (default 3)",
     )
+
+
+def _target_options(parser: argparse.ArgumentParser) -> None:
+    """Options that only one target reads (SLURM, compose, k8s)."""
     parser.add_argument(
         "--cpus-per-node",
         type=int,
@@ -128,15 +159,6 @@ def _parser() -> argparse.ArgumentParser:
         default=k8s.DEFAULT_PVC_SIZE,
         help=f"k8s: size of the written claim (default {k8s.DEFAULT_PVC_SIZE})",
     )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="write to FILE (docker: or into DIR, as DIR/Dockerfile) instead of stdout; docker "
-        "writes its .dockerignore (and a requirements.txt) only then",
-    )
-
-    raise_usage_errors(parser)
-    return parser
 
 
 def _check_image(target: str, image: str | None) -> str:
@@ -293,9 +315,11 @@ def generate(target: str, spec: JobSpec, args: argparse.Namespace, build: bool =
             slurm.render(spec, cpus_per_node=args.cpus_per_node, time_warning=args.time_warning)
         )
     claim = k8s.claim_name(spec, args.pvc)
-    notes = [f"image {spec.image}: push it first (docker push {spec.image})",
-             f"checkpoints: every pod mounts claim {claim} on {k8s.SHARED_MOUNT}; give the script "
-             "a directory there (-- --checkpoint-dir runs/ckpt)"]  # fmt: skip
+    notes = [
+        f"image {spec.image}: push it first (docker push {spec.image})",
+        f"checkpoints: every pod mounts claim {claim} on {k8s.SHARED_MOUNT}; give the script "
+        "a directory there (-- --checkpoint-dir runs/ckpt)",
+    ]
     if k8s.pull_policy(spec.image) == "Always":
         notes.append(
             f"{spec.image} has a mutable tag: pods started later may run a newer build; "

@@ -30,9 +30,18 @@ MASTER = (
 def _launcher(spec: JobSpec, node: int, master: str) -> list[str]:
     port = str(spec.port or DEFAULT_PORT)
     if spec.elastic:  # c10d rendezvous hosted by node0; nodes may come and go
-        return ["--nnodes", spec.nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                f"{master}:{port}", "--rdzv-id", spec.name,
-                "--max-restarts", str(spec.max_restarts)]  # fmt: skip
+        return [
+            "--nnodes",
+            spec.nnodes,
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{master}:{port}",
+            "--rdzv-id",
+            spec.name,
+            "--max-restarts",
+            str(spec.max_restarts),
+        ]
     # static: node ranks fixed, node0's address is the master
     return [
         "--nnodes",

@@ -80,9 +80,11 @@ def for_image(script: str, named: str | None, install: str, writes: bool) -> Req
     return Requirements(
         beside,
         {beside: header + text},
-        [f"{script} imports {_list(missing)}, which the base image lacks: {beside} installs "
-         f"{_them(missing)}"],
-    )  # fmt: skip
+        [
+            f"{script} imports {_list(missing)}, which the base image lacks: {beside} installs "
+            f"{_them(missing)}"
+        ],
+    )
 
 
 def _list(modules: list[Lack]) -> str:

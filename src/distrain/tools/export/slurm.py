@@ -31,11 +31,15 @@ def render(spec: JobSpec, cpus_per_node: int = 8, time_warning: int = 120) -> st
     nodes = str(spec.min_nodes) if not spec.elastic else f"{spec.min_nodes}-{spec.max_nodes}"
     nnodes = '"$SLURM_JOB_NUM_NODES"' if not spec.elastic else spec.nnodes
     launcher = [
-        "--nnodes", "@NNODES@",
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "@ENDPOINT@",
-        "--rdzv-id", "@JOBID@",
-    ]  # fmt: skip
+        "--nnodes",
+        "@NNODES@",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "@ENDPOINT@",
+        "--rdzv-id",
+        "@JOBID@",
+    ]
     if spec.elastic:
         launcher += ["--max-restarts", str(spec.max_restarts)]
     run = shlex.join(spec.run_command(*launcher))

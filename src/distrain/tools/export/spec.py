@@ -92,11 +92,15 @@ class JobSpec:
     def run_command(self, *launcher_args: str) -> list[str]:
         """``distrain run`` with `launcher_args`, this job's processes, run directory and script."""
         return [
-            "distrain", "run", *launcher_args,
-            "--nproc-per-node", str(self.nproc_per_node),
-            "--run-dir", self.run_dir,
+            "distrain",
+            "run",
+            *launcher_args,
+            "--nproc-per-node",
+            str(self.nproc_per_node),
+            "--run-dir",
+            self.run_dir,
             *self.script_command(),
-        ]  # fmt: skip
+        ]
 
 
 def parse_nnodes(value: str) -> tuple[int, int]:

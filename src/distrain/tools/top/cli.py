@@ -88,7 +88,12 @@ def _num(x: float | None, fmt: str) -> str:
 def render(snapshot: dict[str, Any]) -> Any:
     """A rich renderable of one snapshot: a header line and one table row per rank."""
     from rich.console import Group
-    from rich.table import Table
+
+    return Group(_header(snapshot), _table(snapshot))
+
+
+def _header(snapshot: dict[str, Any]) -> Any:
+    """The job's line: status, ranks, step, speed, memory; replica groups and missing ranks."""
     from rich.text import Text
 
     totals = snapshot["totals"]
@@ -122,6 +127,14 @@ def render(snapshot: dict[str, Any]) -> Any:
             "shared run directory)",
             style="yellow",
         )
+    return header
+
+
+def _table(snapshot: dict[str, Any]) -> Any:
+    """One row per rank; GPU and step-breakdown columns only when some rank has them."""
+    from rich.table import Table
+    from rich.text import Text
+
     gpu = any(r["gpu_util"] is not None for r in snapshot["ranks"])
     table = Table(box=None, header_style="bold", pad_edge=False)
     grouped = any("group" in r for r in snapshot["ranks"])
@@ -175,7 +188,7 @@ def render(snapshot: dict[str, Any]) -> Any:
             Text(" ".join(r["flags"]), style="bold red" if r["flags"] else ""),
         ]
         table.add_row(*cells)
-    return Group(header, table)
+    return table
 
 
 def main(argv: list[str]) -> int:

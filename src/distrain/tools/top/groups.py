@@ -64,10 +64,15 @@ def snapshot(
     rates = [t["samples_per_s"] for t in totals if t["samples_per_s"] is not None]
     replica_events = read_events(run_dir)
     groups = [
-        {"group": g, "status": s["status"], "ranks": s["totals"]["ranks"],
-         "min_step": s["totals"]["min_step"], "max_step": s["totals"]["max_step"]}
+        {
+            "group": g,
+            "status": s["status"],
+            "ranks": s["totals"]["ranks"],
+            "min_step": s["totals"]["min_step"],
+            "max_step": s["totals"]["max_step"],
+        }
         for g, s in snaps.items()
-    ]  # fmt: skip
+    ]
     statuses = {s["status"] for s in snaps.values()}
     status = "running"
     if statuses <= {"finished", "failed"}:

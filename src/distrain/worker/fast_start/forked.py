@@ -12,18 +12,15 @@ interpreter when the script fails before it formed the process group.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import io
 import os
 import signal
-import subprocess
 import sys
 import time
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
 from distrain.contract import CPU_REHEARSAL, PRELOAD_MODULE, REPLICA_GROUP, SELF_STARTING, ForkJob
-from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.lineage import die_with_parent, own_session
@@ -55,21 +52,50 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     fault_handler_as_fresh(bool(os.environ.get("PYTHONFAULTHANDLER")))
     dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
-    if fresh is not None and os.path.exists(fresh):
-        _run_fresh(job.script, script_args)
+    if _fresh_before_running(job, fresh, script_args):
         return
+    _install_worker_features()
+    _prepare_interpreter(job.script, script_args, job.imports_distrain)
+    set_worker_title(
+        os.environ.get("RANK", "?"),
+        os.environ.get("WORLD_SIZE", "?"),
+        sys.argv,
+        os.environ.get(REPLICA_GROUP),
+    )
+    if fresh is not None:
+        _watch_process_group()
+    queue = agent_return.return_queue()
+    if queue is not None:  # the agent's wait for a value, not for an exit code (agent_return)
+        agent_return.report_on_exit(queue)
+    _run_to_its_end(job, fresh, script_args, queue)
+
+
+def _fresh_before_running(job: ForkJob, fresh: str | None, script_args: tuple[str, ...]) -> bool:
+    """Run the script in a fresh interpreter instead when the fork cannot serve it (True if so).
+
+    A marker left by an earlier worker, an unsafe server or a shadowed import sends the worker
+    to a fresh interpreter when falling back is allowed (`fresh` is its marker).
+    """
+    if fresh is not None and os.path.exists(fresh):
+        _fresh().run_fresh(job.script, script_args)
+        return True
     unsafe = _server_unsafe()
     if unsafe and fresh is not None:
-        _announce(fresh, f"the fork server is unsafe ({unsafe})")
-        _run_fresh(job.script, script_args)
-        return
+        _fresh().announce(fresh, f"the fork server is unsafe ({unsafe})")
+        _fresh().run_fresh(job.script, script_args)
+        return True
     shadowed = shadowed_imports(job.script)
     if shadowed and fresh is not None:
-        _announce(fresh, shadowed)
-        _run_fresh(job.script, script_args)
-        return
+        _fresh().announce(fresh, shadowed)
+        _fresh().run_fresh(job.script, script_args)
+        return True
     if shadowed:  # --start-method forkserver: no fallback, but not silently
         _log.warning(f"{PROG}: {shadowed}; the forked worker keeps the server's")
+    return False
+
+
+def _install_worker_features() -> None:
+    """What a fresh worker's `import distrain` or sitecustomize would install, by its variable."""
     if os.environ.get(CPU_REHEARSAL):  # distrain run --cpu: CUDA stands in on the CPU
         from distrain.worker.rehearse import install
 
@@ -86,18 +112,12 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     from distrain.worker import atomic_save
 
     atomic_save.install(for_report().atomic_save)  # a worker killed mid-save leaves no torn file
-    _prepare_interpreter(job.script, script_args, job.imports_distrain)
-    set_worker_title(
-        os.environ.get("RANK", "?"),
-        os.environ.get("WORLD_SIZE", "?"),
-        sys.argv,
-        os.environ.get(REPLICA_GROUP),
-    )
-    if fresh is not None:
-        _watch_process_group()
-    queue = agent_return.return_queue()
-    if queue is not None:  # the agent's wait for a value, not for an exit code (agent_return)
-        agent_return.report_on_exit(queue)
+
+
+def _run_to_its_end(
+    job: ForkJob, fresh: str | None, script_args: tuple[str, ...], queue: Any
+) -> None:
+    """Run the script as ``__main__`` and end as a fresh interpreter would (see run_script)."""
     try:
         run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
     except SystemExit as exc:
@@ -114,12 +134,12 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     except Exception as exc:
         if fresh is not None and not _process_group_formed() and fork_may_be_the_cause(exc):
             _run_atexit()
-            _announce(
+            _fresh().announce(
                 fresh,
                 f"{job.script} failed in a forked worker before training: "
                 f"{type(exc).__name__}: {exc}",
             )
-            _run_fresh(job.script, script_args)
+            _fresh().run_fresh(job.script, script_args)
             return
         _let_the_agent_see_the_cause(exc)
         from distrain.settings import for_report
@@ -347,51 +367,8 @@ def _fresh_marker(job: ForkJob) -> str | None:
     return os.path.join(job.fallback_dir, "fresh") if job.fallback_dir else None
 
 
-def _announce(marker: str, reason: str) -> None:
-    """Record that the script needs fresh interpreters; the first worker to do so says why.
+def _fresh() -> ModuleType:
+    """The fresh-interpreter fallback, imported only by a worker that falls back."""
+    from distrain.worker.fast_start import fresh_child
 
-    The marker (made once, whoever is first) is coordination: it sends this node's later
-    workers and restarts to fresh interpreters.  The why is said at once, on this worker's
-    stderr (a long job's user learns it when it happens, not at the end), and kept as a
-    ``fallback`` event in the job's stream.
-    """
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-    first = (reason.strip().splitlines() or [reason])[0]
-    _log.warning(
-        f"distrain run: {first}; running workers in fresh interpreters instead "
-        "(--start-method spawn skips the fork)"
-    )
-    emit("fallback", reason=first)
-
-
-def _die_with_parent() -> None:
-    """In the fresh child: SIGKILL when this forked worker dies (the agent only knows our pid)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _run_fresh(script: str, script_args: tuple[str, ...]) -> None:
-    """Run the script in a fresh interpreter and end this worker the way that child ended."""
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    python = os.environ.get("PYTHON_EXEC", sys.executable)  # torchrun's interpreter override
-
-    def forward_signals(proc: subprocess.Popen[bytes]) -> None:
-        def forward(signum: int, _frame: object) -> None:
-            proc.send_signal(signum)
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, forward)
-
-    from distrain.worker.fast_start.fresh_child import run_fresh_child
-
-    code = run_fresh_child([python, "-u", script, *script_args], _die_with_parent, forward_signals)
-    if code < 0:  # killed by a signal: die by the same one so the agent reports it
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    if code:
-        raise SystemExit(code)
+    return fresh_child

@@ -6,7 +6,7 @@ fails too before the script imported distrain, nothing writes the agent's error 
 `distrain run`'s last line could only say "exited with code 1".  The child's stderr is
 therefore copied through as it comes (the user sees the same traceback, live), its tail kept,
 and the last exception line of the tail becomes the error file's message when the child
-wrote none.
+wrote none.  The first worker to fall back says why (:func:`announce`), once for the node.
 """
 
 # Environment boundary (scripts/structure_metrics.py ENV_BOUNDARY): builds a fresh
@@ -14,13 +14,20 @@ wrote none.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
 from distrain.contract import ERROR_FILE
+from distrain.events import emit
+from distrain.log import get_logger
+
+_log = get_logger("runtime")
 
 #: the tail of the child's stderr kept to find its last exception line
 _TAIL_BYTES = 16384
@@ -100,3 +107,51 @@ def _write_cause(path: str, message: str, text: str) -> None:
 
     with contextlib.suppress(OSError):
         write_error_message(path, message, text, for_report())
+
+
+def announce(marker: str, reason: str) -> None:
+    """Record that the script needs fresh interpreters; the first worker to do so says why.
+
+    The marker (made once, whoever is first) is coordination: it sends this node's later
+    workers and restarts to fresh interpreters.  The why is said at once, on this worker's
+    stderr (a long job's user learns it when it happens, not at the end), and kept as a
+    ``fallback`` event in the job's stream.
+    """
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    first = (reason.strip().splitlines() or [reason])[0]
+    _log.warning(
+        f"distrain run: {first}; running workers in fresh interpreters instead "
+        "(--start-method spawn skips the fork)"
+    )
+    emit("fallback", reason=first)
+
+
+def _die_with_parent() -> None:
+    """In the fresh child: SIGKILL when this forked worker dies (the agent only knows our pid)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def run_fresh(script: str, script_args: tuple[str, ...]) -> None:
+    """Run the script in a fresh interpreter and end this worker the way that child ended."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    python = os.environ.get("PYTHON_EXEC", sys.executable)  # torchrun's interpreter override
+
+    def forward_signals(proc: subprocess.Popen[bytes]) -> None:
+        def forward(signum: int, _frame: object) -> None:
+            proc.send_signal(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, forward)
+
+    code = run_fresh_child([python, "-u", script, *script_args], _die_with_parent, forward_signals)
+    if code < 0:  # killed by a signal: die by the same one so the agent reports it
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    if code:
+        raise SystemExit(code)

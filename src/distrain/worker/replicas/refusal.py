@@ -36,8 +36,14 @@ def refuse(why: str, outcome: str = "nothing would be replicated across the grou
     folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
     said = False
     if folder and group is not None and group.isdigit():  # the launcher says it and stops the job
-        said = emit("replica", folder, event="refused", group=int(group),
-                    rank=int(os.environ.get("RANK", "0") or 0), reason=line)  # fmt: skip
+        said = emit(
+            "replica",
+            folder,
+            event="refused",
+            group=int(group),
+            rank=int(os.environ.get("RANK", "0") or 0),
+            reason=line,
+        )
     _leave_cause(line)
     if not said:  # no launcher to say it: this process does
         print(f"distrain run: error: {line}", file=sys.stderr, flush=True)

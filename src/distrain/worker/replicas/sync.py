@@ -117,8 +117,15 @@ def write_final(replicas: Member) -> None:
         return
     step = replicas.manager.current_step()
     digest = state_digest(replicas.objects)
-    emit("replica", replicas.events, event="final", group=replicas.group, rank=replicas.rank,
-         step=step, digest=digest)  # fmt: skip
+    emit(
+        "replica",
+        replicas.events,
+        event="final",
+        group=replicas.group,
+        rank=replicas.rank,
+        step=step,
+        digest=digest,
+    )
 
 
 def serve_stragglers(replicas: Member, device: torch.device) -> None:

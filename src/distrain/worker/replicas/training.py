@@ -256,9 +256,17 @@ class Replicas:
         if self.size > 1:
             self._match_group()
         if self.rank == 0 and self.events:
-            emit("replica", self.events, event="joined", group=self.group, rank=self.rank,
-                 step=step, source=self.source, seconds=round(time.perf_counter() - t0, 3),
-                 attempt=self.restart_count)  # fmt: skip
+            emit(
+                "replica",
+                self.events,
+                event="joined",
+                group=self.group,
+                rank=self.rank,
+                step=step,
+                source=self.source,
+                seconds=round(time.perf_counter() - t0, 3),
+                attempt=self.restart_count,
+            )
         if self.source is not None and step > 0:  # `distrain run` says it from the event above
             (_log.debug if self.events else _log.info)(
                 f"distrain: replica group {self.group} healed from group {self.source} at step "

@@ -19,8 +19,14 @@ CHARTS = ("time_per_epoch.png", "throughput.png", "accuracy_scaling.png", "accur
 #: drawn only when the runs' metrics carry distrain's step breakdown
 BREAKDOWN_CHART = "breakdown.png"
 #: one colour per phase, the same in every report
-PHASE_COLORS = {"data": "tab:purple", "compute": "tab:blue", "comm": "tab:red",
-                "optimizer": "tab:green", "checkpoint": "tab:brown", "other": "0.7"}  # fmt: skip
+PHASE_COLORS = {
+    "data": "tab:purple",
+    "compute": "tab:blue",
+    "comm": "tab:red",
+    "optimizer": "tab:green",
+    "checkpoint": "tab:brown",
+    "other": "0.7",
+}
 
 
 def _unit(n: int, device: str) -> str:

@@ -80,10 +80,15 @@ def size_cnn(target_s: float, batch: int, threads: int) -> dict[str, Any]:
         chosen = time_step(size, batch) if size != MIN_SIZE else first
     finally:
         torch.set_num_threads(before)
-    return {"image_size": size, "step_seconds": round(chosen, 4), "target_seconds": target_s,
-            "batch_size": batch,
-            "threads": threads, "probe": [[MIN_SIZE, round(first, 4)], [size, round(chosen, 4)]],
-            "mflop_per_sample": round(mflop_per_sample(size), 1)}  # fmt: skip
+    return {
+        "image_size": size,
+        "step_seconds": round(chosen, 4),
+        "target_seconds": target_s,
+        "batch_size": batch,
+        "threads": threads,
+        "probe": [[MIN_SIZE, round(first, 4)], [size, round(chosen, 4)]],
+        "mflop_per_sample": round(mflop_per_sample(size), 1),
+    }
 
 
 def describe(sizing: dict[str, Any]) -> str:

@@ -79,16 +79,20 @@ def _load_range(rounds: list[dict[str, Any]]) -> str:
 def timing_note(runs: list[dict[str, Any]]) -> str:
     """How samples/s (and so speedup) was measured, per the runs' timing source."""
     by_steps = [r for r in runs if r.get("timing") == "steps"]
-    note = ("samples/s is the median over timed steps (the interval between two optimizer "
-            "steps of one epoch, "
-            "slowest rank; the first 10 % of a run's steps, at least 3, are warm-up), so "
-            "evaluation, epoch "
-            "boundaries and warm-up are outside every timed interval")  # fmt: skip
+    note = (
+        "samples/s is the median over timed steps (the interval between two optimizer "
+        "steps of one epoch, "
+        "slowest rank; the first 10 % of a run's steps, at least 3, are warm-up), so "
+        "evaluation, epoch "
+        "boundaries and warm-up are outside every timed interval"
+    )
     if len(by_steps) == len(runs):
         return note
-    epochs = ("samples/s is training samples over training time per epoch (evaluation "
-              "excluded), the first "
-              "(warm-up) epoch left out when there are two or more")  # fmt: skip
+    epochs = (
+        "samples/s is training samples over training time per epoch (evaluation "
+        "excluded), the first "
+        "(warm-up) epoch left out when there are two or more"
+    )
     if not by_steps:
         return epochs + "; the script records no step times (the built-in workloads do)"
     return f"{note} for {', '.join(r['name'] for r in by_steps)}; for the others {epochs}"
@@ -106,10 +110,16 @@ def breakdown_section(runs: list[dict[str, Any]]) -> list[str]:
             "No run's metrics carry distrain's step breakdown, so there is no chart.",
             "",
         ]
-    lines = ["## Where a step's time goes", "", "![Where a step's time goes](breakdown.png)", "",
-             "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown "
-             "(warm-up step excluded; "
-             "`other` includes evaluation between epochs):", ""]  # fmt: skip
+    lines = [
+        "## Where a step's time goes",
+        "",
+        "![Where a step's time goes](breakdown.png)",
+        "",
+        "Milliseconds per step by phase, mean over ranks, from distrain's own step breakdown "
+        "(warm-up step excluded; "
+        "`other` includes evaluation between epochs):",
+        "",
+    ]
     for r in rows:
         total = sum(r["breakdown_ms"].values()) or 1.0
         split = " · ".join(

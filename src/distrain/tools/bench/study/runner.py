@@ -209,8 +209,6 @@ def execute(
     )
     load_start = _load()
     start = time.perf_counter()
-    peak_total = peak_one = 0.0
-    seen = 0
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(spec.command) + "\n")
         log.flush()
@@ -218,19 +216,10 @@ def execute(
             spec.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         root = psutil.Process(proc.pid)
-        timed_out = False
         try:
-            while proc.poll() is None:
-                total, one = _tree_rss_mb(root)
-                peak_total, peak_one = max(peak_total, total), max(peak_one, one)
-                n = len(read_epochs(metrics_dir))
-                if n != seen and on_epoch is not None:
-                    on_epoch(n)
-                seen = n
-                if time.perf_counter() - start > timeout:
-                    timed_out = True
-                    break
-                time.sleep(POLL_SECONDS)
+            peak_total, peak_one, timed_out = _watch(
+                proc, root, metrics_dir, start + timeout, on_epoch
+            )
         finally:
             _kill_tree(proc, root)
         code = proc.wait()
@@ -240,17 +229,7 @@ def execute(
         on_epoch(len(epochs))
     peak_total = max(peak_total, peak_one)
     output = log_path.read_text(encoding="utf-8", errors="replace")
-    status, error = "ok", ""
-    if timed_out:
-        status, error, code = "failed", f"timed out after {timeout:.0f} s", 124
-    elif code != 0:
-        status, error = "failed", f"exit code {code}: {_last_error_line(output)}"
-    elif not epochs:
-        status, error = (
-            "failed",
-            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; "
-            "see docs/bench.md)",
-        )
+    status, error, code = _outcome(code, timed_out, timeout, output, bool(epochs))
     return RunResult(
         name=spec.name,
         nproc=spec.nproc,
@@ -272,6 +251,47 @@ def execute(
         log=str(log_path),
         all_cores=spec.all_cores,
     )
+
+
+def _watch(
+    proc: subprocess.Popen[Any],
+    root: psutil.Process,
+    metrics_dir: Path,
+    deadline: float,
+    on_epoch: Callable[[int], None] | None,
+) -> tuple[float, float, bool]:
+    """Poll the run to its end or `deadline`: (peak RSS of the tree, of a process, timed out)."""
+    peak_total = peak_one = 0.0
+    seen = 0
+    while proc.poll() is None:
+        total, one = _tree_rss_mb(root)
+        peak_total, peak_one = max(peak_total, total), max(peak_one, one)
+        n = len(read_epochs(metrics_dir))
+        if n != seen and on_epoch is not None:
+            on_epoch(n)
+        seen = n
+        if time.perf_counter() > deadline:
+            return peak_total, peak_one, True
+        time.sleep(POLL_SECONDS)
+    return peak_total, peak_one, False
+
+
+def _outcome(
+    code: int, timed_out: bool, timeout: float, output: str, logged_epochs: bool
+) -> tuple[str, str, int]:
+    """(status, error, exit code) of a run from how it ended and what it logged."""
+    if timed_out:
+        return "failed", f"timed out after {timeout:.0f} s", 124
+    if code != 0:
+        return "failed", f"exit code {code}: {_last_error_line(output)}", code
+    if not logged_epochs:
+        return (
+            "failed",
+            "the script logged no epochs (call ctx.log(epoch=..., samples=...) every step; "
+            "see docs/bench.md)",
+            code,
+        )
+    return "ok", "", code
 
 
 def _kill_tree(proc: subprocess.Popen[Any], root: psutil.Process) -> None:

@@ -24,6 +24,7 @@ from distrain.errors import UsageError, fail, raise_usage_errors
 from distrain.launch.command_line import split
 from distrain.process.cores import usable_cores
 from distrain.tools.bench.study import nodes, probe, report, runner, summary
+from distrain.tools.bench.study.plan import plan_runs
 
 PROG = "distrain bench scaling"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -109,6 +110,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-all-cores", action="store_true", help="skip the '1 process, all cores' baseline row"
     )
+    _run_options(p)
+    nodes.add_arguments(p)
+
+    raise_usage_errors(p)
+    return p
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """Where the runs go, how often, on what, and for how long."""
     p.add_argument(
         "--out", default="bench-out/scaling", help="output directory (default bench-out/scaling)"
     )
@@ -134,10 +144,6 @@ def _parser() -> argparse.ArgumentParser:
         default=3600,
         help="seconds one run may take before it is killed and marked failed",
     )
-    nodes.add_arguments(p)
-
-    raise_usage_errors(p)
-    return p
 
 
 def parse_nproc(text: str) -> list[int]:
@@ -221,65 +227,6 @@ def size_workload(
         "32 samples", f"{batch} samples", 1
     )
     return ["--image-size", str(size), *extra], label, sizing
-
-
-def plan_runs(
-    nprocs: list[int],
-    sync_bn: str,
-    script: str,
-    script_args: list[str],
-    threads: int,
-    out: Path,
-    builtin: bool,
-    repeat: int = 1,
-    all_cores: int = 0,
-) -> list[runner.RunSpec]:
-    """The study's runs in order: `repeat` rounds of (each N: BN, then SyncBN if asked, N > 1).
-
-    Rounds are interleaved (1, 2, 1, 2, …) rather than repeated back to back, so a burst of
-    load from elsewhere on the machine hits every configuration instead of one.  With
-    ``all_cores`` > `threads` and 1 in `nprocs`, each round also runs one process with that
-    many threads: the baseline a CPU user has without distrain.
-    """
-    one_round = _plan_round(nprocs, sync_bn, script, script_args, threads, out, builtin)
-    if all_cores > threads and 1 in nprocs:
-        single = next(s for s in one_round if s.nproc == 1)
-        cmd = [
-            tok.replace(f"{os.sep}n1-bn{os.sep}", f"{os.sep}n1-allcores{os.sep}")
-            for tok in single.command
-        ]
-        one_round.insert(1, runner.RunSpec("n1-allcores", 1, False, cmd, all_cores, all_cores=True))
-    return [
-        runner.RunSpec(s.name, s.nproc, s.sync_bn, s.command, s.threads, k, s.all_cores)
-        for k in range(1, repeat + 1)
-        for s in one_round
-    ]
-
-
-def _plan_round(
-    nprocs: list[int],
-    sync_bn: str,
-    script: str,
-    script_args: list[str],
-    threads: int,
-    out: Path,
-    builtin: bool,
-) -> list[runner.RunSpec]:
-    specs = []
-    for n in nprocs:
-        modes = {"off": [False], "on": [True], "both": [False, True]}[sync_bn]
-        if n == 1:
-            modes = [False]  # SyncBN on one process is plain BN: run it once
-        for sbn in modes:
-            name = f"n{n}-{'syncbn' if sbn else 'bn'}"
-            args = list(script_args) + (["--sync-bn"] if sbn else [])
-            if builtin:
-                args += ["--out", str(out / "runs" / name / "artifacts")]
-            cmd = [runner.python(), "-m", "distrain.cli", "run", "--nproc", str(n), script, *args]
-            specs.append(
-                runner.RunSpec(name=name, nproc=n, sync_bn=sbn, command=cmd, threads=threads)
-            )
-    return specs
 
 
 def execute_all(

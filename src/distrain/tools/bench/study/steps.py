@@ -84,9 +84,14 @@ def _quantile(values: list[float], q: float) -> float:
 
 def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """Steady-state timing of one run's timed steps (None values when there are none)."""
-    stats: dict[str, Any] = {"timed_steps": 0, "warmup_steps": 0, "step_seconds_median": None,
-                             "step_seconds_p10": None,
-                             "step_seconds_p90": None, "step_samples_per_s": None}  # fmt: skip
+    stats: dict[str, Any] = {
+        "timed_steps": 0,
+        "warmup_steps": 0,
+        "step_seconds_median": None,
+        "step_seconds_p10": None,
+        "step_seconds_p90": None,
+        "step_samples_per_s": None,
+    }
     timed = [
         s for s in steps if float(s.get("seconds") or 0) > 0 and float(s.get("samples") or 0) > 0
     ]
@@ -96,9 +101,13 @@ def steady_stats(steps: list[dict[str, Any]]) -> dict[str, Any]:
     steady = timed[skip:]
     secs = [float(s["seconds"]) for s in steady]
     stats.update(
-        timed_steps=len(steady), warmup_steps=skip, step_seconds_median=statistics.median(secs),
-        step_seconds_p10=_quantile(secs, 0.1), step_seconds_p90=_quantile(secs, 0.9),
-        step_samples_per_s=statistics.median(float(s["samples"]) / float(s["seconds"])
-                                             for s in steady),
-    )  # fmt: skip
+        timed_steps=len(steady),
+        warmup_steps=skip,
+        step_seconds_median=statistics.median(secs),
+        step_seconds_p10=_quantile(secs, 0.1),
+        step_seconds_p90=_quantile(secs, 0.9),
+        step_samples_per_s=statistics.median(
+            float(s["samples"]) / float(s["seconds"]) for s in steady
+        ),
+    )
     return stats

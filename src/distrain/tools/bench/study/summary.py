@@ -168,34 +168,53 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
     ok = [r for r in ok if not r.get("all_cores")]
     plain = [r for r in ok if not r["sync_bn"]]
     failed = [r["name"] for r in runs if r["status"] != "ok"]
-    out: dict[str, str] = {}
-    cores = int(machine.get("usable_cores") or 1)
-    load = machine.get("load_average") or []
-    load_note = (
-        f" (load average {load[0]:.2f} on {cores} cores when the study ended)" if load else ""
-    )
+    out = {
+        "time_per_epoch": _time_per_epoch(plain),
+        "throughput": _throughput(plain, machine, all_cores),
+        "accuracy_syncbn": _accuracy_syncbn(ok, plain),
+        "accuracy_scaling": _accuracy_scaling(plain),
+    }
+    if failed:
+        out["failed"] = (
+            f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and "
+            "each run's log.txt."
+        )
+    return out
 
+
+def _time_per_epoch(plain: list[dict[str, Any]]) -> str:
+    """The time-per-epoch chart's sentence: the smallest and largest runs without SyncBN."""
     if len(plain) >= 2:
         a, b = plain[0], plain[-1]
         ratio = a["time_per_epoch_mean"] / b["time_per_epoch_mean"]
         ideal = b["nproc"] / a["nproc"]
         verb = "falls" if ratio > 1 else "rises"
-        out["time_per_epoch"] = (
+        text = (
             f"Time per epoch {verb} from {a['time_per_epoch_mean']:.2f} s on "
             f"{_fmt_n(a['nproc'])} to "
             f"{b['time_per_epoch_mean']:.2f} s on {_fmt_n(b['nproc'])}: {ratio:.2f}× faster where "
             f"{ideal:.0f}× is ideal."
         )
     elif plain:
-        out["time_per_epoch"] = (
+        text = (
             f"Only one process count finished ({_fmt_n(plain[0]['nproc'])}: "
             f"{plain[0]['time_per_epoch_mean']:.2f} s per epoch); nothing to compare."
         )
     else:
-        out["time_per_epoch"] = (
-            "No run without SyncBN finished, so there is no time-per-epoch comparison."
-        )
+        text = "No run without SyncBN finished, so there is no time-per-epoch comparison."
 
+    return text
+
+
+def _throughput(
+    plain: list[dict[str, Any]], machine: dict[str, Any], all_cores: dict[str, Any] | None
+) -> str:
+    """The throughput chart's sentence: scaling efficiency, its lowest point and why."""
+    cores = int(machine.get("usable_cores") or 1)
+    load = machine.get("load_average") or []
+    load_note = (
+        f" (load average {load[0]:.2f} on {cores} cores when the study ended)" if load else ""
+    )
     scaled = (
         [r for r in plain if r.get("efficiency") is not None and r["nproc"] > plain[0]["nproc"]]
         if plain
@@ -226,13 +245,13 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
                 "process, plus any other "
                 "load on the machine" + load_note
             )
-        out["throughput"] = (
+        text = (
             f"Scaling efficiency (throughput_N / (N × throughput_1)) is {parts}; lowest at "
             f"{worst['nproc']}: {why}."
         )
         if all_cores is not None and all_cores.get("samples_per_s"):
             best = max(scaled, key=lambda r: r["samples_per_s"])
-            out["throughput"] += (
+            text += (
                 f" One process with {all_cores['threads']} threads (all cores, no "
                 "distrain) reaches "
                 f"{all_cores['samples_per_s']:.0f} samples/s; {_fmt_n(best['nproc'])} × "
@@ -241,10 +260,15 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
                 f"({best['samples_per_s'] / all_cores['samples_per_s']:.2f}× that)."
             )
     else:
-        out["throughput"] = (
+        text = (
             "Efficiency needs a finished baseline run and a larger one; there is none to compare."
         )
 
+    return text
+
+
+def _accuracy_syncbn(ok: list[dict[str, Any]], plain: list[dict[str, Any]]) -> str:
+    """The SyncBN chart's sentence: accuracy and cost of SyncBN at the largest paired count."""
     pairs = []
     for r in ok:
         if r["sync_bn"] and r.get("final_test_acc") is not None:
@@ -261,7 +285,7 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
     if pairs:
         r, t = max(pairs, key=lambda p: p[0]["nproc"])
         diff = (r["final_test_acc"] - t["final_test_acc"]) * 100
-        out["accuracy_syncbn"] = (
+        text = (
             f"On {_fmt_n(r['nproc'])} the final test accuracy is {r['final_test_acc'] * 100:.1f} % "
             "with SyncBN and "
             f"{t['final_test_acc'] * 100:.1f} % without ({diff:+.1f} points); with {r['nproc']} "
@@ -275,25 +299,30 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
                 "each BatchNorm layer adds cross-process reductions to the forward "
                 "and backward passes"
             )
-            out["accuracy_syncbn"] += (
+            text += (
                 f"; SyncBN costs {cost:.0f} % of the throughput ({extra})."
                 if cost >= 0
                 else f"; the SyncBN run was {-cost:.0f} % faster, which is timing noise: SyncBN "
                 f"only adds work ({extra})."
             )
         else:
-            out["accuracy_syncbn"] += "."
+            text += "."
     else:
-        out["accuracy_syncbn"] = (
+        text = (
             "No SyncBN/BN pair with accuracy finished (run with --sync-bn both and more "
             "than one process)."
         )
 
+    return text
+
+
+def _accuracy_scaling(plain: list[dict[str, Any]]) -> str:
+    """The accuracy chart's sentence: the smallest and largest runs' final test accuracy."""
     acc = [r for r in plain if r.get("final_test_acc") is not None]
     if len(acc) >= 2:
         a, b = acc[0], acc[-1]
         diff = (b["final_test_acc"] - a["final_test_acc"]) * 100
-        out["accuracy_scaling"] = (
+        text = (
             f"Final test accuracy is {a['final_test_acc'] * 100:.1f} % on {_fmt_n(a['nproc'])} and "
             f"{b['final_test_acc'] * 100:.1f} % on "
             f"{_fmt_n(b['nproc'])} ({diff:+.1f} points); with a fixed per-process batch, "
@@ -302,15 +331,8 @@ def interpret(runs: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, 
             f"{b['nproc'] // max(1, a['nproc'])}× larger global batch."
         )
     else:
-        out["accuracy_scaling"] = (
-            "Fewer than two finished runs report accuracy; nothing to compare."
-        )
-    if failed:
-        out["failed"] = (
-            f"{len(failed)} run(s) failed: {', '.join(failed)} — see the table and "
-            "each run's log.txt."
-        )
-    return out
+        text = "Fewer than two finished runs report accuracy; nothing to compare."
+    return text
 
 
 def build_results(

@@ -35,10 +35,14 @@ class Net(nn.Module):
     def __init__(self, width: int = 1) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 32 * width, 3, padding=1), nn.BatchNorm2d(32 * width), nn.ReLU(),
-            nn.Conv2d(32 * width, 64 * width, 3, padding=1), nn.BatchNorm2d(64 * width), nn.ReLU(),
-                                      nn.AdaptiveAvgPool2d(4),
-        )  # fmt: skip
+            nn.Conv2d(1, 32 * width, 3, padding=1),
+            nn.BatchNorm2d(32 * width),
+            nn.ReLU(),
+            nn.Conv2d(32 * width, 64 * width, 3, padding=1),
+            nn.BatchNorm2d(64 * width),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+        )
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(64 * width * 16, 128), nn.ReLU(), nn.Linear(128, 10)
         )
@@ -106,7 +110,7 @@ class StepClock:
                     "world_size": world_size,
                     "steps": self.steps,
                     "thread_cpu_s": thread_cpu(),
-                }  # fmt: skip
+                }
             ),
             encoding="utf-8",
         )
@@ -164,9 +168,14 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             for xb, yb in test_loader:
                 logits = net(xb.to(ctx.device)).float().cpu()
-                totals += torch.tensor([F.cross_entropy(logits, yb, reduction="sum").item(),
-                                        (logits.argmax(1) == yb).sum().item(), len(yb)],
-                                       dtype=torch.float64)  # fmt: skip
+                totals += torch.tensor(
+                    [
+                        F.cross_entropy(logits, yb, reduction="sum").item(),
+                        (logits.argmax(1) == yb).sum().item(),
+                        len(yb),
+                    ],
+                    dtype=torch.float64,
+                )
         net.train()
         loss_sum, correct, count = ctx.all_reduce(totals).tolist()
         ctx.log(advance=False, accuracy=correct / count, test_loss=loss_sum / count)

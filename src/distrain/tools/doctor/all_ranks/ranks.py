@@ -156,6 +156,132 @@ def node_identity(env: Any) -> dict[str, Any]:
     return {"node_rank": env.node_rank(), "local_rank": env.local_rank(), "address": address}
 
 
+def _check_in_record(env: Any, local: list[Check]) -> dict[str, Any]:
+    """What this rank posts: its fingerprint, its node, and how its local checks went."""
+    me = fingerprint(env.rank())
+    me["node"] = node_identity(env)
+    me["local"] = {
+        "status": worst(local),
+        "problems": [f"{c.id}: {c.seen}" for c in local if c.status == "fail"],
+    }
+    return me
+
+
+def _job_store(env: Any, bound: dt.timedelta, timeout: float) -> Any:
+    """The job's c10d store, or this rank exits 1 saying it cannot reach it."""
+    from distrain.settings import Settings
+    from distrain.worker.start.store import restart_safe_store
+
+    try:
+        store, _ = restart_safe_store(env, bound, Settings.read())
+    except Exception as err:
+        print(
+            f"distrain doctor: rank {env.rank()}: cannot reach the job's store at "
+            f"{env.master_addr()}:{env.master_port()} "
+            f"within {timeout:g} s ({type(err).__name__})",
+            file=sys.stderr,
+        )
+        _exit_now(1)
+    return store
+
+
+def _form_groups(env: Any, store: Any, bound: dt.timedelta) -> tuple[Any, Any]:
+    """(this rank's device, the NCCL data group or None): gloo always, NCCL with a GPU per rank."""
+    import torch
+    import torch.distributed as dist
+
+    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU
+    # then
+    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
+    device = torch.device("cuda", env.local_rank()) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    # gloo for the monitored barrier (only gloo has one); NCCL, when there are GPUs, for the data
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore("doctor/pg", store),
+        rank=env.rank(),
+        world_size=env.world_size(),
+        timeout=bound,
+    )
+    return device, dist.new_group(backend="nccl") if use_cuda else None
+
+
+def _never_checked_in(
+    missing: list[int], arrived: list[dict[str, Any]], world: int, hosts: list[str], timeout: float
+) -> Check:
+    """The failed check-in: who never came, out of how many, from which hosts the others did."""
+    return Check(
+        "ranks.checkin",
+        GROUP,
+        "check-in",
+        "fail",
+        f"rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s "
+        f"({len(arrived)}/{world} arrived from {', '.join(hosts)})",
+        "Look at that rank's log/node: crashed at start, wrong --master-addr, or a firewall.",
+        {"missing": missing},
+    )
+
+
+def _barrier_missed(late: list[int], err: Exception, timeout: float) -> Check:
+    """The failed monitored barrier: the ranks that did not reach it."""
+    return Check(
+        "ranks.barrier",
+        GROUP,
+        "barrier",
+        "fail",
+        f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier "
+        f"within {timeout:g} s",
+        "That rank is stuck or dead: check its log, node and GPU (py-spy dump --pid shows where).",
+        {"missing": late, "error": str(err).splitlines()[0]},
+    )
+
+
+def _local_failures(arrived: list[dict[str, Any]], world: int) -> Check:
+    """Each rank's local checks: the ranks whose own machine failed one."""
+    bad_local = [e for e in arrived if e["local"]["status"] == "fail"]
+    return Check(
+        "ranks.local",
+        GROUP,
+        "local checks",
+        "fail" if bad_local else "ok",
+        "; ".join(
+            f"rank {e['rank']} on {e['hostname']}: {', '.join(e['local']['problems'])}"
+            for e in bad_local
+        )
+        or f"no local failures on any of {world} ranks",
+        "Run distrain doctor on that node to see the fix." if bad_local else None,
+        {"failed_ranks": [e["rank"] for e in bad_local]},
+    )
+
+
+def _passed(check_id: str, name: str, seen: str) -> Check:
+    """A rank-wide step every rank passed (nobody missing)."""
+    return Check(check_id, GROUP, name, "ok", seen, None, {"missing": []})
+
+
+def _measure(
+    rank: int, world: int, device: Any, data_group: Any, bandwidth_bytes: int
+) -> tuple[list[Any], Any]:
+    """(every rank's all-reduce check, latency and timed work; this rank's bandwidth row)."""
+    import torch
+    import torch.distributed as dist
+
+    from distrain.tools.bench.comm import measure
+
+    ok = _verify_allreduce(rank, world, device, data_group)
+    latency = _latency_us(device, data_group)
+    row = measure(
+        "all_reduce", bandwidth_bytes, 2, 5, device, torch.float32, check=False, group=data_group
+    )
+    work = _work_seconds()
+    per_rank: list[Any] = [None] * world
+    dist.all_gather_object(
+        per_rank, {"rank": rank, "allreduce_ok": ok, "latency_us": latency, "work_s": work}
+    )
+    return per_rank, row
+
+
 def run_all_ranks(
     opts: Options,
     timeout: float,
@@ -169,24 +295,15 @@ def run_all_ranks(
 
     `model_params` and `step_s` describe the user's training for the link verdict (:mod:`.links`).
     """
-    import torch
     import torch.distributed as dist
 
     from distrain.cluster import detect_environment
-    from distrain.settings import Settings
-    from distrain.tools.bench.comm import measure
-    from distrain.worker.start.store import restart_safe_store
 
     env = detect_environment()
     rank, world = env.rank(), env.world_size()
     bound = dt.timedelta(seconds=timeout)
     local = run_checks(opts)
-    me = fingerprint(rank)
-    me["node"] = node_identity(env)
-    me["local"] = {
-        "status": worst(local),
-        "problems": [f"{c.id}: {c.seen}" for c in local if c.status == "fail"],
-    }
+    me = _check_in_record(env, local)
     ranks_doc: dict[str, Any] = {
         "world_size": world,
         "timeout_s": timeout,
@@ -194,35 +311,14 @@ def run_all_ranks(
         "measurements": {},
     }
     checks: list[Check] = []
-    try:
-        store, _ = restart_safe_store(env, bound, Settings.read())
-    except Exception as err:
-        print(
-            f"distrain doctor: rank {rank}: cannot reach the job's store at "
-            f"{env.master_addr()}:{env.master_port()} "
-            f"within {timeout:g} s ({type(err).__name__})",
-            file=sys.stderr,
-        )
-        _exit_now(1)
+    store = _job_store(env, bound, timeout)
     store.set(f"doctor/checkin/{rank}", json.dumps(me))
     arrived, missing = _wait_checkins(store, world, timeout)
     ranks_doc["ranks"] = arrived
     hosts = sorted({e["hostname"] for e in arrived})
     if missing:
         if rank == 0:
-            checks = local + [
-                Check(
-                    "ranks.checkin",
-                    GROUP,
-                    "check-in",
-                    "fail",
-                    f"rank(s) {', '.join(map(str, missing))} never checked in within {timeout:g} s "
-                    f"({len(arrived)}/{world} arrived from {', '.join(hosts)})",
-                    "Look at that rank's log/node: crashed at start, wrong "
-                    "--master-addr, or a firewall.",
-                    {"missing": missing},
-                )
-            ]
+            checks = local + [_never_checked_in(missing, arrived, world, hosts, timeout)]
             _exit_now(_report(checks, start, ranks_doc, as_json))
         print(
             f"distrain doctor: rank {rank}: rank(s) {', '.join(map(str, missing))} never checked "
@@ -232,51 +328,16 @@ def run_all_ranks(
         )
         _exit_now(1)
     checks.append(
-        Check(
-            "ranks.checkin",
-            GROUP,
-            "check-in",
-            "ok",
-            f"{world}/{world} ranks on {', '.join(hosts)}",
-            None,
-            {"missing": []},
-        )
+        _passed("ranks.checkin", "check-in", f"{world}/{world} ranks on {', '.join(hosts)}")
     )
-
-    # one GPU per local rank or none: two ranks on one GPU would make NCCL fail, so use gloo/CPU
-    # then
-    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= env.local_world_size()
-    device = torch.device("cuda", env.local_rank()) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    # gloo for the monitored barrier (only gloo has one); NCCL, when there are GPUs, for the data
-    dist.init_process_group(
-        "gloo",
-        store=dist.PrefixStore("doctor/pg", store),
-        rank=rank,
-        world_size=world,
-        timeout=bound,
-    )
-    data_group = dist.new_group(backend="nccl") if use_cuda else None
-    ranks_doc["backend"] = "nccl" if use_cuda else "gloo"
+    device, data_group = _form_groups(env, store, bound)
+    ranks_doc["backend"] = "nccl" if data_group is not None else "gloo"
     try:
         dist.monitored_barrier(timeout=bound, wait_all_ranks=True)
     except RuntimeError as err:
         if rank == 0:
             late = _missing_from(err)
-            checks.append(
-                Check(
-                    "ranks.barrier",
-                    GROUP,
-                    "barrier",
-                    "fail",
-                    f"rank(s) {', '.join(map(str, late)) or '?'} did not reach the barrier "
-                    f"within {timeout:g} s",
-                    "That rank is stuck or dead: check its log, node and GPU (py-spy dump "
-                    "--pid shows where).",
-                    {"missing": late, "error": str(err).splitlines()[0]},
-                )
-            )
+            checks.append(_barrier_missed(late, err, timeout))
             _exit_now(_report(local + checks, start, ranks_doc, as_json))
         print(
             f"distrain doctor: rank {rank}: monitored barrier failed "
@@ -286,45 +347,11 @@ def run_all_ranks(
         )
         _exit_now(1)
     checks.append(
-        Check(
-            "ranks.barrier",
-            GROUP,
-            "barrier",
-            "ok",
-            f"all {world} ranks passed a monitored barrier",
-            None,
-            {"missing": []},
-        )
+        _passed("ranks.barrier", "barrier", f"all {world} ranks passed a monitored barrier")
     )
 
-    checks.append(compare_fingerprints(arrived))
-    bad_local = [e for e in arrived if e["local"]["status"] == "fail"]
-    checks.append(
-        Check(
-            "ranks.local",
-            GROUP,
-            "local checks",
-            "fail" if bad_local else "ok",
-            "; ".join(
-                f"rank {e['rank']} on {e['hostname']}: {', '.join(e['local']['problems'])}"
-                for e in bad_local
-            )
-            or f"no local failures on any of {world} ranks",
-            "Run distrain doctor on that node to see the fix." if bad_local else None,
-            {"failed_ranks": [e["rank"] for e in bad_local]},
-        )
-    )
-
-    ok = _verify_allreduce(rank, world, device, data_group)
-    latency = _latency_us(device, data_group)
-    row = measure(
-        "all_reduce", bandwidth_bytes, 2, 5, device, torch.float32, check=False, group=data_group
-    )
-    work = _work_seconds()
-    per_rank: list[Any] = [None] * world
-    dist.all_gather_object(
-        per_rank, {"rank": rank, "allreduce_ok": ok, "latency_us": latency, "work_s": work}
-    )
+    checks += [compare_fingerprints(arrived), _local_failures(arrived, world)]
+    per_rank, row = _measure(rank, world, device, data_group, bandwidth_bytes)
     links = measure_links(rank, arrived)
     dist.barrier()
     dist.destroy_process_group()

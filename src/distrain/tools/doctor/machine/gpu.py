@@ -153,7 +153,6 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
     """NVML, torch's CUDA view, their agreement, the driver and architecture compatibility."""
     import torch
 
-    checks: list[Check] = []
     snap = nvml_snapshot()
     expected, why = gpu_expected(expect_gpu)
     torch_cuda = torch.version.cuda
@@ -161,108 +160,12 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
     torch_count = torch.cuda.device_count() if torch_avail else 0
 
     if snap["state"] != "ok":
-        devices = sorted(glob.glob("/dev/nvidia[0-9]*"))
-        if devices and snap["state"] == "no_driver":  # device nodes passed in, driver libraries not
-            expected, why = "fail", f"{', '.join(devices)} exist"
-        status: Status
-        if expected:
-            status = expected
-            fix = (
-                "In a container: docker run --gpus all (needs "
-                "nvidia-container-toolkit on the host); "
-                "on Kubernetes request nvidia.com/gpu."
-                if in_container
-                else "Install the NVIDIA driver (nvidia-smi must work), or unset the variable "
-                "that asks for a GPU."
-            )
-        elif snap["state"] == "no_driver":
-            status, fix = "ok", None
-        else:
-            status, fix = (
-                "warn",
-                "Check the NVIDIA driver: run nvidia-smi; reboot after a driver upgrade.",
-            )
-        seen = {"no_driver": "no GPU driver (NVML library not found)"}.get(
-            snap["state"], snap.get("error", "")
+        return _without_nvml(
+            snap, expected, why, in_container, torch_cuda, torch_avail, torch_count
         )
-        seen += (
-            f", but a GPU is expected ({why})"
-            if expected
-            else (": CPU-only machine" if snap["state"] == "no_driver" else "")
-        )
-        checks.append(Check("gpu.nvml", GROUP, "GPUs (NVML)", status, seen, fix, snap))
-        if torch_cuda and in_container and not expected and snap["state"] == "no_driver":
-            checks.append(
-                Check(
-                    "gpu.container_hint",
-                    GROUP,
-                    "GPU in container",
-                    "info",
-                    f"torch is a CUDA {torch_cuda} build but this container has no GPU device",
-                    "If the host has GPUs: docker run --gpus all --ipc=host ... (needs "
-                    "nvidia-container-toolkit).",
-                    {"torch_cuda": torch_cuda},
-                )
-            )
-        if torch_avail:  # torch sees a GPU NVML does not: unusual, report it
-            checks.append(
-                Check(
-                    "gpu.torch",
-                    GROUP,
-                    "torch's view",
-                    "warn",
-                    f"torch sees {torch_count} GPU(s) but NVML does not answer",
-                    "Check the driver with nvidia-smi.",
-                    {"available": torch_avail, "count": torch_count},
-                )
-            )
-        return checks
-
     gpus = snap["gpus"]
-    lines = [
-        f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB (used {g['memory_used_mib']}), cc "
-        f"{'.'.join(map(str, g['capability'])) if g['capability'] else '?'}, util "
-        f"{g['utilization_pct']}%, "
-        f"{len(g['processes'])} process(es)"
-        for g in gpus
-    ]
-    checks.append(
-        Check(
-            "gpu.nvml",
-            GROUP,
-            "GPUs (NVML)",
-            "ok" if gpus else "warn",
-            f"driver {snap['driver']} (CUDA <= {snap.get('driver_cuda')}); "
-            + ("; ".join(lines) or "0 GPUs"),
-            None
-            if gpus
-            else "The driver loads but lists no GPU: check nvidia-smi and the container's --gpus.",
-            snap,
-        )
-    )
-
-    picked, problem = visible_devices(len(gpus))
-    want = len(gpus) if picked is None else len(picked)
-    checks.append(
-        Check(
-            "gpu.visible_devices",
-            GROUP,
-            "CUDA_VISIBLE_DEVICES",
-            "warn" if problem else "ok",
-            problem
-            or (
-                f"unset: all {len(gpus)} GPU(s) visible"
-                if picked is None
-                else f"selects GPU(s) {picked}"
-            ),
-            "Use comma-separated indices below the GPU count, e.g. CUDA_VISIBLE_DEVICES=0,1 (or "
-            "distrain run --gpus 0,1)."
-            if problem
-            else None,
-            {"value": os.environ.get("CUDA_VISIBLE_DEVICES"), "selected": picked},
-        )
-    )
-
+    visible, want = _visible_devices(len(gpus))
+    checks = [_nvml_gpus(snap), visible]
     if not torch_cuda:
         checks.append(
             Check(
@@ -277,6 +180,130 @@ def probe(expect_gpu: bool = False, in_container: bool = False) -> list[Check]:
             )
         )
         return checks
+    return checks + _torch_against_nvml(snap, want, torch_cuda, torch_avail, torch_count)
+
+
+def _without_nvml(
+    snap: dict[str, Any],
+    expected: Literal["warn", "fail"] | None,
+    why: str,
+    in_container: bool,
+    torch_cuda: str | None,
+    torch_avail: bool,
+    torch_count: int,
+) -> list[Check]:
+    """NVML did not answer: whether a GPU was expected, and what torch sees without it."""
+    checks: list[Check] = []
+    devices = sorted(glob.glob("/dev/nvidia[0-9]*"))
+    if devices and snap["state"] == "no_driver":  # device nodes passed in, driver libraries not
+        expected, why = "fail", f"{', '.join(devices)} exist"
+    status: Status
+    if expected:
+        status = expected
+        fix = (
+            "In a container: docker run --gpus all (needs "
+            "nvidia-container-toolkit on the host); "
+            "on Kubernetes request nvidia.com/gpu."
+            if in_container
+            else "Install the NVIDIA driver (nvidia-smi must work), or unset the variable "
+            "that asks for a GPU."
+        )
+    elif snap["state"] == "no_driver":
+        status, fix = "ok", None
+    else:
+        status, fix = (
+            "warn",
+            "Check the NVIDIA driver: run nvidia-smi; reboot after a driver upgrade.",
+        )
+    seen = {"no_driver": "no GPU driver (NVML library not found)"}.get(
+        snap["state"], snap.get("error", "")
+    )
+    seen += (
+        f", but a GPU is expected ({why})"
+        if expected
+        else (": CPU-only machine" if snap["state"] == "no_driver" else "")
+    )
+    checks.append(Check("gpu.nvml", GROUP, "GPUs (NVML)", status, seen, fix, snap))
+    if torch_cuda and in_container and not expected and snap["state"] == "no_driver":
+        checks.append(
+            Check(
+                "gpu.container_hint",
+                GROUP,
+                "GPU in container",
+                "info",
+                f"torch is a CUDA {torch_cuda} build but this container has no GPU device",
+                "If the host has GPUs: docker run --gpus all --ipc=host ... (needs "
+                "nvidia-container-toolkit).",
+                {"torch_cuda": torch_cuda},
+            )
+        )
+    if torch_avail:  # torch sees a GPU NVML does not: unusual, report it
+        checks.append(
+            Check(
+                "gpu.torch",
+                GROUP,
+                "torch's view",
+                "warn",
+                f"torch sees {torch_count} GPU(s) but NVML does not answer",
+                "Check the driver with nvidia-smi.",
+                {"available": torch_avail, "count": torch_count},
+            )
+        )
+    return checks
+
+
+def _nvml_gpus(snap: dict[str, Any]) -> Check:
+    """The driver and each GPU NVML lists: memory, capability, utilisation, processes."""
+    gpus = snap["gpus"]
+    lines = [
+        f"{g['index']}: {g['name']} {g['memory_total_mib']} MiB (used {g['memory_used_mib']}), cc "
+        f"{'.'.join(map(str, g['capability'])) if g['capability'] else '?'}, util "
+        f"{g['utilization_pct']}%, "
+        f"{len(g['processes'])} process(es)"
+        for g in gpus
+    ]
+    return Check(
+        "gpu.nvml",
+        GROUP,
+        "GPUs (NVML)",
+        "ok" if gpus else "warn",
+        f"driver {snap['driver']} (CUDA <= {snap.get('driver_cuda')}); "
+        + ("; ".join(lines) or "0 GPUs"),
+        None
+        if gpus
+        else "The driver loads but lists no GPU: check nvidia-smi and the container's --gpus.",
+        snap,
+    )
+
+
+def _visible_devices(count: int) -> tuple[Check, int]:
+    """CUDA_VISIBLE_DEVICES against the `count` GPUs NVML lists, and how many it leaves visible."""
+    picked, problem = visible_devices(count)
+    want = count if picked is None else len(picked)
+    check = Check(
+        "gpu.visible_devices",
+        GROUP,
+        "CUDA_VISIBLE_DEVICES",
+        "warn" if problem else "ok",
+        problem
+        or (f"unset: all {count} GPU(s) visible" if picked is None else f"selects GPU(s) {picked}"),
+        "Use comma-separated indices below the GPU count, e.g. CUDA_VISIBLE_DEVICES=0,1 (or "
+        "distrain run --gpus 0,1)."
+        if problem
+        else None,
+        {"value": os.environ.get("CUDA_VISIBLE_DEVICES"), "selected": picked},
+    )
+    return check, want
+
+
+def _torch_against_nvml(
+    snap: dict[str, Any], want: int, torch_cuda: str, torch_avail: bool, torch_count: int
+) -> list[Check]:
+    """Whether torch sees the visible GPUs, its CUDA against the driver, each GPU's arch."""
+    import torch
+
+    gpus = snap["gpus"]
+    checks: list[Check] = []
     agree = torch_count == want
     checks.append(
         Check(
