@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 
+# re-exported: the check of torch's gloo exit race (docs/compatibility.md) began here
+from helpers.torch_races import torch_exit_race as torch_exit_race
+
 #: the columns: key → heading
 MODES = {
     "plain": "`distrain run` (fast start, the default)",
@@ -117,6 +120,13 @@ def reference_digest(idiom: str, factory: pytest.TempPathFactory, steps: str) ->
     return once(factory, f"idiom-ref-{idiom}-{steps}", make)
 
 
+def race_reported_by(idiom: str) -> str:
+    """Who reports torch's gloo exit race (helpers/torch_races.py) for `idiom`'s script under
+    `distrain run`: its own mp.spawn for the self-starting script (its children are fresh
+    interpreters whatever the start method), else distrain run (a spawned worker's SIGABRT)."""
+    return "mp.spawn" if idiom == "self_start" else "distrain"
+
+
 def finals(out: Any) -> list[dict[str, Any]]:
     """The final.<rank>.json records an idiom run left in `out`, in rank order."""
     from pathlib import Path
@@ -135,23 +145,3 @@ def trained_samples(out: Any) -> list[list[int]]:
             step, *indices = (int(v) for v in line.split())
             steps.setdefault(step, []).extend(indices)
     return [sorted(steps[s]) for s in sorted(steps)]
-
-
-#: what torch 2.14 prints when a gloo thread drops a finished collective during interpreter
-#: teardown (docs/compatibility.md, "torch's gloo exit race"): std::terminate, then our line
-_EXIT_RACE = ("terminate called without an active exception", "was killed by SIGABRT")
-
-
-def torch_exit_race(result: Any) -> bool:
-    """Whether a run ended in torch's own exit race (SIGABRT in teardown) and nothing else.
-
-    A plain script's last DDP all-reduce can still be dropped by gloo's ``pt_gloo_runloop``
-    thread when Python is already finalizing; the work's thread-local state holds the
-    ``contextvars`` copy backward stashes, its decref needs the GIL, the thread exits inside a
-    destructor and libstdc++ aborts (docs/compatibility.md, "torch's gloo exit race").
-    torchrun itself shows it on the same script, so a cell that matches its reference in every
-    record is not failed for it: only exit code 134 with both lines counts, and every record
-    is still checked.
-    """
-    err = getattr(result, "stderr", "") or ""
-    return result.returncode == 134 and all(line in err for line in _EXIT_RACE)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from helpers import SCRIPTS, python
-from helpers.compat import IDIOMS, compat, reference_digest, run_idiom, torch_exit_race
+from helpers.compat import IDIOMS, compat, race_reported_by, reference_digest, run_idiom
+from helpers.torch_races import torch_exit_race
 
 STEPS = "12"
 DISTRAIN = [python(), "-m", "distrain.cli", "run", "-n", "2"]
@@ -27,8 +28,8 @@ def _reference(idiom: str, factory: pytest.TempPathFactory) -> str:
     return reference_digest(idiom, factory, STEPS)
 
 
-def _check_works(result: Any, finals: list[dict[str, Any]], reference: str) -> None:
-    if not torch_exit_race(result):
+def _check_works(result: Any, finals: list[dict[str, Any]], reference: str, idiom: str) -> None:
+    if not torch_exit_race(result, race_reported_by(idiom)):
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert [r["rank"] for r in finals] == [0, 1]
     assert all(r["steps"] == int(STEPS) and r["world"] == 2 for r in finals), finals
@@ -50,7 +51,7 @@ def test_plain_distrain_run_equals_the_scripts_own_launcher(
     """`distrain run -n 2` (the fast start) ends bit for bit where torchrun (or python) ends."""
     reference = _reference(idiom, tmp_path_factory)
     result, finals = run_idiom(DISTRAIN, idiom, tmp_path / "run", env={"IDIOM_STEPS": STEPS})
-    _check_works(result, finals, reference)
+    _check_works(result, finals, reference, idiom)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_spawn_start_equals_the_scripts_own_launcher(
     reference = _reference(idiom, tmp_path_factory)
     launcher = [*DISTRAIN, "--start-method", "spawn"]
     result, finals = run_idiom(launcher, idiom, tmp_path / "run", env={"IDIOM_STEPS": STEPS})
-    _check_works(result, finals, reference)
+    _check_works(result, finals, reference, idiom)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_fsdp_strategy_equals_ddp(
     reference = _reference(idiom, tmp_path_factory)
     env = {"IDIOM_STEPS": STEPS, "IDIOM_STRATEGY": "fsdp"}
     result, finals = run_idiom(DISTRAIN, idiom, tmp_path / "run", env=env)
-    _check_works(result, finals, reference)
+    _check_works(result, finals, reference, idiom)
 
 
 _NOT_PREPARED = sorted(set(IDIOMS) - _USES_PREPARE_MODEL - {"device_mesh"})

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers import python
-from helpers.compat import IDIOMS, compat, reference_digest, run_idiom
+from helpers.compat import IDIOMS, compat, race_reported_by, reference_digest, run_idiom
+from helpers.torch_races import torch_exit_race
 
 STEPS = "12"
 REHEARSE = [python(), "-m", "distrain.cli", "run", "--cpu", "-n", "2"]
@@ -48,7 +49,8 @@ def test_cpu_rehearsal_equals_the_scripts_cpu_run(
     # distrain.init() takes the stand-in GPU as it would a real one
     env = {**_env(), "DISTRAIN_DEVICE": ""}
     result, finals = run_idiom(REHEARSE, idiom, tmp_path / "cpu", env=env, timeout=300)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    if not torch_exit_race(result, race_reported_by(idiom)):  # self_start's children only
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "distrain run --cpu: 2 CPU processes stand in for 2 GPUs" in result.stderr
     assert [r["rank"] for r in finals] == [0, 1]
     assert all(r["steps"] == int(STEPS) and r["world"] == 2 for r in finals), finals

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import REPO, distrain_run, python, run
+from helpers.torch_races import torch_exit_race
 
 SCRIPTS = REPO / "tests" / "gpu_scripts"
 BOOT = REPO / "src" / "distrain" / "worker" / "rehearse" / "boot"
@@ -32,9 +33,17 @@ def free_port() -> int:
 
 
 def _streams(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 420
+    *args: str, env: dict[str, str] | None = None, timeout: float = 420, race: str = ""
 ) -> tuple[str, str]:
-    res = distrain_run(*args, timeout=timeout, env=env, check=True)
+    """Run `distrain run *args`; it must exit 0, or, with `race` (a launcher of
+    helpers/torch_races.py), end in torch's gloo exit race as that launcher reports it: the
+    script's processes end through interpreter teardown (fresh interpreters, mp.spawn's
+    children), where torch 2.14 can abort after the job's work is done."""
+    res = distrain_run(*args, timeout=timeout, env=env)
+    if not (race and torch_exit_race(res, race)):
+        assert res.returncode == 0, (
+            f"exit {res.returncode}\n{res.stdout[-2000:]}{res.stderr[-4000:]}"
+        )
     return res.stdout, res.stderr
 
 
@@ -93,10 +102,10 @@ def test_legacy_local_rank_in_fresh_interpreters(tmp_path: Path, n: int) -> None
         str(SCRIPTS / "legacy_launch.py"),
         "--out",
         str(tmp_path / "gpu"),
+        race="distrain",
     )
-    _streams(
-        "-n", str(n), *flags, str(SCRIPTS / "legacy_launch_cpu.py"), "--out", str(tmp_path / "cpu")
-    )
+    cpu = ("--out", str(tmp_path / "cpu"))
+    _streams("-n", str(n), *flags, str(SCRIPTS / "legacy_launch_cpu.py"), *cpu, race="distrain")
     check_lines(err, n, ("DDP(output_device=...)", "set_device"))
     assert_same_parameters(tmp_path / "gpu" / "final.pt", tmp_path / "cpu" / "final.pt")
 
@@ -116,13 +125,15 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
         str(SCRIPTS / "spawn_tutorial.py"),
         str(tmp_path / "gpu"),
         env={"TUTORIAL_PORT": str(free_port())},
+        race="mp.spawn",
     )
-    run(
+    twin = run(
         [python(), str(SCRIPTS / "spawn_tutorial_cpu.py"), str(tmp_path / "cpu"), str(n)],
         timeout=420,
-        check=True,
         env={"TUTORIAL_PORT": str(free_port())},
     )
+    if not torch_exit_race(twin, "mp.spawn"):  # a child's abort in teardown, torch's own
+        assert twin.returncode == 0, twin.stdout[-2000:] + twin.stderr[-3000:]
     check_lines(err, n, ("DDP(device_ids=...)",))
     assert re.search(
         r"spawn_tutorial\.py starts them itself: torch\.multiprocessing\.spawn at line "

@@ -15,10 +15,12 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from helpers import SCRIPTS, python
+from helpers.torch_races import torch_exit_race
 
 MARK = "DTEST_SELFSTART_FROZEN"
 
@@ -63,7 +65,9 @@ def test_a_child_stopped_for_good_is_killed_and_the_job_runs_again(tmp_path: Pat
         child.send_signal(signal.SIGSTOP)  # for good: nothing resumes it
         code = job.wait(timeout=400)
         text = log.read_text()
-        assert code == 0, text[-3000:]
+        # the second run's mp.spawn children end through interpreter teardown: torch's exit race
+        if not torch_exit_race(SimpleNamespace(returncode=code, stderr=text), "mp.spawn"):
+            assert code == 0, text[-3000:]
         assert f"distrain run: watchdog: pid {child.pid} (" in text, text[-3000:]
         assert (
             "was stopped (SIGSTOP) for 5 s (--watchdog 5): killed, so the job restarts or ends"
