@@ -37,6 +37,8 @@ class RestartLines:
         #: attempt → host → (its line's fields, whether that host had the root cause)
         self._seen: dict[int, dict[str, tuple[dict[str, str], bool]]] = {}
         self._said: set[int] = set()
+        #: attempt → the timer that says it WINDOW_S after its first line (cancelled once whole)
+        self._timers: dict[int, threading.Timer] = {}
 
     def take(self, host: str, line: str, root_cause: bool) -> bool:
         """True when `line` is a host's restart line (then said in the job's line, not as is)."""
@@ -49,11 +51,17 @@ class RestartLines:
             first = not seen
             seen[host] = (found.groupdict(), root_cause or "killed by" in found["what"])
             complete = len(seen) >= self.hosts
+            timer = self._timers.pop(attempt, None) if complete else None
+        if timer is not None:  # every host spoke: the window's thread ends now, not WINDOW_S on
+            timer.cancel()
+            timer.join()
         if complete:
             self._say(attempt)
         elif first:
             timer = threading.Timer(WINDOW_S, self._say, args=(attempt,))
             timer.daemon = True
+            with self._lock:
+                self._timers[attempt] = timer
             timer.start()
         return True
 
