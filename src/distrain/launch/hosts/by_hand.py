@@ -18,7 +18,7 @@ import shlex
 from distrain.launch.command_line import split, split_without_torch
 from distrain.launch.hosts.go import NPROC_TOKEN, fill
 from distrain.launch.hosts.options import HostsOptions
-from distrain.launch.hosts.ssh import forwarded_env, new_job_id, node_argv
+from distrain.launch.hosts.ssh import docker_run, forwarded_env, new_job_id, node_argv
 
 #: the port a pasted job uses when none was given (torchrun's default): with --hosts the
 #: launcher would take a free one on the first host instead
@@ -41,21 +41,7 @@ def node_commands(opts: HostsOptions, addrs: list[str]) -> list[list[str]]:
         run = ["distrain", "run", *fill(command, go).argv_without()]
         if opts.container:  # as the fan-out runs it: in the image, this folder mounted
             cwd = os.getcwd()
-            docker = [
-                "docker",
-                "run",
-                "--rm",
-                "--gpus",
-                "all",
-                "--ipc=host",
-                "--net=host",
-                "-v",
-                f"{cwd}:{cwd}",
-                "-w",
-                cwd,
-            ]
-            docker += [tok for a in assigns for tok in ("-e", a)]
-            out.append([*docker, opts.container, *run])
+            out.append([*docker_run(cwd, assigns), opts.container, *run])
         else:
             out.append([*assigns, *run])
     return out

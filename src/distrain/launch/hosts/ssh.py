@@ -217,6 +217,17 @@ def route_line(addrs: list[str]) -> str:
     return json.dumps({"route_to": others[0] if others else None}) + "\n"
 
 
+def docker_run(
+    cwd: str, assigns: list[str], *, name: str | None = None, interactive: bool = False
+) -> list[str]:
+    """``docker run`` as a host's launcher runs in ``--container``: the GPUs, the host's IPC and
+    network, `cwd` mounted as the working directory, each ``NAME=VALUE`` of `assigns` set."""
+    head = ["docker", "run", *(["-i"] if interactive else []), "--rm"]
+    head += ["--name", name] if name else []
+    head += ["--gpus", "all", "--ipc=host", "--net=host", "-v", f"{cwd}:{cwd}", "-w", cwd]
+    return head + [token for assign in assigns for token in ("-e", assign)]
+
+
 def remote_command(
     opts: HostsOptions, rank: int, addrs: list[str] | None, env: dict[str, str], rdzv_id: str
 ) -> str:
@@ -227,25 +238,8 @@ def remote_command(
     spec = json.dumps(probe_spec(opts, rank, addrs), separators=(",", ":"))
     tail = ["-m", "distrain.launch.hosts.node", spec, "--", *node_argv(opts, rank, rdzv_id)]
     if opts.container:
-        name = f"distrain-{rdzv_id}-{rank}"
-        docker = [
-            "docker",
-            "run",
-            "-i",
-            "--rm",
-            "--name",
-            name,
-            "--gpus",
-            "all",
-            "--ipc=host",
-            "--net=host",
-            "-v",
-            f"{cwd}:{cwd}",
-            "-w",
-            cwd,
-        ]
-        for key, value in env.items():
-            docker += ["-e", f"{key}={value}"]
+        assigns = [f"{key}={value}" for key, value in env.items()]
+        docker = docker_run(cwd, assigns, name=f"distrain-{rdzv_id}-{rank}", interactive=True)
         return f"cd {shlex.quote(cwd)} && exec " + shlex.join(
             [*docker, opts.container, "python", *tail]
         )
