@@ -66,7 +66,7 @@ BREAKS = (
             "            if name != 'loader':\n"
             "                obj.load_state_dict(states[name])"),)),
     Break("death_signal_off", "ranks outlive a SIGKILLed launcher (no PR_SET_PDEATHSIG)",
-          (("src/distrain/contract.py",
+          (("src/distrain/process/lineage.py",
             "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))", "0"),),
           fault="corrupt_newest"),
     Break("world_change_refused", "a per-process batch's loader refuses its own checkpoint once "

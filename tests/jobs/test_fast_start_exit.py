@@ -51,6 +51,29 @@ def test_a_script_ending_in_os_exit_0_ends_the_job_as_under_torchrun(tmp_path: P
         ), result.stdout
 
 
+_EXECUTOR = """
+from concurrent.futures import ThreadPoolExecutor
+import threading, time, torch
+pool = ThreadPoolExecutor(2)  # never shut down: the interpreter's exit stops its workers
+assert pool.submit(lambda: 6 * 7).result() == 42
+done = []
+threading.Thread(target=lambda: (time.sleep(1), done.append(1), print("thread done"))).start()
+print("script done", flush=True)
+"""
+
+
+def test_a_script_leaving_an_executor_and_a_thread_running_ends_as_python_does(
+    tmp_path: Path,
+) -> None:
+    """The executor's workers are stopped and the non-daemon thread is waited for, as at a fresh
+    interpreter's exit (torch.compile leaves such an executor: a bare join hung its job)."""
+    script = tmp_path / "pool.py"
+    script.write_text(_EXECUTOR)
+    result = distrain_run("-n", "1", str(script), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["script done", "thread done"], result.stdout
+
+
 def test_os_exit_with_a_failure_code_still_fails_the_job(tmp_path: Path) -> None:
     script = tmp_path / "exits.py"
     script.write_text(_OS_EXIT)

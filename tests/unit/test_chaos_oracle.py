@@ -101,3 +101,14 @@ def test_a_trials_bound_comes_from_the_documented_waits() -> None:
     assert bound("stop_rank", 20.0, 8) - bound("kill_rank", 20.0, 8) >= 8 + 30
     # a static node lost waits DISTRAIN_REJOIN_TIMEOUT before it stops: that much more again
     assert bound("kill_node_launcher", 20.0, 0) - bound("kill_rank", 20.0, 0) == REJOIN
+
+
+def test_every_known_break_still_applies_to_the_tree() -> None:
+    """Each break of `campaign.py --self-check` edits text that is in the tree exactly once: a
+    refactor that moves it (die_with_parent left contract.py) is seen here, in seconds, not
+    after the 20-minute self-check."""
+    from selfcheck import BREAKS  # noqa: PLC0415 (the chaos folder is on sys.path above)
+
+    for brk in BREAKS:
+        for name, text, _ in brk.edits:
+            assert (REPO / name).read_text().count(text) == 1, (brk.name, name)

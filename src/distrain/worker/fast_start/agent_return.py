@@ -65,14 +65,15 @@ def finish(queue: Any | None) -> None:
     """End a worker whose script finished with status 0, as ``python script.py`` would end
     (under torch's ``_wrap``: `queue` from :func:`return_queue`; with None it returns).
 
-    The script's non-daemon threads are waited for (the interpreter does that before it exits,
-    and torchrun waits for the exit), then everything buffered is written and the value put.
+    The interpreter's own thread shutdown runs first, as it does at a fresh interpreter's exit
+    and in multiprocessing's child after its target: the exit callbacks threads registered
+    (``concurrent.futures`` stops its executors' workers there; Inductor's compile pool is one)
+    and then the join of the script's non-daemon threads.  A bare join would wait forever for
+    an executor's workers.  Then everything buffered is written and the value put.
     """
     if queue is None:
         return
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # type: ignore[attr-defined]
     _put(queue)
     _EXIT(0)
 
