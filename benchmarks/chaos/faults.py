@@ -11,7 +11,6 @@ inside its network namespace); a fault on "the launcher" picks one.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import re
@@ -271,23 +270,14 @@ def kill_group_launcher(ctx: FaultContext) -> Shot:
 
 def corrupt_newest(ctx: FaultContext) -> Shot:
     """SIGKILL of the launcher(s), then one byte of the newest checkpoint's largest file flipped."""
-    from distrain.checkpoint.files import step_dirs
-
-    ckpt = str(ctx.job.ckpt) if ctx.job.ckpt else None
     for launcher in ctx.launchers:
         _quiet(launcher.send_signal, signal.SIGKILL)
-    for launcher in ctx.launchers:  # gone, and its ranks' death signals delivered
-        with contextlib.suppress(Exception):  # a Popen's or psutil's timeout: looked at below
-            launcher.wait(30)
-    time.sleep(0.5)
-    at_kill = step_dirs(ckpt)[0][0] if ckpt and step_dirs(ckpt) else -1
     # what outlives its launcher here is a leftover (ranks without a death signal train on),
-    # not something to clear away before the corruption; on a quiet machine such ranks can
-    # finish before the look, but not before saving: a step newer than the kill's is their trace
+    # not something to clear away before the corruption
     left = ctx.wait_gone()
-    dirs = step_dirs(ckpt) if ckpt else []
-    if dirs and dirs[0][0] > at_kill:
-        left = [*left, f"step {dirs[0][0]} saved after the launcher's SIGKILL (at step {at_kill})"]
+    from distrain.checkpoint.files import step_dirs
+
+    dirs = step_dirs(str(ctx.job.ckpt)) if ctx.job.ckpt else []
     if not dirs:
         return Shot("SIGKILL the launcher (no checkpoint yet to corrupt)", rerun=True, left=left)
     step, newest = dirs[0]
