@@ -33,10 +33,11 @@ SIGNATURES = {
 }
 
 
-def torch_exit_race(result: Any, launcher: str = "distrain") -> bool:
+def torch_exit_race(result: Any, launcher: str) -> bool:
     """Whether `result` (a finished process) ended in torch's gloo exit race and nothing else:
     `launcher`'s exit code for one aborted process, libstdc++'s terminate line and the
-    launcher's own line naming SIGABRT, all three."""
+    launcher's own line naming SIGABRT, all three. `launcher` has no default: each launcher
+    reports the abort its own way, and a wrong one silently never matches."""
     code, said = SIGNATURES[launcher]
     err = getattr(result, "stderr", "") or ""
     return result.returncode == code and TERMINATE in err and said.search(err) is not None
