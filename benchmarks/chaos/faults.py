@@ -133,7 +133,27 @@ def kill_any_process(ctx: FaultContext) -> Shot:
 
 def kill_launcher(ctx: FaultContext) -> Shot:
     """SIGKILL of `distrain run` itself (the node's launcher); the user runs it again."""
-    return Shot(_signal(ctx.launcher, signal.SIGKILL, "SIGKILL the launcher"), rerun=True)
+    _kill_frozen(ctx, [ctx.launcher])
+    return Shot("SIGKILL the launcher", rerun=True)
+
+
+def _kill_frozen(ctx: FaultContext, launchers: list[psutil.Process]) -> None:
+    """SIGKILL `launchers` with every rank of the trial stopped (SIGSTOP) a moment before.
+
+    A rank's death signal is SIGKILL, which the kernel delivers to a stopped process too, so a
+    sound job loses its ranks exactly as it would running; a rank without one stays stopped
+    until the leftover look names it. Running, such a rank trains on and, on a quiet machine,
+    finishes before any look at a fixed time, and the oracle passed it unseen (self-check
+    ``death_signal_off``). The ranks' DataLoader workers are left running: they end on their
+    own once their rank is gone (torch's worker watchdog).
+    """
+    frozen = ranks(ctx.trial)
+    for proc in frozen:
+        _quiet(proc.send_signal, signal.SIGSTOP)
+    if not any([_quiet(launcher.send_signal, signal.SIGKILL) for launcher in launchers]):
+        for proc in frozen:  # the job had ended already: nothing to observe, nothing to hold
+            _quiet(proc.send_signal, signal.SIGCONT)
+        raise Missed("the launcher had already ended")
 
 
 def _pick_node(ctx: FaultContext) -> int:
@@ -270,8 +290,7 @@ def kill_group_launcher(ctx: FaultContext) -> Shot:
 
 def corrupt_newest(ctx: FaultContext) -> Shot:
     """SIGKILL of the launcher(s), then one byte of the newest checkpoint's largest file flipped."""
-    for launcher in ctx.launchers:
-        _quiet(launcher.send_signal, signal.SIGKILL)
+    _kill_frozen(ctx, ctx.launchers)
     # what outlives its launcher here is a leftover (ranks without a death signal train on),
     # not something to clear away before the corruption
     left = ctx.wait_gone()
@@ -318,11 +337,12 @@ def kill_launcher_in_save(ctx: FaultContext) -> Shot:
     return fault_save.kill_launcher_in_save(ctx)
 
 
-def _quiet(fn: Callable[..., object], *args: object) -> None:
+def _quiet(fn: Callable[..., object], *args: object) -> bool:
     try:
         fn(*args)
     except (psutil.Error, OSError):
-        pass
+        return False
+    return True
 
 
 def threading_timer(seconds: float, fn: Callable[[], None]) -> None:
