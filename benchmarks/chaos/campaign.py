@@ -48,7 +48,8 @@ from job_progress import progress, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from membership import TRIAL_VAR, follow  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
-from record import Trial, load_trials, report, table  # noqa: E402
+from record import Trial, load_trials, report, tables  # noqa: E402
+from recovery import ENV, cost  # noqa: E402
 from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
 
 if typing.TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Reference:
 def _env(trial: str, job: Job) -> dict[str, str]:
     path = [str(REPO / "src"), str(REPO / "tests" / "scripts")]
     path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **job.env}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **ENV, **job.env}
 
 
 def _node_logs(logs: Path, i: int) -> Path:
@@ -231,7 +232,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     t0 = time.monotonic()
     logs = work / f"t{t.index}-1"
     procs = start(job, trial, logs, made)
-    shot, good, lost = Shot("(none)"), None, set()
+    shot, good, lost, fault_t = Shot("(none)"), None, set(), None
     try:
         at_step = round(t.moment * ref.last_step)
         if wait_ready(procs, job, t0 + bound, at_step):
@@ -244,7 +245,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
                                    lambda: leftovers(trial, grace=10, made=made),
                                    launchers=launchers, hosts=made, lost=lost,
                                    logs=logs)  # fmt: skip
-                at = progress(job)
+                at, fault_t = progress(job), time.time()  # the clock of the metrics records
                 shot = FAULTS[t.fault][0](ctx)
                 shot.what += f" (newest checkpoint: step {at})" if job.ckpt else ""
                 if t.fault == "corrupt_newest":
@@ -287,7 +288,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
             t.verdict.detail = f"stopped ({first.detail[:120]}), then the rerun healed"
     if t.missed and t.verdict.word == "healed":
         t.verdict = Verdict("missed", t.verdict.detail)
-    t.seconds = time.monotonic() - t0
+    t.seconds, t.cost = time.monotonic() - t0, cost(kind, job, runs, t.missed, fault_t)
     if mounted:
         subprocess.run(["umount", "-l", str(job.ckpt)], check=False)
     return t
@@ -337,7 +338,7 @@ def main() -> int:
 
         return selfcheck.main(args.breaks.split(",") if args.breaks else None)
     if args.summarize:
-        print(table(load_trials(args.summarize)))
+        print(tables(load_trials(args.summarize)))
         return 0
     kinds, faults = args.kinds.split(","), args.faults.split(",")
     for name in kinds + faults:
@@ -377,7 +378,7 @@ def main() -> int:
             membership.remove_all()
             nodes.delete_all()
     bad = [t for t in done if t.verdict and not t.verdict.ok]
-    text = table(done)
+    text = tables(done)
     print(
         f"\nseed {seed}, {len(done)} trials, load {load0[0]:.2f} before, "
         f"{os.getloadavg()[0]:.2f} after\n{text}"

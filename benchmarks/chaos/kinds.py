@@ -79,7 +79,7 @@ class Kind:
             argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "ckpt_worker.py"),
                     "--strategy", strategy, "--epochs", "4", "--step-sleep", "0.1",
                     "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank",
-                    "-1"]  # fmt: skip
+                    "-1", "--log-steps"]  # fmt: skip
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
             # 400 epochs: with 40 the training after the first snapshot took ~2 s of a ~11 s
             # job, so most faults aimed at a rank found the job already past its ranks (missed)
@@ -123,7 +123,8 @@ class Kind:
         else:
             rdzv = ["--nnodes", "2", "--master-addr", addrs[0], "--master-port", "29500"]
         script = [str(SCRIPTS / "ckpt_worker.py"), "--epochs", "6", "--step-sleep", "0.15", "--dir",
-                  str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1"]  # fmt: skip
+                  str(ckpt), "--out", str(out / "final.pt"), "--fault-rank", "-1",
+                  "--log-steps"]  # fmt: skip
         if self.samples:  # a per-process batch of 4: global batch 8 on two nodes, 4 on one
             script = [str(SCRIPTS / "elastic_samples.py"), "--dir", str(ckpt), "--samples-log",
                       str(out / "samples.jsonl"), "--epochs", "2", "--step-sleep",

@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from oracle import Verdict
+from recovery import Cost, cost_table
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -30,6 +31,8 @@ class Trial:
     verdict: Verdict | None = None
     seconds: float = 0.0
     missed: bool = False
+    #: lost steps and recovery seconds (recovery.py), or why the trial has none
+    cost: Cost = field(default_factory=Cost)
 
 
 def cpu_model() -> str:
@@ -65,6 +68,11 @@ def record(seed: int, args: argparse.Namespace, trials: list[Any], table: str,
         )
     with open(RESULTS, "a") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def tables(trials: list[Trial]) -> str:
+    """The kind × fault table, then each fault's lost steps and recovery seconds."""
+    return table(trials) + "\n\n" + cost_table([(t.fault, t.cost) for t in trials])
 
 
 def table(trials: list[Trial]) -> str:
@@ -104,6 +112,10 @@ def load_trials(paths: list[str]) -> list[Trial]:
             # the old oracle called a missed trial that finished "healed"
             word = "missed" if t.missed and row["verdict"] == "healed" else row["verdict"]
             t.verdict = Verdict(word, row["detail"])
+            lost, secs = row.get("lost_steps"), row.get("recovery_s")  # absent in older rows
+            t.cost = Cost(None if lost in (None, "", "None") else int(lost),
+                          None if secs in (None, "", "None") else float(secs),
+                          row.get("cost_note") or "")  # fmt: skip
             trials.append(t)
     return trials
 
@@ -113,11 +125,13 @@ def report(t: Trial, seed: int, args: argparse.Namespace, commit: str) -> None:
     v = t.verdict
     assert v is not None
     print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
-          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}",
+          f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}; "
+          f"lost {t.cost.lost_steps} steps, recovered in {t.cost.recovery_s} s {t.cost.note}",
           flush=True)  # fmt: skip
     row = {"seed": seed, "index": t.index, "commit": commit, "kind": t.kind, "fault": t.fault,
            "moment": round(t.moment, 4), "what": t.what, "verdict": v.word,
-           "seconds": round(t.seconds, 1), "detail": v.detail}  # fmt: skip
+           "seconds": round(t.seconds, 1), "detail": v.detail, "lost_steps": t.cost.lost_steps,
+           "recovery_s": t.cost.recovery_s, "cost_note": t.cost.note}  # fmt: skip
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -67,6 +67,9 @@ p.add_argument(
 )
 p.add_argument("--strategy", choices=["ddp", "fsdp"], default="ddp")
 p.add_argument(
+    "--log-steps", action="store_true", help="ctx.log(step=...) every step (chaos: lost steps)"
+)
+p.add_argument(
     "--dump-restored", default=None, help="write the full state right after restore() here"
 )
 args = p.parse_args()
@@ -180,6 +183,8 @@ for _epoch in range(loader.epoch, args.epochs):
         opt.step()
         sched.step()
         step += 1
+        if args.log_steps:  # a no-op without --run-dir
+            ctx.log(step=step)
         if restarted and ctx.is_main and not args.__dict__.setdefault("_timed", False):
             args._timed = True
             timeline("resumed_step")
