@@ -123,4 +123,4 @@ def cost_table(rows: list[tuple[str, Cost]]) -> str:
 def _median_max(values: list[int] | list[float]) -> list[str]:
     if not values:
         return ["n/a", "n/a"]
-    return [f"{statistics.median(values):g}", f"{max(values):g}"]
+    return [f"{round(statistics.median(values), 2):g}", f"{max(values):g}"]
