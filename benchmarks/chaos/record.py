@@ -120,13 +120,20 @@ def load_trials(paths: list[str]) -> list[Trial]:
     return trials
 
 
+def _cost_words(c: Cost) -> str:
+    """The trial line's end: lost steps and recovery seconds, where measured, and the note."""
+    lost = f"lost {c.lost_steps} steps, " if c.lost_steps is not None else ""
+    back = f"trained again {c.recovery_s} s after the fault, " if c.recovery_s is not None else ""
+    return f"{lost}{back}{c.note}"
+
+
 def report(t: Trial, seed: int, args: argparse.Namespace, commit: str) -> None:
     """Print the trial's line; append it to --json's lines and --tsv's table."""
     v = t.verdict
     assert v is not None
     print(f"trial {t.index:3d} {t.kind:13s} {t.fault:18s} at {t.moment:.2f}: {t.what} -> "
           f"{v.word.upper() if not v.ok else v.word} ({t.seconds:.0f} s) {v.detail[:160]}; "
-          f"lost {t.cost.lost_steps} steps, recovered in {t.cost.recovery_s} s {t.cost.note}",
+          f"{_cost_words(t.cost)}",
           flush=True)  # fmt: skip
     row = {"seed": seed, "index": t.index, "commit": commit, "kind": t.kind, "fault": t.fault,
            "moment": round(t.moment, 4), "what": t.what, "verdict": v.word,
