@@ -16,7 +16,9 @@ every ``INTERVAL_S`` seconds (``ENV``).
   resumed from no checkpoint). None lost when no process started after the fault and none
   resumed (not restarted: the job trained on in the same processes).
 - **recovery seconds**: from the fault to the first ``ctx.log()`` of a process started after it,
-  i.e. the first step trained after the resume (exact: ``first_log_t`` is read at that call).
+  i.e. the first step trained after the resume (exact: ``first_log_t`` is read at that call); of
+  the last restart's processes (the agent's attempt, in every record) when the fault's second
+  action (double_kill) hit a restarted generation that had already logged a step.
 
 Kinds without a figure say why (``Cost.note``) instead of a number.
 """
@@ -92,7 +94,7 @@ def measure(procs: dict[tuple[str, int], list[dict[str, Any]]], fault_t: float,
     `resumed`: the step the job resumed from (None: no resume line)."""
     started = {key: recs[-1].get("first_log_t") for key, recs in procs.items()}
     before = [key for key, t in started.items() if t is not None and t < fault_t]
-    after = [t for key, t in started.items() if t is not None and t >= fault_t]
+    after = {key: t for key, t in started.items() if t is not None and t >= fault_t}
     if not before:
         return Cost(note="n/a: no step recorded before the fault (the script logs no steps)")
     at_fault = max(rec["step"] for key in before for rec in procs[key])
@@ -101,8 +103,19 @@ def measure(procs: dict[tuple[str, int], list[dict[str, Any]]], fault_t: float,
     lost = at_fault - (resumed or 0)
     if not after:  # resumed at its last step: nothing left to train, so no step was logged
         return Cost(lost, None, f"resumed from step {resumed}, trained no step after")
-    return Cost(lost, round(min(after) - fault_t, 2), f"step {at_fault} at the fault (lower "
-                f"bound, records {INTERVAL_S} s apart), resumed from {resumed or 0}")  # fmt: skip
+    return Cost(lost, round(_last_restart(procs, after) - fault_t, 2), f"step {at_fault} at the "
+                f"fault (lower bound, records {INTERVAL_S} s apart), resumed from "
+                f"{resumed or 0}")  # fmt: skip
+
+
+def _last_restart(procs: dict[tuple[str, int], list[dict[str, Any]]],
+                  after: dict[tuple[str, int], float]) -> float:  # fmt: skip
+    """The first ``ctx.log()`` of the last generation started after the fault: the processes of
+    the newest-started one's attempt that started after every process of another attempt."""
+    attempt = lambda key: procs[key][-1].get("attempt")  # noqa: E731
+    newest = attempt(max(after, key=lambda key: after[key]))
+    since = max((t for key, t in after.items() if attempt(key) != newest), default=0.0)
+    return min(t for key, t in after.items() if attempt(key) == newest and t > since)
 
 
 def cost_table(rows: list[tuple[str, Cost]]) -> str:

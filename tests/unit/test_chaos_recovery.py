@@ -21,12 +21,12 @@ RESTART = "distrain run: rank 1 (pid 9) was killed by SIGKILL; restarting every 
 
 
 def _records(run_dir: Path, rank: int, pid: int, first: float, steps: list[tuple[float, int]],
-             end: bool = False) -> None:  # fmt: skip
+             end: bool = False, attempt: int = 0) -> None:  # fmt: skip
     """Append one process's records (time, step) to rank `rank`'s file, as the recorder writes
     them: the start record, beats, and with `end` the final one."""
     path = run_dir / "metrics" / f"rank-{rank}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    static = {"host": "h", "pid": pid, "rank": rank, "world_size": 2, "attempt": 0}
+    static = {"host": "h", "pid": pid, "rank": rank, "world_size": 2, "attempt": attempt}
     with open(path, "a") as f:
         for i, (t, step) in enumerate(steps):
             event = "start" if i == 0 else "end" if end and i == len(steps) - 1 else "beat"
@@ -62,6 +62,23 @@ def test_lost_steps_and_recovery_of_a_restarted_job(tmp_path: Path) -> None:
     # a restarted job that resumed from no checkpoint retrained from step 0: 23 steps lost
     fresh = cost(KINDS["ddp_small"], job, [RunRecord(0, 12.0, "", RESTART)], False, FAULT_T)
     assert fresh.lost_steps == 23
+
+
+def test_recovery_is_timed_to_the_last_restart(tmp_path: Path) -> None:
+    """A double kill: the first restart's ranks (attempt 1) log a step, then one is SIGKILLed;
+    the job trains again when attempt 2's ranks log their first step (6.1 s), not at attempt
+    1's (0.9 s). A rerun's launcher counts attempts from 0 again: it is later still."""
+    job = _job(tmp_path)
+    _killed_rank_history(job.run_dir)  # attempt 0 before the fault; its new ranks at 4.2 s
+    for rank, pid, first in ((0, 40, 0.9), (1, 41, 0.95)):
+        _records(job.run_dir, rank, pid, FAULT_T + first, [(FAULT_T + 1.0, 21)], attempt=1)
+    for rank, pid, first in ((0, 50, 6.1), (1, 51, 6.15)):
+        _records(job.run_dir, rank, pid, FAULT_T + first, [(FAULT_T + 6.2, 21)], attempt=2)
+    runs = [RunRecord(0, 12.0, RESUMED.format(20) * 2, RESTART)]
+    got = cost(KINDS["ddp_small"], job, runs, False, FAULT_T)
+    assert (got.lost_steps, got.recovery_s) == (3, 6.1), got
+    _records(job.run_dir, 0, 60, FAULT_T + 9.0, [(FAULT_T + 9.1, 21)], attempt=0)  # a rerun
+    assert cost(KINDS["ddp_small"], job, runs, False, FAULT_T).recovery_s == 9.0
 
 
 def test_the_survivor_of_a_killed_rank_tells_the_step_at_the_fault(tmp_path: Path) -> None:
