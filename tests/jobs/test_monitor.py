@@ -357,7 +357,9 @@ for (x,) in ctx.prepare_loader(TensorDataset(torch.ones(8, 4)), batch_size=2):
     ctx.step(opt)
     break
 held = sorted(m for m in sys.modules if m.startswith("distrain."))
-print("MODULES", ctx.rank, " ".join(held), flush=True)
+# one write() per line: like torchrun's `python -u`, a worker's stdout is unbuffered, and a
+# print of three items is three writes that the other rank's line can fall between
+sys.stdout.write(f"MODULES {ctx.rank} {' '.join(held)}\\n")
 """
 
 

@@ -25,6 +25,11 @@ import subprocess
 #: the signal the exported script asks SLURM to send before the time limit
 REQUEUE_SIGNAL = signal.SIGUSR1
 _TIMEOUT_S = 30.0
+#: `scontrol requeue` runs inside the job it requeues: SLURM's requeue SIGTERMs every process of
+#: the job's steps, scontrol included, often before its reply arrives (seen under load: "exit
+#: -15" though slurmctld logged "Requeuing JobId=3"). Ignored (SIG_IGN survives exec), SIGTERM
+#: leaves it to finish; SLURM's SIGKILL after KillWait still ends it.
+_IGNORING_SIGTERM = ("sh", "-c", "trap '' TERM; exec \"$@\"", "sh")
 
 
 def job_fields(job_id: str) -> dict[str, str]:
@@ -90,10 +95,19 @@ def requeue_after_stop(signum: int, job_id: str | None) -> str | None:
         )
     try:
         out = subprocess.run(
-            ["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=_TIMEOUT_S
+            [*_IGNORING_SIGTERM, "scontrol", "requeue", job_id],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"distrain: SLURM job {job_id} not requeued: scontrol requeue: {err}"
+    if out.returncode < 0:
+        return (
+            f"distrain: SLURM job {job_id}: scontrol requeue was killed by "
+            f"{signal.Signals(-out.returncode).name}: see `squeue -j {job_id}` whether it is "
+            "queued again; the checkpoint is written either way"
+        )
     if out.returncode != 0:
         detail = (out.stderr.strip() or out.stdout.strip()).splitlines()
         return (

@@ -1,8 +1,10 @@
-"""cluster/slurm_requeue.py: which stop signals requeue a SLURM job (scontrol is never called)."""
+"""cluster/slurm_requeue.py: which stop signals requeue a SLURM job; a requeue SLURM SIGTERMs."""
 
 from __future__ import annotations
 
+import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -56,4 +58,46 @@ def test_a_non_requeueable_job_is_reported(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(requeue, "job_fields", lambda job_id: {"PreemptTime": "None"})
     assert "SIGTERM without preemption or time limit" in (
         requeue_after_stop(signal.SIGTERM, "78") or ""
+    )
+
+
+def _scontrol_killed_by_its_own_requeue(folder: Path) -> None:
+    """An `scontrol` that, like the real one inside the job it requeues, is sent SIGTERM by the
+    requeue before it answers (SLURM signals every process of the job's steps)."""
+    tool = folder / "scontrol"
+    tool.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-o" ]; then echo "JobId=79 Requeue=1 PreemptTime=None"; exit 0; fi\n'
+        "kill -TERM $$\n"
+        "echo requeued\n"
+    )
+    tool.chmod(0o755)
+
+
+def test_the_requeue_outlives_the_sigterm_it_brings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real child process gets SIGTERM while it requeues: the request still completes and
+    the line says requeued (the slurm job test lost this race under load: "exit -15")."""
+    _scontrol_killed_by_its_own_requeue(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert requeue_after_stop(signal.SIGUSR1, "79") == (
+        "distrain: SLURM job 79 requeued after its checkpoint (time-limit warning (SIGUSR1)); "
+        "it resumes from there"
+    )
+
+
+def test_a_killed_requeue_says_it_may_have_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed by a signal it cannot ignore, scontrol's fate is unknown: the line says where to
+    look, not that the job was not requeued."""
+    _scontrol_killed_by_its_own_requeue(tmp_path)
+    (tmp_path / "scontrol").write_text(
+        (tmp_path / "scontrol").read_text().replace("kill -TERM $$", "kill -KILL $$")
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert requeue_after_stop(signal.SIGUSR1, "79") == (
+        "distrain: SLURM job 79: scontrol requeue was killed by SIGKILL: see `squeue -j 79` "
+        "whether it is queued again; the checkpoint is written either way"
     )
