@@ -25,27 +25,33 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("late", [0, 6], ids=["configured", "configure-failed"])
+@pytest.mark.parametrize(
+    ("late", "every"),
+    [(0, 1), (6, 1), (6, 0)],
+    ids=["configured", "configure-failed", "configure-failed-no-checkpoint"],
+)
 def test_a_group_back_from_disk_at_the_live_step_copies_the_live_group(
-    tmp_path: Path, late: int
+    tmp_path: Path, late: int, every: int
 ) -> None:
     """Group 1 is back from its checkpoint at step 5, group 0 at step 5 after a step it did not
     commit: group 1 heals from group 0 (loader positions included) and the groups end equal.
     `configure-failed`: the replacement configures TorchFT's process group 6 s late (a loaded
     machine), past the survivor's 5 s gloo bound: that first quorum copies nothing, and the
-    next one must.  Before, group 1 "rejoined at step 5 from its own state" and the job ended
-    with "replica groups ended with different states"."""
+    next one must (`…-no-checkpoint`: the replacement starts at step 0, and the copy in a later
+    step's quorum could not move its loader, whose loop had begun).  Before, group 1 "rejoined
+    at step 5 (0) from its own state" and the job ended with "replica groups ended with
+    different states"."""
     out = tmp_path / "out"
     out.mkdir()
     cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1",
            str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(tmp_path / "ckpt"),
-           "--steps", "20", "--every", "1", "--kill-at", "5", "--kill-group", "1",
+           "--steps", "20", "--every", str(every), "--kill-at", "5", "--kill-group", "1",
            "--kill-in-backward", "--hold-failed", f"5:0:{out}/restoring.1.0.1",
            "--slow-configure", str(late)]  # fmt: skip
     res = run(cmd, timeout=280)
     assert res.returncode == 0, res.stderr[-4000:]
     resumed = [tuple(map(int, line.split())) for line in (out / "resumed").read_text().splitlines()]
-    assert [step for _, group, _, step in resumed if group == 1] == [0, 5], resumed
+    assert [step for _, group, _, step in resumed if group == 1] == [0, 5], resumed  # healed
     err = res.stderr
     assert "distrain run: replica group 1 healed from group 0 at step 5" in err, err[-4000:]
     assert "replica groups 0, 1 ended at step 20 with equal states" in err, err[-4000:]

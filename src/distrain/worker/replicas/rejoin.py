@@ -14,8 +14,9 @@ the script's loop starts.  With no group ahead the group takes its step S back. 
 group sends carries its own step (:func:`sent_step`): a group that asked as if at S - 1 may be
 the furthest one (every group lost, another back from an older checkpoint) and its copier must
 end at S, not at the quorum's S - 1.  A first quorum that fails (``got exception in pg
-configure``) without a copy is taken again: TorchFT skips the copy then and the group would be
-back at S with its own state.
+configure``) without a copy is taken again, from disk or not: TorchFT skips the copy then, and
+a copy at a later step's quorum cannot move the loaders of a loop that has begun (a replacement
+with no checkpoint trained on from its step-0 positions, five steps off the live group).
 """
 
 from __future__ import annotations
@@ -40,15 +41,17 @@ def _set_step(replicas: Member, step: int) -> None:
 
 
 def first_quorum(replicas: Member, device: torch.device, disk_step: int) -> None:
-    """The first quorum of a process whose group restored `disk_step` from its own checkpoint:
-    a live group at that step or further is copied; else the group continues from its own."""
-    if disk_step <= 0 or replicas.groups < 2:
+    """The first quorum of a process (its group restored `disk_step` from its own checkpoint, or
+    0): a live group at that step or further is copied; else the group continues from its own."""
+    if replicas.groups < 2:
         replicas.quorum()
         return
-    replicas.claimed_step = disk_step  # what this group's state is, if a peer copies it
+    behind = disk_step > 0  # from disk: ask as if one step behind
+    replicas.claimed_step = disk_step if behind else None  # its state's step, if a peer copies it
     try:
         for _ in range(ATTEMPTS):
-            _set_step(replicas, disk_step - 1)
+            if behind:
+                _set_step(replicas, disk_step - 1)
             replicas.quorum()
             manager = replicas.manager
             failed = (
@@ -64,14 +67,14 @@ def first_quorum(replicas: Member, device: torch.device, disk_step: int) -> None
         else:
             err = replicas.manager.errored()
             raise DistrainError(
-                f"replica group {replicas.group}: back from its checkpoint at step {disk_step}, "
-                f"it could not copy the live groups' state in {ATTEMPTS} quorums ("
+                f"replica group {replicas.group}: back at step {disk_step}, it could not copy "
+                f"the live groups' state in {ATTEMPTS} quorums ("
                 f"{str(err.original_exception).splitlines()[0][:200] if err else '?'}); the "
                 "group restarts rather than train on from a state of its own"
             )
     finally:
         replicas.claimed_step = None
-    if replicas.source is None:  # no group was at its step or further: its own state leads
+    if behind and replicas.source is None:  # no group at its step or further: its own leads
         _set_step(replicas, disk_step)
 
 
