@@ -77,12 +77,26 @@ p.add_argument(
     "before its restore)",
 )
 p.add_argument(
+    "--hold-failed",
+    action="append",
+    default=[],
+    help="STEP:GROUP:FILE (repeatable): after a step that did not commit at STEP, the processes "
+    "of GROUP wait (<= 120 s) until FILE exists",
+)
+p.add_argument(
     "--hold-for-restart",
     type=int,
     default=-1,
     help="at this step, a process whose group was not restarted waits (<= 120 s) until some "
     "process started again (the replacement of a fault), so a slow replacement still "
     "finds it training",
+)
+p.add_argument(
+    "--slow-configure",
+    type=float,
+    default=0.0,
+    help="a replacement's first configure of its cross-group process group (TorchFT's, at its "
+    "first quorum) starts this many seconds late: its peers' configure times out",
 )
 p.add_argument(
     "--trace",
@@ -129,6 +143,14 @@ ctx = distrain.init(verbose=False)
 replicas = getattr(ctx.layer, "replicas", None)
 with open(os.path.join(args.out, "starts"), "a") as f:
     f.write(f"{os.getpid()} {group} {ctx.rank}\n")
+if args.slow_configure and attempt > 0 and replicas is not None:
+    configure, late = replicas._pg.configure, [args.slow_configure]
+
+    def late_configure(*a, **kw):  # a replacement on a loaded machine, slow to its first one
+        time.sleep(late.pop() if late else 0.0)
+        return configure(*a, **kw)
+
+    replicas._pg.configure = late_configure
 
 g = torch.Generator().manual_seed(7)
 x = torch.randn(4096, 16, generator=g)
@@ -232,6 +254,10 @@ while step < args.steps:
         if step == args.hold_for_restart:
             hold_for_restart()
         for spec in args.hold:
+            at, g_, path = spec.split(":", 2)
+            if (int(at), int(g_)) == (step, group):
+                wait_for_file(path)
+        for spec in args.hold_failed if not committed else []:
             at, g_, path = spec.split(":", 2)
             if (int(at), int(g_)) == (step, group):
                 wait_for_file(path)

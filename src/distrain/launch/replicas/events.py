@@ -185,7 +185,7 @@ class ReplicaJob:
             elif group in self.lost:
                 self.say(
                     f"replica group {group} rejoined at step {at} from its own state (no live "
-                    "group was ahead)",
+                    "group was at its step or ahead)",
                     "rejoined",
                     group=group,
                     step=at,

@@ -56,6 +56,8 @@ class Member(Protocol):
     manager: Manager
     objects: dict[str, Any]
     started: bool
+    source: int | None  # the group this process healed from
+    claimed_step: int | None  # its state's step while its first quorum asks as if behind
     met_all_at: int | None
     met_all_times: int
     linger_s: float

@@ -30,7 +30,7 @@ from distrain.events import emit
 from distrain.log import get_logger
 from distrain.parallel.fsdp import is_sharded_tensor
 from distrain.parallel.options import Strategy
-from distrain.worker.replicas import sync
+from distrain.worker.replicas import rejoin, sync
 from distrain.worker.replicas.bind import manager_server_on
 from distrain.worker.replicas.noise import first_forward_filtered, quiet_sequence_numbers
 
@@ -62,6 +62,7 @@ class Replicas:
         self.started = False
         self.quorum_open = False  # a quorum for the coming step was taken (ctx.step closes it)
         self.source: int | None = None  # the group this process healed from
+        self.claimed_step: int | None = None  # its state's step while asking as if behind
         self.waiting_since: float | None = None  # in a quorum or commit vote since (monotonic)
         self.in_step = False  # between a step's first forward and its commit vote
         self.applying = False  # in a committed step's update: the optimizer's own step passes
@@ -133,11 +134,13 @@ class Replicas:
 
         return {
             "group": self.group,
+            "step": rejoin.sent_step(self),
             "objects": {name: state_of(name, obj) for name, obj in self.objects.items()},
         }
 
     def _load(self, state: dict[str, Any]) -> None:
         self.source = int(state["group"])
+        rejoin.take_sent_step(self, state)
         missing = [name for name in self.objects if name not in state["objects"]]
         if missing:
             raise RuntimeError(
@@ -236,8 +239,9 @@ class Replicas:
         return os.path.join(directory, f"replica_{self.group}")
 
     # -- the step ----------------------------------------------------------------------------
-    def begin(self, in_step: bool = False) -> int:
-        """The first quorum of this process: heal from a live group if behind; the step reached."""
+    def begin(self, in_step: bool = False, disk_step: int = 0) -> int:
+        """The first quorum of this process: heal from a live group if behind (or at
+        `disk_step`, the step its own checkpoint restored: rejoin.py); the step reached."""
         self.started = self.quorum_open = True
         self.in_step = in_step
         self._adopt_optimizers()
@@ -246,7 +250,7 @@ class Replicas:
             sync.start_together(self, self.events)
         if not in_step:
             self._mark_positions()
-        self.quorum()
+        rejoin.first_quorum(self, self._device, disk_step)
         if self.groups > 1:  # alone, and behind another group's known step: wait for it
             sync.wait_for_further_groups(self, self._device)
         if not in_step:
@@ -291,11 +295,8 @@ class Replicas:
         """After a disk restore: register `objects`, join the quorum, heal if a group is ahead."""
         for name, obj in objects.items():
             self.register(name, obj)
-        if resumed.step:  # from disk: the quorum starts from this step (the furthest group leads)
-            self.manager.load_state_dict(
-                {"step": resumed.step, "batches_committed": resumed.step * self.groups}
-            )
-        step = self.begin()
+        # from disk: the furthest group leads, a live group at this step too (rejoin.py)
+        step = self.begin(disk_step=resumed.step or 0)
         if self.source is not None and step != resumed.step:
             from distrain.checkpoint import Resumed as R
 

@@ -93,6 +93,7 @@ def test_a_peer_copies_the_loader_position_of_the_steps_start(  # type: ignore[n
     )
     r = _group(0, 2)
     r.objects, r._positions, r.in_step = {"loader": loader}, {}, False
+    r.claimed_step = 1  # the step its state is at (rejoin.py); no Manager asked
     batches = iter(loader)
     next(batches)
     r._mark_positions()  # the end of step 1: one batch consumed

@@ -1,0 +1,94 @@
+"""A group back from its own checkpoint takes a live group's state at the same step.
+
+TorchFT heals a group only when another is at a further step: two groups at one step are taken
+to hold one state.  A group restored from its own checkpoint at step S and a live group at S do
+not: every step the live group voted on but did not commit (a peer died in its all-reduce, a
+process group failed to configure) consumed a batch of its loaders, and the checkpoint holds the
+positions of the last commit.  The two groups then trained on for good, each on other batches,
+and only the job's end check saw it (``replica groups ended with different states``; the
+launcher-death test under load, where group 0 failed step 2 twice and group 1 came back at 2).
+
+So a group restored from disk at S asks its first quorum as if at S - 1: a live group at S or
+further is then ahead, and TorchFT copies its whole state, loader positions included, before
+the script's loop starts.  With no group ahead the group takes its step S back.  The state a
+group sends carries its own step (:func:`sent_step`): a group that asked as if at S - 1 may be
+the furthest one (every group lost, another back from an older checkpoint) and its copier must
+end at S, not at the quorum's S - 1.  A first quorum that fails (``got exception in pg
+configure``) without a copy is taken again, from disk or not: TorchFT skips the copy then, and
+a copy at a later step's quorum cannot move the loaders of a loop that has begun (a replacement
+with no checkpoint trained on from its step-0 positions, five steps off the live group).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from distrain.errors import DistrainError
+
+if TYPE_CHECKING:
+    from distrain.worker.replicas.sync import Member
+
+#: first quorums taken while each one fails without the copy (then the group restarts)
+ATTEMPTS = 4
+
+
+def _set_step(replicas: Member, step: int) -> None:
+    manager = replicas.manager
+    manager.load_state_dict({"step": step, "batches_committed": step * replicas.groups})
+
+
+def first_quorum(replicas: Member, device: torch.device, disk_step: int) -> None:
+    """The first quorum of a process (its group restored `disk_step` from its own checkpoint, or
+    0): a live group at that step or further is copied; else the group continues from its own."""
+    if replicas.groups < 2:
+        replicas.quorum()
+        return
+    behind = disk_step > 0  # from disk: ask as if one step behind
+    replicas.claimed_step = disk_step if behind else None  # its state's step, if a peer copies it
+    try:
+        for _ in range(ATTEMPTS):
+            if behind:
+                _set_step(replicas, disk_step - 1)
+            replicas.quorum()
+            manager = replicas.manager
+            failed = (
+                replicas.source is None
+                and manager.errored() is not None
+                and manager.num_participants() > 1
+            )
+            again = torch.tensor([int(failed)], device=device)
+            if replicas.size > 1:  # every rank of the group takes the same quorums
+                dist.all_reduce(again, op=dist.ReduceOp.MAX)
+            if not again.item():
+                break
+        else:
+            err = replicas.manager.errored()
+            raise DistrainError(
+                f"replica group {replicas.group}: back at step {disk_step}, it could not copy "
+                f"the live groups' state in {ATTEMPTS} quorums ("
+                f"{str(err.original_exception).splitlines()[0][:200] if err else '?'}); the "
+                "group restarts rather than train on from a state of its own"
+            )
+    finally:
+        replicas.claimed_step = None
+    if behind and replicas.source is None:  # no group at its step or further: its own leads
+        _set_step(replicas, disk_step)
+
+
+def sent_step(replicas: Member) -> int:
+    """The step of the state this process sends a copier (its own, also while it asks as
+    if one step behind)."""
+    claimed = replicas.claimed_step
+    return claimed if claimed is not None else replicas.manager.current_step()
+
+
+def take_sent_step(replicas: Member, state: dict[str, Any]) -> None:
+    """After a copy: take the step of the state copied when TorchFT's quorum step is lower."""
+    step = state.get("step")
+    if isinstance(step, int) and step > replicas.manager.current_step():
+        replicas.manager.load_state_dict(
+            {"step": step, "batches_committed": replicas.manager.batches_committed()}
+        )
