@@ -47,6 +47,8 @@ FAULT_COST: dict[str, tuple[int, float]] = {
     "kill_launcher": (1, RERUN_S),
     "kill_launcher_in_save": (1, RERUN_S),
     "corrupt_newest": (1, RERUN_S),
+    "corrupt_memory": (1, RERUN_S),
+    "memory_full": (3, RERUN_S),  # as disk_full: every restart refuses, then a rerun
     "sigterm_launcher": (1, TORCH_TERM_GRACE_S + REJOIN),
     "kill_node_launcher": (1, REJOIN),
     "kill_any_process": (2, REJOIN),

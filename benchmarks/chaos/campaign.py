@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bounds  # noqa: E402
 import membership  # noqa: E402
 import nodes  # noqa: E402
+import oracle  # noqa: E402
 from bounds import RERUN_S  # noqa: E402
 from faults import FAULTS, WATCHED, FaultContext, Missed, Shot  # noqa: E402
 from job_progress import progress, wait_ready  # noqa: E402
@@ -177,10 +178,9 @@ def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
         run = finish(procs, trial, logs, 600, t0, made)
         leftovers(trial, made=made)
         membership.remove(trial)
-    if run.rc != 0:
-        raise SystemExit(
-            f"the uninterrupted {kind.name} run failed (exit {run.rc}): {run.last_line()}"
-        )
+    if run.rc != 0 or oracle.memory_left(job):  # the memory tier leaves nothing after a good end
+        raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): "
+                         f"{run.last_line()}; memory left: {oracle.memory_left(job)}")  # fmt: skip
     result = None if kind.replicas else kind.result(job)
     return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
 
@@ -227,7 +227,8 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     trial = f"{seed}-{t.index}-{os.getpid()}"
     job = kind.job(work, f"t{t.index}", watchdog, addrs=made.addrs if made else None)
     CURRENT[:] = [trial]
-    mounted = t.fault == "disk_full" and _mount_tmpfs(job)
+    full = {"disk_full": job.ckpt, "memory_full": job.memory}
+    mounted = _mount_tmpfs(full[t.fault]) if t.fault in full else None
     bound = bounds.bound(t.fault, ref.total, watchdog)
     t0 = time.monotonic()
     logs = work / f"t{t.index}-1"
@@ -289,18 +290,19 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     if t.missed and t.verdict.word == "healed":
         t.verdict = Verdict("missed", t.verdict.detail)
     t.seconds, t.cost = time.monotonic() - t0, cost(kind, job, runs, t.missed, fault_t)
+    t.verdict = oracle.lost_steps_verdict(t.verdict, job, t.fault, t.cost.lost_steps)
     if mounted:
-        subprocess.run(["umount", "-l", str(job.ckpt)], check=False)
+        subprocess.run(["umount", "-l", str(mounted)], check=False)
     return t
 
 
-def _mount_tmpfs(job: Job) -> bool:
-    """The checkpoint folder on a 32 MiB tmpfs of its own (root only); False where it can't be."""
-    assert job.ckpt is not None
-    job.ckpt.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(job.ckpt)],
+def _mount_tmpfs(folder: Path | None) -> Path | None:
+    """`folder` on a 32 MiB tmpfs of its own (root only); None where it can't be."""
+    assert folder is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(folder)],
                          capture_output=True, check=False)  # fmt: skip
-    return res.returncode == 0
+    return folder if res.returncode == 0 else None
 
 
 def main() -> int:

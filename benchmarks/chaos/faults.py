@@ -314,9 +314,8 @@ def disk_full(ctx: FaultContext) -> Shot:
         raise Missed("the checkpoint folder is not on its own filesystem")
     filler = ctx.job.ckpt / ".filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-    return Shot(
-        "fill the checkpoint filesystem", rerun=True, after=lambda: filler.unlink(missing_ok=True)
-    )
+    free = lambda: filler.unlink(missing_ok=True)  # noqa: E731
+    return Shot("fill the checkpoint filesystem", rerun=True, after=free)
 
 
 def double_kill(ctx: FaultContext) -> Shot:
@@ -373,9 +372,9 @@ class FaultContext:
     logs: Path | None = None  # the first run's log files (without suffix)
 
 
-#: fault name -> (function, which kinds it applies to)
-#: kinds with distrain's checkpoints on disk
-CHECKPOINTED = ("digits", "imagefolder", "fsdp", "ddp_small", "nodes_static", "nodes_elastic")
+CHECKPOINTED = ("digits", "imagefolder", "fsdp", "ddp_small", "memory", "nodes_static",
+                "nodes_elastic")  # kinds with distrain's checkpoints on disk  # fmt: skip
+#: fault name -> (function, which kinds it applies to); memory_faults.py adds the memory tier's
 FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]] = {
     "kill_rank": (kill_rank, lambda k: True),
     "kill_loader_worker": (kill_loader_worker, lambda k: k.loader_workers),
@@ -398,3 +397,4 @@ FAULTS: dict[str, tuple[Callable[[FaultContext], Shot], Callable[[Kind], bool]]]
 
 #: the faults under which the job runs with `--watchdog`
 WATCHED = ("stop_rank", "stop_rank_resumed")
+FAULTS.update(__import__("memory_faults").MEMORY_FAULTS)  # they use this module's helpers

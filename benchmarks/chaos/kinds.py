@@ -41,6 +41,8 @@ class Job:
     #: a file the job writes once it trained (kinds without distrain's checkpoints)
     marker: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: the memory tier's root (``DISTRAIN_MEMORY_DIR``), inside the trial's folder
+    memory: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,17 @@ class Kind:
                     "--data", str(work / "images"), "--arch", "resnet18", "--image-size", "32",
                     "--epochs", "2", "--batch-size", "4", "--workers", "2", "--out", str(out),
                     "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]  # fmt: skip
-        elif self.name in ("fsdp", "ddp_small"):  # FSDP2 (sharded checkpoints) or DDP, 2 ranks
+        elif self.name in ("fsdp", "ddp_small", "memory"):  # FSDP2 (sharded) or DDP, 2 ranks
             strategy = "fsdp" if self.name == "fsdp" else "ddp"
             argv = [*launcher, "-n", "2", *restarts, str(SCRIPTS / "ckpt_worker.py"),
                     "--strategy", strategy, "--epochs", "4", "--step-sleep", "0.1",
                     "--dir", str(ckpt), "--out", str(out / "final.pt"), "--fault-rank",
                     "-1", "--log-steps"]  # fmt: skip
+            if self.name == "memory":  # disk every 8 steps, a memory snapshot every step
+                mem = work / f"{name}-mem"
+                argv += ["--every", "8", "--memory-every", "1"]
+                env = {"DISTRAIN_MEMORY_DIR": str(mem)}
+                return Job(argv, ckpt, out, run_dir, env=env, memory=mem)
         elif self.name == "rehearsal":  # a CUDA/NCCL script under --cpu, its own snapshots
             # 400 epochs: with 40 the training after the first snapshot took ~2 s of a ~11 s
             # job, so most faults aimed at a rank found the job already past its ranks (missed)
@@ -206,6 +213,24 @@ def _flat(value: object, key: str) -> list[tuple[str, str]]:
     return []
 
 
+#: a script's default `--every` (tests/scripts/; its kinds do not pass one)
+SCRIPT_EVERY = {"ckpt_worker.py": 4, "elastic_samples.py": 2}
+
+
+def interval(job: Job) -> int | None:
+    """The steps between two checkpoints of the job, the finest tier's (memory K, else disk N:
+    `--memory-every`, `--checkpoint-every`, `--every`); None: no distrain checkpoint."""
+    if job.ckpt is None:
+        return None
+    argv = job.nodes[0] if job.nodes else job.argv
+    given = [int(argv[i + 1]) for i, a in enumerate(argv[:-1])
+             if a in ("--memory-every", "--checkpoint-every", "--every")
+             and argv[i + 1].isdigit() and int(argv[i + 1]) > 0]  # fmt: skip
+    if not given:
+        given = [n for script, n in SCRIPT_EVERY.items() if any(a.endswith(script) for a in argv)]
+    return min(given) if given else None
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -242,6 +267,7 @@ KINDS = {
         Kind("imagefolder", loader_workers=True),
         Kind("fsdp"),
         Kind("ddp_small"),  # the suite's slice: the smallest restart-based job
+        Kind("memory"),  # ddp_small with the memory tier: disk every 8, memory every step
         Kind("rehearsal"),
         Kind("replicas", replicas=True),
         Kind("replicas_fsdp", replicas=True),

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinds import SAMPLES_OK, Job, Kind, replica_verdict
+from kinds import SAMPLES_OK, Job, Kind, interval, replica_verdict
 from stops import documented
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
@@ -28,9 +28,12 @@ CAUSE_WORDS = ("failed", "error", "stopped", "frozen", "not restarted", "ended")
 #: verdicts that keep the promise ("missed": the fault hit nothing, counted apart)
 GOOD = ("healed", "stopped", "missed")
 #: verdicts that break it, in the order they are reported when several apply
-BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost checkpoint",
-       "undocumented stop", "no cause", "rerun stopped", "no result",
-       "refused its own checkpoint")  # fmt: skip
+BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost steps",
+       "lost checkpoint", "memory left", "undocumented stop", "no cause", "rerun stopped",
+       "no result", "refused its own checkpoint")  # fmt: skip
+#: faults that destroy the newest checkpoint (disk or memory) on purpose: the resume may come from
+#: the one before it, one interval older
+DESTROY_NEWEST = ("corrupt_newest", "corrupt_memory")
 #: what a loader that refuses a checkpoint says (issue 41's defect on a world change)
 REFUSED = "cannot resume loader"
 #: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
@@ -166,10 +169,48 @@ def judge(
         detail = (detail + "; " if detail else "") + f"node exits {exits}"
     if leftovers:
         detail = (detail + "; " if detail else "") + "left: " + ", ".join(leftovers)
+    if last.rc == 0 and (kept := memory_left(job)):  # the tier's promise after a good end
+        problems.append("memory left")
+        detail = (detail + "; " if detail else "") + "memory folder holds: " + ", ".join(kept)
     if problems:
         first = next(p for p in BAD if p in problems)
         return Verdict(first, detail, problems)
     return Verdict(word, detail)
+
+
+def memory_left(job: Job) -> list[str]:
+    """The memory tier's folders and files still under the job's memory root (``distrain-mem-*``:
+    the tier removes its folder after a good end; a fault's own filler beside it is not the
+    tier's)."""
+    if job.memory is None or not job.memory.is_dir():
+        return []
+    return sorted(str(p.relative_to(job.memory)) for d in job.memory.glob("distrain-mem-*")
+                  for p in [d, *d.rglob("*")])[:4]  # fmt: skip
+
+
+def lost_bound(job: Job, fault: str | None) -> int | None:
+    """The most steps a fault may cost the job: its checkpoint interval N (the finest tier's:
+    memory K where the kind has one) plus 1 in flight (a step logged whose save had not ended);
+    2N + 1 where the fault destroys the newest checkpoint on purpose (the one before it resumes).
+    None: the job has no distrain checkpoint."""
+    every = interval(job)
+    if every is None:
+        return None
+    return (2 if fault in DESTROY_NEWEST else 1) * every + 1
+
+
+def lost_steps_verdict(verdict: Verdict, job: Job, fault: str | None,
+                       lost: int | None) -> Verdict:  # fmt: skip
+    """`verdict`, or "lost steps" when a trial that kept the promise lost more steps than its
+    bound (lost_bound).  `lost` None (recovery.py says why: a missed fault, a replica kind that
+    heals from a live group, a kind without distrain's checkpoints or step records) is not
+    checked: there is no measured figure to hold to the bound."""
+    bound = lost_bound(job, fault)
+    if not verdict.ok or lost is None or bound is None or lost <= bound:
+        return verdict
+    why = f"lost {lost} steps, more than {bound} (checkpoint interval {interval(job)}, +1)"
+    return Verdict("lost steps", f"{why}; {verdict.detail}" if verdict.detail else why,
+                   [*verdict.problems, "lost steps"])  # fmt: skip
 
 
 def _undocumented(

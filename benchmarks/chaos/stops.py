@@ -67,6 +67,14 @@ DISK_FULL = Stop(
     (1,),
     re.compile(r"^distrain run: job failed: .*(CheckpointError|No space left)"),
 )
+#: docs/checkpointing.md "Memory tier": a restart whose tmpfs cannot hold the snapshots refuses
+#: at start in one line (`memory snapshots need about … MiB in …`); the snapshot that found it
+#: full failed first (`memory snapshot failed` / Errno 28)
+MEMORY_FULL = Stop(
+    "the memory tier's tmpfs full",
+    (1,),
+    re.compile(r"^distrain run: job failed\b.*(memory snapshots? (need|failed)|No space left)"),
+)
 #: kill_any_process may hit what no other fault does (the fork server, a group's launcher): the
 #: agent names the process the fault SIGKILLed
 SIGKILLED = Stop(
@@ -86,6 +94,8 @@ STOPS: dict[str, tuple[Stop, ...]] = {
     "kill_lighthouse": (LIGHTHOUSE,),
     "kill_lighthouse_in_heal": (LIGHTHOUSE,),
     "disk_full": (DISK_FULL,),
+    "memory_full": (MEMORY_FULL,),
+    "corrupt_memory": (KILLED,),
     "stop_rank": (WATCHDOG,),
     "stop_rank_resumed": (WATCHDOG,),
     "kill_any_process": (LIGHTHOUSE, SIGKILLED, *NODE_LOSS),

@@ -1,0 +1,99 @@
+"""The memory tier's faults (kind ``memory``: snapshots every step in ``DISTRAIN_MEMORY_DIR``,
+inside the trial's folder; src/distrain/checkpoint/memory_tier/).
+
+- ``kill_rank_in_snapshot``: a rank SIGKILLed while it writes a snapshot. Caught as fault_save.py
+  catches a save: the rank is stopped (SIGSTOP) for a look every few milliseconds, and killed when
+  the look finds its snapshot's temporary file (``r<rank>-s<step>.pt.part`` or its record's);
+  otherwise let go. The others are a step ahead; the job must resume from a step all hold.
+- ``corrupt_memory``: the launcher killed (ranks stopped a moment before, faults._kill_frozen),
+  then one byte of a rank's newest snapshot flipped; the rerun must skip it with one line and
+  resume from the next valid step (an older snapshot, or the disk).
+- ``memory_full``: the memory root (a 32 MiB tmpfs of its own, campaign._mount_tmpfs) filled by
+  another writer. A snapshot then fails on that rank, and every restart refuses at start in one
+  line (docs/checkpointing.md "Memory tier": ``memory snapshots need about … MiB``); the filler
+  is removed before the rerun, which resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+from fault_save import _stopped
+from faults import TITLE, FaultContext, Missed, Shot, _kill_frozen, _quiet, ranks
+
+#: how long kill_rank_in_snapshot looks for a snapshot under way before the trial is missed
+LOOK_S = 30.0
+
+
+def _own(ctx: FaultContext) -> list[Path]:
+    """The job's ``own/`` folders under its memory root (one per checkpoint directory)."""
+    if ctx.job.memory is None:
+        raise Missed("the kind has no memory tier")
+    return sorted(ctx.job.memory.glob("distrain-mem-*/own"))
+
+
+def kill_rank_in_snapshot(ctx: FaultContext) -> Shot:
+    """SIGKILL of a rank while its memory snapshot is being written."""
+    found = ranks(ctx.trial)
+    if not found:
+        raise Missed("no rank was running")
+    proc = ctx.rng.choice(found)
+    m = TITLE.search(" ".join(proc.cmdline()))
+    rank = int(m.group(1)) if m else 0
+    deadline, looks = time.monotonic() + LOOK_S, 0
+    while time.monotonic() < deadline:
+        try:
+            proc.send_signal(signal.SIGSTOP)
+            looks += 1
+            if not _stopped(proc):
+                proc.send_signal(signal.SIGCONT)
+                continue
+            parts = [p for d in _own(ctx) for p in d.glob(f"r{rank:05d}-s*.part")]
+            if parts:
+                proc.send_signal(signal.SIGKILL)
+                return Shot(f"SIGKILL rank {rank} (pid {proc.pid}) while it wrote "
+                            f"{parts[0].name} (look {looks})")  # fmt: skip
+            proc.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:
+            raise Missed(f"rank {rank} ended before a snapshot was caught") from None
+        time.sleep(ctx.rng.uniform(0.0005, 0.003))  # a snapshot is ~1 ms of a ~100 ms step
+    _quiet(proc.send_signal, signal.SIGCONT)
+    raise Missed(f"no snapshot under way in {looks} looks over {LOOK_S:.0f} s")
+
+
+def corrupt_memory(ctx: FaultContext) -> Shot:
+    """SIGKILL of the launcher, then one byte of a rank's newest memory snapshot flipped."""
+    _kill_frozen(ctx, ctx.launchers)
+    left = ctx.wait_gone()  # ranks that outlive their launcher are leftovers (faults.py)
+    snaps = sorted((p for d in _own(ctx) for p in d.glob("r*-s*.pt")), key=lambda p: p.name[8:])
+    if not snaps:  # the job had ended well (the tier removed them) or not snapshotted yet
+        raise Missed("no memory snapshot to corrupt (the launcher was SIGKILLed)")
+    newest = snaps[-1].name[8:]
+    victim = ctx.rng.choice([p for p in snaps if p.name[8:] == newest])
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    return Shot(f"SIGKILL the launcher, corrupt memory snapshot {victim.name}", rerun=True,
+                left=left)  # fmt: skip
+
+
+def memory_full(ctx: FaultContext) -> Shot:
+    """The memory root's filesystem filled by another writer; freed before a rerun."""
+    if ctx.job.memory is None or not os.path.ismount(ctx.job.memory):
+        raise Missed("the memory root is not on its own filesystem")
+    filler = ctx.job.memory / ".filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+    free = lambda: filler.unlink(missing_ok=True)  # noqa: E731
+    return Shot("fill the memory tier's tmpfs", rerun=True, after=free)
+
+
+MEMORY_FAULTS = {
+    "kill_rank_in_snapshot": (kill_rank_in_snapshot, lambda k: k.name == "memory"),
+    "corrupt_memory": (corrupt_memory, lambda k: k.name == "memory"),
+    "memory_full": (memory_full, lambda k: k.name == "memory"),
+}
