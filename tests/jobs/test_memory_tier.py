@@ -205,3 +205,38 @@ def test_a_job_without_the_tier_loads_none_of_its_modules(tmp_path: Path) -> Non
     result = run([*DISTRAIN[:1], "-c", code], timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_a_memory_root_not_made_yet_is_made_not_refused(tmp_path: Path, mem_root: Path) -> None:
+    """DISTRAIN_MEMORY_DIR that does not exist yet: the node's first rank makes it; every other
+    rank measures its room only after that (it measured a missing folder as 0 MiB free and the
+    job refused at start, 1 of 2 uninterrupted runs of the chaos campaign's memory kind)."""
+    root = mem_root / "not" / "made"
+    cmd = ["-n", "4", WORKER, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x.pt"),
+           "--global-batch", "16", *ARGS, "--memory-every", "1"]  # fmt: skip
+    result = distrain_run(*cmd, timeout=JOB_TIMEOUT, env={"DISTRAIN_MEMORY_DIR": str(root)})
+    ok(result)
+    assert "memory snapshots need" not in result.stderr
+    assert job_folders(root) == []  # removed after the good end
+
+
+def test_a_full_tmpfs_is_refused_in_one_line(tmp_path: Path, mem_root: Path) -> None:
+    """A memory root whose tmpfs another writer filled (the chaos campaign's memory_full, at a
+    restart): the node's first rank cannot even write the folder's owner file; the job still
+    refuses in the one line, naming why (before: an OSError traceback from that write)."""
+    small = mem_root / "full"
+    small.mkdir()
+    cmd = [*DISTRAIN, "-n", "2", WORKER, "--dir", str(tmp_path / "ckpt"), "--out",
+           str(tmp_path / "x.pt"), *ARGS, "--memory-every", "1"]  # fmt: skip
+    fill = f'dd if=/dev/zero of="{small}/.filler" bs=64k 2>/dev/null'
+    mounted = ["unshare", "-m", "sh", "-c",
+               f'mount -t tmpfs -o size=4m tmpfs "{small}" && {{ {fill}; exec "$@"; }}', "sh",
+               *cmd]  # fmt: skip
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespaces here: {probe.stderr.decode().strip()}")
+    result = run(mounted, timeout=JOB_TIMEOUT, env={"DISTRAIN_MEMORY_DIR": str(small)})
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if "memory snapshots need about" in ln]
+    assert lines and "No space left on device" in lines[-1], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "finished at step" not in result.stdout

@@ -151,13 +151,20 @@ class MemoryTier:
             group = dist.new_group(backend="gloo")
             assert isinstance(group, dist.ProcessGroup)
             self.group = group
+        failed = None  # a full tmpfs fails these small writes first: refused below in one line
         if self.process.local_rank == 0:
-            sweep(self.place.root, self.folder)
-            os.makedirs(self.own, exist_ok=True)
-            for sub in ("own", "peer"):  # a rank killed mid-write (its node's ranks wait below)
-                remove_partial(os.path.join(self.folder, sub))
-            owner = f"{peers.process_identity().rsplit(':', 1)[0]}:{self.place.owner_pid}"
-            atomic_write(os.path.join(self.folder, "owner"), lambda f: f.write(owner.encode()))
+            try:
+                sweep(self.place.root, self.folder)
+                os.makedirs(self.own, exist_ok=True)
+                for sub in ("own", "peer"):  # a rank killed mid-write (the node's ranks wait)
+                    remove_partial(os.path.join(self.folder, sub))
+                owner = f"{peers.process_identity().rsplit(':', 1)[0]}:{self.place.owner_pid}"
+                atomic_write(os.path.join(self.folder, "owner"), lambda f: f.write(owner.encode()))
+            except OSError as err:
+                failed = f"{type(err).__name__}: {err.strerror or err}"
+        # the folder (and a DISTRAIN_MEMORY_DIR not made yet) exists for every rank of the node
+        # before they measure its room: a missing root measured 0 MiB free, and the job refused
+        self.process.barrier()
         need = (
             _estimate(reg)
             * (KEEP + 1)
@@ -166,14 +173,14 @@ class MemoryTier:
         )
         free = shutil.disk_usage(self.place.root).free if os.path.isdir(self.place.root) else 0
         existing = size_of(self.folder)  # the snapshots it holds are replaced, not added
-        short = self.process.gather_object(need > free + existing)  # all refuse, or none
-        if any(short):
+        views = self.process.gather_object((need > free + existing, failed))  # all refuse, or none
+        failed = next((why for _, why in views if why), None)
+        if failed or any(short for short, _ in views):
             raise CheckpointError(
                 f"memory snapshots need about {need / 2**20:.1f} MiB in {self.place.root}, which "
-                f"has {free / 2**20:.1f} MiB free: give tmpfs more room (--shm-size), set "
-                "DISTRAIN_MEMORY_DIR, or drop memory_every_steps"
+                f"has {free / 2**20:.1f} MiB free{f' ({failed})' if failed else ''}: give tmpfs "
+                "more room (--shm-size), set DISTRAIN_MEMORY_DIR, or drop memory_every_steps"
             )
-        self.process.barrier()  # the folder exists for every rank of the node
         os.makedirs(self.own, exist_ok=True)
         self.started = True
         if self.process.num_nodes > 1 and self.group is not None:
@@ -273,7 +280,10 @@ class MemoryTier:
             "buffers": reg.local_buffers(),
         }
         if not self.background:
-            self._write(step, record)
+            try:
+                self._write(step, record)
+            except (OSError, RuntimeError) as err:  # a full tmpfs: torch.save's RuntimeError
+                raise self._failed(err) from err
             return
         record = _to_cpu_copy(record, self._cache, "m")  # the loop may change the live tensors now
         self._thread = threading.Thread(
@@ -311,7 +321,16 @@ class MemoryTier:
             self._thread = None
         if self._error is not None:
             err, self._error = self._error, None
-            raise CheckpointError(f"memory snapshot failed: {type(err).__name__}: {err}") from err
+            raise self._failed(err) from err
+
+    def _failed(self, err: BaseException) -> CheckpointError:
+        """The one line of a snapshot that failed, with the room left (a full tmpfs shows as
+        torch.save's ``unexpected pos``, not as ENOSPC)."""
+        free = shutil.disk_usage(self.place.root).free / 2**20
+        return CheckpointError(
+            f"memory snapshot failed: {type(err).__name__}: {err} ({free:.1f} MiB free in "
+            f"{self.place.root})"
+        )
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self, ended_well: bool) -> None:
