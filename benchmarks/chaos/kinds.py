@@ -217,18 +217,26 @@ def _flat(value: object, key: str) -> list[tuple[str, str]]:
 SCRIPT_EVERY = {"ckpt_worker.py": 4, "elastic_samples.py": 2}
 
 
-def interval(job: Job) -> int | None:
-    """The steps between two checkpoints of the job, the finest tier's (memory K, else disk N:
-    `--memory-every`, `--checkpoint-every`, `--every`); None: no distrain checkpoint."""
+def intervals(job: Job) -> tuple[int, int | None] | None:
+    """The steps between two disk checkpoints (`--checkpoint-every`, `--every`, or the script's
+    default) and between two memory snapshots (`--memory-every`; None: no memory tier); None:
+    no distrain checkpoint."""
     if job.ckpt is None:
         return None
     argv = job.nodes[0] if job.nodes else job.argv
-    given = [int(argv[i + 1]) for i, a in enumerate(argv[:-1])
-             if a in ("--memory-every", "--checkpoint-every", "--every")
-             and argv[i + 1].isdigit() and int(argv[i + 1]) > 0]  # fmt: skip
-    if not given:
-        given = [n for script, n in SCRIPT_EVERY.items() if any(a.endswith(script) for a in argv)]
-    return min(given) if given else None
+    given = {a: int(argv[i + 1]) for i, a in enumerate(argv[:-1])
+             if a.startswith("--") and argv[i + 1].isdigit() and int(argv[i + 1]) > 0}  # fmt: skip
+    disk = given.get("--checkpoint-every", given.get("--every"))
+    if disk is None:
+        disk = next((n for script, n in SCRIPT_EVERY.items() if any(a.endswith(script)
+                     for a in argv)), None)  # fmt: skip
+    return None if disk is None else (disk, given.get("--memory-every"))
+
+
+def interval(job: Job) -> int | None:
+    """The steps between two checkpoints of the finest tier (memory K where the kind has one)."""
+    tiers = intervals(job)
+    return None if tiers is None else min(t for t in tiers if t is not None)
 
 
 def _port() -> int:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinds import SAMPLES_OK, Job, Kind, interval, replica_verdict
+from kinds import SAMPLES_OK, Job, Kind, interval, intervals, replica_verdict
 from stops import documented
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
@@ -31,9 +31,6 @@ GOOD = ("healed", "stopped", "missed")
 BAD = ("hung", "leftovers", "diverged", "not resumed", "lost work", "lost steps",
        "lost checkpoint", "memory left", "undocumented stop", "no cause", "rerun stopped",
        "no result", "refused its own checkpoint")  # fmt: skip
-#: faults that destroy the newest checkpoint (disk or memory) on purpose: the resume may come from
-#: the one before it, one interval older
-DESTROY_NEWEST = ("corrupt_newest", "corrupt_memory")
 #: what a loader that refuses a checkpoint says (issue 41's defect on a world change)
 REFUSED = "cannot resume loader"
 #: the checkpointer's line on rank 0 after a resume (checkpoint/checkpointer.py)
@@ -189,14 +186,18 @@ def memory_left(job: Job) -> list[str]:
 
 
 def lost_bound(job: Job, fault: str | None) -> int | None:
-    """The most steps a fault may cost the job: its checkpoint interval N (the finest tier's:
-    memory K where the kind has one) plus 1 in flight (a step logged whose save had not ended);
-    2N + 1 where the fault destroys the newest checkpoint on purpose (the one before it resumes).
+    """The most steps a fault may cost the job: the finest tier's interval (memory K where the
+    kind has one, else the disk's N) plus 1 in flight (a step logged whose save had not ended);
+    where the fault destroys the newest checkpoint of a tier on purpose, that tier's interval
+    more (the one before it resumes: 2N + 1 on disk alone; a disk checkpoint corrupted at the
+    end of a memory kind, whose tier removed its snapshots after the good end, N + K + 1).
     None: the job has no distrain checkpoint."""
-    every = interval(job)
-    if every is None:
+    tiers = intervals(job)
+    if tiers is None:
         return None
-    return (2 if fault in DESTROY_NEWEST else 1) * every + 1
+    disk, memory = tiers
+    destroyed = {"corrupt_newest": disk, "corrupt_memory": memory or 0}.get(fault or "", 0)
+    return min(disk, memory or disk) + 1 + destroyed
 
 
 def lost_steps_verdict(verdict: Verdict, job: Job, fault: str | None,
@@ -208,7 +209,7 @@ def lost_steps_verdict(verdict: Verdict, job: Job, fault: str | None,
     bound = lost_bound(job, fault)
     if not verdict.ok or lost is None or bound is None or lost <= bound:
         return verdict
-    why = f"lost {lost} steps, more than {bound} (checkpoint interval {interval(job)}, +1)"
+    why = f"lost {lost} steps, more than {bound} (finest checkpoint interval {interval(job)})"
     return Verdict("lost steps", f"{why}; {verdict.detail}" if verdict.detail else why,
                    [*verdict.problems, "lost steps"])  # fmt: skip
 

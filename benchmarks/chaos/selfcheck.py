@@ -79,6 +79,10 @@ BREAKS = (
           kind="nodes_elastic_batch", fault="kill_node_launcher", seed=15),
     Break("atomic_save_off", "DISTRAIN_ATOMIC_SAVE=0, the launcher killed while the script saves",
           env={"DISTRAIN_ATOMIC_SAVE": "0"}, kind="rehearsal", fault="kill_launcher_in_save"),
+    Break("memory_not_used", "a restart ignores the memory snapshots and resumes from the disk "
+          "(8 steps apart): from the newest valid checkpoint, but losing up to 8 steps",
+          ((f"{CKPT}/memory_tier/tier.py", "        step = max(common, default=None)",
+            "        step = None"),), kind="memory", seed=30),  # trial 0: a kill at step 11+
     Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
           "environment, closes its fds and renames itself",
           (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",

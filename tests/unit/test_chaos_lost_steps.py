@@ -72,12 +72,16 @@ def test_each_kinds_interval_is_read_from_its_command(tmp_path: Path) -> None:
         ("memory", "kill_rank", 23, 16, "lost steps"),  # resumed from the disk (every 8)
         ("memory", "corrupt_memory", 23, 20, "healed"),  # the newest snapshot destroyed: 3
         ("memory", "corrupt_memory", 23, 19, "lost steps"),
+        # the final disk checkpoint corrupted after the tier removed its snapshots (a good end)
+        ("memory", "corrupt_newest", 32, 24, "healed"),  # 8 + 1 + 1
+        ("memory", "corrupt_newest", 32, 21, "lost steps"),
     ],
 )
 def test_a_healed_trial_that_lost_more_than_its_interval_is_bad(
     tmp_path: Path, kind: str, fault: str, at_fault: int, resumed: int, word: str
 ) -> None:
-    """The bound: the interval + 1 (2 intervals + 1 where the fault destroys the newest)."""
+    """The bound: the finest interval + 1, and the destroyed tier's interval more where the fault
+    destroys its newest checkpoint."""
     verdict = _judged(tmp_path, kind, fault, at_fault, resumed)
     assert verdict.word == word, verdict
     assert verdict.ok == (word == "healed")
