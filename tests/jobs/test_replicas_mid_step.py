@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,17 @@ def _batches(group: int) -> list[str]:
     return [hashlib.sha256(x[i].numpy().tobytes()).hexdigest()[:12] for i in order]
 
 
+def _job(tmp_path: Path, out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    out.mkdir()
+    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1",
+           str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(tmp_path / "ckpt"),
+           "--steps", "30", "--every", "1", "--every-of", "0:5", "--ctx-steps", "--trace",
+           "--kill", "18:0:0", "--kill", "18:1:0",
+           "--hold-restarted", f"16:0:{out}/restoring.1.0.1",
+           "--hold-start", f"1:1:{out}/held.0.16", *options]  # fmt: skip
+    return run(cmd, timeout=280, env={"DISTRAIN_FT_START_WAIT": "1"})
+
+
 @pytest.mark.timeout(300)
 def test_a_group_healed_mid_step_draws_the_source_groups_batches(tmp_path: Path) -> None:
     """Group 0 heals from group 1 inside a step, two steps and two batches behind: its loader
@@ -50,14 +63,7 @@ def test_a_group_healed_mid_step_draws_the_source_groups_batches(tmp_path: Path)
     both groups) and the groups end at step 30 with equal states, where before group 0 said
     "healed mid-epoch; its loader stays at …" and the end check failed."""
     out = tmp_path / "out"
-    out.mkdir()
-    cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1",
-           str(SCRIPTS / "replica_job.py"), "--out", str(out), "--dir", str(tmp_path / "ckpt"),
-           "--steps", "30", "--every", "1", "--every-of", "0:5", "--ctx-steps", "--trace",
-           "--kill", "18:0:0", "--kill", "18:1:0",
-           "--hold-restarted", f"16:0:{out}/restoring.1.0.1",
-           "--hold-start", f"1:1:{out}/held.0.16"]  # fmt: skip
-    res = run(cmd, timeout=280, env={"DISTRAIN_FT_START_WAIT": "1"})
+    res = _job(tmp_path, out)
     err = res.stderr
     assert res.returncode == 0, err[-4000:]
     resumed = [tuple(map(int, line.split())) for line in (out / "resumed").read_text().splitlines()]
@@ -87,3 +93,22 @@ def test_a_group_healed_mid_step_draws_the_source_groups_batches(tmp_path: Path)
     }
     assert finals[0]["step"] == finals[1]["step"] == 30
     assert finals[0]["params"] == finals[1]["params"], finals
+
+
+@pytest.mark.timeout(300)
+def test_a_loader_of_the_scripts_own_stops_the_group_at_a_mid_step_heal(tmp_path: Path) -> None:
+    """The same order with a resumable DataLoader the script built itself: distrain cannot move
+    it under the running loop, so group 0 stops at the heal with one line and restarts (healing
+    before its loop) instead of training on at its own position to a failed end check."""
+    res = _job(tmp_path, tmp_path / "out", "--own-loader")
+    err = res.stderr
+    assert res.returncode == 0, err[-4000:]
+    line = re.search(
+        r"replica group 0 healed from group 1 inside a step, and its loader 'loader' \(not one "
+        r"of ctx.prepare_loader's\) cannot move from \{'drawn': (\d+)\} to \{'drawn': (\d+)\} "
+        r"under a running loop: the group restarts",
+        err,
+    )
+    assert line and 16 <= int(line[1]) < int(line[2]), err[-4000:]
+    assert len(re.findall("cannot move from", err)) == 1, err[-4000:]  # once, then healed before
+    assert "replica groups 0, 1 ended at step 30 with equal states" in err, err[-4000:]

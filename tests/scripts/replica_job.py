@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from exit_threads import report_at_exit
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 import distrain
 
@@ -40,6 +40,12 @@ p.add_argument(
     "--ctx-steps",
     action="store_true",
     help="count steps with ctx.steps (the job's step: healed too) instead of one per commit",
+)
+p.add_argument(
+    "--own-loader",
+    action="store_true",
+    help="a resumable DataLoader of the script's own (it counts its batches), not "
+    "ctx.prepare_loader's: distrain cannot move it under a running loop",
 )
 p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--kill-at", type=int, default=-1)
@@ -179,7 +185,29 @@ torch.manual_seed(
 model = ctx.prepare_model(
     nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)), strategy=args.strategy
 )
-loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
+
+
+class CountingLoader(DataLoader):
+    """The script's own resumable loader: its state is the number of batches it handed out."""
+
+    drawn = 0
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.drawn += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drawn = state["drawn"]
+
+
+if args.own_loader:
+    loader = CountingLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+else:
+    loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
 every = args.every
