@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from exit_threads import report_at_exit
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 import distrain
 
@@ -31,6 +31,22 @@ p.add_argument("--out", required=True)
 p.add_argument("--dir", required=True, help="checkpoint directory")
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--every", type=int, default=0, help="save a checkpoint every N steps")
+p.add_argument(
+    "--every-of",
+    default="",
+    help="GROUP:N: that group saves every N steps instead (the groups' disks hold other steps)",
+)
+p.add_argument(
+    "--ctx-steps",
+    action="store_true",
+    help="count steps with ctx.steps (the job's step: healed too) instead of one per commit",
+)
+p.add_argument(
+    "--own-loader",
+    action="store_true",
+    help="a resumable DataLoader of the script's own (it counts its batches), not "
+    "ctx.prepare_loader's: distrain cannot move it under a running loop",
+)
 p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-group", type=int, default=1)
@@ -77,6 +93,13 @@ p.add_argument(
     "before its restore)",
 )
 p.add_argument(
+    "--hold-restarted",
+    action="append",
+    default=[],
+    help="STEP:GROUP:FILE (repeatable): as --hold, in a restarted process only; it leaves "
+    "held.<group>.<step> in --out when it starts waiting",
+)
+p.add_argument(
     "--hold-failed",
     action="append",
     default=[],
@@ -101,7 +124,8 @@ p.add_argument(
 p.add_argument(
     "--trace",
     action="store_true",
-    help="trace.<group>.<rank>.<pid>: per step, the counters and a hash of the local state",
+    help="trace.<group>.<rank>.<pid>: per step, the counters, a hash of the batch and one of "
+    "the local state",
 )
 args = p.parse_args()
 kills = {tuple(int(v) for v in spec.split(":")) for spec in args.kill}
@@ -161,10 +185,35 @@ torch.manual_seed(
 model = ctx.prepare_model(
     nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3)), strategy=args.strategy
 )
-loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
+
+
+class CountingLoader(DataLoader):
+    """The script's own resumable loader: its state is the number of batches it handed out."""
+
+    drawn = 0
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.drawn += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drawn = state["drawn"]
+
+
+if args.own_loader:
+    loader = CountingLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+else:
+    loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=8, seed=3)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.9)
-ckpt = ctx.checkpointer(args.dir, every_steps=args.every)
+every = args.every
+if args.every_of and int(args.every_of.split(":")[0]) == group:
+    every = int(args.every_of.split(":")[1])
+ckpt = ctx.checkpointer(args.dir, every_steps=every)
 open(os.path.join(args.out, f"restoring.{group}.{ctx.rank}.{attempt}"), "w").close()
 step = ckpt.restore(model=model, optimizer=opt, scheduler=sched, loader=loader).step
 with open(os.path.join(args.out, "resumed"), "a") as f:
@@ -211,11 +260,12 @@ def _digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def _trace(step: int, committed: bool) -> None:
+def _trace(step: int, committed: bool, xb: torch.Tensor) -> None:
     m = replicas.manager
+    batch = hashlib.sha256(xb.detach().cpu().numpy().tobytes()).hexdigest()[:12]
     with open(os.path.join(args.out, f"trace.{group}.{ctx.rank}.{os.getpid()}"), "a") as f:
         f.write(
-            f"{step} {m.current_step()} {int(committed)} {m.num_participants()} "
+            f"{step} {m.current_step()} {int(committed)} {m.num_participants()} {batch} "
             f"{loader.state_dict()} {_digest()}\n"
         )
 
@@ -243,12 +293,12 @@ while step < args.steps:
             ):
                 with open(first, "w") as f:  # how many groups took this process's first step
                     f.write(f"{step} {replicas.manager.num_participants()}\n")
-            step += 1
+            step = ctx.steps if args.ctx_steps else step + 1
             sched.step()
             ctx.log(loss=loss)  # for distrain top (a no-op without --run-dir)
         ckpt.maybe_save(step)
         if args.trace:
-            _trace(step, committed)
+            _trace(step, committed, xb)
         if not args.kill_in_backward:
             kill_now(step)
         if step == args.hold_for_restart:
@@ -256,6 +306,11 @@ while step < args.steps:
         for spec in args.hold:
             at, g_, path = spec.split(":", 2)
             if (int(at), int(g_)) == (step, group):
+                wait_for_file(path)
+        for spec in args.hold_restarted if attempt > 0 else []:
+            at, g_, path = spec.split(":", 2)
+            if (int(at), int(g_)) == (step, group):
+                open(os.path.join(args.out, f"held.{group}.{step}"), "w").close()
                 wait_for_file(path)
         for spec in args.hold_failed if not committed else []:
             at, g_, path = spec.split(":", 2)

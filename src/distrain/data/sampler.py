@@ -84,6 +84,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.accumulation = accumulation
         self.epoch = 0
         self.start_sample = 0  # samples of the current epoch's permutation consumed (resume)
+        self.skip = 0  # micro-batches of the start step handed out already (a mid-step move)
 
     @property
     def global_batch_size(self) -> int:
@@ -108,20 +109,22 @@ class GlobalBatchSampler(Sampler[list[int]]):
         return (self.dataset_len - self.start_sample) // self.global_batch_size
 
     def __len__(self) -> int:
-        return self.steps_left() * self.accumulation
+        return max(0, self.steps_left() * self.accumulation - self.skip)
 
     def __iter__(self) -> Iterator[list[int]]:
         order, gbs, bs = self._order(), self.global_batch_size, self.batch_size
         for step in range(self.steps_left()):
             # this rank's slice of the step's global batch, in `accumulation` micro-batches
             mine = self.start_sample + step * gbs + self.rank * bs * self.accumulation
-            for micro in range(self.accumulation):
+            for micro in range(self.skip if step == 0 else 0, self.accumulation):
                 yield order[mine + micro * bs : mine + (micro + 1) * bs]
 
-    def set_epoch(self, epoch: int, start_step: int = 0, start_sample: int | None = None) -> None:
+    def set_epoch(
+        self, epoch: int, start_step: int = 0, start_sample: int | None = None, skip: int = 0
+    ) -> None:
         """Select the epoch (reshuffles) and where to start in it: a sample, or a step of this
-        global batch."""
-        self.epoch = epoch
+        global batch; `skip` micro-batches of that step were handed out already."""
+        self.epoch, self.skip = epoch, skip
         self.start_sample = (
             start_step * self.global_batch_size if start_sample is None else start_sample
         )
@@ -190,6 +193,10 @@ class DistributedLoader(DataLoader):
         #: the micro-batch last handed out, counted in its step from 0 (global_batch=: with
         #: ``ctx.accumulate(model, loader.micro_step, loader.accumulation)``)
         self.micro_step = 0
+        self._live = False  # an iterator of this loader is between two batches
+        #: set by continue_from while live: the micro-batches of the step handed out already;
+        #: the iterator drops what it prefetched and goes on from the new position
+        self._moved: int | None = None
 
     #: called with the perf_counter() time a batch was asked for, once it is handed out
     #: (the step breakdown's data time: distrain.monitor.breakdown); None: not timed
@@ -207,18 +214,31 @@ class DistributedLoader(DataLoader):
         """True when the batch last handed out completes a global batch: step the optimizer."""
         return self.micro_step == self.accumulation - 1
 
-    # batches, not torch's iterator object
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        sampler, gbs = self.global_sampler, self.global_sampler.global_batch_size
-        sampler.set_epoch(self.epoch, start_sample=self.sample_in_epoch)
+    def _batches(self, skip: int = 0) -> Iterator[Any]:
+        # torch's iterator from the current position (persistent workers: the same one, reset,
+        # its prefetched batches dropped)
+        sampler = self.global_sampler
+        sampler.set_epoch(self.epoch, start_sample=self.sample_in_epoch, skip=skip)
         if self.generator is not None:  # worker seeds differ per epoch, same on resume
             self.generator.manual_seed(sampler.seed * 1_000_003 + self.epoch)
-        batches, on_data, bar = super().__iter__(), self.on_data, self.bar
-        if bar is not None:
-            bar.start(self.epoch, self.step_in_epoch, self.step_in_epoch + sampler.steps_left())
+        if self.bar is not None:
+            self.bar.start(
+                self.epoch, self.step_in_epoch, self.step_in_epoch + sampler.steps_left()
+            )
+        return super().__iter__()
+
+    # batches, not torch's iterator object
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        gbs = self.global_sampler.global_batch_size
+        self._moved = None
+        batches, on_data, bar = self._batches(), self.on_data, self.bar
+        self._live = True
         try:
             handed = 0
             while True:
+                if self._moved is not None:  # a heal moved this loader: go on from there
+                    handed, self._moved = self._moved, None
+                    batches = self._batches(skip=handed)
                 asked = perf_counter() if on_data is not None else 0.0
                 try:
                     batch = next(batches)
@@ -235,10 +255,27 @@ class DistributedLoader(DataLoader):
                         bar.advance()
                 yield batch
         finally:  # also when the loop is left early: the bar never outlives its epoch
+            self._live = False
             if bar is not None:
                 bar.stop()
         self.epoch += 1
         self.step_in_epoch = self.sample_in_epoch = 0
+
+    def continue_from(self, state: dict[str, Any]) -> None:
+        """Take `state`, a loader's position at the start of the step in flight, as this step's
+        start, the micro-batches this loader handed out in the step as the step's first ones.
+
+        A replica group healed inside a step (worker/replicas/training.py) holds its step's batch
+        already: that batch stands for the source group's, and a live iterator drops what it
+        prefetched, so the next batch it hands out is the one the source group draws next.
+        """
+        handed = self.micro_step + 1 if self._live else 0
+        self.load_state_dict(state)
+        if handed == self.accumulation:  # the step in flight counts as done (as in __iter__)
+            self.step_in_epoch += 1
+            self.sample_in_epoch += self.global_sampler.global_batch_size
+            handed = 0
+        self._moved = handed if self._live else None
 
     def epoch_ended(self) -> bool:
         """True after the last batch of the epoch was handed out (before the next one starts)."""

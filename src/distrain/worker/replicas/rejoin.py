@@ -15,8 +15,8 @@ group sends carries its own step (:func:`sent_step`): a group that asked as if a
 the furthest one (every group lost, another back from an older checkpoint) and its copier must
 end at S, not at the quorum's S - 1.  A first quorum that fails (``got exception in pg
 configure``) without a copy is taken again, from disk or not: TorchFT skips the copy then, and
-a copy at a later step's quorum cannot move the loaders of a loop that has begun (a replacement
-with no checkpoint trained on from its step-0 positions, five steps off the live group).
+a copy at a later step's quorum comes inside a step of a loop that has begun (midstep.py moves
+its loader, but the group's first step trains on the batch it drew before the copy).
 """
 
 from __future__ import annotations

@@ -26,12 +26,14 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from distrain.coordination.replica_marks import ft_step_file
+from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
 from distrain.parallel.fsdp import is_sharded_tensor
 from distrain.parallel.options import Strategy
 from distrain.worker.replicas import rejoin, sync
 from distrain.worker.replicas.bind import manager_server_on
+from distrain.worker.replicas.midstep import move_loader
 from distrain.worker.replicas.noise import first_forward_filtered, quiet_sequence_numbers
 
 if TYPE_CHECKING:
@@ -148,17 +150,11 @@ class Replicas:
                 "(scripts must register the same objects)"
             )
         for name, obj in self.objects.items():
-            if self.in_step and isinstance(obj, DataLoader):
-                # the script's loop holds a live iterator a new position cannot move (groups
-                # that consume batches in step are at the same position anyway)
-                if self._positions.get(name) != state["objects"][name]:
-                    _log.warning(
-                        f"distrain: replica group {self.group} healed mid-epoch; its loader "
-                        f"stays at {self._positions.get(name)}, group {self.source}'s is at "
-                        f"{state['objects'][name]}"
-                    )
+            sent = state["objects"][name]
+            if self.in_step and isinstance(obj, DataLoader):  # the script's loop has begun
+                move_loader((self.group, self.source), self._positions, name, obj, sent)
                 continue
-            sync.plain(obj).load_state_dict(state["objects"][name])
+            sync.plain(obj).load_state_dict(sent)
 
     def _mark_positions(self) -> None:
         for name, obj in self.objects.items():
@@ -170,6 +166,8 @@ class Replicas:
         with self._waiting():
             try:
                 self.manager.start_quorum()
+            except DistrainError:  # a heal this process refused (_load): its own line
+                raise
             except Exception as err:  # TorchFT's own timeout: name what was waited for
                 raise sync.quorum_failed(self, err) from None
         if self.size > 1:  # a heal that failed on some ranks only splits the group: restart it
