@@ -310,12 +310,16 @@ def corrupt_newest(ctx: FaultContext) -> Shot:
 
 def disk_full(ctx: FaultContext) -> Shot:
     """The checkpoint filesystem (a small tmpfs) filled by another writer; freed before a rerun."""
-    if ctx.job.ckpt is None or not os.path.ismount(ctx.job.ckpt):
-        raise Missed("the checkpoint folder is not on its own filesystem")
-    filler = ctx.job.ckpt / ".filler"
+    return fill(ctx.job.ckpt, "the checkpoint folder", "fill the checkpoint filesystem")
+
+
+def fill(folder: Path | None, name: str, what: str) -> Shot:
+    """`folder`'s own filesystem (a small tmpfs) filled by another writer; freed before a rerun."""
+    if folder is None or not os.path.ismount(folder):
+        raise Missed(f"{name} is not on its own filesystem")
+    filler = folder / ".filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-    free = lambda: filler.unlink(missing_ok=True)  # noqa: E731
-    return Shot("fill the checkpoint filesystem", rerun=True, after=free)
+    return Shot(what, rerun=True, after=lambda: filler.unlink(missing_ok=True))
 
 
 def double_kill(ctx: FaultContext) -> Shot:

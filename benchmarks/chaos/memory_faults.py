@@ -16,15 +16,13 @@ inside the trial's folder; src/distrain/checkpoint/memory_tier/).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 from fault_save import _stopped
-from faults import TITLE, FaultContext, Missed, Shot, _kill_frozen, _quiet, ranks
+from faults import TITLE, FaultContext, Missed, Shot, _kill_frozen, _quiet, fill, ranks
 
 #: how long kill_rank_in_snapshot looks for a snapshot under way before the trial is missed
 LOOK_S = 30.0
@@ -84,12 +82,7 @@ def corrupt_memory(ctx: FaultContext) -> Shot:
 
 def memory_full(ctx: FaultContext) -> Shot:
     """The memory root's filesystem filled by another writer; freed before a rerun."""
-    if ctx.job.memory is None or not os.path.ismount(ctx.job.memory):
-        raise Missed("the memory root is not on its own filesystem")
-    filler = ctx.job.memory / ".filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
-    free = lambda: filler.unlink(missing_ok=True)  # noqa: E731
-    return Shot("fill the memory tier's tmpfs", rerun=True, after=free)
+    return fill(ctx.job.memory, "the memory root", "fill the memory tier's tmpfs")
 
 
 MEMORY_FAULTS = {

@@ -176,20 +176,8 @@ def test_auto_chooses_k_and_resumes_within_k(
 def test_tmpfs_too_small_is_refused_at_start(tmp_path: Path, mem_root: Path) -> None:
     """A memory root that cannot hold the snapshots (a 256 KiB tmpfs of the job's own mount
     namespace): one line at start naming the room needed, no training, no traceback."""
-    small = mem_root / "small"
-    small.mkdir()
-    cmd = [*DISTRAIN, "-n", "2", WORKER, "--dir", str(tmp_path / "ckpt"), "--out",
-           str(tmp_path / "x.pt"), *ARGS, "--memory-every", "1"]  # fmt: skip
-    mounted = ["unshare", "-m", "sh", "-c",
-               f'mount -t tmpfs -o size=256k tmpfs "{small}" && exec "$@"', "sh", *cmd]  # fmt: skip
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"no mount namespaces here: {probe.stderr.decode().strip()}")
-    result = run(mounted, timeout=JOB_TIMEOUT, env={"DISTRAIN_MEMORY_DIR": str(small)})
-    assert result.returncode != 0
-    lines = [ln for ln in result.stderr.splitlines() if "memory snapshots need about" in ln]
-    assert lines and "which has 0.2 MiB free" in lines[0], result.stderr[-3000:]
-    assert "Traceback" not in result.stderr and "finished at step" not in result.stdout
+    lines = _refusals_on_a_small_tmpfs(tmp_path, mem_root / "small", "256k")
+    assert "which has 0.2 MiB free" in lines[0], lines
 
 
 def test_a_job_without_the_tier_loads_none_of_its_modules(tmp_path: Path) -> None:
@@ -224,13 +212,21 @@ def test_a_full_tmpfs_is_refused_in_one_line(tmp_path: Path, mem_root: Path) -> 
     """A memory root whose tmpfs another writer filled (the chaos campaign's memory_full, at a
     restart): the node's first rank cannot even write the folder's owner file; the job still
     refuses in the one line, naming why (before: an OSError traceback from that write)."""
-    small = mem_root / "full"
+    fill = f'dd if=/dev/zero of="{mem_root / "full"}/.filler" bs=64k 2>/dev/null'
+    lines = _refusals_on_a_small_tmpfs(tmp_path, mem_root / "full", "4m", fill)
+    assert "No space left on device" in lines[-1], lines
+
+
+def _refusals_on_a_small_tmpfs(tmp_path: Path, small: Path, size: str, fill: str = "") -> list[str]:
+    """Run a memory-tier job whose memory root is a tmpfs of `size` in the job's own mount
+    namespace (first filled by `fill`, a shell command); it must fail without a traceback or
+    training: its "memory snapshots need about" lines, at least one."""
     small.mkdir()
     cmd = [*DISTRAIN, "-n", "2", WORKER, "--dir", str(tmp_path / "ckpt"), "--out",
            str(tmp_path / "x.pt"), *ARGS, "--memory-every", "1"]  # fmt: skip
-    fill = f'dd if=/dev/zero of="{small}/.filler" bs=64k 2>/dev/null'
+    before = f"{fill}; " if fill else ""  # dd ends in "no space left": go on regardless
     mounted = ["unshare", "-m", "sh", "-c",
-               f'mount -t tmpfs -o size=4m tmpfs "{small}" && {{ {fill}; exec "$@"; }}', "sh",
+               f'mount -t tmpfs -o size={size} tmpfs "{small}" && {before}exec "$@"', "sh",
                *cmd]  # fmt: skip
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30)
     if probe.returncode != 0:
@@ -238,5 +234,6 @@ def test_a_full_tmpfs_is_refused_in_one_line(tmp_path: Path, mem_root: Path) -> 
     result = run(mounted, timeout=JOB_TIMEOUT, env={"DISTRAIN_MEMORY_DIR": str(small)})
     assert result.returncode != 0
     lines = [ln for ln in result.stderr.splitlines() if "memory snapshots need about" in ln]
-    assert lines and "No space left on device" in lines[-1], result.stderr[-3000:]
+    assert lines, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "finished at step" not in result.stdout
+    return lines
