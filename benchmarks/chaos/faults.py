@@ -138,15 +138,10 @@ def kill_launcher(ctx: FaultContext) -> Shot:
 
 
 def _kill_frozen(ctx: FaultContext, launchers: list[psutil.Process]) -> None:
-    """SIGKILL `launchers` with every rank of the trial stopped (SIGSTOP) a moment before.
-
-    A rank's death signal is SIGKILL, which the kernel delivers to a stopped process too, so a
-    sound job loses its ranks exactly as it would running; a rank without one stays stopped
-    until the leftover look names it. Running, such a rank trains on and, on a quiet machine,
-    finishes before any look at a fixed time, and the oracle passed it unseen (self-check
-    ``death_signal_off``). The ranks' DataLoader workers are left running: they end on their
-    own once their rank is gone (torch's worker watchdog).
-    """
+    """SIGKILL `launchers` with every rank of the trial stopped (SIGSTOP) a moment before: the
+    kernel delivers a death signal (SIGKILL) to a stopped rank too; a rank without one stays
+    until the leftover look, where running it could finish first (self-check death_signal_off).
+    DataLoader workers are left running: they end once their rank is gone (torch's watchdog)."""
     frozen = ranks(ctx.trial)
     for proc in frozen:
         _quiet(proc.send_signal, signal.SIGSTOP)
