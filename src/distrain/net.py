@@ -1,4 +1,4 @@
-"""Small network helpers: free ports, this host's reachable address, `host:port` endpoints."""
+"""Small network helpers: free and held ports, this host's address, `host:port` endpoints."""
 
 from __future__ import annotations
 
@@ -11,6 +11,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def reserve_port(host: str = "0.0.0.0") -> socket.socket:
+    """A socket that holds a free port for the caller until it is closed; its port is the name.
+
+    A port from :func:`free_port` is free only at the moment it is asked for: any loopback
+    connection on the machine may take it as its source port before the listener binds it
+    (``EADDRINUSE`` in rank 0's store, pytorch#126510).  Bound, not listening, with
+    ``SO_REUSEADDR``, this socket keeps the port from the kernel's choices (a connection's source
+    port, another bind to port 0, a bind without ``SO_REUSEADDR``) while a listener that sets
+    ``SO_REUSEADDR`` binds it as if it were free: ours (:func:`listen_socket`), torch's
+    TCPStore and torchft's servers all do.  Nothing connects to it: it never accepts.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def port_in_use(port: int, host: str = "0.0.0.0") -> bool:

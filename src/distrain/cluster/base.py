@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from abc import ABC, abstractmethod
 
 from distrain.contract import RESTART_COUNT
@@ -135,6 +136,8 @@ class AgreedMasterEnvironment(ClusterEnvironment):
     """
 
     _master: tuple[str, int] | None = None
+    #: rank 0's proposed port, kept from other programs until its store binds it
+    _held_port: socket.socket | None = None
 
     def _broadcast(self, proposal: tuple[str, int] | None) -> tuple[str, int]:
         """Send rank 0's `proposal` to every rank; raise ClusterError naming what to set."""
@@ -146,12 +149,14 @@ class AgreedMasterEnvironment(ClusterEnvironment):
         if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
             self._master = (os.environ["MASTER_ADDR"], env_int("MASTER_PORT"))
             return self._master
-        from distrain.net import free_port, host_address
+        from distrain.net import host_address, reserve_port
 
         proposal = None
         if self.rank() == 0:
             addr = "127.0.0.1" if self.local_world_size() == self.world_size() else host_address()
-            proposal = (addr, free_port("0.0.0.0"))
+            # held for this process's life: its own store binds it later (net.reserve_port)
+            self._held_port = reserve_port()
+            proposal = (addr, int(self._held_port.getsockname()[1]))
         addr, port = self._broadcast(proposal)
         self._master = (str(addr), int(port))
         return self._master

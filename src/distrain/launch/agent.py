@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from distrain.launch.nodes import store_port
 from distrain.settings import boot_first
 
 PROG = "distrain run"
@@ -70,4 +71,8 @@ def run(
         print(f"{PROG}: {start.note}", file=sys.stderr, flush=True)
     torch.multiprocessing._set_thread_name("pt_elastic")
     config, entrypoint, cmd_args = torchrun.config_from_args(args)
-    wrap(Agent(config, entrypoint, tuple(cmd_args), start, args)).launch()
+    store_port.install()  # rank 0's store port is held from its choice to its bind
+    try:
+        wrap(Agent(config, entrypoint, tuple(cmd_args), start, args)).launch()
+    finally:
+        store_port.release()

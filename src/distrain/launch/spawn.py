@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from distrain.contract import SPAWN as SPAWN_MARKER
-from distrain.net import free_port
+from distrain.net import reserve_port
+
+#: ports held for the processes of a ``spawn(..., join=False)`` (until this process exits)
+_HELD: list[socket.socket] = []
 
 
 def _worker(
@@ -40,5 +44,13 @@ def spawn(
 
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
-    port = free_port()
-    return mp.spawn(_worker, args=(fn, nprocs, port, tuple(args)), nprocs=nprocs, join=join)
+    held = reserve_port("127.0.0.1")  # the port stays ours until rank 0's store binds it
+    port = int(held.getsockname()[1])
+    try:
+        context = mp.spawn(_worker, args=(fn, nprocs, port, tuple(args)), nprocs=nprocs, join=join)
+    finally:
+        if join:
+            held.close()
+    if not join:
+        _HELD.append(held)  # the processes run on: rank 0 may not have bound it yet
+    return context

@@ -40,6 +40,7 @@ FEATURES = (
     "replicas",
     "comm_hooks",
     "atomic_save",
+    "store_port",
     "hooks",
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import sys
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 import distrain.net
 from distrain.cluster import MPICHEnvironment, OpenMPIEnvironment
 from distrain.cluster.base import ClusterError
+from distrain.net import listen_socket
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
@@ -83,13 +86,19 @@ def test_rank0_proposes_loopback_on_one_node(monkeypatch: pytest.MonkeyPatch) ->
          {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
           "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})  # fmt: skip
-    monkeypatch.setattr(distrain.net, "free_port", lambda host="127.0.0.1": 31337)
     monkeypatch.setattr(distrain.net, "host_address", lambda: "192.0.2.7")
     proposals: list[object] = []
     env = OpenMPIEnvironment()
     monkeypatch.setattr(env, "_broadcast", lambda p: proposals.append(p) or p)
-    assert (env.master_addr(), env.master_port()) == ("127.0.0.1", 31337)
-    assert proposals == [("127.0.0.1", 31337)]  # agreed once, then remembered
+    port = env.master_port()
+    assert (env.master_addr(), env.master_port()) == ("127.0.0.1", port)
+    assert proposals == [("127.0.0.1", port)]  # agreed once, then remembered
+    # the port is held until rank 0's own store binds it: nothing else may take it meanwhile
+    with socket.socket() as other:
+        with pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))
+    with contextlib.closing(listen_socket("127.0.0.1", port)):  # rank 0's store can
+        pass
 
 
 def test_rank0_proposes_its_routable_address_across_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,7 +106,6 @@ def test_rank0_proposes_its_routable_address_across_nodes(monkeypatch: pytest.Mo
          {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
           "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})  # fmt: skip
-    monkeypatch.setattr(distrain.net, "free_port", lambda host="127.0.0.1": 40000)
     monkeypatch.setattr(distrain.net, "host_address", lambda: "192.0.2.7")
     env = OpenMPIEnvironment()
     monkeypatch.setattr(env, "_broadcast", lambda p: p)

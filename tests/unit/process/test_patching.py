@@ -50,6 +50,7 @@ def recorded() -> list[patching.Patch]:
 def every_feature() -> list[patching.Patch]:
     """What every installer outside the rehearsal patches, recorded (nothing applied)."""
     from distrain.launch.fast_start import server_fork, worker_groups
+    from distrain.launch.nodes import store_port
     from distrain.parallel import comm_hooks
     from distrain.worker import atomic_save, self_start as selfstart
     from distrain.worker.fast_start import agent_return, forked
@@ -84,6 +85,7 @@ def every_feature() -> list[patching.Patch]:
         worker_groups.stop_whole_groups()  # in the launcher, one of its two names
         with server_fork.forked_server():  # and the other, while the fork server starts
             pass
+        store_port.install()  # the agent's, whatever the start method
     assert (len(patching.APPLIED), patching.hooked()) == saved
     return found
 

@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from distrain.launch.plan import LaunchPlan
 from distrain.launch.replicas.events import ReplicaJob, launcher_died
 from distrain.launch.replicas.lighthouse import Lighthouse, RemoteLighthouse, lighthouse_program
 from distrain.launch.replicas.nodes import Placement, RollCall, node_address, place
-from distrain.net import free_port
+from distrain.net import reserve_port
 from distrain.process.cores import usable_cores
 from distrain.process.lineage import die_with_parent
 
@@ -174,7 +175,7 @@ def _print_the_commands(placement: Placement, given: CommandLine, host: str | No
     for g in placement.local:
         print(
             f"{REPLICA_GROUP}={g} {REPLICA_GROUPS}={groups} distrain run "
-            f"{shlex.join(_argv_of(g, given, host))}"
+            f"{shlex.join(_argv_of(g, given, host, 'PORT'))}"
         )
 
 
@@ -222,9 +223,17 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
         f"{lighthouse.host}:{lighthouse.port}"
     )
 
+    held: dict[int, socket.socket] = {}  # each group's store port, kept ours until it binds
+
     def start(g: int) -> subprocess.Popen[bytes]:
+        port: int | str = ""
+        if host is not None:
+            if g in held:
+                held.pop(g).close()  # the group's previous store went with its processes
+            held[g] = reserve_port(host)
+            port = int(held[g].getsockname()[1])
         return subprocess.Popen(
-            [*command, *_argv_of(g, given, host)],
+            [*command, *_argv_of(g, given, host, port)],
             env=_group_env(job, lighthouse.address, g, placement, gpus, iface, host),
             start_new_session=True,
             preexec_fn=die_with_parent,  # a SIGKILLed launcher takes its groups along
@@ -253,16 +262,18 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
                 roll.leave(job.folder, job.local)
         job.stop_all()
         lighthouse.stop()
+        for sock in held.values():
+            sock.close()
         shutil.rmtree(job.folder, ignore_errors=True)
 
 
-def _argv_of(group: int, command: CommandLine, host: str | None) -> list[str]:
+def _argv_of(group: int, command: CommandLine, host: str | None, port: int | str) -> list[str]:
     argv = group_argv(command, group)
     if host is None:
         return argv
     # across nodes the group's store must be reachable by the other groups (TorchFT's cross-group
     # group forms on it): a static store on this node's address instead of loopback
-    return ["--master-addr", host, "--master-port", str(free_port(host)), *argv]
+    return ["--master-addr", host, "--master-port", str(port), *argv]
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

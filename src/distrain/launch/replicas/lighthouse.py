@@ -28,7 +28,7 @@ import time
 
 from distrain.contract import LIGHTHOUSE_START_TIMEOUT, NODE0_WAIT
 from distrain.errors import UsageError
-from distrain.net import free_port
+from distrain.net import reserve_port
 from distrain.process.lineage import die_with_parent
 from distrain.settings import parse_seconds
 
@@ -86,10 +86,12 @@ class Lighthouse:
         self, program: list[str], host: str = "127.0.0.1", port: int | None = None
     ) -> None:
         self.host = host
-        bound = start_timeout_s()
-        for attempt in range(3 if port is None else 1):
-            self.port = free_port(host) if port is None else port
-            self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
+        # a port of our choosing is held from its choice until the lighthouse listens on it (it
+        # binds with SO_REUSEADDR): no other program can take it in between (net.reserve_port)
+        held = reserve_port(host) if port is None else None
+        self.port = port if held is None else int(held.getsockname()[1])
+        self.log = tempfile.TemporaryFile()  # its log; read only to say why it did not start
+        try:
             self.proc = subprocess.Popen(
                 [
                     *program,
@@ -109,15 +111,12 @@ class Lighthouse:
                 stderr=self.log,
                 preexec_fn=die_with_parent,  # never outlive a SIGKILLed launcher
             )
-            ended = self._wait_listening(bound)
-            if not ended:
-                return
-            # a free port taken by another program before the lighthouse bound it: another port
-            if "Address already in use" not in ended or port is not None or attempt == 2:
-                raise UsageError(
-                    f"the TorchFT lighthouse did not start on {host}:{self.port}: {ended}"
-                )
-            self.log.close()
+            ended = self._wait_listening(start_timeout_s())
+        finally:
+            if held is not None:
+                held.close()
+        if ended:
+            raise UsageError(f"the TorchFT lighthouse did not start on {host}:{self.port}: {ended}")
 
     def _wait_listening(self, bound: float) -> str:
         """Empty once the lighthouse listens; else how it ended (its last stderr line), at once."""
