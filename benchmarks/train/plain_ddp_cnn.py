@@ -30,6 +30,7 @@ p.add_argument("--batch-size", type=int, default=32)
 p.add_argument("--image-size", type=int, default=32)
 p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--out", required=True)
+p.add_argument("--no-ddp", action="store_true", help="one process: the model as it is, no DDP")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -37,7 +38,8 @@ rank, world = dist.get_rank(), dist.get_world_size()
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 train_set, test_set = digits(args.image_size)
 torch.manual_seed(0)
-model = DistributedDataParallel(Net())
+# a world of one without DDP is the single-process script a speedup is measured against
+model = Net() if args.no_ddp else DistributedDataParallel(Net())
 sampler = DistributedSampler(train_set, shuffle=True, seed=0, drop_last=True)
 loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 test_loader = DataLoader(

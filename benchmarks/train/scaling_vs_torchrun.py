@@ -5,11 +5,12 @@
 The probe of the built-in `cnn` workload (distrain.tools.bench.study.probe) picks the image size
 once on this machine; then each round runs, back to back, `distrain bench scaling --nproc 1,2` of
 the built-in workload at that size and the same model trained by benchmarks/train/plain_ddp_cnn.py
-under `torchrun` on 1 and 2 processes (one thread each, same per-process batch and epochs).  Both
-record when every optimizer step ends and are timed by the same code
-(distrain.tools.bench.study.steps: median
-over steady-state steps, warm-up, evaluation and epoch boundaries excluded).  Printed: samples/s per
-round, the medians, and the ratios distrain / torchrun at 1 and 2 processes and of the speedups.
+under `torchrun`: 1 process without DDP (the base distrain's 1-process run has: `prepare_model`
+wraps nothing in a world of one), 1 with DDP, 2 with DDP; one thread each, the same
+per-process batch and epochs.  Both record when every optimizer step ends and are timed by the
+same code (distrain.tools.bench.study.steps: median over steady-state steps, warm-up,
+evaluation and epoch boundaries excluded).  Printed: samples/s per round, the medians, the
+ratios distrain / torchrun, and both speedups over the same base.
 """
 
 from __future__ import annotations
@@ -71,16 +72,18 @@ def distrain_round(work: Path, size: int, args: argparse.Namespace) -> dict[int,
 def torchrun_round(work: Path, size: int, args: argparse.Namespace) -> dict[int, float]:
     """samples/s of the plain torchrun script at 1 and 2 processes, timed by the bench's code."""
     got = {}
-    for n in (1, 2):
-        out = work / f"torchrun-n{n}"
+    # key 0: one process without DDP, the base distrain's 1-process run has (prepare_model
+    # wraps nothing in a world of one)
+    for key, n, extra in ((0, 1, ["--no-ddp"]), (1, 1, []), (2, 2, [])):
+        out = work / f"torchrun-{key}"
         cmd = [*TORCHRUN, "--standalone", "--nproc-per-node", str(n), str(PLAIN), "--image-size",
                str(size),
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--out",
-               str(out)]  # fmt: skip
+               str(out), *extra]  # fmt: skip
         subprocess.run(cmd, check=True, env=env(OMP_NUM_THREADS="1"), cwd=REPO,
                        stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=1800)  # fmt: skip
-        got[n] = steady_stats(read_steps(out))["step_samples_per_s"]
+        got[key] = steady_stats(read_steps(out))["step_samples_per_s"]
         if n == 2:
             print(f"#   torchrun cpu of the 2 ranks: {cpu_line(out)}", flush=True)
     return got
@@ -104,7 +107,7 @@ def main() -> None:
     print(f"# workload {probe.describe(sizing)}", flush=True)
     rows: dict[str, dict[int, list[float]]] = {
         "distrain": {1: [], 2: []},
-        "torchrun": {1: [], 2: []},
+        "torchrun": {0: [], 1: [], 2: []},
     }
     for k in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="scaling-vs-torchrun-") as tmp:
@@ -112,10 +115,11 @@ def main() -> None:
                              ("torchrun", torchrun_round)) if k % 2 else (
                     ("torchrun", torchrun_round), ("distrain", distrain_round)):  # fmt: skip
                 got = fn(Path(tmp), size, args)
-                for n in (1, 2):
+                for n in got:
                     rows[name][n].append(got[n])
+                plain = f", 1 process without DDP {got[0]:7.1f}" if 0 in got else ""
                 print(
-                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s, 2 "
+                    f"round {k} {name:8s}: 1 process {got[1]:7.1f} samples/s{plain}, 2 "
                     f"processes {got[2]:7.1f} "
                     f"(speedup {got[2] / got[1]:.2f}×)  load {loadavg().split()[0]}",
                     flush=True,
@@ -131,6 +135,12 @@ def main() -> None:
         f"distrain / torchrun: 1 process {d[1] / t[1]:.3f}, 2 processes {d[2] / t[2]:.3f} "
         f"(per round: {', '.join(f'{r:.3f}' for r in per_round)}), speedup "
         f"{(d[2] / d[1]) / (t[2] / t[1]):.3f}"
+    )
+    same = (d[2] / d[1]) / (t[2] / t[0])
+    print(
+        f"speedups over one process without DDP (the same base for both): distrain "
+        f"{d[2] / d[1]:.2f}×, torchrun {t[2] / t[0]:.2f}× (ratio {same:.3f}); torchrun's 1 "
+        f"process with DDP / without: {t[1] / t[0]:.3f}"
     )
     print(f"# load after: {loadavg()}")
 

@@ -173,12 +173,15 @@ class MemoryTier:
         )
         free = shutil.disk_usage(self.place.root).free if os.path.isdir(self.place.root) else 0
         existing = size_of(self.folder)  # the snapshots it holds are replaced, not added
-        views = self.process.gather_object((need > free + existing, failed))  # all refuse, or none
-        failed = next((why for _, why in views if why), None)
-        if failed or any(short for short, _ in views):
+        mine = (need > free + existing or failed is not None, failed, need, free, self.process.rank)
+        views = self.process.gather_object(mine)  # all refuse, or none
+        short = next((view for view in views if view[0]), None)
+        if short is not None:  # the figures of the rank that is short, whichever rank prints
+            _, why, need, free, rank = short
+            where = f"rank {rank}'s {self.place.root}" if len(views) > 1 else self.place.root
             raise CheckpointError(
-                f"memory snapshots need about {need / 2**20:.1f} MiB in {self.place.root}, which "
-                f"has {free / 2**20:.1f} MiB free{f' ({failed})' if failed else ''}: give tmpfs "
+                f"memory snapshots need about {need / 2**20:.1f} MiB in {where}, which has "
+                f"{free / 2**20:.1f} MiB free{f' ({why})' if why else ''}: give tmpfs "
                 "more room (--shm-size), set DISTRAIN_MEMORY_DIR, or drop memory_every_steps"
             )
         os.makedirs(self.own, exist_ok=True)
