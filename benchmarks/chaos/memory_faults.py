@@ -21,6 +21,7 @@ inside the trial's folder; src/distrain/checkpoint/memory_tier/).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -97,17 +98,21 @@ def lose_node_with_memory(ctx: FaultContext) -> Shot:
     if ctx.hosts is None or ctx.job.memory is None:
         raise Missed("the kind has no nodes with memory roots of their own")
     node = ctx.rng.randrange(len(ctx.hosts.names))
-    procs = []
+    procs, others = [], []  # others: not this process's children (the launcher is its Popen's)
     for pid in ctx.hosts.pids(node):  # the machine stops at once: nothing sees the others die
         try:
             procs.append(psutil.Process(int(pid)))
             procs[-1].send_signal(signal.SIGSTOP)
+            if procs[-1].ppid() != os.getpid():
+                others.append(procs[-1])
         except psutil.Error:
             continue
     if not any([_quiet(proc.send_signal, signal.SIGKILL) for proc in procs]):
         raise Missed(f"node {node} had no process left")
     ctx.lost.add(node)
-    psutil.wait_procs(procs, timeout=10)  # no write of theirs lands after the removal
+    # no write of theirs lands after the removal; psutil would reap a child of ours, and its
+    # Popen then read exit 0 for a node SIGKILLed (seed 4401's first two trials: [0, 1])
+    psutil.wait_procs(others, timeout=10)
     root = ctx.job.memory / f"node{node}"
     held = sorted(f"{p.parent.name}/{p.name}" for p in root.glob("distrain-mem-*/*/r*-s*.pt"))
     shutil.rmtree(root, ignore_errors=True)
