@@ -51,6 +51,7 @@ FAULT_COST: dict[str, tuple[int, float]] = {
     "memory_full": (3, RERUN_S),  # as disk_full: every restart refuses, then a rerun
     "sigterm_launcher": (1, TORCH_TERM_GRACE_S + REJOIN),
     "kill_node_launcher": (1, REJOIN),
+    "lose_node_with_memory": (1, REJOIN),  # as kill_node_launcher: the survivor waits, then stops
     "kill_any_process": (2, REJOIN),
     "double_kill": (2, 0.0),
     "disk_full": (3, RERUN_S),  # every restart fails its save again: the agent's 3, then a rerun

@@ -82,10 +82,11 @@ class Reference:
     totals: tuple[float, ...] = ()
 
 
-def _env(trial: str, job: Job) -> dict[str, str]:
+def _env(trial: str, job: Job, node: int = 0) -> dict[str, str]:
     path = [str(REPO / "src"), str(REPO / "tests" / "scripts")]
     path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **ENV, **job.env}
+    env = {**job.env, **(job.node_env[node] if job.node_env else {})}  # a node's memory root
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **ENV, **env}
 
 
 def _node_logs(logs: Path, i: int) -> Path:
@@ -98,7 +99,7 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     job.out.mkdir(parents=True, exist_ok=True)
     if made is not None:
         procs = [made.start(i, membership.wrap(trial, [PY, *argv]),
-                            _node_logs(logs, i).with_suffix(".out"), _env(trial, job),
+                            _node_logs(logs, i).with_suffix(".out"), _env(trial, job, i),
                             err_log=_node_logs(logs, i).with_suffix(".err"))
                  for i, argv in enumerate(job.nodes)]  # fmt: skip
     else:
@@ -227,8 +228,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     trial = f"{seed}-{t.index}-{os.getpid()}"
     job = kind.job(work, f"t{t.index}", watchdog, addrs=made.addrs if made else None)
     CURRENT[:] = [trial]
-    full = {"disk_full": job.ckpt, "memory_full": job.memory}
-    mounted = _mount_tmpfs(full[t.fault]) if t.fault in full else None
+    mounted = _mount_tmpfs({"disk_full": job.ckpt, "memory_full": job.memory}.get(t.fault))
     bound = bounds.bound(t.fault, ref.total, watchdog)
     t0 = time.monotonic()
     logs = work / f"t{t.index}-1"
@@ -297,8 +297,9 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
 
 
 def _mount_tmpfs(folder: Path | None) -> Path | None:
-    """`folder` on a 32 MiB tmpfs of its own (root only); None where it can't be."""
-    assert folder is not None
+    """`folder` on a 32 MiB tmpfs of its own (root only); None where it can't be, or no folder."""
+    if folder is None:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(folder)],
                          capture_output=True, check=False)  # fmt: skip

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kinds import Job
+from kinds import Job, memory_folders
 
 STEP_DIR = re.compile(r"step_(\d+)$")
 
@@ -31,9 +31,7 @@ def _snapshot_steps(job: Job) -> list[int]:
     """Steps of the memory tier's snapshots (kind ``memory``): with disk checkpoints every 8
     steps, faults placed by the disk's alone fell 0–4 steps after a disk save, where a tier that
     skips its snapshots loses no more than the bound."""
-    if job.memory is None:
-        return []
-    names = [p.name for p in job.memory.glob("distrain-mem-*/own/r*-s*.pt")]
+    names = [p.name for d in memory_folders(job) for p in d.glob("own/r*-s*.pt")]
     return [int(m.group(1)) for name in names if (m := SNAPSHOT.match(name))]
 
 

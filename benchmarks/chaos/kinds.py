@@ -7,9 +7,12 @@ last step with equal parameters; no reference run is needed). The two-node kinds
 `distrain run` per node, each inside a network namespace of its own (nodes.py): static
 (`--nnodes 2 --node-rank i`, judged bit for bit) and elastic (`--nnodes 1:2`, c10d: bit for bit
 while both nodes stay; after a node is lost, the survivor must finish at the last step, resumed
-from a checkpoint). ``nodes_elastic_batch`` is the elastic kind as tutorials write it: a fixed
-per-process batch, so a lost node changes the global batch mid-epoch; it is judged by what it
-trained on (every epoch its permutation's samples in order, each once: tests/helpers/samples.py).
+from a checkpoint). ``nodes_static_memory`` is the static kind with the memory tier (disk every 8
+steps, a snapshot every step, each node its own memory root ``tN-mem/node<i>``): the kind whose
+node may be lost together with its memory, to resume from the peer node's copy.
+``nodes_elastic_batch`` is the elastic kind as tutorials write it: a fixed per-process batch, so
+a lost node changes the global batch mid-epoch; it is judged by what it trained on (every epoch
+its permutation's samples in order, each once: tests/helpers/samples.py).
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ class Job:
     #: a file the job writes once it trained (kinds without distrain's checkpoints)
     marker: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
-    #: the memory tier's root (``DISTRAIN_MEMORY_DIR``), inside the trial's folder
+    #: the memory tier's root (``DISTRAIN_MEMORY_DIR``), inside the trial's folder; two nodes:
+    #: the folder of each node's own root (``node<i>``, in `node_env`)
     memory: Path | None = None
+    #: two-node kinds: node i's own environment, over `env`
+    node_env: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,9 @@ class Kind:
     self_starting: bool = False  # the script starts its own workers (mp.spawn)
     #: judged by the samples it trained on (tests/scripts/elastic_samples.py's log)
     samples: bool = False
+    #: two nodes with the memory tier (a snapshot every step, disk every 8); the one-node kind
+    #: ``memory`` is told by its name
+    memory: bool = False
 
     def job(self, work: Path, name: str, watchdog: int = 0, addrs: list[str] | None = None) -> Job:
         """The command of one run named `name` under `work` (`addrs`: the nodes' addresses)."""
@@ -136,6 +145,9 @@ class Kind:
             script = [str(SCRIPTS / "elastic_samples.py"), "--dir", str(ckpt), "--samples-log",
                       str(out / "samples.jsonl"), "--epochs", "2", "--step-sleep",
                       "0.15"]  # fmt: skip
+        mem = work / f"{name}-mem" if self.memory else None
+        if mem is not None:  # the peer copy needs one root per node: a node's loss is its own
+            script += ["--every", "8", "--memory-every", "1"]
         nodes = []
         for i in range(len(addrs)):
             launcher = [
@@ -151,8 +163,10 @@ class Kind:
             if watchdog:
                 launcher += ["--watchdog", str(watchdog)]
             nodes.append([*launcher, *([] if self.elastic else ["--node-rank", str(i)]), *script])
+        roots = [{"DISTRAIN_MEMORY_DIR": str(mem / f"node{i}")} for i in range(len(addrs)) if mem]
         # one thread per rank: the result does not depend on how many cores a namespace's rank sees
-        return Job(nodes[0], ckpt, out, run_dir, nodes=nodes, env={"DISTRAIN_NUM_THREADS": "1"})
+        return Job(nodes[0], ckpt, out, run_dir, nodes=nodes, env={"DISTRAIN_NUM_THREADS": "1"},
+                   memory=mem, node_env=roots)  # fmt: skip
 
     def prepare(self, work: Path) -> None:
         """Data the kind needs once per campaign (the image folder)."""
@@ -211,6 +225,14 @@ def _flat(value: object, key: str) -> list[tuple[str, str]]:
     if isinstance(value, (int, float, str, bool)) or value is None:
         return [(key, repr(value))]
     return []
+
+
+def memory_folders(job: Job) -> list[Path]:
+    """The memory tier's job folders (``distrain-mem-*``) under the job's memory root, or under
+    each node's root (``node<i>/``) on a two-node kind."""
+    if job.memory is None:
+        return []
+    return sorted([*job.memory.glob("distrain-mem-*"), *job.memory.glob("node*/distrain-mem-*")])
 
 
 #: a script's default `--every` (tests/scripts/; its kinds do not pass one)
@@ -282,6 +304,7 @@ KINDS = {
         Kind("replicas_readme", replicas=True),
         Kind("selfstart", self_starting=True),
         Kind("nodes_static", nodes=2),
+        Kind("nodes_static_memory", nodes=2, memory=True),  # one root per node: a node lost whole
         Kind("nodes_elastic", nodes=2, elastic=True),
         Kind("nodes_elastic_batch", nodes=2, elastic=True, samples=True),
     )

@@ -12,10 +12,17 @@ inside the trial's folder; src/distrain/checkpoint/memory_tier/).
   another writer. A snapshot then fails on that rank, and every restart refuses at start in one
   line (docs/checkpointing.md "Memory tier": ``memory snapshots need about … MiB``); the filler
   is removed before the rerun, which resumes.
+- ``lose_node_with_memory`` (kind ``nodes_static_memory``, each node its own memory root): one
+  node lost whole, as a machine dies: every process in its namespace stopped (SIGSTOP), then
+  SIGKILLed, and its memory root removed. The survivor stops as after any static node's loss
+  (stops.py); both nodes are run again, the lost one with an empty root, and the job must resume
+  from the survivor's copy of the lost node's snapshots (lost steps ≤ K + 1), bit for bit.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -23,6 +30,7 @@ from pathlib import Path
 import psutil
 from fault_save import _stopped
 from faults import TITLE, FaultContext, Missed, Shot, _kill_frozen, _quiet, fill, ranks
+from kinds import memory_folders
 
 #: how long kill_rank_in_snapshot looks for a snapshot under way before the trial is missed
 LOOK_S = 30.0
@@ -32,7 +40,7 @@ def _own(ctx: FaultContext) -> list[Path]:
     """The job's ``own/`` folders under its memory root (one per checkpoint directory)."""
     if ctx.job.memory is None:
         raise Missed("the kind has no memory tier")
-    return sorted(ctx.job.memory.glob("distrain-mem-*/own"))
+    return [d / "own" for d in memory_folders(ctx.job) if (d / "own").is_dir()]
 
 
 def kill_rank_in_snapshot(ctx: FaultContext) -> Shot:
@@ -85,8 +93,36 @@ def memory_full(ctx: FaultContext) -> Shot:
     return fill(ctx.job.memory, "the memory root", "fill the memory tier's tmpfs")
 
 
+def lose_node_with_memory(ctx: FaultContext) -> Shot:
+    """One node lost whole: its every process SIGKILLed, its memory root removed; run again."""
+    if ctx.hosts is None or ctx.job.memory is None:
+        raise Missed("the kind has no nodes with memory roots of their own")
+    node = ctx.rng.randrange(len(ctx.hosts.names))
+    procs, others = [], []  # others: not this process's children (the launcher is its Popen's)
+    for pid in ctx.hosts.pids(node):  # the machine stops at once: nothing sees the others die
+        try:
+            procs.append(psutil.Process(int(pid)))
+            procs[-1].send_signal(signal.SIGSTOP)
+            if procs[-1].ppid() != os.getpid():
+                others.append(procs[-1])
+        except psutil.Error:
+            continue
+    if not any([_quiet(proc.send_signal, signal.SIGKILL) for proc in procs]):
+        raise Missed(f"node {node} had no process left")
+    ctx.lost.add(node)
+    # no write of theirs lands after the removal; psutil would reap a child of ours, and its
+    # Popen then read exit 0 for a node SIGKILLed (seed 4401's first two trials: [0, 1])
+    psutil.wait_procs(others, timeout=10)
+    root = ctx.job.memory / f"node{node}"
+    held = sorted(f"{p.parent.name}/{p.name}" for p in root.glob("distrain-mem-*/*/r*-s*.pt"))
+    shutil.rmtree(root, ignore_errors=True)
+    return Shot(f"SIGKILL node {node}'s {len(procs)} processes, remove its memory root "
+                f"(it held {', '.join(held[-4:]) or 'no snapshot'})", rerun=True)  # fmt: skip
+
+
 MEMORY_FAULTS = {
     "kill_rank_in_snapshot": (kill_rank_in_snapshot, lambda k: k.name == "memory"),
     "corrupt_memory": (corrupt_memory, lambda k: k.name == "memory"),
     "memory_full": (memory_full, lambda k: k.name == "memory"),
+    "lose_node_with_memory": (lose_node_with_memory, lambda k: k.memory and k.nodes > 1),
 }

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinds import SAMPLES_OK, Job, Kind, interval, intervals, replica_verdict
+from kinds import SAMPLES_OK, Job, Kind, interval, intervals, memory_folders, replica_verdict
 from stops import documented
 
 #: a stopped job's last line is distrain's verdict (not, say, a summary printed after it)
@@ -176,13 +176,12 @@ def judge(
 
 
 def memory_left(job: Job) -> list[str]:
-    """The memory tier's folders and files still under the job's memory root (``distrain-mem-*``:
-    the tier removes its folder after a good end; a fault's own filler beside it is not the
-    tier's)."""
-    if job.memory is None or not job.memory.is_dir():
-        return []
-    return sorted(str(p.relative_to(job.memory)) for d in job.memory.glob("distrain-mem-*")
-                  for p in [d, *d.rglob("*")])[:4]  # fmt: skip
+    """The memory tier's folders and files still under the job's memory root, or each node's
+    (``distrain-mem-*``: the tier removes its folder after a good end; a fault's own filler beside
+    it is not the tier's)."""
+    root = job.memory
+    return sorted(str(p.relative_to(root)) for d in memory_folders(job)
+                  for p in [d, *d.rglob("*")] if root)[:4]  # fmt: skip
 
 
 def lost_bound(job: Job, fault: str | None) -> int | None:

@@ -83,6 +83,12 @@ BREAKS = (
           "(8 steps apart): from the newest valid checkpoint, but losing up to 8 steps",
           ((f"{CKPT}/memory_tier/tier.py", "        step = max(common, default=None)",
             "        step = None"),), kind="memory", seed=30),  # trial 0: a kill at step 11+
+    Break("peer_copy_off", "no copy on the peer node: a node lost with its memory resumes from "
+          "the disk (8 steps apart), not from the peer's copy of its snapshot",
+          ((f"{CKPT}/memory_tier/tier.py",
+            "        if self.process.num_nodes > 1 and self.group is not None:",
+            "        if False:"),), kind="nodes_static_memory", fault="lose_node_with_memory",
+          seed=62),  # trial 0: node 0 lost (no rejoin wait) at step 35+, 3+ after a disk save
     Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
           "environment, closes its fds and renames itself",
           (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",

@@ -90,6 +90,7 @@ STOPS: dict[str, tuple[Stop, ...]] = {
     "kill_launcher_in_save": (KILLED,),
     "corrupt_newest": (KILLED, *NODE_LOSS),
     "kill_node_launcher": (KILLED, *NODE_LOSS),
+    "lose_node_with_memory": (KILLED, *NODE_LOSS),
     "sigterm_launcher": (PREEMPTED, *NODE_LOSS),
     "kill_lighthouse": (LIGHTHOUSE,),
     "kill_lighthouse_in_heal": (LIGHTHOUSE,),

@@ -19,6 +19,7 @@ from recovery import cost  # noqa: E402
 
 FAULT_T = 1000.0
 RESUMED = "distrain: resumed from {where} (step {step}, saved on 2 rank(s))\n"
+ADDRS = ["10.0.0.1", "10.0.0.2"]  # a two-node kind's nodes
 RESTART = "distrain run: rank 1 (pid 9) was killed by SIGKILL; restarting every rank (attempt 1)"
 
 
@@ -40,7 +41,7 @@ def _history(run_dir: Path, at_fault: int, resumed: int) -> None:
 
 def _judged(tmp: Path, kind: str, fault: str, at_fault: int, resumed: int) -> Verdict:
     """The verdict a healed trial of `kind` under `fault` gets once its cost is measured."""
-    job = KINDS[kind].job(tmp, "t1")
+    job = KINDS[kind].job(tmp, "t1", addrs=ADDRS)
     _history(job.run_dir, at_fault, resumed)
     line = RESUMED.format(where=f"{job.ckpt}/step_{resumed:08d}", step=resumed)
     runs = [RunRecord(0, 12.0, line, RESTART)]
@@ -52,12 +53,13 @@ def _judged(tmp: Path, kind: str, fault: str, at_fault: int, resumed: int) -> Ve
 
 def test_each_kinds_interval_is_read_from_its_command(tmp_path: Path) -> None:
     """The interval is the finest tier's, from the command (or the script's default)."""
-    got = {name: interval(KINDS[name].job(tmp_path, "t", addrs=["10.0.0.1", "10.0.0.2"]))
+    got = {name: interval(KINDS[name].job(tmp_path, "t", addrs=ADDRS))
            for name in ("digits", "imagefolder", "ddp_small", "fsdp", "memory", "nodes_static",
-                        "nodes_elastic_batch", "rehearsal", "selfstart")}  # fmt: skip
+                        "nodes_static_memory", "nodes_elastic_batch", "rehearsal",
+                        "selfstart")}  # fmt: skip
     assert got == {"digits": 5, "imagefolder": 2, "ddp_small": 4, "fsdp": 4, "memory": 1,
-                   "nodes_static": 4, "nodes_elastic_batch": 2, "rehearsal": None,
-                   "selfstart": None}  # fmt: skip
+                   "nodes_static": 4, "nodes_static_memory": 1, "nodes_elastic_batch": 2,
+                   "rehearsal": None, "selfstart": None}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -75,6 +77,9 @@ def test_each_kinds_interval_is_read_from_its_command(tmp_path: Path) -> None:
         # the final disk checkpoint corrupted after the tier removed its snapshots (a good end)
         ("memory", "corrupt_newest", 32, 24, "healed"),  # 8 + 1 + 1
         ("memory", "corrupt_newest", 32, 21, "lost steps"),
+        # a node lost with its memory: the peer's copy of its snapshot, not the disk (every 8)
+        ("nodes_static_memory", "lose_node_with_memory", 23, 21, "healed"),
+        ("nodes_static_memory", "lose_node_with_memory", 23, 16, "lost steps"),
     ],
 )
 def test_a_healed_trial_that_lost_more_than_its_interval_is_bad(
@@ -113,3 +118,18 @@ def test_the_memory_tier_must_leave_nothing_after_a_good_end(tmp_path: Path) -> 
     assert memory_left(job) == ["distrain-mem-ab12", "distrain-mem-ab12/own"]  # its folder too
     (own / "r00001-s00000023.pt").write_bytes(b"x")
     assert "distrain-mem-ab12/own/r00001-s00000023.pt" in memory_left(job)
+
+
+def test_each_node_has_its_own_memory_root_and_must_leave_it_empty(tmp_path: Path) -> None:
+    """A two-node memory kind: node i's ``DISTRAIN_MEMORY_DIR`` is ``node<i>`` under the job's
+    memory folder (a node lost with its memory loses that root alone); a snapshot left in either
+    is named after a good end."""
+    job = KINDS["nodes_static_memory"].job(tmp_path, "t1", addrs=ADDRS)
+    assert job.memory is not None
+    roots = [env["DISTRAIN_MEMORY_DIR"] for env in job.node_env]
+    assert roots == [str(job.memory / "node0"), str(job.memory / "node1")]
+    assert "DISTRAIN_MEMORY_DIR" not in job.env
+    peer = job.memory / "node1" / "distrain-mem-ab12" / "peer"
+    peer.mkdir(parents=True)
+    (peer / "r00000-s00000007.pt").write_bytes(b"x")
+    assert "node1/distrain-mem-ab12/peer/r00000-s00000007.pt" in memory_left(job)
