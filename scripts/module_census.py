@@ -2,6 +2,7 @@
 
     python3 scripts/module_census.py               # a fast-start and a spawn job, printed
     python3 scripts/module_census.py --replicas 2  # the replica groups' job too (needs torchft)
+    python3 scripts/module_census.py --replicas 2 --cpu  # the same under the CPU rehearsal
 
 One job, ``distrain run -n 1 [--start-method spawn] one_step.py``, measured from inside its
 processes, not from their imports:
@@ -51,6 +52,13 @@ def dump():
         return
     held = sorted(m for m in sys.modules if m.startswith("distrain"))
     print("CENSUS", " ".join(held), flush=True)
+    # the launcher's code the process keeps alive whatever sys.modules says: the modules whose
+    # functions live (a fork keeps its parent's call stack, and each frame its module's globals)
+    import gc, types
+    fns = [f for f in gc.get_objects() if isinstance(f, types.FunctionType)]
+    alive = {f.__globals__.get("__name__") for f in fns}
+    with open(os.path.join(out, f"code-{os.getpid()}.txt"), "w") as f:
+        f.write("\\n".join(sorted(str(m) for m in alive if str(m).startswith("distrain.launch"))))
     part = os.path.join(out, f".worker-{os.getpid()}")
     with open(part, "w") as f:
         f.write("\\n".join(held))
@@ -112,6 +120,8 @@ class Census:
     worker: list[str]
     #: the worker's own dump, printed on its stdout (what a test compares `worker` with)
     worker_printed: list[str]
+    #: the `distrain.launch*` modules whose functions the worker keeps alive (in sys.modules or not)
+    worker_launch_code: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
 
@@ -136,11 +146,13 @@ def census(*options: str, nproc: int = 1, timeout: float = 300) -> Census:
             raise RuntimeError(
                 f"the census job {options} failed ({res.returncode}): {res.stderr[-3000:]}"
             )
+        code = out / workers[0].name.replace("worker-", "code-")
         printed = re.findall(r"^(?:\[[^\]]*\]:?\s*)?CENSUS (.*)$", res.stdout, re.M)
         return Census(
             launcher=(out / "launcher.txt").read_text().split(),
             worker=workers[0].read_text().split(),
             worker_printed=printed[0].split() if printed else [],
+            worker_launch_code=code.read_text().split(),
             files=(out / "files.txt").read_text().split(),
         )
 
@@ -149,15 +161,22 @@ def main() -> None:
     """Print each process's module count and list, and the launcher's folders' files."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=0, help="also a job of R replica groups")
+    parser.add_argument("--cpu", action="store_true", help="the replica job under `run --cpu`")
     args = parser.parse_args()
-    jobs = {"fast start": (), "spawn": ("--start-method", "spawn")}
+    jobs: dict[str, tuple[str, ...]] = {"fast start": (), "spawn": ("--start-method", "spawn")}
     if args.replicas:
-        jobs["replicas"] = ("--replicas", str(args.replicas))
+        jobs["replicas"] = ("--replicas", str(args.replicas), *(("--cpu",) if args.cpu else ()))
     for name, options in jobs.items():
         found = census(*options)
-        print(f"{name}: launcher {len(found.launcher)}, worker {len(found.worker)}")
+        launch = [m for m in found.worker if m.startswith("distrain.launch")]
+        print(
+            f"{name}: launcher {len(found.launcher)}, worker {len(found.worker)} "
+            f"({len(launch)} distrain.launch*; launcher code alive: "
+            f"{len(found.worker_launch_code)} modules)"
+        )
         print("  launcher:", " ".join(found.launcher))
         print("  worker:", " ".join(found.worker))
+        print("  launcher code alive in the worker:", " ".join(found.worker_launch_code))
         print("  files:", " ".join(found.files))
 
 
