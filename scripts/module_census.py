@@ -12,14 +12,16 @@ processes, not from their imports:
   reports from the second on) (``worker-<pid>.txt``), prints the same list on its
   stdout (the direct dump a test compares the figure with), then waits for the launcher's dump;
 - the launcher: ``distrain run`` is started through :data:`LAUNCHER_HOOK` (``python -c``), which
-  starts a watching thread and then calls ``distrain.cli.entry_point`` as the console script does.
-  When the first worker's dump appears, the thread dumps the launcher's ``sys.modules``
+  starts a 20 ms interval timer (``SIGALRM``; a watching thread would make the fast start exec
+  its fork server instead of forking it from the launcher, another path than users take) and
+  then calls ``distrain.cli.entry_point`` as the console script does.
+  When the first worker's dump appears, the timer's handler dumps the launcher's ``sys.modules``
   (``launcher.txt``): the launcher as it is while its worker is at its first step.  No hook in
   distrain itself: the measured code is the code users run;
 - the launcher's folders: the job runs with ``TMPDIR`` in the census folder, so every folder the
   launcher makes with ``tempfile.mkdtemp(prefix="distrain-…")`` (the job's folder with its event
   stream, the replica groups' shared folder, the fast start's fallback folder) lies there.  The
-  thread lists them every 20 ms until the launcher exits (they are removed at its end), and
+  handler lists them every 20 ms until the launcher exits (they are removed at its end), and
   records every file name seen, digits as ``{}`` (``step.0`` → ``step.{}``), and once more
   just before the launcher process removes a folder (``shutil.rmtree``, wrapped in the hook).
   A file created and removed between two looks is missed; distrain's stay until the folder goes.
@@ -75,7 +77,7 @@ for i, (x,) in enumerate(loader):
 
 #: `python -c` program that runs `distrain run` as the console script does, with the watch
 LAUNCHER_HOOK = """
-import atexit, os, re, sys, threading, time
+import atexit, os, re, signal, sys
 out, tmp = os.environ["MODULE_CENSUS_DIR"], os.environ["TMPDIR"]
 files = set()
 def look():
@@ -84,18 +86,17 @@ def look():
         if rel[0].startswith("distrain-"):
             kind = rel[0].rsplit("-", 1)[0]
             files.update(kind + "/" + re.sub(r"\\d+", "{}", n) for n in names)
-def watch():
-    dumped = False
-    while True:
-        look()
-        if not dumped and any(n.startswith("worker-") for n in os.listdir(out)):
-            held = sorted(m for m in sys.modules if m.startswith("distrain"))
-            with open(os.path.join(out, ".launcher"), "w") as f:
-                f.write("\\n".join(held))
-            os.rename(os.path.join(out, ".launcher"), os.path.join(out, "launcher.txt"))
-            dumped = True
-        time.sleep(0.02)
+dumped = []
+def watch(*_):
+    look()
+    if not dumped and any(n.startswith("worker-") for n in os.listdir(out)):
+        held = sorted(m for m in sys.modules if m.startswith("distrain"))
+        with open(os.path.join(out, ".launcher"), "w") as f:
+            f.write("\\n".join(held))
+        os.rename(os.path.join(out, ".launcher"), os.path.join(out, "launcher.txt"))
+        dumped.append(True)
 def at_exit():
+    signal.setitimer(signal.ITIMER_REAL, 0)  # the interpreter's end puts SIGALRM back to default
     look()
     with open(os.path.join(out, "files.txt"), "w") as f:
         f.write("\\n".join(sorted(files)))
@@ -106,7 +107,10 @@ def look_then_rmtree(path, *args, **kwargs):
     look()  # the launcher removes its folders at its end, maybe within a look's 20 ms
     return rmtree(path, *args, **kwargs)
 shutil.rmtree = look_then_rmtree
-threading.Thread(target=watch, daemon=True).start()
+# a timer, not a thread: the fast start forks its server from the launcher only while the
+# launcher runs no other thread (launch/fast_start/server_fork.py), else it execs a fresh one
+signal.signal(signal.SIGALRM, watch)
+signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
 from distrain.cli import entry_point
 entry_point()
 """
