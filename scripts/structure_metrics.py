@@ -8,7 +8,9 @@ Figures:
   torchft) and launch_modules_<kind>_worker: the distrain modules in ``sys.modules`` of each
   process of `distrain run -n 1` of a 4-step script at its first step, the launcher's taken
   while its worker is there (scripts/module_census.py says how; tests/jobs/test_module_census.py
-  checks the figure against the worker's own dump);
+  checks the figure against the worker's own dump); launch_code_<kind>_worker: the
+  ``distrain.launch*`` modules whose functions the worker keeps alive, in ``sys.modules`` or not
+  (a worker forked from a server forked on the launcher's stack keeps that stack's frames);
 - environ_reads: lines that read the environment (`os.getenv`, `os.environ` other than a write:
   setting, deleting or `setdefault`-exporting a variable for torch or a child is no read) in
   src/distrain outside settings.py, contract.py, cluster/ and launch/ (where the environment is the
@@ -248,7 +250,10 @@ def census_figures(verbose: list[str]) -> dict[str, object]:
         figures[f"launch_modules_{name}_worker"] = sum(
             m.startswith("distrain.launch") for m in found.worker
         )
+        # what sys.modules does not show: launcher modules whose code the worker keeps alive
+        figures[f"launch_code_{name}_worker"] = len(found.worker_launch_code)
         verbose += [f"{name} worker module: {m}" for m in found.worker]
+        verbose += [f"{name} worker keeps launcher code of: {m}" for m in found.worker_launch_code]
         files.update(found.files)
     # a file kind is one channel wherever it lies (events.jsonl in the job's folder and in the
     # replica groups' shared one is one stream)

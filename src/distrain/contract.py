@@ -32,7 +32,7 @@ RDZV_ENDPOINT = "DISTRAIN_RDZV_ENDPOINT"
 LAUNCHER_PID = "DISTRAIN_LAUNCHER_PID"
 #: a static multi-node job's agent store (host:port, node 0's): where a rank leaves why it stopped
 STATIC_STORE = "DISTRAIN_STATIC_STORE"
-#: seconds a restarted attempt of a multi-node static job waits for its peers (start/rejoin.py)
+#: seconds a restarted attempt of a multi-node static job waits for its peers (start/store.py)
 REJOIN_TIMEOUT = "DISTRAIN_REJOIN_TIMEOUT"
 #: CPU threads per worker, overriding the cores ÷ processes split
 NUM_THREADS = "DISTRAIN_NUM_THREADS"
@@ -123,7 +123,7 @@ class ForkJob:
     #: the script imports distrain at top level (whose import strips a legacy --local-rank)
     imports_distrain: bool = False
     #: signals the launcher ignored when the job started (process/lineage.py): what a
-    #: worker exec'd by the agent would inherit as ``SIG_IGN`` (worker/fast_start/dispositions.py)
+    #: worker exec'd by the agent would inherit as ``SIG_IGN`` (worker/fast_start/as_exec.py)
     ignored_signals: tuple[int, ...] = ()
 
 

@@ -1,7 +1,7 @@
 """How a fast-start worker ends: the agent learns it finished without waiting on the worker.
 
 torch's agent waits for a function entrypoint's return value, not for its exit code
-(worker/fast_start/agent_return.py): a script ending in ``os._exit(0)`` hung the job forever,
+(worker/fast_start/as_exec.py): a script ending in ``os._exit(0)`` hung the job forever,
 and a rank SIGKILLed after its script finished, while it slept in torch's wait for the agent to
 read that value, left the agent's ``Event.set`` waiting forever (chaos seed 4302, trial 8).
 """

@@ -4,7 +4,7 @@ A static rendezvous has no membership signal.  When node 1's `distrain run` is S
 0's rank fails (its peer's connections reset) and node 0's agent restarts it; the restarted rank
 then waited for rank 1 for the init timeout (10 min), again after each restart (chaos campaign,
 benchmarks/chaos/RESULTS.md).  Now a restarted attempt of a multi-node static job waits
-``DISTRAIN_REJOIN_TIMEOUT`` seconds for its peers (worker/start/rejoin.py), then stops its node with
+``DISTRAIN_REJOIN_TIMEOUT`` seconds for its peers (worker/start/store.py), then stops its node with
 a last line naming the node and rank that never came back; rerunning both nodes resumes.
 """
 

@@ -2,7 +2,8 @@
 
 On when rank 0's stdout is a terminal and no CI variable is set; off in pipes, files and CI,
 where a bar's redraws would only fill the log.  ``DISTRAIN_PROGRESS=1`` or ``0`` decides instead
-(docs/environment.md).  The bar is transient: it is gone at the end of each epoch, so the
+(docs/environment.md; the choice is worker/services.py's ``progress_wanted``: a worker without a
+bar does not import this module).  The bar is transient: it is gone at the end of each epoch, so the
 script's own epoch line follows the previous one; what the script prints meanwhile appears
 above it.  Only prepared training loaders (``ctx.prepare_loader``) get one.
 """
@@ -11,19 +12,6 @@ from __future__ import annotations
 
 import sys
 from typing import Any
-
-
-def wanted(setting: bool | None, is_main: bool) -> bool:
-    """Whether this process shows a bar: rank 0 only; `setting` (``Settings.progress``:
-    DISTRAIN_PROGRESS, or off in CI) if decided, else when stdout is a terminal."""
-    if not is_main:
-        return False
-    if setting is not None:
-        return setting
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):  # replaced or closed stdout
-        return False
 
 
 class EpochBar:

@@ -23,14 +23,14 @@ from distrain.events import emit
 from distrain.log import get_logger
 from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
-from distrain.monitor.progress import wanted as progress_wanted
+from distrain.process.cores import choose_threads
 from distrain.settings import Settings, restarted_by_distrain_run
 from distrain.worker import atomic_save
 from distrain.worker.context import Context, _remember, current
 from distrain.worker.lifecycle import failure, watchdog
 from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
+from distrain.worker.services import progress_wanted
 from distrain.worker.start.store import restart_safe_store
-from distrain.worker.start.threads import choose_threads
 from distrain.worker.start.title import set_worker_title
 
 _log = get_logger("runtime")

@@ -8,6 +8,7 @@ init() starts them and hands them to its Context as ``ctx.services``; the Contex
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,19 @@ if TYPE_CHECKING:
     from distrain.monitor import Monitor
     from distrain.monitor.breakdown import StepBreakdown
     from distrain.worker.lifecycle.watchdog import Watchdog
+
+
+def progress_wanted(setting: bool | None, is_main: bool) -> bool:
+    """Whether this process shows a bar: rank 0 only; `setting` (``Settings.progress``:
+    DISTRAIN_PROGRESS, or off in CI) if decided, else when stdout is a terminal."""
+    if not is_main:
+        return False
+    if setting is not None:
+        return setting
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
 
 
 @dataclass

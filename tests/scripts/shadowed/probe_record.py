@@ -8,6 +8,7 @@ import faulthandler
 import json
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -65,6 +66,9 @@ def record(rank: int, world_size: int, script_file: str) -> dict:
         "blocked_signals": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "faulthandler_enabled": faulthandler.is_enabled(),
         "excepthook": _name(sys.excepthook),
+        # the launcher's swap while it forks the fork server must not reach the workers: their
+        # own fork server (a DataLoader's, the script's) is a fresh interpreter, as torchrun's
+        "spawnv_passfds": _name(multiprocessing.util.spawnv_passfds),
         "dynamo_log_level": logging.getLogger("torch._dynamo").getEffectiveLevel(),
         # a wrapper (functools.wraps keeps the name): distrain's atomic save under fast start
         "torch_save_wrapped": torch is not None and hasattr(torch.save, "__wrapped__"),

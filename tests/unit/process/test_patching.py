@@ -53,7 +53,7 @@ def every_feature() -> list[patching.Patch]:
     from distrain.launch.nodes import store_port
     from distrain.parallel import comm_hooks
     from distrain.worker import atomic_save, self_start as selfstart
-    from distrain.worker.fast_start import agent_return, forked
+    from distrain.worker.fast_start import as_exec, forked
     from distrain.worker.lifecycle import failure, watchdog
     from distrain.worker.replicas import (
         bind as ft_bind,
@@ -67,7 +67,7 @@ def every_feature() -> list[patching.Patch]:
     saved = (len(patching.APPLIED), patching.hooked())
     with patching.recording() as found:
         forked._watch_process_group()
-        agent_return.report_on_exit(queue=None)
+        as_exec.report_on_exit(queue=None)
         members.hook_process_run()
         members.hook_torch()
         selfstart._watch_children()

@@ -13,7 +13,8 @@ The server then forgets the launcher's own modules (:func:`_forget_launcher_modu
 forked from it holds what a fresh interpreter's ``import distrain`` holds, not the launcher's
 command line, plan, agent and features (tests/jobs/test_seams.py counts them at the first step).
 The stdlib name swapped while the server starts goes through the patching registry
-(``multiprocessing.util.spawnv_passfds``, feature ``fast_start``; docs/torch_internals.md).
+(``multiprocessing.util.spawnv_passfds``, feature ``fast_start``; docs/torch_internals.md), and
+the server puts it back (:func:`_put_back_launcher_patches`): workers get the stdlib's.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def _fork_and_run(command: str, passfds: set[int]) -> int:
     try:
         _close_fds_except(passfds | {0, 1, 2})
         _fresh_forkserver_state()
+        _put_back_launcher_patches()
         _forget_launcher_modules()
         exec(command, {"__name__": "__mp_forkserver__"})  # noqa: S102 - the stdlib's own command
         code = 0
@@ -105,6 +107,16 @@ def _fresh_forkserver_state() -> None:
     server: Any = forkserver._forkserver  # the module's singleton (no public accessor)
     server._lock = threading.Lock()
     server._preload_modules = ["__main__"]
+
+
+def _put_back_launcher_patches() -> None:
+    """Undo, in the server, every patch the launcher has in place (its ``spawnv_passfds``, inside
+    whose swap the server was forked): its workers inherit the server's ``multiprocessing.util``,
+    and a worker's own fork server (a DataLoader's) would otherwise be a fork of the worker, with
+    its threads and CUDA context, where torchrun's worker starts a fresh interpreter.
+    """
+    for feature in dict.fromkeys(p.feature for p in reversed(patching.applied())):
+        patching.restore(feature)
 
 
 def _forget_launcher_modules() -> None:

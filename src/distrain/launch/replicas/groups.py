@@ -143,7 +143,7 @@ def _group_env(
     if NUM_THREADS not in os.environ and not (omp.isdigit() and int(omp) > 1):
         # every group's processes share this node's cores; each group's own launcher and its
         # workers would count only the group's (OMP_NUM_THREADS=1 means "not chosen" there,
-        # worker/start/threads.py): 2 groups of 1 on 2 cores ran 2 threads each, oversubscribed
+        # process/cores.py): 2 groups of 1 on 2 cores ran 2 threads each, oversubscribed
         per_process = str(max(1, usable_cores() // (len(placement.local) * placement.per_group)))
         env[NUM_THREADS] = env["OMP_NUM_THREADS"] = per_process
     if host is not None:  # across nodes: the other groups reach this one's manager and store here

@@ -25,9 +25,7 @@ from distrain.log import get_logger
 from distrain.process import patching
 from distrain.process.lineage import die_with_parent, own_session
 from distrain.process.patching import Args
-from distrain.worker.fast_start import agent_return
-from distrain.worker.fast_start.as_main import run_as_main
-from distrain.worker.fast_start.dispositions import fault_handler_as_fresh, reset_as_exec
+from distrain.worker.fast_start import as_exec
 from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
 from distrain.worker.start.title import set_worker_title
 
@@ -48,8 +46,8 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     own_session()  # as torchrun's worker: its own children are stopped with its group
     _restore_environment(job.env)
     # the dispositions an exec'd worker has, not the fork server's (a background job's SIG_IGN)
-    reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
-    fault_handler_as_fresh(bool(os.environ.get("PYTHONFAULTHANDLER")))
+    as_exec.reset_as_exec(job.ignored_signals, job.env.get("TORCHELASTIC_SIGNALS_TO_HANDLE", ""))
+    as_exec.fault_handler_as_fresh(bool(os.environ.get("PYTHONFAULTHANDLER")))
     dump_stacks_on_signal()  # kill -USR1 <pid> dumps the stacks, init() called or not
     fresh = _fresh_marker(job)
     if _fresh_before_running(job, fresh, script_args):
@@ -64,9 +62,9 @@ def run_script(job: ForkJob, *script_args: str) -> None:
     )
     if fresh is not None:
         _watch_process_group()
-    queue = agent_return.return_queue()
-    if queue is not None:  # the agent's wait for a value, not for an exit code (agent_return)
-        agent_return.report_on_exit(queue)
+    queue = as_exec.return_queue()
+    if queue is not None:  # the agent's wait for a value, not for an exit code (as_exec)
+        as_exec.report_on_exit(queue)
     _run_to_its_end(job, fresh, script_args, queue)
 
 
@@ -119,7 +117,7 @@ def _run_to_its_end(
 ) -> None:
     """Run the script as ``__main__`` and end as a fresh interpreter would (see run_script)."""
     try:
-        run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
+        as_exec.run_as_main(job.script)  # as `python script.py` does (absolute __file__, argv kept)
     except SystemExit as exc:
         code = _exit_status(exc.code)
         if code:
@@ -129,7 +127,7 @@ def _run_to_its_end(
         _run_atexit()
         if code:
             raise SystemExit(code) from None
-        agent_return.finish(queue)
+        as_exec.finish(queue)
         return
     except Exception as exc:
         if fresh is not None and not _process_group_formed() and fork_may_be_the_cause(exc):
@@ -153,7 +151,7 @@ def _run_to_its_end(
         _run_atexit()
         raise SystemExit(1) from None  # its exit status; error files are the excepthook's business
     _run_atexit()
-    agent_return.finish(queue)
+    as_exec.finish(queue)
 
 
 def shadowed_imports(script: str, modules: dict[str, Any] | None = None) -> str:

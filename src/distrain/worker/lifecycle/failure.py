@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -33,7 +34,6 @@ from distrain.events import emit
 from distrain.log import get_logger
 from distrain.process import patching
 from distrain.settings import Settings
-from distrain.worker.lifecycle.peer_words import peer_cause
 from distrain.worker.lifecycle.stop_job import stop_the_job
 
 _log = get_logger("failure")
@@ -47,14 +47,20 @@ _PEER_GONE_TYPES = ("DistNetworkError", "DistStoreError")
 #: Python as a plain RuntimeError (ProcessGroupGloo re-raises gloo's IoException untyped; torch
 #: 2.14.1, an all_reduce after the peer exited: "[…/gloo/transport/tcp/pair.cc:561] Connection
 #: closed by peer"), and a DistBackendError says only that the backend failed, not whether a peer
-#: made it fail
-_PEER_GONE_TEXT = (
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "Broken pipe",
-    "Connection refused",
-    "Socket Timeout",
+#: made it fail.  Each known text → what it means, in a survivor's line ({peer}: the address in
+#: it, when there is one): gloo's and the store's errors start with the C++ source line that
+#: raised them, and the survivor's line was that text cut at 200 characters
+_PEER_GONE = (
+    ("Connection closed by peer", "its connection to {peer} closed: that process ended"),
+    ("Connection reset by peer", "its connection to {peer} was reset: that process ended"),
+    ("Broken pipe", "its connection to {peer} broke: that process ended"),
+    ("Connection refused", "{peer} refused its connection: that process is gone"),
+    ("Socket Timeout", "{peer} stopped answering (a socket timeout)"),
 )
+_SOURCE = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+_PEER = re.compile(r"\[?([0-9a-fA-F.:]+)\]?:\d+")
+#: the longest a cause stays when no meaning is known (the message, without its source path)
+LIMIT = 160
 #: the types whose text is read (by name: the last part of ``module.Type``)
 _UNTYPED = ("RuntimeError", "DistError", "DistBackendError")
 
@@ -113,7 +119,22 @@ def is_peer_failure_line(line: str) -> bool:
 
 
 def _names_a_lost_peer(text: str) -> bool:
-    return any(s in text for s in _PEER_GONE_TEXT)
+    return any(known in text for known, _ in _PEER_GONE)
+
+
+def peer_cause(err: BaseException) -> str:
+    """A peer's failure as a survivor says it: ``RuntimeError: its connection to 10.200.45.2
+    closed: that process ended`` for a known peer error (the root cause is the other rank's own
+    line); otherwise its first line without the C++ source path, cut at LIMIT."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    text = _SOURCE.sub("", first)
+    for known, meaning in _PEER_GONE:
+        if known in text:
+            found = _PEER.search(text[text.index(known) :])
+            peer = f"the process at {found.group(1)}" if found else "a peer"
+            return f"{type(err).__name__}: {meaning.format(peer=peer)}"
+    cut = text if len(text) <= LIMIT else text[: LIMIT - 1].rstrip() + "…"
+    return f"{type(err).__name__}: {cut}" if cut else type(err).__name__
 
 
 def write_error_file(

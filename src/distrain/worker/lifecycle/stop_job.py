@@ -12,7 +12,7 @@ Only under `distrain run` with a c10d rendezvous (it passes the endpoint, DISTRA
 a static rendezvous has nothing to close.  There :func:`stop_static_job` leaves the reason in
 the agents' store on node 0 (DISTRAIN_STATIC_STORE), where every node's `distrain run` watches
 for it (launch/nodes/stop_watch.py), and stops the node's own `distrain run` at once: a restarted
-attempt whose peers never came back (worker/start/rejoin.py), a watchdog's verdict on a frozen rank,
+attempt whose peers never came back (worker/start/store.py), a watchdog's verdict on a frozen rank,
 whose own node's agent sees it running and would otherwise wait for good.
 """
 

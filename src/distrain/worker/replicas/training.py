@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
 from distrain.coordination.replica_marks import ft_step_file
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
-from distrain.parallel.fsdp import is_sharded_tensor
 from distrain.parallel.options import Strategy
 from distrain.worker.replicas import rejoin, sync
 from distrain.worker.replicas.bind import manager_server_on
@@ -284,9 +284,10 @@ class Replicas:
             for obj in self.objects.values():
                 if isinstance(obj, nn.Module):
                     for t in [*obj.parameters(), *obj.buffers()]:
-                        # an FSDP shard is this rank's alone (rank r of every group heals from
-                        # one source: the groups still agree)
-                        if not is_sharded_tensor(t):
+                        # an FSDP shard (a DTensor) is this rank's alone (rank r of every group
+                        # heals from one source: the groups still agree); torch's type, not
+                        # parallel/fsdp.py's test: a DDP replica worker needs none of FSDP's code
+                        if not isinstance(t, DTensor):
                             dist.broadcast(t, src=0)
 
     def restore(self, objects: dict[str, Any], resumed: Resumed) -> Resumed:

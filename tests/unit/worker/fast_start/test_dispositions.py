@@ -1,4 +1,4 @@
-"""worker/fast_start/dispositions.py and process/lineage.ignored_signals: the dispositions an exec'd
+"""worker/fast_start/as_exec.py and process/lineage.ignored_signals: the dispositions an exec'd
 worker has (the jobs that compare them with torchrun's: tests/jobs/test_fidelity_probe.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from distrain.process.lineage import ignored_signals
-from distrain.worker.fast_start.dispositions import agent_handles, exec_dispositions
+from distrain.worker.fast_start.as_exec import agent_handles, exec_dispositions
 
 AGENT = agent_handles("SIGTERM,SIGINT,SIGHUP,SIGQUIT")
 

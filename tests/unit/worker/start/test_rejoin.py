@@ -1,11 +1,11 @@
-"""Which attempts get the rejoin bound, and how the missing ranks are named (start/rejoin.py)."""
+"""Which attempts get the rejoin bound, and how the missing ranks are named (start/store.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from distrain.settings import Settings
-from distrain.worker.start.rejoin import describe, rejoin_bound
+from distrain.worker.start.store import describe, rejoin_bound
 
 STATIC_RESTART = {
     "DISTRAIN_LAUNCHER": "distrain-run",

@@ -1,12 +1,12 @@
-"""start/threads.py: CPU thread count policy (explicit, DISTRAIN_NUM_THREADS, OMP > 1, split)."""
+"""process/cores.py: CPU thread count policy (explicit, DISTRAIN_NUM_THREADS, OMP > 1, split)."""
 
 from __future__ import annotations
 
 import pytest
 
 from distrain.process import cores
+from distrain.process.cores import choose_threads
 from distrain.settings import Settings
-from distrain.worker.start.threads import choose_threads
 
 
 @pytest.fixture(autouse=True)

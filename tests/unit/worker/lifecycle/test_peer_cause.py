@@ -1,8 +1,8 @@
-"""lifecycle/peer_words.py: a survivor's line names what its peer's loss means, not a C++ path."""
+"""failure.peer_cause: a survivor's line names what its peer's loss means, not a C++ path."""
 
 from __future__ import annotations
 
-from distrain.worker.lifecycle.peer_words import LIMIT, peer_cause
+from distrain.worker.lifecycle.failure import LIMIT, peer_cause
 
 #: gloo's text as a rank on another host saw it (torch 2.14.1, a peer's process ended)
 GLOO = (
