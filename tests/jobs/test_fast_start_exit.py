@@ -18,7 +18,10 @@ from helpers import distrain_run, python, run
 
 _OS_EXIT = """
 import os, sys, torch
-print(f"rank {os.environ['RANK']} done", flush=True)
+# one write per line: under `python -u` print() writes the text and its newline apart, and the
+# two ranks' lines, on one pipe, interleave between them
+sys.stdout.write(f"rank {os.environ['RANK']} done\\n")
+sys.stdout.flush()
 sys.stdout.write("buffered, not flushed\\n")
 os._exit(int(os.environ.get("EXIT_CODE", "0")))
 """
