@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,19 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
 def python() -> str:
     """The interpreter running the tests."""
     return sys.executable
+
+
+#: ports held for this test process's life (held_port)
+_HELD_PORTS: list[socket.socket] = []
+
+
+def held_port() -> int:
+    """A port a test names to a job (``--master-port``, ``MASTER_PORT``), held until the test
+    process exits (distrain.net.reserve_port): a listener that sets ``SO_REUSEADDR`` (torch's
+    TCPStore, distrain's stores) binds it, but no connection takes it as its source port first,
+    as one can take a port from a bind to port 0 that was closed again (pytorch#126510)."""
+    from distrain.net import reserve_port
+
+    sock = reserve_port("127.0.0.1")
+    _HELD_PORTS.append(sock)
+    return int(sock.getsockname()[1])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REPO, kill_group, python, run
+from helpers import REPO, held_port, kill_group, python, run
 
 HELD = str(REPO / "tests" / "scripts" / "held_job.py")
 WORLD = 2
@@ -80,9 +80,7 @@ def test_one_node_job_listens_on_loopback_only(tmp_path: Path, case: str) -> Non
     else:
         args = list(CASES[case] or [])
         if case == "distrain-run-master-port":
-            from distrain.net import free_port
-
-            args[-1] = str(free_port())
+            args[-1] = str(held_port())
         cmd = [python(), "-m", "distrain.cli", *args, HELD, str(out)]
     proc, _, listeners = _hold(cmd, out)
     if case == "mpirun":  # Open MPI's own listeners (mpirun's daemon, the ranks' transports) are
@@ -101,8 +99,6 @@ def test_one_node_job_listens_on_loopback_only(tmp_path: Path, case: str) -> Non
 @pytest.mark.timeout(300)
 def test_store_address_that_cannot_be_bound_is_an_error(tmp_path: Path) -> None:
     """--master-addr that is not this machine's: one line, no fall-back to every interface."""
-    from distrain.net import free_port
-
     result = run(
         [
             python(),
@@ -114,7 +110,7 @@ def test_store_address_that_cannot_be_bound_is_an_error(tmp_path: Path) -> None:
             "--master-addr",
             "192.0.2.7",
             "--master-port",
-            str(free_port()),
+            str(held_port()),
             HELD,
             str(tmp_path),
         ],

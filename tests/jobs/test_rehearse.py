@@ -12,24 +12,17 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, distrain_run, python, run
+from helpers import REPO, distrain_run, held_port, python, run
 from helpers.torch_races import torch_exit_race
 
 SCRIPTS = REPO / "tests" / "gpu_scripts"
 BOOT = REPO / "src" / "distrain" / "worker" / "rehearse" / "boot"
 pytestmark = pytest.mark.timeout(900)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _streams(
@@ -124,13 +117,13 @@ def test_spawn_tutorial_with_device_count_world(tmp_path: Path, n: int) -> None:
         str(n),
         str(SCRIPTS / "spawn_tutorial.py"),
         str(tmp_path / "gpu"),
-        env={"TUTORIAL_PORT": str(free_port())},
+        env={"TUTORIAL_PORT": str(held_port())},
         race="mp.spawn",
     )
     twin = run(
         [python(), str(SCRIPTS / "spawn_tutorial_cpu.py"), str(tmp_path / "cpu"), str(n)],
         timeout=420,
-        env={"TUTORIAL_PORT": str(free_port())},
+        env={"TUTORIAL_PORT": str(held_port())},
     )
     if not torch_exit_race(twin, "mp.spawn"):  # a child's abort in teardown, torch's own
         assert twin.returncode == 0, twin.stdout[-2000:] + twin.stderr[-3000:]

@@ -15,9 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, python
-
-from distrain.net import free_port
+from helpers import REPO, held_port, python
 
 SCRIPT = str(REPO / "tests" / "scripts" / "exit_job.py")
 
@@ -31,7 +29,7 @@ def test_job_exits_with_its_group_gone(strategy: str, bound_s: int, tmp_path: Pa
 
     FSDP's first use imports torch._dynamo: on a loaded 2-core machine a job took > 150 s to
     reach training, hence its longer bound (a deadlock still never ends)."""
-    port = free_port()
+    port = held_port()
     procs = []
     for rank in range(2):
         env = dict(

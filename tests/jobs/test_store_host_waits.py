@@ -11,12 +11,12 @@ import sys
 import time
 
 import torch.distributed as dist
-from helpers import kill_group
+from helpers import held_port, kill_group
 
 from distrain.launch.nodes import store_hold
 from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.launch.nodes.store_hold import StoreHold, other_clients
-from distrain.net import free_port, listening_here
+from distrain.net import listening_here
 
 #: a client that connects, says so, and stays for argv[2] seconds
 CLIENT = (
@@ -50,7 +50,7 @@ def _client(port: int, stay_s: float) -> subprocess.Popen[str]:
 
 
 def test_the_server_outlives_the_agents_store_until_the_other_node_left() -> None:
-    port = free_port()
+    port = held_port()
     agent = _agent_store(port)
     hold = _held(port)
     proc = _client(port, 3.0)
@@ -71,7 +71,7 @@ def test_the_server_outlives_the_agents_store_until_the_other_node_left() -> Non
 
 
 def test_the_wait_is_bounded_and_only_after_a_success() -> None:
-    port = free_port()
+    port = held_port()
     agent = _agent_store(port)
     proc = _client(port, 120.0)  # a node that never leaves
     try:
@@ -94,7 +94,7 @@ def test_no_hold_off_the_host_or_on_one_node() -> None:
 
     assert store_hold.start(rdzv("127.0.0.1:29400", "1")) is None
     assert store_hold.start(Rendezvous("static", "", "none", "", "2", 0, "x", 29500, None)) is None
-    hold = store_hold.start(rdzv(f"127.0.0.1:{free_port()}", "1:2"))  # no server here
+    hold = store_hold.start(rdzv(f"127.0.0.1:{held_port()}", "1:2"))  # no server here
     assert hold is not None
     time.sleep(1.2)
     started = time.monotonic()

@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 
 import torch.distributed as dist
+from helpers import held_port
 
 from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
 from distrain.launch.nodes import stop_watch
 from distrain.launch.nodes.stop_watch import GONE_S, READ_WAIT_S, StopWatch
-from distrain.net import free_port
 
 
 def _node0_watch(tmp_path: Path) -> tuple[StopWatch, dist.TCPStore]:
-    port = free_port()
+    port = held_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
                            timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
     server.set(JOB_STOPPED_KEY, "rank 1 froze")

@@ -244,9 +244,12 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     ended (mark_silent): either way the other nodes' groups no longer wait for them at their end."""
     from distrain.coordination.replica_marks import ft_end_file
     from distrain.launch.replicas import nodes as replica_nodes
-    from distrain.net import free_port
+    from distrain.net import reserve_port
 
-    port = free_port()
+    # the roll call listens on the master port + 1: that port is held for it (a free port's
+    # neighbour may be any connection's source port on a busy machine)
+    held = reserve_port("127.0.0.1")
+    port = int(held.getsockname()[1]) - 1
     places = [replica_nodes.Placement(4, 1, 2, n, "127.0.0.1", port) for n in (0, 1)]
     node0 = replica_nodes.RollCall(places[0])  # node 0 first: it hosts the store
     node1 = replica_nodes.RollCall(places[1])
@@ -268,6 +271,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     node0.mark_silent(str(other))
     assert all(os.path.exists(ft_end_file(str(other), g)) for g in (2, 3))
     assert not os.path.exists(ft_end_file(str(other), 0))  # node 0's own groups are its own
+    held.close()
 
 
 def test_run_dir_lines_are_what_distrain_top_reads(
