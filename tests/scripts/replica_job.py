@@ -165,7 +165,9 @@ def wait_for_asking_group() -> None:
     while time.monotonic() < until:
         with urllib.request.urlopen(status, timeout=10) as page:
             held = re.search(r"\[\d+/(\d+) participants healthy\]", page.read().decode())
-        if held and int(held[1]) > 0:
+        if held is None:  # another page: the hold would end at once, the order unforced
+            raise SystemExit(f"no 'participants healthy' count on the lighthouse's {status}")
+        if int(held[1]) > 0:
             return
         time.sleep(0.05)
 
