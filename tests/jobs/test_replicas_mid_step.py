@@ -10,9 +10,10 @@ next step, its loader behind group 1's.
 
 Group 0 waits for group 1's request at the lighthouse, not for group 1's restore: a lone group's
 quorum is formed at once (its last quorum's members are all there, TorchFT's fast quorum), so
-group 0 released at group 1's restore trained on alone while group 1 loaded its checkpoint, and
-at load 10 it was a step further when group 1 asked (in 5 of 20 runs); two steps and group 1,
-back at 18, found group 0 there and healed from it (no heal inside a step: the test failed).
+group 0 released at group 1's restore trained on alone while group 1 loaded its checkpoint: at
+load 5-11 one step further when group 1 asked in 6 of 20 runs, at load 8-14 two to four steps in
+6 of 12, where group 1, back at 18, found group 0 there or ahead and healed from it (no heal inside
+a step: the test failed; tests/RESULTS.md).
 """
 
 from __future__ import annotations
