@@ -15,8 +15,10 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import time
+import urllib.request
 
 import torch
 import torch.nn.functional as F
@@ -96,7 +98,8 @@ p.add_argument(
     "--hold-restarted",
     action="append",
     default=[],
-    help="STEP:GROUP:FILE (repeatable): as --hold, in a restarted process only; it leaves "
+    help="STEP:GROUP:WHAT (repeatable): as --hold, in a restarted process only, where WHAT may "
+    "also be 'asked': until another group's quorum request waits at the lighthouse; it leaves "
     "held.<group>.<step> in --out when it starts waiting",
 )
 p.add_argument(
@@ -151,6 +154,21 @@ def wait_for_file(path: str) -> None:
     """Wait (<= 120 s) until `path` exists."""
     until = time.monotonic() + 120
     while not os.path.exists(path) and time.monotonic() < until:
+        time.sleep(0.05)
+
+
+def wait_for_asking_group() -> None:
+    """Wait (<= 120 s) until a quorum request waits at the lighthouse: another group's, as this
+    one asks none meanwhile (the lighthouse's /status page counts the requests it holds)."""
+    status = os.environ["TORCHFT_LIGHTHOUSE"].rstrip("/") + "/status"
+    until = time.monotonic() + 120
+    while time.monotonic() < until:
+        with urllib.request.urlopen(status, timeout=10) as page:
+            held = re.search(r"\[\d+/(\d+) participants healthy\]", page.read().decode())
+        if held is None:  # another page: the hold would end at once, the order unforced
+            raise SystemExit(f"no 'participants healthy' count on the lighthouse's {status}")
+        if int(held[1]) > 0:
+            return
         time.sleep(0.05)
 
 
@@ -311,7 +329,10 @@ while step < args.steps:
             at, g_, path = spec.split(":", 2)
             if (int(at), int(g_)) == (step, group):
                 open(os.path.join(args.out, f"held.{group}.{step}"), "w").close()
-                wait_for_file(path)
+                if path == "asked":
+                    wait_for_asking_group()
+                else:
+                    wait_for_file(path)
         for spec in args.hold_failed if not committed else []:
             at, g_, path = spec.split(":", 2)
             if (int(at), int(g_)) == (step, group):
