@@ -42,6 +42,10 @@ def wrap_ddp(
         from distrain.parallel.comm_hooks import register_comm_hook
 
         wrapped._distrain_comm_hook_state = register_comm_hook(wrapped, comm_hook)
+    else:  # a resumed run's first step then adds gradients as the uninterrupted run's did
+        from distrain.parallel.ddp_layout import align_first_reduction
+
+        wrapped._distrain_comm_hook_state = align_first_reduction(wrapped)
     return wrapped
 
 
