@@ -21,6 +21,7 @@ adds every element in the same order on every step.
 
 # no `from __future__ import annotations`: DDP checks the hook's annotations are real classes
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ class _First:
         self.group = ddp.process_group
         self.world = dist.get_world_size(self.group)
         self.pending = True
+        self.user: tuple[Callable[..., Any], object] | None = None  # the script's own hook
         self.ready: list[int] = []  # id() of each parameter as its gradient was accumulated
         config = ddp._bucket_config
         self.limits = [config.first_bucket_bytes_cap, config.bucket_bytes_cap]
@@ -84,6 +86,9 @@ def _reduce_as_rebuilt(state: _First, bucket: dist.GradBucket) -> torch.Tensor:
 
 
 def _hook(state: _First, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    if state.user is not None:  # the script's hook decides every reduction, the first included
+        hook, user_state = state.user
+        return hook(user_state, bucket)
     if not state.pending:  # as DDP without a hook, overlapping the rest of the backward
         bucket.buffer().mul_(1.0 / state.world)
         work = dist.all_reduce(bucket.buffer(), group=state.group, async_op=True)
@@ -104,7 +109,8 @@ def _hook(state: _First, bucket: dist.GradBucket) -> torch.futures.Future[torch.
 def align_first_reduction(ddp: nn.parallel.DistributedDataParallel) -> Any:
     """Make `ddp`'s first synced step add gradients in the order of its rebuilt buckets.
 
-    Registers a comm hook (so only for a wrapper without one); a wrapper whose buckets are
+    Registers a comm hook (so only for a wrapper without one; a hook the script registers on
+    the wrapper later is run in its place, from the first step on); a wrapper whose buckets are
     never rebuilt (``find_unused_parameters`` without ``static_graph``) or whose per-bucket
     caps are the user's is left as it is.  Returns the hook's state (None when left alone).
     """
@@ -114,4 +120,14 @@ def align_first_reduction(ddp: nn.parallel.DistributedDataParallel) -> Any:
         return None
     state = _First(ddp)
     ddp.register_comm_hook(state, _hook)
+
+    def register_comm_hook(user_state: object, hook: Callable[..., Any]) -> None:
+        # DDP takes one hook per wrapper and this one holds the slot: a script's own
+        # `model.register_comm_hook` (before its first backward, as DDP asks) is run from it
+        if state.user is not None or not state.pending:
+            raise RuntimeError("register_comm_hook: a communication hook can be registered once")
+        state.done()
+        state.user = (hook, user_state)
+
+    ddp.register_comm_hook = register_comm_hook  # type: ignore[method-assign,assignment]
     return state
