@@ -50,6 +50,7 @@ class _First:
         self.ready.append(id(param))
 
     def done(self) -> None:
+        """The first synced backward is reduced: stop recording the ready order."""
         self.pending = False
         for handle in self.handles:
             handle.remove()
@@ -67,8 +68,10 @@ def _reduce_as_rebuilt(state: _First, bucket: dist.GradBucket) -> torch.Tensor:
     params, grads = bucket.parameters(), bucket.gradients()
     position = {id(p): i for i, p in enumerate(params)}
     seen: list[int] = []
+    taken: set[int] = set()
     for key in state.ready[::-1]:  # this backward's order: the last accumulation of each
-        if key in position and position[key] not in seen:
+        if key in position and key not in taken:
+            taken.add(key)
             seen.append(position[key])
     order = torch.tensor(seen[::-1], dtype=torch.int64, device=bucket.buffer().device)
     dist.broadcast(order, group=state.group, group_src=0)  # the rebuild syncs rank 0's
@@ -97,7 +100,7 @@ def _hook(state: _First, bucket: dist.GradBucket) -> torch.futures.Future[torch.
     # the initial layout is one bucket per dtype/device; only the one-bucket case is the layout
     # the rebuild replaces and this mirrors, a split one reduces as it stands
     one = bucket.index() == 0 and bucket.is_last()
-    complete = one and len(set(state.ready)) >= len(bucket.parameters())
+    complete = one and {id(p) for p in bucket.parameters()} <= set(state.ready)
     result = _reduce_as_rebuilt(state, bucket) if complete else _average(state, bucket.buffer())
     if bucket.is_last():
         state.done()
