@@ -2,7 +2,7 @@
 
 With 2 ranks every order of adding two gradients gives the same bits; with 4 it does not, and a
 fresh DDP wrapper's first reduction packs the gradients into another layout than the rebuilt
-buckets of a wrapper that has run (parallel/ddp_layout.py): a resume was 1-2 ulp off.
+buckets of a wrapper that has run (parallel/ddp.py): a resume was 1-2 ulp off.
 """
 
 from __future__ import annotations
