@@ -61,6 +61,9 @@ def release_ddp(model: nn.parallel.DistributedDataParallel) -> None:
     for attr in ("reducer", "logger", "process_group"):
         with contextlib.suppress(Exception):
             setattr(model, attr, None)
+    state = getattr(model, "_distrain_comm_hook_state", None)
+    if isinstance(state, _First):  # the first-step hook's state holds the group too
+        state.group = None
 
 
 # A DDP wrapper's first reduction made to add gradients as every later one does.
@@ -88,7 +91,7 @@ class _First:
     """The hook's state: the gradients' ready order until the first synced backward reduced."""
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel) -> None:
-        self.group = ddp.process_group
+        self.group: Any = ddp.process_group  # None once released (release_ddp)
         self.world = dist.get_world_size(self.group)
         self.pending = True
         self.user: tuple[Callable[..., Any], object] | None = None  # the script's own hook
