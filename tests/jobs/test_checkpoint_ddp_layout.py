@@ -7,9 +7,6 @@ buckets of a wrapper that has run (parallel/ddp.py): a resume was 1-2 ulp off.
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,15 +30,6 @@ def test_four_rank_resume_from_disk_is_bitwise_equal(baseline: Path, tmp_path: P
     result = ok(distrain_run(4, "--dir", str(d), "--out", str(out), *JOB))
     assert "distrain: resumed from" in result.stdout
     assert_bitwise(baseline, out)
-
-
-@pytest.fixture
-def mem_root(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs folder of this test's own (removed after it, whatever happened)."""
-    root = Path("/dev/shm") / f"dtest-ddplayout-{os.getpid()}-{tmp_path.name}"
-    root.mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_four_rank_resume_from_memory_is_bitwise_equal(

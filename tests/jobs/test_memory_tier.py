@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,6 @@ JOB_TIMEOUT = 180  # a hang fails the test; not a speed assertion
 #: the worker's job: 2 epochs of 8 steps, disk checkpoints only at the end (every 100)
 ARGS = ["--every", "100", "--epochs", "2"]
 RESUMED = re.compile(r"distrain: resumed from (.+?) \(step (\d+),")
-
-
-@pytest.fixture
-def mem_root(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs folder of this test's own (removed after it, whatever happened)."""
-    root = Path("/dev/shm") / f"dtest-mem-{os.getpid()}-{tmp_path.name}"
-    root.mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def job(
