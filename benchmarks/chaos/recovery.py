@@ -111,11 +111,13 @@ def measure(procs: dict[tuple[str, int], list[dict[str, Any]]], fault_t: float,
 def _last_restart(procs: dict[tuple[str, int], list[dict[str, Any]]],
                   after: dict[tuple[str, int], float]) -> float:  # fmt: skip
     """The first ``ctx.log()`` of the last generation started after the fault: the processes of
-    the newest-started one's attempt that started after every process of another attempt."""
+    the newest-started one's attempt that started after every process of another attempt, or
+    with it: the nodes of a two-node job count their attempts apart, so one generation may carry
+    two numbers, and its ranks share one `first_log_t` (seed 9102 trial 15: 1 and 2)."""
     attempt = lambda key: procs[key][-1].get("attempt")  # noqa: E731
     newest = attempt(max(after, key=lambda key: after[key]))
     since = max((t for key, t in after.items() if attempt(key) != newest), default=0.0)
-    return min(t for key, t in after.items() if attempt(key) == newest and t > since)
+    return min(t for key, t in after.items() if attempt(key) == newest and t >= since)
 
 
 def cost_table(rows: list[tuple[str, Cost]]) -> str:

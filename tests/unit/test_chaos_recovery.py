@@ -165,3 +165,18 @@ def test_the_table_gives_median_and_max_per_fault(tmp_path: Path) -> None:
         assert [t.cost.lost_steps for t in back][:3] == [3, 1, 8]
         assert [t.cost.recovery_s for t in back][:3] == [4.2, 2.0, 9.5]
     assert load_trials([str(path)])[3].cost.lost_steps is None
+
+
+def test_one_generation_with_two_attempt_numbers(tmp_path: Path) -> None:
+    """Two nodes restart the same generation under different attempt numbers (node 0's agent
+    restarted twice, node 1's once), their ranks logging their first step at one time: the
+    recovery is that time (seed 9102 trial 15 crashed the campaign on it)."""
+    job = _job(tmp_path)
+    node0, node1 = job.run_dir.with_name("t1-run-0"), job.run_dir.with_name("t1-run-1")
+    _records(node0, 0, 10, FAULT_T - 5, [(FAULT_T - 0.1, 18)])
+    _records(node1, 1, 11, FAULT_T - 5, [(FAULT_T - 0.1, 18)])
+    _records(node0, 0, 12, FAULT_T + 4.3, [(FAULT_T + 4.4, 19)], attempt=2)
+    _records(node1, 1, 13, FAULT_T + 4.3, [(FAULT_T + 4.4, 18)], attempt=1)
+    runs = [RunRecord(0, 20.0, RESUMED.format(17), RESTART)]
+    got = cost(KINDS["nodes_static"], job, runs, False, FAULT_T)
+    assert (got.lost_steps, got.recovery_s) == (1, 4.3), got
