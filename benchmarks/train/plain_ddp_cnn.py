@@ -31,6 +31,7 @@ p.add_argument("--image-size", type=int, default=32)
 p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--out", required=True)
 p.add_argument("--no-ddp", action="store_true", help="one process: the model as it is, no DDP")
+p.add_argument("--align", action="store_true", help="distrain's first-step comm hook on the DDP")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -40,6 +41,10 @@ train_set, test_set = digits(args.image_size)
 torch.manual_seed(0)
 # a world of one without DDP is the single-process script a speedup is measured against
 model = Net() if args.no_ddp else DistributedDataParallel(Net())
+if args.align:  # what distrain's prepare_model adds to a DDP wrapper (parallel/ddp.py)
+    from distrain.parallel.ddp import align_first_reduction
+
+    align_first_reduction(model)
 sampler = DistributedSampler(train_set, shuffle=True, seed=0, drop_last=True)
 loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 test_loader = DataLoader(
