@@ -58,8 +58,13 @@ def _probe(mode: str) -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def namespaces() -> None:
-    if subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30).returncode:
-        pytest.skip("needs network namespaces (root): unshare -n")
+    # a namespace of its own, and its source-port range writable (a container may mount
+    # /proc/sys read-only)
+    probe = "echo '40000 40015' > /proc/sys/net/ipv4/ip_local_port_range"
+    if subprocess.run(
+        ["unshare", "-n", "sh", "-c", probe], capture_output=True, timeout=30
+    ).returncode:
+        pytest.skip("needs a network namespace with a writable ip_local_port_range (root)")
 
 
 def test_the_held_port_is_no_source_port_and_rank_0_binds_it() -> None:
