@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -58,30 +59,38 @@ def _stopped(proc: psutil.Process, timeout: float = 1.0) -> bool:
     return False
 
 
-def kill_launcher_in_save(ctx: FaultContext) -> Shot:
-    """SIGKILL of the launcher while rank 0's ``torch.save`` of its snapshot is under way."""
-    assert ctx.job.marker is not None
-    snapshot = ctx.job.marker
-    writer = _writer(ctx.trial)
+def catch_in_act(ctx: FaultContext, proc: psutil.Process, look: Callable[[], str | None],
+                 act: str) -> tuple[str, int]:  # fmt: skip
+    """Stop `proc` (SIGSTOP) at random moments until `look` sees it in the act (a save, a
+    snapshot): returned with `proc` still stopped, and the number of looks; else Missed."""
     deadline, looks = time.monotonic() + LOOK_S, 0
     while time.monotonic() < deadline:
         try:
-            writer.send_signal(signal.SIGSTOP)
+            proc.send_signal(signal.SIGSTOP)
             looks += 1
-            if not _stopped(writer):
-                writer.send_signal(signal.SIGCONT)
+            if not _stopped(proc):
+                proc.send_signal(signal.SIGCONT)
                 continue
-            seen = _in_save(snapshot, writer.pid)
+            seen = look()
             if seen:
-                ctx.launcher.send_signal(signal.SIGKILL)
-                left = ctx.wait_gone()
-                return Shot(f"SIGKILL the launcher while rank 0 saved (look {looks}: {seen})",
-                            rerun=True, left=left)  # fmt: skip
-            writer.send_signal(signal.SIGCONT)
+                return seen, looks
+            proc.send_signal(signal.SIGCONT)
         except psutil.NoSuchProcess:
-            raise Missed(f"rank 0 ended before a save was caught ({looks} looks)") from None
+            raise Missed(f"it ended before a {act} was caught ({looks} looks)") from None
         # short gaps: a save is ~1 ms of a ~50 ms epoch, and under load each look is slow (one
         # self-check run ended its job before a look fell in a save with 1–10 ms gaps)
         time.sleep(ctx.rng.uniform(0.0005, 0.003))
-    _quiet(writer.send_signal, signal.SIGCONT)
-    raise Missed(f"no save under way in {looks} looks over {LOOK_S:.0f} s")
+    _quiet(proc.send_signal, signal.SIGCONT)
+    raise Missed(f"no {act} under way in {looks} looks over {LOOK_S:.0f} s")
+
+
+def kill_launcher_in_save(ctx: FaultContext) -> Shot:
+    """SIGKILL of the launcher while rank 0's ``torch.save`` of its snapshot is under way."""
+    assert ctx.job.marker is not None
+    snapshot, writer = ctx.job.marker, _writer(ctx.trial)
+    seen, looks = catch_in_act(ctx, writer, lambda: _in_save(snapshot, writer.pid), "save")
+    ctx.launcher.send_signal(signal.SIGKILL)
+    left = ctx.wait_gone()
+    return Shot(
+        f"SIGKILL the launcher while rank 0 saved (look {looks}: {seen})", rerun=True, left=left
+    )

@@ -24,11 +24,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import psutil
-from fault_save import _stopped
+from fault_save import catch_in_act
 from faults import TITLE, FaultContext, Missed, Shot, _kill_frozen, _quiet, fill, ranks
 from kinds import memory_folders
 
@@ -51,25 +50,14 @@ def kill_rank_in_snapshot(ctx: FaultContext) -> Shot:
     proc = ctx.rng.choice(found)
     m = TITLE.search(" ".join(proc.cmdline()))
     rank = int(m.group(1)) if m else 0
-    deadline, looks = time.monotonic() + LOOK_S, 0
-    while time.monotonic() < deadline:
-        try:
-            proc.send_signal(signal.SIGSTOP)
-            looks += 1
-            if not _stopped(proc):
-                proc.send_signal(signal.SIGCONT)
-                continue
-            parts = [p for d in _own(ctx) for p in d.glob(f"r{rank:05d}-s*.part")]
-            if parts:
-                proc.send_signal(signal.SIGKILL)
-                return Shot(f"SIGKILL rank {rank} (pid {proc.pid}) while it wrote "
-                            f"{parts[0].name} (look {looks})")  # fmt: skip
-            proc.send_signal(signal.SIGCONT)
-        except psutil.NoSuchProcess:
-            raise Missed(f"rank {rank} ended before a snapshot was caught") from None
-        time.sleep(ctx.rng.uniform(0.0005, 0.003))  # a snapshot is ~1 ms of a ~100 ms step
-    _quiet(proc.send_signal, signal.SIGCONT)
-    raise Missed(f"no snapshot under way in {looks} looks over {LOOK_S:.0f} s")
+
+    def parts() -> str | None:
+        found = [p for d in _own(ctx) for p in d.glob(f"r{rank:05d}-s*.part")]
+        return found[0].name if found else None
+
+    seen, looks = catch_in_act(ctx, proc, parts, "snapshot")
+    proc.send_signal(signal.SIGKILL)
+    return Shot(f"SIGKILL rank {rank} (pid {proc.pid}) while it wrote {seen} (look {looks})")
 
 
 def corrupt_memory(ctx: FaultContext) -> Shot:
