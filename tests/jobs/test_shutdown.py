@@ -69,3 +69,25 @@ def test_job_exits_with_its_group_gone(strategy: str, bound_s: int, tmp_path: Pa
         assert "group threads at exit: []" in out, (
             f"{strategy} rank {rank}: the group outlived shutdown\n{out}"
         )
+
+
+@pytest.mark.timeout(200)
+def test_a_group_a_hook_callback_frees_last_is_dropped_on_the_main_thread() -> None:
+    """A comm hook's callback freed on gloo's thread after shutdown must not free the group there.
+
+    Without distrain waiting for it, the group's destructor joins its threads from one of them
+    and the rank aborts: "terminate called after throwing ... Resource deadlock avoided"."""
+    script = str(REPO / "tests" / "scripts" / "hook_frees_group_late.py")
+    res = subprocess.run(
+        [python(), "-m", "distrain.cli", "run", "-n", "2", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, DISTRAIN_DEVICE=""),
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "terminate called" not in out, out
+    for rank in range(2):
+        assert f"ended {rank}" in res.stdout, out
+    assert res.stdout.count("group threads at exit: []") == 2, out

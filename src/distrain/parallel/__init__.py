@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -211,6 +213,32 @@ def release_all(models: list[weakref.ref[nn.Module]]) -> None:
                 release(model)
     models.clear()
     if dist.is_available() and dist.is_initialized():
+        groups = list(dist.distributed_c10d._world.pg_map)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+        gc.collect()
+        _drop_here(groups)
     gc.collect()
+
+
+#: groups a callback on their own thread still held when released; kept until the process ends
+_KEPT: list[Any] = []
+
+
+def _drop_here(groups: list[Any], bound_s: float = 5.0) -> None:
+    """Drop the last references to destroyed `groups` on this thread, not on a gloo thread.
+
+    A comm hook's ``Future.then`` callback (PowerSGD's hold ``group.WORLD``) runs on the group's
+    own worker thread and is freed there just after it completes the future the reducer waits
+    on.  If the main thread has destroyed the group in that window, the callback's reference is
+    the last: the group's destructor then joins its worker threads from one of them, and
+    ``std::thread::join`` on itself aborts the process ("terminate called after throwing an
+    instance of 'std::system_error' what(): Resource deadlock avoided").  So wait until this
+    list is each group's only holder; a group still held after `bound_s` is kept for good.
+    """
+    deadline = time.monotonic() + bound_s
+    # three references when only the list holds it: the list, the loop's name, getrefcount's own
+    while any(sys.getrefcount(g) > 3 for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.005)  # the GIL goes to the thread that frees its callback
+    _KEPT.extend(g for g in groups if sys.getrefcount(g) > 3)
+    groups.clear()
