@@ -78,7 +78,8 @@ def render(table: dict[tuple[str, str], dict[str, object]]) -> tuple[str, int]:
     lines.append("The tests behind each cell:")
     lines.append("")
     for (mode, idiom), cell in sorted(table.items()):
-        lines.append(f"- {mode} × {idiom}: `{'`, `'.join(cell['tests'])}`")  # type: ignore[arg-type]
+        tests: list[str] = cell["tests"]  # type: ignore[assignment]
+        lines.append(f"- {mode} × {idiom}: `{'`, `'.join(tests)}`")
     return "\n".join(lines), bad
 
 

@@ -21,7 +21,6 @@ launcher prints (a ``refused`` replica event), with :data:`~distrain.contract.RE
 
 from __future__ import annotations
 
-import os
 import types
 import weakref
 from collections.abc import Callable
@@ -29,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from distrain.contract import REPLICA_GROUP
 from distrain.errors import DistrainError
 from distrain.process import patching
+from distrain.settings import for_report
 from distrain.worker.replicas.refusal import check_samplers, refuse
 from distrain.worker.steps import steps_paused
 
@@ -77,7 +76,7 @@ def install() -> None:
     """Give every optimizer made from now on the replica-committing ``step``, and refuse a
     DistributedSampler that splits the data over fewer processes than the groups hold (under
     --replicas; refusal.py)."""
-    if os.environ.get(REPLICA_GROUP) is not None:
+    if for_report().replica_group is not None:
         _wrap_init()
         check_samplers(joined=lambda: _member is not None)
 

@@ -18,9 +18,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from distrain.contract import FT_EVENTS, REFUSED_EXIT_CODE, REPLICA_GROUP, REPLICA_GROUPS
+from distrain.contract import REFUSED_EXIT_CODE
 from distrain.events import emit
 from distrain.process import patching
+from distrain.settings import for_report
 
 FEATURE = "replicas"
 
@@ -33,15 +34,16 @@ def refuse(why: str, outcome: str = "nothing would be replicated across the grou
         "distrain.init() and ctx.prepare_model(model) (docs/fault_tolerance.md); for plain data "
         "parallel use `distrain run -n N`"
     )
-    folder, group = os.environ.get(FT_EVENTS), os.environ.get(REPLICA_GROUP)
+    settings = for_report()
+    folder, group, rank = settings.ft_events, settings.replica_group, settings.agent_rank or ""
     said = False
-    if folder and group is not None and group.isdigit():  # the launcher says it and stops the job
+    if folder and group is not None:  # the launcher says it and stops the job
         said = emit(
             "replica",
             folder,
             event="refused",
-            group=int(group),
-            rank=int(os.environ.get("RANK", "0") or 0),
+            group=group,
+            rank=int(rank) if rank.isdigit() else 0,
             reason=line,
         )
     _leave_cause(line)
@@ -56,8 +58,10 @@ def check_samplers(joined: Callable[[], bool]) -> None:
     def make(original: Any) -> Any:
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
-            groups = int(os.environ.get(REPLICA_GROUPS) or 1)
-            job = groups * int(os.environ.get("WORLD_SIZE") or 1)
+            settings = for_report()
+            world = settings.agent_world_size or ""
+            groups = settings.replica_groups or 1
+            job = groups * (int(world) if world.isdigit() else 1)
             if groups > 1 and self.num_replicas < job:
                 made = "made" if joined() else "made, without calling distrain.init(),"
                 refuse(
