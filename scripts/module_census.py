@@ -86,15 +86,23 @@ def look():
         if rel[0].startswith("distrain-"):
             kind = rel[0].rsplit("-", 1)[0]
             files.update(kind + "/" + re.sub(r"\\d+", "{}", n) for n in names)
-dumped = []
+dumped, busy = [], []
 def watch(*_):
-    look()
-    if not dumped and any(n.startswith("worker-") for n in os.listdir(out)):
-        held = sorted(m for m in sys.modules if m.startswith("distrain"))
-        with open(os.path.join(out, ".launcher"), "w") as f:
-            f.write("\\n".join(held))
-        os.rename(os.path.join(out, ".launcher"), os.path.join(out, "launcher.txt"))
-        dumped.append(True)
+    # the timer fires every 20 ms whatever the handler does, and Python runs a handler again
+    # inside itself: under load a second dump renamed the first one's file away mid-dump
+    if busy:
+        return
+    busy.append(True)
+    try:
+        look()
+        if not dumped and any(n.startswith("worker-") for n in os.listdir(out)):
+            held = sorted(m for m in sys.modules if m.startswith("distrain"))
+            with open(os.path.join(out, ".launcher"), "w") as f:
+                f.write("\\n".join(held))
+            os.rename(os.path.join(out, ".launcher"), os.path.join(out, "launcher.txt"))
+            dumped.append(True)
+    finally:
+        busy.clear()
 def at_exit():
     signal.setitimer(signal.ITIMER_REAL, 0)  # the interpreter's end puts SIGALRM back to default
     look()

@@ -8,7 +8,10 @@ launcher's against what a launcher is: the pipeline's modules, none of a worker'
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers.paths import REPO
@@ -32,3 +35,28 @@ def test_the_figure_is_the_processes_own_dump(options: tuple[str, ...]) -> None:
     assert fast == (not options)
     # the job's folder held its event stream (the breakdown a 4-step job reports)
     assert "distrain-job/events.jsonl" in found.files
+
+
+def test_the_launcher_hook_survives_its_timer_firing_inside_it(tmp_path: Path) -> None:
+    """A look longer than the timer's 20 ms (a loaded machine) re-enters the handler: one dump."""
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    (tmp / "distrain-job-1").mkdir(parents=True)
+    (tmp / "distrain-job-1" / "events.jsonl").touch()
+    out.mkdir()
+    (out / "worker-1.txt").touch()  # the worker has dumped: the first tick dumps the launcher
+    # each look sleeps through two ticks (a sleep runs a due handler at once); the launcher is a
+    # loop until its dump, where `distrain run` would be
+    hook = module_census.LAUNCHER_HOOK.replace(
+        "def look():\n", "def look():\n    __import__('time').sleep(0.05)\n"
+    ).replace(
+        "from distrain.cli import entry_point\nentry_point()",
+        "while not dumped: __import__('time').sleep(0.01)",
+    )
+    assert hook.count("sleep") == 2
+    env = dict(os.environ, MODULE_CENSUS_DIR=str(out), TMPDIR=str(tmp))
+    res = subprocess.run(
+        [sys.executable, "-c", hook], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (out / "launcher.txt").exists() and not (out / ".launcher").exists()
+    assert (out / "files.txt").read_text().split() == ["distrain-job/events.jsonl"]
