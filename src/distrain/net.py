@@ -13,8 +13,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def reserve_port(host: str = "0.0.0.0") -> socket.socket:
-    """A socket that holds a free port for the caller until it is closed; its port is the name.
+def reserve_port(host: str = "0.0.0.0", port: int = 0) -> socket.socket:
+    """A socket that holds `port` (0: a free one) for the caller until it is closed.
+
+    OSError when the port cannot be held: something listens there, or a connection without
+    ``SO_REUSEADDR`` uses it.
 
     A port from :func:`free_port` is free only at the moment it is asked for: any loopback
     connection on the machine may take it as its source port before the listener binds it
@@ -27,7 +30,7 @@ def reserve_port(host: str = "0.0.0.0") -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise

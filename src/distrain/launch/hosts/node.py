@@ -32,6 +32,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -90,23 +91,44 @@ def _address(iface: str | None, route_to: str | None) -> tuple[str | None, str |
     return (server[2] if len(server) == 4 else host_address()), None
 
 
-def _port(wanted: int, count: int = 1) -> tuple[int | None, str | None]:
-    """A master port with the `count` - 1 ports above it free too (the named one, or any)."""
-    from distrain.net import free_port, port_in_use
+#: the ports this host's probe chose, held (bound, not listening) until the node ends
+_HELD: list[socket.socket] = []
 
-    def free_run(port: int) -> bool:
-        return port + count <= 65536 and not any(port_in_use(port + k) for k in range(1, count))
+
+def _port(wanted: int, count: int = 1) -> tuple[int | None, str | None]:
+    """A master port with the `count` - 1 ports above it free too (the named one, or any).
+
+    Each is held by this process, which outlives the node's job: a port only checked and let
+    go could be taken as a loopback connection's source port before the job's store binds it
+    (the race ``net.reserve_port`` describes).  The store binds it with ``SO_REUSEADDR``.
+    """
+    from distrain.net import reserve_port
+
+    def hold_run(first: socket.socket) -> list[socket.socket] | None:
+        port, held = int(first.getsockname()[1]), [first]
+        try:
+            held += [reserve_port(port=port + k) for k in range(1, count)]
+        except (OSError, OverflowError):
+            for sock in held:
+                sock.close()
+            return None
+        return held
 
     if wanted == 0:
         for _ in range(20):
-            port = free_port("0.0.0.0")
-            if free_run(port):
-                return port, None
+            held = hold_run(reserve_port())
+            if held is not None:
+                _HELD.extend(held)
+                return int(held[0].getsockname()[1]), None
         return None, f"no {count} free ports in a row there"
-    if port_in_use(wanted):
+    try:
+        first = reserve_port(port=wanted)
+    except OSError:
         return None, f"master port {wanted} is already in use there"
-    if not free_run(wanted):
+    held = hold_run(first)
+    if held is None:
         return None, f"port {wanted + 1} (above master port {wanted}) is already in use there"
+    _HELD.extend(held)
     return wanted, None
 
 

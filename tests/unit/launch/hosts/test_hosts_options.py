@@ -7,12 +7,14 @@ No ssh is started here; tests/jobs/test_hosts.py runs the real thing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -295,6 +297,26 @@ def test_dry_run_and_container_lines() -> None:
     ]
 
 
+@contextlib.contextmanager
+def _listening_above() -> Iterator[tuple[int, int]]:
+    """A port this test holds (free for the probe: both bind with SO_REUSEADDR) and a listener
+    on the port above it; a port another process holds could fail the probe's own check."""
+    from distrain.net import reserve_port
+
+    for _ in range(20):
+        with contextlib.closing(reserve_port()) as below:
+            port = int(below.getsockname()[1])
+            with socket.socket() as taken:
+                try:
+                    taken.bind(("0.0.0.0", port + 1))
+                except OSError:
+                    continue
+                taken.listen()
+                yield port, port + 1
+                return
+    raise AssertionError("no two ports in a row to hold")
+
+
 def test_the_hosts_check_reads_versions_script_and_port_without_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,12 +330,9 @@ def test_the_hosts_check_reads_versions_script_and_port_without_torch(
     assert seen["script_ok"] and seen["torch"] == torch_version() and seen["address"] == "127.0.0.1"
     assert isinstance(seen["port"], int) and not seen["port_error"]
     # --replicas: the roll call listens one port above the lighthouse; both must be free
-    with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
-        taken.listen()
-        busy = taken.getsockname()[1]
-        assert host_node.probe({"first": True, "port": busy - 1, "ports": 2})["port_error"] == (
-            f"port {busy} (above master port {busy - 1}) is already in use there"
+    with _listening_above() as (below, busy):
+        assert host_node.probe({"first": True, "port": below, "ports": 2})["port_error"] == (
+            f"port {busy} (above master port {below}) is already in use there"
         )
         port = host_node.probe({"first": True, "port": 0, "ports": 2})["port"]
         assert host_node._port(port, 2) == (port, None)
