@@ -8,6 +8,7 @@ to treat every strategy alike: :func:`unwrap`, :func:`is_sharded`, :func:`gradie
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import sys
@@ -221,24 +222,39 @@ def release_all(models: list[weakref.ref[nn.Module]]) -> None:
     gc.collect()
 
 
-#: groups a callback on their own thread still held when released; kept until the process ends
+#: destroyed groups something else still held when released (see _drop_here)
 _KEPT: list[Any] = []
 
 
-def _drop_here(groups: list[Any], bound_s: float = 5.0) -> None:
-    """Drop the last references to destroyed `groups` on this thread, not on a gloo thread.
+def _drop_here(groups: list[Any], bound_s: float = 0.25) -> None:
+    """Drop the last references to destroyed `groups` on this thread, never on a gloo thread.
 
     A comm hook's ``Future.then`` callback (PowerSGD's hold ``group.WORLD``) runs on the group's
     own worker thread and is freed there just after it completes the future the reducer waits
     on.  If the main thread has destroyed the group in that window, the callback's reference is
     the last: the group's destructor then joins its worker threads from one of them, and
     ``std::thread::join`` on itself aborts the process ("terminate called after throwing an
-    instance of 'std::system_error' what(): Resource deadlock avoided").  So wait until this
-    list is each group's only holder; a group still held after `bound_s` is kept for good.
+    instance of 'std::system_error' what(): Resource deadlock avoided").  So each group is let
+    go here only once this list is its only holder.  That takes microseconds for a callback; a
+    holder that stays past `bound_s` (the script's own ``pg = dist.new_group(...)``) may be
+    either kind, so the group is kept, and dropped at exit if the list is its only holder then.
     """
     deadline = time.monotonic() + bound_s
-    # three references when only the list holds it: the list, the loop's name, getrefcount's own
-    while any(sys.getrefcount(g) > 3 for g in groups) and time.monotonic() < deadline:
-        time.sleep(0.005)  # the GIL goes to the thread that frees its callback
-    _KEPT.extend(g for g in groups if sys.getrefcount(g) > 3)
+    while any(_held_elsewhere(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.002)  # the GIL goes to the thread that frees its callback
+    kept = [g for g in groups if _held_elsewhere(g)]
     groups.clear()
+    if kept and not _KEPT:
+        atexit.register(_drop_kept)  # runs before handlers registered earlier (LIFO)
+    _KEPT.extend(kept)
+
+
+def _held_elsewhere(group: Any) -> bool:
+    # when only one list holds it: that list, the caller's loop name, this function's parameter
+    # and getrefcount's argument
+    return sys.getrefcount(group) > 4
+
+
+def _drop_kept() -> None:
+    """At exit: let go of the kept groups no one else holds any more, on the main thread."""
+    _KEPT[:] = [g for g in _KEPT if _held_elsewhere(g)]
