@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, held_port, python
+from helpers import REPO, distrain_run, held_port, python
 
 SCRIPT = str(REPO / "tests" / "scripts" / "exit_job.py")
 
@@ -78,13 +78,7 @@ def test_a_group_a_hook_callback_frees_last_is_dropped_on_the_main_thread() -> N
     Without distrain waiting for it, the group's destructor joins its threads from one of them
     and the rank aborts: "terminate called after throwing ... Resource deadlock avoided"."""
     script = str(REPO / "tests" / "scripts" / "hook_frees_group_late.py")
-    res = subprocess.run(
-        [python(), "-m", "distrain.cli", "run", "-n", "2", script],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=dict(os.environ, DISTRAIN_DEVICE=""),
-    )
+    res = distrain_run("-n", "2", script, timeout=180, env={"DISTRAIN_DEVICE": ""})
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "terminate called" not in out, out
