@@ -12,6 +12,7 @@ outputs.
 """
 
 import argparse
+import atexit
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import distrain
+from distrain.coordination.replica_marks import ft_done_file, ft_end_file
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
@@ -118,6 +120,19 @@ p.add_argument(
     "finds it training",
 )
 p.add_argument(
+    "--kill-at-exit",
+    default="",
+    help="GROUP:OTHER: the first process of GROUP (rank 0), at its exit after distrain's end "
+    "(its final state reported), waits (<= 120 s) until group OTHER ended, then SIGKILLs itself",
+)
+p.add_argument(
+    "--kill-before-done",
+    default="",
+    help="GROUP:OTHER: the first process of GROUP (rank 0), at distrain's end once it reported "
+    "its final state, waits (<= 120 s) until group OTHER left its done mark, then SIGKILLs "
+    "itself (before leaving its own)",
+)
+p.add_argument(
     "--slow-configure",
     type=float,
     default=0.0,
@@ -180,6 +195,30 @@ for spec in args.hold_start:
             time.sleep(float(what))
         except ValueError:  # a file to wait for
             wait_for_file(what)
+if args.kill_at_exit and attempt == 0 and os.environ.get("RANK", "0") == "0":
+    g_, other = (int(v) for v in args.kill_at_exit.split(":"))
+    if g_ == group:
+
+        def kill_at_exit() -> None:  # atexit: registered before init, runs after its end
+            wait_for_file(ft_end_file(os.environ["DISTRAIN_FT_EVENTS"], other))
+            open(os.path.join(args.out, f"killed_at_exit.{group}"), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        atexit.register(kill_at_exit)
+if args.kill_before_done and attempt == 0 and os.environ.get("RANK", "0") == "0":
+    g_, other = (int(v) for v in args.kill_before_done.split(":"))
+    if g_ == group:
+        from distrain.worker.replicas import sync
+
+        write_final = sync.write_final
+
+        def write_final_then_die(replicas) -> None:  # the end reads it from the module at its call
+            write_final(replicas)
+            wait_for_file(ft_done_file(os.environ["DISTRAIN_FT_EVENTS"], other))
+            open(os.path.join(args.out, f"killed_before_done.{group}"), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        sync.write_final = write_final_then_die
 ctx = distrain.init(verbose=False)
 #: this process's replica group (its TorchFT manager), None outside --replicas
 replicas = getattr(ctx.layer, "replicas", None)

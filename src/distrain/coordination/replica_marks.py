@@ -29,3 +29,9 @@ def mark_ft_start(folder: str, group: int) -> None:
 def ft_end_file(folder: str, group: int) -> str:
     """Exists once replica group `group`'s launcher ended for good (no replacement will come)."""
     return os.path.join(folder, f"end.{group}")
+
+
+def ft_done_file(folder: str, group: int) -> str:
+    """Exists once every process of replica group `group` reported its final state at distrain's
+    end (worker/replicas/rejoin.py): its run is over, whatever happens to its processes next."""
+    return os.path.join(folder, f"done.{group}")

@@ -3,7 +3,8 @@
 Workers and agents report ``replica`` events (distrain/events/) in the stream of the groups'
 shared folder (DISTRAIN_FT_EVENTS): "lost" (a group's agent saw a worker die), "joined" (a
 worker passed its first quorum, healed from a peer or not), "final" (a process's last step
-and state digest) and "refused" (a process nothing joins to the groups: said once, and the
+and state digest), "done_before" (a replacement whose group's run was over: it ends at once,
+worker/replicas/rejoin.py) and "refused" (a process nothing joins to the groups: said once, and the
 job stops).  :class:`ReplicaJob` reads them with the one reader
 (:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
 line each in the run directory, for `distrain top`); a lost group's step comes from its step
@@ -190,6 +191,16 @@ class ReplicaJob:
                     group=group,
                     step=at,
                 )
+            self.lost.discard(group)
+
+        elif ev["event"] == "done_before":
+            self.say(
+                f"replica group {group}'s replacement ends at once: the group was lost after its "
+                f"run was over (each of its processes had reported its final state, at step "
+                f"{self.step_of(group)}); nothing is left to train",
+                "done_before",
+                group=group,
+            )
             self.lost.discard(group)
 
     def on_exit(self, group: int, code: int) -> None:

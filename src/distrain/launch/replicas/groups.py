@@ -317,6 +317,7 @@ def _watch(
             roll.beat()
             roll.share_starts(job.folder, job.local)
             roll.share_ends(job.folder, job.local)
+            roll.share_dones(job.folder, job.local)
             roll.mark_silent(job.folder)
         job.read_events()
         if job.refused is not None:  # a script the groups cannot replicate: restarts would too

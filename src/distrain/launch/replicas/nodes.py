@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from distrain.contract import NODE0_WAIT
-from distrain.coordination.replica_marks import ft_end_file, ft_start_file, mark_ft_start
+from distrain.coordination.replica_marks import (
+    ft_done_file,
+    ft_end_file,
+    ft_start_file,
+    mark_ft_start,
+)
 from distrain.errors import UsageError
 from distrain.launch.options.validate import node_range
 from distrain.launch.replicas.lighthouse import node0_wait_s
@@ -115,6 +120,7 @@ class RollCall:
         self._last_beat = 0.0
         self._started: set[int] = set()  # groups whose start mark is shared (share_starts)
         self._ended: set[int] = set()  # groups whose end mark is shared (share_ends)
+        self._done: set[int] = set()  # groups whose done mark is shared (share_dones)
         self._last_look = 0.0
         self.said_done = False
         self._heard: dict[int, tuple[str, float]] = {}  # node → (its last beat, seen since)
@@ -179,6 +185,17 @@ class RollCall:
             "end",
             lambda g: ft_end_file(folder, g),
             lambda g: open(ft_end_file(folder, g), "a").close(),
+            local,
+        )
+
+    def share_dones(self, folder: str, local: list[int]) -> None:
+        """Carry the groups' done marks (every process reported its final state) between nodes:
+        a group that ended waits for the others' (worker/replicas/rejoin.py), as for end marks."""
+        self._carry(
+            self._done,
+            "done",
+            lambda g: ft_done_file(folder, g),
+            lambda g: open(ft_done_file(folder, g), "a").close(),
             local,
         )
 

@@ -17,19 +17,46 @@ end at S, not at the quorum's S - 1.  A first quorum that fails (``got exception
 configure``) without a copy is taken again, from disk or not: TorchFT skips the copy then, and
 a copy at a later step's quorum comes inside a step of a loop that has begun (midstep.py moves
 its loader, but the group's first step trains on the batch it drew before the copy).
+
+A group lost at the end of a run, after the others' scripts ended.  A group whose script ended
+serves the groups still to come (sync.serve_stragglers), reports its final state
+(sync.write_final), then leaves its done mark (``done.G``, coordination/replica_marks)
+once every one of its processes reported, and still answers quorums until every other group left
+its own mark or ended for good (bounded by ``DISTRAIN_FT_LINGER``).  So no group leaves while
+another has not reported its final state: a group lost before its mark (its worker SIGKILLed at
+the job's last step, seed 9103 trial 14) finds a live group at the final step and copies its
+state there.  Before, the first group to end left as soon as it had met the others twice at the
+final step; the other, killed a moment later, had nothing to heal from, retrained every step
+alone (a script without a checkpoint) and the job failed at its very end with
+``replica groups ended with different states``.
+
+A group lost after its mark had finished its run: every one of its processes had ended the
+script and reported its final state, equal to the others'.  Its replacement ends at once
+(:func:`end_if_done`): nothing is left to train, and a retraining alone would end with another
+state.  The launcher says so in one line and checks the final states reported before the loss.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
+from distrain.coordination.replica_marks import ft_done_file, ft_end_file
 from distrain.errors import DistrainError
+from distrain.events import emit
+from distrain.log import get_logger
+from distrain.worker.replicas.sync import serve_stragglers, write_final
 
 if TYPE_CHECKING:
+    from distrain.process.info import ProcessInfo
+    from distrain.settings import Settings
     from distrain.worker.replicas.sync import Member
+
+_log = get_logger("train")
 
 #: first quorums taken while each one fails without the copy (then the group restarts)
 ATTEMPTS = 4
@@ -92,3 +119,75 @@ def take_sent_step(replicas: Member, state: dict[str, Any]) -> None:
         replicas.manager.load_state_dict(
             {"step": step, "batches_committed": replicas.manager.batches_committed()}
         )
+
+
+#: pause between two quorums while waiting for the other groups' marks
+_PAUSE_S = 0.1
+
+
+def end_run(replicas: Member, device: torch.device) -> None:
+    """At distrain's end: serve the groups still to come, report this process's final state,
+    leave the group's done mark, and serve until every other group left its own."""
+    deadline = time.monotonic() + replicas.linger_s
+    serve_stragglers(replicas, device)
+    write_final(replicas)
+    mark_done(replicas, device)
+    serve_until_others_done(replicas, device, deadline)
+
+
+def mark_done(replicas: Member, device: torch.device) -> None:
+    """Leave this group's done mark once every process of the group reported its final state."""
+    if not replicas.events:
+        return
+    if replicas.size > 1:  # a rank that died before its report fails this all-reduce: no mark
+        dist.all_reduce(torch.ones(1, device=device))
+    if replicas.rank == 0:
+        with open(ft_done_file(replicas.events, replicas.group), "a"):
+            pass
+
+
+def _not_done(replicas: Member) -> list[int]:
+    folder = replicas.events
+    assert folder is not None
+    return [
+        g
+        for g in range(replicas.groups)
+        if g != replicas.group
+        and not os.path.exists(ft_done_file(folder, g))
+        and not os.path.exists(ft_end_file(folder, g))
+    ]
+
+
+def serve_until_others_done(replicas: Member, device: torch.device, deadline: float) -> None:
+    """Answer quorums until every other group left its done mark or ended for good (or
+    `deadline`, monotonic): a group lost meanwhile heals from this one at the final step."""
+    if replicas.groups < 2 or not replicas.started or not replicas.events:
+        return
+    while True:
+        missing = _not_done(replicas)
+        timed_out = time.monotonic() > deadline
+        stop = torch.tensor([int(not missing or timed_out)], device=device)
+        if replicas.size > 1:  # one rank may see a mark a moment before another
+            dist.all_reduce(stop, op=dist.ReduceOp.MIN)
+        if stop.item():
+            if missing and timed_out and replicas.rank == 0:
+                _log.warning(
+                    f"distrain: replica group {replicas.group} ended before group(s) "
+                    f"{', '.join(map(str, missing))} reported a final state "
+                    f"(DISTRAIN_FT_LINGER {replicas.linger_s:g} s); a group lost now has no "
+                    "live group to heal from"
+                )
+            return
+        replicas.quorum()
+        time.sleep(_PAUSE_S)
+
+
+def end_if_done(process: ProcessInfo, settings: Settings) -> None:
+    """In a replacement whose group left its done mark (its run was over when it was lost): say
+    so and end this process at once with exit code 0."""
+    folder, group = settings.ft_events, settings.replica_group
+    if not folder or group is None or not os.path.exists(ft_done_file(folder, group)):
+        return
+    if process.rank == 0:
+        emit("replica", folder, event="done_before", group=group, rank=process.rank)
+    raise SystemExit(0)

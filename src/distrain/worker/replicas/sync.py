@@ -7,7 +7,8 @@ Two things make "every group ends with the same state at the same step" hold:
   the final state there), or ended for good, or ``DISTRAIN_FT_LINGER`` seconds passed.  Without it a
   survivor that finished while a replacement was still starting left the replacement without a live
   group: it resumed from its own older checkpoint and trained the last steps alone, ending with
-  another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).
+  another model and exit code 0 (tests/jobs/test_replicas.py, the FSDP test under load).  Then
+  the group still serves until every other group reported its final state (rejoin.end_run).
 - :func:`state_digest`: a hash of this process's part of the state, left for the launcher,
   which compares the groups rank by rank and fails the job when they differ
   (launch/replicas/events.py).

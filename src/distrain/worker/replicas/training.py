@@ -352,12 +352,10 @@ class Replicas:
     def close(self) -> None:
         """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""
         from distrain.worker.lifecycle.failure import failing
-        from distrain.worker.replicas.sync import serve_stragglers, write_final
 
         try:
             if not failing():  # a failing process's state is no one's to copy (nor to check)
-                serve_stragglers(self, self._device)
-                write_final(self)
+                rejoin.end_run(self, self._device)
         except Exception as err:  # noqa: BLE001 - the launcher's end check then lacks this process
             who = f"replica group {self.group} rank {self.rank}"
             _log.warning(f"distrain: {who}: no end-of-run check ({err})")
@@ -377,6 +375,7 @@ def attach(process: ProcessInfo, settings: Settings, precision: str) -> Replicas
         return None
     from distrain.worker.replicas import optimizers
 
+    rejoin.end_if_done(process, settings)  # a replacement of a group whose run was over: no more
     quiet_sequence_numbers()  # TorchFT's process groups: a deprecation at every reconfiguration
     replicas = Replicas(process, settings, precision)
     optimizers.install()  # a process started without the fast start's or the boot's install
