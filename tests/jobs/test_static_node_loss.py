@@ -116,3 +116,39 @@ def test_static_node_lost_survivor_stops_at_once_and_rerun_resumes(
     again = min(t for t in (float(ln.split()[3]) for ln in marker.read_text().splitlines())
                 if t > killed_at)  # fmt: skip
     print(f"kill -> first step trained again (the rerun's): {again - killed_at:.1f} s")
+
+
+#: how long node 1's launcher is frozen: past the 4 s after which a launcher's look-counter
+#: counts as "stopped looking" (stop_watch.GONE_S), a heartbeat that load can stall
+FROZEN_S = 8.0
+
+
+def test_a_launcher_frozen_by_load_is_not_a_lost_node(hosts2: Hosts, tmp_path: Path) -> None:
+    """Node 1's launcher stopped (SIGSTOP, as a machine too loaded to schedule it) while its rank
+    is killed: its connections stay open, so node 0's restarted rank waits; once resumed it
+    restarts its rank, which rejoins, and the job ends well on both nodes."""
+    import psutil
+
+    marker, ckpt = tmp_path / "first_steps", tmp_path / "ckpt"
+    procs, logs = _start(hosts2, tmp_path, "frozen", marker, ckpt)
+    deadline = time.monotonic() + 240
+    while not list(ckpt.glob("step_*")):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "\n".join(
+            log.read_text()[-3000:] for log in logs
+        )
+        time.sleep(0.1)
+    ranks = [int(p) for p in hosts2.pids(1)
+             if "distrain rank" in " ".join(psutil.Process(int(p)).cmdline())]  # fmt: skip
+    assert ranks, "node 1's rank not found"
+    os.kill(procs[1].pid, signal.SIGSTOP)
+    try:
+        os.kill(ranks[0], signal.SIGKILL)
+        time.sleep(FROZEN_S)
+        assert procs[0].poll() is None, logs[0].read_text()[-4000:]
+    finally:
+        os.kill(procs[1].pid, signal.SIGCONT)
+    codes = hosts2.wait(procs, 240, logs)
+    text = "\n".join(log.read_text()[-3000:] for log in logs)
+    assert codes == [0, 0], text
+    assert "job stopped" not in text, text
+    assert "finished at step 40 on 2 rank(s)" in text, text
