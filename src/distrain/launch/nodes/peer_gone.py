@@ -26,7 +26,7 @@ from typing import Any
 from distrain.coordination.stop_claim import JOB_STOPPED_KEY, gone_key
 
 #: what node 0 says of a node whose launcher's connections closed (a rank's last line quotes it)
-GONE = "its `distrain run` ended (its connections to node 0's store closed)"
+GONE = "its launcher ended (its connections to node 0's store closed)"
 
 
 def conns_key(node: int) -> str:
