@@ -19,6 +19,12 @@ STOP_MARK = "stopped.txt"
 JOB_STOPPED_KEY = "distrain/job-stopped"
 
 
+def gone_key(node: int) -> str:
+    """Where node 0's launcher says that node `node`'s launcher ended (launch/nodes/peer_gone.py):
+    a restarted rank waiting for that node's ranks stops at once (worker/start/store.py)."""
+    return f"{JOB_STOPPED_KEY}/gone/{node}"
+
+
 def claim_stop(folder: str | None) -> bool:
     """Make :data:`STOP_MARK` in `folder` unless it is there already; True when this call made it
     (the caller then signals the launcher: once, however many ranks stop it)."""

@@ -11,6 +11,9 @@ reason, stops its own node as the rank's SIGTERM would (torch's agent restarts n
 SIGKILLs a worker of its own that is stopped, which cannot obey SIGTERM (torch's agent would
 wait 30 s for it); its last line gives the reason.
 
+Node 0's watch also says when another node's launcher ended (peer_gone.py): a restarted rank
+then stops at once rather than wait for that node's ranks until ``DISTRAIN_REJOIN_TIMEOUT``.
+
 Nothing new listens: each launcher is one more client of the store torch already serves.
 Node 0's launcher holds a share of that server (torch's multi-tenant stores share one per
 port in a process) and, when the job stopped, ends only once every other node read why or
@@ -28,6 +31,7 @@ from typing import Any
 
 from distrain.contract import STATIC_STORE
 from distrain.coordination.stop_claim import JOB_STOPPED_KEY, claim_stop
+from distrain.launch.nodes.peer_gone import GoneLook, conns_key, own_connections
 from distrain.launch.nodes.rendezvous import Rendezvous
 from distrain.net import reachable, split_endpoint
 
@@ -51,6 +55,8 @@ class StopWatch:
         self.reason: str | None = None
         self._store: Any = None
         self._server: Any = None  # node 0: a share of the agents' store server, kept to the end
+        self._gone = GoneLook(port, nodes) if node == 0 else None
+        self._named = ""  # another node: its connections, as named in the store
         self._thread = threading.Thread(target=self._run, name="distrain-stop-watch", daemon=True)
 
     def start(self) -> StopWatch:
@@ -90,6 +96,7 @@ class StopWatch:
                 if self._store is None:
                     self._store = self._connect()
                 self._store.add(f"{JOB_STOPPED_KEY}/alive/{self.node}", 1)
+                self._say_who_i_am()
                 if not self._store.check([JOB_STOPPED_KEY]):
                     continue
                 reason = bytes(self._store.get(JOB_STOPPED_KEY)).decode()
@@ -100,6 +107,18 @@ class StopWatch:
                 self.reason = reason  # this launcher's last line says it
                 os.kill(os.getpid(), signal.SIGTERM)  # torch's handler runs in the main thread
                 self._kill_stopped()
+            return
+
+    def _say_who_i_am(self) -> None:
+        """Another node: name this launcher's connections once; node 0: look for gone nodes."""
+        try:
+            if self._gone is not None:
+                self._gone.look(self._store)
+            elif not self._named:
+                self._named = own_connections(self.host, self.port)
+                if self._named:
+                    self._store.set(conns_key(self.node), self._named)
+        except Exception:  # best effort (psutil refused): a restarted rank waits to its bound
             return
 
     def _kill_stopped(self) -> None:
@@ -140,6 +159,8 @@ class StopWatch:
             for n in others:
                 if self._store.check([f"{JOB_STOPPED_KEY}/read/{n}"]):
                     continue
+                if self._gone is not None and n in self._gone.gone:
+                    continue  # its launcher ended: it reads nothing
                 count = int(self._store.add(f"{JOB_STOPPED_KEY}/alive/{n}", 0))
                 if seen.get(n, (None, 0.0))[0] != count:
                     seen[n] = (count, now)

@@ -10,6 +10,10 @@ restart) waits ``DISTRAIN_REJOIN_TIMEOUT`` seconds (default 60) for every rank t
 the attempt's prefix. On expiry the rank names the ranks (and nodes) that never came back and
 stops its node's `distrain run`, and every other node's (worker/lifecycle/stop_job.py), whose last
 lines say so: a restart could only wait again. Rerunning the job on every node resumes it.
+
+It stops as soon as node 0's launcher says that the launcher of a node whose ranks are missing
+ended (launch/nodes/peer_gone.py: its connections to the agents' store closed): nothing will
+restart those ranks, so the wait could only run out (a lost node cost 60 s of it before).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import time
 import torch.distributed as dist
 
 from distrain.cluster import ClusterEnvironment
+from distrain.coordination.stop_claim import gone_key
 from distrain.errors import DistrainError, recurring
-from distrain.net import is_loopback, listen_socket
+from distrain.net import is_loopback, listen_socket, reachable, split_endpoint
 from distrain.settings import Settings
 from distrain.worker.lifecycle.stop_job import stop_static_job
 from distrain.worker.start.attempt import agree_attempt, attempt_prefix
@@ -76,18 +81,25 @@ def restart_safe_store(
     started = time.monotonic()
     store: dist.TCPStore | None = None
     prefixed: dist.Store | None = None
+    gone: tuple[list[int], str] | None = None
     try:
         store, attempt = _attempt_store(env, forming, bind_addr)
         prefixed = dist.PrefixStore(attempt_prefix(attempt), store)
         if bound is not None:
-            await_peers(
-                prefixed, env.rank(), env.world_size(), bound - (time.monotonic() - started)
+            gone = await_peers(
+                prefixed,
+                env.rank(),
+                env.world_size(),
+                bound - (time.monotonic() - started),
+                GoneNodes(settings.static_store, env.local_world_size()),
             )
     except RuntimeError:  # DistError (a store timing out, refused), DistrainError (no reply)
         if bound is None or time.monotonic() - started < 0.9 * bound:
             raise  # not the bound running out: a restart may heal it
         missing = missing_ranks(prefixed, env.world_size())
         raise stop(missing, env.local_world_size(), bound, settings) from None
+    if gone is not None:
+        raise stop(gone[0], env.local_world_size(), bound or 0.0, settings, why=gone[1])
     if bound is not None:
         store.set_timeout(timeout)  # the group's own waits from here keep the init timeout
     return prefixed, attempt
@@ -151,10 +163,72 @@ def rejoin_bound(seconds: float, settings: Settings) -> float | None:
     return seconds if settings.group_world_size > 1 else None
 
 
-def await_peers(store: dist.Store, rank: int, world: int, seconds: float) -> None:
-    """Check in under this attempt's prefix and wait until every rank did (at most `seconds`)."""
+#: seconds between two looks at the store in the wait; between two asks whether a node is gone
+_LOOK_S, _GONE_LOOK_S = 0.05, 0.5
+
+
+class GoneNodes:
+    """Which of the missing ranks' nodes node 0's launcher says ended (launch/nodes/peer_gone.py),
+    asked of the agents' store at `endpoint` (DISTRAIN_STATIC_STORE); never, without one."""
+
+    def __init__(self, endpoint: str | None, local_world: int) -> None:
+        self.endpoint, self.local = endpoint, max(1, local_world)
+        self._store: dist.Store | None = None
+
+    def __call__(self, missing: list[int]) -> tuple[list[int], str] | None:
+        """The missing ranks of the gone nodes and what node 0 said of them; None: none gone."""
+        nodes = sorted({r // self.local for r in missing})
+        try:
+            store = self._connect()
+            if store is None:
+                return None
+            marked = [n for n in nodes if store.check([gone_key(n)])]
+            said = {n: bytes(store.get(gone_key(n))).decode() for n in marked}
+        except Exception:  # node 0's store is gone with its launcher: the bound then stands
+            return None
+        if not said:
+            return None
+        words = "; ".join(sorted(set(said.values())))  # node 0 says the same of each
+        return [r for r in missing if r // self.local in said], words
+
+    def _connect(self) -> dist.Store | None:
+        if self._store is None and self.endpoint:
+            host, port = split_endpoint(self.endpoint)
+            if reachable(host, port):  # silent: torch's client prints a stack on each failure
+                timeout = dt.timedelta(seconds=5)
+                self._store = dist.TCPStore(
+                    host, port, is_master=False, timeout=timeout, wait_for_workers=False
+                )
+        return self._store
+
+
+def await_peers(
+    store: dist.Store,
+    rank: int,
+    world: int,
+    seconds: float,
+    gone: GoneNodes | None = None,
+) -> tuple[list[int], str] | None:
+    """Check in under this attempt's prefix and wait until every rank did (at most `seconds`).
+
+    Returns None once all did; the missing ranks of nodes whose launchers ended, and why, as soon
+    as `gone` says so.  Raises DistrainError when `seconds` ran out.
+    """
     store.set(f"{_REJOINED}/{rank}", "1")
-    store.wait([f"{_REJOINED}/{r}" for r in range(world)], dt.timedelta(seconds=max(1.0, seconds)))
+    keys = [f"{_REJOINED}/{r}" for r in range(world)]
+    started = time.monotonic()
+    asked = started
+    while not store.check(keys):
+        now = time.monotonic()
+        if now - started > max(1.0, seconds):
+            raise DistrainError(f"not every rank checked in within {seconds:g} s")
+        if gone is not None and now - asked >= _GONE_LOOK_S:
+            asked = now
+            said = gone(missing_ranks(store, world))
+            if said is not None:
+                return said
+        time.sleep(_LOOK_S)
+    return None
 
 
 def missing_ranks(store: dist.Store | None, world: int) -> list[int]:
@@ -179,12 +253,18 @@ def describe(missing: list[int], local_world: int) -> str:
     return ", ".join(parts)
 
 
-def stop(missing: list[int], local_world: int, seconds: float, settings: Settings) -> DistrainError:
-    """Stop this node's launcher for good and return the error the rank raises."""
+def stop(
+    missing: list[int], local_world: int, seconds: float, settings: Settings, why: str = ""
+) -> DistrainError:
+    """Stop this node's launcher for good and return the error the rank raises; `why`: what
+    node 0's launcher said of a gone node, when that (not the bound) ended the wait."""
     attempt = settings.restart_count
     who = describe(missing, local_world)
-    reason = (
-        f"{who} did not rejoin attempt {attempt} within {seconds:g} s (DISTRAIN_REJOIN_TIMEOUT)"
-    )
+    if why:
+        reason = f"{who} did not rejoin attempt {attempt}: {why}"
+    else:
+        reason = (
+            f"{who} did not rejoin attempt {attempt} within {seconds:g} s (DISTRAIN_REJOIN_TIMEOUT)"
+        )
     stop_static_job(reason, settings)  # every node: a frozen rank's own agent would wait for good
     return recurring(DistrainError(reason))
