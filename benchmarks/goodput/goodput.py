@@ -1,4 +1,4 @@
-"""Goodput under failures (issue 44): the memory tier against disk-only and torchrun + DCP.
+"""Goodput under failures (issue 44): the memory tier, disk-only, torchrun + DCP, --replicas 2.
 
     python3 benchmarks/goodput/goodput.py                      # 1 minute per run, a kill every 15 s
     python3 benchmarks/goodput/goodput.py --minutes 2 --period 30
