@@ -1,4 +1,4 @@
-"""Goodput under failures (issue 44): the memory tier against disk-only and torchrun + DCP.
+"""Goodput under failures (issue 44): the memory tier, disk-only, torchrun + DCP, --replicas 2.
 
     python3 benchmarks/goodput/goodput.py                      # 1 minute per run, a kill every 15 s
     python3 benchmarks/goodput/goodput.py --minutes 2 --period 30
@@ -10,14 +10,28 @@ MLP, Adam, batch 128 per process, a disk checkpoint (DCP) every 100 steps):
 - ``memory1``: the same with a snapshot every step (K=1), not in the default set (``--variants``);
 - ``disk``: ``distrain run -n 2 --max-restarts 1000``, disk checkpoints only;
 - ``torchrun``: ``torchrun --nproc-per-node 2 --max-restarts 1000``, disk checkpoints only (the
-  same script: only the launcher differs).
+  same script: only the launcher differs);
+- ``replicas``: ``distrain run --replicas 2 -n 1 --max-restarts 1000``, disk checkpoints only
+  (each group its own, ``ckpt/replica_<g>/``): two TorchFT replica groups of one process each.
 
 Each variant runs ``--minutes`` from its first step without faults, then again while the driver
-SIGKILLs one worker (rank 1, rank 0, ...) every ``--period`` seconds of training.  Useful steps =
-the step the job's state had reached at the deadline (a step done again after a resume counts
-once).  Per kill: lost steps (the last step logged before the kill minus the step resumed from)
-and the time from the kill to the first step after it.  Runs are interleaved: the fault-free
-runs of all variants, then the killed ones.
+SIGKILLs one worker every ``--period`` seconds of training (restart-based: rank 1, rank 0, ...;
+replicas: group 1's process, group 0's, ...), once the job has trained since the last kill (for
+replicas: the victim's group has committed a step since).  Runs are interleaved: the fault-free
+runs of all variants, then the killed ones.  How each measure is counted:
+
+- useful steps: the step the job's state had reached at the deadline (a step done again after a
+  resume counts once).  Replicas: the highest step any group committed by then (a healed group
+  copies it, so it is in the final model); a step committed by 1 of 2 groups counts as one step
+  although it used half the global batch: the driver counts them (a step logged by one group)
+  and gives "full-batch" steps/min as well, such a step weighing 1/2.
+- lost steps per kill: restart-based, the last step logged before the kill minus the step
+  resumed from (the restarted rank 0's "resumed" line).  Replicas, nothing restarts the job: the
+  last step committed before the kill minus the surviving group's first commit after it, floored
+  at 0 (it commits that step, logged late, or the next: 0 lost); the replacement heals to the
+  survivors' step instead of resuming from a checkpoint.
+- kill -> step: from the kill to the first step logged after it (restart-based: by the restarted
+  job).  Replicas: by the surviving group; the replacement's first committed step is given too.
 """
 
 from __future__ import annotations
@@ -43,20 +57,33 @@ VARIANTS = {
     "memory1": (RUN + ["-n", "2", "--max-restarts", RESTARTS], ["--memory-every", "1"]),
     "disk": (RUN + ["-n", "2", "--max-restarts", RESTARTS], []),
     "torchrun": (TORCHRUN + ["--nproc-per-node", "2", "--max-restarts", RESTARTS], []),
+    "replicas": (RUN + ["--replicas", "2", "-n", "1", "--max-restarts", RESTARTS], []),
 }
+Step = tuple[float, int, int, int]  # (time, step, pid, group)
 
 
-def read_log(path: Path) -> tuple[list[tuple[float, int, int]], list[tuple[float, int]]]:
-    """(steps: (time, step, pid), resumes: (time, step)) logged so far."""
+def read_log(path: Path) -> tuple[list[Step], list[tuple[float, int]]]:
+    """(steps: (time, step, pid, group), resumes: (time, step)) logged so far, in time order."""
     steps, resumes = [], []
     if path.exists():
         for line in path.read_text().splitlines():
             parts = line.split()
-            if parts[:1] == ["resumed"] and len(parts) == 3:
+            if parts[:1] == ["resumed"] and len(parts) == 4:
                 resumes.append((float(parts[1]), int(parts[2])))
-            elif len(parts) == 3:
-                steps.append((float(parts[0]), int(parts[1]), int(parts[2])))
-    return steps, resumes
+            elif len(parts) == 4:
+                steps.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])))
+    return sorted(steps), sorted(resumes)
+
+
+def replica_kill(steps: list[Step], at: float, group: int, pid: int) -> tuple | None:
+    """One replicas kill: (lost steps, kill -> survivor's step, kill -> replacement's step)."""
+    before = [s for t, s, _, _ in steps if t <= at]
+    survivor = [(t, s) for t, s, _, g in steps if t > at and g != group]
+    back = [t for t, _, p, g in steps if t > at and g == group and p != pid]
+    if not before or not survivor:
+        return None
+    lost = max(0, max(before) - survivor[0][1])
+    return lost, survivor[0][0] - at, back[0] - at if back else None
 
 
 def one_run(name: str, minutes: float, period: float | None, work: Path) -> dict:
@@ -69,7 +96,7 @@ def one_run(name: str, minutes: float, period: float | None, work: Path) -> dict
     out = open(work / f"{tag}.out", "w")  # noqa: SIM115  # closed after the job
     proc = subprocess.Popen(cmd, env=job_env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
-    kills: list[tuple[float, int]] = []  # (time, last step logged before it)
+    kills: list[tuple[float, int, int, int]] = []  # (time, last step before it, group, pid)
     try:
         start = None
         while start is None:
@@ -80,37 +107,50 @@ def one_run(name: str, minutes: float, period: float | None, work: Path) -> dict
             time.sleep(0.1)
         deadline = start + 60 * minutes
         next_kill = start + period if period else float("inf")
-        victim = 1
+        victim = 1  # rank 1 (restart-based) or group 1 (replicas) first, then in turn
         while time.time() < deadline:
             time.sleep(0.05)
             if time.time() < next_kill:
                 continue
             steps, _ = read_log(log)
-            live = steps and (not kills or steps[-1][0] > kills[-1][0])  # trained since
-            pid_file = Path(f"{log}.pid.{victim}")
-            if not live or not pid_file.exists():
+            group, rank = (victim, 0) if name == "replicas" else (0, victim)
+            since = [s for s in steps if (not kills or s[0] > kills[-1][0]) and s[3] == group]
+            pid_file = Path(f"{log}.pid.{group}.{rank}")
+            if not since or not pid_file.exists():  # not trained since the last kill
                 continue
             try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                pid = int(pid_file.read_text())
+                os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 continue
-            kills.append((time.time(), steps[-1][1]))
+            kills.append((time.time(), max(s[1] for s in steps), group, pid))
             victim, next_kill = 1 - victim, time.time() + period  # type: ignore[operator]
     finally:
         kill_tree(proc)
         out.close()
     steps, resumes = read_log(log)
-    reached = [s for t, s, _ in steps if t <= deadline]
-    useful = reached[-1] if reached else 0
-    lost, gaps = [], []
-    for at, last in kills:
+    steps = [s for s in steps if s[0] <= deadline]
+    useful = max((s for _, s, _, _ in steps), default=0)
+    by: dict[int, set[int]] = {}  # step -> the groups that committed it
+    for _, s, _, g in steps:
+        by.setdefault(s, set()).add(g)
+    half = sum(1 for gs in by.values() if len(gs) == 1) if name == "replicas" else 0
+    lost, gaps, back = [], [], []
+    for at, last, group, pid in kills:
+        if name == "replicas":
+            one = replica_kill(steps, at, group, pid)
+            if one is not None:
+                lost.append(one[0])
+                gaps.append(one[1])
+                back += [one[2]] if one[2] is not None else []
+            continue
         after = [r for r in resumes if r[0] > at]
-        first = [t for t, _, _ in steps if t > at]
+        first = [t for t, _, _, _ in steps if t > at]
         if after and first:
             lost.append(last - after[0][1])
             gaps.append(first[0] - at)
     return {"useful": useful, "per_min": useful / minutes, "kills": len(kills), "lost": lost,
-            "gaps": gaps}  # fmt: skip
+            "gaps": gaps, "back": back, "half": half}  # fmt: skip
 
 
 def main() -> None:
@@ -118,7 +158,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=1.0)
     p.add_argument("--period", type=float, default=15.0)
-    p.add_argument("--variants", default="memory,disk,torchrun", help=f"of {', '.join(VARIANTS)}")
+    p.add_argument(
+        "--variants", default="memory,disk,torchrun,replicas", help=f"of {', '.join(VARIANTS)}"
+    )
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)
@@ -145,9 +187,20 @@ def main() -> None:
             f"{n:<9} | {f['per_min']:14.0f} | {k['per_min']:16.0f} | "
             f"{k['per_min'] / f['per_min']:.3f} | {k['kills']:5} | {lost:>20} | {gap}"
         )
+    if "replicas" in names:
+        f, k = free["replicas"], killed["replicas"]
+        back = f"{statistics.median(k['back']):.2f} s" if k["back"] else "-"
+        full = {x: (r["useful"] - r["half"] / 2) / args.minutes for x, r in (("f", f), ("k", k))}
+        print(f"replicas full-batch steps/min: {full['f']:.0f} free, {full['k']:.0f} killed")
+        print(
+            f"replicas: kill -> replacement's first committed step (median) {back}; steps "
+            f"committed by 1 of 2 groups (half a global batch): {f['half']} free, "
+            f"{k['half']} killed"
+        )
     base = killed.get("torchrun")
-    if base and "memory" in killed:
-        print(f"memory / torchrun (killed): {killed['memory']['per_min'] / base['per_min']:.2f}x")
+    for n in ("memory", "disk", "replicas"):
+        if base and n in killed:
+            print(f"{n} / torchrun (killed): {killed[n]['per_min'] / base['per_min']:.2f}x")
     if "disk" in free and "memory" in free:
         print(
             f"fault-free overhead of the tier: "

@@ -1,9 +1,12 @@
 """Worker for goodput.py: a plain distrain script that logs every step it reaches.
 
-It runs unchanged under ``distrain run -n 2`` and torchrun.  Rank 0 appends "wall_time step pid"
-to ``--steplog`` after every optimizer step; every process writes its pid to
-``--steplog``.pid.<rank> when it starts (the driver aims its SIGKILLs with them) and rank 0 writes
-"resumed wall_time step" after restore.  An MLP (64-h-h-10, Adam) on fixed random data; disk
+It runs unchanged under ``distrain run -n 2``, ``distrain run --replicas 2 -n 1`` and torchrun.
+Rank 0 of each replica group (group 0 without ``--replicas``; the group is what distrain sets in
+``DISTRAIN_REPLICA_GROUP``) appends "wall_time step pid group" to ``--steplog`` after every
+committed optimizer step (``ctx.step(opt)``: always True without ``--replicas``) and
+"resumed wall_time step group" after restore (a replacement: the step it healed to).  Every
+process writes its pid to ``--steplog``.pid.<group>.<rank> when it starts (the driver aims its
+SIGKILLs with them; both groups have a rank 0).  An MLP (64-h-h-10, Adam) on fixed random data; disk
 checkpoints every ``--every`` steps; ``--memory-every`` adds the memory tier (an int or auto).
 """
 
@@ -28,8 +31,9 @@ p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--batch", type=int, default=128)
 args = p.parse_args()
 
+group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))  # only to name the outputs
 ctx = distrain.init(verbose=False)
-with open(f"{args.steplog}.pid.{ctx.rank}", "w") as f:
+with open(f"{args.steplog}.pid.{group}.{ctx.rank}", "w") as f:
     f.write(str(os.getpid()))
 g = torch.Generator().manual_seed(0)
 x = torch.randn(16384, 64, generator=g)
@@ -51,16 +55,16 @@ ckpt = ctx.checkpointer(args.ckpt, every_steps=args.every, **memory)
 step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 log = open(args.steplog, "a", buffering=1) if ctx.rank == 0 else None
 if log is not None:
-    log.write(f"resumed {time.time():.4f} {step}\n")
+    log.write(f"resumed {time.time():.4f} {step} {group}\n")
 while step < args.steps:
     for xb, yb in loader:
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
         loss.backward()
-        opt.step()
-        step += 1
-        if log is not None:
-            log.write(f"{time.time():.4f} {step} {os.getpid()}\n")
+        if ctx.step(opt):  # not committed (--replicas): the step did not happen
+            step += 1
+            if log is not None:
+                log.write(f"{time.time():.4f} {step} {os.getpid()} {group}\n")
         ckpt.maybe_save(step)
         if step >= args.steps:
             break
