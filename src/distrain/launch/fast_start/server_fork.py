@@ -12,11 +12,12 @@ resource tracker.
 Forked before the plan (``early_start``), the server does not serve inside the launcher's call
 stack, which every worker forked from it would keep with each frame's module globals: it unwinds
 out to the entry point, ``distrain.cli.run_subcommand`` (:class:`LeaveLauncherStack`), and serves
-from there.  It then forgets the launcher's own modules (:func:`_forget_launcher_modules`) and
-collects them: a worker forked from it holds what a fresh interpreter's ``import distrain``
-holds, not the launcher's command line, plan, agent and features, in ``sys.modules``
-(tests/jobs/test_seams.py) or alive (this module's functions only: tests/jobs/
-test_module_census.py).
+from there.  It then forgets the launcher's own modules (:func:`_forget_launcher_modules`): a
+worker forked from it holds what a fresh interpreter's ``import distrain`` holds, not the
+launcher's command line, plan, agent and features, in ``sys.modules`` (tests/jobs/test_seams.py)
+or alive (this module's functions only: tests/jobs/test_module_census.py).  A module's dict and
+its functions are a cycle: Python's collector frees them (no explicit ``gc.collect()``, 0.1-0.2
+CPU-s over torch's heap, on the way to the server's preload).
 The stdlib name swapped while the server starts goes through the patching registry
 (``multiprocessing.util.spawnv_passfds``, feature ``fast_start``; docs/torch_internals.md), and
 the server puts it back (:func:`_put_back_launcher_patches`): workers get the stdlib's.
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import inspect
 import os
 import signal
@@ -93,7 +93,6 @@ def _serve(command: str, passfds: set[int]) -> NoReturn:
         _fresh_forkserver_state()
         _put_back_launcher_patches()
         _forget_launcher_modules()
-        gc.collect()  # the launcher's module dicts and functions are cycles: gone before any fork
         exec(command, {"__name__": "__mp_forkserver__"})  # noqa: S102 - the stdlib's own command
         code = 0
     except SystemExit as stop:  # the server ends with SystemExit when every client is gone
