@@ -57,6 +57,7 @@ def dump():
     # the launcher's code the process keeps alive whatever sys.modules says: the modules whose
     # functions live (a fork keeps its parent's call stack, and each frame its module's globals)
     import gc, types
+    gc.collect()  # garbage the collector has not reached yet is not alive (a module's dict cycle)
     fns = [f for f in gc.get_objects() if isinstance(f, types.FunctionType)]
     alive = {f.__globals__.get("__name__") for f in fns}
     with open(os.path.join(out, f"code-{os.getpid()}.txt"), "w") as f:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 from distrain import __version__
 
@@ -64,10 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if name in STOP_ON_CTRL_C:
         stop_on_ctrl_c()
-    target = COMMANDS[name][0]
-    module = importlib.import_module(target)
-    code = module.main(args[1:])
-    return int(code or 0)
+    return run_subcommand(COMMANDS[name][0], args[1:])
+
+
+def run_subcommand(module: str, argv: list[str]) -> int:
+    """Run `module`'s ``main(argv)``; returns its exit code.
+
+    A process the subcommand forks that must not keep the subcommand's frames raises out to here
+    with a ``continue_at_entry`` (the fast start's fork server, whose workers would otherwise
+    keep the launcher's code alive: launch/fast_start/server_fork.py), and goes on from here.
+    """
+    try:
+        # no name here holds the module: a frame of this function may outlive it (below)
+        return int(importlib.import_module(module).main(argv) or 0)
+    except BaseException as err:
+        go_on: Callable[[], NoReturn] | None = getattr(err, "continue_at_entry", None)
+        if go_on is None:
+            raise
+        err.__traceback__ = err.__context__ = None  # the frames between here and the fork
+    go_on()
 
 
 def stop_on_ctrl_c() -> None:

@@ -33,6 +33,9 @@ def test_the_figure_is_the_processes_own_dump(options: tuple[str, ...]) -> None:
     assert not [m for m in found.launcher if m.startswith(("distrain.worker", "distrain.parallel"))]
     fast = "distrain.worker.fast_start.forked" in found.worker
     assert fast == (not options)
+    # the fork server runs on no launcher frame: its workers keep no launcher code alive but the
+    # server's own module (launch/fast_start/server_fork.py; 28 modules when it ran on them)
+    assert found.worker_launch_code == (["distrain.launch.fast_start.server_fork"] if fast else [])
     # the job's folder held its event stream (the breakdown a 4-step job reports)
     assert "distrain-job/events.jsonl" in found.files
 

@@ -139,12 +139,14 @@ def top_level_imports(script: str) -> list[str]:
     return keep
 
 
-def start_server(script: str, self_starting: bool | None = None) -> None:
+def start_server(script: str, self_starting: bool | None = None, leave_stack: bool = False) -> None:
     """Start the preloading fork server now: forked from this process once it imported torch.
 
     The server then imports only what torch does not bring (``torch._dynamo``, distrain, the
     script's imports) while the launcher goes on; a fresh server would import torch a second
-    time beside the launcher's own import (launch/fast_start/server_fork.py).
+    time beside the launcher's own import (launch/fast_start/server_fork.py).  With
+    `leave_stack` (the start before the plan, where nothing of the job has started yet), the
+    server unwinds the launcher's frames out to the entry point before it serves.
     """
     import multiprocessing.forkserver as forkserver
 
@@ -167,7 +169,7 @@ def start_server(script: str, self_starting: bool | None = None) -> None:
         # The plan's decision: a starter under a condition runs as torchrun would
         # (launch/self_start/detect.decide)
         if selfstart.decide(script, self_starting)[0] is None:
-            with forked_server():
+            with forked_server(leave_stack):
                 forkserver.ensure_running()
         else:
             forkserver.ensure_running()
@@ -183,7 +185,7 @@ def early_start(command: CommandLine) -> bool:
     if script is None or forkserver_unsafe():
         return False
     forced = command.given("self_starting")
-    start_server(script, forced[-1].name == "--self-starting" if forced else None)
+    start_server(script, forced[-1].name == "--self-starting" if forced else None, True)
     return True
 
 

@@ -9,9 +9,15 @@ CUDA at that point.  The server's file descriptors are what the stdlib's exec wo
 (stdio and the descriptors it passes); only the fork server is started this way, never the
 resource tracker.
 
-The server then forgets the launcher's own modules (:func:`_forget_launcher_modules`): a worker
-forked from it holds what a fresh interpreter's ``import distrain`` holds, not the launcher's
-command line, plan, agent and features (tests/jobs/test_seams.py counts them at the first step).
+Forked before the plan (``early_start``), the server does not serve inside the launcher's call
+stack, which every worker forked from it would keep with each frame's module globals: it unwinds
+out to the entry point, ``distrain.cli.run_subcommand`` (:class:`LeaveLauncherStack`), and serves
+from there.  It then forgets the launcher's own modules (:func:`_forget_launcher_modules`): a
+worker forked from it holds what a fresh interpreter's ``import distrain`` holds, not the
+launcher's command line, plan, agent and features, in ``sys.modules`` (tests/jobs/test_seams.py)
+or alive (this module's functions only: tests/jobs/test_module_census.py).  A module's dict and
+its functions are a cycle: Python's collector frees them (no explicit ``gc.collect()``, 0.1-0.2
+CPU-s over torch's heap, on the way to the server's preload).
 The stdlib name swapped while the server starts goes through the patching registry
 (``multiprocessing.util.spawnv_passfds``, feature ``fast_start``; docs/torch_internals.md), and
 the server puts it back (:func:`_put_back_launcher_patches`): workers get the stdlib's.
@@ -20,21 +26,30 @@ the server puts it back (:func:`_put_back_launcher_patches`): workers get the st
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
+import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 from distrain.process import patching
 
 #: the stdlib's launch of its fork server, which is what gets forked instead of exec'd
 _SERVER_MAIN = "from multiprocessing.forkserver import main"
+#: the launcher's package and the console script's module, forgotten by the server
+ENTRY = ("distrain.launch", "distrain.cli")
+#: the entry point's function that catches :class:`LeaveLauncherStack` (distrain/cli.py)
+ENTRY_CATCHER = "run_subcommand"
 
 
 @contextlib.contextmanager
-def forked_server() -> Iterator[None]:
-    """While active, ``multiprocessing.forkserver.ensure_running()`` forks this process."""
+def forked_server(leave_stack: bool = False) -> Iterator[None]:
+    """While active, ``multiprocessing.forkserver.ensure_running()`` forks this process; with
+    `leave_stack`, the server leaves the launcher's stack (:class:`LeaveLauncherStack`) when the
+    entry point is there to catch it: only where what lies between runs no job's cleanup."""
     import multiprocessing.util as mp_util
 
     original = mp_util.spawnv_passfds
@@ -43,7 +58,7 @@ def forked_server() -> Iterator[None]:
         command = _server_command(args)
         if command is None or threading.active_count() > 1:  # a thread would not survive the fork
             return original(path, args, passfds)
-        return _fork_and_run(command, set(passfds))
+        return _fork_and_run(command, set(passfds), leave_stack)
 
     with patching.temporarily(mp_util, "spawnv_passfds", spawnv_passfds, feature="fast_start"):
         yield
@@ -57,13 +72,21 @@ def _server_command(args: list[str]) -> str | None:
     return command if command.startswith(_SERVER_MAIN) else None
 
 
-def _fork_and_run(command: str, passfds: set[int]) -> int:
+def _fork_and_run(command: str, passfds: set[int], leave_stack: bool) -> int:
     for stream in (sys.stdout, sys.stderr):  # or the child would write our buffered output again
         with contextlib.suppress(Exception):
             stream.flush()
     pid = os.fork()
     if pid:
         return pid
+    if leave_stack and _caught_at_entry():
+        _leave_launcher_stack(command, passfds)  # raises: the server goes on at the entry point
+    _serve(command, passfds)
+
+
+def _serve(command: str, passfds: set[int]) -> NoReturn:
+    """Run the stdlib's server loop in this (forked) process, as its exec'd one would; never
+    returns into the launcher."""
     code = 1
     try:
         _close_fds_except(passfds | {0, 1, 2})
@@ -79,6 +102,67 @@ def _fork_and_run(command: str, passfds: set[int]) -> int:
             sys.excepthook(*sys.exc_info())
     finally:
         os._exit(code)
+
+
+class LeaveLauncherStack(BaseException):
+    """Raised in the fork server's child, caught by ``distrain.cli.run_subcommand``: the server
+    then runs from there, on a stack that holds no launcher frame.
+
+    A forked child goes on inside its parent's call stack, and a frame holds its function and its
+    module's globals (and those the modules they imported): forked inside ``early_start``, every
+    worker kept the code of 28 launcher modules alive.  The exception unwinds the child's copy of
+    that stack.  On its way up it runs the ``finally`` blocks and context exits between the fork
+    and the entry point (the stdlib's ``ensure_running``, ``start_server``, the launcher's
+    ``features.close()``): each acts on the child's own copies (its descriptors, environment,
+    signal dispositions and patches), which :attr:`continue_at_entry` puts back as they were at
+    the fork.  A feature whose ``close`` acts outside its process would act in the child too.
+    """
+
+    def __init__(self, continue_at_entry: Callable[[], NoReturn]) -> None:
+        super().__init__("the fork server leaves the launcher's stack")
+        #: what the entry point calls once the launcher's frames are gone: the server
+        self.continue_at_entry = continue_at_entry
+
+
+def _leave_launcher_stack(command: str, passfds: set[int]) -> NoReturn:
+    """Unwind to the entry point, then serve with the state of the fork's moment."""
+    # copies: the stdlib's ensure_running closes the listener and the alive pipe on the way up
+    copies = {fd: os.dup(fd) for fd in passfds}
+    environ = dict(os.environ)  # start_server pops its preload list on the way up
+    dispositions = {n: signal.getsignal(n) for n in signal.valid_signals()}  # SIGUSR1 ignored
+    raise LeaveLauncherStack(
+        functools.partial(_serve_at_entry, command, copies, environ, dispositions)
+    )
+
+
+def _serve_at_entry(
+    command: str, copies: dict[int, int], environ: dict[str, str], dispositions: dict[Any, Any]
+) -> NoReturn:
+    """The server, from the entry point: the fork's descriptors (at their numbers, which the
+    stdlib's command names), environment and signal dispositions back, then its loop."""
+    _close_fds_except({0, 1, 2, *copies.values()})
+    for fd, copy in copies.items():
+        os.dup2(copy, fd)
+        os.close(copy)
+    os.environ.clear()
+    os.environ.update(environ)
+    for number, handler in dispositions.items():
+        with contextlib.suppress(TypeError, ValueError, OSError):  # None: not set from Python
+            signal.signal(number, handler)
+    _serve(command, set(copies))
+
+
+def _caught_at_entry() -> bool:
+    """Whether ``distrain.cli.run_subcommand`` is on this stack to catch
+    :class:`LeaveLauncherStack` (the launcher may run without it: ``python -c`` of
+    ``launch.cli.main``, a replica group's launcher)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        catcher = frame.f_globals.get(ENTRY_CATCHER)
+        if frame.f_code is getattr(catcher, "__code__", None):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _close_fds_except(keep: set[int]) -> None:
@@ -120,7 +204,9 @@ def _put_back_launcher_patches() -> None:
 
 
 def _forget_launcher_modules() -> None:
-    """Drop the launcher's modules from the server's ``sys.modules`` (its workers inherit it).
+    """Drop the launcher's modules, and the console script's ``distrain.cli`` (the server runs
+    from its frame, a worker has no use of it), from the server's ``sys.modules`` (its workers
+    inherit it).
 
     Kept: the ``distrain.launch`` modules the package's own namespace holds (``distrain.spawn``,
     from launch/spawn.py, once the launcher used it) and their packages.  A worker that imports a
@@ -130,7 +216,7 @@ def _forget_launcher_modules() -> None:
     package = sys.modules.get("distrain")
     held = {getattr(v, "__module__", None) for v in vars(package).values()} if package else set()
     keep = {name.rsplit(".", n)[0] for name in held if name for n in range(name.count("."))}
-    launch = [m for m in sys.modules if m == "distrain.launch" or m.startswith("distrain.launch.")]
+    launch = [m for m in sys.modules if m in ENTRY or m.startswith("distrain.launch.")]
     for name in [m for m in launch if m not in keep]:
         del sys.modules[name]
         parent, _, child = name.rpartition(".")

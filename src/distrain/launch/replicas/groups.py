@@ -198,7 +198,9 @@ def run(launch: LaunchPlan, gpus_visible: int) -> int:
     command = [
         sys.executable,
         "-c",
-        "import sys; from distrain.launch.cli import main; sys.exit(main(sys.argv[1:]))",
+        # through the entry point's catcher: the groups' fork servers leave the launcher's stack
+        "import sys; from distrain.cli import run_subcommand as run; "
+        "sys.exit(run('distrain.launch.cli', sys.argv[1:]))",
     ]
     host, iface = node_address(placement, args.iface) if placement.multi_node else (None, None)
     if args.dry_run:
