@@ -215,12 +215,13 @@ def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
 
 def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     """Run one drawn trial to its verdict (a two-node kind inside namespaces made for it)."""
-    kind = KINDS[t.kind]
+    kind, trial = KINDS[t.kind], f"{seed}-{t.index}-{TAG}"
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
         try:
             return _run_trial(t, seed, work, ref, made)
-        finally:
-            membership.remove(f"{seed}-{t.index}-{TAG}")
+        finally:  # a signal mid-trial too: its processes killed while its cgroup still lists them
+            kill_all(trial)
+            membership.remove(trial)
 
 
 def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | None) -> Trial:
@@ -312,9 +313,7 @@ def main() -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
     p.add_argument("--json", default=None, help="append one JSON line per trial here")
-    p.add_argument(
-        "--tsv", default=None, help="append one row per trial to this table (trials/seedN.tsv)"
-    )
+    p.add_argument("--tsv", default=None, help="append one row per trial (trials/seedN.tsv)")
     p.add_argument(
         "--work", default=None, help="keep the trials' folders (logs, a hung trial's stacks) here"
     )
