@@ -62,6 +62,10 @@ COMMIT = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
                         capture_output=True,
                         text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
 WATCHDOG_S = 8
+#: the distrain the trials' jobs run (the self-check points it at a broken copy's, one at a time)
+SRC = REPO / "src"
+#: in every trial's name: one campaign's trials apart from another's (the self-check: per break)
+TAG = str(os.getpid())
 
 
 #: the trial running now (the campaign kills its processes when it ends by a crash or a signal)
@@ -83,7 +87,7 @@ class Reference:
 
 
 def _env(trial: str, job: Job, node: int = 0) -> dict[str, str]:
-    path = [str(REPO / "src"), str(REPO / "tests" / "scripts")]
+    path = [str(SRC), str(REPO / "tests" / "scripts")]
     path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**job.env, **(job.node_env[node] if job.node_env else {})}  # a node's memory root
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path), TRIAL_VAR: trial, **ENV, **env}
@@ -105,13 +109,10 @@ def start(job: Job, trial: str, logs: Path, made: Hosts | None = None) -> list[s
     else:
         out = open(logs.with_suffix(".out"), "wb")  # noqa: SIM115 - the child holds it
         err = open(logs.with_suffix(".err"), "wb")  # noqa: SIM115
+        argv = membership.wrap(trial, [PY, *job.argv])
         procs = [
             subprocess.Popen(
-                membership.wrap(trial, [PY, *job.argv]),
-                env=_env(trial, job),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
+                argv, env=_env(trial, job), stdout=out, stderr=err, start_new_session=True
             )
         ]
         out.close()
@@ -170,7 +171,7 @@ def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
         name = f"ref{n}-{kind.name}"  # each run its own folders: the second must not resume
         job = kind.job(work, name, addrs=made.addrs if made else None)
-        trial, logs = f"{name}-{os.getpid()}", work / name
+        trial, logs = f"{name}-{TAG}", work / name
         CURRENT[:] = [trial]
         t0 = time.monotonic()
         procs = start(job, trial, logs, made)
@@ -214,18 +215,19 @@ def draw(seed: int, index: int, kinds: list[str], faults: list[str]) -> Trial:
 
 def run_trial(t: Trial, seed: int, work: Path, ref: Reference) -> Trial:
     """Run one drawn trial to its verdict (a two-node kind inside namespaces made for it)."""
-    kind = KINDS[t.kind]
+    kind, trial = KINDS[t.kind], f"{seed}-{t.index}-{TAG}"
     with nodes.machines(kind.nodes) if kind.nodes > 1 else nullcontext() as made:
         try:
             return _run_trial(t, seed, work, ref, made)
-        finally:
-            membership.remove(f"{seed}-{t.index}-{os.getpid()}")
+        finally:  # a signal mid-trial too: its processes killed while its cgroup still lists them
+            kill_all(trial)
+            membership.remove(trial)
 
 
 def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | None) -> Trial:
     kind, rng = KINDS[t.kind], random.Random(f"{seed}:{t.index}:fault")
     watchdog = WATCHDOG_S if t.fault in WATCHED else 0
-    trial = f"{seed}-{t.index}-{os.getpid()}"
+    trial = f"{seed}-{t.index}-{TAG}"
     job = kind.job(work, f"t{t.index}", watchdog, addrs=made.addrs if made else None)
     CURRENT[:] = [trial]
     mounted = _mount_tmpfs({"disk_full": job.ckpt, "memory_full": job.memory}.get(t.fault))
@@ -257,11 +259,7 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
             raise Missed("the run ended before its first checkpoint")
     except Missed as why:
         t.missed, shot = True, Shot(f"missed: {why}")
-    except (
-        subprocess.SubprocessError,
-        OSError,
-        psutil.Error,
-    ) as err:  # the fault's own tool failed
+    except (subprocess.SubprocessError, OSError, psutil.Error) as err:  # the fault's tool failed
         t.missed, shot = True, Shot(f"missed: the fault failed: {type(err).__name__}: {err}")
     t.what = shot.what
     bound += shot.bound_extra
@@ -315,9 +313,7 @@ def main() -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {','.join(KINDS)}")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"of {','.join(FAULTS)}")
     p.add_argument("--json", default=None, help="append one JSON line per trial here")
-    p.add_argument(
-        "--tsv", default=None, help="append one row per trial to this table (trials/seedN.tsv)"
-    )
+    p.add_argument("--tsv", default=None, help="append one row per trial (trials/seedN.tsv)")
     p.add_argument(
         "--work", default=None, help="keep the trials' folders (logs, a hung trial's stacks) here"
     )
@@ -335,11 +331,12 @@ def main() -> int:
     p.add_argument("--reference-runs", type=int, default=2, choices=(1, 2),
                    help="uninterrupted runs per kind (2: their spread is printed)")  # fmt: skip
     p.add_argument("--breaks", default=None, help="--self-check: only these, comma-separated")
+    p.add_argument("--jobs", type=int, default=2, help="--self-check: cases run at a time")
     args = p.parse_args()
     if args.self_check:
         import selfcheck
 
-        return selfcheck.main(args.breaks.split(",") if args.breaks else None)
+        return selfcheck.main(args.breaks.split(",") if args.breaks else None, args.jobs)
     if args.summarize:
         print(tables(load_trials(args.summarize)))
         return 0

@@ -1,28 +1,46 @@
 """The campaign tests itself: each known break of distrain, applied alone to a scratch copy of
-the checkout, must get a bad verdict from the trial chosen to catch it.
+the checkout's distrain (src/), must get a bad verdict from the trial chosen to catch it.
 
     python3 benchmarks/chaos/campaign.py --self-check             # every break, and the control
     python3 benchmarks/chaos/campaign.py --self-check --breaks resume_from_scratch
 
-A break is a source edit (the text it replaces must be found exactly once: a break that no longer
-applies is reported, not skipped) or an environment setting, and the cheapest trial that should
-catch it (kind, fault, seed).  The control runs the same trials on the unbroken copy: they must
-keep the promise, or a break "caught" there proves nothing.  One line per break with its verdict;
-exit 0 only when the control kept the promise and every break was caught.
+A break is a source edit under src/ (the text it replaces must be found exactly once: a break that
+no longer applies is reported, not skipped) or an environment setting, and the cheapest trial that
+should catch it (kind, fault, seed).  The control runs the same trials on the unbroken code: they
+must keep the promise, or a break "caught" there proves nothing.  One line per break with its
+verdict; exit 0 only when the control kept the promise and every break was caught.
+
+The trials run in the campaign's own process and in `--jobs` (2) workers forked from it before
+any trial, judged by the unbroken oracle; only the jobs' distrain changes (`campaign.SRC`, the
+break's copy).  A kind's uninterrupted run, which every trial of the kind is judged against, is of
+the unbroken code and run once per kind, before any trial (it was rerun on the broken copy by each
+break's own campaign process, whose start alone took 7-18 s under load: RESULTS.md).
 """
 
 from __future__ import annotations
 
+import argparse
+import multiprocessing
 import os
-import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+import campaign
+import membership
+import nodes
+from campaign import Reference
+from kinds import KINDS
+from oracle import Verdict
+from record import Trial, report
+from trial_procs import kill_all
+
+REPO = campaign.REPO
 CKPT = "src/distrain/checkpoint"
 
 
@@ -98,10 +116,10 @@ BREAKS = (
 CONTROL = Break("control", "no break: the same trials on the code as it is")
 
 
-def copy_checkout(dest: Path) -> None:
-    """The checkout's tracked and untracked-but-not-ignored files, copied to `dest`."""
+def copy_src(dest: Path) -> Path:
+    """The checkout's src/ (tracked and untracked-but-not-ignored files) copied under `dest`."""
     listed = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+        ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z", "src"],
         capture_output=True, check=True,
     ).stdout.decode().split("\0")  # fmt: skip
     for name in filter(None, listed):
@@ -109,11 +127,14 @@ def copy_checkout(dest: Path) -> None:
         if src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
+    return dest / "src"
 
 
 def apply(brk: Break, root: Path) -> str | None:
     """Edit the copy at `root`; the reason it cannot be applied, or None."""
     for name, text, replacement in brk.edits:
+        if not name.startswith("src/"):  # the jobs run the copy's src/ alone
+            return f"{name}: not under src/"
         path = root / name
         source = path.read_text()
         if source.count(text) != 1:
@@ -122,47 +143,151 @@ def apply(brk: Break, root: Path) -> str | None:
     return None
 
 
-def run(brk: Break) -> tuple[bool, str]:
-    """Run the break's trials on a broken copy: (whether the outcome is the expected one, line)."""
-    with tempfile.TemporaryDirectory(prefix=f"selfcheck-{brk.name}-") as tmp:
-        root = Path(tmp)
-        copy_checkout(root)
-        why = apply(brk, root)
-        if why:
-            return False, f"{brk.name}: cannot apply: {why}"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(PYTHONPATH=str(root / "src"), **brk.env)
-        cmd = [sys.executable, str(root / "benchmarks/chaos/campaign.py"), "--seed",
-               str(brk.seed), "--trials", str(brk.trials), "--kinds", brk.kind, "--faults",
-               brk.fault, "--reference-runs", "1"]  # fmt: skip
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    lines = [ln for ln in res.stdout.splitlines() if re.match(r"trial +\d+ ", ln)]
-    # the fault's line, then the verdict: a catch is worth as much as the fault's aim
-    verdicts = "; ".join(re.sub(r"^.*? at \d\.\d\d: ", "", ln)[:240] for ln in lines)
-    verdicts = verdicts or res.stderr[-300:]
-    if brk.name == CONTROL.name:
-        ok = res.returncode == 0 and bool(lines)
-        return ok, f"control: {'kept the promise' if ok else 'BROKE IT'}: {verdicts}"
-    caught = res.returncode == 1 and "BROKE THE ORACLE" in res.stdout
-    return caught, f"{brk.name}: {'caught' if caught else 'PASSED UNSEEN'}: {verdicts}"
+def trials(brk: Break, src: Path, work: Path, ref: Reference, tag: str) -> list[Trial]:
+    """The break's trials, their jobs running the distrain at `src` with the break's environment
+    (`tag`: in their trials' names); each trial's line printed as the campaign prints it."""
+    campaign.SRC, campaign.TAG = src, f"{os.getpid()}-{tag}"
+    before = {name: os.environ.get(name) for name in brk.env}
+    os.environ.update(brk.env)  # the jobs' environment is the campaign's, and the break's
+    try:
+        work.mkdir(parents=True)
+        KINDS[brk.kind].prepare(work)
+        done = []
+        for index in range(brk.trials):
+            t = campaign.draw(brk.seed, index, [brk.kind], [brk.fault])
+            done.append(campaign.run_trial(t, brk.seed, work, ref))
+            report(t, brk.seed, argparse.Namespace(json=None, tsv=None), campaign.COMMIT)
+        return done
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-def main(names: list[str] | None = None) -> int:
-    """Run the control, then every break (or those named); 0 when all were caught."""
+def verdicts(done: list[Trial]) -> str:
+    """The fault's line, then the verdict of each trial: a catch is worth as much as its aim."""
+    lines = []
+    for t in done:
+        v = t.verdict or Verdict("no verdict")
+        word = v.word if v.ok else v.word.upper()
+        lines.append(f"{t.what} -> {word} ({t.seconds:.0f} s) {v.detail}"[:240])
+    return "; ".join(lines)
+
+
+def reference(kind: str, tmp: Path) -> Reference:
+    """The kind's uninterrupted run on the unbroken code (every trial of the kind, control and
+    breaks, is judged against it)."""
+    campaign.SRC, campaign.TAG = REPO / "src", f"{os.getpid()}-ref-{kind}"
+    work = tmp / f"ref-{kind}"
+    work.mkdir(parents=True)
+    KINDS[kind].prepare(work)
+    ref = campaign.twice(KINDS[kind], work, 1)
+    print(f"reference {kind}: {ref.total:.1f} s", flush=True)
+    return ref
+
+
+def control(spec: Break, tmp: Path, ref: Reference) -> tuple[bool, str]:
+    """The break's trials on the unbroken code: (whether every trial kept the promise, line)."""
+    name = f"control ({spec.kind}, {spec.fault}, seed {spec.seed})"
+    tag = f"control-{spec.kind}-{spec.fault}-{spec.seed}"
+    done = trials(spec, REPO / "src", tmp / tag, ref, tag)
+    ok = bool(done) and all(t.verdict is not None and t.verdict.ok for t in done)
+    return ok, f"{name}: {'kept the promise' if ok else 'BROKE IT'}: {verdicts(done)}"
+
+
+def spec_of(brk: Break) -> tuple[str, str, int, int]:
+    """The trials a break is caught by: kind, fault, seed, how many."""
+    return brk.kind, brk.fault, brk.seed, brk.trials
+
+
+def run(brk: Break, tmp: Path, ref: Reference) -> tuple[bool, str]:
+    """Run the break's trials on a broken copy: (whether a trial got a bad verdict, line)."""
+    src = copy_src(tmp / brk.name)
+    why = apply(brk, tmp / brk.name)
+    if why:
+        return False, f"{brk.name}: cannot apply: {why}"
+    done = trials(brk, src, tmp / f"{brk.name}-work", ref, brk.name)
+    caught = any(t.verdict is not None and not t.verdict.ok for t in done)
+    return caught, f"{brk.name}: {'caught' if caught else 'PASSED UNSEEN'}: {verdicts(done)}"
+
+
+def case(what: str, brk: Break, tmp: Path, ref: Reference | None) -> tuple[bool, str]:
+    """One control or break (`what`), every process and namespace it made gone after it; a crash
+    of the campaign's own is no verdict: (False, why)."""
+    name = "control" if what == "control" else brk.name
+    try:
+        if ref is None:
+            return False, f"{name}: no reference run of {brk.kind} (it failed)"
+        return control(brk, tmp, ref) if what == "control" else run(brk, tmp, ref)
+    except (SystemExit, Exception) as err:
+        return False, f"{name}: ERROR (no verdict): {type(err).__name__}: {err}"
+    finally:
+        cleanup()
+
+
+def safe_reference(kind: str, tmp: Path) -> tuple[str, Reference | None]:
+    """(kind, its reference), None where its run failed (said)."""
+    try:
+        return kind, reference(kind, tmp)
+    except (SystemExit, Exception) as err:
+        print(f"reference {kind}: failed: {type(err).__name__}: {err}", flush=True)
+        return kind, None
+    finally:
+        cleanup()
+
+
+def cleanup() -> None:
+    """Kill what this process's trials left and delete their cgroups and namespaces."""
+    for trial in campaign.CURRENT:
+        kill_all(trial)
+    membership.remove_all()
+    nodes.delete_all()
+
+
+def _call(args: tuple) -> Any:
+    return args[0](*args[1:])
+
+
+def main(names: list[str] | None = None, jobs: int = 2) -> int:
+    """The kinds' references, then the controls and every break (or those named), `jobs` at a
+    time; 0 when every control kept the promise and every break was caught."""
     chosen = [b for b in BREAKS if not names or b.name in names]
     unknown = set(names or ()) - {b.name for b in BREAKS}
     if unknown:
         print(f"unknown break(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    results = []
-    for trial in {(b.kind, b.fault, b.seed, b.trials) for b in chosen}:
-        kind, fault, seed, trials = trial
-        ok, line = run(Break("control", CONTROL.what, (), {}, kind, fault, seed, trials))
-        line = line.replace("control", f"control ({kind}, {fault}, seed {seed})", 1)
-        print(line, flush=True)
-        results.append(ok)
-    for brk in chosen:
-        ok, line = run(brk)
-        print(line, flush=True)
-        results.append(ok)
+    # imported now, not at the first fault (campaign.main says why)
+    import distrain.checkpoint.files  # noqa: F401
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    results: list[bool] = []
+    specs = list(dict.fromkeys(spec_of(b) for b in chosen))
+    # forked before any torch work in this process; a worker cleans up after each case, and on
+    # the parent's Ctrl-C or SIGTERM (terminate: SIGTERM, raised in the worker as Ctrl-C)
+    sys.stdout.flush()  # a worker's copy of the buffer would print it again
+    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
+    each = pool.imap_unordered if pool else map
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
+        try:
+            kinds = dict.fromkeys(kind for kind, *_ in specs)
+            refs = dict(each(_call, [(safe_reference, k, Path(tmp)) for k in kinds]))
+            cases = [(case, "control", Break("control", "", (), {}, *spec), Path(tmp),
+                      refs[spec[0]]) for spec in specs]  # fmt: skip
+            cases += [(case, "break", brk, Path(tmp), refs[brk.kind]) for brk in chosen]
+            # the two-node kinds first: the longest cases, not left for one worker at the end
+            cases.sort(key=lambda c: -KINDS[c[2].kind].nodes)
+            for ok, line in each(_call, cases):
+                print(line, flush=True)
+                results.append(ok)
+            if pool:  # every case done: the workers end once idle
+                pool.close()
+                pool.join()
+                pool = None
+        finally:
+            if pool:  # an error or a signal: SIGTERM, a Ctrl-C in the workers, ends their trials
+                pool.terminate()
+                pool.join()
+            cleanup()
     return 0 if all(results) else 1
