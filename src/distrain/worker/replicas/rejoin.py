@@ -49,7 +49,7 @@ from distrain.coordination.replica_marks import ft_done_file, ft_end_file
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
-from distrain.worker.replicas.sync import serve_stragglers, write_final
+from distrain.worker.replicas.sync import serve_quorums_until, serve_stragglers, write_final
 
 if TYPE_CHECKING:
     from distrain.process.info import ProcessInfo
@@ -121,10 +121,6 @@ def take_sent_step(replicas: Member, state: dict[str, Any]) -> None:
         )
 
 
-#: pause between two quorums while waiting for the other groups' marks
-_PAUSE_S = 0.1
-
-
 def end_run(replicas: Member, device: torch.device) -> None:
     """At distrain's end: serve the groups still to come, report this process's final state,
     leave the group's done mark, and serve until every other group left its own."""
@@ -163,23 +159,17 @@ def serve_until_others_done(replicas: Member, device: torch.device, deadline: fl
     `deadline`, monotonic): a group lost meanwhile heals from this one at the final step."""
     if replicas.groups < 2 or not replicas.started or not replicas.events:
         return
-    while True:
-        missing = _not_done(replicas)
-        timed_out = time.monotonic() > deadline
-        stop = torch.tensor([int(not missing or timed_out)], device=device)
-        if replicas.size > 1:  # one rank may see a mark a moment before another
-            dist.all_reduce(stop, op=dist.ReduceOp.MIN)
-        if stop.item():
-            if missing and timed_out and replicas.rank == 0:
-                _log.warning(
-                    f"distrain: replica group {replicas.group} ended before group(s) "
-                    f"{', '.join(map(str, missing))} reported a final state "
-                    f"(DISTRAIN_FT_LINGER {replicas.linger_s:g} s); a group lost now has no "
-                    "live group to heal from"
-                )
-            return
-        replicas.quorum()
-        time.sleep(_PAUSE_S)
+    serve_quorums_until(
+        replicas,
+        device,
+        deadline,
+        _not_done,
+        lambda missing: (
+            f"distrain: replica group {replicas.group} ended before group(s) "
+            f"{', '.join(map(str, missing))} reported a final state (DISTRAIN_FT_LINGER "
+            f"{replicas.linger_s:g} s); a group lost now has no live group to heal from"
+        ),
+    )
 
 
 def end_if_done(process: ProcessInfo, settings: Settings) -> None:

@@ -131,6 +131,31 @@ def write_final(replicas: Member) -> None:
     )
 
 
+def serve_quorums_until(
+    replicas: Member,
+    device: torch.device,
+    deadline: float,
+    missing_groups: Callable[[Member], list[int]],
+    warning: Callable[[list[int]], str],
+    enough: Callable[[], bool] = lambda: False,
+) -> None:
+    """Answer quorums until `missing_groups` is empty, `enough`, or `deadline` (monotonic; then
+    rank 0 logs `warning` of the groups still missing).  Every rank of the group leaves
+    together: one rank may see a mark a moment before another."""
+    while not enough():
+        missing = missing_groups(replicas)
+        timed_out = time.monotonic() > deadline
+        stop = torch.tensor([int(not missing or timed_out)], device=device)
+        if replicas.size > 1:
+            dist.all_reduce(stop, op=dist.ReduceOp.MIN)
+        if stop.item():
+            if missing and timed_out and replicas.rank == 0:
+                _log.warning(warning(missing))
+            return
+        replicas.quorum()
+        time.sleep(_PAUSE_S)
+
+
 def serve_stragglers(replicas: Member, device: torch.device) -> None:
     """Answer quorums until every group met this one at its final step (or ended, or linger).
 
@@ -139,29 +164,23 @@ def serve_stragglers(replicas: Member, device: torch.device) -> None:
     """
     if replicas.groups < 2 or not replicas.started:
         return
-    deadline = time.monotonic() + replicas.linger_s
-    while True:
-        if replicas.met_all_at == replicas.manager.current_step() and replicas.met_all_times >= 2:
-            # the last two quorums held every group at this step: nobody needs this state.  One
-            # is not enough: a group that healed in it may still find its ranks split and
-            # restart (agree_in_group), and would then come back to nobody
-            return
-        missing = _not_ended(replicas)
-        timed_out = time.monotonic() > deadline
-        stop = torch.tensor([int(not missing or timed_out)], device=device)
-        if replicas.size > 1:  # one rank may see an end mark a moment before another
-            dist.all_reduce(stop, op=dist.ReduceOp.MIN)
-        if stop.item():
-            if missing and timed_out and replicas.rank == 0:
-                _log.warning(
-                    f"distrain: replica group {replicas.group} ended without meeting group(s) "
-                    f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s "
-                    "(DISTRAIN_FT_LINGER); they may end "
-                    f"with another state"
-                )
-            return
-        replicas.quorum()
-        time.sleep(_PAUSE_S)
+    # the last two quorums held every group at this step: nobody needs this state.  One is not
+    # enough: a group that healed in it may still find its ranks split and restart
+    # (agree_in_group), and would then come back to nobody
+    serve_quorums_until(
+        replicas,
+        device,
+        time.monotonic() + replicas.linger_s,
+        _not_ended,
+        lambda missing: (
+            f"distrain: replica group {replicas.group} ended without meeting group(s) "
+            f"{', '.join(map(str, missing))} after {replicas.linger_s:g} s (DISTRAIN_FT_LINGER); "
+            "they may end with another state"
+        ),
+        enough=lambda: (
+            replicas.met_all_at == replicas.manager.current_step() and replicas.met_all_times >= 2
+        ),
+    )
 
 
 def start_together(replicas: Member, folder: str) -> None:
