@@ -20,6 +20,10 @@ from distrain.settings import DEFAULT_FT_QUORUM_TIMEOUT_S, DEFAULT_REJOIN_TIMEOU
 
 #: margin for the machine's load moving between the reference run and the trial
 LOAD = 1.5
+#: the faults that look for their own moment (fault_save.catch_in_act, up to 30 s): a trial
+#: starts them once its job is ready, not at a moment on the reference's clock, which a faster
+#: trial can end before (the self-check beside the suite: "missed: the run had ended")
+SELF_TIMED = ("kill_launcher_in_save", "kill_rank_in_snapshot")
 #: a job's start again (a rerun, or the agent's restart: rendezvous, imports under load)
 RERUN_S = 30.0
 #: torch's agent gives a worker this long to obey its SIGTERM before SIGKILL (a stopped rank

@@ -43,7 +43,7 @@ import bounds  # noqa: E402
 import membership  # noqa: E402
 import nodes  # noqa: E402
 import oracle  # noqa: E402
-from bounds import RERUN_S  # noqa: E402
+from bounds import RERUN_S, SELF_TIMED  # noqa: E402
 from faults import FAULTS, WATCHED, FaultContext, Missed, Shot  # noqa: E402
 from job_progress import progress, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
@@ -239,8 +239,10 @@ def _run_trial(t: Trial, seed: int, work: Path, ref: Reference, made: Hosts | No
     try:
         at_step = round(t.moment * ref.last_step)
         if wait_ready(procs, job, t0 + bound, at_step):
-            # by progress where the job has checkpoints; the rest of the way in time
-            time.sleep(rng.uniform(0.0, 0.5) if ref.last_step else t.moment * ref.span)
+            # by progress where the job has checkpoints, at once for a fault that catches its
+            # own moment (fault_save.py); the rest of the way in time
+            timed = ref.last_step or t.fault in SELF_TIMED
+            time.sleep(rng.uniform(0.0, 0.5) if timed else t.moment * ref.span)
             good = newest_valid_step(job.ckpt)
             if all(proc.poll() is None for proc in procs):
                 launchers = [psutil.Process(proc.pid) for proc in procs]
