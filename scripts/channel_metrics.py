@@ -130,6 +130,10 @@ WHY_NOT_AN_EVENT = {
     "(launch/replicas/nodes.py); as an event every poll of every group would rescan the stream",
     "end.{}": "a mark only the groups' launcher can leave (the group's processes are gone) and "
     "the other groups poll before their last quorums; carried between nodes like start.{}",
+    "done.{}": "a mark a group's rank 0 leaves once every process of the group reported its "
+    "final state (worker/replicas/rejoin.py); the other groups poll it while they serve a late "
+    "heal, and a replacement checks it at start to end at once; carried between nodes like "
+    "start.{}; the same reasons as end.{}, which it could become one file with (not done)",
     "step.{}": "rewritten in place (one 20-byte pwrite) at every committed step: other groups "
     "wait on it (worker/replicas/sync.py) and the launcher reads a lost group's step for its "
     "line; as events, one stream line per step per group",
