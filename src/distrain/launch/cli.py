@@ -187,7 +187,11 @@ def _launch(
     ended = _Ending(launch, features, job_dir, notice)
     succeeded = False
     try:
-        agent.run(launch.agent_args(rdzv), launch.start, features.wrap)
+        try:
+            agent.run(launch.agent_args(rdzv), launch.start, features.wrap)
+        finally:  # before any end line: the watch signals this launcher no more (its stand_down)
+            if watch is not None:
+                watch.stand_down()
         succeeded = True
     except ChildFailedError as err:
         return ended.failed(err)

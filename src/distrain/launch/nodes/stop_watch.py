@@ -51,6 +51,9 @@ class StopWatch:
     def __init__(self, host: str, port: int, node: int, nodes: int, folder: str | None) -> None:
         self.host, self.port, self.node, self.nodes, self.folder = host, port, node, nodes, folder
         self._done = threading.Event()
+        #: held from this watch's claim to its signal; stand_down takes it (no signal after it)
+        self._signalling = threading.Lock()
+        self._stood_down = False
         #: why the job stopped, when this watch (not a rank of its node) stopped this launcher
         self.reason: str | None = None
         self._store: Any = None
@@ -103,11 +106,25 @@ class StopWatch:
                 self._store.set(f"{JOB_STOPPED_KEY}/read/{self.node}", "1")
             except Exception:  # the store went between the look and the call: as above
                 return
-            if claim_stop(self.folder):  # not already stopped by one of its own ranks
+            with self._signalling:
+                if self._stood_down or not claim_stop(self.folder):
+                    return  # the agent ended, or one of this node's ranks stopped it already
                 self.reason = reason  # this launcher's last line says it
                 os.kill(os.getpid(), signal.SIGTERM)  # torch's handler runs in the main thread
-                self._kill_stopped()
+            self._kill_stopped()
             return
+
+    def stand_down(self) -> None:
+        """The agent has ended: never signal this launcher from now on.
+
+        Its end removes the job's folder, the stop claim with it, so a look at the store after
+        that would claim anew and SIGTERM a launcher already printing its last lines (CI: torch's
+        handler raised in ``shutil.rmtree``, a traceback for a last line).  Waits for a signal
+        under way; the watch keeps its store for :meth:`finish`.
+        """
+        with self._signalling:
+            self._stood_down = True
+        self._done.set()
 
     def _say_who_i_am(self) -> None:
         """Another node: name this launcher's connections once; node 0: look for gone nodes."""

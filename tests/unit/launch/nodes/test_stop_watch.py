@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import signal
+import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 from helpers import held_port
 
@@ -53,3 +56,53 @@ def test_one_node_and_c10d_jobs_are_not_watched() -> None:
     assert stop_watch.start(one, None) is None
     c10d = Rendezvous("c10d", "127.0.0.1:29500", "job", "", "2", 0, "127.0.0.1", 29500, None)
     assert stop_watch.start(c10d, None) is None
+
+
+def _watch_stopping_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_down_first: bool
+) -> tuple[StopWatch, list[int]]:
+    """A node's watch reads a rank's reason in the store after its launcher's end removed the
+    job's folder (so the stop claim is free again): the look is held until the test says go."""
+    port = held_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, multi_tenant=True,
+                           timeout=dt.timedelta(seconds=10), wait_for_workers=False)  # fmt: skip
+    server.set(JOB_STOPPED_KEY, "rank 0 froze")
+    looking, go = threading.Event(), threading.Event()
+
+    def held_look(host: str, port: int, *args: object) -> bool:
+        looking.set()
+        go.wait(10)
+        return True
+
+    monkeypatch.setattr(stop_watch, "reachable", held_look)
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        watch = StopWatch("127.0.0.1", port, 1, 2, str(tmp_path / "removed")).start()
+        assert looking.wait(10), "the watch never looked"
+        if stand_down_first:  # the agent ended while the watch was in its look
+            watch.stand_down()
+        go.set()
+        watch._thread.join(10)
+        assert not watch._thread.is_alive()
+        time.sleep(0.2)  # a signal sent reaches this (main) thread's handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server = None
+    return watch, got
+
+
+def test_a_watch_that_reads_the_reason_signals_its_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stop_watch, "KILL_AFTER_S", 0.0)
+    watch, got = _watch_stopping_itself(tmp_path, monkeypatch, stand_down_first=False)
+    assert got == [signal.SIGTERM] and watch.reason == "rank 0 froze"
+
+
+def test_a_stood_down_watch_never_signals_a_launcher_printing_its_last_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI: the second SIGTERM, from this watch after the end's rmtree, raised in the rmtree."""
+    watch, got = _watch_stopping_itself(tmp_path, monkeypatch, stand_down_first=True)
+    assert got == [] and watch.reason is None
