@@ -17,8 +17,12 @@ MLP, Adam, batch 128 per process, a disk checkpoint (DCP) every 100 steps):
 Each variant runs ``--minutes`` from its first step without faults, then again while the driver
 SIGKILLs one worker every ``--period`` seconds of training (restart-based: rank 1, rank 0, ...;
 replicas: group 1's process, group 0's, ...), once the job has trained since the last kill (for
-replicas: the victim's group has committed a step since).  Runs are interleaved: the fault-free
-runs of all variants, then the killed ones.  How each measure is counted:
+replicas: the victim's group has committed a step since).  Each variant's fault-free and killed
+runs follow each other, the pair's order alternating from one variant (and one ``--rounds``
+round) to the next, so no variant's runs all land in a quieter or busier stretch of a shared
+machine (before, every fault-free run came before every killed one).  With ``--rounds R`` the
+steps/min are the median of R runs and lost steps and kill -> step are pooled.  How each
+measure is counted:
 
 - useful steps: the step the job's state had reached at the deadline (a step done again after a
   resume counts once).  Replicas: the highest step any group committed by then (a healed group
@@ -86,10 +90,10 @@ def replica_kill(steps: list[Step], at: float, group: int, pid: int) -> tuple | 
     return lost, survivor[0][0] - at, back[0] - at if back else None
 
 
-def one_run(name: str, minutes: float, period: float | None, work: Path) -> dict:
+def one_run(name: str, minutes: float, period: float | None, work: Path, round_: int = 0) -> dict:
     """Run variant `name` for `minutes` of training, killing a worker every `period` s."""
     launcher, extra = VARIANTS[name]
-    tag = f"{name}-{'kill' if period else 'free'}"
+    tag = f"{name}-{'kill' if period else 'free'}-{round_}"
     log, ckpt = work / f"{tag}.log", work / f"{tag}-ckpt"
     cmd = [*launcher, WORKER, "--steplog", str(log), "--ckpt", str(ckpt), *extra]
     job_env = env(DISTRAIN_MEMORY_DIR=str(work / "shm"), OMP_NUM_THREADS="1")
@@ -153,14 +157,25 @@ def one_run(name: str, minutes: float, period: float | None, work: Path) -> dict
             "gaps": gaps, "back": back, "half": half}  # fmt: skip
 
 
+def merged(results: list[dict]) -> dict:
+    """Several rounds of one variant and kind as one: the median steps/min and useful steps,
+    the kills summed, lost steps and times pooled."""
+    out = {k: statistics.median(r[k] for r in results) for k in ("useful", "per_min", "half")}
+    out["kills"] = sum(r["kills"] for r in results)
+    for k in ("lost", "gaps", "back"):
+        out[k] = [x for r in results for x in r[k]]
+    return out
+
+
 def main() -> None:
-    """The fault-free runs, then the killed ones; one table."""
+    """Each variant's fault-free and killed runs side by side, in alternating order; one table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=1.0)
     p.add_argument("--period", type=float, default=15.0)
     p.add_argument(
         "--variants", default="memory,disk,torchrun,replicas", help=f"of {', '.join(VARIANTS)}"
     )
+    p.add_argument("--rounds", type=int, default=1, help="runs per variant and kind (median)")
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)
@@ -169,12 +184,19 @@ def main() -> None:
     shm = Path(tempfile.mkdtemp(prefix="dbench-goodput-", dir="/dev/shm"))
     (work / "shm").rmdir()
     (work / "shm").symlink_to(shm)
+    runs: dict[tuple[str, bool], list[dict]] = {}
     try:
-        free = {n: one_run(n, args.minutes, None, work) for n in names}
-        killed = {n: one_run(n, args.minutes, args.period, work) for n in names}
+        for r in range(args.rounds):
+            for i, n in enumerate(names):
+                for kill in (False, True) if (i + r) % 2 == 0 else (True, False):
+                    period = args.period if kill else None
+                    runs.setdefault((n, kill), []).append(one_run(n, args.minutes, period, work, r))
     finally:
         shutil.rmtree(shm, ignore_errors=True)
-    print(f"{args.minutes:g} min per run, SIGKILL every {args.period:g} s in the killed runs")
+    free = {n: merged(runs[n, False]) for n in names}
+    killed = {n: merged(runs[n, True]) for n in names}
+    print(f"{args.minutes:g} min per run, SIGKILL every {args.period:g} s in the killed runs, "
+          f"{args.rounds} round(s), each variant's free and killed runs side by side")  # fmt: skip
     print(
         "variant   | free steps/min | killed steps/min | ratio | kills | lost/kill "
         "(median, max) | kill -> step (median)"
