@@ -45,7 +45,7 @@ import nodes  # noqa: E402
 import oracle  # noqa: E402
 from bounds import RERUN_S, SELF_TIMED  # noqa: E402
 from faults import FAULTS, WATCHED, FaultContext, Missed, Shot  # noqa: E402
-from job_progress import progress, wait_ready  # noqa: E402
+from job_progress import progress, training_span, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from membership import TRIAL_VAR, follow  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
@@ -176,15 +176,16 @@ def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
         t0 = time.monotonic()
         procs = start(job, trial, logs, made)
         wait_ready(procs, job, t0 + 600)
-        t_ready = time.monotonic()
+        t_ready = time.time()  # the wall clock of the files training_span reads
         run = finish(procs, trial, logs, 600, t0, made)
+        span = training_span(job, t_ready, time.time())
         leftovers(trial, made=made)
         membership.remove(trial)
     if run.rc != 0 or oracle.memory_left(job):  # the memory tier leaves nothing after a good end
         raise SystemExit(f"the uninterrupted {kind.name} run failed (exit {run.rc}): "
                          f"{run.last_line()}; memory left: {oracle.memory_left(job)}")  # fmt: skip
     result = None if kind.replicas else kind.result(job)
-    return Reference(result, run.seconds, max(0.5, time.monotonic() - t_ready), progress(job))
+    return Reference(result, run.seconds, span, progress(job))
 
 
 def twice(kind: Kind, work: Path, runs: int = 2) -> Reference:

@@ -43,6 +43,9 @@ class Job:
     nodes: list[list[str]] = field(default_factory=list)
     #: a file the job writes once it trained (kinds without distrain's checkpoints)
     marker: Path | None = None
+    #: files (a glob in `out`) its ranks write as their training ends: a time-aimed fault's span
+    #: ends at the first, not at the launcher's exit (job_progress.training_span)
+    trained_end: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     #: the memory tier's root (``DISTRAIN_MEMORY_DIR``), inside the trial's folder; two nodes:
     #: the folder of each node's own root (``node<i>``, in `node_env`)
@@ -112,7 +115,7 @@ class Kind:
         elif self.name == "replicas_readme":  # the README's `opt.step()`: no ctx.step, no restore
             argv = [*launcher, "--replicas", "2", "-n", "1", str(SCRIPTS / "replica_readme.py"),
                     "--out", str(out), "--steps", "80", "--step-sleep", "0.05"]  # fmt: skip
-            return Job(argv, None, out, run_dir, marker=out / "trained")
+            return Job(argv, None, out, run_dir, marker=out / "trained", trained_end="final.*")
         elif (
             self.name == "selfstart"
         ):  # mp.spawn inside the script: run once, its children are the job

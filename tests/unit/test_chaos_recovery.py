@@ -180,3 +180,22 @@ def test_one_generation_with_two_attempt_numbers(tmp_path: Path) -> None:
     runs = [RunRecord(0, 20.0, RESUMED.format(17), RESTART)]
     got = cost(KINDS["nodes_static"], job, runs, False, FAULT_T)
     assert (got.lost_steps, got.recovery_s) == (1, 4.3), got
+
+
+def test_a_time_aimed_span_ends_with_the_first_rank_done_training(tmp_path: Path) -> None:
+    """replicas_readme has no checkpoint: its faults are aimed at a fraction of this span, which
+    ends at its first `final.*` file, not at the launcher's exit after the groups' end."""
+    import os
+
+    from job_progress import training_span
+
+    job = KINDS["replicas_readme"].job(tmp_path, "ref")
+    job.out.mkdir(parents=True, exist_ok=True)
+    assert training_span(job, 100.0, 130.0) == 30.0  # no rank done yet: the run's end
+    for group, at in ((1, 121.0), (0, 118.0)):
+        done = job.out / f"final.{group}.0.json"
+        done.write_text("{}")
+        os.utime(done, (at, at))
+    assert training_span(job, 100.0, 130.0) == 18.0
+    plain = Job(["x"], None, tmp_path, tmp_path)
+    assert training_span(plain, 100.0, 130.0) == 30.0
