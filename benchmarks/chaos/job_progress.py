@@ -69,7 +69,8 @@ def training_span(job: Job, ready_at: float, ended_at: float) -> float:
     A fault aimed by time (a kind without checkpoints) lands at a fraction of this span; the
     run's end counts the groups' end (the replicas' final reports and done marks, the
     launchers' exits), after every rank had ended: seed 9301's `replicas_readme` faults at 0.75
-    and 0.80 of it found no rank (missed), as seed 9102's `double_kill` had.
+    and 0.80 of it found no rank (missed), as seed 9102's `double_kill` had; its `selfstart` at
+    0.70 and `rehearsal` at 0.87 found the run ended.
     """
     ends = [p.stat().st_mtime for p in job.out.glob(job.trained_end)] if job.trained_end else []
     return max(0.5, min([*ends, ended_at]) - ready_at)

@@ -105,7 +105,7 @@ class Kind:
             argv = [*launcher, "--cpu", "-n", "2", *restarts,
                     str(REPO / "tests" / "gpu_scripts" / "snapshot_trainer.py"), "--out", str(out),
                     "--total-epochs", "400"]  # fmt: skip
-            return Job(argv, None, out, run_dir, marker=out / "snapshot.pt")
+            return Job(argv, None, out, run_dir, marker=out / "snapshot.pt", trained_end="final.pt")
         elif self.name in ("replicas", "replicas_fsdp"):
             fsdp = self.name == "replicas_fsdp"
             argv = [*launcher, "--replicas", "2", "-n", "2" if fsdp else "1",
@@ -128,6 +128,7 @@ class Kind:
                 run_dir,
                 marker=out / "started",
                 env={"DTEST_MASTER_PORT": str(_port())},
+                trained_end="final.pt",
             )
         else:
             raise ValueError(f"unknown kind {self.name}")
