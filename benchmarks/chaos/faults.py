@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 TITLE = re.compile(r"distrain rank (\d+)/(\d+)")
 
 
-def ranks(trial: str) -> list[psutil.Process]:
+def ranks(trial: str, spawned_first: bool = True) -> list[psutil.Process]:
     """The trial's rank processes (not their DataLoader workers, which inherit the title); a
-    self-starting script's spawned children where it has them."""
+    self-starting script's spawned children where it has them, unless not `spawned_first`."""
     out, spawned = [], []
     for proc in trial_processes(trial):
         own = " ".join(_cmdline(proc))
@@ -48,7 +48,7 @@ def ranks(trial: str) -> list[psutil.Process]:
             spawned.append(proc)
         elif TITLE.search(own) and not TITLE.search(above):
             out.append(proc)
-    return sorted(spawned or out, key=lambda p: p.pid)
+    return sorted((spawned if spawned_first else []) or out, key=lambda p: p.pid)
 
 
 def _rank_name(proc: psutil.Process) -> str:
@@ -141,8 +141,9 @@ def _kill_frozen(ctx: FaultContext, launchers: list[psutil.Process]) -> None:
     """SIGKILL `launchers` with every rank of the trial stopped (SIGSTOP) a moment before: the
     kernel delivers a death signal (SIGKILL) to a stopped rank too; a rank without one stays
     until the leftover look, where running it could finish first (self-check death_signal_off).
-    DataLoader workers are left running: they end once their rank is gone (torch's watchdog)."""
-    frozen = ranks(ctx.trial)
+    Loader workers and a self-started script's children run on: they end with their rank (their
+    watch is a thread, which a stopped child never runs: seed 9302 trials 68 and 80)."""
+    frozen = ranks(ctx.trial, spawned_first=False)
     for proc in frozen:
         _quiet(proc.send_signal, signal.SIGSTOP)
     if not any([_quiet(launcher.send_signal, signal.SIGKILL) for launcher in launchers]):
