@@ -6,7 +6,7 @@ modules that both sides share (:data:`SHARED_FILES`: ``distrain/contract.py``,
 
 1. the files: a module-level string constant that looks like a file name (``FILE =
    "events.jsonl"``, ``STOP_MARK = "stopped.txt"``), and a module-level function that joins a
-   file name into a path (``ft_step_file`` → ``step.{}``); a function of those modules that uses
+   file name into a path (``ft_group_file`` → ``group.{}``); a function of those modules that uses
    one (``emit`` → ``stream`` → ``FILE``, ``claim_stop`` → ``STOP_MARK``) stands for it too;
 2. the worker side: every module reachable in the import graph (lazy imports included) from
    the workers' entry points (:data:`WORKER_ROOTS`), outside launch/ and the shared modules;
@@ -124,19 +124,16 @@ def _names_used(path: Path) -> set[str]:
 WHY_NOT_AN_EVENT = {
     "stopped.txt": "a claim (one O_EXCL creation): which stopper signals the launcher; why it "
     "stopped is a `stop` event",
-    "start.{}": "a mark the other groups' first quorum polls (os.path.exists, every 20 ms); "
-    "written by the group's rank 0 at its first quorum, by the groups' launcher when the group "
-    "ended before it (its workers cannot), and carried between nodes through the store "
-    "(launch/replicas/nodes.py); as an event every poll of every group would rescan the stream",
-    "end.{}": "a mark only the groups' launcher can leave (the group's processes are gone) and "
-    "the other groups poll before their last quorums; carried between nodes like start.{}",
-    "done.{}": "a mark a group's rank 0 leaves once every process of the group reported its "
-    "final state (worker/replicas/rejoin.py); the other groups poll it while they serve a late "
-    "heal, and a replacement checks it at start to end at once; carried between nodes like "
-    "start.{}; the same reasons as end.{}, which it could become one file with (not done)",
-    "step.{}": "rewritten in place (one 20-byte pwrite) at every committed step: other groups "
-    "wait on it (worker/replicas/sync.py) and the launcher reads a lost group's step for its "
-    "line; as events, one stream line per step per group",
+    "group.{}": "a replica group's state, one fixed-layout file per group (coordination/"
+    "replica_marks.py): its committed step, rewritten in place at every committed step (one "
+    "20-byte pwrite at offset 0: as events, one stream line per step per group), and its start, "
+    "end and done marks (one byte each at its own offset, each a single pwrite). Other groups "
+    "poll it (the start every 20 ms at a first quorum, the end and done marks while they serve "
+    "a late group, the step before training alone: worker/replicas/sync.py, rejoin.py) and "
+    "decide what to do next, where the event stream only reports; the end mark is the "
+    "launcher's (the group's processes are gone), the launcher reads a lost group's step for "
+    "its line, and every mark is carried between nodes through the store "
+    "(launch/replicas/nodes.py); as events every poll of every group would rescan the stream",
 }
 
 

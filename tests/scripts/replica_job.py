@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import distrain
-from distrain.coordination.replica_marks import ft_done_file, ft_end_file
+from distrain.coordination.replica_marks import ft_done, ft_ended
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
@@ -165,10 +165,10 @@ if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
     )  # a replacement on a loaded machine: the survivors may finish first
 
 
-def wait_for_file(path: str) -> None:
-    """Wait (<= 120 s) until `path` exists."""
+def wait_for_file(path: str, ready=os.path.exists) -> None:
+    """Wait (<= 120 s) until `path` exists (or `ready(path)`: another group's mark in it)."""
     until = time.monotonic() + 120
-    while not os.path.exists(path) and time.monotonic() < until:
+    while not ready(path) and time.monotonic() < until:
         time.sleep(0.05)
 
 
@@ -200,7 +200,7 @@ if args.kill_at_exit and attempt == 0 and os.environ.get("RANK", "0") == "0":
     if g_ == group:
 
         def kill_at_exit() -> None:  # atexit: registered before init, runs after its end
-            wait_for_file(ft_end_file(os.environ["DISTRAIN_FT_EVENTS"], other))
+            wait_for_file(os.environ["DISTRAIN_FT_EVENTS"], lambda f: ft_ended(f, other))
             open(os.path.join(args.out, f"killed_at_exit.{group}"), "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -214,7 +214,7 @@ if args.kill_before_done and attempt == 0 and os.environ.get("RANK", "0") == "0"
 
         def write_final_then_die(replicas) -> None:  # the end reads it from the module at its call
             write_final(replicas)
-            wait_for_file(ft_done_file(os.environ["DISTRAIN_FT_EVENTS"], other))
+            wait_for_file(os.environ["DISTRAIN_FT_EVENTS"], lambda f: ft_done(f, other))
             open(os.path.join(args.out, f"killed_before_done.{group}"), "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -7,7 +7,7 @@ and state digest), "done_before" (a replacement whose group's run was over: it e
 worker/replicas/rejoin.py) and "refused" (a process nothing joins to the groups: said once, and the
 job stops).  :class:`ReplicaJob` reads them with the one reader
 (:func:`distrain.events.read_events`) and turns them into one line each on stderr (and one JSON
-line each in the run directory, for `distrain top`); a lost group's step comes from its step
+line each in the run directory, for `distrain top`); a lost group's step comes from its state
 file (coordination/replica_marks.py, the groups' coordination), written at every committed step,
 whether the script calls ``ctx.step(opt)`` or ``opt.step()``.  Across nodes each node's
 launcher reports the groups it runs.
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from distrain.contract import FT_EVENTS, REPLICA_GROUP
-from distrain.coordination.replica_marks import ft_end_file, ft_step_file, mark_ft_start
+from distrain.coordination.replica_marks import mark_ft_end, mark_ft_start, read_group
 from distrain.events import REPLICA_EVENTS_FILE, emit, read_events, stream
 
 PROG = "distrain run"
@@ -125,11 +125,7 @@ class ReplicaJob:
                     f.write(json.dumps(record) + "\n")
 
     def step_of(self, group: int) -> str:
-        try:
-            with open(ft_step_file(self.folder, group)) as f:
-                return f.read().strip() or "0"
-        except OSError:
-            return "0"
+        return read_group(self.folder, group).step or "0"
 
     def __post_init__(self) -> None:
         self.local = self.local or list(range(self.groups))
@@ -219,8 +215,7 @@ class ReplicaJob:
     def _ended(self, group: int, code: int) -> None:
         self.finished[group] = code
         mark_ft_start(self.folder, group)
-        with open(ft_end_file(self.folder, group), "a"):  # groups that ended wait no more for it
-            pass
+        mark_ft_end(self.folder, group)  # groups that ended wait no more for it
 
     def on_launcher_death(self, group: int, pid: int, code: int, attempt: int, budget: int) -> bool:
         """Group `group`'s own launcher died (`code`): say so; True when it is to be restarted

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -21,9 +20,11 @@ from typing import Any
 
 from distrain.contract import NODE0_WAIT
 from distrain.coordination.replica_marks import (
-    ft_done_file,
-    ft_end_file,
-    ft_start_file,
+    ft_done,
+    ft_ended,
+    ft_started,
+    mark_ft_done,
+    mark_ft_end,
     mark_ft_start,
 )
 from distrain.errors import UsageError
@@ -169,7 +170,7 @@ class RollCall:
         self._carry(
             self._started,
             "start",
-            lambda g: ft_start_file(folder, g),
+            lambda g: ft_started(folder, g),
             lambda g: mark_ft_start(folder, g),
             local,
         )
@@ -183,8 +184,8 @@ class RollCall:
         self._carry(
             self._ended,
             "end",
-            lambda g: ft_end_file(folder, g),
-            lambda g: open(ft_end_file(folder, g), "a").close(),
+            lambda g: ft_ended(folder, g),
+            lambda g: mark_ft_end(folder, g),
             local,
         )
 
@@ -194,8 +195,8 @@ class RollCall:
         self._carry(
             self._done,
             "done",
-            lambda g: ft_done_file(folder, g),
-            lambda g: open(ft_done_file(folder, g), "a").close(),
+            lambda g: ft_done(folder, g),
+            lambda g: mark_ft_done(folder, g),
             local,
         )
 
@@ -203,17 +204,17 @@ class RollCall:
         self,
         done: set[int],
         key: str,
-        mark: Callable[[int], str],
+        marked: Callable[[int], bool],
         write_mark: Callable[[int], None],
         local: list[int],
     ) -> None:
-        """This node's groups' marks (files) into the store as ``<key><group>``; the other nodes'
-        from the store into files here; `done` holds the groups carried already."""
+        """This node's groups' marks (in their state files) into the store as ``<key><group>``;
+        the other nodes' from the store into the files here; `done` holds the groups carried."""
         for g in range(self.placement.groups):
             if g in done:
                 continue
             if g in local:
-                if os.path.exists(mark(g)):
+                if marked(g):
                     self.store.set(f"{key}{g}", "1")
                     done.add(g)
             elif self.store.check([f"{key}{g}"]):
@@ -236,7 +237,7 @@ class RollCall:
             return
         self.store.set_timeout(dt.timedelta(seconds=5))  # a stopping node never waits long
         for g in local:
-            open(ft_end_file(folder, g), "a").close()
+            mark_ft_end(folder, g)
         self.share_ends(folder, local)
         self.finished()
 
@@ -257,7 +258,7 @@ class RollCall:
             if value and value != "done" and now - self._heard[n][1] >= SILENT_S:
                 self._gone.add(n)
                 for g in range(n * per_node, (n + 1) * per_node):
-                    open(ft_end_file(folder, g), "a").close()
+                    mark_ft_end(folder, g)
 
     def wait_for_others(self, say: Any) -> None:
         """On node 0: return once every other node finished or fell silent for SILENT_S."""

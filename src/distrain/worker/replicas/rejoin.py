@@ -20,7 +20,7 @@ its loader, but the group's first step trains on the batch it drew before the co
 
 A group lost at the end of a run, after the others' scripts ended.  A group whose script ended
 serves the groups still to come (sync.serve_stragglers), reports its final state
-(sync.write_final), then leaves its done mark (``done.G``, coordination/replica_marks)
+(sync.write_final), then leaves its done mark (in ``group.G``, coordination/replica_marks)
 once every one of its processes reported, and still answers quorums until every other group left
 its own mark or ended for good (bounded by ``DISTRAIN_FT_LINGER``).  So no group leaves while
 another has not reported its final state: a group lost before its mark (its worker SIGKILLed at
@@ -38,14 +38,13 @@ state.  The launcher says so in one line and checks the final states reported be
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from distrain.coordination.replica_marks import ft_done_file, ft_end_file
+from distrain.coordination.replica_marks import ft_done, mark_ft_done, read_group
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
@@ -138,20 +137,14 @@ def mark_done(replicas: Member, device: torch.device) -> None:
     if replicas.size > 1:  # a rank that died before its report fails this all-reduce: no mark
         dist.all_reduce(torch.ones(1, device=device))
     if replicas.rank == 0:
-        with open(ft_done_file(replicas.events, replicas.group), "a"):
-            pass
+        mark_ft_done(replicas.events, replicas.group)
 
 
 def _not_done(replicas: Member) -> list[int]:
     folder = replicas.events
     assert folder is not None
-    return [
-        g
-        for g in range(replicas.groups)
-        if g != replicas.group
-        and not os.path.exists(ft_done_file(folder, g))
-        and not os.path.exists(ft_end_file(folder, g))
-    ]
+    others = ((g, read_group(folder, g)) for g in range(replicas.groups) if g != replicas.group)
+    return [g for g, state in others if not state.done and not state.ended]
 
 
 def serve_until_others_done(replicas: Member, device: torch.device, deadline: float) -> None:
@@ -176,7 +169,7 @@ def end_if_done(process: ProcessInfo, settings: Settings) -> None:
     """In a replacement whose group left its done mark (its run was over when it was lost): say
     so and end this process at once with exit code 0."""
     folder, group = settings.ft_events, settings.replica_group
-    if not folder or group is None or not os.path.exists(ft_done_file(folder, group)):
+    if not folder or group is None or not ft_done(folder, group):
         return
     if process.rank == 0:
         emit("replica", folder, event="done_before", group=group, rank=process.rank)

@@ -29,12 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distrain.contract import FT_QUORUM_TIMEOUT
-from distrain.coordination.replica_marks import (
-    ft_end_file,
-    ft_start_file,
-    ft_step_file,
-    mark_ft_start,
-)
+from distrain.coordination.replica_marks import ft_ended, ft_started, mark_ft_start, read_group
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
@@ -198,7 +193,7 @@ def start_together(replicas: Member, folder: str) -> None:
     deadline = time.monotonic() + replicas.start_wait_s
 
     def not_started() -> list[int]:
-        return [g for g in range(replicas.groups) if not os.path.exists(ft_start_file(folder, g))]
+        return [g for g in range(replicas.groups) if not ft_started(folder, g)]
 
     missing = not_started()
     while missing and time.monotonic() < deadline:
@@ -222,7 +217,7 @@ def wait_for_further_groups(replicas: Member, device: torch.device) -> None:
     has an older one).  The group back first used to train alone from its older step: the other,
     back later with a newer state, then found it at the same step with another history (two
     states, no heal: the divergence seen once under load) or ahead (its newer state thrown away).
-    Each group's last committed step is in its step file (``step.G``); a group that ended for
+    Each group's last committed step is in its state file (``group.G``); a group that ended for
     good is not waited for.  Every rank of the group decides together.
     """
     deadline = time.monotonic() + replicas.start_wait_s
@@ -252,12 +247,14 @@ def _furthest_other_step(replicas: Member) -> int | None:
     if not folder:
         return None
     for group in range(replicas.groups):
-        if group == replicas.group or os.path.exists(ft_end_file(folder, group)):
+        if group == replicas.group:
+            continue
+        state = read_group(folder, group)
+        if state.ended:
             continue
         try:
-            with open(ft_step_file(folder, group)) as f:
-                step = int(f.read().strip() or -1)
-        except (OSError, ValueError):
+            step = int(state.step or -1)
+        except ValueError:
             continue
         furthest = step if furthest is None else max(furthest, step)
     return furthest
@@ -318,7 +315,7 @@ def _not_ended(replicas: Member) -> list[int]:
     others = [g for g in range(replicas.groups) if g != replicas.group]
     if not folder:
         return others
-    return [g for g in others if not os.path.exists(ft_end_file(folder, g))]
+    return [g for g in others if not ft_ended(folder, g)]
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
-from distrain.coordination.replica_marks import ft_step_file
+from distrain.coordination.replica_marks import open_step, write_step
 from distrain.errors import DistrainError
 from distrain.events import emit
 from distrain.log import get_logger
@@ -114,9 +114,7 @@ class Replicas:
             )
         self._step_fd: int | None = None
         if self.events and process.rank == 0:
-            self._step_fd = os.open(
-                ft_step_file(self.events, group), os.O_WRONLY | os.O_CREAT, 0o644
-            )
+            self._step_fd = open_step(self.events, group)
 
     # -- what is healed --------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -347,7 +345,7 @@ class Replicas:
 
     def _write_step(self, step: int) -> None:
         if self._step_fd is not None:
-            os.pwrite(self._step_fd, f"{step:<20}".encode(), 0)
+            write_step(self._step_fd, step)
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final digest, stop the manager (at the end)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.coordination.replica_marks import ft_start_file, ft_step_file
+from distrain.coordination.replica_marks import ft_started, open_step, write_step
 from distrain.errors import UsageError
 from distrain.events import emit
 from distrain.launch.command_line import split
@@ -136,7 +136,9 @@ def test_agent_record_becomes_a_lost_event(tmp_path: Path) -> None:
 
 def test_events_become_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     job = ReplicaJob(2, str(tmp_path))
-    Path(ft_step_file(str(tmp_path), 1)).write_text("246        ")
+    fd = open_step(str(tmp_path), 1)
+    write_step(fd, 246)
+    os.close(fd)
     emit("replica", str(tmp_path), event="lost", group=1, rank=0, pid=4242, exitcode=-9)
     emit(
         "replica", str(tmp_path), event="joined", group=1, rank=0, step=250, source=0, seconds=0.91
@@ -155,9 +157,9 @@ def test_a_group_that_ended_holds_up_no_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = ReplicaJob(2, str(tmp_path))
-    assert not Path(ft_start_file(str(tmp_path), 1)).exists()
+    assert not ft_started(str(tmp_path), 1)
     job.on_exit(1, 3)  # failed for good before its first quorum: group 0 must not wait for it
-    assert Path(ft_start_file(str(tmp_path), 1)).exists()
+    assert ft_started(str(tmp_path), 1)
     assert "replica group 1 failed (exit code 3); 1/2 groups continue" in capsys.readouterr().err
 
 
@@ -242,7 +244,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
 ) -> None:
     """A node that stops says its groups ended (leave); one that stops beating has them taken as
     ended (mark_silent): either way the other nodes' groups no longer wait for them at their end."""
-    from distrain.coordination.replica_marks import ft_end_file
+    from distrain.coordination.replica_marks import ft_ended
     from distrain.launch.replicas import nodes as replica_nodes
     from distrain.net import reserve_port
 
@@ -258,7 +260,7 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     there.mkdir()
     node1.leave(str(there), [2, 3])  # stopped (its ssh session lost): groups 2, 3 end for good
     node0.share_ends(str(here), [0, 1])
-    assert all(os.path.exists(ft_end_file(str(here), g)) for g in (2, 3))
+    assert all(ft_ended(str(here), g) for g in (2, 3))
     assert bytes(node0.store.get("node1")).decode() == "done"
     # a node that beat and then fell silent (a lost machine): its groups are taken as ended
     monkeypatch.setattr(replica_nodes, "SILENT_S", 0.5)
@@ -266,11 +268,11 @@ def test_the_roll_call_ends_the_groups_of_a_stopped_or_silent_node(
     other = tmp_path / "other"
     other.mkdir()
     node0.mark_silent(str(other))
-    assert not os.path.exists(ft_end_file(str(other), 2))  # heard just now
+    assert not ft_ended(str(other), 2)  # heard just now
     time.sleep(replica_nodes.BEAT_S + 0.6)
     node0.mark_silent(str(other))
-    assert all(os.path.exists(ft_end_file(str(other), g)) for g in (2, 3))
-    assert not os.path.exists(ft_end_file(str(other), 0))  # node 0's own groups are its own
+    assert all(ft_ended(str(other), g) for g in (2, 3))
+    assert not ft_ended(str(other), 0)  # node 0's own groups are its own
     held.close()
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.coordination.replica_marks import ft_end_file
+from distrain.coordination.replica_marks import ft_ended
 from distrain.events import emit
 from distrain.launch.replicas.events import ReplicaJob
 
@@ -31,9 +31,7 @@ def test_equal_groups_pass_with_one_line(
         "replica groups 0, 1 ended at step 60 with equal states (rank 0: sha256 abababababab)"
         in capsys.readouterr().err
     )
-    assert Path(
-        ft_end_file(str(tmp_path), 1)
-    ).exists()  # the groups still running stop waiting for it
+    assert ft_ended(str(tmp_path), 1)  # the groups still running stop waiting for it
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from torch import nn
 
-from distrain.coordination.replica_marks import ft_start_file
+from distrain.coordination.replica_marks import ft_started, mark_ft_start
 from distrain.errors import DistrainError
 from distrain.parallel import DDP, HSDP, resolve
 from distrain.worker.replicas import sync as replica_sync
@@ -57,12 +55,12 @@ def test_first_quorum_waits_until_every_group_reached_its_own(  # type: ignore[n
     def sleep(seconds: float) -> None:  # the other group arrives while this one waits
         waited.append(seconds)
         if len(waited) == 3:
-            open(ft_start_file(folder, 1), "a").close()
+            mark_ft_start(folder, 1)
 
     monkeypatch.setattr(replica_sync.time, "sleep", sleep)
     start_together(_group(0, 2), folder)
     assert len(waited) == 3  # returned at the first look after group 1's mark appeared
-    assert os.path.exists(ft_start_file(folder, 0))  # group 0 left its own mark
+    assert ft_started(folder, 0)  # group 0 left its own mark
 
 
 def test_first_quorum_goes_on_without_a_group_that_never_arrives(
