@@ -22,7 +22,7 @@ processes, not from their imports:
   launcher makes with ``tempfile.mkdtemp(prefix="distrain-…")`` (the job's folder with its event
   stream, the replica groups' shared folder, the fast start's fallback folder) lies there.  The
   handler lists them every 20 ms until the launcher exits (they are removed at its end), and
-  records every file name seen, digits as ``{}`` (``step.0`` → ``step.{}``), and once more
+  records every file name seen, digits as ``{}`` (``group.0`` → ``group.{}``), and once more
   just before the launcher process removes a folder (``shutil.rmtree``, wrapped in the hook).
   A file created and removed between two looks is missed; distrain's stay until the folder goes.
 """

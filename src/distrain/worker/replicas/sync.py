@@ -227,7 +227,7 @@ def wait_for_further_groups(replicas: Member, device: torch.device) -> None:
         behind = furthest is not None and replicas.manager.current_step() < furthest
         timed_out = time.monotonic() > deadline
         wait = torch.tensor([int(alone and behind and not timed_out)], device=device)
-        if replicas.size > 1:  # one rank may read a step file a moment after another
+        if replicas.size > 1:  # one rank may read a state file a moment after another
             dist.all_reduce(wait, op=dist.ReduceOp.MAX)
         if not wait.item():
             if alone and behind and timed_out and replicas.rank == 0:

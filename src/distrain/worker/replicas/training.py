@@ -8,7 +8,7 @@ ckpt.restore) over TorchFT's PGTransport.
 
 The quorum is taken synchronously at each step's first forward: a live group sends its state
 between two steps, never one a forward pass is changing (BatchNorm's running stats).  Each
-group's last committed step goes to its step file in DISTRAIN_FT_EVENTS.
+group's last committed step goes to its state file in DISTRAIN_FT_EVENTS (``group.G``).
 """
 
 from __future__ import annotations
