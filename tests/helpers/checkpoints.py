@@ -4,7 +4,6 @@ an uninterrupted baseline computed once per test session (tests/jobs/test_checkp
 from __future__ import annotations
 
 import fcntl
-import os
 import subprocess
 from pathlib import Path
 
@@ -65,17 +64,24 @@ def shared_baseline(
     return out
 
 
-def assert_equals_uninterrupted(final: Path, base: Path, step: int) -> None:
-    """The same ckpt_worker job run uninterrupted on 2 ranks of this machine (one thread each)
-    writes `base`; `final` holds its model bit for bit at `step`."""
-    res = subprocess.run(
-        [*DISTRAIN, "-n", "2", WORKER, "--out", str(base)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "DISTRAIN_NUM_THREADS": "1"},
-    )
-    assert res.returncode == 0, res.stderr
+def assert_equals_uninterrupted(
+    final: Path, tmp_path_factory: pytest.TempPathFactory, step: int
+) -> None:
+    """The same ckpt_worker job run uninterrupted on 2 ranks of this machine (one thread each),
+    once per test run for every test that compares with it; `final` holds its model bit for bit
+    at `step`."""
+
+    def make(folder: Path) -> str:
+        base = folder / "base.pt"
+        one_thread = {"DISTRAIN_NUM_THREADS": "1"}
+        ok(
+            processes.distrain_run(
+                "-n", "2", WORKER, "--out", str(base), timeout=300, env=one_thread
+            )
+        )
+        return str(base)
+
+    base = session.once(tmp_path_factory, "uninterrupted-one-thread", make)
     a, b = torch.load(base, weights_only=True), torch.load(final, weights_only=True)
     assert a["step"] == b["step"] == step
     for key in a["model"]:

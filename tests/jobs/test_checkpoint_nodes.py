@@ -86,7 +86,7 @@ def static_job(
 
 
 def test_per_node_disks_each_node_keeps_a_complete_checkpoint(
-    hosts2: Hosts, tmp_path: Path
+    hosts2: Hosts, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """DDP on two nodes with private directories: each node's directory alone verifies and holds
     the whole model, optimizer and shared state plus its own ranks' RNG; the job resumes bitwise."""
@@ -113,7 +113,7 @@ def test_per_node_disks_each_node_keeps_a_complete_checkpoint(
     assert "resumed from" in logs[0] and "(step 6, saved on 2 rank(s))" in logs[0]
     assert "absent" not in "\n".join(logs)  # every rank found its RNG file on its own node
     # the same job uninterrupted, on one machine: bit for bit the same result
-    assert_equals_uninterrupted(final, tmp_path / "base.pt", step=16)
+    assert_equals_uninterrupted(final, tmp_path_factory, step=16)
     # node 1 is replaced by a machine with an empty disk: it receives step 16 from node 0 over the
     # network (DDP does not re-broadcast weights after construction: without it the replicas,
     # and the two nodes' checkpoints, would differ)

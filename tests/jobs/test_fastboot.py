@@ -11,23 +11,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLES, REPO, digits_accuracy, python, run
-
-from distrain.parallel import comm_hooks
-from distrain.parallel.comm_hooks import parse_hook
+from helpers import EXAMPLES, REPO, digits_accuracy, distrain_run, session
+from helpers.checkpoints import shared_baseline
 
 SCRIPTS = REPO / "tests" / "fastboot_scripts"
 FALLBACK_LINE = "running workers in fresh interpreters instead"
-RUN = [python(), "-m", "distrain.cli", "run"]
 
 
-def distrain_run(*args: str, out: Path | None = None, timeout: float = 240):
-    env = {"PROBE_OUT": str(out)} if out else None
-    return run([*RUN, *args], timeout=timeout, env=env)
+def probe_out(out: Path) -> dict[str, str]:
+    """The environment that tells probe.py (and needs_fresh.py) where to write."""
+    return {"PROBE_OUT": str(out)}
 
 
 def ranks(out: Path) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+PROBE_ARGS = ("--flag", "x", "--exit", "none")
 
 
 @pytest.mark.slow
@@ -36,9 +36,11 @@ def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> Non
     for method in ("fast", "spawn"):
         out = tmp_path / method
         out.mkdir()
+        # `--exit none`: sys.exit(None) in a forked worker is the script's success, exit 0
         res = distrain_run(
-            "-n", "2", "--start-method", method, str(SCRIPTS / "probe.py"), "--flag", "x", out=out
-        )
+            "-n", "2", "--start-method", method, str(SCRIPTS / "probe.py"), *PROBE_ARGS,
+            env=probe_out(out),
+        )  # fmt: skip
         assert res.returncode == 0, res.stderr
         assert "hello from rank 0" in res.stdout and "hello from rank 1" in res.stdout
         assert FALLBACK_LINE not in res.stderr
@@ -52,7 +54,7 @@ def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> Non
         "distrain.cli run" in r["parent"] and "forkserver" not in r["parent"] for r in seen["fast"]
     ), seen["fast"]
     for fast, fresh in zip(seen["fast"], seen["spawn"], strict=True):
-        assert fast["argv"] == fresh["argv"] == [str(SCRIPTS / "probe.py"), "--flag", "x"]
+        assert fast["argv"] == fresh["argv"] == [str(SCRIPTS / "probe.py"), *PROBE_ARGS]
         assert fast["name"] == fresh["name"] == "__main__"
         assert fast["path0"] == fresh["path0"] == str(SCRIPTS)
         assert fast["threads"] == fresh["threads"]
@@ -65,15 +67,14 @@ def test_forked_workers_see_what_a_fresh_interpreter_sees(tmp_path: Path) -> Non
     ("script_args", "code", "stderr_has"),
     [
         (["--exit", "3"], 3, "exited with code 3"),
-        (["--exit", "none"], 0, ""),
         (["--raise"], 1, "ValueError: boom from the probe"),
     ],
-)
+)  # `--exit none` (exit 0): test_forked_workers_see_what_a_fresh_interpreter_sees
 def test_exit_status_of_a_forked_worker_is_the_scripts(
     tmp_path: Path, script_args: list[str], code: int, stderr_has: str
 ) -> None:
     res = distrain_run(
-        "-n", "1", str(SCRIPTS / "probe.py"), *script_args, out=tmp_path, timeout=180
+        "-n", "1", str(SCRIPTS / "probe.py"), *script_args, env=probe_out(tmp_path), timeout=180
     )
     assert res.returncode == code, res.stderr
     assert stderr_has in res.stderr
@@ -84,7 +85,7 @@ def test_exit_status_of_a_forked_worker_is_the_scripts(
 
 @pytest.mark.slow
 def test_script_failing_in_the_fork_path_falls_back_once(tmp_path: Path) -> None:
-    res = distrain_run("-n", "2", str(SCRIPTS / "needs_fresh.py"), out=tmp_path)
+    res = distrain_run("-n", "2", str(SCRIPTS / "needs_fresh.py"), env=probe_out(tmp_path))
     assert res.returncode == 0, res.stderr
     assert res.stderr.count(FALLBACK_LINE) == 1, res.stderr
     assert "must be started in a fresh interpreter" in res.stderr
@@ -92,7 +93,7 @@ def test_script_failing_in_the_fork_path_falls_back_once(tmp_path: Path) -> None
 
 
 def test_module_launch_uses_fresh_interpreters_and_says_so(tmp_path: Path) -> None:
-    res = run([*RUN, "-n", "1", "-m", "json.tool", "--help"], timeout=120)
+    res = distrain_run("-n", "1", "-m", "json.tool", "--help", timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("starting workers in fresh interpreters") == 1
 
@@ -105,21 +106,10 @@ def test_bad_start_method_is_one_line(tmp_path: Path) -> None:
 
 def _digits(out: Path, *extra: str) -> dict[str, torch.Tensor]:
     """Train the digits example (3 epochs, 2 ranks); `extra`: 2 launcher args, then script args."""
-    res = run(
-        [
-            *RUN,
-            "-n",
-            "2",
-            *extra[:2],
-            str(EXAMPLES / "train_digits.py"),
-            "--epochs",
-            "3",
-            "--out",
-            str(out),
-            *extra[2:],
-        ],
-        timeout=300,
-    )
+    res = distrain_run(
+        "-n", "2", *extra[:2], str(EXAMPLES / "train_digits.py"), "--epochs", "3",
+        "--out", str(out), *extra[2:], timeout=300,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     (out / "stdout.txt").write_text(res.stdout)
     return torch.load(out / "model.pt", weights_only=True)
@@ -127,10 +117,14 @@ def _digits(out: Path, *extra: str) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def digits_fast(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One fast-path digits run shared by the equality and the accuracy tests."""
-    out = tmp_path_factory.mktemp("digits_fast")
-    _digits(out, "--start-method", "fast")
-    return out
+    """One fast-path digits run shared by the equality and the accuracy tests: one per test run,
+    not one per xdist worker that meets them (a module fixture is made once per worker)."""
+
+    def make(out: Path) -> str:
+        _digits(out, "--start-method", "fast")
+        return str(out)
+
+    return Path(session.once(tmp_path_factory, "fastboot-digits-fast", make))
 
 
 @pytest.mark.slow
@@ -162,89 +156,35 @@ def test_compression_hooks_train_digits_within_one_percent(
 def test_powersgd_on_gloo_trains_when_the_model_spans_several_buckets(rehearsal: list[str]) -> None:
     # torch's hook on gloo aborts with "Received data size doesn't match" unless one bucket holds
     # all; under --cpu the script's device is a stand-in cuda one, and the group is still gloo
-    res = run(
-        [
-            *RUN,
-            *rehearsal,
-            "-n",
-            "2",
-            str(REPO / "tests" / "scripts" / "powersgd_buckets.py"),
-        ],
-        timeout=180,
-        env={"DISTRAIN_DEVICE": ""},
-    )
+    res = distrain_run(
+        *rehearsal, "-n", "2", str(REPO / "tests" / "scripts" / "powersgd_buckets.py"),
+        timeout=180, env={"DISTRAIN_DEVICE": ""},
+    )  # fmt: skip
     assert res.returncode == 0 and "ranks agree: True" in res.stdout, (
         res.stdout + res.stderr[-2000:]
     )
 
 
-def test_powersgd_hook_computes_the_transposed_product_the_fast_way() -> None:
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-
-    comm_hooks._use_fast_low_rank_products()
-    assert powerSGD_hook.torch.bmm is not torch.bmm and powerSGD_hook.torch.linalg is torch.linalg
-    m, p = torch.randn(3, 300, 200), torch.randn(3, 300, 2)
-    q = torch.empty(3, 200, 2)
-    powerSGD_hook.torch.bmm(m.transpose(1, 2), p, out=q)  # the hook's Q = Mᵀ·P, into its buffer
-    torch.testing.assert_close(q, torch.bmm(m.transpose(1, 2).contiguous(), p))
-    torch.testing.assert_close(
-        powerSGD_hook.torch.bmm(p, q.transpose(1, 2)), torch.bmm(p, q.transpose(1, 2))
-    )
-
-
-def test_comm_hook_names_are_checked() -> None:
-    assert parse_hook("bf16") == ("bf16", {})
-    assert parse_hook("powersgd:rank=4") == ("powersgd", {"rank": 4, "start": 10})
-    for bad in ("zip", "bf16:rank=2", "powersgd:start=1", "powersgd:depth=2"):
-        with pytest.raises(ValueError):
-            parse_hook(bad)
-
-
 @pytest.mark.slow
-def test_restart_under_the_fast_path_resumes_bitwise(tmp_path: Path) -> None:
+def test_restart_under_the_fast_path_resumes_bitwise(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """SIGKILL of a forked worker: the agent restarts the group from the warm server, bitwise."""
     worker = str(REPO / "tests" / "scripts" / "ckpt_worker.py")
-    # the uninterrupted reference starts fast too: that a fast start equals a fresh one bit for
-    # bit is test_digits_forked_start_is_bitwise_equal_to_fresh_start's job
-    fresh = run(
-        [
-            *RUN,
-            "-n",
-            "2",
-            worker,
-            "--out",
-            str(tmp_path / "fresh.pt"),
-        ],
+    # the uninterrupted reference (`distrain run -n 2 ckpt_worker.py --out F`) starts fast too,
+    # made once per test run (test_checkpoint.py compares with the same one): that a fast start
+    # equals a fresh one bit for bit is test_digits_forked_start_is_bitwise_equal_to_fresh_start's
+    fresh = shared_baseline(tmp_path_factory, "f32")
+    killed = distrain_run(
+        "-n", "2", "--max-restarts", "2", "--start-method", "fast", worker,
+        "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "fast.pt"), "--kill-at", "6",
         timeout=240,
-    )
-    assert fresh.returncode == 0, fresh.stderr
-    killed = run(
-        [
-            *RUN,
-            "-n",
-            "2",
-            "--max-restarts",
-            "2",
-            "--start-method",
-            "fast",
-            worker,
-            "--dir",
-            str(tmp_path / "ckpt"),
-            "--out",
-            str(tmp_path / "fast.pt"),
-            "--kill-at",
-            "6",
-        ],
-        timeout=240,
-    )
+    )  # fmt: skip
     assert killed.returncode == 0, killed.stderr
     assert (tmp_path / "ckpt" / "FAULT_DONE").exists(), "the fault was not injected"
     assert "distrain: resumed from" in killed.stdout
     assert FALLBACK_LINE not in killed.stderr
-    a, b = (
-        torch.load(tmp_path / "fresh.pt", weights_only=True),
-        torch.load(tmp_path / "fast.pt", weights_only=True),
-    )
+    a, b = torch.load(fresh, weights_only=True), torch.load(tmp_path / "fast.pt", weights_only=True)
     assert a["step"] == b["step"]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
@@ -262,10 +202,8 @@ def test_a_script_error_before_init_runs_once_and_ends_with_its_cause(
 ) -> None:
     """The script's own error is not retried in fresh interpreters (it would fail the same way),
     and the launcher's last line names it."""
-    res = run(
-        [*RUN, "-n", "2", str(SCRIPTS / "fails_early.py")],
-        timeout=120,
-        env={"FAILS_EARLY": kind},
+    res = distrain_run(
+        "-n", "2", str(SCRIPTS / "fails_early.py"), timeout=120, env={"FAILS_EARLY": kind}
     )
     assert res.returncode == 1, res.stderr
     assert FALLBACK_LINE not in res.stderr, res.stderr
@@ -277,11 +215,8 @@ def test_an_error_retried_in_a_fresh_interpreter_still_ends_with_its_cause() -> 
     """A RuntimeError before init may be the fork's doing: it is retried in fresh interpreters,
     which fail before importing distrain (no excepthook, no error file); the last line must
     still name the cause, not only "exited with code 1"."""
-    res = run(
-        [*RUN, "-n", "2", str(SCRIPTS / "fails_early.py")],
-        timeout=120,
-        env={"FAILS_EARLY": "runtime-error"},
-    )
+    early = {"FAILS_EARLY": "runtime-error"}
+    res = distrain_run("-n", "2", str(SCRIPTS / "fails_early.py"), timeout=120, env=early)
     assert res.returncode == 1, res.stderr
     assert FALLBACK_LINE in res.stderr, res.stderr
     assert res.stderr.count("RuntimeError: the licence server refused this host") >= 2, (

@@ -67,7 +67,7 @@ def static_job(
 
 
 def test_node_lost_with_its_memory_resumes_from_the_peer_copy(
-    hosts2: Hosts, tmp_path: Path, roots: list[Path]
+    hosts2: Hosts, tmp_path: Path, roots: list[Path], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     ckpt, final = tmp_path / "ckpt", tmp_path / "final.pt"
     args = ["--dir", str(ckpt), "--out", str(final), *ARGS]
@@ -83,4 +83,4 @@ def test_node_lost_with_its_memory_resumes_from_the_peer_copy(
     assert "this node's memory has no step 6: the copy of step 6 on rank 0's node used" in logs[1]
     assert "resumed from memory" in logs[0] and "(step 6," in logs[0], logs[0]
     assert not list(roots[0].iterdir()) and not list(roots[1].iterdir()), "left behind"
-    assert_equals_uninterrupted(final, tmp_path / "base.pt", step=16)
+    assert_equals_uninterrupted(final, tmp_path_factory, step=16)

@@ -6,19 +6,16 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import EXAMPLES, REPO, kill_group, python, run
+from helpers import EXAMPLES, REPO, distrain_run, kill_group, python, run, session
 
-from distrain.launch.plan import plan
-from distrain.monitor import Monitor, open_monitor, rank_file
-from distrain.monitor.probes import GPUProbe
-from distrain.tools.top.cli import main as top_main
+from distrain.monitor import Monitor, rank_file
 from distrain.tools.top.status import Thresholds, job_status
 
 CLI = [python(), "-m", "distrain.cli"]
@@ -36,9 +33,9 @@ def records(path: Path) -> list[dict]:
 def test_digits_job_metrics_top_and_tensorboard(tmp_path: Path) -> None:
     """A real 2-rank distrain run: both ranks' files, top's snapshot, rank 0's TensorBoard."""
     run_dir = tmp_path / "run"
-    res = run(
-        [*CLI, "run", "-n", "2", "--log-dir", str(run_dir), str(EXAMPLES / "train_digits.py"),
-         "--epochs", "2", "--out", str(tmp_path / "out")],
+    res = distrain_run(
+        "-n", "2", "--log-dir", str(run_dir), str(EXAMPLES / "train_digits.py"),
+        "--epochs", "2", "--out", str(tmp_path / "out"),
         timeout=240, env={"DISTRAIN_METRICS_INTERVAL": "0.2"}, check=True,
     )  # fmt: skip
     assert "done: test acc" in res.stdout
@@ -167,85 +164,12 @@ def _stop_job(job: subprocess.Popen, run_dir: Path, stopped: int | None) -> None
             pass
 
 
-def test_monitor_in_process(tmp_path: Path) -> None:
-    """Without a GPU the probe is silent; records are bounded in number and end with 'end'."""
-    mon = Monitor(tmp_path, rank=0, world_size=1, gpu_index=0, interval=0.2, tensorboard=False)
-    for i in range(20000):
-        mon.log(loss=torch.tensor(float(i)), samples=4)
-    time.sleep(0.5)
-    mon.log(advance=False, accuracy=0.75)
-    mon.close()
-    recs = records(rank_file(tmp_path, 0))
-    assert recs[0]["event"] == "start" and recs[-1]["event"] == "end"
-    assert len(recs) < 20  # bounded by time, not by calls
-    assert recs[-1]["step"] == 20000 and recs[-1]["samples"] == 80000
-    assert recs[-1]["values"] == {"loss": 19999.0, "accuracy": 0.75}
-    with pytest.raises(TypeError):
-        mon.log(loss="high")
-    if not torch.cuda.is_available():
-        assert not any("gpu_util" in r for r in recs)
-
-
-def test_no_run_dir_means_no_monitor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from distrain.settings import Settings
-
-    monkeypatch.delenv("DISTRAIN_RUN_DIR", raising=False)
-    assert open_monitor(Settings.read().run_dir, 0, 1, None) is None  # ctx.log() is then a no-op
-    monkeypatch.setenv("DISTRAIN_RUN_DIR", str(tmp_path))
-    mon = open_monitor(Settings.read().run_dir, 0, 1, None)  # what init() does
-    assert mon is not None and mon.run_dir == tmp_path
-    mon.close()  # never logged: no thread, no files
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and its NVML driver")
-def test_gpu_probe_reads_nvml() -> None:
-    probe = GPUProbe(0)
-    values = probe.read()
-    probe.close()
-    assert probe is not None and 0 <= values["gpu_util"] <= 100 and values["gpu_mem_total"] > 0
-
-
-def test_gpu_probe_silent_without_driver() -> None:
-    probe = GPUProbe(0)
-    if not torch.cuda.is_available():
-        assert not probe.available and probe.read() == {}
-    probe.close()
-    assert GPUProbe(None).read() == {}
-
-
-def test_top_without_a_job_is_one_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_top_without_a_job_is_one_clear_error(tmp_path: Path) -> None:
+    """A real `distrain top` on a missing folder (the other refusals: tests/unit/tools/top)."""
     res = run([*CLI, "top", str(tmp_path / "missing"), "--once"], timeout=60)
     assert res.returncode == 1 and res.stdout == ""
     lines = res.stderr.strip().splitlines()
     assert lines == [f"distrain top: error: {tmp_path / 'missing'} is not a directory"], res.stderr
-    empty = tmp_path / "empty"
-    (empty / "metrics").mkdir(parents=True)
-    junk = tmp_path / "junk"
-    (junk / "metrics").mkdir(parents=True)
-    (junk / "metrics" / "rank-0.jsonl").write_text("not json\n")
-    for target, code in [
-        ([str(empty), "--once"], 1),
-        ([str(junk), "--json"], 1),
-        ([str(empty), "--refresh", "0"], 2),
-    ]:
-        with pytest.raises(SystemExit) as exc:
-            top_main(target)
-        assert exc.value.code == code
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("distrain top: error:"), err
-
-
-def test_run_dir_reaches_workers_env() -> None:
-    script = str(EXAMPLES / "train_digits.py")
-    assert plan(["-n", "2", "--run-dir", "some/dir", script]).env[
-        "DISTRAIN_RUN_DIR"
-    ] == os.path.abspath("some/dir")
-    assert plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
-    assert "DISTRAIN_RUN_DIR" not in plan([script]).env
-    assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()
 
 
 def _ignore_sigint() -> None:
@@ -324,10 +248,15 @@ model = ctx.prepare_model(torch.nn.Linear(4, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 ckpt = ctx.checkpointer(sys.argv[1], every_steps=1)
 step = ckpt.restore(model=model, optimizer=opt).step
-for _ in range(int(sys.argv[2])):
+for i in range(int(sys.argv[2])):
     opt.zero_grad()
     ctx.backward(model(torch.ones(2, 4)).sum())
     ctx.step(opt)
+    if i == 0:  # at its first step, before it logs: what the worker holds
+        held = sorted(m for m in sys.modules if m.startswith("distrain."))
+        # one write() per line: like torchrun's `python -u`, a worker's stdout is unbuffered,
+        # and a print of three items is three writes that the other rank's line can fall between
+        sys.stdout.write(f"MODULES {ctx.rank} {' '.join(held)}\\n")
     ctx.log(loss=1.0)  # no step=: the training's step, also after a resume
     step += 1
     ckpt.maybe_save(step)
@@ -335,48 +264,52 @@ ckpt.close()
 """
 
 
-def test_logged_steps_go_on_from_the_resumed_step(tmp_path: Path) -> None:
-    script, run_dir, ckpt = tmp_path / "log.py", tmp_path / "run", tmp_path / "ckpt"
-    script.write_text(RESUMING_LOGGER)
-    job = [*CLI, "run", "--run-dir", str(run_dir), "-n", "1", str(script), str(ckpt)]
-    run([*job, "3"], timeout=180, check=True)
-    run([*job, "2"], timeout=180, check=True)  # resumes at step 3, steps 4 and 5
-    records = [json.loads(line) for line in rank_file(run_dir, 0).read_text().splitlines()]
-    ends = [r["step"] for r in records if r["event"] == "end"]
-    assert ends == [3, 5]  # not 2: TensorBoard's x-axis and `distrain top` go on from 3
+@pytest.fixture(scope="module")
+def resumed_logger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """One 2-rank job that logs 3 steps and checkpoints each, started fast, then the same job
+    again in fresh interpreters (`--start-method spawn`), resuming at step 3 for steps 4 and 5:
+    the run dir, and each start method's stdout.  Once per test run, whichever xdist worker
+    asks first (a module fixture is made once per worker that meets the module's tests)."""
+
+    def make(tmp: Path) -> str:
+        script, run_dir, ckpt = tmp / "log.py", tmp / "run", tmp / "ckpt"
+        for left in (run_dir, ckpt):  # an earlier worker's failed try: no step of it resumed
+            shutil.rmtree(left, ignore_errors=True)
+        script.write_text(RESUMING_LOGGER)
+        stdout = {}
+        for start, steps in (("fast", "3"), ("spawn", "2")):
+            stdout[start] = distrain_run(
+                "-n", "2", "--start-method", start, "--run-dir", str(run_dir),
+                str(script), str(ckpt), steps, timeout=180, check=True,
+            ).stdout  # fmt: skip
+        return json.dumps({"run_dir": str(run_dir), "stdout": stdout})
+
+    made = json.loads(session.once(tmp_path_factory, "monitor-resumed-logger", make))
+    return Path(made["run_dir"]), made["stdout"]
 
 
-MODULES_AT_FIRST_STEP = """
-import sys, torch, distrain
-from torch.utils.data import TensorDataset
-ctx = distrain.init()
-model = ctx.prepare_model(torch.nn.Linear(4, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for (x,) in ctx.prepare_loader(TensorDataset(torch.ones(8, 4)), batch_size=2):
-    model(x).sum().backward()
-    ctx.step(opt)
-    break
-held = sorted(m for m in sys.modules if m.startswith("distrain."))
-# one write() per line: like torchrun's `python -u`, a worker's stdout is unbuffered, and a
-# print of three items is three writes that the other rank's line can fall between
-sys.stdout.write(f"MODULES {ctx.rank} {' '.join(held)}\\n")
-"""
+def test_logged_steps_go_on_from_the_resumed_step(
+    resumed_logger: tuple[Path, dict[str, str]],
+) -> None:
+    run_dir, _ = resumed_logger
+    for rank in (0, 1):
+        ends = [r["step"] for r in records(rank_file(run_dir, rank)) if r["event"] == "end"]
+        assert ends == [3, 5], rank  # not 2: TensorBoard's x-axis and `distrain top` go on from 3
 
 
 @pytest.mark.parametrize("start", ["fast", "spawn"])
-def test_workers_hold_the_recorder_not_the_top_command(tmp_path: Path, start: str) -> None:
+def test_workers_hold_the_recorder_not_the_top_command(
+    resumed_logger: tuple[Path, dict[str, str]], start: str
+) -> None:
     """A worker at its first step (fast start or fresh interpreter) holds monitor/'s recorder and
     the failure hook, and none of `distrain top` (tools/top/): workers record, top reads."""
-    script = tmp_path / "first_step.py"
-    script.write_text(MODULES_AT_FIRST_STEP)
-    res = run([*CLI, "run", "-n", "2", "--start-method", start, "--run-dir", str(tmp_path / "r"),
-               str(script)], timeout=180, check=True)  # fmt: skip
+    stdout = resumed_logger[1][start]
     held = {
         line.split()[1]: set(line.split()[2:])
-        for line in res.stdout.splitlines()
+        for line in stdout.splitlines()
         if line.startswith("MODULES ")
     }
-    assert set(held) == {"0", "1"}, res.stdout[-2000:]
+    assert set(held) == {"0", "1"}, stdout[-2000:]
     for modules in held.values():
         assert {"distrain.monitor.recorder", "distrain.worker.lifecycle.failure"} <= modules
         assert not {m for m in modules if m.startswith("distrain.tools")}, sorted(modules)
