@@ -16,6 +16,7 @@ import torch
 from helpers import EXAMPLES, REPO, kill_group, python, run
 
 from distrain.launch.plan import plan
+from distrain.launch.report.dry_run import torchrun_command
 from distrain.monitor import Monitor, open_monitor, rank_file
 from distrain.monitor.probes import GPUProbe
 from distrain.tools.top.cli import main as top_main
@@ -245,7 +246,7 @@ def test_run_dir_reaches_workers_env() -> None:
     ] == os.path.abspath("some/dir")
     assert plan(["--log-dir", "logs", script]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
     assert "DISTRAIN_RUN_DIR" not in plan([script]).env
-    assert "--run-dir" not in plan(["--run-dir", "x", script]).torchrun_command()
+    assert "--run-dir" not in torchrun_command(plan(["--run-dir", "x", script]))
 
 
 def _ignore_sigint() -> None:

@@ -151,6 +151,13 @@ def split(
     return _split(argv, takes_value(parser), leading, abbrev=parser.allow_abbrev)
 
 
+def read_command_line(argv: Sequence[str]) -> CommandLine:
+    """`distrain run`'s command line, split once: on the recorded torchrun table when it is the
+    installed torch's (no ``import torch`` for a usage error), else on torch's own parser."""
+    parser = parser_without_torch() or run_parser()
+    return _split(argv, takes_value(parser), abbrev=True)
+
+
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
     """:func:`split` on :func:`parser_without_torch`'s table (no ``import torch``); None when
     the installed torch is not the one the recorded table comes from."""

@@ -56,7 +56,7 @@ def plan(command: CommandLine | Sequence[str], features: Features | None = None)
     if not isinstance(command, CommandLine):
         command = split(command)
     if features is None:
-        features = Features().see(None).see(command)
+        features = Features().see(command)
     parser = run_parser()
     if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()

@@ -14,6 +14,7 @@ import pytest
 from distrain.errors import UsageError
 from distrain.launch import plan
 from distrain.launch.nodes import network
+from distrain.launch.report.dry_run import torchrun_command
 
 
 @pytest.fixture
@@ -173,7 +174,7 @@ def test_multi_node_plan_pins_the_interface_and_c10d_timings(script: str) -> Non
 # -- the dry-run command ----------------------------------------------------------------------
 def test_torchrun_command_static_with_separator_for_dash_args(script: str) -> None:
     launch = plan.plan(["-n", "2", "--max-restarts", "3", script, "--lr", "1"])
-    assert launch.torchrun_command() == [
+    assert torchrun_command(launch) == [
         "torchrun", "--nnodes", "1:1", "--nproc-per-node", "2", "--node-rank", "0", "--master-addr",
                                          "127.0.0.1",
         "--max-restarts", "3", script, "--", "--lr", "1"]  # fmt: skip
@@ -182,7 +183,7 @@ def test_torchrun_command_static_with_separator_for_dash_args(script: str) -> No
 def test_torchrun_command_rendezvous_without_separator(script: str) -> None:
     launch = plan.plan(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                         "10.0.0.2:29400", "--rdzv-id", "job", script, "data"])  # fmt: skip
-    cmd = launch.torchrun_command()
+    cmd = torchrun_command(launch)
     assert cmd[:4] == ["torchrun", "--nnodes", "1:2", "--nproc-per-node"]
     assert (
         cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.2:29400"
@@ -230,9 +231,7 @@ def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
         launch.agent_store.port,
     ) == ("127.0.0.1", 0)
     # the dry run shows what torchrun would be given; the agent gets the store's real port
-    assert (
-        launch.args.rdzv_backend == "static" and "--rdzv-backend" not in launch.torchrun_command()
-    )
+    assert launch.args.rdzv_backend == "static" and "--rdzv-backend" not in torchrun_command(launch)
     ns = launch.agent_args(r.on_port(41234))
     assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id, ns.master_port) == (
         "c10d",
