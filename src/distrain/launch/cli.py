@@ -34,7 +34,7 @@ from distrain.launch.launch_plan import LaunchPlan
 from distrain.launch.mpi import run_with_launcher
 from distrain.launch.nodes import rendezvous, stop_watch, store_hold
 from distrain.launch.options import usage
-from distrain.launch.plan import plan
+from distrain.launch.plan import make_plan
 from distrain.launch.report import console, job_summary, local_rank_hint, watch_notice
 from distrain.launch.seam import Features
 
@@ -95,7 +95,7 @@ def _run(argv: Sequence[str], features: Features) -> int:
     adjusted = features.before_plan(command)
     if isinstance(adjusted, int):
         return adjusted
-    launch = plan(adjusted, features)
+    launch = make_plan(adjusted, features)
     code = features.take_over(launch)
     if code is not None:
         return code
@@ -134,6 +134,7 @@ def _launch(
     notice: watch_notice.WatchNotice | None = None,
 ) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
+    ended = _Ending(launch, features, job_dir, notice)
     if launch.args.launcher != "torchrun":
         return run_with_launcher(launch.args, env)
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -156,11 +157,10 @@ def _launch(
     # a static multi-node job: a rank on any node may stop every node (launch/nodes/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
     hold = store_hold.start(rdzv)  # a multi-node c10d job's store host: the others close through it
-    ended = _Ending(launch, features, job_dir, notice)
     succeeded = False
     try:
         try:
-            agent.run(launch.agent_args(rdzv), launch.start, features.wrap)
+            agent.run(launch, rdzv, features.wrap)
         finally:  # before any end line: the watch signals this launcher no more (its stand_down)
             if watch is not None:
                 watch.stand_down()

@@ -1,7 +1,7 @@
 """The frozen plan of a `distrain run` (launch/plan.py makes it): what torch's agent is given.
 
 torch's agent gets an ``argparse.Namespace`` built from the plan in one place
-(:meth:`LaunchPlan.agent_args`).
+(launch/agent.py ``agent_args``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distrain.launch.agent import StartMethod
 from distrain.launch.command_line import PROG, CommandLine
 from distrain.launch.nodes.agent_store import StoreSpec
 from distrain.launch.nodes.network import NetworkChoice
@@ -34,6 +33,19 @@ class FrozenArgs(argparse.Namespace):
 
 
 @dataclass(frozen=True)
+class StartMethod:
+    """How the agent starts the workers (decided by the plan)."""
+
+    #: torch's start method: "spawn" (fresh interpreters), "forkserver" or "fork"
+    method: str
+    #: a worker whose script fails before its process group reruns in a fresh interpreter
+    fallback: bool = False
+    #: why the workers run in fresh interpreters instead of the start asked for (said when
+    #: the job starts)
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """What `distrain run` decided, final: options, rendezvous, network, start method, env."""
 
@@ -51,24 +63,6 @@ class LaunchPlan:
     agent_store: StoreSpec | None = None
     #: what the features say when the job starts (launch/seam.py Draft.lines)
     start_lines: tuple[str, ...] = ()
-
-    def agent_args(self, rdzv: Rendezvous | None = None) -> argparse.Namespace:
-        """torch's Namespace for ``config_from_args``: the one place it is built from the plan.
-
-        `rdzv`: the plan's rendezvous once its store listens (Rendezvous.on_port).
-        """
-        r = rdzv or self.rendezvous
-        values = dict(vars(self.args))
-        for name in ("backend", "endpoint", "id", "conf"):
-            values[f"rdzv_{name}"] = getattr(r, name)
-        for name in ("nnodes", "node_rank", "master_addr", "master_port", "local_addr"):
-            values[name] = getattr(r, name)
-        values["standalone"] = r.standalone
-        values["start_method"] = self.start.method
-        # the forked workers run through torch's callable entrypoint: [script, *script args]
-        values["run_path"] = self.args.run_path or self.start.method != "spawn"
-        values["training_script_args"] = list(self.args.training_script_args)
-        return argparse.Namespace(**values)
 
     def say_network(self) -> None:
         """Print the network this node uses (a multi-node job), with its warnings, on stderr."""

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distrain.contract import CPU_REHEARSAL, HOST_GO_FD, REPLICA_GROUP
-from distrain.launch.command_line import HOST_LIST, CommandLine
+from distrain.launch.command_line import CommandLine
+from distrain.launch.options.run_options import HOST_LIST
 
 if TYPE_CHECKING:
-    from distrain.launch.agent import Agent, StartMethod
-    from distrain.launch.launch_plan import LaunchPlan
+    from distrain.launch.agent import Agent
+    from distrain.launch.launch_plan import LaunchPlan, StartMethod
     from distrain.launch.nodes.network import NetworkChoice
 
 

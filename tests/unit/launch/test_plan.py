@@ -13,6 +13,7 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch import plan
+from distrain.launch.agent import agent_args
 from distrain.launch.nodes import network
 from distrain.launch.report.dry_run import torchrun_command
 
@@ -232,7 +233,7 @@ def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
     ) == ("127.0.0.1", 0)
     # the dry run shows what torchrun would be given; the agent gets the store's real port
     assert launch.args.rdzv_backend == "static" and "--rdzv-backend" not in torchrun_command(launch)
-    ns = launch.agent_args(r.on_port(41234))
+    ns = agent_args(launch, r.on_port(41234))
     assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id, ns.master_port) == (
         "c10d",
         "127.0.0.1:41234",
@@ -241,7 +242,7 @@ def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
     )
     assert ns.start_method == "forkserver" and ns.run_path is True and ns.training_script_args == []
     ns.nnodes = "3"  # a copy: torch may do what it likes with it
-    assert launch.agent_args().nnodes == "1:1"
+    assert agent_args(launch).nnodes == "1:1"
 
 
 def test_multi_node_static_plan_keeps_torchrun_defaults(script: str) -> None:
@@ -250,4 +251,4 @@ def test_multi_node_static_plan_keeps_torchrun_defaults(script: str) -> None:
     r = launch.rendezvous
     assert (r.backend, r.endpoint, r.master_port, r.local_addr) == ("static", "", 29500, "10.0.0.2")
     assert launch.agent_store is None and launch.start.method == "spawn"
-    assert launch.agent_args().run_path is False
+    assert agent_args(launch).run_path is False

@@ -1,12 +1,13 @@
 """Usage errors of `distrain run` before ``import torch``.
 
 A typo used to wait for torch's parser, and so for ``import torch`` (3.7-8 s on a loaded 2-core
-machine), before its one-line error.  :func:`check_before_torch` reads the command line with
-the recorded torchrun table (command_line.parser_without_torch: the same options, types, choices
-and messages as torch's parser) and refuses what needs nothing else: an unknown or ambiguous
-option, a missing value or script, a value of the wrong type or choice, a bad ``-n``, a script
-that is not a file.  :func:`parse` is the one reading both paths share, so an error says the
-same words before torch as after it (plan.plan reads the command line with it too).
+machine), before its one-line error.  An unknown or ambiguous option is refused where the command
+line is read (command_line.read_command_line); :func:`check_before_torch` reads it with the
+recorded torchrun table (command_line.parser_without_torch: the same options, types, choices and
+messages as torch's parser) and refuses what needs nothing else: a missing value or script, a
+value of the wrong type or choice, a bad ``-n``, a script that is not a file.  :func:`parse` is
+the one reading both paths share, so an error says the same words before torch as after it
+(plan.make_plan reads the command line with it too).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_LIST, CommandLine, parser_without_torch
+from distrain.launch.command_line import CommandLine, parser_without_torch
 from distrain.launch.options.validate import at_least_one, check_script, nproc_number
 
 NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [script args])"
@@ -22,9 +23,8 @@ NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [
 
 def parse(command: CommandLine, parser: argparse.ArgumentParser) -> argparse.Namespace:
     """The launcher's options and the script, parsed by `parser` (`distrain run`'s, with or
-    without torch); UsageError for an unknown or ambiguous option, no script, or a value the
-    parser refuses."""
-    command.refuse_unknown()
+    without torch); UsageError for no script, or a value the parser refuses (an unknown option
+    was refused by command_line.read_command_line)."""
     if command.script is None:
         raise UsageError(NO_SCRIPT)
     return parser.parse_args([*command.launcher_argv, command.script])
@@ -36,9 +36,6 @@ def check_before_torch(command: CommandLine) -> None:
     recorded one or ``--help`` was asked (torch's parser prints it)."""
     parser = parser_without_torch()
     if parser is None or command.has("help"):
-        return
-    if command.has(*HOST_LIST):  # the fan-out reads the rest itself, without torch
-        command.refuse_unknown()
         return
     parsed = parse(command, parser)
     if parsed.nproc is not None and parsed.gpus is None:  # with --gpus: the GPUs decide first

@@ -81,3 +81,22 @@ def check_script(script: str) -> None:
         raise UsageError(f"{script} is a directory, not a training script")
     if not os.path.isfile(script):
         raise UsageError(f"script not found: {script}")
+
+
+def check_master_port(args: argparse.Namespace) -> None:
+    """UsageError for a ``--master-port`` that is not a port, or busy where this node would
+    listen on it (node 0 of a static job)."""
+    from distrain.net import port_in_use
+
+    try:
+        port = int(args.master_port)
+    except ValueError:
+        raise UsageError(f"--master-port expects a number (got {args.master_port!r})") from None
+    if not 0 < port < 65536:
+        raise UsageError(f"--master-port {port} is outside 1..65535")
+    hosts_store = args.rdzv_backend == "static" and int(args.node_rank) == 0
+    if hosts_store and port_in_use(port):
+        raise UsageError(
+            f"port {port} is already in use on this machine (another job?); "
+            "choose another --master-port, or leave it out on one node to get a free one"
+        )
