@@ -25,7 +25,6 @@ from distrain.launch.nodes import rendezvous
 from distrain.launch.nodes.agent_store import plan_store
 from distrain.launch.nodes.network import loopback_interface, plan_network
 from distrain.launch.nodes.rendezvous import Rendezvous
-from distrain.launch.options import usage
 from distrain.launch.options.validate import (
     at_least_one,
     check_launch_numbers,
@@ -56,6 +55,18 @@ def plan(command: CommandLine | Sequence[str], features: Features | None = None)
     return make_plan(command, features or Features().see(command))
 
 
+NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [script args])"
+
+
+def parse_options(command: CommandLine, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The launcher's options and the script, parsed by `parser` (`distrain run`'s, with or
+    without torch: launch/options/usage.py checks with this too); UsageError for no script, or a
+    value the parser refuses (an unknown option was refused by read_command_line)."""
+    if command.script is None:
+        raise UsageError(NO_SCRIPT)
+    return parser.parse_args([*command.launcher_argv, command.script])
+
+
 def make_plan(command: CommandLine, features: Features) -> LaunchPlan:
     """Plan a `distrain run` from its command line; raise UsageError on bad input.  Reads the
     machine (GPUs, cores, interfaces) and the environment, never ``sys.argv``.  `features`:
@@ -64,7 +75,7 @@ def make_plan(command: CommandLine, features: Features) -> LaunchPlan:
     if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()
         raise SystemExit(0)
-    parsed = usage.parse(command, parser)  # the words launch/options/usage.py says before torch
+    parsed = parse_options(command, parser)  # as launch/options/usage.py does before torch
     args = dict(vars(parsed), training_script_args=tuple(command.script_args))
     draft = _draft(command, parsed, args)
     features.adjust(draft)
@@ -91,7 +102,7 @@ def _draft(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any
     nproc = _resolve_nproc(parsed, env)
     args["nproc_per_node"] = str(nproc)
 
-    check_launch_numbers(parsed)
+    nodes = check_launch_numbers(parsed)
     if not (parsed.module or parsed.no_python):
         check_script(script)
     if parsed.master_port is not None:
@@ -105,14 +116,14 @@ def _draft(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any
             f"--local_rank={macros.local_rank}",
         )
 
-    network = plan_network(parsed, env, parsed.iface)
+    network = plan_network(parsed, env, parsed.iface, nodes)
     if network is not None:
         args["local_addr"] = parsed.local_addr or network.address
         if network.is_host is not None:
             extra = f"is_host={int(network.is_host)}"
             args["rdzv_conf"] = ",".join(x for x in [parsed.rdzv_conf, extra] if x)
     args["rdzv_conf"] = rendezvous.node_loss_conf(
-        parsed.rdzv_backend, parsed.nnodes, args["rdzv_conf"] or ""
+        parsed.rdzv_backend, nodes, args["rdzv_conf"] or ""
     )
     # one node: gloo/NCCL listen on loopback too (see launch/nodes/agent_store.py)
     if network is None:

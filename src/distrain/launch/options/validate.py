@@ -37,9 +37,16 @@ def node_range(nnodes: object) -> tuple[int, int]:
     return low, high
 
 
-def check_launch_numbers(args: argparse.Namespace) -> None:
-    """Refuse numbers torchrun would choke on: nodes, node rank, restarts, monitor interval."""
+def check_launch_numbers(args: argparse.Namespace) -> int:
+    """Refuse numbers torchrun would choke on: nodes (one for ``--launcher mpirun`` &
+    co.), node rank, restarts, monitor interval; the most nodes ``--nnodes`` allows (the plan
+    reads it here once)."""
     _, high = node_range(args.nnodes)
+    if args.launcher != "torchrun" and high > 1:
+        raise UsageError(
+            f"--launcher {args.launcher} runs on one node here; use the default launcher "
+            "for --nnodes > 1"
+        )
     if _int(args.max_restarts, "--max-restarts") < 0:
         raise UsageError(f"--max-restarts must be 0 or more (got {args.max_restarts})")
     node_rank = _int(args.node_rank, "--node-rank")
@@ -57,6 +64,7 @@ def check_launch_numbers(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--monitor-interval must be a positive number of seconds (got {args.monitor_interval})"
         )
+    return high
 
 
 def nproc_number(value: str) -> int | None:
