@@ -5,7 +5,7 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 
 - script arguments are split off *before* parsing, so ``train.py --n 5`` or ``--log x`` never
   trips torchrun's "ambiguous option" prefix matching, and no launcher flag is abbreviated;
-- ``-n/--nproc N|auto``, ``--gpus 0,3``, ``--legacy-local-rank``, ``--dry-run``;
+- ``-n/--nproc N|auto``, ``--gpus 0,3``, ``--legacy-local-rank``;
 - on one node a free port is always used (c10d rendezvous on port 0) unless one is named, and a
   named port that is busy is a one-line error instead of an ``Address already in use`` trace;
 - ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: workers get their own store instead of sharing the
@@ -13,16 +13,15 @@ parser and handed to ``torch.distributed.run.run``.  distrain adds:
 - ``OMP_NUM_THREADS`` = usable cores / processes per node instead of torchrun's fixed 1;
 - the exit code is the failed worker's own (128+N for a signal), with a one-line summary;
 - at the end, where a step's time went, a straggler and one piece of advice
-  (launch/report/job_summary.py);
-- ``--start-method fast`` (default): workers are forked from a server that imported torch while the
-  launcher was starting, instead of each paying for ``import torch`` (see
-  launch/fast_start/forkserver.py).
+  (launch/report/job_summary.py).
+
+The optional features hook in at one seam (launch/seam.py), each from its own folder: the core
+reads, checks, plans and runs the agent without naming one.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -30,11 +29,12 @@ from collections.abc import Sequence
 from distrain.contract import BIND_ADDR, LAUNCHER_PID, WATCHDOG_EXIT_CODE, signal_exit_code
 from distrain.errors import UsageError, fail
 from distrain.launch import agent
-from distrain.launch.command_line import PROG, split, split_without_torch
-from distrain.launch.mpi import command_for, run_with_launcher
+from distrain.launch.command_line import PROG, read_command_line
+from distrain.launch.launch_plan import LaunchPlan
+from distrain.launch.mpi import run_with_launcher
 from distrain.launch.nodes import rendezvous, stop_watch, store_hold
 from distrain.launch.options import usage
-from distrain.launch.plan import LaunchPlan, plan
+from distrain.launch.plan import make_plan
 from distrain.launch.report import console, job_summary, local_rank_hint, watch_notice
 from distrain.launch.seam import Features
 
@@ -73,17 +73,6 @@ def _exit_code_of(err: BaseException, job_dir: str | None = None) -> tuple[int, 
     return code or 1, f"rank {rank} (pid {first.pid}) exited with code {code}{cause}"
 
 
-def _print_network(launch: LaunchPlan) -> None:
-    choice = launch.network
-    assert choice is not None
-    a = launch.args
-    static = a.rdzv_backend == "static" and not a.rdzv_endpoint
-    node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
-    for warning in choice.warnings:
-        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
-    print(choice.summary(node), file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str]) -> int:
     """Entry point of `distrain run`; returns the job's exit code."""
     features = Features()
@@ -92,62 +81,45 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as err:  # the one place a usage error is said: after what was started
         features.close()
         fail(PROG, str(err), err.exit_code)
-    finally:  # a job that ended before its agent (a host told to stop) leaves no fork server
+    finally:  # a job that ended before its agent (a host told to stop) leaves nothing running
         features.close()
 
 
 def _run(argv: Sequence[str], features: Features) -> int:
-    """Read the command line, plan, run the job; the features hook in (launch/seam.py)."""
-    features.see(None)  # what the environment asks for: a host of a fan-out, a replica group
-    # a usage error, and a feature that starts nothing here (the fan-out's ssh), need no
-    # `import torch` (seconds under load): the recorded torchrun table reads the command line
-    quick = split_without_torch(argv) if features.checks_before_torch() else None
-    if quick is not None:
-        usage.check_before_torch(quick)
-        code = features.see(quick).before_torch(quick)
-        if code is not None:
-            return code
-    command = split(argv)  # the one reading of the command line: every path below takes it
-    adjusted = features.see(command).before_plan(command)
+    """Read the command line, check it, plan, run the job; the features hook in
+    (launch/seam.py)."""
+    command = read_command_line(argv)  # the one reading of argv: every step below takes it
+    # a usage error needs no `import torch` (seconds under load): the recorded torchrun table
+    if features.see(command).checks_before_torch():
+        usage.check_before_torch(command)
+    adjusted = features.before_plan(command)
     if isinstance(adjusted, int):
         return adjusted
-    launch = plan(adjusted, features)
+    launch = make_plan(adjusted, features)
     code = features.take_over(launch)
     if code is not None:
         return code
-    if launch.network is not None:
-        _print_network(launch)
-    if launch.args.dry_run:
-        _print_dry_run(launch)
-        return 0
+    launch.say_network()
     env = dict(launch.env)  # the plan's, and the job's folder its processes report to
-    for line in launch.start_lines:
-        sys.stderr.write(line + "\n")  # one write: every replica group's launcher says it at once
-        sys.stderr.flush()
+    # one write: the launchers of a job on one machine say their lines at once
+    sys.stderr.write("".join(line + "\n" for line in launch.start_lines))
+    sys.stderr.flush()
     folder = job_summary.start(env)  # the job's event stream (distrain/events/)
     notice = watch_notice.start(launch, folder)  # --watchdog on a script without init()
     os.environ.update(env)
     try:
         return _launch(launch, env, features, folder, notice)
-    finally:  # idle now; a fork server must not hold our stdout (it may still be preloading)
+    finally:  # idle now; what a feature started must not hold our stdout
         features.close()
         _end_lines(features, folder, notice)  # printed already when the job failed (_launch)
-
-
-def _print_dry_run(launch: LaunchPlan) -> None:
-    if launch.args.launcher != "torchrun":
-        print(shlex.join(command_for(launch.args, launch.env)))
-        return
-    env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
-    print(env_line + (" " if env_line else "") + shlex.join(launch.torchrun_command()))
 
 
 def _end_lines(
     features: Features, folder: str | None, notice: watch_notice.WatchNotice | None
 ) -> None:
     """The end-of-job lines from the job's event stream (once: the last call removes the
-    folder), all before a failure's verdict: the features' (what ``--cpu`` mapped), the
-    watchdog notice, then the step breakdown."""
+    folder), all before a failure's verdict: the features', the watchdog notice, then the step
+    breakdown."""
     features.end_lines(folder)
     if notice is not None:
         notice.finish()  # reads the stream in the folder job_summary.finish removes
@@ -162,6 +134,7 @@ def _launch(
     notice: watch_notice.WatchNotice | None = None,
 ) -> int:
     """Run the job; a failure's verdict is the last line, after the breakdown lines (if any)."""
+    ended = _Ending(launch, features, job_dir, notice)
     if launch.args.launcher != "torchrun":
         return run_with_launcher(launch.args, env)
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -184,11 +157,10 @@ def _launch(
     # a static multi-node job: a rank on any node may stop every node (launch/nodes/stop_watch.py)
     watch = stop_watch.start(rdzv, job_dir)
     hold = store_hold.start(rdzv)  # a multi-node c10d job's store host: the others close through it
-    ended = _Ending(launch, features, job_dir, notice)
     succeeded = False
     try:
         try:
-            agent.run(launch.agent_args(rdzv), launch.start, features.wrap)
+            agent.run(launch, rdzv, features.wrap)
         finally:  # before any end line: the watch signals this launcher no more (its stand_down)
             if watch is not None:
                 watch.stand_down()

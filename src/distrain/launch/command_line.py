@@ -1,16 +1,15 @@
 """The `distrain run` command line, taken apart once: launcher options, the script, its arguments.
 
 One parser knows every option `distrain run` takes: torchrun's own
-(``torch.distributed.run.get_args_parser``), distrain's, registered here once, and those of the
-fan-out to many machines (``--hosts`` & co., left out of the one-node ``--help``).
+(``torch.distributed.run.get_args_parser``) and distrain's, registered once
+(launch/options/run_options.py: the features' options too).
 :func:`split` cuts a command line at the script with that parser's own table of options (which
 take a value, which are switches), so ``train.py --n 5`` never reaches argparse's prefix
 matching; a launcher option abbreviated as torchrun allows (``--max-restart``) is expanded here
 once, by argparse's rule (launch/options/option_names.py).  Every caller takes its command line
 apart here and selects options by the parser's ``dest``, so each spelling of an option
-(``--max-restarts``, ``--max_restarts``) is known once: the plan, the early fork server, the
-replica groups, the fan-out to hosts, and the tools that relaunch themselves (split with their
-own parser).
+(``--max-restarts``, ``--max_restarts``) is known once: the plan, the features (launch/seam.py),
+and the tools that relaunch themselves (split with their own parser).
 """
 
 from __future__ import annotations
@@ -21,17 +20,13 @@ from dataclasses import dataclass, replace
 
 from distrain.errors import UsageError, raise_usage_errors
 from distrain.launch.options import option_names
-from distrain.launch.options.run_options import add_run_options
+from distrain.launch.options.run_options import EPILOG, add_run_options
 
 PROG = "distrain run"
 #: the dest of a token that names no option of the parser
 UNKNOWN = ""
 #: the dest of a tool's own positional before the script (:func:`split`'s `leading`)
 POSITIONAL = "<positional>"
-
-
-#: the options that make `distrain run` a launcher of many machines (launch/hosts/run.py)
-HOST_LIST = ("hosts", "hostfile")
 
 
 @dataclass(frozen=True)
@@ -151,6 +146,17 @@ def split(
     return _split(argv, takes_value(parser), leading, abbrev=parser.allow_abbrev)
 
 
+def read_command_line(argv: Sequence[str]) -> CommandLine:
+    """`distrain run`'s command line, split once: on the recorded torchrun table when it is the
+    installed torch's (no ``import torch`` for a usage error), else on torch's own parser.
+    UsageError for a name no option has, unless ``--help`` is asked (help wins)."""
+    parser = parser_without_torch() or run_parser()
+    command = _split(argv, takes_value(parser), abbrev=True)
+    if not command.has("help"):
+        command.refuse_unknown()
+    return command
+
+
 def split_without_torch(argv: Sequence[str]) -> CommandLine | None:
     """:func:`split` on :func:`parser_without_torch`'s table (no ``import torch``); None when
     the installed torch is not the one the recorded table comes from."""
@@ -233,72 +239,25 @@ def takes_value(parser: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
 
 
 def run_parser() -> argparse.ArgumentParser:
-    """`distrain run`'s parser: torchrun's, with distrain's options and the fan-out's added."""
+    """`distrain run`'s parser: torchrun's, with distrain's options added."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     parser.description = "Launch a training script on N processes (torchrun's flags accepted)."
-    parser.epilog = (
-        "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see "
-        "distrain run --hosts h --help)."
-    )
+    parser.epilog = EPILOG
     return _distrain_options(parser)
 
 
 def _distrain_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """torchrun's `parser` made `distrain run`'s: distrain's options and the fan-out's added,
-    errors raised as UsageError; it never abbreviates (split did, by the same rule)."""
+    """torchrun's `parser` made `distrain run`'s: distrain's options added
+    (launch/options/run_options.py), errors raised as UsageError; it never abbreviates (split
+    did, by the same rule)."""
     parser.prog = PROG
     parser.allow_abbrev = False
     add_run_options(parser)
-    _add_host_options(parser)
     raise_usage_errors(parser)
-    _fast_start_default(parser)
     _forward_usr1(parser)
     return parser
-
-
-#: how workers start (launch/fast_start/forkserver.py): distrain's fast start, then torch's three
-START_METHODS = ("fast", "spawn", "fork", "forkserver")
-
-
-def _fast_start_default(parser: argparse.ArgumentParser) -> None:
-    """Give torchrun's ``--start-method`` distrain's choices and the fast default."""
-    for action in parser._actions:
-        if action.dest == "start_method":
-            action.choices = START_METHODS
-            action.default = "fast"
-            action.help = (
-                "how workers start: fast (fork from a preloaded server, fresh "
-                "interpreter as fallback; "
-                "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
-            )
-
-
-#: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
-HOST_DESTS = (
-    "hosts",
-    "hostfile",
-    "include",
-    "exclude",
-    "ssh_opts",
-    "forward",
-    "quiet_hosts",
-    "container",
-)
-
-
-def _add_host_options(parser: argparse.ArgumentParser) -> None:
-    hidden = argparse.SUPPRESS
-    add = parser.add_argument
-    add("--hosts", "-H", default=None, help=hidden)
-    add("--hostfile", default=None, help=hidden)
-    add("--include", default=None, help=hidden)
-    add("--exclude", default=None, help=hidden)
-    add("--ssh-opts", default=None, help=hidden)
-    add("-x", dest="forward", action="append", default=None, help=hidden)
-    add("--quiet-hosts", action="store_true", help=hidden)
-    add("--container", default=None, help=hidden)
 
 
 def _forward_usr1(parser: argparse.ArgumentParser) -> None:

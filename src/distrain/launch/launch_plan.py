@@ -1,19 +1,18 @@
 """The frozen plan of a `distrain run` (launch/plan.py makes it): what torch's agent is given.
 
 torch's agent gets an ``argparse.Namespace`` built from the plan in one place
-(:meth:`LaunchPlan.agent_args`); ``--dry-run`` prints the equivalent torchrun command
-(:meth:`LaunchPlan.torchrun_command`).
+(launch/agent.py ``agent_args``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distrain.launch.agent import StartMethod
-from distrain.launch.command_line import CommandLine
+from distrain.launch.command_line import PROG, CommandLine
 from distrain.launch.nodes.agent_store import StoreSpec
 from distrain.launch.nodes.network import NetworkChoice
 from distrain.launch.nodes.rendezvous import Rendezvous
@@ -34,11 +33,23 @@ class FrozenArgs(argparse.Namespace):
 
 
 @dataclass(frozen=True)
+class StartMethod:
+    """How the agent starts the workers (decided by the plan)."""
+
+    #: torch's start method: "spawn" (fresh interpreters), "forkserver" or "fork"
+    method: str
+    #: a worker whose script fails before its process group reruns in a fresh interpreter
+    fallback: bool = False
+    #: why the workers run in fresh interpreters instead of the start asked for (said when
+    #: the job starts)
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     """What `distrain run` decided, final: options, rendezvous, network, start method, env."""
 
-    #: the options as resolved (processes per node, this node's address, rendezvous conf):
-    #: what --dry-run's torchrun command shows
+    #: the options as resolved (processes per node, this node's address, rendezvous conf)
     args: FrozenArgs
     #: the command line, split once
     command: CommandLine
@@ -50,62 +61,17 @@ class LaunchPlan:
     network: NetworkChoice | None = None
     #: the agent's store the launcher starts (one node), or None
     agent_store: StoreSpec | None = None
-    #: what the features say when the job starts (--cpu: what stands in for what; a script
-    #: that starts its own workers: what was seen)
+    #: what the features say when the job starts (launch/seam.py Draft.lines)
     start_lines: tuple[str, ...] = ()
 
-    def agent_args(self, rdzv: Rendezvous | None = None) -> argparse.Namespace:
-        """torch's Namespace for ``config_from_args``: the one place it is built from the plan.
-
-        `rdzv`: the plan's rendezvous once its store listens (Rendezvous.on_port).
-        """
-        r = rdzv or self.rendezvous
-        values = dict(vars(self.args))
-        for name in ("backend", "endpoint", "id", "conf"):
-            values[f"rdzv_{name}"] = getattr(r, name)
-        for name in ("nnodes", "node_rank", "master_addr", "master_port", "local_addr"):
-            values[name] = getattr(r, name)
-        values["standalone"] = r.standalone
-        values["start_method"] = self.start.method
-        # the forked workers run through torch's callable entrypoint: [script, *script args]
-        values["run_path"] = self.args.run_path or self.start.method != "spawn"
-        values["training_script_args"] = list(self.args.training_script_args)
-        return argparse.Namespace(**values)
-
-    def torchrun_command(self) -> list[str]:
-        """The equivalent `torchrun` command line."""
+    def say_network(self) -> None:
+        """Print the network this node uses (a multi-node job), with its warnings, on stderr."""
+        choice = self.network
+        if choice is None:
+            return
         a = self.args
-        cmd = ["torchrun", "--nnodes", str(a.nnodes), "--nproc-per-node", str(a.nproc_per_node)]
-        if a.rdzv_backend != "static" or a.rdzv_endpoint:
-            cmd += [
-                "--rdzv-backend",
-                a.rdzv_backend,
-                "--rdzv-endpoint",
-                a.rdzv_endpoint,
-                "--rdzv-id",
-                a.rdzv_id,
-            ]
-            if a.rdzv_conf:
-                cmd += ["--rdzv-conf", a.rdzv_conf]
-        else:
-            cmd += ["--node-rank", str(a.node_rank), "--master-addr", a.master_addr]
-            if a.master_port is not None:
-                cmd += ["--master-port", str(a.master_port)]
-        if a.standalone:
-            cmd.append("--standalone")
-        if int(a.max_restarts):
-            cmd += ["--max-restarts", str(a.max_restarts)]
-        if a.log_dir:
-            cmd += ["--log-dir", a.log_dir]
-        if a.local_addr:
-            cmd += ["--local-addr", a.local_addr]
-        if a.module:
-            cmd.append("-m")
-        if a.no_python:
-            cmd.append("--no-python")
-        cmd.append(a.training_script)
-        # torchrun itself needs "--" to stop prefix-matching script options
-        script_args = list(a.training_script_args)
-        if any(s.startswith("-") for s in script_args):
-            cmd.append("--")
-        return cmd + script_args
+        static = a.rdzv_backend == "static" and not a.rdzv_endpoint
+        node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
+        for warning in choice.warnings:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        print(choice.summary(node), file=sys.stderr, flush=True)

@@ -98,14 +98,8 @@ def horovodrun_command(args: argparse.Namespace) -> list[str]:
 
 
 def command_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[str]:
-    """The launcher command line for `args.launcher`; UsageError when it cannot be used."""
-    from distrain.launch.nodes.network import max_nodes
-
-    if max_nodes(args.nnodes) > 1:
-        raise UsageError(
-            f"--launcher {args.launcher} runs on one node here; use the default launcher "
-            "for --nnodes > 1"
-        )
+    """The launcher command line for `args.launcher` (one node: the plan refused more,
+    launch/options/validate.py); UsageError when it cannot be used."""
     if args.launcher == "mpirun":
         return mpirun_command(args, env)
     if args.launcher == "horovodrun":

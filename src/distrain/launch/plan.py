@@ -5,7 +5,7 @@ torchrun's own parser with distrain's options added.  plan() resolves the proces
 network, the rendezvous and the start method, the features adjust it (launch/seam.py), and it
 returns a frozen :class:`~distrain.launch.launch_plan.LaunchPlan`: nothing
 changes it afterwards.  torch's agent gets an ``argparse.Namespace`` built from the plan in one
-place (:meth:`LaunchPlan.agent_args`); the environment distrain adds for the workers is in
+place (launch/agent.py ``agent_args``); the environment distrain adds for the workers is in
 :mod:`distrain.contract`.
 """
 
@@ -19,17 +19,16 @@ from typing import Any
 
 from distrain.contract import LAUNCHER, NO_SHARED_STORE, RUN_DIR, WATCHDOG
 from distrain.errors import UsageError
-from distrain.launch.agent import StartMethod
-from distrain.launch.command_line import CommandLine, run_parser, split
-from distrain.launch.launch_plan import FrozenArgs, LaunchPlan
+from distrain.launch.command_line import CommandLine, read_command_line, run_parser
+from distrain.launch.launch_plan import FrozenArgs, LaunchPlan, StartMethod
 from distrain.launch.nodes import rendezvous
 from distrain.launch.nodes.agent_store import plan_store
 from distrain.launch.nodes.network import loopback_interface, plan_network
 from distrain.launch.nodes.rendezvous import Rendezvous
-from distrain.launch.options import usage
 from distrain.launch.options.validate import (
     at_least_one,
     check_launch_numbers,
+    check_master_port,
     check_script,
     nproc_number,
 )
@@ -49,19 +48,34 @@ def visible_gpu_count() -> int:
 
 
 def plan(command: CommandLine | Sequence[str], features: Features | None = None) -> LaunchPlan:
-    """Plan a `distrain run` from its command line (split, or a list of tokens); raise
-    UsageError on bad input.  Reads the machine (GPUs, cores, interfaces) and the environment,
-    never ``sys.argv``.  `features`: those the run uses (launch/seam.py; by default, those the
-    command line asks for), which adjust the plan before it is frozen."""
+    """:func:`make_plan` from a command line (split, or a list of tokens read here) and the
+    features it asks for unless `features` are given."""
     if not isinstance(command, CommandLine):
-        command = split(command)
-    if features is None:
-        features = Features().see(None).see(command)
+        command = read_command_line(command)
+    return make_plan(command, features or Features().see(command))
+
+
+NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [script args])"
+
+
+def parse_options(command: CommandLine, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The launcher's options and the script, parsed by `parser` (`distrain run`'s, with or
+    without torch: launch/options/usage.py checks with this too); UsageError for no script, or a
+    value the parser refuses (an unknown option was refused by read_command_line)."""
+    if command.script is None:
+        raise UsageError(NO_SCRIPT)
+    return parser.parse_args([*command.launcher_argv, command.script])
+
+
+def make_plan(command: CommandLine, features: Features) -> LaunchPlan:
+    """Plan a `distrain run` from its command line; raise UsageError on bad input.  Reads the
+    machine (GPUs, cores, interfaces) and the environment, never ``sys.argv``.  `features`:
+    those the run uses (launch/seam.py), which adjust the plan before it is frozen."""
     parser = run_parser()
     if command.has("help"):  # before the script (an unknown option before it is a switch)
         parser.print_help()
         raise SystemExit(0)
-    parsed = usage.parse(command, parser)  # the words launch/options/usage.py says before torch
+    parsed = parse_options(command, parser)  # as launch/options/usage.py does before torch
     args = dict(vars(parsed), training_script_args=tuple(command.script_args))
     draft = _draft(command, parsed, args)
     features.adjust(draft)
@@ -88,11 +102,11 @@ def _draft(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any
     nproc = _resolve_nproc(parsed, env)
     args["nproc_per_node"] = str(nproc)
 
-    check_launch_numbers(parsed)
+    nodes = check_launch_numbers(parsed)
     if not (parsed.module or parsed.no_python):
         check_script(script)
     if parsed.master_port is not None:
-        _check_master_port(parsed)
+        check_master_port(parsed)
     if parsed.legacy_local_rank:
         from torch.distributed.elastic.utils.api import macros
 
@@ -102,14 +116,14 @@ def _draft(command: CommandLine, parsed: argparse.Namespace, args: dict[str, Any
             f"--local_rank={macros.local_rank}",
         )
 
-    network = plan_network(parsed, env, parsed.iface)
+    network = plan_network(parsed, env, parsed.iface, nodes)
     if network is not None:
         args["local_addr"] = parsed.local_addr or network.address
         if network.is_host is not None:
             extra = f"is_host={int(network.is_host)}"
             args["rdzv_conf"] = ",".join(x for x in [parsed.rdzv_conf, extra] if x)
     args["rdzv_conf"] = rendezvous.node_loss_conf(
-        parsed.rdzv_backend, parsed.nnodes, args["rdzv_conf"] or ""
+        parsed.rdzv_backend, nodes, args["rdzv_conf"] or ""
     )
     # one node: gloo/NCCL listen on loopback too (see launch/nodes/agent_store.py)
     if network is None:
@@ -165,20 +179,3 @@ def _resolve_nproc(args: argparse.Namespace, env: dict[str, str]) -> int:
         )
     at_least_one(nproc)
     return nproc
-
-
-def _check_master_port(args: argparse.Namespace) -> None:
-    from distrain.net import port_in_use
-
-    try:
-        port = int(args.master_port)
-    except ValueError:
-        raise UsageError(f"--master-port expects a number (got {args.master_port!r})") from None
-    if not 0 < port < 65536:
-        raise UsageError(f"--master-port {port} is outside 1..65535")
-    hosts_store = args.rdzv_backend == "static" and int(args.node_rank) == 0
-    if hosts_store and port_in_use(port):
-        raise UsageError(
-            f"port {port} is already in use on this machine (another job?); "
-            "choose another --master-port, or leave it out on one node to get a free one"
-        )

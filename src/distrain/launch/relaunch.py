@@ -37,9 +37,9 @@ def relaunch_on_hosts(
 ) -> int:
     """Run ``distrain run --hosts … --quiet-hosts -n <nproc> -m <module> <argv>`` (argv without
     -n and the host options), so that the tool's ranks run on every host; rank 0's host prints."""
-    from distrain.launch.hosts.run import main as hosts_main
+    from distrain.launch.cli import main as launch_main
 
-    return hosts_main(
+    return launch_main(
         [
             *hosts,
             "--quiet-hosts",

@@ -5,10 +5,10 @@ torch's agent and prints the end-of-job lines without naming a feature.  A featu
 rehearsal, self-start, replicas, hosts) hooks in at the same few points:
 
 - it adjusts the command line before the plan (:meth:`Feature.before_plan`: the fan-out to
-  hosts runs there, the fast start forks its server early, a host of the fan-out waits for its
-  go) and the plan before it is frozen (:meth:`Feature.adjust`);
+  hosts runs there, before ``import torch``, the fast start forks its server early, a host of
+  the fan-out waits for its go) and the plan before it is frozen (:meth:`Feature.adjust`);
 - it wraps the agent (:meth:`Feature.wrap`: its entrypoint and start method), or takes the job
-  over once planned (:meth:`Feature.take_over`: the replica groups);
+  over once planned (:meth:`Feature.take_over`: the replica groups, the dry run);
 - it gives its end-of-job lines (:meth:`Feature.end_lines`) and closes what it started.
 
 Which features a run uses is decided from the command line (and the environment a parent
@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distrain.contract import CPU_REHEARSAL, HOST_GO_FD, REPLICA_GROUP
-from distrain.launch.command_line import HOST_LIST, CommandLine
+from distrain.launch.command_line import CommandLine
+from distrain.launch.options.run_options import HOST_LIST
 
 if TYPE_CHECKING:
-    from distrain.launch.agent import Agent, StartMethod
-    from distrain.launch.launch_plan import LaunchPlan
+    from distrain.launch.agent import Agent
+    from distrain.launch.launch_plan import LaunchPlan, StartMethod
     from distrain.launch.nodes.network import NetworkChoice
 
 
@@ -60,13 +61,9 @@ class Draft:
 class Feature:
     """One optional feature of `distrain run`: every hook does nothing unless overridden."""
 
-    #: the command line's launcher options hold tokens the feature fills later: no check of
-    #: the command line before ``import torch`` (a host of the fan-out before its go)
-    fills_command = False
-
-    def before_torch(self, command: CommandLine) -> int | None:
-        """Run the whole job from the torch-free reading of the command line: its exit code."""
-        return None
+    #: the feature checks the command line itself, or fills tokens of it later (a host of the
+    #: fan-out before its go): the core checks nothing before ``import torch``
+    checks_command = False
 
     def before_plan(self, command: CommandLine) -> CommandLine | int:
         """The command line to plan (adjusted), or the exit code when the job ends here."""
@@ -128,6 +125,7 @@ FEATURES: tuple[tuple[str, Wanted, str], ...] = (
         lambda c: CPU_REHEARSAL in os.environ or (c is not None and c.has("cpu")),
         "distrain.launch.rehearse.feature",
     ),
+    ("dry_run", lambda c: c is not None and c.has("dry_run"), "distrain.launch.report.dry_run"),
 )
 
 
@@ -139,7 +137,8 @@ class Features:
         self._on: dict[str, Feature] = {}
 
     def see(self, command: CommandLine | None) -> Features:
-        """Turn on the features `command` (or the environment, for None) asks for."""
+        """Turn on the features the environment and `command` (None: the environment alone)
+        ask for."""
         for name, wanted, module in FEATURES:
             if name not in self._on and wanted(command):
                 self._on[name] = importlib.import_module(module).feature(name)
@@ -152,14 +151,8 @@ class Features:
         return list(self._on)
 
     def checks_before_torch(self) -> bool:
-        """Whether the command line can be checked before ``import torch``."""
-        return not any(f.fills_command for f in self._on.values())
-
-    def before_torch(self, command: CommandLine) -> int | None:
-        """The first feature's exit code that ran the job from the torch-free reading."""
-        return next(
-            (c for f in self._on.values() if (c := f.before_torch(command)) is not None), None
-        )
+        """Whether the core checks the command line before ``import torch``."""
+        return not any(f.checks_command for f in self._on.values())
 
     def before_plan(self, command: CommandLine) -> CommandLine | int:
         """The command line every feature adjusted, or the exit code of one that ended it."""

@@ -64,3 +64,16 @@ def test_earliest_failure_wins_without_error_files() -> None:
 def test_the_watchdog_exit_is_named() -> None:
     code, line = _exit_code_of(Failed({2: _failure(124)}))
     assert code == 124 and line.startswith("stopped by the watchdog (rank 2 exited with 124")
+
+
+def test_a_usage_error_of_the_launcher_is_said_in_one_place() -> None:
+    """`distrain run` says a usage error in launch/cli.py main alone: the features raise it
+    (hosts/options.py's one converts a malformed --nnodes into the fan-out's own words)."""
+    launch = Path(__file__).resolve().parents[3] / "src" / "distrain" / "launch"
+    sites = sorted(
+        f"{path.relative_to(launch).as_posix()}:{n}"
+        for path in launch.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if line.strip().startswith("except UsageError")
+    )
+    assert [s.split(":")[0] for s in sites] == ["cli.py", "hosts/options.py"], sites

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_DESTS, UNKNOWN, run_parser, split, takes_value
+from distrain.launch.command_line import UNKNOWN, run_parser, split, takes_value
 from distrain.launch.fast_start.forkserver import fast_start_script
 from distrain.launch.hosts.options import HOST_LIST
+from distrain.launch.options.run_options import HOST_DESTS
 
 
 def parts(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from distrain.errors import UsageError
 from distrain.launch import mpi
+from distrain.launch.plan import plan
 
 
 def _args(**over: object) -> argparse.Namespace:
@@ -75,9 +77,11 @@ def test_horovodrun_command(tools: None) -> None:
     assert cmd == ["/usr/bin/horovodrun", "--gloo", "-np", "4", "-H", "localhost:4", "./run.sh"]
 
 
-def test_launchers_run_on_one_node_only(tools: None) -> None:
+def test_launchers_run_on_one_node_only(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
     with pytest.raises(UsageError, match="--launcher mpirun runs on one node here"):
-        mpi.command_for(_args(nnodes="2"), {})
+        plan(["--launcher", "mpirun", "--nnodes", "2", "--master-addr", "x", str(script)])
 
 
 def test_missing_launcher_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:

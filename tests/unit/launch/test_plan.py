@@ -13,7 +13,9 @@ import pytest
 
 from distrain.errors import UsageError
 from distrain.launch import plan
+from distrain.launch.agent import agent_args
 from distrain.launch.nodes import network
+from distrain.launch.report.dry_run import torchrun_command
 
 
 @pytest.fixture
@@ -173,7 +175,7 @@ def test_multi_node_plan_pins_the_interface_and_c10d_timings(script: str) -> Non
 # -- the dry-run command ----------------------------------------------------------------------
 def test_torchrun_command_static_with_separator_for_dash_args(script: str) -> None:
     launch = plan.plan(["-n", "2", "--max-restarts", "3", script, "--lr", "1"])
-    assert launch.torchrun_command() == [
+    assert torchrun_command(launch) == [
         "torchrun", "--nnodes", "1:1", "--nproc-per-node", "2", "--node-rank", "0", "--master-addr",
                                          "127.0.0.1",
         "--max-restarts", "3", script, "--", "--lr", "1"]  # fmt: skip
@@ -182,7 +184,7 @@ def test_torchrun_command_static_with_separator_for_dash_args(script: str) -> No
 def test_torchrun_command_rendezvous_without_separator(script: str) -> None:
     launch = plan.plan(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                         "10.0.0.2:29400", "--rdzv-id", "job", script, "data"])  # fmt: skip
-    cmd = launch.torchrun_command()
+    cmd = torchrun_command(launch)
     assert cmd[:4] == ["torchrun", "--nnodes", "1:2", "--nproc-per-node"]
     assert (
         cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.2:29400"
@@ -230,10 +232,8 @@ def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
         launch.agent_store.port,
     ) == ("127.0.0.1", 0)
     # the dry run shows what torchrun would be given; the agent gets the store's real port
-    assert (
-        launch.args.rdzv_backend == "static" and "--rdzv-backend" not in launch.torchrun_command()
-    )
-    ns = launch.agent_args(r.on_port(41234))
+    assert launch.args.rdzv_backend == "static" and "--rdzv-backend" not in torchrun_command(launch)
+    ns = agent_args(launch, r.on_port(41234))
     assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id, ns.master_port) == (
         "c10d",
         "127.0.0.1:41234",
@@ -242,7 +242,7 @@ def test_one_node_rendezvous_is_final_in_the_plan(script: str) -> None:
     )
     assert ns.start_method == "forkserver" and ns.run_path is True and ns.training_script_args == []
     ns.nnodes = "3"  # a copy: torch may do what it likes with it
-    assert launch.agent_args().nnodes == "1:1"
+    assert agent_args(launch).nnodes == "1:1"
 
 
 def test_multi_node_static_plan_keeps_torchrun_defaults(script: str) -> None:
@@ -251,4 +251,4 @@ def test_multi_node_static_plan_keeps_torchrun_defaults(script: str) -> None:
     r = launch.rendezvous
     assert (r.backend, r.endpoint, r.master_port, r.local_addr) == ("static", "", 29500, "10.0.0.2")
     assert launch.agent_store is None and launch.start.method == "spawn"
-    assert launch.agent_args().run_path is False
+    assert agent_args(launch).run_path is False

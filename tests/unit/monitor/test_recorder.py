@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from distrain.launch.plan import plan
+from distrain.launch.report.dry_run import torchrun_command
 from distrain.monitor import Monitor, open_monitor, rank_file
 from distrain.monitor.probes import GPUProbe
 from distrain.settings import Settings
@@ -75,4 +76,4 @@ def test_run_dir_reaches_workers_env() -> None:
     ] == os.path.abspath("some/dir")
     assert plan(["--log-dir", "logs", SCRIPT]).env["DISTRAIN_RUN_DIR"] == os.path.abspath("logs")
     assert "DISTRAIN_RUN_DIR" not in plan([SCRIPT]).env
-    assert "--run-dir" not in plan(["--run-dir", "x", SCRIPT]).torchrun_command()
+    assert "--run-dir" not in torchrun_command(plan(["--run-dir", "x", SCRIPT]))

@@ -39,10 +39,10 @@ import sys
 
 from distrain.contract import PRELOAD, PRELOAD_MODULE
 from distrain.errors import UsageError
-from distrain.launch.agent import StartMethod
 from distrain.launch.command_line import CommandLine
 from distrain.launch.fast_start.env_writes import env_set_before_torch
 from distrain.launch.fast_start.torch_free import never_imports_torch
+from distrain.launch.launch_plan import StartMethod
 
 PROG = "distrain run"
 #: options (dests) after which nothing is forked now: no Python file, or nothing launched

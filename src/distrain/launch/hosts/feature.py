@@ -10,14 +10,11 @@ from distrain.launch.seam import Feature
 class FanOut(Feature):
     """``--hosts``/``--hostfile``: one command for many machines (launch/hosts/run.py)."""
 
-    def before_torch(self, command: CommandLine) -> int | None:
-        """Run the fan-out: it starts nothing here but ssh, and needs no ``import torch``."""
-        from distrain.launch.hosts import run
-
-        return run.main(command)
+    #: its options are read by launch/hosts/options.py, the rest by each host's `distrain run`
+    checks_command = True
 
     def before_plan(self, command: CommandLine) -> CommandLine | int:
-        """The fan-out, when the command line could not be read before torch."""
+        """Run the fan-out: it starts nothing here but ssh, and needs no ``import torch``."""
         from distrain.launch.hosts import run
 
         return run.main(command)
@@ -27,7 +24,7 @@ class HostGo(Feature):
     """A host's `distrain run`, started by the fan-out before its verdict (launch/hosts/go.py):
     its address and port are tokens until the go."""
 
-    fills_command = True
+    checks_command = True
 
     def __init__(self) -> None:
         from distrain.launch.hosts import go
@@ -36,6 +33,8 @@ class HostGo(Feature):
 
     def before_plan(self, command: CommandLine) -> CommandLine | int:
         """Wait for the go (torch is imported meanwhile): the master's address, or a stop."""
+        import torch.distributed.run  # noqa: F401 - the plan's parser; imported before the wait
+
         from distrain.launch.hosts import go
 
         if self.fd is None:

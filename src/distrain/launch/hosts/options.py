@@ -12,9 +12,10 @@ import shlex
 from dataclasses import dataclass, field
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_DESTS, HOST_LIST, CommandLine
+from distrain.launch.command_line import CommandLine
 from distrain.launch.hosts import env_file
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile, parse_hosts, select
+from distrain.launch.options.run_options import HOST_DESTS, HOST_LIST
 from distrain.launch.options.validate import node_range
 
 #: the options (dests) that name the hosts: they make a `distrain run` a fan-out

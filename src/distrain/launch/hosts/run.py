@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from distrain import noise
-from distrain.errors import UsageError, fail
+from distrain.errors import UsageError
 from distrain.launch.command_line import CommandLine, split
 from distrain.launch.hosts import (
     by_hand,
@@ -316,14 +316,11 @@ def main(argv: CommandLine | Sequence[str]) -> int:
     if command.has("help"):
         print(host_options.HELP)
         return 0
-    try:
-        opts = host_options.parse(command)
-        if opts.dry_run:  # the commands to paste on each host, then what the fan-out runs
-            addrs = ssh_hosts.resolve(opts)
-            print("\n".join([*by_hand.lines(opts, addrs), *ssh_hosts.dry_run_lines(opts, addrs)]))
-            return 0
-    except UsageError as err:
-        fail(PROG, str(err), err.exit_code)
+    opts = host_options.parse(command)  # a UsageError is said by `distrain run` (launch/cli.py)
+    if opts.dry_run:  # the commands to paste on each host, then what the fan-out runs
+        addrs = ssh_hosts.resolve(opts)
+        print("\n".join([*by_hand.lines(opts, addrs), *ssh_hosts.dry_run_lines(opts, addrs)]))
+        return 0
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -345,14 +342,16 @@ def main(argv: CommandLine | Sequence[str]) -> int:
     fold = restarts.RestartLines(len(sessions), _say, None if opts.replicas else first)
     for s in sessions:
         s.restarts = fold
+    checked = False
     try:
         sessions[0].send(ssh_hosts.route_line(ssh_hosts.resolve(opts)))
         master, port = _check(sessions, opts, stop)
-    except UsageError as err:
-        for s in sessions:
-            s.send("abort\n")
-        _stop(sessions)
-        fail(PROG, str(err), err.exit_code)
+        checked = True
+    finally:  # a host refused (a UsageError, said by launch/cli.py): no host starts
+        if not checked:
+            for s in sessions:
+                s.send("abort\n")
+            _stop(sessions)
     kind = f"elastic {opts.min_nodes}:{len(sessions)}" if opts.min_nodes is not None else "static"
     if opts.replicas is not None:
         kind = (

@@ -84,7 +84,8 @@ def resolve(opts: HostsOptions) -> list[str]:
     """Each host's address as this machine reaches it (``ssh -G`` applies ~/.ssh/config), in
     parallel; UsageError naming an unknown host."""
 
-    def one(host: HostSpec) -> str:
+    def one(host: HostSpec) -> str | UsageError:
+        """The address, or the error to raise in the caller's thread."""
         res = subprocess.run(
             ["ssh", "-G", *opts.ssh_opts, host.name],
             capture_output=True,
@@ -92,7 +93,7 @@ def resolve(opts: HostsOptions) -> list[str]:
             timeout=RESOLVE_TIMEOUT_S,
         )
         if res.returncode != 0:
-            raise UsageError(
+            return UsageError(
                 f"host {host.name}: ssh cannot use it: "
                 f"{(res.stderr.strip().splitlines() or ['?'])[-1]}"
             )
@@ -105,10 +106,10 @@ def resolve(opts: HostsOptions) -> list[str]:
         try:
             return str(socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)[0][4][0])
         except OSError:
-            raise UsageError(
+            return UsageError(
                 f"unknown host {host.name}: {name} does not resolve (not in "
                 f"{config_file(opts.ssh_opts)}, /etc/hosts or DNS)"
-            ) from None
+            )
 
     # plain threads, not concurrent.futures: this runs while the ssh sessions connect, and the
     # launcher's imports are on the path to the first step
@@ -117,8 +118,6 @@ def resolve(opts: HostsOptions) -> list[str]:
     def into(i: int) -> None:
         try:
             found[i] = one(opts.hosts[i])
-        except UsageError as err:
-            found[i] = err
         except (OSError, subprocess.SubprocessError) as err:
             found[i] = UsageError(f"host {opts.hosts[i].name}: ssh -G failed: {err}")
 

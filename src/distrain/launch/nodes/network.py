@@ -118,9 +118,10 @@ def _hostname_loopback() -> str | None:
 
 
 def plan_network(
-    args: argparse.Namespace, env: dict[str, str], iface: str | None
+    args: argparse.Namespace, env: dict[str, str], iface: str | None, nodes: int
 ) -> NetworkChoice | None:
-    """Choose interface, address and store host for a multi-node job; add to `env`.
+    """Choose interface, address and store host for a job of at most `nodes` nodes (``--nnodes``
+    as the plan read it); add to `env`.
 
     `args` is only read: the plan takes the address (``--local-addr`` when not given) and
     ``is_host`` from the returned choice.
@@ -128,7 +129,6 @@ def plan_network(
     Returns None for a one-node job without ``--iface`` (loopback is right there).
     Raises UsageError when the master cannot be reached the way the user asked.
     """
-    nodes = max_nodes(args.nnodes)
     if nodes <= 1 and not iface:
         return None
     host, port, what = _target(args)

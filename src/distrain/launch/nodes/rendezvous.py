@@ -90,9 +90,10 @@ class Rendezvous:
         return dataclasses.replace(self, endpoint=f"{host}:{port}")
 
 
-def node_loss_conf(backend: str, nnodes: str, conf: str) -> str:
-    """``--rdzv-conf`` with NODE_LOSS_DEFAULTS added for a multi-node c10d job (keys not given)."""
-    if backend != "c10d" or node_range(nnodes)[1] < 2:
+def node_loss_conf(backend: str, nodes: int, conf: str) -> str:
+    """``--rdzv-conf`` with NODE_LOSS_DEFAULTS added for a c10d job of up to `nodes` nodes, more
+    than one (keys not given)."""
+    if backend != "c10d" or nodes < 2:
         return conf
     given = {item.split("=", 1)[0].strip() for item in conf.split(",") if item.strip()}
     extra = [f"{key}={value}" for key, value in NODE_LOSS_DEFAULTS.items() if key not in given]

@@ -1,7 +1,8 @@
 """`distrain run`'s own options, beside torchrun's: processes, devices, rehearsal, replicas.
 
 launch/command_line.py builds the one parser of `distrain run` from torchrun's and registers
-these on it; the fan-out's hidden options stay there with their dests (HOST_DESTS).
+these on it: distrain's own, the fan-out's hidden ones (their dests: HOST_DESTS) and the start
+methods (the fast one the default).
 """
 
 from __future__ import annotations
@@ -9,6 +10,15 @@ from __future__ import annotations
 import argparse
 
 from distrain.launch.mpi import LAUNCHERS
+
+#: the options that make `distrain run` a launcher of many machines (launch/hosts/run.py)
+HOST_LIST = ("hosts", "hostfile")
+
+#: `distrain run --help`'s last words: the fan-out's options are left out of the one-node help
+EPILOG = (
+    "Many machines from this one: --hosts h1:N,h2:N or --hostfile FILE (see "
+    "distrain run --hosts h --help)."
+)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -88,3 +98,48 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="R fault-tolerant replica groups of -n processes each (TorchFT; pip "
         "install 'distrain[ft]')",
     )
+    _add_host_options(parser)
+    _fast_start_default(parser)
+
+
+#: how workers start (launch/fast_start/forkserver.py): distrain's fast start, then torch's three
+START_METHODS = ("fast", "spawn", "fork", "forkserver")
+
+
+def _fast_start_default(parser: argparse.ArgumentParser) -> None:
+    """Give torchrun's ``--start-method`` distrain's choices and the fast default."""
+    for action in parser._actions:
+        if action.dest == "start_method":
+            action.choices = START_METHODS
+            action.default = "fast"
+            action.help = (
+                "how workers start: fast (fork from a preloaded server, fresh "
+                "interpreter as fallback; "
+                "default), spawn (fresh interpreters, like torchrun), forkserver, fork"
+            )
+
+
+#: the fan-out's own options (launch/hosts/options.py; its help is host_options.HELP)
+HOST_DESTS = (
+    "hosts",
+    "hostfile",
+    "include",
+    "exclude",
+    "ssh_opts",
+    "forward",
+    "quiet_hosts",
+    "container",
+)
+
+
+def _add_host_options(parser: argparse.ArgumentParser) -> None:
+    hidden = argparse.SUPPRESS
+    add = parser.add_argument
+    add("--hosts", "-H", default=None, help=hidden)
+    add("--hostfile", default=None, help=hidden)
+    add("--include", default=None, help=hidden)
+    add("--exclude", default=None, help=hidden)
+    add("--ssh-opts", default=None, help=hidden)
+    add("-x", dest="forward", action="append", default=None, help=hidden)
+    add("--quiet-hosts", action="store_true", help=hidden)
+    add("--container", default=None, help=hidden)

@@ -1,33 +1,20 @@
 """Usage errors of `distrain run` before ``import torch``.
 
 A typo used to wait for torch's parser, and so for ``import torch`` (3.7-8 s on a loaded 2-core
-machine), before its one-line error.  :func:`check_before_torch` reads the command line with
-the recorded torchrun table (command_line.parser_without_torch: the same options, types, choices
-and messages as torch's parser) and refuses what needs nothing else: an unknown or ambiguous
-option, a missing value or script, a value of the wrong type or choice, a bad ``-n``, a script
-that is not a file.  :func:`parse` is the one reading both paths share, so an error says the
-same words before torch as after it (plan.plan reads the command line with it too).
+machine), before its one-line error.  An unknown or ambiguous option is refused where the command
+line is read (command_line.read_command_line); :func:`check_before_torch` reads it with the
+recorded torchrun table (command_line.parser_without_torch: the same options, types, choices and
+messages as torch's parser) and refuses what needs nothing else: a missing value or script, a
+value of the wrong type or choice, a bad ``-n``, a script that is not a file.  It reads the
+options with the plan's own :func:`~distrain.launch.plan.parse_options`, so an error says the
+same words before torch as after it.
 """
 
 from __future__ import annotations
 
-import argparse
-
-from distrain.errors import UsageError
-from distrain.launch.command_line import HOST_LIST, CommandLine, parser_without_torch
+from distrain.launch.command_line import CommandLine, parser_without_torch
 from distrain.launch.options.validate import at_least_one, check_script, nproc_number
-
-NO_SCRIPT = "no training script given (usage: distrain run [options] script.py [script args])"
-
-
-def parse(command: CommandLine, parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """The launcher's options and the script, parsed by `parser` (`distrain run`'s, with or
-    without torch); UsageError for an unknown or ambiguous option, no script, or a value the
-    parser refuses."""
-    command.refuse_unknown()
-    if command.script is None:
-        raise UsageError(NO_SCRIPT)
-    return parser.parse_args([*command.launcher_argv, command.script])
+from distrain.launch.plan import parse_options
 
 
 def check_before_torch(command: CommandLine) -> None:
@@ -37,10 +24,7 @@ def check_before_torch(command: CommandLine) -> None:
     parser = parser_without_torch()
     if parser is None or command.has("help"):
         return
-    if command.has(*HOST_LIST):  # the fan-out reads the rest itself, without torch
-        command.refuse_unknown()
-        return
-    parsed = parse(command, parser)
+    parsed = parse_options(command, parser)
     if parsed.nproc is not None and parsed.gpus is None:  # with --gpus: the GPUs decide first
         count = nproc_number(str(parsed.nproc))
         if count is not None:

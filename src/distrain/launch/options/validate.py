@@ -37,9 +37,16 @@ def node_range(nnodes: object) -> tuple[int, int]:
     return low, high
 
 
-def check_launch_numbers(args: argparse.Namespace) -> None:
-    """Refuse numbers torchrun would choke on: nodes, node rank, restarts, monitor interval."""
+def check_launch_numbers(args: argparse.Namespace) -> int:
+    """Refuse numbers torchrun would choke on: nodes (one for ``--launcher mpirun`` &
+    co.), node rank, restarts, monitor interval; the most nodes ``--nnodes`` allows (the plan
+    reads it here once)."""
     _, high = node_range(args.nnodes)
+    if args.launcher != "torchrun" and high > 1:
+        raise UsageError(
+            f"--launcher {args.launcher} runs on one node here; use the default launcher "
+            "for --nnodes > 1"
+        )
     if _int(args.max_restarts, "--max-restarts") < 0:
         raise UsageError(f"--max-restarts must be 0 or more (got {args.max_restarts})")
     node_rank = _int(args.node_rank, "--node-rank")
@@ -57,6 +64,7 @@ def check_launch_numbers(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--monitor-interval must be a positive number of seconds (got {args.monitor_interval})"
         )
+    return high
 
 
 def nproc_number(value: str) -> int | None:
@@ -81,3 +89,22 @@ def check_script(script: str) -> None:
         raise UsageError(f"{script} is a directory, not a training script")
     if not os.path.isfile(script):
         raise UsageError(f"script not found: {script}")
+
+
+def check_master_port(args: argparse.Namespace) -> None:
+    """UsageError for a ``--master-port`` that is not a port, or busy where this node would
+    listen on it (node 0 of a static job)."""
+    from distrain.net import port_in_use
+
+    try:
+        port = int(args.master_port)
+    except ValueError:
+        raise UsageError(f"--master-port expects a number (got {args.master_port!r})") from None
+    if not 0 < port < 65536:
+        raise UsageError(f"--master-port {port} is outside 1..65535")
+    hosts_store = args.rdzv_backend == "static" and int(args.node_rank) == 0
+    if hosts_store and port_in_use(port):
+        raise UsageError(
+            f"port {port} is already in use on this machine (another job?); "
+            "choose another --master-port, or leave it out on one node to get a free one"
+        )

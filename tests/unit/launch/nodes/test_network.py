@@ -40,6 +40,13 @@ def tables(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def _choose(
+    args: argparse.Namespace, env: dict[str, str], iface: str | None
+) -> network.NetworkChoice | None:
+    """plan_network with --nnodes read as the plan reads it (options/validate.py)."""
+    return plan_network(args, env, iface, max_nodes(args.nnodes))
+
+
 def _args(**over: object) -> argparse.Namespace:
     values = {"nnodes": "2", "rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": "",
               "master_addr": "node0",
@@ -60,13 +67,13 @@ def test_max_nodes_refuses_junk() -> None:
 
 def test_one_node_without_iface_needs_no_plan() -> None:
     env: dict[str, str] = {}
-    assert plan_network(_args(nnodes="1"), env, None) is None
+    assert _choose(_args(nnodes="1"), env, None) is None
     assert env == {}
 
 
 def test_static_worker_node_routes_to_the_master() -> None:
     args, env = _args(), {}
-    choice = plan_network(args, env, None)
+    choice = _choose(args, env, None)
     assert choice is not None
     assert (choice.iface, choice.address, choice.target_ip, choice.port) == (
         "eth0",
@@ -86,12 +93,12 @@ def test_static_worker_node_routes_to_the_master() -> None:
 def test_user_ifname_variables_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
     env: dict[str, str] = {}
-    plan_network(_args(), env, None)
+    _choose(_args(), env, None)
     assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["GLOO_SOCKET_IFNAME"] == "eth0"
 
 
 def test_master_on_this_node_hosts_the_store() -> None:
-    choice = plan_network(_args(master_addr="10.0.0.2", node_rank="0"), {}, None)
+    choice = _choose(_args(master_addr="10.0.0.2", node_rank="0"), {}, None)
     assert (
         choice is not None
         and choice.iface == "eth0"
@@ -105,35 +112,35 @@ def test_iface_that_cannot_reach_the_master_is_refused() -> None:
         UsageError,
         match=r"--iface ib0 \(192.168.5.2\) cannot reach --master-addr node0 .*use --iface eth0",
     ):
-        plan_network(_args(), {}, "ib0")
+        _choose(_args(), {}, "ib0")
 
 
 def test_unknown_iface_lists_the_known_ones() -> None:
     with pytest.raises(UsageError, match=r"--iface wlan0: no such interface .*eth0 \(10.0.0.2\)"):
-        plan_network(_args(), {}, "wlan0")
+        _choose(_args(), {}, "wlan0")
 
 
 def test_master_resolving_to_loopback_is_refused_on_other_nodes() -> None:
     with pytest.raises(
         UsageError, match="resolves to loopback 127.0.1.1 on this node, so this 2-node job"
     ):
-        plan_network(_args(master_addr="self-alias"), {}, None)
+        _choose(_args(master_addr="self-alias"), {}, None)
 
 
 def test_localhost_master_means_every_node_on_this_machine() -> None:
-    choice = plan_network(_args(master_addr="localhost"), {}, None)
+    choice = _choose(_args(master_addr="localhost"), {}, None)
     assert choice is not None and choice.iface == "lo"
     assert any("loopback" in w for w in choice.warnings)
 
 
 def test_public_master_address_warns_about_the_open_store() -> None:
-    choice = plan_network(_args(master_addr="public"), {}, None)
+    choice = _choose(_args(master_addr="public"), {}, None)
     assert choice is not None and any("public address" in w for w in choice.warnings)
 
 
 def test_c10d_endpoint_on_this_node_marks_the_host() -> None:
     args = _args(rdzv_backend="c10d", rdzv_endpoint="10.0.0.2:29400", rdzv_conf="join_timeout=60")
-    choice = plan_network(args, {}, None)
+    choice = _choose(args, {}, None)
     assert (
         choice is not None
         and choice.port == 29400
@@ -144,10 +151,10 @@ def test_c10d_endpoint_on_this_node_marks_the_host() -> None:
 
 def test_c10d_endpoint_elsewhere_is_not_the_host_and_user_is_host_wins() -> None:
     args = _args(rdzv_backend="c10d", rdzv_endpoint="node0:29400")
-    choice = plan_network(args, {}, None)
+    choice = _choose(args, {}, None)
     assert choice is not None and choice.is_host is False
     args = _args(rdzv_backend="c10d", rdzv_endpoint="node0:29400", rdzv_conf="is_host=1")
-    choice = plan_network(args, {}, None)
+    choice = _choose(args, {}, None)
     assert choice is not None and choice.is_host is None  # the user's is_host stays
 
 
@@ -155,7 +162,7 @@ def test_c10d_without_endpoint_is_refused() -> None:
     with pytest.raises(
         UsageError, match="--rdzv-backend c10d with several nodes needs --rdzv-endpoint"
     ):
-        plan_network(_args(rdzv_backend="c10d"), {}, None)
+        _choose(_args(rdzv_backend="c10d"), {}, None)
 
 
 def test_summary_line() -> None:

@@ -3,9 +3,6 @@ and torchrun's own defaults applied once, in the plan."""
 
 from __future__ import annotations
 
-import pytest
-
-from distrain.errors import UsageError
 from distrain.launch.nodes.rendezvous import (
     NODE_LOSS_DEFAULTS,
     Rendezvous,
@@ -15,22 +12,20 @@ from distrain.launch.nodes.rendezvous import (
 
 
 def test_multi_node_c10d_gets_every_default() -> None:
-    conf = node_loss_conf("c10d", "2", "")
+    conf = node_loss_conf("c10d", 2, "")
     assert dict(item.split("=") for item in conf.split(",")) == NODE_LOSS_DEFAULTS
 
 
 def test_given_keys_win_and_others_are_kept() -> None:
     assert (
-        node_loss_conf("c10d", "1:4", "keep_alive_interval=5,join_timeout=900")
+        node_loss_conf("c10d", 4, "keep_alive_interval=5,join_timeout=900")
         == "keep_alive_interval=5,join_timeout=900,keep_alive_max_attempt=3,last_call_timeout=2"
     )
 
 
 def test_one_node_or_other_backends_are_left_alone() -> None:
-    for backend, nnodes in (("c10d", "1"), ("static", "2"), ("etcd", "3")):
-        assert node_loss_conf(backend, nnodes, "") == ""
-    with pytest.raises(UsageError, match="--nnodes expects N or MIN:MAX"):  # read one way
-        node_loss_conf("c10d", "bad", "")
+    for backend, nodes in (("c10d", 1), ("static", 2), ("etcd", 3)):
+        assert node_loss_conf(backend, nodes, "") == ""
 
 
 def _rdzv(**over: object) -> Rendezvous:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from distrain.errors import UsageError
-from distrain.launch.command_line import parser_without_torch, split
+from distrain.launch.command_line import parser_without_torch, read_command_line
 from distrain.launch.options.usage import check_before_torch
 from distrain.launch.plan import plan
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 def refusal(check: object, argv: list[str]) -> str | None:
     try:
-        check(split(argv))  # type: ignore[operator]
+        check(read_command_line(argv))  # type: ignore[operator]
     except UsageError as err:
         return str(err)
     return None
@@ -76,4 +76,4 @@ def test_what_plan_takes_passes(argv: list[str], script: str) -> None:
 
 def test_the_fan_out_still_refuses_unknown_options() -> None:
     with pytest.raises(UsageError, match="did you mean --nproc"):
-        check_before_torch(split(["--hosts", "a,b", "--nprocs", "2", "t.py"]))
+        read_command_line(["--hosts", "a,b", "--nprocs", "2", "t.py"])

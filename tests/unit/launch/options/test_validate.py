@@ -13,7 +13,13 @@ from distrain.launch.options.validate import check_launch_numbers, check_script,
 
 
 def _args(**over: object) -> argparse.Namespace:
-    values = {"nnodes": "1:1", "max_restarts": 0, "node_rank": 0, "monitor_interval": 0.1}
+    values = {
+        "nnodes": "1:1",
+        "max_restarts": 0,
+        "node_rank": 0,
+        "monitor_interval": 0.1,
+        "launcher": "torchrun",
+    }
     values.update(over)
     return argparse.Namespace(**values)
 
