@@ -59,3 +59,10 @@ def test_hsdp_s_replicate_is_not_the_replica_groups_word(tmp_path: Path) -> None
     words = code_metrics.feature_words(tmp_path / "distrain")
     assert "distrain/worker/a.py" not in words
     assert words["distrain/worker/b.py"] == {"replicas": 2}
+
+
+def test_the_core_worker_and_checkpointer_name_no_feature() -> None:
+    """A feature changes a worker through its seams (worker/start/features.py, the layer)."""
+    words = code_metrics.feature_words(REPO / "src" / "distrain")
+    core = {m: n for m, n in words.items() if m.startswith("distrain/worker/")}
+    assert core == {} and "distrain/checkpoint/checkpointer.py" not in words
