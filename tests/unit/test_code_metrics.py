@@ -62,7 +62,7 @@ def test_hsdp_s_replicate_is_not_the_replica_groups_word(tmp_path: Path) -> None
 
 
 def test_the_core_worker_and_checkpointer_name_no_feature() -> None:
-    """A feature changes a worker through its seams (worker/start/features.py, the layer)."""
+    """A feature changes a worker through its seams (worker/start/__init__.py, the layer)."""
     words = code_metrics.feature_words(REPO / "src" / "distrain")
     core = {m: n for m, n in words.items() if m.startswith("distrain/worker/")}
     assert core == {} and "distrain/checkpoint/checkpointer.py" not in words

@@ -25,12 +25,11 @@ from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
 from distrain.process.cores import choose_threads
 from distrain.settings import Settings, restarted_by_distrain_run
-from distrain.worker import atomic_save
+from distrain.worker import atomic_save, start
 from distrain.worker.context import Context, _remember, current
 from distrain.worker.lifecycle import failure, watchdog
 from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
 from distrain.worker.services import progress_wanted
-from distrain.worker.start import features
 from distrain.worker.start.store import restart_safe_store
 from distrain.worker.start.title import set_worker_title
 
@@ -209,7 +208,7 @@ def _form_the_group(
 def _report_as_a_worker(ctx: Context, settings: Settings) -> None:
     """The process title, one-line errors with the root cause once, and atomic saves."""
     if ctx.backend is not None:  # findable in ps/top/nvidia-smi under every launcher
-        set_worker_title(ctx.rank, ctx.world_size, sys.argv, features.title_group(settings))
+        set_worker_title(ctx.rank, ctx.world_size, sys.argv, start.title_group(settings))
     # distrain errors in one line; a failed rank's root cause reported once
     failure.install(ctx.rank, settings)
     if settings.launcher == "distrain-run":  # a worker of distrain run's, however started
@@ -219,7 +218,7 @@ def _report_as_a_worker(ctx: Context, settings: Settings) -> None:
 def _open_services(ctx: Context, settings: Settings, attempt: int) -> None:
     """Progress line, step breakdown, metrics monitor and watchdog, each when asked for."""
     # a stand-in device has no NVML to ask
-    real_gpu = ctx.device.type == "cuda" and not features.devices_are_stand_ins(settings)
+    real_gpu = ctx.device.type == "cuda" and not start.devices_are_stand_ins(settings)
     ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
     ctx.services.breakdown = open_breakdown(
         settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
@@ -243,7 +242,7 @@ def _open_services(ctx: Context, settings: Settings, attempt: int) -> None:
 
 def _start_the_context(ctx: Context, settings: Settings, precision: str) -> None:
     """A feature's training layer when one is asked for, the Context made current, its end."""
-    layer = features.training_layer(ctx.process, settings, precision)
+    layer = start.training_layer(ctx.process, settings, precision)
     if layer is not None:
         ctx.layer = layer
     _remember(ctx)

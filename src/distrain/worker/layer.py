@@ -6,7 +6,7 @@ step is the training's, who prints, how a model's strategy is prepared (decorate
 parallel/options.py), how the data is split, whether an optimizer step is applied, which
 checkpointer is made, what runs once the Context is current, and what ends with it.  This base
 changes nothing; `init()` puts a feature's own layer in place through the worker's seam
-(worker/start/features.py).
+(worker/start/__init__.py).
 """
 
 from __future__ import annotations
