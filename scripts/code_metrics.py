@@ -22,10 +22,11 @@ import ast
 import re
 from pathlib import Path
 
-#: a feature's words, as the code spells them (identifiers, options, prose)
+#: a feature's words, as the code spells them (identifiers, options, prose); `replicate`,
+#: `replicated` are HSDP's and DDP's words (torch's own), not the replica groups'
 FEATURE_WORDS = {
     "hosts": r"\bhosts\b|hostfile|\bssh\b",
-    "replicas": r"replicas?|torchft|lighthouse",
+    "replicas": r"replica(?!t)s?|torchft|lighthouse",
     "fast start": r"fast[_ ]start|forkserver|fork server|fork_server",
     "rehearsal": r"rehears\w*|--cpu\b|\bcpu_rehearsal",
     "self-start": r"self[_-]start\w*|selfstart\w*",

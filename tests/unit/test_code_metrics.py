@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from pathlib import Path
 
 from helpers.paths import REPO
 
@@ -48,3 +49,21 @@ def test_feature_words_count_the_core_only() -> None:
     assert not any("/fast_start/" in m or "/replicas/" in m for m in words)
     assert words["distrain/launch/seam.py"].get("fast start", 0) > 0
     assert "distrain/launch/cli.py" not in words
+
+
+def test_hsdp_s_replicate_is_not_the_replica_groups_word(tmp_path: Path) -> None:
+    """`replicate=` (HSDP, torch's own word) is no feature word; `replica_group` is."""
+    worker = tmp_path / "distrain" / "worker"
+    worker.mkdir(parents=True)
+    (worker / "a.py").write_text("def f(replicate=1):\n    '''the replicated state'''\n")
+    (worker / "b.py").write_text("group = settings.replica_group  # TorchFT\n")
+    words = code_metrics.feature_words(tmp_path / "distrain")
+    assert "distrain/worker/a.py" not in words
+    assert words["distrain/worker/b.py"] == {"replicas": 2}
+
+
+def test_the_core_worker_and_checkpointer_name_no_feature() -> None:
+    """A feature changes a worker through its seams (worker/start/__init__.py, the layer)."""
+    words = code_metrics.feature_words(REPO / "src" / "distrain")
+    core = {m: n for m, n in words.items() if m.startswith("distrain/worker/")}
+    assert core == {} and "distrain/checkpoint/checkpointer.py" not in words

@@ -10,9 +10,9 @@ load (``EOFError``; chaos campaign, benchmarks/chaos/RESULTS.md).  In a worker d
 of one.  An existing file keeps its permission bits; a symbolic link keeps pointing where it did
 (the file it names is replaced).  A file object, a path that is not a regular file (``/dev/null``,
 a pipe) or a folder this process cannot create files in is written as torch writes it.  Where
-it is installed: the fast start's forked workers, every process of a ``--cpu`` rehearsal, and
-``distrain.init()`` under `distrain run`; not a plain script's fresh interpreters
-(``--start-method spawn``, the fast start's fallback), which stay torch's own.
+it is installed: the workers `distrain run` forks from its preloaded server, every process of a
+run on stand-in devices, and ``distrain.init()`` under `distrain run`; not a plain script's fresh
+interpreters (``--start-method spawn``, or the forked start's fallback), which stay torch's own.
 
 What it does not do: flush to the disk (a power cut may still lose the newest write; a killed
 process cannot).  A temporary file of a process killed mid-write is removed by the next save to

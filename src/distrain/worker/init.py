@@ -25,7 +25,7 @@ from distrain.monitor import open_monitor
 from distrain.monitor.breakdown import open_breakdown
 from distrain.process.cores import choose_threads
 from distrain.settings import Settings, restarted_by_distrain_run
-from distrain.worker import atomic_save
+from distrain.worker import atomic_save, start
 from distrain.worker.context import Context, _remember, current
 from distrain.worker.lifecycle import failure, watchdog
 from distrain.worker.lifecycle.stacks import dump_stacks_on_signal
@@ -112,7 +112,7 @@ def init(
         if (active := current()) is not None:
             return active
         dump_stacks_on_signal()  # kill -USR1 <pid> prints this rank's stacks, watchdog or not
-        # torch's and TorchFT's known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
+        # torch's and its libraries' known noise off the console (DISTRAIN_LOG_LEVEL=debug: all)
         noise.install()
         if precision not in ("fp32", "bf16", "fp16"):
             raise DistrainError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
@@ -201,14 +201,14 @@ def _form_the_group(
         timeout=timeout,
         device_id=dev if dev.type == "cuda" else None,
     )
-    # what really formed: under `run --cpu`, gloo for nccl
+    # what really formed: gloo for nccl where a feature maps one to the other
     return dist.get_backend(), attempt
 
 
 def _report_as_a_worker(ctx: Context, settings: Settings) -> None:
     """The process title, one-line errors with the root cause once, and atomic saves."""
     if ctx.backend is not None:  # findable in ps/top/nvidia-smi under every launcher
-        set_worker_title(ctx.rank, ctx.world_size, sys.argv, settings.replica_group)
+        set_worker_title(ctx.rank, ctx.world_size, sys.argv, start.title_group(settings))
     # distrain errors in one line; a failed rank's root cause reported once
     failure.install(ctx.rank, settings)
     if settings.launcher == "distrain-run":  # a worker of distrain run's, however started
@@ -217,8 +217,8 @@ def _report_as_a_worker(ctx: Context, settings: Settings) -> None:
 
 def _open_services(ctx: Context, settings: Settings, attempt: int) -> None:
     """Progress line, step breakdown, metrics monitor and watchdog, each when asked for."""
-    # under `run --cpu` NVML has nothing to say
-    real_gpu = ctx.device.type == "cuda" and settings.cpu_rehearsal is None
+    # a stand-in device has no NVML to ask
+    real_gpu = ctx.device.type == "cuda" and not start.devices_are_stand_ins(settings)
     ctx.services.progress = progress_wanted(settings.progress, ctx.is_main)
     ctx.services.breakdown = open_breakdown(
         settings.breakdown, ctx.rank, ctx.world_size, real_gpu, settings.job_dir
@@ -241,18 +241,10 @@ def _open_services(ctx: Context, settings: Settings, attempt: int) -> None:
 
 
 def _start_the_context(ctx: Context, settings: Settings, precision: str) -> None:
-    """The replica layer when asked for, then the Context made current and shut down at exit."""
-    replicas = None
-    if settings.replica_group is not None:  # `distrain run --replicas`: TorchFT's manager
-        from distrain.worker.replicas.layer import ReplicaLayer
-        from distrain.worker.replicas.training import attach
-
-        replicas = attach(ctx.process, settings, precision)
-        if replicas is not None:  # the Context's training layer (worker/layer.py)
-            ctx.layer = ReplicaLayer(replicas)
+    """A feature's training layer when one is asked for, the Context made current, its end."""
+    layer = start.training_layer(ctx.process, settings, precision)
+    if layer is not None:
+        ctx.layer = layer
     _remember(ctx)
     atexit.register(ctx.shutdown)
-    if replicas is not None:  # the end's quorums before TorchFT's threads stop
-        from distrain.worker.replicas.sync import before_threads_stop
-
-        before_threads_stop(ctx.shutdown)
+    ctx.layer.started(ctx.shutdown)

@@ -4,8 +4,9 @@ The core Context (worker/context.py) and Checkpointer (checkpoint/checkpointer.p
 feature.  What a feature changes in training goes through the Context's :class:`Layer`: which
 step is the training's, who prints, how a model's strategy is prepared (decorated,
 parallel/options.py), how the data is split, whether an optimizer step is applied, which
-checkpointer is made, and what ends with the Context.  This base changes nothing; ``distrain run
---replicas`` puts its own in place (worker/replicas/training.py's ``Replicas``).
+checkpointer is made, what runs once the Context is current, and what ends with it.  This base
+changes nothing; `init()` puts a feature's own layer in place through the worker's seam
+(worker/start/__init__.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class Layer:
         if directory is None:
             return NoDisk(handles, **options)
         return Checkpointer(handles, directory, **options)
+
+    def started(self, shutdown: Callable[[], None]) -> None:
+        """Once the Context is current and `shutdown` (its end) is registered with ``atexit``."""
 
     def close(self) -> None:
         """End what the feature runs (with the Context's shutdown)."""

@@ -8,12 +8,14 @@ a rank whose collective failed *because a peer died* (a DistNetworkError, gloo's
 closed by peer") is a consequence, not a cause.  It prints one line instead of a second
 traceback and writes no error file, so the agent and ``distrain run`` report the real cause.
 
-The file is written here, in torch's ``ErrorHandler.record_exception`` format, not through it:
-that method reads the traceback with ``traceback.format_exc()``, which is empty in an excepthook
-(no exception is being handled there; ``@record`` calls it inside its ``except``); it names
-``mp.spawn``'s ``ProcessRaisedException`` rather than the child's own line (:func:`cause_line`);
-and importing ``torch.distributed.elastic`` at a torch-free script's exit fails ("can't register
+The file is written through torch's ``ErrorHandler`` (worker/lifecycle/root_cause.py, which says
+what its subclass changes), in any process that imported torch; a process that never did writes
+the same JSON itself, since importing torch at a torch-free script's exit fails ("can't register
 atexit after shutdown").  The launcher reads the same JSON either way.
+
+A failure is classified by its type first (:func:`is_peer_failure`): torch's
+``DistNetworkError`` and ``DistStoreError`` are a lost peer's.  Its text is read only where torch
+gives no type: gloo's transport errors.
 """
 
 from __future__ import annotations
@@ -140,40 +142,45 @@ def peer_cause(err: BaseException) -> str:
 def write_error_file(
     path: str, err: BaseException, tb: TracebackType | None, settings: Settings
 ) -> None:
-    """Write the agent's error-file JSON (the format of torch's ErrorHandler.record_exception)."""
-    write_error_message(
-        path, cause_line(err), "".join(traceback.format_exception(type(err), err, tb)), settings
-    )
+    """Write the agent's error file for `err` (torch's ``ErrorHandler.record_exception``)."""
+    if "torch" in sys.modules:
+        from distrain.worker.lifecycle.root_cause import RootCause, cause_line
 
-
-def cause_line(err: BaseException) -> str:
-    """``Type: message``; for a self-started child's failure re-raised by ``mp.spawn``, the child's.
-
-    ``ProcessRaisedException`` carries the child's whole traceback as its message (its first
-    line is empty): the child's own exception line, its last, is the cause.
-    """
-    # only a process that imported torch's spawn raises its exception: never import it here (a
-    # torch-free script's exit would: "can't register atexit after shutdown")
-    spawn = sys.modules.get("torch.multiprocessing.spawn")
-    raised = getattr(spawn, "ProcessRaisedException", None)
-    if isinstance(raised, type) and isinstance(err, raised):
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        if lines:
-            return lines[-1].strip()
-    return f"{type(err).__name__}: {err}"
+        RootCause(path).record_exception(err.with_traceback(tb))
+        message = cause_line(err)
+    else:  # no torch: no ProcessRaisedException either, its line is the cause
+        message = f"{type(err).__name__}: {err}"
+        callstack = "".join(traceback.format_exception(type(err), err, tb))
+        _write_without_torch(path, message, callstack)
+    _note_cause(message, settings)
 
 
 def write_error_message(path: str, message: str, callstack: str, settings: Settings) -> None:
-    """Write the agent's error-file JSON from a message and the traceback's text."""
+    """Write the agent's error file from a cause known by its line, and report it."""
+    write_cause(path, message, callstack)
+    _note_cause(message, settings)
+
+
+def write_cause(path: str, message: str, callstack: str) -> None:
+    """Write the agent's error file from a cause known by its line (torch's ``ErrorHandler``)."""
+    if "torch" in sys.modules:
+        from distrain.worker.lifecycle.root_cause import RootCause
+
+        RootCause(path).record_cause(message, callstack)
+    else:
+        _write_without_torch(path, message, callstack)
+
+
+def _write_without_torch(path: str, message: str, callstack: str) -> None:
+    """The JSON of torch's ``ErrorHandler.record_exception``, in a process without torch."""
     data = {
         "message": {
             "message": message,
             "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))},
         }
     }
-    with open(path, "w") as f:
+    with contextlib.suppress(OSError), open(path, "w") as f:
         json.dump(data, f)
-    _note_cause(message, settings)
 
 
 def _note_cause(message: str, settings: Settings) -> None:

@@ -19,7 +19,17 @@ from distrain.worker.layer import Layer
 if TYPE_CHECKING:
     from distrain.checkpoint import Checkpointer, JobHandles, NoDisk
     from distrain.parallel.options import Strategy
+    from distrain.process.info import ProcessInfo
+    from distrain.settings import Settings
     from distrain.worker.replicas.training import Replicas
+
+
+def make_layer(process: ProcessInfo, settings: Settings, precision: str) -> ReplicaLayer | None:
+    """The layer of a process `distrain run --replicas` started (None: not in a group's job)."""
+    from distrain.worker.replicas.training import attach
+
+    replicas = attach(process, settings, precision)
+    return ReplicaLayer(replicas) if replicas is not None else None
 
 
 class ReplicaLayer(Layer):
@@ -58,6 +68,12 @@ class ReplicaLayer(Layer):
         if directory is None:
             return HealedNoDisk(self.replicas, handles, **options)
         return HealedCheckpointer(self.replicas, handles, directory, **options)
+
+    def started(self, shutdown: Callable[[], None]) -> None:
+        """The end's quorums run before TorchFT's threads stop, not after (sync.py)."""
+        from distrain.worker.replicas.sync import before_threads_stop
+
+        before_threads_stop(shutdown)
 
     def close(self) -> None:
         """Serve the groups still to come, leave the final digest, stop TorchFT's manager."""

@@ -19,7 +19,6 @@ and keeps a watcher from ending a job whose script already finished.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -215,7 +214,9 @@ class Watcher:
                 _signal(pid, signal.SIGKILL)
         _log.error("distrain: %s", verdict)
         if self.error_file:
-            _write_error_file(self.error_file, verdict)
+            from distrain.worker.lifecycle.failure import write_cause
+
+            write_cause(self.error_file, verdict, verdict)
         os._exit(1)
 
 
@@ -247,18 +248,3 @@ def _signal(pid: int, sig: int) -> None:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks) if ranks else "?"
-
-
-def _write_error_file(path: str, message: str) -> None:
-    """The agent's error-file JSON (torch's ErrorHandler format), naming the cause."""
-    data = {
-        "message": {
-            "message": message,
-            "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))},
-        }
-    }
-    try:
-        with open(path, "w") as f:
-            json.dump(data, f)
-    except OSError:
-        pass

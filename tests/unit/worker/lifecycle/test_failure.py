@@ -16,7 +16,7 @@ from distrain.net import split_endpoint
 from distrain.process import patching
 from distrain.settings import Settings
 from distrain.tools.top.status import NoJobError
-from distrain.worker.lifecycle import failure
+from distrain.worker.lifecycle import failure, root_cause
 from distrain.worker.lifecycle.failure import is_peer_failure, is_peer_failure_line
 from distrain.worker.lifecycle.stop_job import stop_the_job
 
@@ -157,8 +157,10 @@ def test_cause_line_of_a_self_started_childs_failure_is_the_childs() -> None:
         "recent call last):\n"
         '  File "train.py", line 3, in worker\nRuntimeError: child 1 failed\n'
     )
-    assert failure.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"
-    assert failure.cause_line(KeyError("lr")) == "KeyError: 'lr'"
+    assert (
+        root_cause.cause_line(ProcessRaisedException(msg, 1, 42)) == "RuntimeError: child 1 failed"
+    )
+    assert root_cause.cause_line(KeyError("lr")) == "KeyError: 'lr'"
 
 
 def test_report_uncaught_writes_the_error_file_under_torchs_hook(
