@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distrain.launch.agent import StartMethod
-from distrain.launch.command_line import CommandLine
+from distrain.launch.command_line import CommandLine, any_option
 from distrain.launch.nodes.agent_store import StoreSpec
 from distrain.launch.nodes.network import NetworkChoice
 from distrain.launch.nodes.rendezvous import Rendezvous
@@ -106,6 +106,6 @@ class LaunchPlan:
         cmd.append(a.training_script)
         # torchrun itself needs "--" to stop prefix-matching script options
         script_args = list(a.training_script_args)
-        if any(s.startswith("-") for s in script_args):
+        if any_option(script_args):
             cmd.append("--")
         return cmd + script_args
