@@ -58,6 +58,14 @@ def _dash(node: ast.AST) -> bool:
     return False
 
 
+def _options(node: ast.AST) -> bool:
+    """Options only: ``"--x"``, ``["--"]``.  A list with a word in it (``["-m", "distrain.cli",
+    "run"]``) compared whole is a fixed command matched, not an option looked for."""
+    if isinstance(node, ast.Tuple | ast.List):
+        return bool(node.elts) and all(_dash(e) for e in node.elts)
+    return _dash(node)
+
+
 def _option(node: ast.AST) -> bool:
     """Not a lone ``"-"``: ``"-" in text`` looks for a dash inside a string (a range ``1-3``)."""
     return not (isinstance(node, ast.Constant) and node.value == "-")
@@ -145,9 +153,13 @@ def dash_tests(fn: ast.AST) -> list[int]:
             for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
                 if isinstance(op, ast.In | ast.NotIn) and _dash(left) and _option(left):
                     lines.append(node.lineno)  # "-x" in <a sequence>, whatever its name
-                elif isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) and (
-                    (_dash(right) and _is_element(left, loop_names))
-                    or (_dash(left) and _is_element(right, loop_names) and _option(left))
+                elif isinstance(op, ast.In | ast.NotIn) and (
+                    _dash(right) and _is_element(left, loop_names)
+                ):
+                    lines.append(node.lineno)  # an element in ("-h", "--help")
+                elif isinstance(op, ast.Eq | ast.NotEq) and (
+                    (_options(right) and _is_element(left, loop_names))
+                    or (_options(left) and _is_element(right, loop_names))
                 ):
                     lines.append(node.lineno)
     return sorted(set(lines))

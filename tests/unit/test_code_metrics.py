@@ -40,6 +40,8 @@ def test_one_string_is_not_a_command_line() -> None:
     assert not _found("def f(name):\n    return name.startswith('--')")
     assert not _found("def f(rng):\n    return '-' in rng")
     assert not _found("def f(ranges):\n    return [r for r in ranges if '-' in r]")
+    # a fixed command compared whole: no option looked for
+    assert not _found("def f(cmd):\n    return cmd[1:4] == ['-m', 'distrain.cli', 'run']")
     assert not _found("def f(a):\n    def g(xs):\n        return '-x' in xs\n    return g")
 
 
@@ -66,6 +68,8 @@ def test_the_tree_s_scanners_are_counted_by_module() -> None:
     }
     assert any(f.startswith("_split:") for f in found["distrain/launch/command_line.py"])
     assert "distrain/cluster/slurm.py" not in found
+    # the goal held: every other module reads a command line through a parser or its helpers
+    assert list(found) == ["distrain/launch/command_line.py"]
 
 
 def test_feature_words_count_the_core_only() -> None:
