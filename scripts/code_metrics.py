@@ -1,15 +1,21 @@
 """Two figures of scripts/structure_metrics.py read from the code: scanners and feature words.
 
-- ``command_line_scanners``: functions that walk a command line themselves, found by what they
-  do to it, whatever it is called: a *leading-dash test* on an element of a sequence.  An
-  element is a subscript (``script[0]``, ``argv[1:]``) or a name bound by a ``for`` or a
-  comprehension in the function (``for opt in ssh_opts``), seen through method calls
+- ``command_line_scanners``: the modules (places) whose functions walk a command line
+  themselves, found by what they do to it, whatever it is called: a *leading-dash test* on an
+  element of a sequence.  An element is a subscript (``script[0]``, ``argv[1:]``), a name bound
+  by a ``for`` or a comprehension in the function (``for opt in ssh_opts``), or a name assigned
+  one (``tok = argv[i]``, ``tok = args.pop(0)``), seen through method calls
   (``v.strip().startswith("-")``).  The tests: ``<element>.startswith("-…")`` (or ``"--"``…),
   ``<element> == "-x"`` / ``!=`` / ``in ("-x", …)``, and ``"-x" in <any sequence>``.  A function
   testing one string it was given (``name.startswith("--")`` on a parameter) does not walk a
-  line and is not counted; a scanner of another program's command line (ssh's options, a
-  variable holding device numbers) is: the figure over-counts rather than hides, and ``-v`` lists
-  each.  Nested functions count for themselves, not for the one around them.
+  line and is not counted; a scanner of another program's command line (ssh's options, python's
+  ``-c``) is: the figure over-counts rather than hides, and ``-v`` lists each function.  Not a
+  command line: the items of a list split at a separator that is not a blank
+  (``visible.split(",")``: CUDA_VISIBLE_DEVICES's ``-1``, a SLURM hostlist's ``1-3``), and a
+  lone dash looked for inside an element (``"-" in rng``: a range, not an option).  Nested
+  functions count for themselves, not for the one around them.  The figure counts modules: the
+  goal is one place, launch/command_line.py, whose helpers (the split on torch's own parser, the
+  script's tail) everything else reads a command line through.
 - ``feature_words``: the words that name an optional feature (:data:`FEATURE_WORDS`) in the core
   launcher and worker modules (:data:`CORE`): the launcher's and worker's own modules outside
   their feature folders, and the core checkpointer.  A word in a comment or docstring counts
@@ -53,6 +59,14 @@ def _dash(node: ast.AST) -> bool:
     return False
 
 
+def _options(node: ast.AST) -> bool:
+    """Options only: ``"--x"``, ``["--"]``.  A list with a word in it (``["-m", "distrain.cli",
+    "run"]``) compared whole is a fixed command matched, not an option looked for."""
+    if isinstance(node, ast.Tuple | ast.List):
+        return bool(node.elts) and all(_dash(e) for e in node.elts)
+    return _dash(node)
+
+
 def _option(node: ast.AST) -> bool:
     """Not a lone ``"-"``: ``"-" in text`` looks for a dash inside a string (a range ``1-3``)."""
     return not (isinstance(node, ast.Constant) and node.value == "-")
@@ -70,12 +84,48 @@ def _own_nodes(fn: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _split_items(node: ast.AST) -> bool:
+    """``text.split(",")``: the items of a delimited list (device numbers, a hostlist's ranges),
+    not the words of a command line (``shlex.split``, ``text.split()`` and ``split(" ")`` are)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("split", "rsplit")
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and node.args[0].value.strip() != ""
+    )
+
+
 def _loop_names(nodes: list[ast.AST]) -> set[str]:
-    """Names bound by the loops and comprehensions among `nodes`."""
+    """Names bound by the loops and comprehensions among `nodes` (not over a delimited list)."""
     names: set[str] = set()
     for node in nodes:
-        if isinstance(node, ast.For | ast.comprehension):
+        if isinstance(node, ast.For | ast.comprehension) and not _split_items(node.iter):
             names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _taken(node: ast.AST) -> bool:
+    """One element taken out of a sequence: ``argv[i]``, ``args.pop(0)``."""
+    if isinstance(node, ast.Subscript):
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "pop"
+    )
+
+
+def _element_names(nodes: list[ast.AST]) -> set[str]:
+    """The loop names, and the names assigned an element (``tok = argv[i]``)."""
+    names = _loop_names(nodes)
+    for node in nodes:
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+            if _taken(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
 
 
@@ -87,7 +137,7 @@ def _is_element(node: ast.AST, loop_names: set[str]) -> bool:
 def dash_tests(fn: ast.AST) -> list[int]:
     """Lines of `fn` (not its nested functions) with a leading-dash test on a sequence's element."""
     nodes = _own_nodes(fn)
-    loop_names = _loop_names(nodes)
+    loop_names = _element_names(nodes)
     lines = []
     for node in nodes:
         if (
@@ -104,25 +154,31 @@ def dash_tests(fn: ast.AST) -> list[int]:
             for op, left, right in zip(node.ops, sides, sides[1:], strict=False):
                 if isinstance(op, ast.In | ast.NotIn) and _dash(left) and _option(left):
                     lines.append(node.lineno)  # "-x" in <a sequence>, whatever its name
-                elif isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) and (
-                    (_dash(right) and _is_element(left, loop_names))
-                    or (_dash(left) and _is_element(right, loop_names))
+                elif isinstance(op, ast.In | ast.NotIn) and (
+                    _dash(right) and _is_element(left, loop_names)
+                ):
+                    lines.append(node.lineno)  # an element in ("-h", "--help")
+                elif isinstance(op, ast.Eq | ast.NotEq) and (
+                    (_options(right) and _is_element(left, loop_names))
+                    or (_options(left) and _is_element(right, loop_names))
                 ):
                     lines.append(node.lineno)
     return sorted(set(lines))
 
 
 def command_line_scanners(pkg: Path) -> list[str]:
-    """`file:function:lines` of each function with a leading-dash test (module docstring)."""
+    """``file: function:lines …`` of each module with a leading-dash test (module docstring)."""
     found = []
     for path in sorted(pkg.rglob("*.py")):
         tree = ast.parse(path.read_text())
+        functions = []
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = dash_tests(fn)
                 if lines:
-                    rel = path.relative_to(pkg.parent).as_posix()
-                    found.append(f"{rel}:{fn.name}:{','.join(map(str, lines))}")
+                    functions.append(f"{fn.name}:{','.join(map(str, lines))}")
+        if functions:
+            found.append(f"{path.relative_to(pkg.parent).as_posix()}: {' '.join(functions)}")
     return found
 
 

@@ -23,9 +23,9 @@ Figures:
   test leaves those out);
 - init_process_group_wrappers: lines that replace `init_process_group`, by assignment or through
   the patching registry (`replace`/`wrap` naming it);
-- command_line_scanners: functions in src/distrain that walk a command line themselves, found by
-  a leading-dash test on an element of any sequence, whatever its name (scripts/code_metrics.py
-  says exactly which tests; `-v` lists each with its lines);
+- command_line_scanners: modules of src/distrain whose functions walk a command line themselves,
+  found by a leading-dash test on an element of any sequence, whatever its name
+  (scripts/code_metrics.py says exactly which tests; `-v` lists each function with its lines);
 - feature_words: the words naming an optional feature (hosts, replicas, fast start, rehearsal,
   self-start, dry-run) in the core launcher and worker modules (launch/ and worker/ outside
   their feature folders, and the checkpointer); `-v` gives them per module;

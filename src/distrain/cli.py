@@ -1,11 +1,13 @@
 """The `distrain` command: run, and the tools around it.
 
 Subcommands parse their own arguments (``distrain run`` must pass script arguments through
-untouched, so no top-level parser looks at them).
+untouched, so no top-level parser looks at them): the first word only is read here
+(:func:`first_word_is`).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import signal
 import sys
@@ -51,10 +53,10 @@ def _print_help() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to a subcommand; returns (and exits with) its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args or first_word_is(args, "-h", "--help"):
         _print_help()
         return 0 if args else 2
-    if args[0] == "--version":
+    if first_word_is(args, "--version"):
         print(f"distrain {__version__}")
         return 0
     name = args[0]
@@ -67,6 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     if name in STOP_ON_CTRL_C:
         stop_on_ctrl_c()
     return run_subcommand(COMMANDS[name][0], args[1:])
+
+
+def first_word_is(args: list[str], *switch: str) -> bool:
+    """True when the first word of `args` is this switch (``-h``, ``--help``: its spellings) as
+    argparse reads a leading switch: in full, no value attached; the words after it are the
+    subcommand's, never read here."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument(*switch, dest="given", action="store_true")
+    try:
+        given, _ = parser.parse_known_args(args[:1])
+    except argparse.ArgumentError:  # ``--help=1``, ``-hx``: a name no command has
+        return False
+    return bool(given.given)
 
 
 def run_subcommand(module: str, argv: list[str]) -> int:

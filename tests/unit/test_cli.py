@@ -44,3 +44,19 @@ def test_a_subcommand_gets_the_rest_of_argv_and_sets_the_exit_code(
     monkeypatch.setitem(cli.COMMANDS, "fake", ("distrain._unit_fake_command", "a stand-in"))
     assert cli.main(["fake", "--run", "x.py", "--help"]) == 5
     assert seen == [["--run", "x.py", "--help"]]
+
+
+@pytest.mark.parametrize("first", ["-hx", "--help=1", "--hel", "--vers", "--", "-"])
+def test_only_a_whole_switch_is_one(first: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--hel`` is not ``--help`` (no abbreviation), nor ``--help=1``: unknown commands."""
+    assert cli.main([first, "run"]) == 2
+    assert capsys.readouterr().err.startswith(f"distrain: error: unknown command {first!r}")
+
+
+def test_a_switch_after_the_command_is_the_command_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``distrain run --help``: the first word only is read here."""
+    called: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(cli, "run_subcommand", lambda m, rest: called.append((m, rest)) or 0)
+    assert cli.main(["run", "--help", "--version"]) == 0
+    assert called == [("distrain.launch.cli", ["--help", "--version"])]
+    assert cli.first_word_is(["-h", "run"], "-h", "--help")

@@ -26,21 +26,51 @@ def test_a_leading_dash_test_on_any_sequence_is_a_scanner() -> None:
     assert _found("def f(tokens):\n    return '--help' in tokens")
     assert _found("def f(cmd):\n    return cmd[:1] == ['--']")
     assert _found("def f(xs):\n    return [v for v in xs if v.strip().startswith('-')]")
+    # a token taken out of the line first, by index or by pop
+    assert _found("def f(line):\n    i = 0\n    tok = line[i]\n    return tok == '--'")
+    assert _found(
+        "def f(line):\n    while line:\n        t = line.pop(0)\n"
+        "        if t == '-v':\n            pass"
+    )
+    # the words of a command line split at blanks are still a command line
+    assert _found("def f(text):\n    return [w for w in text.split() if w.startswith('-')]")
 
 
 def test_one_string_is_not_a_command_line() -> None:
     """A parameter tested alone, a dash inside a range, an inner function's loop."""
     assert not _found("def f(name):\n    return name.startswith('--')")
     assert not _found("def f(rng):\n    return '-' in rng")
+    assert not _found("def f(ranges):\n    return [r for r in ranges if '-' in r]")
+    # a fixed command compared whole: no option looked for
+    assert not _found("def f(cmd):\n    return cmd[1:4] == ['-m', 'distrain.cli', 'run']")
     assert not _found("def f(a):\n    def g(xs):\n        return '-x' in xs\n    return g")
 
 
-def test_the_tree_s_scanners_include_the_ssh_re_implementation() -> None:
-    """script_tail and its copy in launch/hosts/ssh.py are both found (neither holds `argv`)."""
-    found = {":".join(s.split(":")[:2]) for s in code_metrics.command_line_scanners(
-        REPO / "src" / "distrain")}  # fmt: skip
-    assert "distrain/launch/command_line.py:script_tail" in found
-    assert "distrain/launch/hosts/ssh.py:node_argv" in found
+def test_a_delimited_list_is_not_a_command_line() -> None:
+    """A SLURM hostlist's ranges and CUDA_VISIBLE_DEVICES's numbers: items split at a comma."""
+    hostlist = (
+        "def f(item, inner):\n    for rng in inner.split(','):\n"
+        "        if '-' in rng:\n            lo, hi = rng.split('-', 1)"
+    )
+    assert not _found(hostlist)
+    devices = "def f(visible):\n    return [v for v in visible.split(',') if not v.startswith('-')]"
+    assert not _found(devices)
+    # the same tests on a command line's words are found
+    assert _found(hostlist.replace("inner.split(',')", "argv").replace("'-' in", "'-x' in"))
+    assert _found(devices.replace("visible.split(',')", "argv"))
+
+
+def test_the_tree_s_scanners_are_counted_by_module() -> None:
+    """The one walk of launch/command_line.py is found (its token is `tok = argv[i]`), and the
+    modules that walk no command line (a hostlist, device numbers) are not."""
+    found = {
+        s.split(": ")[0]: s.split(": ")[1].split()
+        for s in code_metrics.command_line_scanners(REPO / "src" / "distrain")
+    }
+    assert any(f.startswith("_split:") for f in found["distrain/launch/command_line.py"])
+    assert "distrain/cluster/slurm.py" not in found
+    # the goal held: every other module reads a command line through a parser or its helpers
+    assert list(found) == ["distrain/launch/command_line.py"]
 
 
 def test_feature_words_count_the_core_only() -> None:

@@ -129,6 +129,29 @@ def script_tail(script_argv: list[str]) -> list[str]:
     return ["--", *script_argv] if script_argv and script_argv[0].startswith("-") else script_argv
 
 
+def any_option(args: Sequence[str]) -> bool:
+    """True when a word of `args` looks like an option to argparse (a leading dash): torchrun's
+    parser then needs a ``--`` before them (it prefix-matches them against its own)."""
+    return any(arg.startswith("-") for arg in args)
+
+
+def option_values(args: Sequence[str], wanted: Callable[[str], bool]) -> list[str]:
+    """The values given to the options whose names `wanted` accepts, anywhere in `args` (a
+    script's own line, whose parser we do not have), each once: ``--name=value``, or ``--name
+    value`` when the value does not look like an option."""
+    found: list[str] = []
+    for i, tok in enumerate(args):
+        name, eq, value = tok.partition("=")
+        if not wanted(name):
+            continue
+        if not eq:
+            after = args[i + 1 : i + 2]
+            value = after[0] if after and not after[0].startswith("-") else ""
+        if value and value not in found:
+            found.append(value)
+    return found
+
+
 def split(
     argv: Sequence[str], parser: argparse.ArgumentParser | None = None, leading: int = 0
 ) -> CommandLine:

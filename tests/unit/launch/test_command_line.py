@@ -221,3 +221,29 @@ def test_a_tool_that_refuses_abbreviations_gets_none() -> None:
         parser.add_argument("--nnodes")
         expected = ["--nnodes", "2"] if allow else ["--nn"]
         assert split(["--nn", "2", "t.py"], parser).launcher_argv == expected
+
+
+# -- the readers of other lines, here rather than walked by their callers --------------------
+
+
+def test_the_script_tail_and_torchruns_separator() -> None:
+    """A script that looks like an option follows ``--``; torchrun's line wants one before
+    script arguments that look like options."""
+    from distrain.launch.command_line import any_option, script_tail
+
+    assert script_tail(["-x.py", "a"]) == ["--", "-x.py", "a"]
+    assert script_tail(["t.py", "--lr"]) == ["t.py", "--lr"]
+    assert script_tail([]) == []
+    assert any_option(["1", "--lr"]) and not any_option(["1", "a"])
+
+
+def test_option_values_of_a_script_line() -> None:
+    """Values in both forms, in order, once; none taken from a word that looks like an option."""
+    from distrain.launch.command_line import option_values
+
+    def wanted(name: str) -> bool:
+        return name in ("--out", "--save")
+
+    args = ["--out=o", "--lr", "1", "--save", "s", "--out", "o", "--save", "--x", "--out"]
+    assert option_values(args, wanted) == ["o", "s"]
+    assert option_values(["--outdir", "d", "pos", "--out="], wanted) == []

@@ -65,10 +65,12 @@ def forked_server(leave_stack: bool = False) -> Iterator[None]:
 
 
 def _server_command(args: list[str]) -> str | None:
-    """The ``-c`` command of a fork-server launch (None for any other program, e.g. the tracker)."""
-    if "-c" not in args[:-1]:
-        return None
-    command = args[args.index("-c") + 1]
+    """The ``-c`` command of a fork-server launch (None for any other program, e.g. the tracker).
+
+    The stdlib ends both of its launches with ``-c COMMAND`` (multiprocessing/forkserver.py,
+    resource_tracker.py), so the command is the last word; which program it starts is in the
+    command's text, not in the interpreter's options before it."""
+    command = args[-1] if len(args) > 2 else ""
     return command if command.startswith(_SERVER_MAIN) else None
 
 

@@ -27,6 +27,7 @@ and its EOF is reliable: sshd closes it whenever the session ends, however it en
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -38,6 +39,7 @@ import sys
 import threading
 import time
 
+from distrain.launch.command_line import POSITIONAL, split
 from distrain.launch.hosts.go import GO_FD, NOT_STARTED
 from distrain.launch.options.torch_version import torch_versions
 
@@ -243,8 +245,9 @@ def _not_started(proc: subprocess.Popen[bytes], go: int) -> int:
 def main(argv: list[str]) -> int:
     """``host_node PROBE_JSON -- distrain run ARGV``: start the node held, probe, pass the go on,
     then watch."""
-    spec = json.loads(argv[0])
-    node_argv = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
+    given = split(argv, argparse.ArgumentParser(add_help=False), leading=1)  # PROBE_JSON, then --
+    spec = json.loads(given.value(POSITIONAL) or "")
+    node_argv = list(given.script_argv)
     # its imports overlap the check and the launcher's verdict; if this process dies before the
     # go, the kernel closes the pipe and the held node ends by itself
     proc, go = _start_node(node_argv)

@@ -11,6 +11,7 @@ environment there), as mpirun's ``-x`` does.
 from __future__ import annotations
 
 import fnmatch
+import getopt
 import json
 import os
 import shlex
@@ -20,6 +21,7 @@ import sys
 import threading
 
 from distrain.errors import UsageError
+from distrain.launch.command_line import script_tail
 from distrain.launch.hosts.go import ADDR_TOKEN, NPROC_TOKEN, PORT_TOKEN
 from distrain.launch.hosts.hostfile import HostSpec
 from distrain.launch.hosts.options import HostsOptions
@@ -68,16 +70,19 @@ def ssh_argv(opts: HostsOptions, host: str, remote: str) -> list[str]:
 _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
 
+#: ssh(1)'s options as its getopt(3) string: a letter with ``:`` takes a value (``-i -F`` is a
+#: key file named -F, not a configuration file)
+SSH_GETOPT = "46AaCfGgKkMNnqsTtVvXxYyB:b:c:D:E:e:F:I:i:J:L:l:m:O:o:P:p:Q:R:S:W:w:"
+
+
 def config_file(ssh_opts: list[str]) -> str:
     """The ssh configuration file ssh reads with these options: the last ``-F FILE``, else
-    ``~/.ssh/config``."""
-    found = "~/.ssh/config"
-    for i, opt in enumerate(ssh_opts):
-        if opt == "-F" and i + 1 < len(ssh_opts):
-            found = ssh_opts[i + 1]
-        elif opt.startswith("-F") and len(opt) > 2:
-            found = opt[2:]
-    return found
+    ``~/.ssh/config`` (also when ssh would refuse the options: it then names no file)."""
+    try:
+        given, _ = getopt.getopt(ssh_opts, SSH_GETOPT)  # ssh reads its line with getopt(3)
+    except getopt.GetoptError:
+        given = []
+    return dict(given).get("-F", "~/.ssh/config")
 
 
 def resolve(opts: HostsOptions) -> list[str]:
@@ -179,8 +184,7 @@ def node_argv(opts: HostsOptions, rank: int, rdzv_id: str) -> list[str]:
     iface = opts.iface.get(host.name) or opts.iface.get("*")
     if iface:
         out += ["--iface", iface]
-    script = opts.script_argv
-    return out + opts.node_argv + (["--"] if script[0].startswith("-") else []) + script
+    return out + opts.node_argv + script_tail(opts.script_argv)
 
 
 def probe_spec(opts: HostsOptions, rank: int, addrs: list[str] | None) -> dict[str, object]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 
+from distrain.launch.command_line import any_option
 from distrain.launch.launch_plan import LaunchPlan
 from distrain.launch.seam import Feature
 
@@ -64,7 +65,7 @@ def torchrun_command(launch: LaunchPlan) -> list[str]:
     cmd.append(a.training_script)
     # torchrun itself needs "--" to stop prefix-matching script options
     script_args = list(a.training_script_args)
-    if any(s.startswith("-") for s in script_args):
+    if any_option(script_args):
         cmd.append("--")
     return cmd + script_args
 

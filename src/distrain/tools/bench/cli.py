@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from distrain.cli import first_word_is
+
 #: benchmark name → module exposing main(argv: list[str]) -> int
 BENCHMARKS: dict[str, str] = {
     "comm": "distrain.tools.bench.comm",
@@ -16,7 +18,7 @@ USAGE = "usage: distrain bench {" + ",".join(BENCHMARKS) + "} [options]"
 
 def main(argv: list[str]) -> int:
     """Run the named benchmark with the remaining arguments."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or first_word_is(argv, "-h", "--help"):
         print(USAGE)
         for name, module in BENCHMARKS.items():
             doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()

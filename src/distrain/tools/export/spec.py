@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from distrain.errors import UsageError
+from distrain.launch.command_line import option_values
 
 #: an official PyTorch runtime image (CUDA + cuDNN, Python and torch in /opt/conda)
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime"
@@ -61,17 +62,7 @@ class JobSpec:
     def written_dirs(self) -> list[str]:
         """The directories the script is told to write to (``--checkpoint-dir D``, ``--out=D``):
         a container loses them unless they are mounted from the host."""
-        found: list[str] = []
-        for i, tok in enumerate(self.script_args):
-            name, eq, value = tok.partition("=")
-            if not _DIR_OPTION.match(name):
-                continue
-            if not eq:
-                after = self.script_args[i + 1 : i + 2]
-                value = after[0] if after and not after[0].startswith("-") else ""
-            if value and value not in found:
-                found.append(value)
-        return found
+        return option_values(self.script_args, lambda name: bool(_DIR_OPTION.match(name)))
 
     def mounts(self) -> list[tuple[str, str]]:
         """(host path, container path) for runs/ and every directory the script writes outside

@@ -71,3 +71,14 @@ def test_fresh_reason(tmp_path: Path) -> None:
     assert reason is not None and reason.endswith(
         "is not Python source distrain can fork (SyntaxError)"
     )
+
+
+def test_the_fork_server_is_told_from_the_tracker_by_its_command() -> None:
+    """The stdlib ends both launches with ``-c COMMAND``, whatever interpreter options precede."""
+    from distrain.launch.fast_start.server_fork import _SERVER_MAIN, _server_command
+
+    server = f"{_SERVER_MAIN}; main(3, 4, ['__main__'], **{{}})"
+    assert _server_command(["py", "-X", "importtime", "-W", "ignore", "-c", server]) == server
+    tracker = "from multiprocessing.resource_tracker import main;main(5)"
+    assert _server_command(["py", "-c", tracker]) is None
+    assert _server_command(["py"]) is None

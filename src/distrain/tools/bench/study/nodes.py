@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from distrain.errors import UsageError
+from distrain.launch.command_line import split
 from distrain.launch.hosts.hostfile import parse_hosts
 from distrain.tools.bench.study.runner import RunSpec
 
@@ -205,8 +206,9 @@ def launch(argv: list[str]) -> int:
     p.add_argument("--master-addr", required=True)
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("command", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    line = split(argv, p)  # this parser's options, then the command (after ``--``, dropped)
+    args = p.parse_args(line.launcher_argv)
+    command = list(line.script_argv)
     procs = [
         subprocess.Popen(_node_argv(args, i, command), start_new_session=True)
         for i in range(args.nnodes)

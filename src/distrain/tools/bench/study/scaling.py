@@ -204,6 +204,17 @@ def resolve_script(
     return script, extra, label
 
 
+def _gives_image_size(script_args: list[str]) -> bool:
+    """The script's arguments give ``--image-size`` (``--image-size N``, ``--image-size=N``)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--image-size")
+    try:
+        given, _ = parser.parse_known_args(script_args)
+    except argparse.ArgumentError:  # given without its value: the script says so itself
+        return True
+    return given.image_size is not None
+
+
 def size_workload(
     args: argparse.Namespace, extra: list[str], label: str
 ) -> tuple[list[str], str, dict[str, Any] | None]:
@@ -216,9 +227,7 @@ def size_workload(
         return extra, label, None
     if args.step_target < 0:
         raise UsageError(f"--step-target must be 0 or more seconds (got {args.step_target})")
-    if args.step_target == 0 or any(
-        a == "--image-size" or a.startswith("--image-size=") for a in extra
-    ):
+    if args.step_target == 0 or _gives_image_size(extra):
         return extra, label, None
     batch = args.batch_size or 32
     sizing = probe.size_cnn(args.step_target, batch, args.threads)

@@ -87,3 +87,21 @@ def test_results_json_commands_carry_no_machine_paths(
         "/data/elsewhere",
     ]
     assert out["rounds"][0]["command"] == out["configs"][0]["command"] and out["workload"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("extra", "given"),
+    [
+        (["--image-size", "64"], True),
+        (["--batch-size", "8", "--image-size=32"], True),
+        (["--image-size"], True),  # its value missing: the script refuses it, no probe
+        (["--image-sizes", "3", "--image", "4"], False),  # neither is it, abbreviated or longer
+        ([], False),
+    ],
+)
+def test_the_probe_is_skipped_when_the_script_is_given_an_image_size(
+    extra: list[str], given: bool
+) -> None:
+    from distrain.tools.bench.study.scaling import _gives_image_size
+
+    assert _gives_image_size(extra) is given
