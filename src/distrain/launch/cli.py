@@ -35,7 +35,13 @@ from distrain.launch.mpi import run_with_launcher
 from distrain.launch.nodes import rendezvous, stop_watch, store_hold
 from distrain.launch.options import usage
 from distrain.launch.plan import make_plan
-from distrain.launch.report import console, job_summary, local_rank_hint, watch_notice
+from distrain.launch.report import (
+    console,
+    job_summary,
+    local_rank_hint,
+    start_lines,
+    watch_notice,
+)
 from distrain.launch.seam import Features
 
 
@@ -99,11 +105,8 @@ def _run(argv: Sequence[str], features: Features) -> int:
     code = features.take_over(launch)
     if code is not None:
         return code
-    launch.say_network()
+    start_lines.say(launch)
     env = dict(launch.env)  # the plan's, and the job's folder its processes report to
-    # one write: the launchers of a job on one machine say their lines at once
-    sys.stderr.write("".join(line + "\n" for line in launch.start_lines))
-    sys.stderr.flush()
     folder = job_summary.start(env)  # the job's event stream (distrain/events/)
     notice = watch_notice.start(launch, folder)  # --watchdog on a script without init()
     os.environ.update(env)

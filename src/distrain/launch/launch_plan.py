@@ -7,12 +7,11 @@ torch's agent gets an ``argparse.Namespace`` built from the plan in one place
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distrain.launch.command_line import PROG, CommandLine
+from distrain.launch.command_line import CommandLine
 from distrain.launch.nodes.agent_store import StoreSpec
 from distrain.launch.nodes.network import NetworkChoice
 from distrain.launch.nodes.rendezvous import Rendezvous
@@ -63,15 +62,3 @@ class LaunchPlan:
     agent_store: StoreSpec | None = None
     #: what the features say when the job starts (launch/seam.py Draft.lines)
     start_lines: tuple[str, ...] = ()
-
-    def say_network(self) -> None:
-        """Print the network this node uses (a multi-node job), with its warnings, on stderr."""
-        choice = self.network
-        if choice is None:
-            return
-        a = self.args
-        static = a.rdzv_backend == "static" and not a.rdzv_endpoint
-        node = f"node {a.node_rank}/{a.nnodes}" if static else f"elastic node ({a.nnodes} nodes)"
-        for warning in choice.warnings:
-            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
-        print(choice.summary(node), file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ import shlex
 
 from distrain.launch.command_line import any_option
 from distrain.launch.launch_plan import LaunchPlan
+from distrain.launch.report.start_lines import say_network
 from distrain.launch.seam import Feature
 
 
@@ -20,7 +21,7 @@ class DryRun(Feature):
 
     def take_over(self, launch: LaunchPlan) -> int | None:
         """The network line, then the command: the job ends here, successfully."""
-        launch.say_network()
+        say_network(launch)
         if launch.args.launcher != "torchrun":
             from distrain.launch.mpi import command_for
 
