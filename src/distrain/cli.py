@@ -114,11 +114,11 @@ def end_now(code: int) -> NoReturn:
     """Exit with `code` once the exit handlers ran and the output is flushed, skipping the
     interpreter's teardown.
 
-    A launcher that ran torch's agent holds ~200 000 objects: the interpreter's last collection
-    and its module teardown (torch's operator registrations undone one by one) took 1.6-2.7 s on
-    2 cores at load 8-11 and up to 7.8 s at load 15 after the end lines were out, and a node that
-    lost its peer is rerun only once its command has ended (benchmarks/chaos/RESULTS.md, "The
-    launcher's exit"). The exit handlers still run (multiprocessing's children and temp folder,
+    A launcher that ran torch's agent holds ~200 000 objects: after a job's end lines the
+    interpreter's last collection and module teardown (torch's operator registrations undone one
+    by one) took a median 2.9 s on 2 cores at load 11-17, and whatever runs next (the user's
+    rerun, a script's next command) waited for it (benchmarks/chaos/RESULTS.md, "The launcher's
+    exit"). The exit handlers still run (multiprocessing's children and temp folder,
     logging's flush, weakref finalizers); with a non-daemon thread still running, which Python
     would wait for, the ordinary exit is taken.
     """

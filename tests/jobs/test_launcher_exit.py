@@ -1,11 +1,11 @@
 """How `distrain run` itself ends: its exit handlers run, the interpreter's teardown does not.
 
 A launcher that ran torch's agent holds ~200 000 objects; the interpreter's last collection and
-module teardown took 1.6-7.8 s on 2 loaded cores after the end lines were out, and a node that
-lost its peer is rerun only once its command ended (benchmarks/chaos/RESULTS.md, "The
-launcher's exit").  `distrain.cli.end_now` runs the exit handlers, flushes and leaves.  A
-``sitecustomize`` put on the launcher's path marks what ran: an atexit handler, and an object
-whose ``__del__`` only the teardown of its module calls.
+module teardown took a median 2.9 s on 2 loaded cores after the end lines were out, and whatever
+runs next waited for it (benchmarks/chaos/RESULTS.md, "The launcher's exit").
+`distrain.cli.end_now` runs the exit handlers, flushes and leaves.  A ``sitecustomize`` put on
+the launcher's path marks what ran: an atexit handler, and an object whose ``__del__`` only the
+teardown of its module calls.
 """
 
 from __future__ import annotations
