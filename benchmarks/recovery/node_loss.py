@@ -8,6 +8,7 @@ workers, fork server) is SIGKILLed at once; the time is from the kill to the sur
 optimizer step of its restart (world size 1, resumed from the checkpoint).  Rounds alternate
 distrain's rendezvous defaults (launch/nodes/rendezvous.py) with torch's own (keep_alive_interval=5,
 keep_alive_max_attempt=3, last_call_timeout=30, given explicitly), so machine load hits both alike.
+``--memory-every K`` gives the worker the memory tier too (a snapshot every K steps).
 
     sudo python3 benchmarks/recovery/node_loss.py --rounds 3
 """
@@ -47,7 +48,7 @@ def _rows(marker: Path) -> list[tuple[str, int, int, float]]:
     return rows
 
 
-def one(variant: str, round_no: int, timeout: float) -> float:
+def one(variant: str, round_no: int, timeout: float, memory_every: int = 0) -> float:
     """Seconds from the SIGKILL of node 1 to node 0's first step after its restart."""
     tag = f"nl{os.getpid() % 10000}r{round_no}"
     procs: list[subprocess.Popen[bytes]] = []
@@ -59,12 +60,13 @@ def one(variant: str, round_no: int, timeout: float) -> float:
             flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                      f"{addrs[0]}:29400", "--rdzv-id", tag,
                      "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
+            worker_args = ["--dir", f"{tmp}/ckpt", "--memory-every", str(memory_every)]
             for i, name in enumerate(names):
                 job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))
                 log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
                 procs.append(
                     subprocess.Popen(
-                        ["ip", "netns", "exec", name, *RUN, *flags, WORKER, "--dir", f"{tmp}/ckpt"],
+                        ["ip", "netns", "exec", name, *RUN, *flags, WORKER, *worker_args],
                         env=job_env,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -114,13 +116,14 @@ def main() -> None:
         "--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS)
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="per round")
+    parser.add_argument("--memory-every", type=int, default=0, help="memory-tier snapshots every K")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     results: dict[str, list[float]] = {v: [] for v in variants}
     print(f"load before: {loadavg()}", flush=True)
     for r in range(args.rounds):
         for v in variants:
-            seconds = one(v, r * len(variants) + variants.index(v), args.timeout)
+            seconds = one(v, r * len(variants) + variants.index(v), args.timeout, args.memory_every)
             results[v].append(seconds)
             print(f"round {r + 1} {v:15s} {seconds:6.2f} s", flush=True)
     print(f"load after: {loadavg()}")

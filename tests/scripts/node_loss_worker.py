@@ -22,6 +22,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--dir", required=True, help="checkpoint directory")
 p.add_argument("--steps", type=int, default=100000)
 p.add_argument("--sleep", type=float, default=0.05, help="seconds per step")
+p.add_argument("--memory-every", type=int, default=0, help="memory-tier snapshots every K steps")
 args = p.parse_args()
 
 ctx = distrain.init(verbose=False)
@@ -31,7 +32,7 @@ torch.manual_seed(0)
 model = ctx.prepare_model(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
 loader = ctx.prepare_loader(TensorDataset(x, y), batch_size=64 // ctx.world_size, seed=3)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-ckpt = ctx.checkpointer(args.dir, every_steps=5)
+ckpt = ctx.checkpointer(args.dir, every_steps=5, memory_every_steps=args.memory_every)
 step = start = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 while step < args.steps:
     for xb, yb in loader:
