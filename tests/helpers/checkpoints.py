@@ -64,24 +64,32 @@ def shared_baseline(
     return out
 
 
-def assert_equals_uninterrupted(
-    final: Path, tmp_path_factory: pytest.TempPathFactory, step: int
-) -> None:
-    """The same ckpt_worker job run uninterrupted on 2 ranks of this machine (one thread each),
-    once per test run for every test that compares with it; `final` holds its model bit for bit
-    at `step`."""
+def one_thread_baseline(tmp_path_factory: pytest.TempPathFactory, nproc: int) -> Path:
+    """`distrain run -n NPROC ckpt_worker.py --out F` uninterrupted, one thread a rank (what as
+    many one-rank nodes compute), made once per test run for every test that compares with it."""
 
     def make(folder: Path) -> str:
         base = folder / "base.pt"
         one_thread = {"DISTRAIN_NUM_THREADS": "1"}
         ok(
             processes.distrain_run(
-                "-n", "2", WORKER, "--out", str(base), timeout=300, env=one_thread
+                "-n", str(nproc), WORKER, "--out", str(base), timeout=300, env=one_thread
             )
         )
         return str(base)
 
-    base = session.once(tmp_path_factory, "uninterrupted-one-thread", make)
+    # the 2-rank name predates the others: runs of this name hold the same job
+    name = "uninterrupted-one-thread" + ("" if nproc == 2 else f"-{nproc}")
+    return Path(session.once(tmp_path_factory, name, make))
+
+
+def assert_equals_uninterrupted(
+    final: Path, tmp_path_factory: pytest.TempPathFactory, step: int
+) -> None:
+    """The same ckpt_worker job run uninterrupted on 2 ranks of this machine (one thread each),
+    once per test run for every test that compares with it; `final` holds its model bit for bit
+    at `step`."""
+    base = one_thread_baseline(tmp_path_factory, 2)
     a, b = torch.load(base, weights_only=True), torch.load(final, weights_only=True)
     assert a["step"] == b["step"] == step
     for key in a["model"]:

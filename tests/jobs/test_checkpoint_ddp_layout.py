@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import distrain_run as run_job
-from helpers.checkpoints import WORKER, assert_bitwise, distrain_run, ok
+from helpers.checkpoints import WORKER, assert_bitwise, distrain_run, ok, shared_baseline
 
 #: one epoch of 8 steps (96 samples, 12 a step, 3 a rank), no dropout: only the reduction differs
 JOB = ["--epochs", "1", "--dropout", "0", "--every", "100"]
@@ -19,9 +19,8 @@ JOB = ["--epochs", "1", "--dropout", "0", "--every", "100"]
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ddp-layout") / "base.pt"
-    ok(distrain_run(4, "--out", str(out), *JOB))
-    return out
+    """The uninterrupted 4-rank job, once per test run (a module fixture: once per xdist worker)."""
+    return shared_baseline(tmp_path_factory, "ddp-layout-4", *JOB, nproc=4)
 
 
 def test_four_rank_resume_from_disk_is_bitwise_equal(baseline: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, kill_group, python, run
+from helpers import REPO, kill_group, python, run, session
 from helpers.checkpoints import (
     JOB_TIMEOUT,
     WORKER,
@@ -24,17 +24,19 @@ from helpers.checkpoints import (
 # -- the checkpoint files themselves (single process, in-process where possible) ---------------
 @pytest.fixture(scope="module")
 def three_checkpoints_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A single-process run keeping step 8, 12 and 16 (saves every 4 steps, keep 3)."""
-    tmp = tmp_path_factory.mktemp("three")
-    d = tmp / "ckpt"
-    ok(run([python(), WORKER, "--dir", str(d), "--out", str(tmp / "a.pt")], timeout=JOB_TIMEOUT))
-    assert sorted(p.name for p in d.glob("step_*")) == [
-        "step_00000008",
-        "step_00000012",
-        "step_00000016",
-    ]
-    assert (d / "latest").read_text().strip() == "step_00000016"
-    return d
+    """A single-process run keeping step 8, 12 and 16 (saves every 4 steps, keep 3), made once
+    per test run (a module fixture is made once per xdist worker); tests corrupt copies only."""
+
+    def make(tmp: Path) -> str:
+        d = tmp / "ckpt"
+        shutil.rmtree(d, ignore_errors=True)  # a failed try left it
+        ok(run([python(), WORKER, "--dir", str(d), "--out", f"{tmp}/a.pt"], timeout=JOB_TIMEOUT))
+        steps = sorted(p.name for p in d.glob("step_*"))
+        assert steps == [f"step_{s:08d}" for s in (8, 12, 16)], steps
+        assert (d / "latest").read_text().strip() == "step_00000016"
+        return str(d)
+
+    return Path(session.once(tmp_path_factory, "three-checkpoints", make))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, python, run
+from helpers import REPO, python, run, session
 
 from distrain.net import port_in_use
 
@@ -39,16 +39,22 @@ def assert_close(a: list, b: list) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One plain process, global batch 12: the result every launcher must reproduce."""
-    out = tmp_path_factory.mktemp("ref")
-    res = run(
-        [python(), JOB, "--out", str(out), "--batch-size", str(GLOBAL_BATCH)],
-        timeout=120,
-        check=True,
-    )
-    (result,) = read_ranks(out, 1)
-    assert result["launcher"] == "single" and result["backend"] is None, res.stdout
-    return result
+    """One plain process, global batch 12: the result every launcher must reproduce; made once
+    per test run (a module fixture is made once per xdist worker)."""
+
+    def make(out: Path) -> str:
+        for stale in out.glob("rank*.json"):  # a failed try left it
+            stale.unlink()
+        res = run(
+            [python(), JOB, "--out", str(out), "--batch-size", str(GLOBAL_BATCH)],
+            timeout=120,
+            check=True,
+        )
+        (result,) = read_ranks(out, 1)
+        assert result["launcher"] == "single" and result["backend"] is None, res.stdout
+        return json.dumps(result)
+
+    return dict(json.loads(session.once(tmp_path_factory, "launchers-reference", make)))
 
 
 def check_job(out: Path, world: int, launcher: str, reference: dict) -> list[dict]:

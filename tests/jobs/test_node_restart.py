@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import kill_group, run
-from helpers.checkpoints import DISTRAIN, WORKER, assert_bitwise, ok
+from helpers import kill_group
+from helpers.checkpoints import DISTRAIN, WORKER, assert_bitwise, one_thread_baseline
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,19 +42,10 @@ def _port() -> int:
 
 @pytest.fixture(scope="module")
 def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """Uninterrupted runs of 2 and 3 ranks (one node, one thread per rank)."""
-    root = tmp_path_factory.mktemp("baselines")
-    out = {}
-    for world in (2, 3):
-        out[world] = root / f"world{world}.pt"
-        ok(
-            run(
-                [*DISTRAIN, "-n", str(world), WORKER, "--out", str(out[world])],
-                timeout=120,
-                env=ONE_THREAD,
-            )
-        )
-    return out
+    """Uninterrupted runs of 2 and 3 ranks (one node, one thread per rank), made once per test
+    run (a module fixture is made once per xdist worker); the 2-rank one is also the two-node
+    checkpoint tests' (helpers.checkpoints.assert_equals_uninterrupted)."""
+    return {world: one_thread_baseline(tmp_path_factory, world) for world in (2, 3)}
 
 
 def _nodes(

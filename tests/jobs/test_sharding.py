@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, distrain_run, python, run
+from helpers import REPO, distrain_run, python, run, session
 
 JOB = str(REPO / "tests" / "scripts" / "fsdp_job.py")
 TWO_RANK_RUNS = ("ddp-meta", "fsdp-meta", "fsdp-accum", "fsdp-seeded", "fsdp-ac", "hsdp-one-node")
@@ -32,11 +32,15 @@ def results(out: Path, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One plain process (the reference) and one 2-rank job running every 2-rank configuration."""
-    out = tmp_path_factory.mktemp("sharding")
-    launch(out, 1, "plain")
-    launch(out, 2, *TWO_RANK_RUNS)
-    return out
+    """One plain process (the reference) and one 2-rank job running every 2-rank configuration,
+    made once per test run (a module fixture is made once per xdist worker)."""
+
+    def make(out: Path) -> str:
+        launch(out, 1, "plain")
+        launch(out, 2, *TWO_RANK_RUNS)
+        return str(out)
+
+    return Path(session.once(tmp_path_factory, "sharding-jobs", make))
 
 
 def assert_states_close(got: dict, want: dict, atol: float) -> None:

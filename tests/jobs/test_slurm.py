@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLES, REPO, digits_accuracy, python, run
+from helpers import EXAMPLES, REPO, digits_accuracy, python, run, session
 from helpers.netns_hosts import make_hosts
 from helpers.slurm_cluster import (
     SlurmCluster,
@@ -122,18 +122,26 @@ def _params(out: Path) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(
-    slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, str, str]:
-    """The exported digits job run to completion under sbatch: (out dir, job id, its output)."""
-    work = tmp_path_factory.mktemp("slurm-digits")
-    script = _export_digits(work, work / "out", work / "ckpt")
-    job_id = slurm.sbatch(script, cwd=work)
-    info = slurm.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=400)
-    text = _output(work, job_id)
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (
-        f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
-    )
-    return work / "out", job_id, text
+    """The exported digits job run to completion under sbatch: (out dir, job id, its output);
+    once per test run, on the cluster of the worker that asks first (a module fixture is made
+    once per xdist worker, and a worker needs no cluster of its own just to read it)."""
+
+    def make(work: Path) -> str:
+        slurm: SlurmCluster = request.getfixturevalue("slurm")
+        shutil.rmtree(work / "ckpt", ignore_errors=True)  # a failed try left it
+        script = _export_digits(work, work / "out", work / "ckpt")
+        job_id = slurm.sbatch(script, cwd=work)
+        info = slurm.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 400)
+        text = _output(work, job_id)
+        assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (
+            f"{info.get('JobState')} {info.get('ExitCode')}\n{text[-4000:]}"
+        )
+        return json.dumps([str(work / "out"), job_id, text])
+
+    out, job_id, text = json.loads(session.once(tmp_path_factory, "slurm-digits", make))
+    return Path(out), job_id, text
 
 
 def test_srun_tasks_detect_slurm_from_slurmd_environment(

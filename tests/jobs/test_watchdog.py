@@ -198,6 +198,9 @@ def test_the_verdict_counts_steps_from_the_resumed_checkpoint(tmp_path: Path) ->
     ckpt = ["--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "final.pt")]
     first = run([*job, *ckpt, "--stop-at", "5"], timeout=150)
     assert first.returncode == 0 and "finished at step 5" in first.stdout, first.stderr[-3000:]
+    # a script calling distrain.init() is watched silently: no "watches nothing" line
+    # (test_watchdog_notice.py has the plain script that gets it)
+    assert "--watchdog watches scripts that call" not in first.stderr, first.stderr[-3000:]
     res = run([*job, *ckpt, "--hang-at", "7", "--fault-rank", "1"], timeout=200)
     assert res.returncode == 124, (res.returncode, res.stderr[-3000:])
     summary = [
