@@ -67,8 +67,7 @@ def test_the_watchdog_exit_is_named() -> None:
 
 
 def test_a_usage_error_of_the_launcher_is_said_in_one_place() -> None:
-    """`distrain run` says a usage error in launch/cli.py main alone: the features raise it
-    (hosts/options.py's one converts a malformed --nnodes into the fan-out's own words)."""
+    """`distrain run` says a usage error in launch/cli.py main alone: the features raise it."""
     launch = Path(__file__).resolve().parents[3] / "src" / "distrain" / "launch"
     sites = sorted(
         f"{path.relative_to(launch).as_posix()}:{n}"
@@ -76,4 +75,4 @@ def test_a_usage_error_of_the_launcher_is_said_in_one_place() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if line.strip().startswith("except UsageError")
     )
-    assert [s.split(":")[0] for s in sites] == ["cli.py", "hosts/options.py"], sites
+    assert [s.split(":")[0] for s in sites] == ["cli.py"], sites

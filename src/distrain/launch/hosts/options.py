@@ -16,7 +16,7 @@ from distrain.launch.command_line import CommandLine
 from distrain.launch.hosts import env_file
 from distrain.launch.hosts.hostfile import HostSpec, parse_hostfile, parse_hosts, select
 from distrain.launch.options.run_options import HOST_DESTS, HOST_LIST
-from distrain.launch.options.validate import node_range
+from distrain.launch.options.validate import node_range_or_none
 
 #: the options (dests) that name the hosts: they make a `distrain run` a fan-out
 #: set by the fan-out for every host: giving them by hand contradicts --hosts
@@ -99,12 +99,9 @@ class HostsOptions:
 
 
 def _nnodes(value: str, count: int) -> int | None:
-    try:
-        low, high = node_range(value)
-    except UsageError:
-        low, high = 0, 0
-    if high == count:
-        return low if ":" in value else None
+    fits = node_range_or_none(value)
+    if fits is not None and fits[1] == count:
+        return fits[0] if ":" in value else None
     raise UsageError(
         f"--nnodes {value} does not fit {count} host(s): give {count}, or MIN:{count} "
         "for an elastic job"

@@ -19,22 +19,35 @@ def _int(value: object, flag: str) -> int:
         raise UsageError(f"{flag} expects an integer (got {value!r})") from None
 
 
-def node_range(nnodes: object) -> tuple[int, int]:
-    """(min, max) of ``--nnodes N`` or ``--nnodes MIN:MAX``; UsageError unless 1 <= MIN <= MAX.
-
-    Read by torch's own ``parse_min_max_nnodes`` (what torchrun's agent reads it with): the one
-    reading of ``--nnodes`` in the launcher.
-    """
+def _min_max(text: str) -> tuple[int, int] | None:
+    """torch's own reading of ``--nnodes`` (``parse_min_max_nnodes``, what torchrun's agent reads
+    it with), or None where it raises: the one reading of ``--nnodes`` in the launcher."""
     from torch.distributed.run import parse_min_max_nnodes
 
-    text = str(nnodes)
     try:
         low, high = parse_min_max_nnodes(text)
     except (ValueError, RuntimeError):  # torch: int() of a part, or more than two parts
-        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})") from None
+        return None
+    return low, high
+
+
+def node_range(nnodes: object) -> tuple[int, int]:
+    """(min, max) of ``--nnodes N`` or ``--nnodes MIN:MAX``; UsageError unless 1 <= MIN <= MAX."""
+    text = str(nnodes)
+    read = _min_max(text)
+    if read is None:
+        raise UsageError(f"--nnodes expects N or MIN:MAX (got {text!r})")
+    low, high = read
     if low < 1 or high < low:
         raise UsageError(f"--nnodes {text}: needs 1 <= MIN <= MAX nodes")
     return low, high
+
+
+def node_range_or_none(nnodes: object) -> tuple[int, int] | None:
+    """(min, max) of a well-formed ``--nnodes`` (1 <= MIN <= MAX), else None (for a caller that
+    says what is wrong in its own words: the fan-out to hosts)."""
+    read = _min_max(str(nnodes))
+    return read if read is not None and 1 <= read[0] <= read[1] else None
 
 
 def check_launch_numbers(args: argparse.Namespace) -> int:

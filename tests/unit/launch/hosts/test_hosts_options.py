@@ -117,6 +117,8 @@ def test_parse_splits_own_node_and_script_options(tmp_path: Path) -> None:
         ),
         (["--hosts", "a,b", "--nnodes", "1:3", "t.py"], "--nnodes 1:3 does not fit 2 host(s)"),
         (["--hosts", "a,b", "--nnodes", "3:2", "t.py"], "--nnodes 3:2 does not fit"),
+        (["--hosts", "a,b", "--nnodes", "two", "t.py"], "--nnodes two does not fit 2 host(s)"),
+        (["--hosts", "a,b", "--nnodes", "0:2", "t.py"], "--nnodes 0:2 does not fit 2 host(s)"),
         (["--hosts", "a,a", "t.py"], "--hosts a,a: host a is listed twice"),
         (["--hosts", "a,b", "--hostfile", "f", "t.py"], "give the hosts once"),
         (["--hosts", "a,b", "--iface", "c=eth0", "t.py"], "--iface: unknown host c"),
