@@ -90,9 +90,12 @@ def replica_kill(steps: list[Step], at: float, group: int, pid: int) -> tuple | 
     return lost, survivor[0][0] - at, back[0] - at if back else None
 
 
-def one_run(name: str, minutes: float, period: float | None, work: Path, round_: int = 0) -> dict:
+def one_run(
+    name: str, minutes: float, period: float | None, work: Path, round_: int = 0, hidden: int = 512
+) -> dict:
     """Run variant `name` for `minutes` of training, killing a worker every `period` s."""
     launcher, extra = VARIANTS[name]
+    extra = [*extra, "--hidden", str(hidden)]
     tag = f"{name}-{'kill' if period else 'free'}-{round_}"
     log, ckpt = work / f"{tag}.log", work / f"{tag}-ckpt"
     cmd = [*launcher, WORKER, "--steplog", str(log), "--ckpt", str(ckpt), *extra]
@@ -132,6 +135,9 @@ def one_run(name: str, minutes: float, period: float | None, work: Path, round_:
     finally:
         kill_tree(proc)
         out.close()
+    said = [ln.strip() for ln in open(work / f"{tag}.out") if "memory snapshots every" in ln]
+    if said:  # the tier's choice of K (auto), as the job said it
+        print(f"{tag}: {said[0]}", flush=True)
     steps, resumes = read_log(log)
     steps = [s for s in steps if s[0] <= deadline]
     useful = max((s for _, s, _, _ in steps), default=0)
@@ -176,6 +182,7 @@ def main() -> None:
         "--variants", default="memory,disk,torchrun,replicas", help=f"of {', '.join(VARIANTS)}"
     )
     p.add_argument("--rounds", type=int, default=1, help="runs per variant and kind (median)")
+    p.add_argument("--hidden", type=int, default=512, help="the MLP's width (sets the step time)")
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)
@@ -190,7 +197,9 @@ def main() -> None:
             for i, n in enumerate(names):
                 for kill in (False, True) if (i + r) % 2 == 0 else (True, False):
                     period = args.period if kill else None
-                    runs.setdefault((n, kill), []).append(one_run(n, args.minutes, period, work, r))
+                    runs.setdefault((n, kill), []).append(
+                        one_run(n, args.minutes, period, work, r, args.hidden)
+                    )
     finally:
         shutil.rmtree(shm, ignore_errors=True)
     free = {n: merged(runs[n, False]) for n in names}
