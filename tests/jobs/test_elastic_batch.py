@@ -11,7 +11,9 @@ the global batch through accumulation instead.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -148,3 +150,62 @@ def test_a_third_node_grows_the_world_from_2_to_3(tmp_path: Path) -> None:
             r"changed 2 → 3\)",
             text,
         ), text[-4000:]
+
+
+def _steps_seen(log: Path, world: int, steps: int, procs: list[subprocess.Popen[str]]) -> None:
+    """Wait until the last start, on `world` ranks, trained `steps` steps."""
+    deadline = time.monotonic() + 200
+    while not (
+        log.exists()
+        and (seen := committed(log))[1]
+        and seen[1][-1]["world"] == world
+        and seen[0]
+        and seen[0][-1]["step"] >= seen[1][-1]["resumed"] + steps
+    ):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail("the job never got there")
+        time.sleep(0.1)
+
+
+def test_a_node_lost_with_its_memory_resumes_the_smaller_world_from_memory(
+    hosts2: Hosts, tmp_path: Path
+) -> None:
+    """The memory tier across world sizes: snapshots every step, no disk checkpoint in reach;
+    node 1 dies and its tmpfs with it.  The survivor resumes on 1 rank from a snapshot taken on
+    2 (its own, or the copy of node 1's rank 0 it keeps), losing at most one step, with the state
+    it had at that step bit for bit (model and momentum) and every sample trained once."""
+    roots = [Path("/dev/shm") / f"dtest-reworld-{tmp_path.name}-node{i}" for i in (0, 1)]
+    try:
+        args = ["--every", "1000", "--memory-every", "1", "--momentum", "0.9"]
+        argv = _argv(hosts2, "memshrink", tmp_path, args)
+        logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+        procs = [
+            hosts2.start(i, argv, logs[i], env={"DISTRAIN_MEMORY_DIR": str(roots[i])})
+            for i in range(2)
+        ]
+        samples = tmp_path / "samples.jsonl"
+        _steps_seen(samples, 2, 6, procs)
+        assert hosts2.kill_node(1)
+        shutil.rmtree(roots[1], ignore_errors=True)  # the machine is gone, its memory too
+        codes = hosts2.wait([procs[0]], 300, logs)
+        text = logs[0].read_text()
+        assert codes == [0], text[-4000:]
+        check_epochs(samples, SAMPLES, EPOCHS)
+        entries = [json.loads(line) for line in samples.read_text().splitlines()]
+        header = max(i for i, e in enumerate(entries) if "resumed" in e)
+        resumed, before = entries[header], entries[:header]
+        assert resumed["world"] == 1 and resumed["resumed"] > 0, resumed
+        trained = [e for e in before if "step" in e]
+        assert trained[-1]["step"] - resumed["resumed"] <= 1, (trained[-1], resumed)
+        at = [e["state"] for e in trained if e["step"] == resumed["resumed"]]
+        assert at and at[-1] == resumed["state"], (at, resumed)
+        assert re.search(
+            rf"distrain: resumed from memory, old rank \d's snapshot of step {resumed['resumed']} "
+            r"\(saved on 2 ranks\)",
+            text,
+        ), text[-4000:]
+        left = sorted(str(p.relative_to(roots[0])) for p in roots[0].rglob("*"))
+        assert left == [], left  # the old world's snapshots too: nothing after a good end
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)

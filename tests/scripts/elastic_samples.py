@@ -8,6 +8,7 @@ with the step it resumed from: tests/helpers/samples.py rebuilds from it what th
 """
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -29,6 +30,8 @@ p.add_argument("--samples", type=int, default=240)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--every", type=int, default=2)
 p.add_argument("--step-sleep", type=float, default=0.2)
+p.add_argument("--memory-every", type=int, default=0, help="memory snapshots every K steps")
+p.add_argument("--momentum", type=float, default=0.0)
 args = p.parse_args()
 
 
@@ -39,6 +42,15 @@ def record(line: dict) -> None:
         os.write(fd, (json.dumps(line) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def state_digest() -> str:
+    """sha256 of the parameters and the optimizer's momentum: what a resume must give back."""
+    h = hashlib.sha256()
+    for t in [*model.parameters(), *(v for s in opt.state.values() for v in s.values())]:
+        if isinstance(t, torch.Tensor):
+            h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 os.makedirs(os.path.dirname(os.path.abspath(args.samples_log)), exist_ok=True)
@@ -52,12 +64,12 @@ data = TensorDataset(x, y, torch.arange(args.samples))
 loader = ctx.prepare_loader(
     data, batch_size=args.batch_size, seed=3, global_batch=args.global_batch
 )
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-ckpt = ctx.checkpointer(args.dir, every_steps=args.every)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=args.momentum)
+ckpt = ctx.checkpointer(args.dir, every_steps=args.every, memory_every_steps=args.memory_every)
 step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 gbs = loader.global_sampler.global_batch_size
 if ctx.is_main:
-    record({"resumed": step, "world": ctx.world_size, "global_batch": gbs})
+    record({"resumed": step, "world": ctx.world_size, "global_batch": gbs, "state": state_digest()})
 for _epoch in range(loader.epoch, args.epochs):
     mine: list[int] = []
     for xb, yb, ib in loader:
@@ -77,7 +89,15 @@ for _epoch in range(loader.epoch, args.epochs):
             everyone = [mine]
         if ctx.is_main:
             trained = [i for rank in everyone for i in rank]
-            record({"step": step, "epoch": loader.epoch, "global_batch": gbs, "samples": trained})
+            record(
+                {
+                    "step": step,
+                    "epoch": loader.epoch,
+                    "global_batch": gbs,
+                    "samples": trained,
+                    "state": state_digest(),
+                }
+            )
         mine = []
         time.sleep(args.step_sleep)  # slow enough for the test to change membership mid-epoch
         ckpt.maybe_save(step)

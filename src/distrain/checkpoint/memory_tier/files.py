@@ -135,12 +135,11 @@ def verified(path: str) -> tuple[dict[str, Any] | None, str | None]:
 
 def newest_valid(folder: str, rank: int, world: int | None = None) -> list[int]:
     """`rank`'s verified snapshot steps in `folder`, newest first; a bad one is said and removed,
-    one of another world size (`world`) is said and left out."""
+    one of another world size (`world`) left out (reworld.py's, not this rank's)."""
     good = []
     for step, path in sorted(listed(folder).get(rank, {}).items(), reverse=True):
         record, problem = verified(path)
         if record is not None and world is not None and record.get("world_size") != world:
-            _warn(f"skipping memory snapshot {path}: saved on {record.get('world_size')} ranks")
             continue
         if problem is None:
             good.append(step)

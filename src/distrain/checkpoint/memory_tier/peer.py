@@ -82,8 +82,12 @@ class Replicator:
         prune(self.folder, self.src)
 
     def held(self) -> dict[int, list[int]]:
-        """{rank: verified steps} of the copies this rank keeps for others."""
-        return {r: steps for r in listed(self.folder) if (steps := newest_valid(self.folder, r))}
+        """{rank: verified steps} of the copies this rank keeps for others, taken on this world
+        size (others are reworld.py's)."""
+        world = self.process.world_size
+        return {
+            r: steps for r in listed(self.folder) if (steps := newest_valid(self.folder, r, world))
+        }
 
     def fetch_missing(
         self, step: int, views: list[tuple[list[int], dict[int, list[int]]]], data: bytes | None

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from distrain.checkpoint.files import CheckpointError, atomic_write
 from distrain.checkpoint.loading import load_plain
+from distrain.checkpoint.memory_tier import reworld
 from distrain.checkpoint.memory_tier.files import (
     FORMAT,
     KEEP,
@@ -45,6 +45,7 @@ from distrain.checkpoint.memory_tier.files import (
     sweep,
     write_snapshot,
 )
+from distrain.checkpoint.memory_tier.shards import local_shards, rewrap
 from distrain.checkpoint.state import _to_cpu_copy, rng_state, set_rng_state
 from distrain.process import peers
 
@@ -69,48 +70,6 @@ def choice_line(every: int, cost_s: float, step_s: float) -> str:
     plural = "s" if every > 1 else ""
     cost = f"{cost_s * 1e3:.1f} ms each, {share:.1f} % of a step"
     return f"memory snapshots every {every} step{plural} ({cost})"
-
-
-def _local(obj: Any) -> Any:
-    """`obj` with every DTensor replaced by this rank's shard (a DTensor does not pickle safely)."""
-    if isinstance(obj, DTensor):
-        return obj.to_local()
-    if isinstance(obj, dict):
-        return {k: _local(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        items = [_local(v) for v in obj]
-        return items if isinstance(obj, list) else tuple(items)
-    return obj
-
-
-def _rewrap(saved: dict[str, Any], reg: Registered) -> dict[str, Any]:
-    """Saved shards back into DTensors laid out as the live model's (FSDP); else unchanged."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    out = dict(saved)
-    for name, m in reg.modules.items():
-        live = get_model_state_dict(m)
-
-        def wrap(fqn: str, value: Any, live: dict[str, Any] = live) -> Any:
-            t = live.get(fqn)
-            if isinstance(t, DTensor) and isinstance(value, torch.Tensor) and value.dim() > 0:
-                return DTensor.from_local(
-                    value,
-                    t.device_mesh,
-                    t.placements,
-                    run_check=False,
-                    shape=t.shape,
-                    stride=t.stride(),
-                )
-            return value
-
-        out[name] = {k: wrap(k, v) for k, v in saved[name].items()}
-        for opt_name, (_, owner) in reg.optimizers.items():
-            if owner == name:
-                osd = saved[opt_name]
-                state = {p: {k: wrap(p, v) for k, v in s.items()} for p, s in osd["state"].items()}
-                out[opt_name] = {**osd, "state": state}
-    return out
 
 
 class MemoryTier:
@@ -143,6 +102,11 @@ class MemoryTier:
         self.last_step: int | None = None
         self.started = False
         self.mark: Any = None  # the checkpointer's mark(step, path), for `distrain run`'s line
+        self.peer_folder = os.path.join(self.folder, "peer")
+        self._replicated = True  # no sharded model: a snapshot restores on another world size
+        #: snapshots until those of another world size are dropped: KEEP + 1 rounds, so that
+        #: every rank of this world holds one of its own by then (a step is a collective)
+        self._until_drop = KEEP + 1
 
     # -- start -----------------------------------------------------------------------------
     def start(self, reg: Registered) -> None:
@@ -186,10 +150,11 @@ class MemoryTier:
             )
         os.makedirs(self.own, exist_ok=True)
         self.started = True
+        self._replicated = not reg.sharded
         if self.process.num_nodes > 1 and self.group is not None:
             from distrain.checkpoint.memory_tier.peer import Replicator
 
-            self.peer = Replicator(self.process, self.group, os.path.join(self.folder, "peer"))
+            self.peer = Replicator(self.process, self.group, self.peer_folder)
 
     # -- restart ----------------------------------------------------------------------------
     def restore(
@@ -203,7 +168,13 @@ class MemoryTier:
         disk_step = max((v[0] for v in disk if v), default=None)
         mine = newest_valid(self.own, self.process.rank, self.process.world_size)
         held = self.peer.held() if self.peer is not None else {}
-        views = self.process.gather_object((mine, held))
+        others, sharded = reworld.other_worlds(
+            [self.own, self.peer_folder], self.process.world_size
+        )
+        if not self._replicated:
+            others = {}
+        gathered = self.process.gather_object((mine, held, others, sharded))
+        views = [(v[0], v[1]) for v in gathered]
         avail: list[set[int]] = [set(v[0]) for v in views]
         for _, their_held in views:
             for r, steps in their_held.items():
@@ -211,6 +182,18 @@ class MemoryTier:
                     avail[r].update(steps)
         common = set.intersection(*avail) if avail else set()
         step = max(common, default=None)
+        moved = reworld.newest([v[2] for v in gathered])  # taken on another world size
+        if moved is not None and (step is None or moved[0] > step):
+            if disk_step is None or moved[0] >= disk_step:
+                got = self._restore_moved(reg, [v[2] for v in gathered], moved)
+                if got is not None:
+                    return got
+        elif step is None and any(v[3] for v in gathered) and self.handles.main:
+            print(
+                "distrain: the memory snapshots were taken on another world size with sharded "
+                "(FSDP) state: resuming from disk",
+                flush=True,
+            )
         if step is None or (disk_step is not None and disk_step > step):
             if step is not None and self.handles.main:
                 print(f"distrain: disk step {disk_step} is newer than memory step {step}")
@@ -227,11 +210,28 @@ class MemoryTier:
                 data, where = got
         assert data is not None
         state = load_bytes(data, where)
-        reg.load_dcp_state(_rewrap(state["dcp"], reg))
+        reg.load_dcp_state(rewrap(state["dcp"], reg))
         load_plain(reg, state["shared"], where)
         set_rng_state(state["rng"])
         reg.load_local_buffers(state["buffers"])
         self.last_step = step
+        return state["shared"], where
+
+    def _restore_moved(
+        self, reg: Registered, views: list[reworld.Found], key: tuple[int, int]
+    ) -> tuple[dict[str, Any], str] | None:
+        """Resume from a replicated snapshot taken on another world size (reworld.py)."""
+        got = reworld.restore(self.process, self.group, views, key)
+        if got is None:
+            return None
+        state, own, where = got
+        reg.load_dcp_state(state["dcp"])
+        load_plain(reg, state["shared"], where)
+        reg.load_local_buffers(state["buffers"])
+        if own is not None:
+            set_rng_state(own["rng"])
+            reg.load_local_buffers(own["buffers"])
+        self.last_step = key[0]
         return state["shared"], where
 
     # -- snapshots --------------------------------------------------------------------------
@@ -277,7 +277,7 @@ class MemoryTier:
             "format": FORMAT,
             "step": step,
             "rank": self.process.rank,
-            "dcp": _local(reg.dcp_state()),
+            "dcp": local_shards(reg.dcp_state()),
             "shared": shared,
             "rng": rng_state(),
             "buffers": reg.local_buffers(),
@@ -295,7 +295,7 @@ class MemoryTier:
         self._thread.start()
 
     def _write(self, step: int, record: dict[str, Any]) -> None:
-        meta = {"world_size": self.process.world_size}
+        meta = {"world_size": self.process.world_size, "replicated": self._replicated}
         rank = self.process.rank
         if self.peer is None:  # serialized straight into tmpfs, digested on the way: one pass
             write_snapshot(self.own, rank, step, lambda f: torch.save(record, f), meta)
@@ -306,6 +306,9 @@ class MemoryTier:
             write_snapshot(self.own, rank, step, lambda f: f.write(data), meta)
         prune(self.own, rank)
         self.last_step = step
+        self._until_drop -= 1
+        if self._until_drop == 0 and self.process.local_rank == 0:  # every rank wrote 1 since
+            reworld.drop([self.own, self.peer_folder], self.process.world_size)
         if self.peer is not None:
             self.peer.replicate(step, data, meta)
         if self.mark is not None:  # `distrain run`'s restart line (0.05 ms: measured)
@@ -346,6 +349,7 @@ class MemoryTier:
         rank = self.process.rank
         prune(self.own, rank, keep=0)
         remove_partial(self.own, rank)
+        reworld.drop([self.own, self.peer_folder], self.process.world_size)
         if self.peer is not None:
             self.peer.forget()
         for sub in ("own", "peer"):  # the last rank of the node to leave removes the folder
