@@ -167,6 +167,36 @@ def _steps_seen(log: Path, world: int, steps: int, procs: list[subprocess.Popen[
         time.sleep(0.1)
 
 
+MEMORY_ONLY = ["--every", "1000", "--memory-every", "1", "--momentum", "0.9"]
+
+
+def _memory_roots(tmp_path: Path) -> list[Path]:
+    return [Path("/dev/shm") / f"dtest-reworld-{tmp_path.name}-node{i}" for i in (0, 1)]
+
+
+def _resumed_from_memory(samples: Path, world: int, text: str) -> int:
+    """Check the last start: on `world` ranks, at most one step back, every rank with the state
+    the job had at that step (model and momentum, sha256), said; returns its step."""
+    check_epochs(samples, SAMPLES, EPOCHS)
+    entries = [json.loads(line) for line in samples.read_text().splitlines()]
+    header = max(i for i, e in enumerate(entries) if "resumed" in e)
+    resumed, trained = entries[header], [e for e in entries[:header] if "step" in e]
+    assert resumed["world"] == world and resumed["resumed"] > 0, resumed
+    assert trained[-1]["step"] - resumed["resumed"] <= 1, (trained[-1], resumed)
+    at = [e["state"] for e in trained if e["step"] == resumed["resumed"]]
+    assert at and resumed["states"] == at[-1:] * world, (at, resumed)
+    assert re.search(
+        rf"distrain: resumed from memory, old rank \d's snapshot of step {resumed['resumed']} "
+        rf"\(saved on {3 - world} ranks\)",
+        text,
+    ), text[-4000:]
+    return int(resumed["resumed"])
+
+
+def _left(roots: list[Path]) -> list[str]:
+    return sorted(str(p) for root in roots for p in root.rglob("*"))
+
+
 def test_a_node_lost_with_its_memory_resumes_the_smaller_world_from_memory(
     hosts2: Hosts, tmp_path: Path
 ) -> None:
@@ -174,15 +204,12 @@ def test_a_node_lost_with_its_memory_resumes_the_smaller_world_from_memory(
     node 1 dies and its tmpfs with it.  The survivor resumes on 1 rank from a snapshot taken on
     2 (its own, or the copy of node 1's rank 0 it keeps), losing at most one step, with the state
     it had at that step bit for bit (model and momentum) and every sample trained once."""
-    roots = [Path("/dev/shm") / f"dtest-reworld-{tmp_path.name}-node{i}" for i in (0, 1)]
+    roots = _memory_roots(tmp_path)
     try:
-        args = ["--every", "1000", "--memory-every", "1", "--momentum", "0.9"]
-        argv = _argv(hosts2, "memshrink", tmp_path, args)
+        argv = _argv(hosts2, "memshrink", tmp_path, MEMORY_ONLY)
         logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
-        procs = [
-            hosts2.start(i, argv, logs[i], env={"DISTRAIN_MEMORY_DIR": str(roots[i])})
-            for i in range(2)
-        ]
+        env = [{"DISTRAIN_MEMORY_DIR": str(root)} for root in roots]
+        procs = [hosts2.start(i, argv, logs[i], env=env[i]) for i in range(2)]
         samples = tmp_path / "samples.jsonl"
         _steps_seen(samples, 2, 6, procs)
         assert hosts2.kill_node(1)
@@ -190,22 +217,42 @@ def test_a_node_lost_with_its_memory_resumes_the_smaller_world_from_memory(
         codes = hosts2.wait([procs[0]], 300, logs)
         text = logs[0].read_text()
         assert codes == [0], text[-4000:]
-        check_epochs(samples, SAMPLES, EPOCHS)
-        entries = [json.loads(line) for line in samples.read_text().splitlines()]
-        header = max(i for i, e in enumerate(entries) if "resumed" in e)
-        resumed, before = entries[header], entries[:header]
-        assert resumed["world"] == 1 and resumed["resumed"] > 0, resumed
-        trained = [e for e in before if "step" in e]
-        assert trained[-1]["step"] - resumed["resumed"] <= 1, (trained[-1], resumed)
-        at = [e["state"] for e in trained if e["step"] == resumed["resumed"]]
-        assert at and at[-1] == resumed["state"], (at, resumed)
+        _resumed_from_memory(samples, 1, text)
+        assert _left(roots) == []  # the old world's snapshots too: nothing after a good end
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_rerun_on_more_nodes_sends_the_memory_snapshot_to_the_new_one(
+    hosts2: Hosts, tmp_path: Path
+) -> None:
+    """A job on 1 node dies whole (its launcher SIGKILLed, its tmpfs kept); the user reruns it on
+    2.  The new node holds no snapshot and receives the one taken on 1 rank over the tier's gloo
+    group; both ranks resume with that step's state, and the rank with no old snapshot of its
+    own says it keeps its RNG state."""
+    roots = _memory_roots(tmp_path)
+    try:
+        argv = _argv(hosts2, "memgrow", tmp_path, MEMORY_ONLY)
+        logs = [tmp_path / "node0.log", tmp_path / "node1.log"]
+        env = [{"DISTRAIN_MEMORY_DIR": str(root)} for root in roots]
+        first = hosts2.start(0, argv, logs[0], env=env[0])
+        samples = tmp_path / "samples.jsonl"
+        _steps_seen(samples, 1, 4, [first])
+        assert hosts2.kill_node(0)
+        first.wait(60)
+        logs = [tmp_path / "rerun0.log", tmp_path / "rerun1.log"]
+        procs = [hosts2.start(i, argv, logs[i], env=env[i]) for i in range(2)]
+        codes = hosts2.wait(procs, 300, logs)
+        text = "\n".join(log.read_text() for log in logs)
+        assert codes == [0, 0], text[-4000:]
+        step = _resumed_from_memory(samples, 2, text)
         assert re.search(
-            rf"distrain: resumed from memory, old rank \d's snapshot of step {resumed['resumed']} "
-            r"\(saved on 2 ranks\)",
+            rf"rank 1: no memory snapshot of its own at step {step} on this node \(saved on 1 "
+            r"ranks\): this rank keeps its own RNG state",
             text,
         ), text[-4000:]
-        left = sorted(str(p.relative_to(roots[0])) for p in roots[0].rglob("*"))
-        assert left == [], left  # the old world's snapshots too: nothing after a good end
+        assert _left(roots) == []
     finally:
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)

@@ -68,8 +68,11 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=args.momentum)
 ckpt = ctx.checkpointer(args.dir, every_steps=args.every, memory_every_steps=args.memory_every)
 step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 gbs = loader.global_sampler.global_batch_size
+states = [state_digest()] * ctx.world_size  # every rank's, after the restore
+if ctx.world_size > 1:
+    dist.all_gather_object(states, states[0])
 if ctx.is_main:
-    record({"resumed": step, "world": ctx.world_size, "global_batch": gbs, "state": state_digest()})
+    record({"resumed": step, "world": ctx.world_size, "global_batch": gbs, "states": states})
 for _epoch in range(loader.epoch, args.epochs):
     mine: list[int] = []
     for xb, yb, ib in loader:
