@@ -91,11 +91,17 @@ def replica_kill(steps: list[Step], at: float, group: int, pid: int) -> tuple | 
 
 
 def one_run(
-    name: str, minutes: float, period: float | None, work: Path, round_: int = 0, hidden: int = 512
+    name: str,
+    minutes: float,
+    period: float | None,
+    work: Path,
+    round_: int = 0,
+    hidden: int = 512,
+    wait: float = 0.0,
 ) -> dict:
     """Run variant `name` for `minutes` of training, killing a worker every `period` s."""
     launcher, extra = VARIANTS[name]
-    extra = [*extra, "--hidden", str(hidden)]
+    extra = [*extra, "--hidden", str(hidden), "--wait", str(wait)]
     tag = f"{name}-{'kill' if period else 'free'}-{round_}"
     log, ckpt = work / f"{tag}.log", work / f"{tag}-ckpt"
     cmd = [*launcher, WORKER, "--steplog", str(log), "--ckpt", str(ckpt), *extra]
@@ -183,6 +189,7 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=1, help="runs per variant and kind (median)")
     p.add_argument("--hidden", type=int, default=512, help="the MLP's width (sets the step time)")
+    p.add_argument("--wait", type=float, default=0.0, help="idle seconds added to each step")
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)
@@ -198,7 +205,7 @@ def main() -> None:
                 for kill in (False, True) if (i + r) % 2 == 0 else (True, False):
                     period = args.period if kill else None
                     runs.setdefault((n, kill), []).append(
-                        one_run(n, args.minutes, period, work, r, args.hidden)
+                        one_run(n, args.minutes, period, work, r, args.hidden, args.wait)
                     )
     finally:
         shutil.rmtree(shm, ignore_errors=True)

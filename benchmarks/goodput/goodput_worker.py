@@ -8,6 +8,7 @@ committed optimizer step (``ctx.step(opt)``: always True without ``--replicas``)
 process writes its pid to ``--steplog``.pid.<group>.<rank> when it starts (the driver aims its
 SIGKILLs with them; both groups have a rank 0).  An MLP (64-h-h-10, Adam) on fixed random data; disk
 checkpoints every ``--every`` steps; ``--memory-every`` adds the memory tier (an int or auto).
+``--wait`` makes each step that much longer with the CPU idle, as a GPU step is to the host.
 """
 
 import argparse
@@ -29,6 +30,9 @@ p.add_argument("--every", type=int, default=100, help="disk checkpoint every N s
 p.add_argument("--memory-every", default="0", help="memory snapshots every K steps, or auto")
 p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--batch", type=int, default=128)
+p.add_argument(
+    "--wait", type=float, default=0.0, help="seconds each step waits, as on an accelerator's work"
+)
 args = p.parse_args()
 
 group = int(os.environ.get("DISTRAIN_REPLICA_GROUP", "0"))  # only to name the outputs
@@ -61,6 +65,7 @@ while step < args.steps:
         loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad()
         loss.backward()
+        time.sleep(args.wait)  # the CPU idles while a GPU would compute: a longer step
         if ctx.step(opt):  # not committed (--replicas): the step did not happen
             step += 1
             if log is not None:

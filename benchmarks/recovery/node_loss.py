@@ -8,7 +8,9 @@ workers, fork server) is SIGKILLed at once; the time is from the kill to the sur
 optimizer step of its restart (world size 1, resumed from the checkpoint).  Rounds alternate
 distrain's rendezvous defaults (launch/nodes/rendezvous.py) with torch's own (keep_alive_interval=5,
 keep_alive_max_attempt=3, last_call_timeout=30, given explicitly), so machine load hits both alike.
-``--memory-every K`` gives the worker the memory tier too (a snapshot every K steps).
+``--memory-every K`` gives the worker the memory tier too (a snapshot every K steps), each node
+its own memory root under /dev/shm; node 1's is removed with it, so the survivor resumes from
+its own snapshot or the copy of node 1's it keeps (the line it printed is shown).
 
     sudo python3 benchmarks/recovery/node_loss.py --rounds 3
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,57 +56,67 @@ def one(variant: str, round_no: int, timeout: float, memory_every: int = 0) -> f
     tag = f"nl{os.getpid() % 10000}r{round_no}"
     procs: list[subprocess.Popen[bytes]] = []
     names: list[str] = []
+    roots: list[Path] = []
+    tmp = tempfile.mkdtemp(prefix="distrain-nodeloss-")  # removed after the kills, not before
     try:
         names, addrs = veth_pair(tag, f"10.201.{10 + (os.getpid() + round_no) % 200}")
-        with tempfile.TemporaryDirectory(prefix="distrain-nodeloss-") as tmp:
-            marker = Path(tmp) / "first_steps"
-            flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                     f"{addrs[0]}:29400", "--rdzv-id", tag,
-                     "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
-            worker_args = ["--dir", f"{tmp}/ckpt", "--memory-every", str(memory_every)]
-            for i, name in enumerate(names):
-                job_env = env(BENCH_NODE=f"n{i}", BENCH_FIRST_STEP_FILE=str(marker))
-                log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
-                procs.append(
-                    subprocess.Popen(
-                        ["ip", "netns", "exec", name, *RUN, *flags, WORKER, *worker_args],
-                        env=job_env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+        marker = Path(tmp) / "first_steps"
+        flags = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 f"{addrs[0]}:29400", "--rdzv-id", tag,
+                 "--max-restarts", "3", "-n", "1", *VARIANTS[variant]]  # fmt: skip
+        worker_args = ["--dir", f"{tmp}/ckpt", "--memory-every", str(memory_every)]
+        roots = [Path(tempfile.mkdtemp(prefix=f"{tag}-n{i}-", dir="/dev/shm")) for i in (0, 1)]
+        for i, name in enumerate(names):
+            job_env = env(
+                BENCH_NODE=f"n{i}",
+                BENCH_FIRST_STEP_FILE=str(marker),
+                DISTRAIN_MEMORY_DIR=str(roots[i]),  # each node its own tmpfs
+            )
+            log = open(Path(tmp) / f"node{i}.log", "wb")  # noqa: SIM115 - the child holds it
+            procs.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", name, *RUN, *flags, WORKER, *worker_args],
+                    env=job_env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
-                log.close()
-            deadline = time.time() + timeout
-            while not {h for h, _, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"}:
-                if time.time() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError(
-                        f"{variant}: both nodes never trained together\n"
-                        + (Path(tmp) / "node0.log").read_text()[-2000:]
-                    )
-                time.sleep(0.05)
-            time.sleep(1.0)
-            killed_at = time.time()
-            kill_namespace(names[1])
-            while True:
-                after = [
-                    at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at
-                ]
-                if after:
-                    return min(after) - killed_at
-                if time.time() > deadline or procs[0].poll() is not None:
-                    raise RuntimeError(
-                        f"{variant}: the survivor did not resume\n"
-                        + (Path(tmp) / "node0.log").read_text()[-3000:]
-                    )
-                time.sleep(0.05)
+            )
+            log.close()
+        deadline = time.time() + timeout
+        while not {h for h, _, w, _ in _rows(marker) if w == 2} >= {"n0", "n1"}:
+            if time.time() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(
+                    f"{variant}: both nodes never trained together\n"
+                    + (Path(tmp) / "node0.log").read_text()[-2000:]
+                )
+            time.sleep(0.05)
+        time.sleep(1.0)
+        killed_at = time.time()
+        kill_namespace(names[1])
+        shutil.rmtree(roots[1], ignore_errors=True)  # the machine is gone, its memory too
+        while True:
+            after = [at for h, _, w, at in _rows(marker) if h == "n0" and w == 1 and at > killed_at]
+            if after:
+                said = (Path(tmp) / "node0.log").read_text().splitlines()
+                print("  " + next((ln for ln in said[::-1] if "resumed from" in ln), "?"))
+                return min(after) - killed_at
+            if time.time() > deadline or procs[0].poll() is not None:
+                raise RuntimeError(
+                    f"{variant}: the survivor did not resume\n"
+                    + (Path(tmp) / "node0.log").read_text()[-3000:]
+                )
+            time.sleep(0.05)
     finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
         for name in names:
             kill_namespace(name)
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
         delete_pair(tag)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
