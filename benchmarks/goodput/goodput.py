@@ -181,6 +181,8 @@ def merged(results: list[dict]) -> dict:
 
 def main() -> None:
     """Each variant's fault-free and killed runs side by side, in alternating order; one table."""
+    # a SIGTERM unwinds through one_run's `finally`, which kills the job it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=1.0)
     p.add_argument("--period", type=float, default=15.0)
