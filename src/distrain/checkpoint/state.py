@@ -67,15 +67,7 @@ def _to_cpu_copy(obj: Any, cache: dict[str, torch.Tensor] | None = None, path: s
     allocations page-fault on first touch, which costs far more than the copy itself (10× here).
     """
     if isinstance(obj, DTensor):  # FSDP: copy this rank's shard, keep the placement
-        local = _to_cpu_copy(obj.to_local(), cache, path)
-        return DTensor.from_local(
-            local,
-            obj.device_mesh,
-            obj.placements,
-            run_check=False,
-            shape=obj.shape,
-            stride=obj.stride(),
-        )
+        return laid_out_as(_to_cpu_copy(obj.to_local(), cache, path), obj)
     if isinstance(obj, torch.Tensor):
         src = obj.detach()
         buf = cache.get(path) if cache is not None else None
@@ -91,6 +83,18 @@ def _to_cpu_copy(obj: Any, cache: dict[str, torch.Tensor] | None = None, path: s
         items = [_to_cpu_copy(v, cache, f"{path}/{i}") for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else tuple(items)
     return obj
+
+
+def laid_out_as(local: torch.Tensor, like: DTensor) -> DTensor:
+    """This rank's shard `local` as a DTensor laid out as `like` (its mesh, placements, shape)."""
+    return DTensor.from_local(
+        local,
+        like.device_mesh,
+        like.placements,
+        run_check=False,
+        shape=like.shape,
+        stride=like.stride(),
+    )
 
 
 def _unwrap(obj: Any) -> Any:

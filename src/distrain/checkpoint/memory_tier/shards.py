@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.distributed.tensor import DTensor
 
+from distrain.checkpoint.state import laid_out_as
+
 if TYPE_CHECKING:
     from distrain.checkpoint.state import Registered
 
@@ -38,14 +40,7 @@ def rewrap(saved: dict[str, Any], reg: Registered) -> dict[str, Any]:
         def wrap(fqn: str, value: Any, live: dict[str, Any] = live) -> Any:
             t = live.get(fqn)
             if isinstance(t, DTensor) and isinstance(value, torch.Tensor) and value.dim() > 0:
-                return DTensor.from_local(
-                    value,
-                    t.device_mesh,
-                    t.placements,
-                    run_check=False,
-                    shape=t.shape,
-                    stride=t.stride(),
-                )
+                return laid_out_as(value, t)
             return value
 
         out[name] = {k: wrap(k, v) for k, v in saved[name].items()}
