@@ -13,6 +13,8 @@ node may be lost together with its memory, to resume from the peer node's copy.
 ``nodes_elastic_batch`` is the elastic kind as tutorials write it: a fixed per-process batch, so
 a lost node changes the global batch mid-epoch; it is judged by what it trained on (every epoch
 its permutation's samples in order, each once: tests/helpers/samples.py).
+``nodes_elastic_memory`` is the elastic kind with the memory tier, as ``nodes_static_memory``:
+after a node's loss the survivor resumes on 1 rank from a snapshot taken on 2.
 """
 
 from __future__ import annotations
@@ -311,5 +313,8 @@ KINDS = {
         Kind("nodes_static_memory", nodes=2, memory=True),  # one root per node: a node lost whole
         Kind("nodes_elastic", nodes=2, elastic=True),
         Kind("nodes_elastic_batch", nodes=2, elastic=True, samples=True),
+        # the elastic kind with the memory tier: a node lost with its memory, the survivor
+        # resumes on its new world size from a snapshot taken on the old one
+        Kind("nodes_elastic_memory", nodes=2, elastic=True, memory=True),
     )
 }
