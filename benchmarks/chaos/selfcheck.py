@@ -107,6 +107,12 @@ BREAKS = (
             "        if self.process.num_nodes > 1 and self.group is not None:",
             "        if False:"),), kind="nodes_static_memory", fault="lose_node_with_memory",
           seed=62),  # trial 0: node 0 lost (no rejoin wait) at step 35+, 3+ after a disk save
+    Break("reworld_off", "an elastic survivor ignores the snapshots taken on the old world size "
+          "and resumes from the disk (8 steps apart), not from memory",
+          ((f"{CKPT}/memory_tier/tier.py",
+            "        moved = reworld.newest([v[2] for v in gathered])",
+            "        moved = None and reworld.newest([v[2] for v in gathered])"),),
+          kind="nodes_elastic_memory", fault="lose_node_with_memory", seed=801),
     Break("detached_leftover", "every rank leaves a process that double-forks away, clears its "
           "environment, closes its fds and renames itself",
           (("src/distrain/worker/init.py", "        dump_stacks_on_signal()  # kill -USR1",
