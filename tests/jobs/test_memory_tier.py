@@ -227,3 +227,28 @@ def _refusals_on_a_small_tmpfs(tmp_path: Path, small: Path, size: str, fill: str
     assert lines, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "finished at step" not in result.stdout
     return lines
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_rerun_on_fewer_ranks(strategy: str, tmp_path: Path, mem_root: Path) -> None:
+    """A 2-rank job dies (rank 1 SIGKILLed after step 7, disk every 4); the user reruns it on 1.
+    DDP: the snapshot of step 6, taken on 2 ranks, resumes it (old rank 0's, said).  FSDP: a
+    sharded snapshot is not resharded: one line, and the disk's step 4 resumes it.  Either way
+    nothing is left in the memory root after the rerun's good end."""
+    flags = ["--strategy", strategy, "--every", "4"]
+    failed = job(tmp_path, "killed", "--memory-every", "1", "--kill-at", "7", *flags, root=mem_root)
+    assert failed.returncode != 0, failed.stdout[-2000:]
+    cmd = [WORKER, "--dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "rerun.pt")]
+    env = {"DISTRAIN_MEMORY_DIR": str(mem_root)}
+    cmd += [*ARGS, "--memory-every", "1", *flags]
+    rerun = ok(distrain_run("-n", "1", *cmd, timeout=JOB_TIMEOUT, env=env))
+    where, step = resumed_at(rerun.stdout)
+    if strategy == "ddp":
+        assert where == "memory, old rank 0's snapshot of step 6 (saved on 2 ranks)", where
+        assert step == 6
+    else:
+        assert "taken on another world size with sharded (FSDP) state: resuming from disk" in (
+            rerun.stdout
+        ), rerun.stdout[-3000:]
+        assert where.endswith("step_00000004") and step == 4, where
+    assert job_folders(mem_root) == [], [str(p) for p in mem_root.rglob("*")]
