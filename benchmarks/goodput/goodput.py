@@ -15,7 +15,8 @@ MLP, Adam, batch 128 per process, a disk checkpoint (DCP) every 100 steps):
   (each group its own, ``ckpt/replica_<g>/``): two TorchFT replica groups of one process each.
 
 Each variant runs ``--minutes`` from its first step without faults, then again while the driver
-SIGKILLs one worker every ``--period`` seconds of training (restart-based: rank 1, rank 0, ...;
+SIGKILLs one worker every ``--period`` seconds of training (``--seed S``: at random moments, 0.5 to
+1.5 periods apart, the same moments for every variant; restart-based: rank 1, rank 0, ...;
 replicas: group 1's process, group 0's, ...), once the job has trained since the last kill (for
 replicas: the victim's group has committed a step since).  Each variant's fault-free and killed
 runs follow each other, the pair's order alternating from one variant (and one ``--rounds``
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -98,8 +100,16 @@ def one_run(
     round_: int = 0,
     hidden: int = 512,
     wait: float = 0.0,
+    seed: int | None = None,
 ) -> dict:
-    """Run variant `name` for `minutes` of training, killing a worker every `period` s."""
+    """Run variant `name` for `minutes` of training, killing a worker every `period` s (with a
+    `seed`: after a random time between 0.5 and 1.5 periods, the same times for every variant)."""
+    rng = random.Random(seed)
+
+    def gap() -> float:
+        assert period is not None
+        return period * (0.5 + rng.random()) if seed is not None else period
+
     launcher, extra = VARIANTS[name]
     extra = [*extra, "--hidden", str(hidden), "--wait", str(wait)]
     tag = f"{name}-{'kill' if period else 'free'}-{round_}"
@@ -119,7 +129,7 @@ def one_run(
             start = steps[0][0] if steps else None
             time.sleep(0.1)
         deadline = start + 60 * minutes
-        next_kill = start + period if period else float("inf")
+        next_kill = start + gap() if period else float("inf")
         victim = 1  # rank 1 (restart-based) or group 1 (replicas) first, then in turn
         while time.time() < deadline:
             time.sleep(0.05)
@@ -137,7 +147,7 @@ def one_run(
             except (ProcessLookupError, ValueError):
                 continue
             kills.append((time.time(), max(s[1] for s in steps), group, pid))
-            victim, next_kill = 1 - victim, time.time() + period  # type: ignore[operator]
+            victim, next_kill = 1 - victim, time.time() + gap()
     finally:
         kill_tree(proc)
         out.close()
@@ -192,6 +202,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1, help="runs per variant and kind (median)")
     p.add_argument("--hidden", type=int, default=512, help="the MLP's width (sets the step time)")
     p.add_argument("--wait", type=float, default=0.0, help="idle seconds added to each step")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="kill at random moments (0.5-1.5 periods apart), the same for every variant",
+    )
     args = p.parse_args()
     names = args.variants.split(",")
     print(f"load before: {loadavg()}", flush=True)
@@ -207,7 +223,16 @@ def main() -> None:
                 for kill in (False, True) if (i + r) % 2 == 0 else (True, False):
                     period = args.period if kill else None
                     runs.setdefault((n, kill), []).append(
-                        one_run(n, args.minutes, period, work, r, args.hidden, args.wait)
+                        one_run(
+                            n,
+                            args.minutes,
+                            period,
+                            work,
+                            r,
+                            args.hidden,
+                            args.wait,
+                            None if args.seed is None else args.seed + r,
+                        )
                     )
     finally:
         shutil.rmtree(shm, ignore_errors=True)
