@@ -40,15 +40,18 @@ def _group_launcher(job: subprocess.Popen[str], group: int) -> int:
 
 
 def _job_with_a_launcher_killed(
-    tmp_path: Path, *extra: str, steps: int = 60, sig: int = signal.SIGKILL
+    tmp_path: Path, *extra: str, steps: int = 60, sig: int = signal.SIGKILL, restarts: bool = True
 ) -> tuple[int, str, Path, int]:
-    """Start 2 groups × 1, SIGKILL group 1's launcher once group 1 committed a step (the two
-    groups then wait at step 30 until a process started again); (exit code, stderr, out, pid)."""
+    """Start 2 groups × 1, SIGKILL group 1's launcher once group 1 committed a step; the groups
+    then wait at step 30 until a process started again, or (`restarts` False: none will) group 0
+    waits there until the killed launcher is reaped (file `reaped` in out), so it trains its
+    last 30 steps after the loss, and no hold runs out its 120 s.  (exit code, stderr, out, pid)"""
     out = tmp_path / "out"
     out.mkdir()
+    hold = ["--hold-for-restart", "30"] if restarts else ["--hold", f"30:0:{out / 'reaped'}"]
     cmd = [python(), "-m", "distrain.cli", "run", "--cpu", "--replicas", "2", "-n", "1", *extra,
            SCRIPT, "--out", str(out), "--dir", str(tmp_path / "ckpt"), "--steps", str(steps),
-           "--hold-for-restart", "30"]  # fmt: skip
+           *hold]  # fmt: skip
     job = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
@@ -59,10 +62,26 @@ def _job_with_a_launcher_killed(
             time.sleep(0.05)
         victim = _group_launcher(job, 1)
         os.kill(victim, sig)
+        if not restarts:
+            _wait_reaped(victim, deadline=time.monotonic() + 60)
+            (out / "reaped").touch()
         _, err = job.communicate(timeout=200)
         return job.returncode, err, out, victim
     finally:
         kill_group(job)
+
+
+def _wait_reaped(pid: int, deadline: float) -> None:
+    """Wait until `pid` (a child of the job's launcher) is gone: the job has seen its end."""
+    import psutil
+
+    while time.monotonic() < deadline:
+        try:
+            psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed launcher {pid} was not reaped in 60 s")
 
 
 def _finals(out: Path) -> dict[int, dict[str, object]]:
@@ -97,7 +116,9 @@ def test_a_killed_group_launcher_is_restarted_and_its_group_heals(
 def test_with_no_restart_left_the_job_says_the_group_is_gone_and_why(tmp_path: Path) -> None:
     """--max-restarts 0: the killed launcher's group is not restarted; one line names it and the
     spent budget, group 0 trains on to the end, and the job fails with the launcher's signal."""
-    code, err, out, victim = _job_with_a_launcher_killed(tmp_path, "--max-restarts", "0")
+    code, err, out, victim = _job_with_a_launcher_killed(
+        tmp_path, "--max-restarts", "0", restarts=False
+    )
     assert code == 128 + signal.SIGKILL, err[-3000:]
     line = (
         f"distrain run: replica group 1 lost for good: its launcher (pid {victim}) was killed by "

@@ -50,7 +50,8 @@ def _port() -> str:
 def test_a_child_stopped_for_good_is_killed_and_the_job_runs_again(tmp_path: Path) -> None:
     mark, out = uuid.uuid4().hex, tmp_path / "out"
     cmd = [python(), "-m", "distrain.cli", "run", "-n", "2", "--watchdog", "5", "--max-restarts",
-           "1", str(SCRIPTS / "spawn_train.py"), str(out), "2", "--steps", "200"]  # fmt: skip
+           "1", str(SCRIPTS / "spawn_train.py"), str(out), "2", "--steps", "200",
+           "--rerun-steps", "20"]  # fmt: skip
     env = {**os.environ, MARK: mark, "DTEST_MASTER_PORT": _port()}
     log = tmp_path / "job.log"
     with open(log, "w") as sink:

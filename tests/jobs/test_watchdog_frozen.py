@@ -48,6 +48,8 @@ def test_a_frozen_rank_0_is_named_and_the_job_stops(tmp_path: Path) -> None:
             raise AssertionError("the job did not stop within 120 s of rank 0's SIGSTOP") from None
         assert launcher.returncode != 0, out[-3000:]
         assert "rank 0 is frozen or gone" in out, out[-3000:]
+        # the stopped rank was SIGKILLed at once, not after torch's 30 s SIGTERM grace
+        assert "Unable to shutdown process" not in out, out[-3000:]
     finally:
         if stopped is not None:
             try:
@@ -78,5 +80,7 @@ def test_a_rank_frozen_after_its_training_is_named_and_the_job_stops(tmp_path: P
         assert launcher.returncode != 0, out[-3000:]
         assert "distrain watchdog: rank 1 (host" in out, out[-3000:]
         assert "after rank 0's script ended, before its own end: frozen or gone" in out, out[-3000:]
+        # the stopped rank was SIGKILLed at once, not after torch's 30 s SIGTERM grace
+        assert "Unable to shutdown process" not in out, out[-3000:]
     finally:
         kill_group(launcher)  # SIGKILL ends a stopped process too

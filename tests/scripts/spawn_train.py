@@ -1,12 +1,13 @@
 """A self-starting training script (the DDP tutorial's shape): ``mp.spawn`` inside the script.
 
-    python spawn_train.py OUT WORLD [--steps N] [--step-sleep S]
+    python spawn_train.py OUT WORLD [--steps N] [--step-sleep S] [--rerun-steps M]
 
 Every child joins a gloo group on MASTER_ADDR/MASTER_PORT (the port from DTEST_MASTER_PORT,
 else 12355), trains a toy model with fixed seeds and DDP, and rank 0 writes OUT/final.pt. There
 is no checkpoint: a run started again trains from scratch and ends bit for bit the same.
 OUT/started is touched once both children trained their first step (the chaos campaign aims its
-faults from there).
+faults from there).  ``--rerun-steps M``: a run the agent started again (TORCHELASTIC_RESTART_COUNT
+above 0) trains M steps instead, for a test that only needs the rerun to reach its end.
 """
 
 import argparse
@@ -51,6 +52,9 @@ if __name__ == "__main__":
     p.add_argument("world", type=int)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-sleep", type=float, default=0.1)
+    p.add_argument("--rerun-steps", type=int, default=-1)
     args = p.parse_args()
+    if args.rerun_steps >= 0 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        args.steps = args.rerun_steps
     os.makedirs(args.out, exist_ok=True)
     mp.spawn(train, args=(args.world, args), nprocs=args.world, join=True)
