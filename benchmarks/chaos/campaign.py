@@ -1,6 +1,6 @@
 """Chaos campaign: random faults on every job kind, each trial judged by one oracle.
 
-    python3 benchmarks/chaos/campaign.py --trials 20 --seed 1
+    python3 benchmarks/chaos/campaign.py --trials 20 --seed 1 --jobs 3   # 3 trials at a time
     python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
     python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
     python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + chaos/RESULTS.md
