@@ -1,6 +1,6 @@
 """Chaos campaign: random faults on every job kind, each trial judged by one oracle.
 
-    python3 benchmarks/chaos/campaign.py --trials 20 --seed 1
+    python3 benchmarks/chaos/campaign.py --trials 20 --seed 1 --jobs 3   # 3 trials at a time
     python3 benchmarks/chaos/campaign.py --trials 8 --seed 1 --kinds digits,fsdp --faults kill_rank
     python3 benchmarks/chaos/campaign.py --seed 1 --only 7          # replay trial 7 of seed 1
     python3 benchmarks/chaos/campaign.py --trials 40 --seed 3 --record   # + chaos/RESULTS.md
@@ -49,7 +49,7 @@ from job_progress import progress, training_span, wait_ready  # noqa: E402
 from kinds import KINDS, REPO, Job, Kind  # noqa: E402
 from membership import TRIAL_VAR, follow  # noqa: E402
 from oracle import RunRecord, Verdict, judge, newest_valid_step  # noqa: E402
-from record import Trial, load_trials, report, tables  # noqa: E402
+from record import Trial, load_trials, tables  # noqa: E402
 from recovery import ENV, cost  # noqa: E402
 from trial_procs import dump_stacks, kill_all, leftovers  # noqa: E402
 
@@ -189,11 +189,17 @@ def reference(kind: Kind, work: Path, n: int = 1) -> Reference:
 
 
 def twice(kind: Kind, work: Path, runs: int = 2) -> Reference:
-    """The reference run twice: the same result both times (else the kind is not deterministic
-    and no trial of it can be judged bit for bit), the slower run's timing, both totals kept;
-    `runs=1` (the self-check, whose trials need a verdict, not a bound's spread): once."""
+    """The reference run twice, one after the other (`runs=1`, the self-check, whose trials need
+    a verdict, not a bound's spread: once); `pair` of them."""
     first = reference(kind, work, 1)
-    second = reference(kind, work, 2) if runs > 1 else first
+    return pair(kind, [first, reference(kind, work, 2)] if runs > 1 else [first])
+
+
+def pair(kind: Kind, done: list[Reference]) -> Reference:
+    """A kind's reference from its uninterrupted runs: the same result each time (else the kind
+    is not deterministic and no trial of it can be judged bit for bit), the slower run's timing,
+    every total kept."""
+    first, second = done[0], done[-1]
     if first.result != second.result:  # said, not fatal: the trials' diverged verdicts tell
         differ = sorted(
             k for k in first.result or {} if (second.result or {}).get(k) != first.result[k]
@@ -201,8 +207,8 @@ def twice(kind: Kind, work: Path, runs: int = 2) -> Reference:
         print(
             f"reference {kind.name}: the two uninterrupted runs differ in {differ[:4]}", flush=True
         )
-    slow = max(first, second, key=lambda r: r.total)
-    slow.totals = (first.total, second.total) if runs > 1 else (first.total,)
+    slow = max(done, key=lambda r: r.total)
+    slow.totals = tuple(r.total for r in done)
     return slow
 
 
@@ -334,12 +340,13 @@ def main() -> int:
     p.add_argument("--reference-runs", type=int, default=2, choices=(1, 2),
                    help="uninterrupted runs per kind (2: their spread is printed)")  # fmt: skip
     p.add_argument("--breaks", default=None, help="--self-check: only these, comma-separated")
-    p.add_argument("--jobs", type=int, default=2, help="--self-check: cases run at a time")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="trials (--self-check: cases) run at a time (default 1; 2)")  # fmt: skip
     args = p.parse_args()
     if args.self_check:
         import selfcheck
 
-        return selfcheck.main(args.breaks.split(",") if args.breaks else None, args.jobs)
+        return selfcheck.main(args.breaks.split(",") if args.breaks else None, args.jobs or 2)
     if args.summarize:
         print(tables(load_trials(args.summarize)))
         return 0
@@ -355,7 +362,6 @@ def main() -> int:
     import distrain.checkpoint.files  # noqa: F401
 
     load0 = os.getloadavg()
-    done: list[Trial] = []
     # SIGTERM ends the campaign as Ctrl-C does: through the finally below
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     keep = Path(args.work) if args.work else None
@@ -365,16 +371,10 @@ def main() -> int:
         work = (
             Path(tmp) if keep is None else Path(tempfile.mkdtemp(prefix=f"seed{seed}-", dir=keep))
         )
-        refs: dict[str, Reference] = {}
         try:
-            for t in drawn:
-                if t.kind not in refs:
-                    KINDS[t.kind].prepare(work)
-                    refs[t.kind] = twice(KINDS[t.kind], work, args.reference_runs)
-                    spread = " and ".join(f"{x:.1f}" for x in refs[t.kind].totals)
-                    print(f"reference {t.kind}: {spread} s", flush=True)
-                done.append(run_trial(t, seed, work, refs[t.kind]))
-                report(t, seed, args, COMMIT)
+            import pool
+
+            done = pool.run_all(drawn, seed, work, args)
         finally:
             for trial in CURRENT:
                 kill_all(trial)

@@ -20,7 +20,6 @@ break's own campaign process, whose start alone took 7-18 s under load: RESULTS.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import shutil
 import signal
@@ -29,16 +28,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import campaign
-import membership
-import nodes
+import pool
 from campaign import Reference
 from kinds import KINDS
 from oracle import Verdict
 from record import Trial, report
-from trial_procs import kill_all
 
 REPO = campaign.REPO
 CKPT = "src/distrain/checkpoint"
@@ -230,7 +226,7 @@ def case(what: str, brk: Break, tmp: Path, ref: Reference | None) -> tuple[bool,
     except (SystemExit, Exception) as err:
         return False, f"{name}: ERROR (no verdict): {type(err).__name__}: {err}"
     finally:
-        cleanup()
+        pool.cleanup()
 
 
 def safe_reference(kind: str, tmp: Path) -> tuple[str, Reference | None]:
@@ -241,19 +237,7 @@ def safe_reference(kind: str, tmp: Path) -> tuple[str, Reference | None]:
         print(f"reference {kind}: failed: {type(err).__name__}: {err}", flush=True)
         return kind, None
     finally:
-        cleanup()
-
-
-def cleanup() -> None:
-    """Kill what this process's trials left and delete their cgroups and namespaces."""
-    for trial in campaign.CURRENT:
-        kill_all(trial)
-    membership.remove_all()
-    nodes.delete_all()
-
-
-def _call(args: tuple) -> Any:
-    return args[0](*args[1:])
+        pool.cleanup()
 
 
 def main(names: list[str] | None = None, jobs: int = 2) -> int:
@@ -270,30 +254,19 @@ def main(names: list[str] | None = None, jobs: int = 2) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     results: list[bool] = []
     specs = list(dict.fromkeys(spec_of(b) for b in chosen))
-    # forked before any torch work in this process; a worker cleans up after each case, and on
-    # the parent's Ctrl-C or SIGTERM (terminate: SIGTERM, raised in the worker as Ctrl-C)
-    sys.stdout.flush()  # a worker's copy of the buffer would print it again
-    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
-    each = pool.imap_unordered if pool else map
     with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
         try:
-            kinds = dict.fromkeys(kind for kind, *_ in specs)
-            refs = dict(each(_call, [(safe_reference, k, Path(tmp)) for k in kinds]))
-            cases = [(case, "control", Break("control", "", (), {}, *spec), Path(tmp),
-                      refs[spec[0]]) for spec in specs]  # fmt: skip
-            cases += [(case, "break", brk, Path(tmp), refs[brk.kind]) for brk in chosen]
-            # the two-node kinds first: the longest cases, not left for one worker at the end
-            cases.sort(key=lambda c: -KINDS[c[2].kind].nodes)
-            for ok, line in each(_call, cases):
-                print(line, flush=True)
-                results.append(ok)
-            if pool:  # every case done: the workers end once idle
-                pool.close()
-                pool.join()
-                pool = None
+            with pool.forked(jobs) as each:  # forked before any torch work in this process
+                kinds = dict.fromkeys(kind for kind, *_ in specs)
+                refs = dict(each(pool.call, [(safe_reference, k, Path(tmp)) for k in kinds]))
+                cases = [(case, "control", Break("control", "", (), {}, *spec), Path(tmp),
+                          refs[spec[0]]) for spec in specs]  # fmt: skip
+                cases += [(case, "break", brk, Path(tmp), refs[brk.kind]) for brk in chosen]
+                # the two-node kinds first: the longest cases, not left for one worker at the end
+                cases.sort(key=lambda c: -KINDS[c[2].kind].nodes)
+                for ok, line in each(pool.call, cases):
+                    print(line, flush=True)
+                    results.append(ok)
         finally:
-            if pool:  # an error or a signal: SIGTERM, a Ctrl-C in the workers, ends their trials
-                pool.terminate()
-                pool.join()
-            cleanup()
+            pool.cleanup()
     return 0 if all(results) else 1

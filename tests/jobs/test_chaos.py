@@ -21,7 +21,7 @@ FAULTS = "kill_rank,kill_launcher,sigterm_launcher,corrupt_newest,double_kill,st
 @pytest.mark.timeout(900)
 def test_a_seeded_slice_keeps_the_promise() -> None:
     res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5",
-               "--trials", "6", "--kinds", "ddp_small", "--faults", FAULTS],
+               "--trials", "6", "--kinds", "ddp_small", "--faults", FAULTS, "--jobs", "3"],
               timeout=840)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "| **all** | | **6** |" in res.stdout, res.stdout[-3000:]
@@ -38,7 +38,7 @@ def test_a_two_node_trial_keeps_the_promise() -> None:
     if os.geteuid() != 0:
         pytest.skip("two-node chaos trials need root to create network namespaces")
     res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--seed", "5",
-               "--trials", "1",
+               "--trials", "1", "--jobs", "2",
                "--kinds", "nodes_static", "--faults", "kill_node_launcher,link_down"],
               timeout=540)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
@@ -52,7 +52,8 @@ def test_a_two_node_trial_keeps_the_promise() -> None:
 def test_the_oracle_catches_every_known_break() -> None:
     """`campaign.py --self-check`: each known break, applied alone to a scratch copy, gets a bad
     verdict from its trial, and the unbroken copy keeps the promise on the same trials."""
-    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--self-check"],
+    res = run([python(), str(REPO / "benchmarks" / "chaos" / "campaign.py"), "--self-check",
+               "--jobs", "4"],
               timeout=1700)  # fmt: skip
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     for name in set(BREAK_NAMES) - {"control"}:
