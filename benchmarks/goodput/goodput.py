@@ -30,13 +30,15 @@ measure is counted:
   copies it, so it is in the final model); a step committed by 1 of 2 groups counts as one step
   although it used half the global batch: the driver counts them (a step logged by one group)
   and gives "full-batch" steps/min as well, such a step weighing 1/2.
-- lost steps per kill: restart-based, the last step logged before the kill minus the step
-  resumed from (the restarted rank 0's "resumed" line).  Replicas, nothing restarts the job: the
+- lost steps per kill: restart-based, the last step logged before the restart (a rank that
+  survived the kill may still log the step it was in) minus the step resumed from (the restarted
+  rank 0's "resumed" line).  Replicas, nothing restarts the job: the
   last step committed before the kill minus the surviving group's first commit after it, floored
   at 0 (it commits that step, logged late, or the next: 0 lost); the replacement heals to the
   survivors' step instead of resuming from a checkpoint.
-- kill -> step: from the kill to the first step logged after it (restart-based: by the restarted
-  job).  Replicas: by the surviving group; the replacement's first committed step is given too.
+- kill -> step: from the kill to the first step logged after the restart's "resumed" line (the
+  restarted job's).  Replicas: by the surviving group; the replacement's first committed step
+  is given too.
 """
 
 from __future__ import annotations
@@ -171,9 +173,14 @@ def one_run(
                 back += [one[2]] if one[2] is not None else []
             continue
         after = [r for r in resumes if r[0] > at]
-        first = [t for t, _, _, _ in steps if t > at]
-        if after and first:
-            lost.append(last - after[0][1])
+        if not after:
+            continue
+        # a rank that survived the kill may still log the step it was in (its all-reduce done):
+        # the steps lost reach up to the restart, and the next step is the restarted job's
+        done = max((s for t, s, _, _ in steps if t <= after[0][0]), default=last)
+        first = [t for t, _, _, _ in steps if t > after[0][0]]
+        if first:
+            lost.append(done - after[0][1])
             gaps.append(first[0] - at)
     return {"useful": useful, "per_min": useful / minutes, "kills": len(kills), "lost": lost,
             "gaps": gaps, "back": back, "half": half}  # fmt: skip

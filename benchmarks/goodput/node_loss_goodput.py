@@ -15,8 +15,8 @@ loss runs next to it, the pair's order alternating between variants.  Variants:
 - ``torchrun``: ``torchrun --local-addr <node's address>`` (its rendezvous defaults), DCP every 100.
 
 Measured as goodput.py does: useful steps per minute (the step the job reached by the deadline),
-lost steps (the last step logged before the loss minus the step the survivor resumed from) and
-loss → the survivor's next step.
+lost steps (the last step logged before the survivor's restart minus the step it resumed from)
+and loss → the survivor's first step after its restart.
 """
 
 from __future__ import annotations
@@ -139,9 +139,10 @@ def one_run(variant: str, lose: bool, args: argparse.Namespace, round_no: int) -
     useful = max((s for t, s, _, _ in steps if t <= deadline), default=0)
     out = {"per_min": useful / args.minutes, "said": said, "lost": None, "gap": None}
     if lost_at is not None:
-        before = [s for t, s, _, _ in steps if t <= lost_at]
         after = [r for r in resumes if r[0] > lost_at]
-        first = [t for t, _, _, _ in steps if t > lost_at]
+        restart = after[0][0] if after else float("inf")  # a step in flight may land after the loss
+        before = [s for t, s, _, _ in steps if t <= restart]
+        first = [t for t, _, _, _ in steps if t > restart]
         if before and after and first:
             out["lost"], out["gap"] = max(before) - after[0][1], first[0] - lost_at
     return out
