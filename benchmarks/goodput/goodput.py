@@ -176,8 +176,9 @@ def one_run(
         if not after:
             continue
         # a rank that survived the kill may still log the step it was in (its all-reduce done):
-        # the steps lost reach up to the restart, and the next step is the restarted job's
-        done = max((s for t, s, _, _ in steps if t <= after[0][0]), default=last)
+        # the steps lost reach up to the restart, and the next step is the restarted job's.  The
+        # latest step logged, not the highest: an earlier attempt may have got further
+        done = ([s for t, s, _, _ in steps if t <= after[0][0]] or [last])[-1]
         first = [t for t, _, _, _ in steps if t > after[0][0]]
         if first:
             lost.append(done - after[0][1])

@@ -144,7 +144,7 @@ def one_run(variant: str, lose: bool, args: argparse.Namespace, round_no: int) -
         before = [s for t, s, _, _ in steps if t <= restart]
         first = [t for t, _, _, _ in steps if t > restart]
         if before and after and first:
-            out["lost"], out["gap"] = max(before) - after[0][1], first[0] - lost_at
+            out["lost"], out["gap"] = before[-1] - after[0][1], first[0] - lost_at
     return out
 
 
