@@ -31,6 +31,9 @@ p.add_argument("--memory-every", default="0", help="memory snapshots every K ste
 p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--batch", type=int, default=128)
 p.add_argument(
+    "--count-samples", action="store_true", help="also log each step's global samples (.samples)"
+)
+p.add_argument(
     "--wait", type=float, default=0.0, help="seconds each step waits, as on an accelerator's work"
 )
 args = p.parse_args()
@@ -58,6 +61,8 @@ if memory and memory["memory_every_steps"] != "auto":
 ckpt = ctx.checkpointer(args.ckpt, every_steps=args.every, **memory)
 step = ckpt.restore(model=model, optimizer=opt, loader=loader).step
 log = open(args.steplog, "a", buffering=1) if ctx.rank == 0 else None
+counting = args.count_samples and log is not None
+samples = open(f"{args.steplog}.samples", "a", buffering=1) if counting else None
 if log is not None:
     log.write(f"resumed {time.time():.4f} {step} {group}\n")
 while step < args.steps:
@@ -70,6 +75,8 @@ while step < args.steps:
             step += 1
             if log is not None:
                 log.write(f"{time.time():.4f} {step} {os.getpid()} {group}\n")
+                if samples is not None:  # the world changes with an elastic job's nodes
+                    samples.write(f"{time.time():.4f} {step} {ctx.world_size * args.batch}\n")
         ckpt.maybe_save(step)
         if step >= args.steps:
             break

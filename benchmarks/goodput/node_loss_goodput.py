@@ -14,7 +14,9 @@ loss runs next to it, the pair's order alternating between variants.  Variants:
 - ``disk``: ``distrain run``, disk every 100 steps;
 - ``torchrun``: ``torchrun --local-addr <node's address>`` (its rendezvous defaults), DCP every 100.
 
-Measured as goodput.py does: useful steps per minute (the step the job reached by the deadline),
+Measured: useful samples per minute (the global samples of the steps the job's state holds at the
+deadline: after the loss a step is half the global batch, so steps would overstate the
+survivor's work), useful steps per minute as goodput.py counts them (the step reached),
 lost steps (the last step logged before the survivor's restart minus the step it resumed from)
 and loss → the survivor's first step after its restart.
 """
@@ -68,6 +70,25 @@ def launcher(variant: str, tag: str, addrs: list[str], node: int) -> list[str]:
         return [*TORCHRUN, *rdzv, "--rdzv-conf", host, "--nproc-per-node", "1",
                 "--local-addr", addrs[node]]  # fmt: skip
     return [*RUN, *rdzv, "-n", "1"]
+
+
+def committed_samples(path: Path, resumes: list[tuple[float, int]], deadline: float) -> int:
+    """The samples of the steps the job's state holds at the deadline: a resume from step R
+    drops the steps after R that the killed attempt had made."""
+    events: list[tuple[float, int, int]] = [(t, r, -1) for t, r in resumes]  # -1: a resume
+    if path.exists():
+        for line in path.read_text().splitlines():
+            t, step, n = line.split()
+            events.append((float(t), int(step), int(n)))
+    held: dict[int, int] = {}
+    for t, step, n in sorted(events):
+        if t > deadline:
+            break
+        if n < 0:
+            held = {s: k for s, k in held.items() if s <= step}
+        else:
+            held[step] = n
+    return sum(held.values())
 
 
 def one_run(variant: str, lose: bool, args: argparse.Namespace, round_no: int) -> dict:
@@ -135,9 +156,11 @@ def one_run(variant: str, lose: bool, args: argparse.Namespace, round_no: int) -
         for ln in open(work / f"node{i}.out", errors="replace")
         if "resumed from" in ln or "memory snapshots every" in ln
     ]
-    shutil.rmtree(work, ignore_errors=True)
     useful = max((s for t, s, _, _ in steps if t <= deadline), default=0)
-    out = {"per_min": useful / args.minutes, "said": said, "lost": None, "gap": None}
+    samples = committed_samples(Path(f"{log}.samples"), resumes, deadline)
+    shutil.rmtree(work, ignore_errors=True)
+    out = {"per_min": useful / args.minutes, "samples_per_min": samples / args.minutes,
+           "said": said, "lost": None, "gap": None}  # fmt: skip
     if lost_at is not None:
         after = [r for r in resumes if r[0] > lost_at]
         restart = after[0][0] if after else float("inf")  # a step in flight may land after the loss
@@ -167,22 +190,26 @@ def main() -> None:
         pair = {}
         for lose in (False, True) if i % 2 == 0 else (True, False):
             pair[lose] = one_run(name, lose, args, i)
-            for line in pair[lose]["said"][:2]:
+            said = pair[lose]["said"]  # the resume line first, then the choice of K
+            for line in sorted(said, key=lambda ln: "resumed from" not in ln)[:2]:
                 print(f"{name}-{'lost' if lose else 'free'}: {line}", flush=True)
         rows.append((name, pair[False], pair[True]))
     print(f"load after: {loadavg()}")
     print(f"{args.minutes:g} min per run, node 1 lost {args.at:g} s after the first step")
-    print("variant   | free steps/min | lost-node steps/min | ratio | lost steps | loss -> step")
+    print("variant   | free samples/min | lost-node samples/min | ratio | steps/min free, "
+          "lost-node | lost steps | loss -> step")  # fmt: skip
     for name, free, lost in rows:
         gap = f"{lost['gap']:.2f} s" if lost["gap"] is not None else "-"
+        ratio = lost["samples_per_min"] / free["samples_per_min"]
         print(
-            f"{name:9} | {free['per_min']:14.0f} | {lost['per_min']:19.0f} | "
-            f"{lost['per_min'] / free['per_min']:.3f} | {lost['lost']!s:>10} | {gap}"
+            f"{name:9} | {free['samples_per_min']:16.0f} | {lost['samples_per_min']:21.0f} | "
+            f"{ratio:.3f} | {free['per_min']:.0f}, {lost['per_min']:.0f} | "
+            f"{lost['lost']!s:>10} | {gap}"
         )
-    by = {name: lost["per_min"] for name, _, lost in rows}
+    by = {name: lost["samples_per_min"] for name, _, lost in rows}
     for name in ("memory", "disk"):
         if name in by and "torchrun" in by:
-            print(f"{name} / torchrun (node lost): {by[name] / by['torchrun']:.2f}x")
+            print(f"{name} / torchrun (node lost, samples): {by[name] / by['torchrun']:.2f}x")
 
 
 if __name__ == "__main__":
