@@ -111,6 +111,7 @@ def one_run(variant: str, lose: bool, args: argparse.Namespace, round_no: int) -
             str(args.hidden),
             "--wait",
             str(args.wait),
+            "--count-samples",
             *VARIANTS[variant],
         ]
         for i, name in enumerate(names):
@@ -200,7 +201,7 @@ def main() -> None:
           "lost-node | lost steps | loss -> step")  # fmt: skip
     for name, free, lost in rows:
         gap = f"{lost['gap']:.2f} s" if lost["gap"] is not None else "-"
-        ratio = lost["samples_per_min"] / free["samples_per_min"]
+        ratio = lost["samples_per_min"] / max(free["samples_per_min"], 1e-9)
         print(
             f"{name:9} | {free['samples_per_min']:16.0f} | {lost['samples_per_min']:21.0f} | "
             f"{ratio:.3f} | {free['per_min']:.0f}, {lost['per_min']:.0f} | "
