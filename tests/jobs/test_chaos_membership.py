@@ -23,8 +23,8 @@ DETACH = ("(env -i /bin/bash -c 'exec -a kworker-chaos-test /bin/sleep 60' "
 
 
 def _name(proc: psutil.Process) -> str | None:
-    """The process's name, or None once it has exited: the trial's `sh`, subshell and `env`
-    live for milliseconds, and one listed by the cgroup can be gone before it is asked (CI, stop 52)."""
+    """The process's name, or None once it has exited: the trial's `sh` and subshell live for
+    milliseconds, and one the cgroup lists can be gone before it is asked (CI, stop 52)."""
     try:
         return proc.name()
     except psutil.NoSuchProcess:
