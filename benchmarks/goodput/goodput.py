@@ -114,7 +114,7 @@ def one_run(
 
     launcher, extra = VARIANTS[name]
     extra = [*extra, "--hidden", str(hidden), "--wait", str(wait)]
-    tag = f"{name}-{'kill' if period else 'free'}-{round_}"
+    tag = f"{name}-{f'kill{period:g}' if period else 'free'}-{round_}"
     log, ckpt = work / f"{tag}.log", work / f"{tag}-ckpt"
     cmd = [*launcher, WORKER, "--steplog", str(log), "--ckpt", str(ckpt), *extra]
     job_env = env(DISTRAIN_MEMORY_DIR=str(work / "shm"), OMP_NUM_THREADS="1")
@@ -203,7 +203,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=1.0)
-    p.add_argument("--period", type=float, default=15.0)
+    p.add_argument(
+        "--period",
+        default="15",
+        help="seconds between kills; a list (15,30,60) runs each, sharing the fault-free runs",
+    )
     p.add_argument(
         "--variants", default="memory,disk,torchrun,replicas", help=f"of {', '.join(VARIANTS)}"
     )
@@ -224,29 +228,32 @@ def main() -> None:
     shm = Path(tempfile.mkdtemp(prefix="dbench-goodput-", dir="/dev/shm"))
     (work / "shm").rmdir()
     (work / "shm").symlink_to(shm)
-    runs: dict[tuple[str, bool], list[dict]] = {}
+    periods = [float(x) for x in args.period.split(",")]
+    runs: dict[tuple[str, float | None], list[dict]] = {}
     try:
         for r in range(args.rounds):
             for i, n in enumerate(names):
-                for kill in (False, True) if (i + r) % 2 == 0 else (True, False):
-                    period = args.period if kill else None
-                    runs.setdefault((n, kill), []).append(
-                        one_run(
-                            n,
-                            args.minutes,
-                            period,
-                            work,
-                            r,
-                            args.hidden,
-                            args.wait,
-                            None if args.seed is None else args.seed + r,
-                        )
+                kinds: list[float | None] = [None, *periods]
+                shift = (i + r) % len(kinds)  # each variant starts with another kind each round
+                for period in kinds[shift:] + kinds[:shift]:
+                    seed = None if args.seed is None else args.seed + r
+                    runs.setdefault((n, period), []).append(
+                        one_run(n, args.minutes, period, work, r, args.hidden, args.wait, seed)
                     )
     finally:
         shutil.rmtree(shm, ignore_errors=True)
-    free = {n: merged(runs[n, False]) for n in names}
-    killed = {n: merged(runs[n, True]) for n in names}
-    print(f"{args.minutes:g} min per run, SIGKILL every {args.period:g} s in the killed runs, "
+    free = {n: merged(runs[n, None]) for n in names}
+    for period in periods:
+        table(names, free, {n: merged(runs[n, period]) for n in names}, period, args)
+    print(f"load after: {loadavg()}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def table(
+    names: list[str], free: dict, killed: dict, period: float, args: argparse.Namespace
+) -> None:
+    """One period's table: every variant's fault-free and killed runs, and the ratios."""
+    print(f"{args.minutes:g} min per run, SIGKILL every {period:g} s in the killed runs, "
           f"{args.rounds} round(s), each variant's free and killed runs side by side")  # fmt: skip
     print(
         "variant   | free steps/min | killed steps/min | ratio | kills | lost/kill "
@@ -279,8 +286,6 @@ def main() -> None:
             f"fault-free overhead of the tier: "
             f"{100 * (1 - free['memory']['per_min'] / free['disk']['per_min']):+.1f} %"
         )
-    print(f"load after: {loadavg()}")
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
