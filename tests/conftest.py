@@ -16,7 +16,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # `import helpers` from tests/jobs/ whatever pytest's import mode
     sys.path.insert(0, str(TESTS))
-from helpers import compat, leaks  # noqa: E402
+from helpers import compat, cpu_log, leaks  # noqa: E402
 from helpers.paths import REPO, SRC  # noqa: E402
 
 # Subprocesses (launchers and their workers) must import this checkout's distrain.
@@ -57,6 +57,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     compat.record(item, report)
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Each test's wall and CPU seconds when ``DISTRAIN_TEST_CPU_LOG`` asks (helpers/cpu_log)."""
+    with cpu_log.recorded(item.nodeid):
+        return (yield)
 
 
 @pytest.fixture
