@@ -1,8 +1,8 @@
-"""Where the suite's CPU went, from the lines ``DISTRAIN_TEST_CPU_LOG=DIR`` left (tests/helpers/
+"""Where the suite's CPU went, from the lines ``DTEST_CPU_LOG=DIR`` left (tests/helpers/
 cpu_log.py): totals, the files by CPU seconds, the slowest tests, and how the CPU spreads over
 tests of each cost.
 
-    DISTRAIN_TEST_CPU_LOG=/tmp/cpu python3 -m pytest -n 3 --dist worksteal tests
+    DTEST_CPU_LOG=/tmp/cpu python3 -m pytest -n 3 --dist worksteal tests
     python3 scripts/suite_cpu.py /tmp/cpu [--top 25]
 """
 

@@ -61,7 +61,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
-    """Each test's wall and CPU seconds when ``DISTRAIN_TEST_CPU_LOG`` asks (helpers/cpu_log)."""
+    """Each test's wall and CPU seconds when ``DTEST_CPU_LOG`` asks (helpers/cpu_log)."""
     with cpu_log.recorded(item.nodeid):
         return (yield)
 

@@ -1,4 +1,4 @@
-"""Where the suite's CPU goes: with ``DISTRAIN_TEST_CPU_LOG=DIR`` set, each test's wall time and
+"""Where the suite's CPU goes: with ``DTEST_CPU_LOG=DIR`` set, each test's wall time and
 the CPU seconds of the test process and of the children it waited for (the jobs it started:
 launchers, and through them their workers) are appended to ``DIR/<pid>.jsonl``, one line a
 test; ``python3 scripts/suite_cpu.py DIR`` sums them by file (tests/RESULTS.md).
@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 #: the folder the lines go to; unset: nothing is recorded
-VARIABLE = "DISTRAIN_TEST_CPU_LOG"
-#: read once, at the start: each test starts with the DISTRAIN_ variables scrubbed (leaks.py)
+VARIABLE = "DTEST_CPU_LOG"
+#: read once, at the start (a test may clear the environment)
 FOLDER = os.environ.get(VARIABLE)
 
 
