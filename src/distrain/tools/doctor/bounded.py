@@ -19,19 +19,20 @@ def call_bounded(fn: Callable[[], T], timeout: float) -> T:
     The thread is a daemon, so a call stuck inside a C library (a wedged NVIDIA driver, a DNS
     lookup) is abandoned rather than joined, and the process can still exit.
     """
-    box: dict[str, object] = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["value"] = fn()
+            values.append(fn())
         except BaseException as err:  # handed to the caller below
-            box["error"] = err
+            errors.append(err)
 
     thread = threading.Thread(target=target, daemon=True, name="doctor-probe")
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
         raise ProbeTimeout(f"no answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return values[0]
