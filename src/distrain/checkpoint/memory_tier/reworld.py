@@ -93,9 +93,9 @@ def restore(
     assert data is not None
     state = load_bytes(data, where)
     own = None
-    if process.rank == source and process.rank < old_world:
+    if process.rank == source:  # an old rank's number: below old_world
         own = state
-    elif process.rank < old_world and process.rank in mine:
+    elif process.rank in mine:  # `mine` holds old ranks only
         raw = _read(mine[process.rank])
         own = load_bytes(raw, mine[process.rank]) if raw is not None else None
     if own is None:
