@@ -95,8 +95,12 @@ def lose_node_with_memory(ctx: FaultContext) -> Shot:
                 others.append(procs[-1])
         except psutil.Error:
             continue
+    import nodes
+
+    named = nodes.named_semaphores([proc.pid for proc in procs])  # its /dev/shm dies with it
     if not any([_quiet(proc.send_signal, signal.SIGKILL) for proc in procs]):
         raise Missed(f"node {node} had no process left")
+    nodes.forget(named)
     ctx.lost.add(node)
     # no write of theirs lands after the removal; psutil would reap a child of ours, and its
     # Popen then read exit 0 for a node SIGKILLed (seed 4401's first two trials: [0, 1])

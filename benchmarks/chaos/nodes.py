@@ -10,8 +10,6 @@ loss) does not exist on these kernels, tbf does.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from helpers.netns_hosts import Hosts, hosts  # noqa: E402
+# forget and named_semaphores: for memory_faults.py, which reaches tests/helpers through here
+from helpers.netns_hosts import (  # noqa: E402
+    Hosts,
+    forget,  # noqa: F401
+    hosts,
+    machine_dies,
+    named_semaphores,  # noqa: F401
+)
 
 #: the namespaces made and not yet deleted, for the campaign's last cleanup
 LIVE: dict[str, Hosts] = {}
@@ -54,10 +59,7 @@ def pids_inside(made: Hosts) -> list[int]:
 def kill_inside(made: Hosts) -> list[int]:
     """SIGCONT and SIGKILL every process inside the hosts' namespaces; their pids."""
     pids = pids_inside(made)
-    for pid in pids:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+    machine_dies(pids, (signal.SIGCONT, signal.SIGKILL))  # their semaphores' names go too
     return pids
 
 
